@@ -1,0 +1,29 @@
+"""The op table: importing this package registers every kernel and host-op signature.
+
+Conventions the executor follows when it runs a kernel ``kernel(ins, attrs, outs)``:
+
+- ``ins[slot]`` is the list of arrays (numpy or cupy, or :class:`SelectedRows`) bound to the
+  slot; an entry is ``None`` for a gradient the backward pass never produced (zeros).
+- Private attrs the executor adds: ``_out_name`` (the first output variable's name: the key of
+  the random ops' seeding), ``_rng`` (a ``numpy.random.Generator`` for ``dropout``), ``_place``
+  (``"gpu"`` puts input-less ops such as ``fill_constant`` on cupy) and ``_out_counts``
+  (``{slot: number of bound variables}``, needed by ``split_ids`` and by ``split`` without
+  sections or num).
+- Kernels never write into their inputs, except the optimizer kernels, which update the
+  parameter and state arrays in place and return them. A kernel may return an input array as
+  an output (no copy), so the executor must not mutate arrays it got from a kernel.
+"""
+
+from . import (  # noqa: F401  (imported for their registrations)
+    host_ops,
+    math_ops,
+    nn_ops,
+    optimizer_ops,
+    random_ops,
+    registry,
+    split_ops,
+    tensor_ops,
+)
+from .selected_rows import SelectedRows
+
+__all__ = ["registry", "SelectedRows"]

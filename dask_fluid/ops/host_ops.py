@@ -1,0 +1,47 @@
+"""Signatures of the ops a host runs: RPC (send, recv, barriers, prefetch, listen_and_serv),
+NCCL id exchange, control flow, checkpointing and the pserver's sparse table lookup.
+
+They have no kernel here; the executor or the distributed runtime supplies one with
+:func:`dask_fluid.ops.registry.set_kernel`. Attr defaults follow Fluid 1.x (v1.6+).
+"""
+
+from __future__ import annotations
+
+from .registry import register_signature
+
+register_signature("send", ("X",), ("Out",),
+                   {"epmap": [], "sections": [], "send_varnames": [], "sync_mode": True,
+                    "trainer_id": 0},
+                   optional=("X",))
+register_signature("recv", ("X",), ("Out",),
+                   {"epmap": [], "trainer_id": 0, "with_barrier": True, "recv_varnames": [],
+                    "sync_mode": True},
+                   optional=("X",))
+register_signature("send_barrier", ("X",), ("Out",),
+                   {"endpoints": [], "trainer_id": 0, "half_async": False, "sync_mode": True},
+                   optional=("X",))
+register_signature("fetch_barrier", ("X",), ("Out",),
+                   {"endpoints": [], "trainer_id": 0},
+                   optional=("X",))
+register_signature("listen_and_serv", ("X",), (),
+                   {"endpoint": "", "Fanin": 1, "optimize_blocks": [], "grad_to_block_id": [],
+                    "sparse_grad_to_param": [], "sync_mode": True, "dc_asgd": False,
+                    "lr_decay_block_id": -1, "prefetch_var_name_to_block_id": [],
+                    "rpc_send_thread_num": 12, "rpc_get_thread_num": 12,
+                    "rpc_prefetch_thread_num": 12, "pserver_id": 0, "distributed_mode": 0,
+                    "checkpint_block_id": -1},
+                   optional=("X",))
+register_signature("prefetch", ("X",), ("Out",),
+                   {"epmap": [], "table_names": [], "trainer_id": 0})
+register_signature("gen_nccl_id", (), ("NCCLID",),
+                   {"trainers": [], "trainer_id": 0, "nccl_comm_num": 1, "endpoint": "",
+                    "endpoint_list": [], "use_hierarchical_allreduce": False})
+register_signature("conditional_block", ("Cond", "Input"), ("Out", "Scope"),
+                   {"sub_block": -1, "is_scalar_condition": True},
+                   optional=("Input",))
+register_signature("lookup_sparse_table", ("W", "Ids"), ("Out",),
+                   {"is_test": False, "padding_idx": -1, "auto_grown_table": True})
+register_signature("save", ("X",), (),
+                   {"file_path": "", "overwrite": True, "save_as_fp16": False})
+register_signature("checkpoint_notify", (), (),
+                   {"epmap": [], "dir": "", "lookup_table": "", "trainer_id": 0})

@@ -1,0 +1,446 @@
+"""Math and activation kernels: ``mul``, ``elementwise_*``, activations, reductions, ``sum``.
+
+Each forward kernel sits next to its grad kernel. Grad kernels may return an input array
+itself as an output (``elementwise_add_grad`` hands ``Out@GRAD`` on as ``X@GRAD``): no kernel
+writes into its inputs, except the optimizer kernels, which update only parameters and
+optimizer state, so sharing is safe and saves a copy on the hot path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .registry import GRAD, array_module, register
+from .selected_rows import (
+    SelectedRows,
+    grad_maker,
+    grad_slots,
+    scatter_add,
+    to_dtype,
+    xp_of,
+)
+
+
+def _scalar(x: Any, value: float) -> Any:
+    """``value`` as a scalar of ``x``'s float dtype, so float32 never silently becomes float64."""
+    return x.dtype.type(value) if x.dtype.kind == "f" else value
+
+
+def _dout(ins: dict, like: Any, slot: str = "Out" + GRAD) -> Any:
+    """The output gradient; zeros when the backward pass never produced it."""
+    g = ins.get(slot, [None])[0]
+    if g is None:
+        return array_module(like).zeros(like.shape, dtype=like.dtype)
+    return g
+
+
+def _register_grad(type: str, fwd: tuple, out_grads=("Out",), in_grads=("X",), attrs=None):
+    """Register ``type``'s grad op signature and return (maker, decorator for its kernel)."""
+    inputs, outputs = grad_slots(fwd, out_grads, in_grads)
+    return (grad_maker(fwd, out_grads, in_grads),
+            register(type + "_grad", inputs, outputs, attrs))
+
+
+# ---------------------------------------------------------------------------------------------
+# mul
+
+
+def _flatten2(a: Any, num_col_dims: int) -> Any:
+    rows = int(np.prod(a.shape[:num_col_dims], dtype=np.int64))
+    return a.reshape(rows, -1)
+
+
+_MUL_ATTRS = {"x_num_col_dims": 1, "y_num_col_dims": 1}
+_mul_grad_maker, _mul_grad_register = _register_grad("mul", ("X", "Y"), in_grads=("X", "Y"),
+                                                     attrs=_MUL_ATTRS)
+
+
+@register("mul", ("X", "Y"), ("Out",), _MUL_ATTRS, grad=_mul_grad_maker)
+def mul(ins, attrs, outs):
+    """Out = flatten(X, x_num_col_dims) @ flatten(Y, y_num_col_dims), unflattened."""
+    x, y = ins["X"][0], ins["Y"][0]
+    xn, yn = attrs.get("x_num_col_dims", 1), attrs.get("y_num_col_dims", 1)
+    out = _flatten2(x, xn) @ _flatten2(y, yn)
+    if x.ndim != 2 or y.ndim != 2:
+        out = out.reshape(tuple(x.shape[:xn]) + tuple(y.shape[yn:]))
+    return {"Out": [out]}
+
+
+@_mul_grad_register
+def mul_grad(ins, attrs, outs):
+    """dX = dOut @ Y^T, dY = X^T @ dOut on the flattened matrices."""
+    x, y = ins["X"][0], ins["Y"][0]
+    xn, yn = attrs.get("x_num_col_dims", 1), attrs.get("y_num_col_dims", 1)
+    x2, y2 = _flatten2(x, xn), _flatten2(y, yn)
+    d2 = _dout(ins, x2 @ y2).reshape(x2.shape[0], y2.shape[1])
+    res = {}
+    if "X" + GRAD in outs:
+        res["X" + GRAD] = [(d2 @ y2.T).reshape(x.shape)]
+    if "Y" + GRAD in outs:
+        res["Y" + GRAD] = [(x2.T @ d2).reshape(y.shape)]
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# elementwise binary ops with Fluid broadcasting
+
+
+def _y_bshape(x_shape: tuple, y_shape: tuple, axis: int, op: str) -> tuple:
+    """Y's shape padded with 1s so that numpy broadcasting puts it at ``axis`` of X.
+
+    Fluid aligns Y with dims ``[axis, axis + rank(Y))`` of X (``axis=-1``: at the end) after
+    dropping Y's trailing 1s. When Y has more dims than X (``2.0 - x`` written as
+    ``elementwise_sub(const, x)``), plain numpy broadcasting applies.
+    """
+    x_shape, y_shape = tuple(x_shape), tuple(y_shape)
+    if x_shape == y_shape or len(y_shape) > len(x_shape):
+        return y_shape
+    if axis == -1:
+        axis = len(x_shape) - len(y_shape)
+    trimmed = list(y_shape)
+    while trimmed and trimmed[-1] == 1:
+        trimmed.pop()
+    tail = len(x_shape) - axis - len(trimmed)
+    ok = 0 <= axis and tail >= 0 and all(
+        t in (1, x_shape[axis + i]) for i, t in enumerate(trimmed))
+    if not ok:
+        raise ValueError(f"{op}: Y of shape {list(y_shape)} cannot broadcast to X of shape "
+                         f"{list(x_shape)} at axis {axis}: Y's dims must match X's dims "
+                         f"[axis, axis + rank(Y))")
+    return (1,) * axis + tuple(trimmed) + (1,) * tail
+
+
+def _unbroadcast(g: Any, shape: tuple) -> Any:
+    """Sum ``g`` over the axes broadcasting added or stretched, down to ``shape``."""
+    if tuple(g.shape) == tuple(shape):
+        return g
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1)
+    return g.sum(axis=axes).reshape(shape)
+
+
+_EW_ATTRS = {"axis": -1}
+
+
+def _ew_register(type: str, forward, dx, dy, fwd_slots=("X", "Y")):
+    """Register ``type`` and ``type_grad``: ``forward(x, yb)``; ``dx/dy(x, yb, out, dout)``."""
+    maker, grad_register = _register_grad(type, fwd_slots, in_grads=("X", "Y"),
+                                          attrs=_EW_ATTRS)
+
+    @register(type, ("X", "Y"), ("Out",), _EW_ATTRS, grad=maker)
+    def kernel(ins, attrs, outs):
+        x, y = ins["X"][0], ins["Y"][0]
+        yb = y.reshape(_y_bshape(x.shape, y.shape, attrs.get("axis", -1), type))
+        return {"Out": [forward(x, yb)]}
+
+    @grad_register
+    def grad(ins, attrs, outs):
+        x, y = ins["X"][0], ins["Y"][0]
+        bshape = _y_bshape(x.shape, y.shape, attrs.get("axis", -1), type)
+        yb = y.reshape(bshape)
+        out = ins.get("Out", [None])[0]
+        dout = ins["Out" + GRAD][0]
+        if dout is None:
+            dout = array_module(x).zeros(np.broadcast_shapes(x.shape, bshape), x.dtype)
+        res = {}
+        if "X" + GRAD in outs:
+            res["X" + GRAD] = [_unbroadcast(dx(x, yb, out, dout), x.shape)]
+        if "Y" + GRAD in outs:
+            res["Y" + GRAD] = [_unbroadcast(dy(x, yb, out, dout), bshape).reshape(y.shape)]
+        return res
+
+    kernel.__doc__ = f"Fluid's {type} with axis broadcasting of Y into X."
+    grad.__doc__ = f"Gradients of {type}, summed over the broadcast axes."
+    return kernel, grad
+
+
+_ew_register("elementwise_add", lambda x, y: x + y,
+             lambda x, y, o, d: d, lambda x, y, o, d: d)
+_ew_register("elementwise_sub", lambda x, y: x - y,
+             lambda x, y, o, d: d, lambda x, y, o, d: -d)
+_ew_register("elementwise_mul", lambda x, y: x * y,
+             lambda x, y, o, d: d * y, lambda x, y, o, d: d * x)
+_ew_register("elementwise_div", lambda x, y: x / y,
+             lambda x, y, o, d: d / y, lambda x, y, o, d: -d * o / y,
+             fwd_slots=("X", "Y", "Out"))
+_ew_register("elementwise_max", lambda x, y: array_module(x).maximum(x, y),
+             lambda x, y, o, d: d * (x > y), lambda x, y, o, d: d * (x <= y))
+_ew_register("elementwise_min", lambda x, y: array_module(x).minimum(x, y),
+             lambda x, y, o, d: d * (x < y), lambda x, y, o, d: d * (x >= y))
+_ew_register("elementwise_pow", lambda x, y: x ** y,
+             lambda x, y, o, d: d * y * x ** (y - 1),
+             lambda x, y, o, d: d * o * array_module(x).log(x),
+             fwd_slots=("X", "Y", "Out"))
+
+
+@register("less_than", ("X", "Y"), ("Out",), {"axis": -1, "force_cpu": False})
+def less_than(ins, attrs, outs):
+    """Out = X < Y (bool), with elementwise broadcasting."""
+    x, y = ins["X"][0], ins["Y"][0]
+    yb = y.reshape(_y_bshape(x.shape, y.shape, attrs.get("axis", -1), "less_than"))
+    return {"Out": [x < yb]}
+
+
+@register("logical_and", ("X", "Y"), ("Out",))
+def logical_and(ins, attrs, outs):
+    """Out = X and Y (bool)."""
+    x, y = ins["X"][0], ins["Y"][0]
+    return {"Out": [array_module(x).logical_and(x, y)]}
+
+
+@register("logical_not", ("X",), ("Out",))
+def logical_not(ins, attrs, outs):
+    """Out = not X (bool)."""
+    x = ins["X"][0]
+    return {"Out": [array_module(x).logical_not(x)]}
+
+
+# ---------------------------------------------------------------------------------------------
+# unary activations: forward(xp, x) and a gradient from Out or from X
+
+
+def _unary_register(type: str, forward, backward=None, uses: str = "X"):
+    """Register ``type`` (X→Out) and, when ``backward(xp, v, dout)`` is given, ``type_grad``
+    reading ``uses`` (``"X"`` or ``"Out"``, as Fluid's grad op does) and ``Out@GRAD``."""
+    maker = None
+    if backward is not None:
+        maker, grad_register = _register_grad(type, (uses,))
+
+        @grad_register
+        def grad(ins, attrs, outs):
+            v = ins[uses][0]
+            if "X" + GRAD not in outs:
+                return {}
+            return {"X" + GRAD: [backward(array_module(v), v, _dout(ins, v))]}
+
+        grad.__doc__ = f"Gradient of {type} from {uses} and Out@GRAD."
+
+    @register(type, ("X",), ("Out",), grad=maker)
+    def kernel(ins, attrs, outs):
+        x = ins["X"][0]
+        return {"Out": [forward(array_module(x), x)]}
+
+    kernel.__doc__ = f"Out = {type}(X)."
+    return kernel
+
+
+def _sigmoid(xp, x):
+    # tanh form: no overflow in exp for large |x|, and one transcendental per element
+    half = _scalar(x, 0.5)
+    return half * xp.tanh(half * x) + half
+
+
+_unary_register("relu", lambda xp, x: xp.maximum(x, _scalar(x, 0)),
+                lambda xp, out, d: d * (out > 0), uses="Out")
+_unary_register("sigmoid", _sigmoid,
+                lambda xp, out, d: d * out * (1 - out), uses="Out")
+_unary_register("tanh", lambda xp, x: xp.tanh(x),
+                lambda xp, out, d: d * (1 - out * out), uses="Out")
+_unary_register("exp", lambda xp, x: xp.exp(x),
+                lambda xp, out, d: d * out, uses="Out")
+_unary_register("sqrt", lambda xp, x: xp.sqrt(x),
+                lambda xp, out, d: d * _scalar(out, 0.5) / out, uses="Out")
+_unary_register("log", lambda xp, x: xp.log(x), lambda xp, x, d: d / x)
+_unary_register("square", lambda xp, x: x * x, lambda xp, x, d: d * 2 * x)
+_unary_register("abs", lambda xp, x: xp.abs(x), lambda xp, x, d: d * xp.sign(x))
+_unary_register("sign", lambda xp, x: xp.sign(x))
+_unary_register("floor", lambda xp, x: xp.floor(x))
+
+
+# ---------------------------------------------------------------------------------------------
+# scale, assign, increment, cast, clip
+
+
+def _self_grad_maker(type: str, keep_attrs: bool = True):
+    """Fluid's grad for linear unary ops: the same op applied to ``Out@GRAD`` (bias dropped)."""
+
+    def make(op: Any) -> list[dict]:
+        attrs = {k: v for k, v in op.attrs.items() if k not in ("op_role", "op_role_var")}
+        if type == "scale":
+            attrs["bias"] = 0.0
+        return [{"type": type,
+                 "inputs": {"X": [n + GRAD for n in op.outputs["Out"]]},
+                 "outputs": {"Out": [n + GRAD for n in op.inputs["X"]]},
+                 "attrs": attrs if keep_attrs else {}}]
+
+    return make
+
+
+@register("scale", ("X", "ScaleTensor"), ("Out",),
+          {"scale": 1.0, "bias": 0.0, "bias_after_scale": True},
+          optional=("ScaleTensor",), grad=_self_grad_maker("scale"))
+def scale(ins, attrs, outs):
+    """Out = scale·X + bias (or scale·(X + bias)); a SelectedRows X has its values scaled."""
+    x = ins["X"][0]
+    s = attrs.get("scale", 1.0)
+    if ins.get("ScaleTensor") and ins["ScaleTensor"][0] is not None:
+        s = float(ins["ScaleTensor"][0].reshape(-1)[0])
+    b, after = attrs.get("bias", 0.0), attrs.get("bias_after_scale", True)
+    v = x.value if isinstance(x, SelectedRows) else x
+    sv, bv = _scalar(v, s), _scalar(v, b)
+    if b == 0:
+        out = v * sv
+    else:
+        out = v * sv + bv if after else (v + bv) * sv
+    if out.dtype != v.dtype:
+        out = out.astype(v.dtype)
+    return {"Out": [SelectedRows(x.rows, out, x.height) if isinstance(x, SelectedRows) else out]}
+
+
+@register("assign", ("X",), ("Out",), grad=_self_grad_maker("assign", keep_attrs=False))
+def assign(ins, attrs, outs):
+    """Out = a copy of X."""
+    x = ins["X"][0]
+    if isinstance(x, SelectedRows):
+        return {"Out": [SelectedRows(x.rows.copy(), x.value.copy(), x.height)]}
+    return {"Out": [x.copy()]}
+
+
+@register("increment", ("X",), ("Out",), {"step": 1.0})
+def increment(ins, attrs, outs):
+    """Out = X + step, keeping X's dtype."""
+    x = ins["X"][0]
+    return {"Out": [x + x.dtype.type(attrs.get("step", 1.0))]}
+
+
+@register("cast", ("X",), ("Out",), {"in_dtype": "float32", "out_dtype": "float32"})
+def cast(ins, attrs, outs):
+    """Out = X converted to ``out_dtype`` (a dtype string or Fluid's integer code)."""
+    return {"Out": [ins["X"][0].astype(to_dtype(attrs["out_dtype"]))]}
+
+
+_CLIP_ATTRS = {"min": -1.0, "max": 1.0}
+_clip_grad_maker, _clip_grad_register = _register_grad("clip", ("X",), attrs=_CLIP_ATTRS)
+
+
+@register("clip", ("X",), ("Out",), _CLIP_ATTRS, grad=_clip_grad_maker)
+def clip(ins, attrs, outs):
+    """Out = min(max(X, min), max)."""
+    x = ins["X"][0]
+    lo, hi = _scalar(x, attrs["min"]), _scalar(x, attrs["max"])
+    return {"Out": [array_module(x).clip(x, lo, hi)]}
+
+
+@_clip_grad_register
+def clip_grad(ins, attrs, outs):
+    """dX = dOut where min < X < max, else 0."""
+    x = ins["X"][0]
+    lo, hi = _scalar(x, attrs["min"]), _scalar(x, attrs["max"])
+    return {"X" + GRAD: [_dout(ins, x) * ((x > lo) & (x < hi))]}
+
+
+# ---------------------------------------------------------------------------------------------
+# mean, reductions, sum
+
+_mean_maker, _mean_grad_register = _register_grad("mean", ("X",))
+
+
+@register("mean", ("X",), ("Out",), grad=_mean_maker)
+def mean(ins, attrs, outs):
+    """Out = mean of all elements of X, shape [1]."""
+    x = ins["X"][0]
+    return {"Out": [x.mean(keepdims=True).reshape(1)]}
+
+
+@_mean_grad_register
+def mean_grad(ins, attrs, outs):
+    """dX = dOut / numel(X) everywhere."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    g = xp.empty(x.shape, dtype=x.dtype)
+    g[...] = _dout(ins, xp.zeros(1, x.dtype)).reshape(()) / x.size
+    return {"X" + GRAD: [g]}
+
+
+_REDUCE_ATTRS = {"dim": [0], "keep_dim": False, "reduce_all": False}
+
+
+def _reduce_axes(x: Any, attrs: dict) -> tuple[int, ...]:
+    dims = attrs.get("dim", [0])
+    if isinstance(dims, int):
+        dims = [dims]
+    if attrs.get("reduce_all", False) or len(dims) == 0:
+        return tuple(range(x.ndim))
+    return tuple(sorted(d % x.ndim for d in dims))
+
+
+def _reduce_register(type: str, is_mean: bool):
+    maker, grad_register = _register_grad(type, ("X",), attrs=_REDUCE_ATTRS)
+
+    @register(type, ("X",), ("Out",), _REDUCE_ATTRS, grad=maker)
+    def kernel(ins, attrs, outs):
+        x = ins["X"][0]
+        axes = _reduce_axes(x, attrs)
+        keep = attrs.get("keep_dim", False)
+        out = x.mean(axis=axes, keepdims=keep) if is_mean else x.sum(axis=axes, keepdims=keep)
+        out = array_module(x).asarray(out)
+        if out.ndim == 0:  # Fluid never makes 0-d tensors
+            out = out.reshape(1)
+        return {"Out": [out]}
+
+    @grad_register
+    def grad(ins, attrs, outs):
+        x = ins["X"][0]
+        axes = _reduce_axes(x, attrs)
+        kept = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
+        d = _dout(ins, array_module(x).zeros(kept, x.dtype)).reshape(kept)
+        if is_mean:
+            d = d / int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+        g = array_module(x).empty(x.shape, dtype=x.dtype)
+        g[...] = d
+        return {"X" + GRAD: [g]}
+
+    kernel.__doc__ = f"Out = {type} of X over ``dim`` (all dims when ``reduce_all``)."
+    grad.__doc__ = f"Gradient of {type}: dOut broadcast back over the reduced dims."
+
+
+_reduce_register("reduce_sum", is_mean=False)
+_reduce_register("reduce_mean", is_mean=True)
+
+
+def _sum_grad_maker(op: Any) -> list[dict]:
+    attrs = {k: v for k, v in op.attrs.items() if k not in ("op_role", "op_role_var")}
+    return [{"type": "sum_grad",
+             "inputs": {"X": list(op.inputs["X"]),
+                        "Out" + GRAD: [n + GRAD for n in op.outputs["Out"]]},
+             "outputs": {"X" + GRAD: [n + GRAD for n in op.inputs["X"]]},
+             "attrs": attrs}]
+
+
+@register("sum", ("X",), ("Out",), grad=_sum_grad_maker)
+def sum_(ins, attrs, outs):
+    """Out = the sum of the X list; all-SelectedRows inputs give a SelectedRows (rows and values
+    concatenated, duplicates kept), a dense and sparse mix gives a dense tensor."""
+    xs = [x for x in ins["X"] if x is not None]
+    if not xs:
+        raise ValueError("sum: every input of X is unbound")
+    dense = [x for x in xs if not isinstance(x, SelectedRows)]
+    sparse = [x for x in xs if isinstance(x, SelectedRows)]
+    xp = xp_of(*xs)
+    if not dense:
+        if len(sparse) == 1:
+            s = sparse[0]
+            return {"Out": [SelectedRows(s.rows.copy(), s.value.copy(), s.height)]}
+        return {"Out": [SelectedRows(xp.concatenate([s.rows for s in sparse]),
+                                     xp.concatenate([s.value for s in sparse]),
+                                     sparse[0].height)]}
+    out = dense[0] + dense[1] if len(dense) > 1 else dense[0].copy()
+    for x in dense[2:]:
+        out += x
+    for s in sparse:
+        scatter_add(xp, out, s.rows, s.value)
+    return {"Out": [out]}
+
+
+@register("sum_grad", ("X", "Out" + GRAD), ("X" + GRAD,))
+def sum_grad(ins, attrs, outs):
+    """Every input's gradient is dOut."""
+    n = len(ins["X"])
+    d = ins["Out" + GRAD][0]
+    if d is None:
+        like = next(x for x in ins["X"] if x is not None)
+        d = xp_of(like).zeros(like.shape, dtype=like.dtype)
+    return {"X" + GRAD: [d] * n}

@@ -1,0 +1,356 @@
+"""Neural-network kernels: softmax, cross entropy (plain and fused), top_k, accuracy, dropout
+and the embedding lookup ``lookup_table`` with its dense or SelectedRows gradient."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .registry import GRAD, array_module, register
+from .selected_rows import SelectedRows, grad_maker, grad_slots, scatter_add
+
+
+def _register_grad(type: str, fwd: tuple, out_grads=("Out",), in_grads=("X",), attrs=None):
+    inputs, outputs = grad_slots(fwd, out_grads, in_grads)
+    return (grad_maker(fwd, out_grads, in_grads),
+            register(type + "_grad", inputs, outputs, attrs))
+
+
+def _check_labels(op: str, lab: Any, num_classes: int, ignore_index: int) -> Any:
+    """Raise ValueError naming the op, the bad label and the valid range; return the mask of
+    rows that count (label != ignore_index), or None when every row counts."""
+    ignored = lab == ignore_index
+    bad = ((lab < 0) | (lab >= num_classes)) & ~ignored
+    if bool(bad.any()):
+        value = int(lab[bad.nonzero()[0][0]])
+        raise ValueError(f"{op}: label {value} is out of range: labels must lie in "
+                         f"[0, {num_classes}) or equal ignore_index={ignore_index}")
+    if bool(ignored.any()):
+        return ~ignored
+    return None
+
+
+def _hard_labels(label: Any) -> Any:
+    """A hard label tensor ``[..., 1]`` as a flat int64 vector."""
+    lab = label.reshape(-1)
+    return lab if lab.dtype == np.int64 else lab.astype(np.int64)
+
+
+def _to_last(a: Any, axis: int) -> Any:
+    return a if axis in (-1, a.ndim - 1) else array_module(a).moveaxis(a, axis, -1)
+
+
+def _from_last(a: Any, axis: int) -> Any:
+    return a if axis in (-1, a.ndim - 1) else array_module(a).moveaxis(a, -1, axis)
+
+
+# ---------------------------------------------------------------------------------------------
+# softmax
+
+_softmax_maker, _softmax_grad_register = _register_grad("softmax", ("Out",), attrs={"axis": -1})
+
+
+def _softmax_last(x: Any) -> Any:
+    xp = array_module(x)
+    e = xp.exp(x - x.max(axis=-1, keepdims=True))
+    e /= e.sum(axis=-1, keepdims=True)
+    return e
+
+
+@register("softmax", ("X",), ("Out",), {"axis": -1}, grad=_softmax_maker)
+def softmax(ins, attrs, outs):
+    """Out = softmax(X) along ``axis`` (max-shifted, so it never overflows)."""
+    axis = attrs.get("axis", -1)
+    return {"Out": [_from_last(_softmax_last(_to_last(ins["X"][0], axis)), axis)]}
+
+
+@_softmax_grad_register
+def softmax_grad(ins, attrs, outs):
+    """dX = Out · (dOut − sum(dOut · Out, axis))."""
+    out, d = ins["Out"][0], ins["Out" + GRAD][0]
+    if d is None:
+        return {"X" + GRAD: [array_module(out).zeros_like(out)]}
+    axis = attrs.get("axis", -1)
+    return {"X" + GRAD: [out * (d - (d * out).sum(axis=axis, keepdims=True))]}
+
+
+# ---------------------------------------------------------------------------------------------
+# cross_entropy (X holds probabilities)
+
+_CE_ATTRS = {"soft_label": False, "ignore_index": -100}
+_ce_maker, _ce_grad_register = _register_grad("cross_entropy", ("X", "Label"), ("Y",),
+                                              attrs=_CE_ATTRS)
+
+
+@register("cross_entropy", ("X", "Label"), ("Y",), _CE_ATTRS, grad=_ce_maker)
+def cross_entropy(ins, attrs, outs):
+    """Y = −log X[label] (hard labels ``[..., 1]``) or −Σ label·log X (soft), shape [..., 1]."""
+    x, label = ins["X"][0], ins["Label"][0]
+    xp = array_module(x)
+    c = x.shape[-1]
+    x2 = x.reshape(-1, c)
+    if attrs.get("soft_label", False):
+        y = -(label.reshape(-1, c) * xp.log(x2)).sum(axis=1, keepdims=True)
+    else:
+        lab = _hard_labels(label)
+        valid = _check_labels("cross_entropy", lab, c, attrs.get("ignore_index", -100))
+        safe = lab if valid is None else xp.where(valid, lab, 0)
+        y = -xp.log(xp.take_along_axis(x2, safe[:, None], axis=1))
+        if valid is not None:
+            y *= valid[:, None]
+    return {"Y": [y.reshape(x.shape[:-1] + (1,))]}
+
+
+@_ce_grad_register
+def cross_entropy_grad(ins, attrs, outs):
+    """dX = −dY / X at the label (hard) or −dY · label / X (soft)."""
+    x, label = ins["X"][0], ins["Label"][0]
+    xp = array_module(x)
+    c = x.shape[-1]
+    x2 = x.reshape(-1, c)
+    dy = ins["Y" + GRAD][0]
+    if dy is None:
+        return {"X" + GRAD: [xp.zeros_like(x)]}
+    dy = dy.reshape(-1, 1)
+    if attrs.get("soft_label", False):
+        return {"X" + GRAD: [(-dy * label.reshape(-1, c) / x2).reshape(x.shape)]}
+    lab = _hard_labels(label)
+    valid = _check_labels("cross_entropy_grad", lab, c, attrs.get("ignore_index", -100))
+    safe = lab if valid is None else xp.where(valid, lab, 0)
+    picked = -dy / xp.take_along_axis(x2, safe[:, None], axis=1)
+    if valid is not None:
+        picked *= valid[:, None]
+    dx = xp.zeros_like(x2)
+    xp.put_along_axis(dx, safe[:, None], picked, axis=1)
+    return {"X" + GRAD: [dx.reshape(x.shape)]}
+
+
+# ---------------------------------------------------------------------------------------------
+# softmax_with_cross_entropy (fused; Logits are unnormalised scores)
+
+_SWCE_ATTRS = {"soft_label": False, "ignore_index": -100, "axis": -1,
+               "numeric_stable_mode": True}
+
+
+def _swce_grad_maker(op: Any) -> list[dict]:
+    attrs = {k: v for k, v in op.attrs.items() if k not in ("op_role", "op_role_var")}
+    return [{"type": "softmax_with_cross_entropy_grad",
+             "inputs": {"Label": list(op.inputs["Label"]),
+                        "Softmax": list(op.outputs["Softmax"]),
+                        "Loss" + GRAD: [n + GRAD for n in op.outputs["Loss"]]},
+             "outputs": {"Logits" + GRAD: [n + GRAD for n in op.inputs["Logits"]]},
+             "attrs": attrs}]
+
+
+@register("softmax_with_cross_entropy", ("Logits", "Label"), ("Softmax", "Loss"), _SWCE_ATTRS,
+          grad=_swce_grad_maker)
+def softmax_with_cross_entropy(ins, attrs, outs):
+    """Softmax = softmax(Logits); Loss = −log Softmax[label], computed as log Σexp − shifted
+    logit so that large logits neither overflow nor lose the loss to rounding."""
+    axis = attrs.get("axis", -1)
+    logits = _to_last(ins["Logits"][0], axis)
+    label = _to_last(ins["Label"][0], axis)
+    xp = array_module(logits)
+    c = logits.shape[-1]
+    x2 = logits.reshape(-1, c)
+    shifted = x2 - x2.max(axis=1, keepdims=True)
+    e = xp.exp(shifted)
+    s = e.sum(axis=1, keepdims=True)
+    e /= s
+    log_s = xp.log(s)
+    if attrs.get("soft_label", False):
+        loss = -(label.reshape(-1, c) * (shifted - log_s)).sum(axis=1, keepdims=True)
+    else:
+        lab = _hard_labels(label)
+        valid = _check_labels("softmax_with_cross_entropy", lab, c,
+                              attrs.get("ignore_index", -100))
+        safe = lab if valid is None else xp.where(valid, lab, 0)
+        loss = log_s - xp.take_along_axis(shifted, safe[:, None], axis=1)
+        if valid is not None:
+            loss *= valid[:, None]
+    lead = logits.shape[:-1]
+    return {"Softmax": [_from_last(e.reshape(logits.shape), axis)],
+            "Loss": [_from_last(loss.reshape(lead + (1,)), axis)]}
+
+
+@register("softmax_with_cross_entropy_grad", ("Label", "Softmax", "Loss" + GRAD),
+          ("Logits" + GRAD,), _SWCE_ATTRS)
+def softmax_with_cross_entropy_grad(ins, attrs, outs):
+    """dLogits = (Softmax − onehot(label)) · dLoss (rows with ignore_index get 0)."""
+    axis = attrs.get("axis", -1)
+    sm = _to_last(ins["Softmax"][0], axis)
+    label = _to_last(ins["Label"][0], axis)
+    xp = array_module(sm)
+    c = sm.shape[-1]
+    dloss = ins["Loss" + GRAD][0]
+    if dloss is None:
+        return {"Logits" + GRAD: [_from_last(xp.zeros_like(sm), axis)]}
+    dloss = _to_last(dloss, axis).reshape(-1, 1)
+    s2 = sm.reshape(-1, c)
+    if attrs.get("soft_label", False):
+        g = (s2 - label.reshape(-1, c)) * dloss
+    else:
+        lab = _hard_labels(label)
+        valid = _check_labels("softmax_with_cross_entropy_grad", lab, c,
+                              attrs.get("ignore_index", -100))
+        safe = lab if valid is None else xp.where(valid, lab, 0)
+        g = s2.copy()
+        g[xp.arange(len(safe)), safe] -= 1
+        g *= dloss
+        if valid is not None:
+            g *= valid[:, None]
+    return {"Logits" + GRAD: [_from_last(g.reshape(sm.shape), axis)]}
+
+
+# ---------------------------------------------------------------------------------------------
+# top_k, accuracy
+
+
+def _argsort_desc(x: Any) -> Any:
+    xp = array_module(x)
+    if xp is np:
+        # stable: among equal values the lower index comes first, like Fluid's top_k
+        return np.argsort(-x, axis=-1, kind="stable")
+    return xp.argsort(-x, axis=-1)
+
+
+@register("top_k", ("X", "K"), ("Out", "Indices"), {"k": 1}, optional=("K",))
+def top_k(ins, attrs, outs):
+    """Out, Indices = the k largest values of X along the last dim and their int64 indices."""
+    x = ins["X"][0]
+    k = attrs.get("k", 1)
+    if ins.get("K") and ins["K"][0] is not None:
+        k = int(ins["K"][0].reshape(-1)[0])
+    if not 1 <= k <= x.shape[-1]:
+        raise ValueError(f"top_k: k={k} must lie in [1, {x.shape[-1]}] (the last dim of X)")
+    xp = array_module(x)
+    idx = _argsort_desc(x)[..., :k]
+    return {"Out": [xp.take_along_axis(x, idx, axis=-1)], "Indices": [idx.astype(np.int64)]}
+
+
+@register("accuracy", ("Out", "Indices", "Label"), ("Accuracy", "Correct", "Total"))
+def accuracy(ins, attrs, outs):
+    """Accuracy = fraction of rows whose label is among the top-k Indices (float32 [1]);
+    Correct and Total are int32 [1] counts."""
+    idx, label = ins["Indices"][0], ins["Label"][0]
+    xp = array_module(idx)
+    n = idx.shape[0]
+    hit = (idx.reshape(n, -1) == label.reshape(n, 1)).any(axis=1)
+    correct = hit.sum().reshape(1)
+    return {"Accuracy": [(correct.astype(np.float32) / np.float32(max(n, 1))).reshape(1)],
+            "Correct": [correct.astype(np.int32)],
+            "Total": [xp.full((1,), n, dtype=np.int32)]}
+
+
+# ---------------------------------------------------------------------------------------------
+# dropout
+
+_DROPOUT_ATTRS = {"dropout_prob": 0.5, "is_test": False, "seed": 0, "fix_seed": False,
+                  "dropout_implementation": "downgrade_in_infer"}
+_dropout_maker, _dropout_grad_register = _register_grad("dropout", ("Mask",),
+                                                        attrs=_DROPOUT_ATTRS)
+
+
+@register("dropout", ("X",), ("Out", "Mask"), _DROPOUT_ATTRS, grad=_dropout_maker)
+def dropout(ins, attrs, outs):
+    """Out = X · Mask (Mask 0/1, ``upscale_in_train`` also divides by 1 − p); at test time
+    ``downgrade_in_infer`` scales by 1 − p and ``upscale_in_train`` passes X through.
+
+    The mask comes from ``attrs["_rng"]`` (a numpy Generator injected by the executor) or, when
+    absent or when ``fix_seed`` is set, from ``numpy.random.default_rng(seed)``; it is drawn on
+    the host so numpy and cupy runs drop the same units.
+    """
+    x = ins["X"][0]
+    xp = array_module(x)
+    p = float(attrs.get("dropout_prob", 0.5))
+    upscale = attrs.get("dropout_implementation", "downgrade_in_infer") == "upscale_in_train"
+    if attrs.get("is_test", False):
+        out = x.copy() if upscale else x * x.dtype.type(1.0 - p)
+        res = {"Out": [out]}
+        if "Mask" in outs:
+            res["Mask"] = [xp.ones_like(x)]
+        return res
+    rng = attrs.get("_rng")
+    if rng is None or attrs.get("fix_seed", False):
+        rng = np.random.default_rng(attrs.get("seed", 0))
+    mask = (rng.random(x.shape) >= p).astype(x.dtype)
+    if xp is not np:
+        mask = xp.asarray(mask)
+    out = x * mask
+    if upscale:
+        out *= x.dtype.type(1.0 / (1.0 - p)) if p < 1.0 else x.dtype.type(0.0)
+    return {"Out": [out], "Mask": [mask]}
+
+
+@_dropout_grad_register
+def dropout_grad(ins, attrs, outs):
+    """dX = dOut · Mask (divided by 1 − p for ``upscale_in_train``)."""
+    mask = ins["Mask"][0]
+    d = ins["Out" + GRAD][0]
+    if d is None:
+        return {"X" + GRAD: [array_module(mask).zeros_like(mask)]}
+    g = d * mask
+    if attrs.get("dropout_implementation", "downgrade_in_infer") == "upscale_in_train":
+        p = float(attrs.get("dropout_prob", 0.5))
+        g *= g.dtype.type(1.0 / (1.0 - p)) if p < 1.0 else g.dtype.type(0.0)
+    return {"X" + GRAD: [g]}
+
+
+# ---------------------------------------------------------------------------------------------
+# lookup_table (embedding)
+
+_LOOKUP_ATTRS = {"is_sparse": False, "is_distributed": False, "padding_idx": -1,
+                 "remote_prefetch": False}
+_lookup_maker, _lookup_grad_register = _register_grad(
+    "lookup_table", ("W", "Ids"), in_grads=("W",), attrs=_LOOKUP_ATTRS)
+
+
+def _flat_ids(op: str, ids: Any, height: int) -> Any:
+    flat = ids.reshape(-1)
+    if flat.dtype != np.int64:
+        flat = flat.astype(np.int64)
+    if flat.size and (bool((flat < 0).any()) or bool((flat >= height).any())):
+        bad = flat[(flat < 0) | (flat >= height)]
+        raise ValueError(f"{op}: id {int(bad[0])} is out of range: ids must lie in "
+                         f"[0, {height}) (the rows of W)")
+    return flat
+
+
+def _out_lead_shape(ids: Any) -> tuple:
+    return tuple(ids.shape[:-1]) if ids.ndim > 1 and ids.shape[-1] == 1 else tuple(ids.shape)
+
+
+@register("lookup_table", ("W", "Ids"), ("Out",), _LOOKUP_ATTRS, grad=_lookup_maker)
+def lookup_table(ins, attrs, outs):
+    """Out[i] = W[Ids[i]]; Ids ``[N, 1]`` give Out ``[N, D]``; padding_idx rows are zero."""
+    w, ids = ins["W"][0], ins["Ids"][0]
+    xp = array_module(w)
+    flat = _flat_ids("lookup_table", ids, w.shape[0])
+    out = xp.take(w, flat, axis=0)
+    pad = attrs.get("padding_idx", -1)
+    if pad != -1:
+        out[flat == pad] = 0
+    return {"Out": [out.reshape(_out_lead_shape(ids) + tuple(w.shape[1:]))]}
+
+
+@_lookup_grad_register
+def lookup_table_grad(ins, attrs, outs):
+    """W@GRAD = dOut rows at Ids: a SelectedRows (one row per id, duplicates kept) when
+    ``is_sparse``, else a dense scatter-add; padding_idx rows get no gradient."""
+    w, ids = ins["W"][0], ins["Ids"][0]
+    xp = array_module(w)
+    flat = _flat_ids("lookup_table_grad", ids, w.shape[0])
+    d = ins["Out" + GRAD][0]
+    row_shape = tuple(w.shape[1:])
+    d = (xp.zeros((flat.size,) + row_shape, w.dtype) if d is None
+         else d.reshape((flat.size,) + row_shape))
+    pad = attrs.get("padding_idx", -1)
+    if pad != -1:
+        d = d.copy()
+        d[flat == pad] = 0
+    if attrs.get("is_sparse", False):
+        return {"W" + GRAD: [SelectedRows(flat.copy(), d, w.shape[0])]}
+    g = xp.zeros(w.shape, dtype=w.dtype)
+    scatter_add(xp, g, flat, d)
+    return {"W" + GRAD: [g]}

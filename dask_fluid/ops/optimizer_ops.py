@@ -1,0 +1,169 @@
+"""Optimizer kernels: sgd, momentum, adam, adagrad, rmsprop.
+
+Each kernel updates the parameter and its state arrays in place and returns those same arrays
+as its outputs (``ParamOut`` is bound to the ``Param`` variable in Fluid's programs, so no copy
+is needed). Each update rule is written once, as a function of the parameter, gradient and
+state arrays; a SelectedRows gradient first merges its duplicate rows (summing them), then the
+same rule runs on the gathered touched rows, which are written back: rows the gradient does not
+touch keep their parameter and state (Fluid's ``lazy_mode``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .registry import register
+from .selected_rows import SelectedRows, xp_of
+
+
+def _apply(update: Callable[..., None], param: Any, grad: Any, states: list[Any]) -> None:
+    """Run ``update(param, grad, *states)`` in place, on the touched rows for a sparse grad."""
+    if not isinstance(grad, SelectedRows):
+        update(param, grad, *states)
+        return
+    g = grad.merged()
+    if g.height != param.shape[0]:
+        raise ValueError(f"sparse gradient of height {g.height} does not match the parameter "
+                         f"of shape {list(param.shape)}")
+    rows = g.rows
+    p_rows = param[rows]
+    s_rows = [s[rows] for s in states]
+    update(p_rows, g.value, *s_rows)
+    param[rows] = p_rows
+    for s, s_r in zip(states, s_rows, strict=True):
+        s[rows] = s_r
+
+
+def _lr(ins: dict, param: Any) -> Any:
+    """LearningRate ([1]) as a 0-d array of the parameter's dtype: stays on the device."""
+    lr = ins["LearningRate"][0].reshape(())
+    return lr if lr.dtype == param.dtype else lr.astype(param.dtype)
+
+
+def _f(param: Any, value: float) -> Any:
+    return param.dtype.type(value)
+
+
+@register("sgd", ("Param", "Grad", "LearningRate"), ("ParamOut",))
+def sgd(ins, attrs, outs):
+    """ParamOut = Param − lr · Grad."""
+    param, grad = ins["Param"][0], ins["Grad"][0]
+    lr = _lr(ins, param)
+
+    def update(p, g):
+        p -= lr * g
+
+    _apply(update, param, grad, [])
+    return {"ParamOut": [param]}
+
+
+@register("momentum", ("Param", "Grad", "Velocity", "LearningRate"), ("ParamOut", "VelocityOut"),
+          {"mu": 0.9, "use_nesterov": False})
+def momentum(ins, attrs, outs):
+    """v = mu·v + g; p −= lr·(g + mu·v) with Nesterov, else p −= lr·v."""
+    param, grad, vel = ins["Param"][0], ins["Grad"][0], ins["Velocity"][0]
+    lr = _lr(ins, param)
+    mu = _f(param, attrs.get("mu", 0.9))
+    nesterov = attrs.get("use_nesterov", False)
+
+    def update(p, g, v):
+        v *= mu
+        v += g
+        if nesterov:
+            p -= (g + mu * v) * lr
+        else:
+            p -= lr * v
+
+    _apply(update, param, grad, [vel])
+    return {"ParamOut": [param], "VelocityOut": [vel]}
+
+
+@register("adam",
+          ("Param", "Grad", "LearningRate", "Moment1", "Moment2", "Beta1Pow", "Beta2Pow"),
+          ("ParamOut", "Moment1Out", "Moment2Out"),
+          {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "lazy_mode": False})
+def adam(ins, attrs, outs):
+    """Fluid 1.x Adam: lr_t = lr·√(1−β2ᵗ)/(1−β1ᵗ), m1 = β1·m1 + (1−β1)·g,
+    m2 = β2·m2 + (1−β2)·g², p −= lr_t·m1 / (√m2 + ε·√(1−β2ᵗ)).
+
+    Beta1Pow and Beta2Pow are read, not advanced: the optimizer appends ``scale`` ops for that.
+    """
+    param, grad = ins["Param"][0], ins["Grad"][0]
+    m1, m2 = ins["Moment1"][0], ins["Moment2"][0]
+    xp = xp_of(param)
+    b1, b2 = _f(param, attrs.get("beta1", 0.9)), _f(param, attrs.get("beta2", 0.999))
+    eps = _f(param, attrs.get("epsilon", 1e-8))
+    b1p = ins["Beta1Pow"][0].reshape(()).astype(param.dtype)
+    b2p = ins["Beta2Pow"][0].reshape(()).astype(param.dtype)
+    one = _f(param, 1.0)
+    sqrt_1m_b2p = xp.sqrt(one - b2p)
+    lr_t = _lr(ins, param) * sqrt_1m_b2p / (one - b1p)
+    eps_hat = eps * sqrt_1m_b2p
+
+    def update(p, g, m1, m2):
+        m1 *= b1
+        m1 += (one - b1) * g
+        m2 *= b2
+        m2 += (one - b2) * g * g
+        p -= lr_t * m1 / (xp.sqrt(m2) + eps_hat)
+
+    _apply(update, param, grad, [m1, m2])
+    return {"ParamOut": [param], "Moment1Out": [m1], "Moment2Out": [m2]}
+
+
+@register("adagrad", ("Param", "Grad", "Moment", "LearningRate"), ("ParamOut", "MomentOut"),
+          {"epsilon": 1e-6})
+def adagrad(ins, attrs, outs):
+    """m += g²; p −= lr·g / (√m + ε)."""
+    param, grad, mom = ins["Param"][0], ins["Grad"][0], ins["Moment"][0]
+    xp = xp_of(param)
+    lr = _lr(ins, param)
+    eps = _f(param, attrs.get("epsilon", 1e-6))
+
+    def update(p, g, m):
+        m += g * g
+        p -= lr * g / (xp.sqrt(m) + eps)
+
+    _apply(update, param, grad, [mom])
+    return {"ParamOut": [param], "MomentOut": [mom]}
+
+
+@register("rmsprop",
+          ("Param", "MeanSquare", "Grad", "Moment", "LearningRate", "MeanGrad"),
+          ("ParamOut", "MomentOut", "MeanSquareOut", "MeanGradOut"),
+          {"epsilon": 1e-10, "decay": 0.9, "momentum": 0.0, "centered": False},
+          optional=("MeanGrad",))
+def rmsprop(ins, attrs, outs):
+    """ms = ρ·ms + (1−ρ)·g²; centered: mg = ρ·mg + (1−ρ)·g,
+    mom = μ·mom + lr·g/√(ms − mg² + ε), else mom = μ·mom + lr·g/√(ms + ε); p −= mom."""
+    param, grad = ins["Param"][0], ins["Grad"][0]
+    ms, mom = ins["MeanSquare"][0], ins["Moment"][0]
+    xp = xp_of(param)
+    lr = _lr(ins, param)
+    eps = _f(param, attrs.get("epsilon", 1e-10))
+    rho, mu = _f(param, attrs.get("decay", 0.9)), _f(param, attrs.get("momentum", 0.0))
+    one = _f(param, 1.0)
+    centered = attrs.get("centered", False)
+    mg = ins.get("MeanGrad", [None])[0] if ins.get("MeanGrad") else None
+    if centered and mg is None:
+        raise ValueError("rmsprop: centered=True needs the MeanGrad input")
+
+    def update(p, g, ms, mom, *mg):
+        ms *= rho
+        ms += (one - rho) * g * g
+        if centered:
+            mg[0][...] = rho * mg[0] + (one - rho) * g
+            denom = xp.sqrt(ms - mg[0] * mg[0] + eps)
+        else:
+            denom = xp.sqrt(ms + eps)
+        mom *= mu
+        mom += lr * g / denom
+        p -= mom
+
+    states = [ms, mom] + ([mg] if centered else [])
+    _apply(update, param, grad, states)
+    res = {"ParamOut": [param], "MomentOut": [mom], "MeanSquareOut": [ms]}
+    if "MeanGradOut" in outs and mg is not None:
+        res["MeanGradOut"] = [mg]
+    return res

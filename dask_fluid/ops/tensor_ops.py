@@ -1,0 +1,195 @@
+"""Tensor-building and shape kernels: fill_constant, fill_zeros_like, concat, split,
+reshape2 and transpose2."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .registry import GRAD, array_module, default_grad, register
+from .selected_rows import grad_maker, grad_slots, place_module, to_dtype
+
+
+@register("fill_constant", ("ValueTensor", "ShapeTensor"), ("Out",),
+          {"shape": [], "dtype": "float32", "value": 0.0, "force_cpu": False},
+          optional=("ValueTensor", "ShapeTensor"))
+def fill_constant(ins, attrs, outs):
+    """Out = a tensor of ``shape`` filled with ``value`` (on the op's place)."""
+    shape = [int(s) for s in attrs.get("shape", [])]
+    if ins.get("ShapeTensor") and ins["ShapeTensor"][0] is not None:
+        shape = [int(s) for s in ins["ShapeTensor"][0].reshape(-1).tolist()]
+    value = attrs.get("value", 0.0)
+    if ins.get("ValueTensor") and ins["ValueTensor"][0] is not None:
+        value = ins["ValueTensor"][0].reshape(-1)[0].item()
+    if any(s < 0 for s in shape):
+        raise ValueError(f"fill_constant: shape {shape} has a negative dim; the executor must "
+                         f"resolve -1 dims before running the op")
+    xp = np if attrs.get("force_cpu", False) else place_module(attrs)
+    return {"Out": [xp.full(shape, value, dtype=to_dtype(attrs.get("dtype", "float32")))]}
+
+
+@register("fill_zeros_like", ("X",), ("Out",))
+def fill_zeros_like(ins, attrs, outs):
+    """Out = zeros shaped like X."""
+    x = ins["X"][0]
+    return {"Out": [array_module(x).zeros_like(x)]}
+
+
+# ---------------------------------------------------------------------------------------------
+# concat / split
+
+
+def _concat_grad_maker(op: Any) -> list[dict]:
+    return grad_maker(("X",))(op)
+
+
+@register("concat", ("X",), ("Out",), {"axis": 0}, grad=_concat_grad_maker)
+def concat(ins, attrs, outs):
+    """Out = X[0], X[1], ... joined along ``axis``."""
+    xs = ins["X"]
+    xp = array_module(*xs)
+    if len(xs) == 1:
+        return {"Out": [xs[0].copy()]}
+    return {"Out": [xp.concatenate(xs, axis=attrs.get("axis", 0))]}
+
+
+@register("concat_grad", *grad_slots(("X",)), {"axis": 0})
+def concat_grad(ins, attrs, outs):
+    """X@GRAD[i] = the slice of dOut that X[i] filled (views of dOut)."""
+    xs = ins["X"]
+    d = ins["Out" + GRAD][0]
+    xp = array_module(*xs)
+    if d is None:
+        return {"X" + GRAD: [xp.zeros_like(x) for x in xs]}
+    axis = attrs.get("axis", 0) % d.ndim
+    bounds = np.cumsum([x.shape[axis] for x in xs])[:-1].tolist()
+    return {"X" + GRAD: xp.split(d, bounds, axis=axis)}
+
+
+def _split_sections(x: Any, attrs: dict, nout: int | None) -> list[int]:
+    axis = attrs.get("axis", 0) % x.ndim
+    n = x.shape[axis]
+    sections = list(attrs.get("sections", []) or [])
+    num = int(attrs.get("num", 0) or 0)
+    if not sections:
+        num = num or nout or 0
+        if num <= 0 or n % num:
+            raise ValueError(f"split: cannot split dim {axis} of size {n} into num={num} "
+                             f"equal parts; give sections or a num that divides it")
+        return [n // num] * num
+    if sections.count(-1) > 1:
+        raise ValueError(f"split: sections {sections} may contain at most one -1")
+    if -1 in sections:
+        sections[sections.index(-1)] = n - (sum(sections) + 1)
+    if sum(sections) != n:
+        raise ValueError(f"split: sections {sections} sum to {sum(sections)}, but dim {axis} "
+                         f"of X has size {n}")
+    return sections
+
+
+@register("split", ("X",), ("Out",), {"sections": [], "num": 0, "axis": 0}, grad=default_grad)
+def split(ins, attrs, outs):
+    """Out = X cut along ``axis`` into ``sections`` sizes or ``num`` equal parts (views).
+
+    The number of outputs comes from the attrs, or from ``attrs["_out_counts"]["Out"]`` when
+    the executor provides it.
+    """
+    x = ins["X"][0]
+    nout = attrs.get("_out_counts", {}).get("Out")
+    sections = _split_sections(x, attrs, nout)
+    bounds = np.cumsum(sections)[:-1].tolist()
+    return {"Out": array_module(x).split(x, bounds, axis=attrs.get("axis", 0))}
+
+
+@register("split_grad", ("X", "Out", "Out" + GRAD), ("X" + GRAD,),
+          {"sections": [], "num": 0, "axis": 0})
+def split_grad(ins, attrs, outs):
+    """dX = the Out gradients joined back (missing ones as zeros)."""
+    xp = array_module(ins["X"][0])
+    parts = [d if d is not None else xp.zeros_like(o)
+             for o, d in zip(ins["Out"], ins["Out" + GRAD], strict=True)]
+    return {"X" + GRAD: [xp.concatenate(parts, axis=attrs.get("axis", 0))]}
+
+
+# ---------------------------------------------------------------------------------------------
+# reshape2 / transpose2 (XShape records the input shape as a zero-size [0, *shape] array)
+
+
+def _xshape(x: Any) -> Any:
+    return array_module(x).empty((0,) + tuple(x.shape), dtype=x.dtype)
+
+
+def infer_reshape(in_shape: tuple, shape: list[int], op: str = "reshape2") -> tuple:
+    """Fluid's reshape rule: 0 copies the input dim at that index, one -1 is inferred."""
+    out = [in_shape[i] if s == 0 else int(s) for i, s in enumerate(shape)]
+    size = int(np.prod(in_shape, dtype=np.int64))
+    if out.count(-1) > 1:
+        raise ValueError(f"{op}: shape {shape} may contain at most one -1")
+    if -1 in out:
+        known = int(np.prod([s for s in out if s != -1], dtype=np.int64))
+        if known == 0 or size % known:
+            raise ValueError(f"{op}: cannot infer the -1 in shape {shape} for an input of "
+                             f"shape {list(in_shape)}")
+        out[out.index(-1)] = size // known
+    if int(np.prod(out, dtype=np.int64)) != size:
+        raise ValueError(f"{op}: cannot reshape an input of shape {list(in_shape)} "
+                         f"({size} elements) to {shape} -> {out}")
+    return tuple(out)
+
+
+_reshape_grad_maker = grad_maker(("XShape",))
+
+
+@register("reshape2", ("X", "Shape"), ("Out", "XShape"), {"shape": []}, optional=("Shape",),
+          grad=_reshape_grad_maker)
+def reshape2(ins, attrs, outs):
+    """Out = X reshaped (a view); 0 copies a dim, -1 is inferred."""
+    x = ins["X"][0]
+    shape = list(attrs.get("shape", []))
+    if ins.get("Shape") and ins["Shape"][0] is not None:
+        shape = [int(s) for s in ins["Shape"][0].reshape(-1).tolist()]
+    res = {"Out": [x.reshape(infer_reshape(tuple(x.shape), shape))]}
+    if "XShape" in outs:
+        res["XShape"] = [_xshape(x)]
+    return res
+
+
+@register("reshape2_grad", *grad_slots(("XShape",)), {"shape": []})
+def reshape2_grad(ins, attrs, outs):
+    """dX = dOut reshaped back to the shape XShape recorded."""
+    xshape = ins["XShape"][0]
+    d = ins["Out" + GRAD][0]
+    shape = tuple(xshape.shape[1:])
+    if d is None:
+        return {"X" + GRAD: [array_module(xshape).zeros(shape, xshape.dtype)]}
+    return {"X" + GRAD: [d.reshape(shape)]}
+
+
+@register("transpose2", ("X",), ("Out", "XShape"), {"axis": []},
+          grad=grad_maker(("XShape",)))
+def transpose2(ins, attrs, outs):
+    """Out = X with its dims permuted by ``axis`` (a copy, contiguous)."""
+    x = ins["X"][0]
+    perm = list(attrs.get("axis", []))
+    if sorted(p % x.ndim for p in perm) != list(range(x.ndim)):
+        raise ValueError(f"transpose2: axis {perm} is not a permutation of the {x.ndim} dims "
+                         f"of X (shape {list(x.shape)})")
+    xp = array_module(x)
+    res = {"Out": [xp.ascontiguousarray(x.transpose(perm))]}
+    if "XShape" in outs:
+        res["XShape"] = [_xshape(x)]
+    return res
+
+
+@register("transpose2_grad", *grad_slots(("XShape",)), {"axis": []})
+def transpose2_grad(ins, attrs, outs):
+    """dX = dOut with the inverse permutation."""
+    xshape = ins["XShape"][0]
+    d = ins["Out" + GRAD][0]
+    xp = array_module(xshape)
+    if d is None:
+        return {"X" + GRAD: [xp.zeros(xshape.shape[1:], xshape.dtype)]}
+    perm = [p % d.ndim for p in attrs.get("axis", [])]
+    inverse = np.argsort(perm).tolist()
+    return {"X" + GRAD: [xp.ascontiguousarray(d.transpose(inverse))]}
