@@ -1,0 +1,307 @@
+"""Finite-difference gradient checks for every differentiable op of the registry.
+
+The ops to check are discovered from the registry: every op with a grad maker. For each case
+the forward kernel runs on float64 inputs, the grad maker builds the grad op(s) exactly as the
+backward pass would, and their kernels give the analytic gradient of ``f = Σ out · R`` (R a
+fixed random array per output whose gradient the grad ops read). The numeric gradient is the
+central difference (f(x + ε) − f(x − ε)) / 2ε with ε = 1e-6. The error measure is elementwise
+``|a − n| / max(1, |a|, |n|)``: relative for large gradients, absolute for small ones, so values
+near zero do not blow it up; its maximum must stay ≤ 1e-6.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dask_fluid.ops import SelectedRows, registry
+
+from . import run_op
+
+EPS = 1e-6
+TOL = 1e-6
+GRAD = registry.GRAD
+
+
+# ---------------------------------------------------------------------------------------------
+# cases: op type -> list of (case id, inputs, attrs)
+
+
+def _away_from(x: np.ndarray, points: list[float], gap: float = 0.05) -> np.ndarray:
+    """Push values within ``gap`` of a kink (0 for relu/abs, the bounds for clip) away."""
+    x = x.copy()
+    for p in points:
+        near = np.abs(x - p) < gap
+        x[near] = p + np.where(x[near] >= p, gap, -gap) * 2
+    return x
+
+
+def _separated(rng, xshape, yshape, axis=-1) -> tuple[np.ndarray, np.ndarray]:
+    """X and Y for max/min: no element of X within 0.05 of the Y it meets."""
+    from dask_fluid.ops.math_ops import _y_bshape
+
+    x = rng.standard_normal(xshape)
+    y = rng.standard_normal(yshape)
+    yb = np.broadcast_to(y.reshape(_y_bshape(x.shape, y.shape, axis, "t")), x.shape)
+    close = np.abs(x - yb) < 0.05
+    x[close] += 0.2
+    return x, y
+
+
+def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, dict]]]:
+    n = rng.standard_normal
+    u = rng.uniform
+    c: dict[str, list[tuple[str, dict, dict]]] = {}
+    c["mul"] = [
+        ("2d", {"X": [n((4, 5))], "Y": [n((5, 3))]}, {}),
+        ("x_num_col_dims=2", {"X": [n((2, 3, 4))], "Y": [n((4, 3))]}, {"x_num_col_dims": 2}),
+        ("y_num_col_dims=2", {"X": [n((3, 4))], "Y": [n((2, 2, 3))]}, {"y_num_col_dims": 2}),
+    ]
+    shapes = [("same", (3, 4), (3, 4), -1), ("bias", (3, 4), (4,), -1),
+              ("axis0", (3, 4), (3,), 0), ("axis1_4d", (2, 3, 4, 2), (3, 4), 1),
+              ("trailing1", (3, 4), (3, 1), -1), ("scalar_y", (3, 4), (1,), -1)]
+    for op in ("elementwise_add", "elementwise_sub", "elementwise_mul"):
+        c[op] = [(sid, {"X": [n(xs)], "Y": [n(ys)]}, {"axis": ax}) for sid, xs, ys, ax in shapes]
+        c[op].append(("x_smaller", {"X": [n((1,))], "Y": [n((3, 4))]}, {}))
+    c["elementwise_div"] = [
+        (sid, {"X": [n(xs)], "Y": [u(0.5, 2.0, ys) * rng.choice([-1, 1], ys)]}, {"axis": ax})
+        for sid, xs, ys, ax in shapes]
+    c["elementwise_pow"] = [
+        (sid, {"X": [u(0.5, 2.0, xs)], "Y": [u(0.5, 2.0, ys)]}, {"axis": ax})
+        for sid, xs, ys, ax in shapes[:3]]
+    for op in ("elementwise_max", "elementwise_min"):
+        c[op] = []
+        for sid, xs, ys, ax in shapes[:3]:
+            x, y = _separated(rng, xs, ys, ax)
+            c[op].append((sid, {"X": [x], "Y": [y]}, {"axis": ax}))
+    c["relu"] = [("x", {"X": [_away_from(n((3, 4)), [0.0])]}, {})]
+    c["abs"] = [("x", {"X": [_away_from(n((3, 4)), [0.0])]}, {})]
+    for op in ("sigmoid", "tanh", "exp", "square"):
+        c[op] = [("x", {"X": [n((3, 4))]}, {})]
+    for op in ("log", "sqrt"):
+        c[op] = [("x", {"X": [u(0.5, 2.0, (3, 4))]}, {})]
+    c["scale"] = [
+        ("after", {"X": [n((3, 4))]}, {"scale": 2.5, "bias": 0.7}),
+        ("before", {"X": [n((3, 4))]}, {"scale": -1.5, "bias": 0.3, "bias_after_scale": False}),
+    ]
+    c["assign"] = [("x", {"X": [n((3, 4))]}, {})]
+    c["clip"] = [("x", {"X": [_away_from(n((4, 5)), [-0.5, 0.5])]}, {"min": -0.5, "max": 0.5})]
+    c["mean"] = [("x", {"X": [n((3, 4))]}, {})]
+    c["sum"] = [("3 inputs", {"X": [n((3, 4)), n((3, 4)), n((3, 4))]}, {})]
+    for op in ("reduce_sum", "reduce_mean"):
+        c[op] = [
+            ("dim1", {"X": [n((2, 3, 4))]}, {"dim": [1]}),
+            ("dims02_keep", {"X": [n((2, 3, 4))]}, {"dim": [0, -1], "keep_dim": True}),
+            ("all", {"X": [n((2, 3, 4))]}, {"reduce_all": True}),
+        ]
+    c["softmax"] = [("last", {"X": [n((3, 5))]}, {}), ("axis0", {"X": [n((3, 5))]}, {"axis": 0})]
+    probs = np.exp(n((4, 5)))
+    probs /= probs.sum(1, keepdims=True)
+    soft = np.exp(n((4, 5)))
+    soft /= soft.sum(1, keepdims=True)
+    labels = np.array([[0], [3], [2], [4]], dtype=np.int64)
+    c["cross_entropy"] = [
+        ("hard", {"X": [probs], "Label": [labels]}, {}),
+        ("soft", {"X": [probs], "Label": [soft]}, {"soft_label": True}),
+        ("ignore", {"X": [probs], "Label": [labels]}, {"ignore_index": 2}),
+    ]
+    c["softmax_with_cross_entropy"] = [
+        ("hard", {"Logits": [n((4, 5))], "Label": [labels]}, {}),
+        ("soft", {"Logits": [n((4, 5))], "Label": [soft]}, {"soft_label": True}),
+        ("ignore", {"Logits": [n((4, 5))], "Label": [labels]}, {"ignore_index": 3}),
+        ("axis0", {"Logits": [n((5, 4))], "Label": [labels.reshape(1, 4)]}, {"axis": 0}),
+        ("3d", {"Logits": [n((2, 2, 5))], "Label": [labels.reshape(2, 2, 1)]}, {}),
+    ]
+    c["dropout"] = [
+        ("downgrade", {"X": [n((4, 5))]}, {"dropout_prob": 0.3, "fix_seed": True, "seed": 3}),
+        ("upscale", {"X": [n((4, 5))]},
+         {"dropout_prob": 0.3, "fix_seed": True, "seed": 3,
+          "dropout_implementation": "upscale_in_train"}),
+    ]
+    ids = np.array([[1], [4], [1], [2], [0]], dtype=np.int64)
+    c["lookup_table"] = [
+        ("dense", {"W": [n((6, 3))], "Ids": [ids]}, {}),
+        ("sparse", {"W": [n((6, 3))], "Ids": [ids]}, {"is_sparse": True}),
+        ("padding", {"W": [n((6, 3))], "Ids": [ids]}, {"padding_idx": 1}),
+        ("sparse_padding", {"W": [n((6, 3))], "Ids": [ids.reshape(-1)]},
+         {"is_sparse": True, "padding_idx": 4}),
+    ]
+    c["concat"] = [
+        ("axis0", {"X": [n((2, 3)), n((1, 3)), n((3, 3))]}, {"axis": 0}),
+        ("axis1", {"X": [n((2, 3)), n((2, 1)), n((2, 2))]}, {"axis": 1}),
+    ]
+    c["split"] = [
+        ("sections", {"X": [n((6, 4))]}, {"sections": [1, 2, 3], "axis": 0}),
+        ("num_axis1", {"X": [n((3, 4))]}, {"num": 2, "axis": 1}),
+    ]
+    c["reshape2"] = [("zero_minus1", {"X": [n((2, 3, 4))]}, {"shape": [0, -1]})]
+    c["transpose2"] = [("perm", {"X": [n((2, 3, 4))]}, {"axis": [2, 0, 1]})]
+    return c
+
+
+CASES = _build_cases(np.random.default_rng(0))
+DIFF_OPS = [t for t in registry.registered() if registry.get(t).grad is not None]
+PARAMS = [pytest.param(op, i, id=f"{op}-{cid}")
+          for op in DIFF_OPS for i, (cid, _, _) in enumerate(CASES.get(op, [("missing",)] * 1))]
+
+
+# ---------------------------------------------------------------------------------------------
+# the machinery: forward, grad ops from the maker, finite differences
+
+
+def forward(op_type: str, ins: dict, attrs: dict) -> tuple[Any, dict]:
+    """Run the forward kernel; return a fake op (names as the maker sees them) and the
+    name → array environment of its inputs and outputs."""
+    opdef = registry.get(op_type)
+    full = dict(opdef.attrs)
+    full.update(attrs)
+    in_names = {s: [f"{s}.{i}" for i in range(len(v))] for s, v in ins.items()}
+    res = run_op(op_type, ins, attrs)
+    out_names = {s: [f"{op_type}.{s}.{i}" for i in range(len(v))] for s, v in res.items()}
+    env = {n: a for s in ins for n, a in zip(in_names[s], ins[s], strict=True)}
+    env.update({n: a for s in res for n, a in zip(out_names[s], res[s], strict=True)})
+    op = SimpleNamespace(type=op_type, inputs=in_names, outputs=out_names,
+                         attrs={**full, "op_role": 1, "op_role_var": []})
+    return op, env
+
+
+def objective_outputs(op: Any) -> list[str]:
+    """Forward outputs whose gradient the grad ops read."""
+    descs = registry.get(op.type).grad(op)
+    read = {n for d in descs for names in d["inputs"].values() for n in names}
+    outs = [n for names in op.outputs.values() for n in names]
+    return [n for n in outs if n + GRAD in read]
+
+
+def analytic_grads(op: Any, env: dict, seeds: dict) -> dict:
+    """Run the grad ops the maker builds; return input name → gradient."""
+    env = dict(env)
+    env.update({n + GRAD: r for n, r in seeds.items()})
+    for desc in registry.get(op.type).grad(op):
+        assert "op_role" not in desc["attrs"] and "op_role_var" not in desc["attrs"]
+        gdef = registry.get(desc["type"])
+        assert set(desc["inputs"]) <= set(gdef.inputs), (desc["type"], desc["inputs"])
+        assert set(desc["outputs"]) <= set(gdef.outputs), (desc["type"], desc["outputs"])
+        gins = {s: [env.get(n) for n in names] for s, names in desc["inputs"].items()}
+        gattrs = dict(gdef.attrs)
+        gattrs.update(desc["attrs"])
+        res = gdef.kernel(gins, gattrs, tuple(desc["outputs"]))
+        for slot, names in desc["outputs"].items():
+            assert len(res[slot]) == len(names), (desc["type"], slot)
+            env.update(zip(names, res[slot], strict=True))
+    grads = {}
+    for names in op.inputs.values():
+        for n in names:
+            g = env.get(n + GRAD)
+            if g is not None:
+                grads[n] = g.to_dense() if isinstance(g, SelectedRows) else g
+    return grads
+
+
+def numeric_grad(op: Any, ins: dict, attrs: dict, seeds: dict, slot: str, i: int):
+    names = {n: (s, k) for s, ns in op.outputs.items() for k, n in enumerate(ns)}
+
+    def f() -> float:
+        res = run_op(op.type, ins, attrs)
+        return sum(float((res[names[n][0]][names[n][1]] * r).sum()) for n, r in seeds.items())
+
+    x = ins[slot][i]
+    g = np.zeros_like(x)
+    for j in range(x.size):
+        orig = x.flat[j]
+        x.flat[j] = orig + EPS
+        fp = f()
+        x.flat[j] = orig - EPS
+        fm = f()
+        x.flat[j] = orig
+        g.flat[j] = (fp - fm) / (2 * EPS)
+    return g
+
+
+def max_rel_err(a: np.ndarray, n: np.ndarray) -> float:
+    return float(np.max(np.abs(a - n) / np.maximum(1.0, np.maximum(np.abs(a), np.abs(n)))))
+
+
+# ---------------------------------------------------------------------------------------------
+# tests
+
+
+def test_every_differentiable_op_has_cases():
+    missing = [op for op in DIFF_OPS if op not in CASES]
+    assert not missing, f"add grad-check cases for {missing}"
+
+
+def test_every_grad_op_belongs_to_a_differentiable_forward():
+    for t in registry.registered():
+        if t.endswith("_grad"):
+            fwd = t[: -len("_grad")]
+            assert registry.has(fwd), t
+            assert registry.get(fwd).grad is not None, t
+
+
+@pytest.mark.parametrize("op_type, case", PARAMS)
+def test_grad_matches_finite_differences(op_type, case):
+    if op_type not in CASES:
+        pytest.fail(f"no grad-check case for {op_type}")
+    _, ins, attrs = CASES[op_type][case]
+    ins = {s: [a.copy() for a in v] for s, v in ins.items()}
+    before = {s: [a.copy() for a in v] for s, v in ins.items()}
+    op, env = forward(op_type, ins, attrs)
+    rng = np.random.default_rng(1)
+    seeds = {n: rng.standard_normal(env[n].shape) for n in objective_outputs(op)}
+    assert seeds, f"{op_type}: the grad ops read no output gradient"
+    grads = analytic_grads(op, env, seeds)
+    for s, v in ins.items():  # kernels must not write into their inputs
+        for a, b in zip(v, before[s], strict=True):
+            np.testing.assert_array_equal(a, b)
+    checked = 0
+    for slot, names in op.inputs.items():
+        for i, name in enumerate(names):
+            if name not in grads or ins[slot][i].dtype.kind != "f":
+                continue
+            a = grads[name]
+            assert a.shape == ins[slot][i].shape and a.dtype == np.float64, (name, a.shape)
+            num = numeric_grad(op, ins, attrs, seeds, slot, i)
+            err = max_rel_err(a, num)
+            assert err <= TOL, f"{op_type} d{name}: max rel err {err:.2e}"
+            checked += 1
+    assert checked, f"{op_type}: no input gradient was produced"
+
+
+def test_grad_kernels_skip_unrequested_gradients():
+    x, y = np.ones((2, 3)), np.ones((3, 4))
+    d = np.ones((2, 4))
+    res = run_op("mul_grad", {"X": [x], "Y": [y], "Out@GRAD": [d]}, outs=("Y@GRAD",))
+    assert set(res) == {"Y@GRAD"}
+
+
+def test_missing_output_gradient_counts_as_zero():
+    x = np.ones((2, 3))
+    res = run_op("elementwise_add_grad", {"X": [x], "Y": [np.ones(3)], "Out@GRAD": [None]})
+    np.testing.assert_array_equal(res["Y@GRAD"][0], np.zeros(3))
+    res = run_op("softmax_with_cross_entropy_grad",
+                 {"Label": [np.zeros((2, 1), np.int64)], "Softmax": [x], "Loss@GRAD": [None]})
+    np.testing.assert_array_equal(res["Logits@GRAD"][0], np.zeros((2, 3)))
+
+
+def test_float32_stays_float32():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    w = rng.standard_normal((3, 5)).astype(np.float32)
+    out = run_op("mul", {"X": [x], "Y": [w]})["Out"][0]
+    assert out.dtype == np.float32
+    for op in ("relu", "sigmoid", "tanh", "mean", "softmax"):
+        assert run_op(op, {"X": [x]})["Out"][0].dtype == np.float32, op
+    sc = run_op("scale", {"X": [x]}, {"scale": np.float64(0.5), "bias": np.float64(1.0)})
+    assert sc["Out"][0].dtype == np.float32
+    lab = np.zeros((4, 1), np.int64)
+    res = run_op("softmax_with_cross_entropy", {"Logits": [x], "Label": [lab]})
+    assert res["Loss"][0].dtype == np.float32 and res["Softmax"][0].dtype == np.float32
+    g = run_op("softmax_with_cross_entropy_grad",
+               {"Label": [lab], "Softmax": res["Softmax"], "Loss@GRAD": [res["Loss"][0]]})
+    assert g["Logits@GRAD"][0].dtype == np.float32
+    mg = run_op("mean_grad", {"X": [x], "Out@GRAD": [np.ones(1, np.float32)]})
+    assert mg["X@GRAD"][0].dtype == np.float32
