@@ -1,0 +1,44 @@
+"""Shared Dask clusters for the tests of dask_fluid.distributed.
+
+One LocalCluster of 3 worker processes (one thread each) serves the whole session; tests that
+kill workers make their own. Functions and classes that tests ship to workers are pickled by value
+(``cloudpickle.register_pickle_by_value``), so workers never need to import the test modules.
+"""
+
+from __future__ import annotations
+
+import pytest
+from distributed import Client, LocalCluster
+
+from dask_fluid.distributed.rpc import ensure_plugin
+
+
+def make_cluster(n_workers: int = 3) -> LocalCluster:
+    """A LocalCluster of ``n_workers`` processes with one thread each, quiet and dashboard-free."""
+    return LocalCluster(
+        n_workers=n_workers,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        silence_logs=40,
+    )
+
+
+@pytest.fixture(scope="session")
+def dist_cluster():
+    with make_cluster(3) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def dist_client(dist_cluster):
+    with Client(dist_cluster) as client:
+        ensure_plugin(client)
+        yield client
+
+
+@pytest.fixture
+def workers(dist_client):
+    """Sorted addresses of the session cluster's workers (all 3 are up)."""
+    dist_client.wait_for_workers(3, timeout=60)
+    return sorted(dist_client.scheduler_info(n_workers=-1)["workers"])
