@@ -1,0 +1,354 @@
+"""Forward kernels against plain numpy references, determinism of the random ops, the split and
+merge ops of the distributed runtime, and the error messages of bad inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dask_fluid.ops import SelectedRows, registry
+
+from . import run_op
+
+
+def np_softmax(x, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# math
+
+
+def test_mul_flattens_by_num_col_dims():
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 5))
+    out = run_op("mul", {"X": [x], "Y": [y]}, {"x_num_col_dims": 2})["Out"][0]
+    np.testing.assert_allclose(out, x @ y)
+    out = run_op("mul", {"X": [x], "Y": [rng.standard_normal((12, 5))]})["Out"][0]
+    assert out.shape == (2, 5)
+
+
+@pytest.mark.parametrize("xs, ys, axis, bshape", [
+    ((2, 3, 4, 5), (3, 4), 1, (1, 3, 4, 1)),
+    ((2, 3, 4, 5), (4, 5), -1, (1, 1, 4, 5)),
+    ((2, 3), (2,), 0, (2, 1)),
+    ((2, 3), (2, 1), -1, (2, 1)),
+    ((2, 3), (1,), -1, (1, 1)),
+])
+def test_elementwise_fluid_broadcasting(xs, ys, axis, bshape):
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal(xs), rng.standard_normal(ys)
+    out = run_op("elementwise_add", {"X": [x], "Y": [y]}, {"axis": axis})["Out"][0]
+    np.testing.assert_allclose(out, x + y.reshape(bshape))
+
+
+def test_elementwise_bad_broadcast_names_op_and_shapes():
+    with pytest.raises(ValueError, match=r"elementwise_mul: Y of shape \[5\] cannot broadcast "
+                                         r"to X of shape \[2, 3\]"):
+        run_op("elementwise_mul", {"X": [np.ones((2, 3))], "Y": [np.ones(5)]})
+
+
+def test_activations_and_reductions():
+    x = np.array([[-2.0, -0.5, 0.0, 1.5], [3.0, -1.0, 2.0, 0.25]])
+    np.testing.assert_allclose(run_op("relu", {"X": [x]})["Out"][0], np.maximum(x, 0))
+    np.testing.assert_allclose(run_op("sigmoid", {"X": [x]})["Out"][0], 1 / (1 + np.exp(-x)))
+    big = run_op("sigmoid", {"X": [np.array([-1000.0, 1000.0], np.float32)]})["Out"][0]
+    np.testing.assert_array_equal(big, [0.0, 1.0])
+    np.testing.assert_allclose(run_op("mean", {"X": [x]})["Out"][0], [x.mean()])
+    assert run_op("mean", {"X": [x]})["Out"][0].shape == (1,)
+    np.testing.assert_allclose(run_op("reduce_sum", {"X": [x]}, {"dim": [1]})["Out"][0],
+                               x.sum(1))
+    assert run_op("reduce_mean", {"X": [x]}, {"reduce_all": True})["Out"][0].shape == (1,)
+    np.testing.assert_allclose(run_op("clip", {"X": [x]}, {"min": -1.0, "max": 1.0})["Out"][0],
+                               np.clip(x, -1, 1))
+    np.testing.assert_array_equal(run_op("sign", {"X": [x]})["Out"][0], np.sign(x))
+    np.testing.assert_array_equal(run_op("floor", {"X": [x]})["Out"][0], np.floor(x))
+
+
+def test_scale_sum_cast_compare_increment_assign():
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_allclose(
+        run_op("scale", {"X": [x]}, {"scale": 2.0, "bias": 1.0, "bias_after_scale": False})
+        ["Out"][0], (x + 1) * 2)
+    out = run_op("sum", {"X": [x, x, x]})["Out"][0]
+    np.testing.assert_array_equal(out, 3 * x)
+    assert run_op("cast", {"X": [x]}, {"out_dtype": "int64"})["Out"][0].dtype == np.int64
+    assert run_op("cast", {"X": [x]}, {"out_dtype": 6})["Out"][0].dtype == np.float64
+    lt = run_op("less_than", {"X": [x], "Y": [np.full((1,), 2.5, np.float32)]})["Out"][0]
+    np.testing.assert_array_equal(lt, x < 2.5)
+    np.testing.assert_array_equal(run_op("logical_not", {"X": [lt]})["Out"][0], ~lt)
+    np.testing.assert_array_equal(run_op("logical_and", {"X": [lt], "Y": [~lt]})["Out"][0],
+                                  np.zeros_like(lt))
+    step = run_op("increment", {"X": [np.array([3], np.int64)]}, {"step": 2.0})["Out"][0]
+    assert step.dtype == np.int64 and step[0] == 5
+    a = run_op("assign", {"X": [x]})["Out"][0]
+    assert a is not x and not np.shares_memory(a, x)
+    np.testing.assert_array_equal(a, x)
+
+
+def test_sum_and_scale_with_selected_rows():
+    v1, v2 = np.ones((2, 3)), 2 * np.ones((1, 3))
+    s1 = SelectedRows(np.array([0, 2]), v1, 4)
+    s2 = SelectedRows(np.array([2]), v2, 4)
+    out = run_op("sum", {"X": [s1, s2]})["Out"][0]
+    assert isinstance(out, SelectedRows)
+    np.testing.assert_array_equal(out.rows, [0, 2, 2])
+    np.testing.assert_array_equal(out.to_dense(), s1.to_dense() + s2.to_dense())
+    dense = np.full((4, 3), 10.0)
+    out = run_op("sum", {"X": [dense, s1, s2]})["Out"][0]
+    np.testing.assert_array_equal(out, dense + s1.to_dense() + s2.to_dense())
+    assert dense[0, 0] == 10.0  # inputs untouched
+    sc = run_op("scale", {"X": [s1]}, {"scale": 0.5})["Out"][0]
+    assert isinstance(sc, SelectedRows) and sc.height == 4
+    np.testing.assert_array_equal(sc.value, 0.5 * v1)
+
+
+def test_selected_rows_merged_and_dense():
+    s = SelectedRows(np.array([5, 1, 5, 0]), np.arange(8.0).reshape(4, 2), 6)
+    assert s.shape == (6, 2) and s.dtype == np.float64
+    m = s.merged()
+    np.testing.assert_array_equal(m.rows, [0, 1, 5])
+    np.testing.assert_array_equal(m.value, [[6, 7], [2, 3], [0 + 4, 1 + 5]])
+    np.testing.assert_array_equal(m.to_dense(), s.to_dense())
+    with pytest.raises(ValueError, match="one value row per row index"):
+        SelectedRows(np.array([0, 1]), np.ones((3, 2)), 4)
+
+
+# ---------------------------------------------------------------------------------------------
+# nn
+
+
+def test_softmax_and_cross_entropies():
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((5, 4)) * 3
+    label = np.array([[0], [3], [1], [1], [2]], np.int64)
+    sm = run_op("softmax", {"X": [logits]})["Out"][0]
+    np.testing.assert_allclose(sm, np_softmax(logits))
+    np.testing.assert_allclose(run_op("softmax", {"X": [logits]}, {"axis": 0})["Out"][0],
+                               np_softmax(logits, 0))
+    ce = run_op("cross_entropy", {"X": [sm], "Label": [label]})["Y"][0]
+    expected = -np.log(sm[np.arange(5), label[:, 0]])[:, None]
+    np.testing.assert_allclose(ce, expected)
+    res = run_op("softmax_with_cross_entropy", {"Logits": [logits], "Label": [label]})
+    np.testing.assert_allclose(res["Softmax"][0], sm)
+    np.testing.assert_allclose(res["Loss"][0], expected)
+    ign = run_op("softmax_with_cross_entropy", {"Logits": [logits], "Label": [label]},
+                 {"ignore_index": 1})["Loss"][0]
+    np.testing.assert_allclose(ign[:, 0], np.where(label[:, 0] == 1, 0.0, expected[:, 0]))
+
+
+def test_softmax_with_cross_entropy_is_stable_for_huge_logits():
+    logits = np.array([[1000.0, 0.0, -1000.0], [0.0, 1e4, 0.0]], np.float32)
+    label = np.array([[2], [1]], np.int64)
+    res = run_op("softmax_with_cross_entropy", {"Logits": [logits], "Label": [label]})
+    np.testing.assert_allclose(res["Loss"][0][:, 0], [2000.0, 0.0])
+    assert np.isfinite(res["Softmax"][0]).all()
+
+
+@pytest.mark.parametrize("op, x_slot", [("cross_entropy", "X"),
+                                        ("softmax_with_cross_entropy", "Logits")])
+def test_bad_label_raises_naming_op_value_and_range(op, x_slot):
+    x = np.full((3, 4), 0.25)
+    bad = np.array([[1], [7], [0]], np.int64)
+    with pytest.raises(ValueError, match=rf"{op}: label 7 is out of range: labels must lie in "
+                                         r"\[0, 4\) or equal ignore_index=-100"):
+        run_op(op, {x_slot: [x], "Label": [bad]})
+    with pytest.raises(ValueError, match=rf"{op}: label -1 is out of range"):
+        run_op(op, {x_slot: [x], "Label": [np.array([[-1], [0], [0]], np.int64)]})
+    # the ignore index itself is never an error, even outside [0, C)
+    ok = run_op(op, {x_slot: [x], "Label": [np.array([[-100], [0], [3]], np.int64)]})
+    out = next(iter(ok.values())) if op == "cross_entropy" else ok["Loss"]
+    assert out[0][0, 0] == 0.0
+
+
+def test_top_k_and_accuracy():
+    x = np.array([[0.1, 0.5, 0.4], [0.7, 0.2, 0.1], [0.3, 0.3, 0.4], [0.2, 0.2, 0.6]])
+    res = run_op("top_k", {"X": [x]}, {"k": 2})
+    np.testing.assert_array_equal(res["Indices"][0], [[1, 2], [0, 1], [2, 0], [2, 0]])
+    assert res["Indices"][0].dtype == np.int64
+    np.testing.assert_array_equal(res["Out"][0], [[0.5, 0.4], [0.7, 0.2], [0.4, 0.3],
+                                                  [0.6, 0.2]])
+    label = np.array([[1], [1], [1], [2]], np.int64)
+    top1 = run_op("top_k", {"X": [x]}, {"k": 1})
+    acc = run_op("accuracy", {"Out": top1["Out"], "Indices": top1["Indices"], "Label": [label]})
+    assert acc["Accuracy"][0].dtype == np.float32 and acc["Accuracy"][0].shape == (1,)
+    np.testing.assert_allclose(acc["Accuracy"][0], [0.5])
+    assert acc["Correct"][0].dtype == np.int32 and acc["Correct"][0][0] == 2
+    assert acc["Total"][0][0] == 4
+    acc2 = run_op("accuracy", {"Out": res["Out"], "Indices": res["Indices"], "Label": [label]})
+    np.testing.assert_allclose(acc2["Accuracy"][0], [0.75])
+    with pytest.raises(ValueError, match=r"top_k: k=4 must lie in \[1, 3\]"):
+        run_op("top_k", {"X": [x]}, {"k": 4})
+
+
+def test_dropout_determinism_and_test_mode():
+    x = np.ones((50, 40), np.float32)
+    a = run_op("dropout", {"X": [x]}, {"_rng": np.random.default_rng(7), "dropout_prob": 0.3})
+    b = run_op("dropout", {"X": [x]}, {"_rng": np.random.default_rng(7), "dropout_prob": 0.3})
+    c = run_op("dropout", {"X": [x]}, {"_rng": np.random.default_rng(8), "dropout_prob": 0.3})
+    np.testing.assert_array_equal(a["Mask"][0], b["Mask"][0])
+    assert not np.array_equal(a["Mask"][0], c["Mask"][0])
+    mask = a["Mask"][0]
+    assert set(np.unique(mask)) <= {0.0, 1.0} and mask.dtype == np.float32
+    assert 0.6 < mask.mean() < 0.8
+    np.testing.assert_array_equal(a["Out"][0], x * mask)
+    up = run_op("dropout", {"X": [x]}, {"_rng": np.random.default_rng(7), "dropout_prob": 0.3,
+                                        "dropout_implementation": "upscale_in_train"})
+    np.testing.assert_allclose(up["Out"][0], x * mask / np.float32(0.7), rtol=1e-6)
+    test = run_op("dropout", {"X": [x]}, {"is_test": True, "dropout_prob": 0.3})["Out"][0]
+    np.testing.assert_allclose(test, x * 0.7, rtol=1e-6)
+    assert test.dtype == np.float32
+    test_up = run_op("dropout", {"X": [x]}, {"is_test": True, "dropout_prob": 0.3,
+                                             "dropout_implementation": "upscale_in_train"})
+    np.testing.assert_array_equal(test_up["Out"][0], x)
+    fixed = [run_op("dropout", {"X": [x]}, {"fix_seed": True, "seed": 5,
+                                            "_rng": np.random.default_rng(i)})["Mask"][0]
+             for i in range(2)]
+    np.testing.assert_array_equal(fixed[0], fixed[1])
+
+
+def test_lookup_table_shapes_padding_and_range():
+    w = np.arange(12.0).reshape(4, 3)
+    ids = np.array([[1], [3], [1]], np.int64)
+    out = run_op("lookup_table", {"W": [w], "Ids": [ids]})["Out"][0]
+    np.testing.assert_array_equal(out, w[[1, 3, 1]])
+    assert run_op("lookup_table", {"W": [w], "Ids": [ids.reshape(-1)]})["Out"][0].shape == (3, 3)
+    assert run_op("lookup_table", {"W": [w], "Ids": [ids.reshape(3, 1, 1)]})["Out"][0].shape \
+        == (3, 1, 3)
+    pad = run_op("lookup_table", {"W": [w], "Ids": [ids]}, {"padding_idx": 3})["Out"][0]
+    np.testing.assert_array_equal(pad, [w[1], [0, 0, 0], w[1]])
+    g = run_op("lookup_table_grad", {"W": [w], "Ids": [ids], "Out@GRAD": [np.ones((3, 3))]},
+               {"is_sparse": True})["W@GRAD"][0]
+    assert isinstance(g, SelectedRows) and g.height == 4
+    np.testing.assert_array_equal(g.rows, [1, 3, 1])
+    with pytest.raises(ValueError, match=r"lookup_table: id 4 is out of range: ids must lie in "
+                                         r"\[0, 4\)"):
+        run_op("lookup_table", {"W": [w], "Ids": [np.array([[0], [4]], np.int64)]})
+
+
+# ---------------------------------------------------------------------------------------------
+# tensor
+
+
+def test_fill_ops_and_reshape2():
+    out = run_op("fill_constant", {}, {"shape": [2, 3], "dtype": "int64", "value": 7.0})
+    assert out["Out"][0].dtype == np.int64 and (out["Out"][0] == 7).all()
+    assert run_op("fill_constant", {}, {"shape": [1], "dtype": 5})["Out"][0].dtype == np.float32
+    x = np.arange(24.0).reshape(2, 3, 4)
+    np.testing.assert_array_equal(run_op("fill_zeros_like", {"X": [x]})["Out"][0], 0 * x)
+    res = run_op("reshape2", {"X": [x]}, {"shape": [0, -1]})
+    assert res["Out"][0].shape == (2, 12) and np.shares_memory(res["Out"][0], x)
+    assert res["XShape"][0].shape == (0, 2, 3, 4) and res["XShape"][0].size == 0
+    assert run_op("reshape2", {"X": [x]}, {"shape": [-1, 0, 2]})["Out"][0].shape == (4, 3, 2)
+    with pytest.raises(ValueError, match="at most one -1"):
+        run_op("reshape2", {"X": [x]}, {"shape": [-1, -1]})
+    with pytest.raises(ValueError, match=r"cannot reshape an input of shape \[2, 3, 4\]"):
+        run_op("reshape2", {"X": [x]}, {"shape": [5, 5]})
+
+
+def test_split_byref_concat_round_trip():
+    x = np.arange(20.0).reshape(10, 2)
+    parts = run_op("split_byref", {"X": [x]}, {"sections": [3, 3, 4]})["Out"]
+    assert [p.shape[0] for p in parts] == [3, 3, 4]
+    assert all(np.shares_memory(p, x) for p in parts)  # views, no copy
+    np.testing.assert_array_equal(run_op("concat", {"X": parts})["Out"][0], x)
+    with pytest.raises(ValueError, match=r"sections \[3, 3\] sum to 6, but X has 10 rows"):
+        run_op("split_byref", {"X": [x]}, {"sections": [3, 3]})
+    sp = run_op("split", {"X": [x]}, {"sections": [2, -1], "axis": 0})["Out"]
+    assert [p.shape[0] for p in sp] == [2, 8]
+
+
+def test_split_selected_rows_rebases_rows():
+    s = SelectedRows(np.array([0, 4, 7, 2, 5]), np.arange(10.0).reshape(5, 2), 8)
+    out = run_op("split_selected_rows", {"X": [s]}, {"height_sections": [3, 2, 3]})["Out"]
+    assert [o.height for o in out] == [3, 2, 3]
+    np.testing.assert_array_equal(out[0].rows, [0, 2])
+    np.testing.assert_array_equal(out[1].rows, [1])
+    np.testing.assert_array_equal(out[2].rows, [2, 0])
+    np.testing.assert_array_equal(out[2].value, [[4, 5], [8, 9]])
+    dense = np.concatenate([o.to_dense() for o in out])
+    np.testing.assert_array_equal(dense, s.to_dense())
+
+
+def test_split_ids_merge_ids_round_trip():
+    table = np.arange(40.0).reshape(20, 2)
+    ids_a = np.array([[7], [3], [7], [12]], np.int64)
+    ids_b = np.array([[4], [19], [3]], np.int64)
+    shards = run_op("split_ids", {"Ids": [ids_a, ids_b]}, {"_out_counts": {"Out": 3}})["Out"]
+    assert len(shards) == 3
+    for k, s in enumerate(shards):
+        assert (s % 3 == k).all() and s.shape[1] == 1
+    np.testing.assert_array_equal(np.sort(np.concatenate(shards)[:, 0]), [3, 4, 7, 12, 19])
+    prefetched = [table[s[:, 0]] for s in shards]  # what each pserver sends back
+    merged = run_op("merge_ids", {"Ids": [ids_a, ids_b], "Rows": shards, "X": prefetched})
+    np.testing.assert_array_equal(merged["Out"][0], table[ids_a[:, 0]])
+    np.testing.assert_array_equal(merged["Out"][1], table[ids_b[:, 0]])
+    with pytest.raises(ValueError, match="merge_ids: id 5 is in Ids but in none"):
+        run_op("merge_ids", {"Ids": [np.array([[5]])], "Rows": shards, "X": prefetched})
+    with pytest.raises(ValueError, match="number of shards is unknown"):
+        run_op("split_ids", {"Ids": [ids_a]})
+
+
+def test_split_ids_on_a_sparse_gradient_merges_rows():
+    g = SelectedRows(np.array([4, 1, 4, 2]), np.ones((4, 2)), 10)
+    out = run_op("split_ids", {"Ids": [g]}, {"num_shards": 2})["Out"]
+    assert all(isinstance(o, SelectedRows) and o.height == 10 for o in out)
+    np.testing.assert_array_equal(out[0].rows, [2, 4])
+    np.testing.assert_array_equal(out[0].value, [[1, 1], [2, 2]])
+    np.testing.assert_array_equal(out[1].rows, [1])
+
+
+def test_ref_by_trainer_id():
+    xs = [np.zeros(2), np.ones(2)]
+    out = run_op("ref_by_trainer_id", {"X": xs, "TrainerId": [np.array([1], np.int64)]})
+    assert out["Out"][0] is xs[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# random
+
+
+@pytest.mark.parametrize("op", ["uniform_random", "gaussian_random",
+                                "truncated_gaussian_random"])
+def test_random_ops_are_deterministic_and_slice_exactly(op):
+    attrs = {"shape": [10, 3], "seed": 11, "_out_name": "fc_0.w_0"}
+    a = run_op(op, {}, attrs)["Out"][0]
+    b = run_op(op, {}, attrs)["Out"][0]
+    assert a.dtype == np.float32 and a.shape == (10, 3)
+    np.testing.assert_array_equal(a, b)
+    other = run_op(op, {}, {**attrs, "_out_name": "fc_1.w_0"})["Out"][0]
+    assert not np.array_equal(a, other)
+    keyed = run_op(op, {}, {**attrs, "_out_name": "x.block1", "rng_key": "fc_0.w_0"})["Out"][0]
+    np.testing.assert_array_equal(keyed, a)
+    part = run_op(op, {}, {**attrs, "shape": [4, 3], "full_shape": [10, 3], "row_offset": 6,
+                           "_out_name": "fc_0.w_0.block1", "rng_key": "fc_0.w_0"})["Out"][0]
+    np.testing.assert_array_equal(part, a[6:10])
+    if op == "truncated_gaussian_random":
+        assert np.abs(a).max() <= 2.0
+
+
+def test_random_op_values_and_errors():
+    u = run_op("uniform_random", {}, {"shape": [1000], "min": 2.0, "max": 3.0,
+                                      "dtype": "float64", "_out_name": "u"})["Out"][0]
+    assert u.dtype == np.float64 and 2.0 <= u.min() and u.max() < 3.0
+    g = run_op("gaussian_random", {}, {"shape": [4000], "mean": 1.0, "std": 2.0,
+                                       "_out_name": "g"})["Out"][0]
+    assert abs(g.mean() - 1.0) < 0.15 and abs(g.std() - 2.0) < 0.15
+    with pytest.raises(ValueError, match="uniform_random: no rng_key attr and no _out_name"):
+        run_op("uniform_random", {}, {"shape": [2]})
+    with pytest.raises(ValueError, match="does not fit in full_shape"):
+        run_op("uniform_random", {}, {"shape": [4, 3], "full_shape": [5, 3], "row_offset": 3,
+                                      "_out_name": "w"})
+    z = run_op("fake_init", {}, {"shape": [3, 2]})["Out"][0]
+    assert z.shape == (3, 2) and not z.any()
+
+
+def test_host_ops_are_registered_as_host_ops():
+    # the executor or the runtime may already have attached kernels with set_kernel
+    for t in ("send", "recv", "send_barrier", "fetch_barrier", "listen_and_serv", "prefetch",
+              "gen_nccl_id", "conditional_block", "lookup_sparse_table", "save",
+              "checkpoint_notify"):
+        d = registry.get(t)
+        assert d.host and d.grad is None, t
+    assert registry.get("listen_and_serv").attrs["checkpint_block_id"] == -1

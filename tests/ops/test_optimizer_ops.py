@@ -1,0 +1,172 @@
+"""Optimizer kernels against hand-written numpy updates: 5 dense steps, then a SelectedRows
+gradient with a duplicate row (only the touched rows change, exactly as a dense update would
+change them)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dask_fluid.ops import SelectedRows
+
+from . import run_op
+
+SHAPE = (6, 3)
+LR = 0.05
+
+
+# ---------------------------------------------------------------------------------------------
+# hand-written references: (param, grad, state dict, attrs, step) -> new param, new state
+
+
+def ref_sgd(p, g, s, a, t):
+    return p - LR * g, s
+
+
+def ref_momentum(p, g, s, a, t):
+    v = a["mu"] * s["Velocity"] + g
+    if a.get("use_nesterov"):
+        p = p - (g + a["mu"] * v) * LR
+    else:
+        p = p - LR * v
+    return p, {"Velocity": v}
+
+
+def ref_adam(p, g, s, a, t):
+    b1, b2, eps = 0.9, 0.999, 1e-8
+    b1p, b2p = b1 ** (t + 1), b2 ** (t + 1)
+    m1 = b1 * s["Moment1"] + (1 - b1) * g
+    m2 = b2 * s["Moment2"] + (1 - b2) * g * g
+    lr_t = LR * np.sqrt(1 - b2p) / (1 - b1p)
+    p = p - lr_t * m1 / (np.sqrt(m2) + eps * np.sqrt(1 - b2p))
+    return p, {"Moment1": m1, "Moment2": m2}
+
+
+def ref_adagrad(p, g, s, a, t):
+    m = s["Moment"] + g * g
+    return p - LR * g / (np.sqrt(m) + 1e-6), {"Moment": m}
+
+
+def ref_rmsprop(p, g, s, a, t):
+    rho, mu, eps = a["decay"], a["momentum"], a["epsilon"]
+    ms = rho * s["MeanSquare"] + (1 - rho) * g * g
+    new = {"MeanSquare": ms}
+    if a.get("centered"):
+        mg = rho * s["MeanGrad"] + (1 - rho) * g
+        mom = mu * s["Moment"] + LR * g / np.sqrt(ms - mg * mg + eps)
+        new["MeanGrad"] = mg
+    else:
+        mom = mu * s["Moment"] + LR * g / np.sqrt(ms + eps)
+    new["Moment"] = mom
+    return p - mom, new
+
+
+# op, attrs, state slots, state slot -> output slot, reference
+OPTIMIZERS = {
+    "sgd": ("sgd", {}, [], ref_sgd),
+    "momentum": ("momentum", {"mu": 0.9}, ["Velocity"], ref_momentum),
+    "momentum_nesterov": ("momentum", {"mu": 0.9, "use_nesterov": True}, ["Velocity"],
+                          ref_momentum),
+    "adam": ("adam", {}, ["Moment1", "Moment2"], ref_adam),
+    "adagrad": ("adagrad", {}, ["Moment"], ref_adagrad),
+    "rmsprop": ("rmsprop", {"decay": 0.9, "momentum": 0.5, "epsilon": 1e-6},
+                ["MeanSquare", "Moment"], ref_rmsprop),
+    "rmsprop_centered": ("rmsprop",
+                         {"decay": 0.9, "momentum": 0.5, "epsilon": 1e-6, "centered": True},
+                         ["MeanSquare", "Moment", "MeanGrad"], ref_rmsprop),
+}
+
+
+def _initial_state(slots, rng, dtype=np.float64):
+    # second-moment states start positive (and MeanSquare above MeanGrad²) so every square
+    # root stays real
+    return {s: (rng.uniform(0.5, 1.0, SHAPE) if s in ("MeanSquare", "Moment", "Moment2")
+                else rng.uniform(-0.1, 0.1, SHAPE)).astype(dtype) for s in slots}
+
+
+def _step(op, attrs, param, grad, state, t, dtype=np.float64):
+    ins = {"Param": [param], "Grad": [grad], "LearningRate": [np.array([LR], dtype)]}
+    ins.update({s: [a] for s, a in state.items()})
+    if op == "adam":
+        ins["Beta1Pow"] = [np.array([0.9 ** (t + 1)], dtype)]
+        ins["Beta2Pow"] = [np.array([0.999 ** (t + 1)], dtype)]
+    outs = ["ParamOut"] + [s + "Out" for s in state]
+    return run_op(op, ins, attrs, tuple(outs))
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_dense_five_steps_match_reference(name):
+    op, attrs, slots, ref = OPTIMIZERS[name]
+    rng = np.random.default_rng(0)
+    param = rng.standard_normal(SHAPE)
+    state = _initial_state(slots, rng)
+    exp_p, exp_s = param.copy(), {s: a.copy() for s, a in state.items()}
+    for t in range(5):
+        g = rng.standard_normal(SHAPE)
+        res = _step(op, attrs, param, g, state, t)
+        exp_p, exp_s = ref(exp_p, g, exp_s, attrs, t)
+        # in place: the outputs are the very input arrays
+        assert res["ParamOut"][0] is param
+        for s in slots:
+            assert res[s + "Out"][0] is state[s]
+        assert np.isfinite(param).all()
+        np.testing.assert_allclose(param, exp_p, rtol=1e-12, atol=1e-12)
+        for s in slots:
+            np.testing.assert_allclose(state[s], exp_s[s], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_sparse_grad_updates_only_touched_rows(name):
+    op, attrs, slots, ref = OPTIMIZERS[name]
+    rng = np.random.default_rng(1)
+    param = rng.standard_normal(SHAPE)
+    state = _initial_state(slots, rng)
+    p0, s0 = param.copy(), {s: a.copy() for s, a in state.items()}
+    grad = SelectedRows(np.array([3, 1, 3], np.int64), rng.standard_normal((3, SHAPE[1])),
+                        SHAPE[0])
+    _step(op, attrs, param, grad, state, 0)
+    exp_p, exp_s = ref(p0, grad.to_dense(), s0, attrs, 0)
+    touched = [1, 3]
+    untouched = [0, 2, 4, 5]
+    np.testing.assert_allclose(param[touched], exp_p[touched], rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(param[untouched], p0[untouched])
+    for s in slots:
+        np.testing.assert_allclose(state[s][touched], exp_s[s][touched], rtol=1e-12,
+                                   atol=1e-12)
+        np.testing.assert_array_equal(state[s][untouched], s0[s][untouched])
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_float32_stays_float32(name):
+    op, attrs, slots, _ = OPTIMIZERS[name]
+    rng = np.random.default_rng(2)
+    param = rng.standard_normal(SHAPE).astype(np.float32)
+    state = _initial_state(slots, rng, np.float32)
+    res = _step(op, attrs, param, rng.standard_normal(SHAPE).astype(np.float32), state, 0,
+                np.float32)
+    assert all(v[0].dtype == np.float32 for v in res.values())
+
+
+def test_rmsprop_centered_without_mean_grad_raises():
+    p = np.zeros(SHAPE)
+    with pytest.raises(ValueError, match="rmsprop: centered=True needs the MeanGrad"):
+        run_op("rmsprop", {"Param": [p], "Grad": [p], "MeanSquare": [p.copy()],
+                           "Moment": [p.copy()], "LearningRate": [np.array([LR])]},
+               {"centered": True})
+
+
+def test_adam_does_not_advance_beta_pows():
+    p = np.ones(SHAPE)
+    b1p, b2p = np.array([0.9]), np.array([0.999])
+    res = run_op("adam", {"Param": [p], "Grad": [p.copy()], "LearningRate": [np.array([LR])],
+                          "Moment1": [np.zeros(SHAPE)], "Moment2": [np.zeros(SHAPE)],
+                          "Beta1Pow": [b1p], "Beta2Pow": [b2p]})
+    assert set(res) == {"ParamOut", "Moment1Out", "Moment2Out"}
+    assert b1p[0] == 0.9 and b2p[0] == 0.999
+
+
+def test_sparse_height_mismatch_raises():
+    p = np.zeros(SHAPE)
+    g = SelectedRows(np.array([0]), np.ones((1, SHAPE[1])), SHAPE[0] + 1)
+    with pytest.raises(ValueError, match="height 7 does not match"):
+        run_op("sgd", {"Param": [p], "Grad": [g], "LearningRate": [np.array([LR])]})
