@@ -34,6 +34,7 @@ import numpy as np
 from dask_fluid.distributed import rpc
 from dask_fluid.distributed.errors import (
     DeadlineExceededError,
+    DistributedTrainingError,
     JobAbortedError,
     ServiceNotFoundError,
 )
@@ -352,7 +353,7 @@ class RingCommunicator(Communicator):
         except JobAbortedError:
             raise
         except Exception as exc:
-            self.abort(f"rank {self.rank} ({self.worker.address}) failed: {exc}"[:_MAX_REASON])
+            self.abort(_abort_reason(self.rank, self.worker.address, exc))
             raise
 
     def _check_open(self) -> None:
@@ -407,6 +408,15 @@ class RingCommunicator(Communicator):
 
     def _recv(self, peer: int, tag: Hashable, step: int | None) -> Any:
         return self._mailbox.get(tag, self.deadline_s, endpoint=self.addresses[peer], step=step)
+
+
+def _abort_reason(rank: int, address: str, exc: Exception) -> str:
+    # the detail without the hint: the peers' JobAbortedError adds its own
+    if isinstance(exc, DistributedTrainingError):
+        what = f"{type(exc).__name__} from {exc.role} {exc.endpoint}: {exc.detail}"
+    else:
+        what = f"{type(exc).__name__}: {exc}"
+    return f"rank {rank} ({address}) failed with {what}"[:_MAX_REASON]
 
 
 def _check_rendezvous(worker: Any, rank: int, addresses: list[str]) -> None:

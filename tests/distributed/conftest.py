@@ -19,7 +19,7 @@ def make_cluster(n_workers: int = 3) -> LocalCluster:
         n_workers=n_workers,
         threads_per_worker=1,
         processes=True,
-        dashboard_address=None,
+        dashboard_address=":0",
         silence_logs=40,
     )
 
@@ -42,3 +42,11 @@ def workers(dist_client):
     """Sorted addresses of the session cluster's workers (all 3 are up)."""
     dist_client.wait_for_workers(3, timeout=60)
     return sorted(dist_client.scheduler_info(n_workers=-1)["workers"])
+
+
+@pytest.fixture(scope="module")
+def killable_client():
+    """A client of a 3-process cluster of its own, for tests that kill workers."""
+    with make_cluster(3) as cluster, Client(cluster) as client:
+        ensure_plugin(client)
+        yield client
