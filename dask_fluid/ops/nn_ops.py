@@ -20,6 +20,12 @@ def _register_grad(type: str, fwd: tuple, out_grads=("Out",), in_grads=("X",), a
 def _check_labels(op: str, lab: Any, num_classes: int, ignore_index: int) -> Any:
     """Raise ValueError naming the op, the bad label and the valid range; return the mask of
     rows that count (label != ignore_index), or None when every row counts."""
+    if lab.size == 0:
+        return None
+    if not 0 <= ignore_index < num_classes:
+        # hot path: two reductions prove that no label is bad or ignored
+        if int(lab.min()) >= 0 and int(lab.max()) < num_classes:
+            return None
     ignored = lab == ignore_index
     bad = ((lab < 0) | (lab >= num_classes)) & ~ignored
     if bool(bad.any()):
@@ -225,7 +231,8 @@ def top_k(ins, attrs, outs):
     if not 1 <= k <= x.shape[-1]:
         raise ValueError(f"top_k: k={k} must lie in [1, {x.shape[-1]}] (the last dim of X)")
     xp = array_module(x)
-    idx = _argsort_desc(x)[..., :k]
+    # argmax keeps the first of equal maxima, as the stable sort does
+    idx = x.argmax(axis=-1)[..., None] if k == 1 else _argsort_desc(x)[..., :k]
     return {"Out": [xp.take_along_axis(x, idx, axis=-1)], "Indices": [idx.astype(np.int64)]}
 
 
