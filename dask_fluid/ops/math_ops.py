@@ -58,7 +58,7 @@ _mul_grad_maker, _mul_grad_register = _register_grad("mul", ("X", "Y"), in_grads
 
 
 @register("mul", ("X", "Y"), ("Out",), _MUL_ATTRS, grad=_mul_grad_maker)
-def mul(ins, attrs, outs):
+def mul(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = flatten(X, x_num_col_dims) @ flatten(Y, y_num_col_dims), unflattened."""
     x, y = ins["X"][0], ins["Y"][0]
     xn, yn = attrs.get("x_num_col_dims", 1), attrs.get("y_num_col_dims", 1)
@@ -69,7 +69,7 @@ def mul(ins, attrs, outs):
 
 
 @_mul_grad_register
-def mul_grad(ins, attrs, outs):
+def mul_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """dX = dOut @ Y^T, dY = X^T @ dOut on the flattened matrices."""
     x, y = ins["X"][0], ins["Y"][0]
     xn, yn = attrs.get("x_num_col_dims", 1), attrs.get("y_num_col_dims", 1)
@@ -134,13 +134,13 @@ def _ew_register(type: str, forward, dx, dy, fwd_slots=("X", "Y")):
                                           attrs=_EW_ATTRS)
 
     @register(type, ("X", "Y"), ("Out",), _EW_ATTRS, grad=maker)
-    def kernel(ins, attrs, outs):
+    def kernel(ins: dict, attrs: dict, outs: tuple) -> dict:
         x, y = ins["X"][0], ins["Y"][0]
         yb = y.reshape(_y_bshape(x.shape, y.shape, attrs.get("axis", -1), type))
         return {"Out": [forward(x, yb)]}
 
     @grad_register
-    def grad(ins, attrs, outs):
+    def grad(ins: dict, attrs: dict, outs: tuple) -> dict:
         x, y = ins["X"][0], ins["Y"][0]
         bshape = _y_bshape(x.shape, y.shape, attrs.get("axis", -1), type)
         yb = y.reshape(bshape)
@@ -180,7 +180,7 @@ _ew_register("elementwise_pow", lambda x, y: x ** y,
 
 
 @register("less_than", ("X", "Y"), ("Out",), {"axis": -1, "force_cpu": False})
-def less_than(ins, attrs, outs):
+def less_than(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = X < Y (bool), with elementwise broadcasting."""
     x, y = ins["X"][0], ins["Y"][0]
     yb = y.reshape(_y_bshape(x.shape, y.shape, attrs.get("axis", -1), "less_than"))
@@ -188,14 +188,14 @@ def less_than(ins, attrs, outs):
 
 
 @register("logical_and", ("X", "Y"), ("Out",))
-def logical_and(ins, attrs, outs):
+def logical_and(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = X and Y (bool)."""
     x, y = ins["X"][0], ins["Y"][0]
     return {"Out": [array_module(x).logical_and(x, y)]}
 
 
 @register("logical_not", ("X",), ("Out",))
-def logical_not(ins, attrs, outs):
+def logical_not(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = not X (bool)."""
     x = ins["X"][0]
     return {"Out": [array_module(x).logical_not(x)]}
@@ -213,7 +213,7 @@ def _unary_register(type: str, forward, backward=None, uses: str = "X"):
         maker, grad_register = _register_grad(type, (uses,))
 
         @grad_register
-        def grad(ins, attrs, outs):
+        def grad(ins: dict, attrs: dict, outs: tuple) -> dict:
             v = ins[uses][0]
             if "X" + GRAD not in outs:
                 return {}
@@ -222,7 +222,7 @@ def _unary_register(type: str, forward, backward=None, uses: str = "X"):
         grad.__doc__ = f"Gradient of {type} from {uses} and Out@GRAD."
 
     @register(type, ("X",), ("Out",), grad=maker)
-    def kernel(ins, attrs, outs):
+    def kernel(ins: dict, attrs: dict, outs: tuple) -> dict:
         x = ins["X"][0]
         return {"Out": [forward(array_module(x), x)]}
 
@@ -275,7 +275,7 @@ def _self_grad_maker(type: str, keep_attrs: bool = True):
 @register("scale", ("X", "ScaleTensor"), ("Out",),
           {"scale": 1.0, "bias": 0.0, "bias_after_scale": True},
           optional=("ScaleTensor",), grad=_self_grad_maker("scale"))
-def scale(ins, attrs, outs):
+def scale(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = scale·X + bias (or scale·(X + bias)); a SelectedRows X has its values scaled."""
     x = ins["X"][0]
     s = attrs.get("scale", 1.0)
@@ -294,7 +294,7 @@ def scale(ins, attrs, outs):
 
 
 @register("assign", ("X",), ("Out",), grad=_self_grad_maker("assign", keep_attrs=False))
-def assign(ins, attrs, outs):
+def assign(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = a copy of X."""
     x = ins["X"][0]
     if isinstance(x, SelectedRows):
@@ -303,14 +303,14 @@ def assign(ins, attrs, outs):
 
 
 @register("increment", ("X",), ("Out",), {"step": 1.0})
-def increment(ins, attrs, outs):
+def increment(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = X + step, keeping X's dtype."""
     x = ins["X"][0]
     return {"Out": [x + x.dtype.type(attrs.get("step", 1.0))]}
 
 
 @register("cast", ("X",), ("Out",), {"in_dtype": "float32", "out_dtype": "float32"})
-def cast(ins, attrs, outs):
+def cast(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = X converted to ``out_dtype`` (a dtype string or Fluid's integer code)."""
     return {"Out": [ins["X"][0].astype(to_dtype(attrs["out_dtype"]))]}
 
@@ -320,7 +320,7 @@ _clip_grad_maker, _clip_grad_register = _register_grad("clip", ("X",), attrs=_CL
 
 
 @register("clip", ("X",), ("Out",), _CLIP_ATTRS, grad=_clip_grad_maker)
-def clip(ins, attrs, outs):
+def clip(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = min(max(X, min), max)."""
     x = ins["X"][0]
     lo, hi = _scalar(x, attrs["min"]), _scalar(x, attrs["max"])
@@ -328,7 +328,7 @@ def clip(ins, attrs, outs):
 
 
 @_clip_grad_register
-def clip_grad(ins, attrs, outs):
+def clip_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """dX = dOut where min < X < max, else 0."""
     x = ins["X"][0]
     lo, hi = _scalar(x, attrs["min"]), _scalar(x, attrs["max"])
@@ -342,14 +342,14 @@ _mean_maker, _mean_grad_register = _register_grad("mean", ("X",))
 
 
 @register("mean", ("X",), ("Out",), grad=_mean_maker)
-def mean(ins, attrs, outs):
+def mean(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = mean of all elements of X, shape [1]."""
     x = ins["X"][0]
     return {"Out": [x.mean(keepdims=True).reshape(1)]}
 
 
 @_mean_grad_register
-def mean_grad(ins, attrs, outs):
+def mean_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """dX = dOut / numel(X) everywhere."""
     x = ins["X"][0]
     xp = array_module(x)
@@ -374,7 +374,7 @@ def _reduce_register(type: str, is_mean: bool):
     maker, grad_register = _register_grad(type, ("X",), attrs=_REDUCE_ATTRS)
 
     @register(type, ("X",), ("Out",), _REDUCE_ATTRS, grad=maker)
-    def kernel(ins, attrs, outs):
+    def kernel(ins: dict, attrs: dict, outs: tuple) -> dict:
         x = ins["X"][0]
         axes = _reduce_axes(x, attrs)
         keep = attrs.get("keep_dim", False)
@@ -385,7 +385,7 @@ def _reduce_register(type: str, is_mean: bool):
         return {"Out": [out]}
 
     @grad_register
-    def grad(ins, attrs, outs):
+    def grad(ins: dict, attrs: dict, outs: tuple) -> dict:
         x = ins["X"][0]
         axes = _reduce_axes(x, attrs)
         kept = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
@@ -414,7 +414,7 @@ def _sum_grad_maker(op: Any) -> list[dict]:
 
 
 @register("sum", ("X",), ("Out",), grad=_sum_grad_maker)
-def sum_(ins, attrs, outs):
+def sum_(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = the sum of the X list; all-SelectedRows inputs give a SelectedRows (rows and values
     concatenated, duplicates kept), a dense and sparse mix gives a dense tensor."""
     xs = [x for x in ins["X"] if x is not None]
@@ -439,7 +439,7 @@ def sum_(ins, attrs, outs):
 
 
 @register("sum_grad", ("X", "Out" + GRAD), ("X" + GRAD,))
-def sum_grad(ins, attrs, outs):
+def sum_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Every input's gradient is dOut."""
     n = len(ins["X"])
     d = ins["Out" + GRAD][0]

@@ -65,14 +65,14 @@ def _softmax_last(x: Any) -> Any:
 
 
 @register("softmax", ("X",), ("Out",), {"axis": -1}, grad=_softmax_maker)
-def softmax(ins, attrs, outs):
+def softmax(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = softmax(X) along ``axis`` (max-shifted, so it never overflows)."""
     axis = attrs.get("axis", -1)
     return {"Out": [_from_last(_softmax_last(_to_last(ins["X"][0], axis)), axis)]}
 
 
 @_softmax_grad_register
-def softmax_grad(ins, attrs, outs):
+def softmax_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """dX = Out · (dOut − sum(dOut · Out, axis))."""
     out, d = ins["Out"][0], ins["Out" + GRAD][0]
     if d is None:
@@ -90,7 +90,7 @@ _ce_maker, _ce_grad_register = _register_grad("cross_entropy", ("X", "Label"), (
 
 
 @register("cross_entropy", ("X", "Label"), ("Y",), _CE_ATTRS, grad=_ce_maker)
-def cross_entropy(ins, attrs, outs):
+def cross_entropy(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Y = −log X[label] (hard labels ``[..., 1]``) or −Σ label·log X (soft), shape [..., 1]."""
     x, label = ins["X"][0], ins["Label"][0]
     xp = array_module(x)
@@ -109,7 +109,7 @@ def cross_entropy(ins, attrs, outs):
 
 
 @_ce_grad_register
-def cross_entropy_grad(ins, attrs, outs):
+def cross_entropy_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """dX = −dY / X at the label (hard) or −dY · label / X (soft)."""
     x, label = ins["X"][0], ins["Label"][0]
     xp = array_module(x)
@@ -151,7 +151,7 @@ def _swce_grad_maker(op: Any) -> list[dict]:
 
 @register("softmax_with_cross_entropy", ("Logits", "Label"), ("Softmax", "Loss"), _SWCE_ATTRS,
           grad=_swce_grad_maker)
-def softmax_with_cross_entropy(ins, attrs, outs):
+def softmax_with_cross_entropy(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Softmax = softmax(Logits); Loss = −log Softmax[label], computed as log Σexp − shifted
     logit so that large logits neither overflow nor lose the loss to rounding."""
     axis = attrs.get("axis", -1)
@@ -182,7 +182,7 @@ def softmax_with_cross_entropy(ins, attrs, outs):
 
 @register("softmax_with_cross_entropy_grad", ("Label", "Softmax", "Loss" + GRAD),
           ("Logits" + GRAD,), _SWCE_ATTRS)
-def softmax_with_cross_entropy_grad(ins, attrs, outs):
+def softmax_with_cross_entropy_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """dLogits = (Softmax − onehot(label)) · dLoss (rows with ignore_index get 0)."""
     axis = attrs.get("axis", -1)
     sm = _to_last(ins["Softmax"][0], axis)
@@ -222,7 +222,7 @@ def _argsort_desc(x: Any) -> Any:
 
 
 @register("top_k", ("X", "K"), ("Out", "Indices"), {"k": 1}, optional=("K",))
-def top_k(ins, attrs, outs):
+def top_k(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out, Indices = the k largest values of X along the last dim and their int64 indices."""
     x = ins["X"][0]
     k = attrs.get("k", 1)
@@ -237,7 +237,7 @@ def top_k(ins, attrs, outs):
 
 
 @register("accuracy", ("Out", "Indices", "Label"), ("Accuracy", "Correct", "Total"))
-def accuracy(ins, attrs, outs):
+def accuracy(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Accuracy = fraction of rows whose label is among the top-k Indices (float32 [1]);
     Correct and Total are int32 [1] counts."""
     idx, label = ins["Indices"][0], ins["Label"][0]
@@ -260,7 +260,7 @@ _dropout_maker, _dropout_grad_register = _register_grad("dropout", ("Mask",),
 
 
 @register("dropout", ("X",), ("Out", "Mask"), _DROPOUT_ATTRS, grad=_dropout_maker)
-def dropout(ins, attrs, outs):
+def dropout(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = X · Mask (Mask 0/1, ``upscale_in_train`` also divides by 1 − p); at test time
     ``downgrade_in_infer`` scales by 1 − p and ``upscale_in_train`` passes X through.
 
@@ -291,7 +291,7 @@ def dropout(ins, attrs, outs):
 
 
 @_dropout_grad_register
-def dropout_grad(ins, attrs, outs):
+def dropout_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """dX = dOut · Mask (divided by 1 − p for ``upscale_in_train``)."""
     mask = ins["Mask"][0]
     d = ins["Out" + GRAD][0]
@@ -329,7 +329,7 @@ def _out_lead_shape(ids: Any) -> tuple:
 
 
 @register("lookup_table", ("W", "Ids"), ("Out",), _LOOKUP_ATTRS, grad=_lookup_maker)
-def lookup_table(ins, attrs, outs):
+def lookup_table(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out[i] = W[Ids[i]]; Ids ``[N, 1]`` give Out ``[N, D]``; padding_idx rows are zero."""
     w, ids = ins["W"][0], ins["Ids"][0]
     xp = array_module(w)
@@ -342,7 +342,7 @@ def lookup_table(ins, attrs, outs):
 
 
 @_lookup_grad_register
-def lookup_table_grad(ins, attrs, outs):
+def lookup_table_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """W@GRAD = dOut rows at Ids: a SelectedRows (one row per id, duplicates kept) when
     ``is_sparse``, else a dense scatter-add; padding_idx rows get no gradient."""
     w, ids = ins["W"][0], ins["Ids"][0]

@@ -46,7 +46,7 @@ def _f(param: Any, value: float) -> Any:
 
 
 @register("sgd", ("Param", "Grad", "LearningRate"), ("ParamOut",))
-def sgd(ins, attrs, outs):
+def sgd(ins: dict, attrs: dict, outs: tuple) -> dict:
     """ParamOut = Param − lr · Grad."""
     param, grad = ins["Param"][0], ins["Grad"][0]
     lr = _lr(ins, param)
@@ -60,7 +60,7 @@ def sgd(ins, attrs, outs):
 
 @register("momentum", ("Param", "Grad", "Velocity", "LearningRate"), ("ParamOut", "VelocityOut"),
           {"mu": 0.9, "use_nesterov": False})
-def momentum(ins, attrs, outs):
+def momentum(ins: dict, attrs: dict, outs: tuple) -> dict:
     """v = mu·v + g; p −= lr·(g + mu·v) with Nesterov, else p −= lr·v."""
     param, grad, vel = ins["Param"][0], ins["Grad"][0], ins["Velocity"][0]
     lr = _lr(ins, param)
@@ -83,7 +83,7 @@ def momentum(ins, attrs, outs):
           ("Param", "Grad", "LearningRate", "Moment1", "Moment2", "Beta1Pow", "Beta2Pow"),
           ("ParamOut", "Moment1Out", "Moment2Out"),
           {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "lazy_mode": False})
-def adam(ins, attrs, outs):
+def adam(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Fluid 1.x Adam: lr_t = lr·√(1−β2ᵗ)/(1−β1ᵗ), m1 = β1·m1 + (1−β1)·g,
     m2 = β2·m2 + (1−β2)·g², p −= lr_t·m1 / (√m2 + ε·√(1−β2ᵗ)).
 
@@ -114,7 +114,7 @@ def adam(ins, attrs, outs):
 
 @register("adagrad", ("Param", "Grad", "Moment", "LearningRate"), ("ParamOut", "MomentOut"),
           {"epsilon": 1e-6})
-def adagrad(ins, attrs, outs):
+def adagrad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """m += g²; p −= lr·g / (√m + ε)."""
     param, grad, mom = ins["Param"][0], ins["Grad"][0], ins["Moment"][0]
     xp = xp_of(param)
@@ -134,7 +134,7 @@ def adagrad(ins, attrs, outs):
           ("ParamOut", "MomentOut", "MeanSquareOut", "MeanGradOut"),
           {"epsilon": 1e-10, "decay": 0.9, "momentum": 0.0, "centered": False},
           optional=("MeanGrad",))
-def rmsprop(ins, attrs, outs):
+def rmsprop(ins: dict, attrs: dict, outs: tuple) -> dict:
     """ms = ρ·ms + (1−ρ)·g²; centered: mg = ρ·mg + (1−ρ)·g,
     mom = μ·mom + lr·g/√(ms − mg² + ε), else mom = μ·mom + lr·g/√(ms + ε); p −= mom."""
     param, grad = ins["Param"][0], ins["Grad"][0]

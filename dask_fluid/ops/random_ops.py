@@ -57,14 +57,14 @@ _COMMON = {"shape": [], "dtype": "float32", "seed": 0}
 
 
 @register("uniform_random", (), ("Out",), {**_COMMON, "min": -1.0, "max": 1.0})
-def uniform_random(ins, attrs, outs):
+def uniform_random(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out ~ U[min, max), seeded by (seed, output name)."""
     lo, hi = float(attrs.get("min", -1.0)), float(attrs.get("max", 1.0))
     return _draw("uniform_random", attrs, lambda rng, s: rng.uniform(lo, hi, size=s))
 
 
 @register("gaussian_random", (), ("Out",), {**_COMMON, "mean": 0.0, "std": 1.0})
-def gaussian_random(ins, attrs, outs):
+def gaussian_random(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out ~ N(mean, std²), seeded by (seed, output name)."""
     mu, sd = float(attrs.get("mean", 0.0)), float(attrs.get("std", 1.0))
     return _draw("gaussian_random", attrs, lambda rng, s: rng.normal(mu, sd, size=s))
@@ -82,7 +82,7 @@ def _truncated_normal(rng: np.random.Generator, shape: tuple, mu: float, sd: flo
 
 
 @register("truncated_gaussian_random", (), ("Out",), {**_COMMON, "mean": 0.0, "std": 1.0})
-def truncated_gaussian_random(ins, attrs, outs):
+def truncated_gaussian_random(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out ~ N(mean, std²) truncated to mean ± 2 std (by resampling)."""
     mu, sd = float(attrs.get("mean", 0.0)), float(attrs.get("std", 1.0))
     return _draw("truncated_gaussian_random", attrs,
@@ -90,7 +90,7 @@ def truncated_gaussian_random(ins, attrs, outs):
 
 
 @register("fake_init", (), ("Out",), {"shape": [], "dtype": "float32"})
-def fake_init(ins, attrs, outs):
+def fake_init(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = zeros of ``shape``: a placeholder for a table that lives on the pservers."""
     shape = tuple(int(s) for s in attrs.get("shape", []))
     dtype = to_dtype(attrs.get("dtype", "float32"))

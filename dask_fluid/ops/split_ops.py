@@ -17,7 +17,7 @@ from .selected_rows import SelectedRows, xp_of
 
 
 @register("split_byref", ("X",), ("Out",), {"sections": [], "num": 0, "axis": 0})
-def split_byref(ins, attrs, outs):
+def split_byref(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out[k] = rows [start_k, start_k + sections[k]) of X: views, no copy."""
     x = ins["X"][0]
     sections = [int(s) for s in attrs.get("sections", []) or []]
@@ -38,7 +38,7 @@ def split_byref(ins, attrs, outs):
 
 
 @register("split_selected_rows", ("X",), ("Out",), {"height_sections": []})
-def split_selected_rows(ins, attrs, outs):
+def split_selected_rows(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out[k] = the rows r of X with start_k ≤ r < start_k + height_sections[k], rebased to
     r − start_k, with height height_sections[k]."""
     x = ins["X"][0]
@@ -67,7 +67,7 @@ def _num_shards(attrs: dict) -> int:
 
 
 @register("split_ids", ("Ids",), ("Out",))
-def split_ids(ins, attrs, outs):
+def split_ids(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out[k] = the unique sorted ids with id % P == k (global ids kept, shape [n_k, 1]).
 
     A SelectedRows input (a sparse gradient) is split by the same rule into SelectedRows with
@@ -94,7 +94,7 @@ def _lead_shape(ids: Any) -> tuple:
 
 
 @register("merge_ids", ("Ids", "Rows", "X"), ("Out",))
-def merge_ids(ins, attrs, outs):
+def merge_ids(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out[i][j] = the prefetched row of id Ids[i][j], found among (Rows[k], X[k]) shards."""
     rows = [r for r in ins["Rows"] if r is not None]
     xs = [x for x in ins["X"] if x is not None]
@@ -118,7 +118,7 @@ def merge_ids(ins, attrs, outs):
 
 
 @register("ref_by_trainer_id", ("X", "TrainerId"), ("Out",))
-def ref_by_trainer_id(ins, attrs, outs):
+def ref_by_trainer_id(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = X[trainer_id] (the same array, no copy)."""
     xs = ins["X"]
     tid = int(np.asarray(ins["TrainerId"][0].tolist()).reshape(-1)[0])

@@ -14,7 +14,7 @@ from .selected_rows import grad_maker, grad_slots, place_module, to_dtype
 @register("fill_constant", ("ValueTensor", "ShapeTensor"), ("Out",),
           {"shape": [], "dtype": "float32", "value": 0.0, "force_cpu": False},
           optional=("ValueTensor", "ShapeTensor"))
-def fill_constant(ins, attrs, outs):
+def fill_constant(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = a tensor of ``shape`` filled with ``value`` (on the op's place)."""
     shape = [int(s) for s in attrs.get("shape", [])]
     if ins.get("ShapeTensor") and ins["ShapeTensor"][0] is not None:
@@ -30,7 +30,7 @@ def fill_constant(ins, attrs, outs):
 
 
 @register("fill_zeros_like", ("X",), ("Out",))
-def fill_zeros_like(ins, attrs, outs):
+def fill_zeros_like(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = zeros shaped like X."""
     x = ins["X"][0]
     return {"Out": [array_module(x).zeros_like(x)]}
@@ -45,7 +45,7 @@ def _concat_grad_maker(op: Any) -> list[dict]:
 
 
 @register("concat", ("X",), ("Out",), {"axis": 0}, grad=_concat_grad_maker)
-def concat(ins, attrs, outs):
+def concat(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = X[0], X[1], ... joined along ``axis``."""
     xs = ins["X"]
     xp = array_module(*xs)
@@ -55,7 +55,7 @@ def concat(ins, attrs, outs):
 
 
 @register("concat_grad", *grad_slots(("X",)), {"axis": 0})
-def concat_grad(ins, attrs, outs):
+def concat_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """X@GRAD[i] = the slice of dOut that X[i] filled (views of dOut)."""
     xs = ins["X"]
     d = ins["Out" + GRAD][0]
@@ -89,7 +89,7 @@ def _split_sections(x: Any, attrs: dict, nout: int | None) -> list[int]:
 
 
 @register("split", ("X",), ("Out",), {"sections": [], "num": 0, "axis": 0}, grad=default_grad)
-def split(ins, attrs, outs):
+def split(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = X cut along ``axis`` into ``sections`` sizes or ``num`` equal parts (views).
 
     The number of outputs comes from the attrs, or from ``attrs["_out_counts"]["Out"]`` when
@@ -104,7 +104,7 @@ def split(ins, attrs, outs):
 
 @register("split_grad", ("X", "Out", "Out" + GRAD), ("X" + GRAD,),
           {"sections": [], "num": 0, "axis": 0})
-def split_grad(ins, attrs, outs):
+def split_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """dX = the Out gradients joined back (missing ones as zeros)."""
     xp = array_module(ins["X"][0])
     parts = [d if d is not None else xp.zeros_like(o)
@@ -143,7 +143,7 @@ _reshape_grad_maker = grad_maker(("XShape",))
 
 @register("reshape2", ("X", "Shape"), ("Out", "XShape"), {"shape": []}, optional=("Shape",),
           grad=_reshape_grad_maker)
-def reshape2(ins, attrs, outs):
+def reshape2(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = X reshaped (a view); 0 copies a dim, -1 is inferred."""
     x = ins["X"][0]
     shape = list(attrs.get("shape", []))
@@ -156,7 +156,7 @@ def reshape2(ins, attrs, outs):
 
 
 @register("reshape2_grad", *grad_slots(("XShape",)), {"shape": []})
-def reshape2_grad(ins, attrs, outs):
+def reshape2_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """dX = dOut reshaped back to the shape XShape recorded."""
     xshape = ins["XShape"][0]
     d = ins["Out" + GRAD][0]
@@ -168,7 +168,7 @@ def reshape2_grad(ins, attrs, outs):
 
 @register("transpose2", ("X",), ("Out", "XShape"), {"axis": []},
           grad=grad_maker(("XShape",)))
-def transpose2(ins, attrs, outs):
+def transpose2(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = X with its dims permuted by ``axis`` (a copy, contiguous)."""
     x = ins["X"][0]
     perm = list(attrs.get("axis", []))
@@ -183,7 +183,7 @@ def transpose2(ins, attrs, outs):
 
 
 @register("transpose2_grad", *grad_slots(("XShape",)), {"axis": []})
-def transpose2_grad(ins, attrs, outs):
+def transpose2_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """dX = dOut with the inverse permutation."""
     xshape = ins["XShape"][0]
     d = ins["Out" + GRAD][0]
