@@ -1,0 +1,350 @@
+"""``DistributeTranspiler``: rewrite a single-process program for pserver or NCCL2 training.
+
+``transpile()`` runs named steps, in Fluid's order:
+
+1. ``_check_arguments``: config, endpoints, trainer count and id, sync mode;
+2. ``_make_plan``: optimize and LR ops, (param, grad) pairs, the distributed table, blocks;
+3. ``_place_blocks``: one endpoint per block (RoundRobin or HashName; shuffled first when
+   ``slice_var_up`` is off);
+4. ``_rewrite_trainer``: sends, barriers, recvs, concats (and the table's prefetches);
+5. ``_rewrite_trainer_startup``: the trainers pull their initial parameters;
+6. program attributes.
+
+Like Fluid, ``transpile()`` mutates ``program`` and ``startup_program`` in place and returns
+None; ``get_trainer_program()`` then removes the optimize ops from them. The pserver programs
+are built from a copy of the programs taken at the start of ``transpile()``, so the getters can
+be called in any order.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from ..framework import (
+    Parameter,
+    Program,
+    VarType,
+    default_main_program,
+    default_startup_program,
+)
+from . import lookup_table, trainer_rewrite
+from .config import DistributeTranspilerConfig, parse_endpoints
+from .nccl2 import transpile_nccl2
+from .plan import (
+    OPTIMIZER_TYPES,
+    ParamPlan,
+    TranspilePlan,
+    is_optimizer_op,
+    lr_ops,
+    optimize_ops,
+    params_grads_of,
+)
+from .pserver_program import PserverBuild, build_pserver_program
+from .slicing import VarBlock, slice_variable
+from .startup import build_pserver_startup
+
+logger = logging.getLogger("dask_fluid.transpiler")
+
+
+def _no_log(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+class DistributeTranspiler:
+    """Fluid's ``DistributeTranspiler`` (pserver and nccl2 modes).
+
+    Parameters
+    ----------
+    config : DistributeTranspilerConfig, optional
+
+    Examples
+    --------
+    >>> t = DistributeTranspiler()                                        # doctest: +SKIP
+    >>> t.transpile(0, pservers="127.0.0.1:6174,127.0.0.1:6175", trainers=2)  # doctest: +SKIP
+    >>> trainer_prog = t.get_trainer_program()                            # doctest: +SKIP
+    >>> ps_main, ps_startup = t.get_pserver_programs("127.0.0.1:6174")    # doctest: +SKIP
+    """
+
+    def __init__(self, config: DistributeTranspilerConfig | None = None) -> None:
+        if config is None:
+            config = DistributeTranspilerConfig()
+        if not isinstance(config, DistributeTranspilerConfig):
+            raise TypeError("config must be a DistributeTranspilerConfig, got "
+                            f"{type(config).__name__}")
+        self.config = config
+        self._plan: TranspilePlan | None = None
+        self._builds: dict[str, PserverBuild] = {}
+        self._program: Program | None = None
+        self._startup: Program | None = None
+        self._mode: str | None = None
+        self._current_endpoint = ""
+        self._log = _no_log
+
+    # ------------------------------------------------------------------------------------------
+    # transpile
+    # ------------------------------------------------------------------------------------------
+    def transpile(self, trainer_id: int, program: Program | None = None,
+                  pservers: str = "127.0.0.1:6174", trainers: int | str = 1,
+                  sync_mode: bool = True, startup_program: Program | None = None,
+                  current_endpoint: str = "127.0.0.1:6174") -> None:
+        """Rewrite ``program`` and ``startup_program`` **in place** for distributed training.
+
+        Parameters
+        ----------
+        trainer_id : int
+            This trainer's id, in ``[0, trainers)``.
+        program, startup_program : Program, optional
+            Default to the default main and startup programs.
+        pservers : str
+            pserver mode: comma-separated ``host:port`` endpoints of the pservers (Dask worker
+            addresses such as ``tcp://10.0.0.5:40123`` are accepted too).
+        trainers : int or str
+            pserver mode: the number of trainers. nccl2 mode: the comma-separated trainer
+            endpoints.
+        sync_mode : bool
+            Synchronous training (barriers, gradients averaged over the trainers). Overridden
+            by ``config.sync_mode`` when that is not None (Fluid 1.4/1.5 behaviour).
+        current_endpoint : str
+            nccl2 mode: this trainer's endpoint, one of ``trainers``. pserver mode: stored as
+            the program's ``_ps_endpoint``.
+        """
+        self.config.validate()
+        self._log = logger.info if self.config.print_log else _no_log
+        program = default_main_program() if program is None else program
+        startup = default_startup_program() if startup_program is None else startup_program
+        for arg, prog in (("program", program), ("startup_program", startup)):
+            if not isinstance(prog, Program):
+                raise TypeError(f"{arg} must be a Program, got {type(prog).__name__}")
+        if isinstance(trainer_id, bool) or not isinstance(trainer_id, (int, np.integer)):
+            raise TypeError(f"trainer_id must be an int, got {trainer_id!r}")
+        trainer_id = int(trainer_id)
+        self._program, self._startup, self._mode = program, startup, self.config.mode
+        self._current_endpoint = current_endpoint
+        if self.config.mode == "nccl2":
+            self._endpoints = transpile_nccl2(program, startup, trainer_id, trainers,
+                                              current_endpoint, self.config, self._log)
+            self._trainer_id, self._trainer_num = trainer_id, len(self._endpoints)
+            return None
+        endpoints, trainer_num, sync = self._check_arguments(trainer_id, pservers, trainers,
+                                                             sync_mode)
+        plan = self._make_plan(program, startup, endpoints, trainer_id, trainer_num, sync)
+        order = self._place_blocks(plan)
+        self._rewrite_trainer(program, plan, order)
+        trainer_rewrite.set_program_attrs(program, plan, current_endpoint)
+        self._plan, self._builds = plan, {}
+        return None
+
+    def _check_arguments(self, trainer_id: int, pservers: Any, trainers: Any,
+                         sync_mode: Any) -> tuple[list[str], int, bool]:
+        endpoints = parse_endpoints(pservers, "pservers")
+        if isinstance(trainers, bool) or not isinstance(trainers, (int, np.integer)):
+            raise TypeError(f"in pserver mode, trainers must be the number of trainers (an int), "
+                            f"got {trainers!r}; trainer endpoints are for mode='nccl2'")
+        if trainers < 1:
+            raise ValueError(f"trainers must be >= 1, got {trainers}")
+        if not 0 <= trainer_id < trainers:
+            raise ValueError(f"trainer_id {trainer_id} is out of range: {trainers} trainers, so "
+                             f"it must be in [0, {int(trainers) - 1}]")
+        sync = self.config.sync_mode if self.config.sync_mode is not None else sync_mode
+        if not isinstance(sync, bool):
+            raise ValueError(f"sync_mode = {sync!r} is not allowed: it must be a bool")
+        if self.config.enable_dc_asgd and sync:
+            raise ValueError("enable_dc_asgd needs asynchronous training: call transpile(..., "
+                             "sync_mode=False) (DC-ASGD compensates for stale parameters, which "
+                             "sync mode does not have)")
+        self._log("transpile: trainer %d of %d, pservers %s, sync_mode=%s", trainer_id,
+                  trainers, endpoints, sync)
+        return endpoints, int(trainers), sync
+
+    def _make_plan(self, program: Program, startup: Program, endpoints: list[str],
+                   trainer_id: int, trainer_num: int, sync: bool) -> TranspilePlan:
+        origin, origin_startup = program.clone(), startup.clone()
+        block = origin.global_block()
+        opt = optimize_ops(block)
+        if not any(is_optimizer_op(op) for op in opt):
+            raise ValueError("the program has no optimize ops: call optimizer.minimize(loss) "
+                             "before transpile()")
+        for op in opt:
+            if is_optimizer_op(op) and op.type not in OPTIMIZER_TYPES:
+                raise ValueError(f"Not supported optimizer for distributed training: {op.type!r}"
+                                 f"; supported: {', '.join(OPTIMIZER_TYPES)}")
+        table = lookup_table.find_distributed_table(block)
+        count = len(endpoints) if self.config.slice_var_up else 1
+        params: list[ParamPlan] = []
+        for pname, gname in params_grads_of(opt):
+            param = block.var(pname)
+            if (isinstance(param, Parameter) and not param.trainable) or pname == table:
+                continue
+            blocks = slice_variable([(pname, param.shape)], count, self.config.min_block_size)
+            if not self.config.slice_var_up and len(blocks) != 1:
+                raise AssertionError("slice_var_up=False must give one block per variable")
+            sparse = block.var(gname).type == VarType.SELECTED_ROWS
+            params.append(ParamPlan(pname, gname, blocks, sparse=sparse,
+                                    per_trainer=sync and trainer_num > 1))
+            self._log("slice %s %s into %s", pname, list(param.shape),
+                      [list(b.shape) for b in blocks])
+        plan = TranspilePlan(origin, origin_startup, endpoints, trainer_id, trainer_num, sync,
+                             self.config.slice_var_up, self.config.enable_dc_asgd, opt,
+                             lr_ops(block), params)
+        if table is not None:
+            plan.table = lookup_table.make_table_plan(block, table, endpoints, sync)
+            self._log("distributed table %s %s: %d shards of %d rows", table,
+                      list(plan.table.shape), len(endpoints), plan.table.shard_rows)
+        return plan
+
+    def _place_blocks(self, plan: TranspilePlan) -> list[ParamPlan]:
+        """Dispatch every parameter block; returns the parameters in dispatch order.
+
+        Without slicing, the order is shuffled first by ``RandomState(program.random_seed)``
+        (the same permutation as Fluid's ``np.random.seed(seed); np.random.shuffle``), so that
+        every node, using the same seed, places the blocks the same way and weights and biases
+        do not cluster on one pserver. Gradients follow their parameters: HashName hashes the
+        parameter block name (``fc_0.w_0.block1``).
+        """
+        order = list(range(len(plan.params)))
+        if not self.config.slice_var_up:
+            np.random.RandomState(plan.origin.random_seed).shuffle(order)
+        dispatcher = self.config.split_method(plan.endpoints)
+        dispatcher.reset()
+        ordered = [plan.params[i] for i in order]
+        for pp in ordered:
+            eps = list(dispatcher.dispatch(pp.param_block_names))
+            bad = [ep for ep in eps if ep not in plan.endpoints]
+            if len(eps) != len(pp.blocks) or bad:
+                raise ValueError(f"{type(dispatcher).__name__}.dispatch returned {eps} for "
+                                 f"{pp.param_block_names}: it must return one of "
+                                 f"{plan.endpoints} per block")
+            pp.endpoints = eps
+            for name, ep in zip(pp.param_block_names, eps, strict=True):
+                self._log("place %s on %s", name, ep)
+        return ordered
+
+    def _rewrite_trainer(self, program: Program, plan: TranspilePlan,
+                         order: list[ParamPlan]) -> None:
+        control = trainer_rewrite.ControlVars()
+        trainer_rewrite.create_trainer_vars(program, plan)
+        dummies = {}
+        if plan.table is not None:
+            table_dummy = lookup_table.rewrite_trainer(program, plan, control)
+        dummies.update(trainer_rewrite.insert_sends(program, plan, order, control))
+        if plan.table is not None:
+            dummies[plan.table.name] = table_dummy
+        trainer_rewrite.append_param_fetch(program, plan, control, dummies)
+        trainer_rewrite.append_param_fetch(self._startup, plan, control, None)
+
+    # ------------------------------------------------------------------------------------------
+    # getters
+    # ------------------------------------------------------------------------------------------
+    def _require_pserver_plan(self) -> TranspilePlan:
+        if self._mode == "nccl2":
+            raise RuntimeError("this transpiler ran in nccl2 mode: there are no pserver programs")
+        if self._plan is None:
+            raise RuntimeError("call transpile() first")
+        return self._plan
+
+    def _check_endpoint(self, endpoint: str) -> None:
+        plan = self._require_pserver_plan()
+        if endpoint not in plan.endpoints:
+            raise ValueError(f"endpoint {endpoint!r} is not a pserver of this transpile; known "
+                             f"endpoints: {plan.endpoints}")
+
+    def get_trainer_program(self, wait_port: bool = True) -> Program:
+        """The trainer program: the transpiled program without its optimize and LR ops.
+
+        Mutates (and returns) the program given to ``transpile()``, and removes the
+        optimizer-only variables and their init ops from the startup program, as Fluid 1.8.
+        ``wait_port`` is accepted for compatibility and ignored: nothing waits on TCP ports.
+        """
+        if self._program is None:
+            raise RuntimeError("call transpile() first")
+        if self._mode == "nccl2":
+            return self._program
+        plan = self._require_pserver_plan()
+        tables = [plan.table.name] if plan.table else []
+        trainer_rewrite.strip_optimizer(self._program, self._startup, tables, self._log)
+        trainer_rewrite.set_program_attrs(self._program, plan, self._current_endpoint)
+        return self._program
+
+    def get_pserver_program(self, endpoint: str) -> Program:
+        """A new program for the pserver at ``endpoint`` (§4.3)."""
+        self._check_endpoint(endpoint)
+        build = build_pserver_program(self._plan, endpoint, self._log)
+        self._builds[endpoint] = build
+        return build.program
+
+    def get_pserver_programs(self, endpoint: str) -> tuple[Program, Program]:
+        """``(pserver main program, pserver startup program)`` for ``endpoint``."""
+        main = self.get_pserver_program(endpoint)
+        return main, self.get_startup_program(endpoint, main)
+
+    def get_startup_program(self, endpoint: str, pserver_program: Program | None = None,
+                            startup_program: Program | None = None) -> Program:
+        """The startup program of the pserver at ``endpoint``: its blocks start as exact
+        slices of the parameters the original startup program draws. ``startup_program`` is
+        accepted for Fluid compatibility and ignored (the copy taken by ``transpile()`` is
+        used)."""
+        self._check_endpoint(endpoint)
+        build = self._builds.get(endpoint)
+        if build is None or (pserver_program is not None and build.program is not pserver_program):
+            build = build_pserver_program(self._plan, endpoint, self._log)
+            if pserver_program is not None:
+                build.program = pserver_program
+            self._builds[endpoint] = build
+        return build_pserver_startup(self._plan, endpoint, build, self._log)
+
+    # ------------------------------------------------------------------------------------------
+    # metadata for runtimes
+    # ------------------------------------------------------------------------------------------
+    @property
+    def plan(self) -> TranspilePlan:
+        """The full plan (parameters, blocks, endpoints, names)."""
+        return self._require_pserver_plan()
+
+    @property
+    def pserver_endpoints(self) -> list[str]:
+        return list(self._require_pserver_plan().endpoints)
+
+    @property
+    def trainer_num(self) -> int:
+        if self._mode == "nccl2":
+            return self._trainer_num
+        return self._require_pserver_plan().trainer_num
+
+    @property
+    def trainer_id(self) -> int:
+        if self._mode == "nccl2":
+            return self._trainer_id
+        return self._require_pserver_plan().trainer_id
+
+    @property
+    def sync_mode(self) -> bool:
+        return self._require_pserver_plan().sync_mode
+
+    @property
+    def param_blocks(self) -> dict[str, list[VarBlock]]:
+        """Parameter name -> its blocks (``VarBlock.varname`` is the parameter)."""
+        return {pp.param: list(pp.blocks) for pp in self._require_pserver_plan().params}
+
+    @property
+    def grad_blocks(self) -> dict[str, list[VarBlock]]:
+        """Gradient name -> its blocks (same geometry as the parameter's)."""
+        return {pp.grad: [VarBlock(pp.grad, b.index, b.offset, b.size, b.shape, b.full_shape)
+                          for b in pp.blocks] for pp in self._require_pserver_plan().params}
+
+    @property
+    def param_endpoints(self) -> dict[str, list[str]]:
+        """Parameter name -> endpoint of each of its blocks."""
+        return {pp.param: list(pp.endpoints) for pp in self._require_pserver_plan().params}
+
+    @property
+    def block_endpoint(self) -> dict[str, str]:
+        """Block variable name (parameter blocks and pserver-side merged gradients) ->
+        endpoint."""
+        out: dict[str, str] = {}
+        for pp in self._require_pserver_plan().params:
+            for names in (pp.param_block_names, pp.grad_block_names):
+                out.update(zip(names, pp.endpoints, strict=True))
+        return out

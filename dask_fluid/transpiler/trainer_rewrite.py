@@ -1,0 +1,218 @@
+"""The trainer side of pserver mode (§4.1): send gradients, receive parameters.
+
+Right after the op that last writes each gradient: ``split_byref`` (or
+``split_selected_rows``) when the gradient has several blocks, then one ``send``. At the end:
+``send_barrier`` (sync), one ``recv`` per parameter, ``fetch_barrier`` (sync) and ``concat`` for
+split parameters. The trainer startup receives the initial parameters the same way.
+
+Every RPC op carries what a runtime needs to run it without the transpiler object:
+
+- ``send``: ``epmap`` (endpoint per input), ``send_varnames`` (the names the pserver expects,
+  equal to the inputs), ``sync_mode``, ``trainer_id``;
+- ``recv``: ``epmap`` (endpoint per output), ``recv_varnames`` (pserver-side names, equal to the
+  outputs), ``trainer_id``, ``sync_mode``;
+- ``send_barrier`` / ``fetch_barrier``: ``endpoints`` (all pservers), ``trainer_id``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable
+
+from ..framework import OP_ROLE_KEY, OP_ROLE_VAR_KEY, Block, OpRole, Program, VarType
+from .plan import ParamPlan, TranspilePlan, lr_ops, optimize_ops
+
+logger = logging.getLogger("dask_fluid.transpiler")
+
+CONTROL_VAR_PREFIX = "__control_var@"
+
+
+class ControlVars:
+    """Deterministic names for the dummy variables that order RPC ops (Fluid draws random
+    ones; fixed names keep programs reproducible and comparable)."""
+
+    def __init__(self) -> None:
+        self._counter = itertools.count()
+
+    def new(self, block: Block) -> str:
+        name = f"{CONTROL_VAR_PREFIX}{next(self._counter)}"
+        block.create_var(name=name, type=VarType.RAW, dtype="float32", stop_gradient=True)
+        return name
+
+
+def rename_var(block: Block, old: str, new: str) -> None:
+    """Rename a variable of ``block`` and every use of it by the block's ops."""
+    var = block.vars.pop(old)
+    var.name = new
+    block.vars[new] = var
+    for op in block.ops:
+        op._rename_input(old, new)
+        op._rename_output(old, new)
+
+
+def last_writer(block: Block, name: str) -> int:
+    """Index of the last op of ``block`` writing ``name``, or -1."""
+    for i in range(len(block.ops) - 1, -1, -1):
+        if name in block.ops[i].output_arg_names:
+            return i
+    return -1
+
+
+def _rpc_attrs(plan: TranspilePlan, **extra) -> dict:
+    return {OP_ROLE_KEY: OpRole.RPC, "trainer_id": plan.trainer_id, **extra}
+
+
+def create_trainer_vars(program: Program, plan: TranspilePlan) -> None:
+    """Declare the block variables and give whole gradients their per-trainer name."""
+    block = program.global_block()
+    for pp in plan.params:
+        grad = block.var(pp.grad)
+        param = block.var(pp.param)
+        send_names = pp.trainer_grad_names(plan.trainer_id)
+        if not pp.split:
+            if send_names[0] != pp.grad:
+                rename_var(block, pp.grad, send_names[0])
+            continue
+        for b, pname, gname in zip(pp.blocks, pp.param_block_names, send_names, strict=True):
+            block.create_var(name=pname, shape=b.shape, dtype=param.dtype, persistable=False)
+            block.create_var(name=gname, shape=b.shape, dtype=grad.dtype, type=grad.type)
+
+
+def insert_sends(program: Program, plan: TranspilePlan, order: list[ParamPlan],
+                 control: ControlVars) -> dict[str, str]:
+    """Insert split + send after the last writer of each gradient; returns param -> the send's
+    control output."""
+    block = program.global_block()
+    dummies: dict[str, str] = {}
+    for pp in order:
+        send_names = pp.trainer_grad_names(plan.trainer_id)
+        source = pp.grad if pp.split else send_names[0]
+        idx = last_writer(block, source)
+        if idx < 0:
+            raise ValueError(f"no op of the program writes the gradient {source!r} of parameter "
+                             f"{pp.param!r}: was the backward pass appended (minimize)?")
+        role_var = [pp.param, source]
+        if pp.split:
+            if pp.sparse:
+                block._insert_op(idx + 1, "split_selected_rows", inputs={"X": [source]},
+                                 outputs={"Out": send_names},
+                                 attrs={"height_sections": pp.sections,
+                                        OP_ROLE_KEY: OpRole.Dist, OP_ROLE_VAR_KEY: role_var})
+            else:
+                block._insert_op(idx + 1, "split_byref", inputs={"X": [source]},
+                                 outputs={"Out": send_names},
+                                 attrs={"sections": pp.sections, "num": 0, "axis": 0,
+                                        OP_ROLE_KEY: OpRole.Dist, OP_ROLE_VAR_KEY: role_var})
+            idx += 1
+        dummy = control.new(block)
+        block._insert_op(idx + 1, "send", inputs={"X": send_names}, outputs={"Out": [dummy]},
+                         attrs=_rpc_attrs(plan, epmap=list(pp.endpoints),
+                                          send_varnames=list(send_names), sections=[],
+                                          sync_mode=plan.sync_mode,
+                                          **{OP_ROLE_VAR_KEY: role_var}))
+        dummies[pp.param] = dummy
+        logger.info("send %s -> %s", send_names, pp.endpoints)
+    return dummies
+
+
+def append_param_fetch(program: Program, plan: TranspilePlan, control: ControlVars,
+                       send_dummies: dict[str, str] | None) -> None:
+    """Append (send_barrier,) recv per parameter, (fetch_barrier,) concat of split params.
+
+    ``send_dummies`` is None for the trainer startup: no barrier before the recvs, and the
+    fetch_barrier is always appended (as Fluid) so every trainer starts from the same values.
+    """
+    block = program.global_block()
+    startup = send_dummies is None
+    barrier_out = None
+    if not startup and plan.sync_mode:
+        barrier_out = control.new(block)
+        block.append_op("send_barrier", inputs={"X": list(send_dummies.values())},
+                        outputs={"Out": [barrier_out]},
+                        attrs=_rpc_attrs(plan, endpoints=list(plan.endpoints),
+                                         half_async=False, sync_mode=True))
+    recv_outputs: list[str] = []
+    for pp in plan.params:
+        names = pp.param_block_names
+        if startup:
+            param = block.var(pp.param)
+            for b, name in zip(pp.blocks, names, strict=True):
+                if not block.has_var(name):
+                    block.create_var(name=name, shape=b.shape, dtype=param.dtype)
+            deps: list[str] = []
+        elif plan.sync_mode:
+            deps = [barrier_out]
+        else:
+            deps = [send_dummies[pp.param]]
+        block.append_op("recv", inputs={"X": deps}, outputs={"Out": names},
+                        attrs=_rpc_attrs(plan, epmap=list(pp.endpoints),
+                                         recv_varnames=list(names), sync_mode=plan.sync_mode,
+                                         with_barrier=plan.sync_mode,
+                                         **{OP_ROLE_VAR_KEY: [pp.param, names[0]]}))
+        recv_outputs += names
+    if startup or plan.sync_mode:
+        block.append_op("fetch_barrier", inputs={"X": recv_outputs},
+                        outputs={"Out": [control.new(block)]},
+                        attrs=_rpc_attrs(plan, endpoints=list(plan.endpoints)))
+    for pp in plan.params:
+        if pp.split:
+            block.append_op("concat", inputs={"X": pp.param_block_names},
+                            outputs={"Out": [pp.param]},
+                            attrs={"axis": 0, OP_ROLE_KEY: OpRole.Dist})
+
+
+def set_program_attrs(program: Program, plan: TranspilePlan, current_endpoint: str) -> None:
+    """The attributes Fluid sets on a transpiled trainer program, plus the runtime's."""
+    program._is_distributed = True
+    program._endpoints = list(plan.endpoints)
+    program._ps_endpoint = current_endpoint
+    program._is_chief = plan.trainer_id == 0
+    program._distributed_lookup_table = plan.table.name if plan.table else None
+    program._trainer_id = plan.trainer_id
+    program._num_trainers = plan.trainer_num
+    program._sync_mode = plan.sync_mode
+
+
+def _delete_ops(block: Block, ops: list) -> None:
+    ids = {id(op) for op in ops}
+    block.ops = [op for op in block.ops if id(op) not in ids]
+
+
+def strip_optimizer(program: Program, startup: Program, fake_init_tables: list[str],
+                    log: Callable[..., None]) -> None:
+    """Remove optimize and LR ops from the trainer, the optimizer-only variables (learning
+    rate, accumulators) and their startup init ops; the remote table's init becomes
+    ``fake_init``. Idempotent."""
+    block = program.global_block()
+    opt = optimize_ops(block)
+    lr = lr_ops(block)
+    role_vars: set[str] = set()
+    inputs: set[str] = set()
+    for op in opt:
+        role_vars.update(op.attrs.get(OP_ROLE_VAR_KEY) or [])
+        inputs.update(op.input_arg_names)
+    _delete_ops(block, opt + lr)
+    still_read = {n for op in block.ops for n in op.input_arg_names + op.output_arg_names}
+    dead = sorted(n for n in inputs - role_vars if n not in still_read)
+    sblock = startup.global_block()
+    _delete_ops(sblock, [op for op in sblock.ops if set(op.output_arg_names) & set(dead)])
+    for name in dead:
+        sblock._remove_var(name)
+        block._remove_var(name)
+    if opt or lr:
+        log("trainer: removed %d optimize and %d LR ops; optimizer-only vars %s",
+            len(opt), len(lr), dead)
+    for table in fake_init_tables:
+        inits = [op for op in sblock.ops if table in op.output_arg_names]
+        if len(inits) == 1 and inits[0].type == "fake_init":
+            continue
+        if len(inits) != 1:
+            raise ValueError(f"the distributed table {table!r} must have exactly 1 init op in "
+                             f"the startup program, found {len(inits)}")
+        idx = sblock.ops.index(inits[0])
+        shape = list(inits[0].attrs.get("shape", sblock.var(table).shape))
+        sblock._remove_op(idx)
+        sblock._insert_op(idx, "fake_init", outputs={"Out": [table]},
+                          attrs={"shape": shape, "dtype": sblock.var(table).dtype})
+        log("trainer startup: %s initialised by fake_init (it lives on the pservers)", table)
