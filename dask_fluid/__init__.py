@@ -1,0 +1,74 @@
+"""dask_fluid: PaddlePaddle Fluid's distributed training on Dask.
+
+Import it the way Fluid scripts import ``paddle.fluid``::
+
+    import dask_fluid as fluid
+
+    x = fluid.layers.data(name="x", shape=[64])
+    ...
+    fluid.optimizer.SGD(0.1).minimize(loss)
+    exe = fluid.Executor(fluid.CPUPlace())
+"""
+
+from . import (
+    backward,
+    clip,
+    initializer,
+    layers,
+    optimizer,
+    regularizer,
+    unique_name,
+)
+from .backward import append_backward
+from .executor import (
+    CPUPlace,
+    CUDAPlace,
+    ExecutionError,
+    Executor,
+    Scope,
+    global_scope,
+    scope_guard,
+)
+from .framework import (
+    Block,
+    Operator,
+    OpRole,
+    Parameter,
+    Program,
+    Variable,
+    default_main_program,
+    default_startup_program,
+    program_guard,
+)
+from .param_attr import ParamAttr
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "DistributeTranspiler": "dask_fluid.transpiler",
+    "DistributeTranspilerConfig": "dask_fluid.transpiler",
+    "transpiler": "dask_fluid.transpiler",
+    "MLPClassifier": "dask_fluid.estimators",
+    "MLPRegressor": "dask_fluid.estimators",
+    "LinearClassifier": "dask_fluid.estimators",
+    "LinearRegressor": "dask_fluid.estimators",
+}
+
+
+def __getattr__(name: str):
+    # The transpiler and the estimators (which pull in dask and scikit-learn) load on first use.
+    if name in _LAZY:
+        import importlib
+
+        module = importlib.import_module(_LAZY[name])
+        return module if name == "transpiler" else getattr(module, name)
+    raise AttributeError(f"module 'dask_fluid' has no attribute {name!r}")
+
+
+__all__ = [
+    "Block", "CPUPlace", "CUDAPlace", "ExecutionError", "Executor", "OpRole", "Operator",
+    "ParamAttr", "Parameter", "Program", "Scope", "Variable", "append_backward", "backward",
+    "clip", "default_main_program", "default_startup_program", "global_scope", "initializer",
+    "layers", "optimizer", "program_guard", "regularizer", "scope_guard", "unique_name",
+    *_LAZY,
+]

@@ -1,0 +1,383 @@
+"""Scope and Executor: run a program block on numpy (CPUPlace) or cupy (CUDAPlace).
+
+The executor compiles a block once per (program, feed names, fetch names) into a flat list of
+steps, each a kernel with its input and output names resolved, and checks it: every input is
+fed, persistable in the scope, or written by an earlier op. A step then costs a dict lookup per
+argument and one kernel call. Host ops (control flow, RPC) get a :class:`RunContext`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import ops as _ops  # noqa: F401  (registers every kernel)
+from .framework import EMPTY_VAR, Block, Program, Variable, default_main_program
+from .ops import registry
+from .ops.selected_rows import SelectedRows
+
+
+class CPUPlace:
+    """Run kernels on numpy."""
+
+    xp_name = "numpy"
+
+    def __repr__(self) -> str:
+        return "CPUPlace()"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CPUPlace)
+
+    __hash__ = object.__hash__
+
+
+class CUDAPlace:
+    """Run kernels on cupy, on GPU ``device_id``."""
+
+    xp_name = "cupy"
+
+    def __init__(self, device_id: int = 0) -> None:
+        self.device_id = int(device_id)
+
+    def __repr__(self) -> str:
+        return f"CUDAPlace({self.device_id})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CUDAPlace) and other.device_id == self.device_id
+
+    __hash__ = object.__hash__
+
+
+def _cupy():
+    try:
+        import cupy
+
+        cupy.cuda.runtime.getDeviceCount()
+    except Exception as err:  # ImportError, CUDARuntimeError: both mean "no usable GPU"
+        raise RuntimeError(
+            "CUDAPlace needs CuPy and a CUDA GPU: install the 'gpu' extra "
+            f"(pip install 'dask-fluid[gpu]') on a machine with a GPU ({err})") from err
+    return cupy
+
+
+class _Tensor:
+    """What ``Scope.find_var(name)`` returns (Fluid's Variable holding a LoDTensor)."""
+
+    def __init__(self, scope: Scope, name: str) -> None:
+        self._scope, self._name = scope, name
+
+    def get_tensor(self) -> Any:
+        return self._scope.vars[self._name]
+
+    def set(self, value: Any, place: Any = None) -> None:
+        self._scope.vars[self._name] = value
+
+
+class Scope:
+    """Name → array storage; persistable variables live here between runs."""
+
+    def __init__(self) -> None:
+        self.vars: dict[str, Any] = {}
+        self._rngs: dict[tuple, np.random.Generator] = {}
+
+    def find_var(self, name: str) -> _Tensor | None:
+        return _Tensor(self, name) if name in self.vars else None
+
+    def var(self, name: str) -> _Tensor:
+        self.vars.setdefault(name, None)
+        return _Tensor(self, name)
+
+    def get(self, name: str) -> Any:
+        """The array stored under ``name``; KeyError naming it when missing."""
+        try:
+            return self.vars[name]
+        except KeyError:
+            raise KeyError(f"variable {name!r} is not in the scope; run the startup "
+                           "program first or feed it") from None
+
+    def set(self, name: str, value: Any) -> None:
+        self.vars[name] = value
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.vars
+
+    def keys(self):
+        return self.vars.keys()
+
+    def rng(self, key: tuple, seed: int) -> np.random.Generator:
+        """A generator per op, kept with the scope so a fresh scope replays the same draws."""
+        gen = self._rngs.get(key)
+        if gen is None:
+            gen = self._rngs[key] = np.random.default_rng([seed, zlib.crc32(repr(key).encode())])
+        return gen
+
+
+_global_scope = Scope()
+
+
+def global_scope() -> Scope:
+    """The scope ``Executor.run`` uses when none is given."""
+    return _global_scope
+
+
+@contextlib.contextmanager
+def scope_guard(scope: Scope) -> Iterator[None]:
+    """Use ``scope`` as the global scope inside the block."""
+    global _global_scope
+    saved, _global_scope = _global_scope, scope
+    try:
+        yield
+    finally:
+        _global_scope = saved
+
+
+@dataclass
+class RunContext:
+    """What a host op (control flow, RPC) sees besides its inputs."""
+
+    executor: Executor
+    scope: Scope
+    program: Program
+    block: Block
+    op: Any
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class _Step:
+    op: Any
+    kernel: Any
+    ins: tuple
+    outs: tuple
+    out_slots: tuple
+    attrs: dict
+    host: bool
+    rng_key: tuple | None
+
+
+# Ops whose number of outputs is decided by how many names the program binds.
+_NEEDS_OUT_COUNTS = frozenset({"split", "split_ids", "split_byref", "split_selected_rows"})
+
+
+class ExecutionError(RuntimeError):
+    """A kernel failed; the message names the op, its position and its arguments."""
+
+
+class _Compiled:
+    def __init__(self, steps: list[_Step]) -> None:
+        self.steps = steps
+
+
+class Executor:
+    """Run programs (Fluid's ``Executor``).
+
+    Parameters
+    ----------
+    place : CPUPlace or CUDAPlace, optional
+        Where kernels run; CPU by default.
+    """
+
+    def __init__(self, place: CPUPlace | CUDAPlace | None = None) -> None:
+        self.place = place or CPUPlace()
+        self._xp = _cupy() if isinstance(self.place, CUDAPlace) else np
+        self._cache: dict[tuple, _Compiled] = {}
+        #: hooks the distributed runtimes install for host ops (send, recv, ...)
+        self.host_context: dict[str, Any] = {}
+
+    # -- compile ------------------------------------------------------------------------------
+    def _compile(self, program: Program, block: Block, feed_names: frozenset,
+                 scope: Scope) -> _Compiled:
+        known = set(scope.keys()) | set(feed_names)
+        steps = []
+        on_gpu = isinstance(self.place, CUDAPlace)
+        for idx, op in enumerate(block.ops):
+            opdef = registry.get(op.type)
+            for slot, names in op.inputs.items():
+                for name in names:
+                    if name == EMPTY_VAR or name in known or opdef.host:
+                        continue
+                    var = block._find_var_recursive(name)
+                    if var is not None and var.persistable:
+                        raise ExecutionError(
+                            f"op {op.type!r} (#{idx} in block {block.idx}) reads the persistable "
+                            f"variable {name!r} (slot {slot}), which is not in the scope: run "
+                            "the startup program first")
+                    raise ExecutionError(
+                        f"op {op.type!r} (#{idx} in block {block.idx}) reads {slot}={name!r}, "
+                        "which is neither fed, in the scope, nor written by an earlier op")
+            if opdef.kernel is None:
+                raise ExecutionError(
+                    f"op {op.type!r} (#{idx} in block {block.idx}) has no kernel here; "
+                    + ("run the transpiled program through dask_fluid.distributed"
+                       if opdef.host else "it cannot be executed"))
+            attrs = dict(op.attrs)
+            if op.type in ("uniform_random", "gaussian_random", "truncated_gaussian_random",
+                           "fill_constant", "fake_init"):
+                attrs["_out_name"] = op.output("Out")[0]
+                attrs["_place"] = "gpu" if on_gpu else "cpu"
+            if op.type in _NEEDS_OUT_COUNTS:
+                attrs["_out_counts"] = {slot: len(names) for slot, names in op.outputs.items()}
+            rng_key = None
+            if op.type == "dropout":
+                rng_key = (block.idx, idx, op.output("Out")[0])
+                attrs.setdefault("seed", 0)
+                if not attrs.get("fix_seed"):
+                    attrs["seed"] = program.random_seed
+            ins = tuple((slot, tuple(names)) for slot, names in op.inputs.items())
+            outs = tuple((slot, tuple(names)) for slot, names in op.outputs.items())
+            out_slots = tuple(slot for slot, names in op.outputs.items()
+                              if any(n != EMPTY_VAR for n in names))
+            steps.append(_Step(op, opdef.kernel, ins, outs, out_slots, attrs, opdef.host,
+                               rng_key))
+            known.update(n for _, names in outs for n in names)
+        return _Compiled(steps)
+
+    def _compiled(self, program: Program, block: Block, feed_names: frozenset,
+                  scope: Scope) -> _Compiled:
+        key = (id(program), block.idx, tuple(map(id, block.ops)), feed_names, id(scope))
+        compiled = self._cache.get(key)
+        if compiled is None:
+            compiled = self._cache[key] = self._compile(program, block, feed_names, scope)
+        return compiled
+
+    # -- run ----------------------------------------------------------------------------------
+    def run_block(self, program: Program, block: Block, scope: Scope,
+                  feed_names: frozenset = frozenset()) -> None:
+        """Run every op of ``block`` against ``scope`` (used by control-flow ops too)."""
+        vals = scope.vars
+        for i, step in enumerate(self._compiled(program, block, feed_names, scope).steps):
+            try:
+                ins = {slot: [None if n == EMPTY_VAR else vals[n] for n in names]
+                       for slot, names in step.ins}
+                attrs = step.attrs
+                if step.rng_key is not None:
+                    attrs = dict(attrs, _rng=scope.rng(step.rng_key, attrs["seed"]))
+                if step.host:
+                    ctx = RunContext(self, scope, program, block, step.op)
+                    out = step.kernel(ins, attrs, step.out_slots, ctx)
+                else:
+                    out = step.kernel(ins, attrs, step.out_slots)
+            except ExecutionError:
+                raise
+            except KeyError as err:
+                raise ExecutionError(
+                    f"op {step.op.type!r} (#{i} in block {block.idx}) is missing input "
+                    f"{err.args[0]!r}: feed it, run the startup program, or check the op order"
+                ) from err
+            except Exception as err:
+                if getattr(err, "_dask_fluid_passthrough", False):
+                    raise
+                raise ExecutionError(
+                    f"op {step.op.type!r} (#{i} in block {block.idx}) failed: "
+                    f"{type(err).__name__}: {err}") from err
+            if out:
+                for slot, names in step.outs:
+                    arrays = out.get(slot)
+                    if arrays is None:
+                        continue
+                    for name, arr in zip(names, arrays):
+                        if name != EMPTY_VAR:
+                            vals[name] = arr
+
+    def _check_feed(self, block: Block, feed: dict) -> dict:
+        checked = {}
+        for key, value in feed.items():
+            name = key.name if isinstance(key, Variable) else str(key)
+            var = block._find_var_recursive(name)
+            if var is None:
+                raise ValueError(f"feed {name!r} is not a variable of the program; "
+                                 f"data layers: {[v.name for v in block.vars.values() if v.is_data]}")
+            arr = value
+            if not hasattr(arr, "dtype") or not hasattr(arr, "shape"):
+                arr = np.asarray(value, dtype=var.dtype)
+            if str(arr.dtype) != var.dtype:
+                raise TypeError(f"feed {name!r} has dtype {arr.dtype} but the variable is "
+                                f"{var.dtype}; convert it with .astype({var.dtype!r})")
+            if var.shape is not None:
+                shape = tuple(arr.shape)
+                if len(shape) != len(var.shape) or any(
+                        d >= 0 and d != s for d, s in zip(var.shape, shape)):
+                    raise ValueError(f"feed {name!r} has shape {list(shape)} but the variable "
+                                     f"expects {list(var.shape)} (-1 is any size)")
+            if arr.dtype.kind == "f" and not bool(self._xp.isfinite(arr).all()):
+                raise ValueError(f"feed {name!r} contains NaN or inf; clean the input data")
+            if self._xp is not np and isinstance(arr, np.ndarray):
+                arr = self._xp.asarray(arr)
+            checked[name] = arr
+        return checked
+
+    def _fetch(self, scope: Scope, names: list[str], return_numpy: bool) -> list:
+        out = []
+        for name in names:
+            if name not in scope.vars:
+                raise ValueError(f"fetch {name!r}: the variable was not computed by this run")
+            value = scope.vars[name]
+            if isinstance(value, SelectedRows):
+                value = value.to_dense()
+            if return_numpy:
+                value = value.get() if hasattr(value, "get") and self._xp is not np else value
+                value = np.array(value, copy=True)
+            out.append(value)
+        return out
+
+    def run(
+        self,
+        program: Program | None = None,
+        feed: dict | None = None,
+        fetch_list: Sequence[Variable | str] | None = None,
+        scope: Scope | None = None,
+        return_numpy: bool = True,
+        use_program_cache: bool = True,
+    ) -> list:
+        """Run the global block of ``program``.
+
+        Parameters
+        ----------
+        program : Program, optional
+            Defaults to :func:`default_main_program`.
+        feed : dict, optional
+            Data-layer name (or Variable) → array.
+        fetch_list : list of Variable or str, optional
+        scope : Scope, optional
+            Defaults to :func:`global_scope`.
+
+        Returns
+        -------
+        list of numpy.ndarray
+            One array per fetched variable.
+        """
+        program = program if program is not None else default_main_program()
+        if not isinstance(program, Program):
+            raise TypeError(f"Executor.run expects a Program, got {type(program).__name__}")
+        scope = scope if scope is not None else global_scope()
+        block = program.global_block()
+        fetch_names = [f.name if isinstance(f, Variable) else str(f) for f in fetch_list or ()]
+        for name in fetch_names:
+            if block._find_var_recursive(name) is None:
+                raise ValueError(f"fetch {name!r} is not a variable of the program")
+        fed = self._check_feed(block, feed or {})
+        scope.vars.update(fed)
+        self.run_block(program, block, scope, frozenset(fed))
+        return self._fetch(scope, fetch_names, return_numpy)
+
+    def close(self) -> None:
+        """Drop compiled blocks."""
+        self._cache.clear()
+
+
+def _conditional_block(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    """Run the sub-block in the same scope when the (scalar) condition holds."""
+    cond = ins["Cond"][0]
+    flag = bool(cond.reshape(-1)[0]) if attrs.get("is_scalar_condition", True) else bool(
+        cond.size)
+    if flag:
+        ctx.executor.run_block(ctx.program, ctx.program.block(attrs["sub_block"]), ctx.scope)
+    return {}
+
+
+registry.set_kernel("conditional_block", _conditional_block)

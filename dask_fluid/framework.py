@@ -1,0 +1,668 @@
+"""Fluid's program model: Program, Block, Variable, Parameter, Operator.
+
+A :class:`Program` is a list of blocks; block 0 is the global block. A block holds variables
+(by name) and an ordered list of operators that read and write them by name. Programs are plain
+data: they print, serialise to JSON and clone. Nodes are created only through
+:meth:`Block.create_var`, :meth:`Block.create_parameter` and :meth:`Block.append_op`, which check
+each op against its registered signature.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import copy
+import html
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from . import unique_name
+from .ops import registry
+
+GRAD_SUFFIX = "@GRAD"
+EMPTY_VAR = "@EMPTY@"
+
+
+def grad_var_name(name: str) -> str:
+    """``x`` → ``x@GRAD``."""
+    return name + GRAD_SUFFIX
+
+
+class OpRole:
+    """Fluid's op role bits (``op_role`` attr)."""
+
+    Forward = 0x0000
+    Backward = 0x0001
+    Optimize = 0x0002
+    RPC = 0x0004
+    Dist = 0x0008
+    LRSched = 0x0010
+    Loss = 0x0100
+
+
+OP_ROLE_KEY = "op_role"
+OP_ROLE_VAR_KEY = "op_role_var"
+
+DTYPES = ("float16", "float32", "float64", "int32", "int64", "bool", "uint8", "int8")
+
+
+def convert_dtype(dtype: Any) -> str:
+    """Normalise a dtype given as str, numpy dtype or type to Fluid's string name."""
+    import numpy as np
+
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        raise TypeError(f"dtype {dtype!r} is not understood; use one of {DTYPES}") from None
+    if name not in DTYPES:
+        raise TypeError(f"dtype {name!r} is not supported; use one of {DTYPES}")
+    return name
+
+
+class VarType:
+    LOD_TENSOR = "lod_tensor"
+    SELECTED_ROWS = "selected_rows"
+    RAW = "raw"
+    STEP_SCOPES = "step_scopes"
+
+
+class Variable:
+    """A named tensor slot of a block (Fluid's ``Variable``).
+
+    Parameters
+    ----------
+    block : Block
+        Owning block.
+    name : str
+        Unique name inside the program.
+    shape : sequence of int, optional
+        ``-1`` marks the batch dimension.
+    dtype : str or numpy dtype
+    persistable : bool
+        Kept in the scope across runs (parameters, optimizer state, learning rates).
+    stop_gradient : bool
+        No gradient flows into this variable.
+    """
+
+    def __init__(
+        self,
+        block: Block,
+        name: str,
+        shape: Sequence[int] | None = None,
+        dtype: Any = "float32",
+        persistable: bool = False,
+        stop_gradient: bool = False,
+        type: str = VarType.LOD_TENSOR,
+        lod_level: int = 0,
+        is_data: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        self.block = block
+        self.name = name
+        self.shape = tuple(int(d) for d in shape) if shape is not None else None
+        self.dtype = convert_dtype(dtype)
+        self.persistable = bool(persistable)
+        self.stop_gradient = bool(stop_gradient)
+        self.type = type
+        self.lod_level = int(lod_level)
+        self.is_data = bool(is_data)
+        self.trainable = False
+
+    def _to_dict(self) -> dict:
+        return {
+            "kind": "var",
+            "name": self.name,
+            "shape": None if self.shape is None else list(self.shape),
+            "dtype": self.dtype,
+            "persistable": self.persistable,
+            "stop_gradient": self.stop_gradient,
+            "type": self.type,
+            "lod_level": self.lod_level,
+            "is_data": self.is_data,
+        }
+
+    def __str__(self) -> str:
+        flags = []
+        if self.persistable:
+            flags.append("persistable")
+        if self.stop_gradient:
+            flags.append("stop_gradient")
+        if self.type != VarType.LOD_TENSOR:
+            flags.append(self.type)
+        extra = f" ({', '.join(flags)})" if flags else ""
+        shape = "?" if self.shape is None else list(self.shape)
+        return f"var {self.name} : {self.dtype}{shape}{extra}"
+
+    __repr__ = __str__
+
+    # Operator overloading creates ops in the current block, as Fluid's monkey patch does.
+    def _binary(self, other: Any, op_type: str, reverse: bool = False) -> Variable:
+        from . import layers
+
+        return layers._binary_op(self, other, op_type, reverse)
+
+    def __add__(self, other):
+        return self._binary(other, "elementwise_add")
+
+    def __radd__(self, other):
+        return self._binary(other, "elementwise_add", True)
+
+    def __sub__(self, other):
+        return self._binary(other, "elementwise_sub")
+
+    def __rsub__(self, other):
+        return self._binary(other, "elementwise_sub", True)
+
+    def __mul__(self, other):
+        return self._binary(other, "elementwise_mul")
+
+    def __rmul__(self, other):
+        return self._binary(other, "elementwise_mul", True)
+
+    def __truediv__(self, other):
+        return self._binary(other, "elementwise_div")
+
+    def __rtruediv__(self, other):
+        return self._binary(other, "elementwise_div", True)
+
+    def __pow__(self, other):
+        return self._binary(other, "elementwise_pow")
+
+    def __rpow__(self, other):
+        return self._binary(other, "elementwise_pow", True)
+
+    def __lt__(self, other):
+        return self._binary(other, "less_than")
+
+    __hash__ = object.__hash__
+
+
+class Parameter(Variable):
+    """A trainable, persistable variable of the global block."""
+
+    def __init__(
+        self,
+        block: Block,
+        name: str,
+        shape: Sequence[int],
+        dtype: Any = "float32",
+        trainable: bool = True,
+        regularizer: Any = None,
+        gradient_clip_attr: Any = None,
+        optimize_attr: dict | None = None,
+        **kwargs: Any,
+    ) -> None:
+        for d in shape:
+            if int(d) <= 0:
+                raise ValueError(
+                    f"parameter {name!r} must have a fully known positive shape, got {list(shape)}"
+                )
+        kwargs.pop("persistable", None)
+        super().__init__(block, name, shape, dtype, persistable=True, **kwargs)
+        self.trainable = bool(trainable)
+        self.stop_gradient = not self.trainable
+        self.regularizer = regularizer
+        self.gradient_clip_attr = gradient_clip_attr
+        self.optimize_attr = dict(optimize_attr or {"learning_rate": 1.0})
+
+    def _to_dict(self) -> dict:
+        d = super()._to_dict()
+        d.update(kind="param", trainable=self.trainable,
+                 optimize_attr=self.optimize_attr,
+                 regularizer=None if self.regularizer is None else self.regularizer._to_dict(),
+                 gradient_clip_attr=None if self.gradient_clip_attr is None
+                 else self.gradient_clip_attr._to_dict())
+        return d
+
+
+def _as_names(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, (Variable, str)):
+        value = [value]
+    return [v.name if isinstance(v, Variable) else str(v) for v in value]
+
+
+class Operator:
+    """One op of a block: a type, named input and output slots (lists of var names), attrs."""
+
+    def __init__(
+        self,
+        block: Block,
+        type: str,
+        inputs: dict[str, Any] | None = None,
+        outputs: dict[str, Any] | None = None,
+        attrs: dict[str, Any] | None = None,
+    ) -> None:
+        self.block = block
+        self.type = type
+        self.inputs = {k: _as_names(v) for k, v in (inputs or {}).items()}
+        self.outputs = {k: _as_names(v) for k, v in (outputs or {}).items()}
+        opdef = registry.get(type) if registry.has(type) else None
+        self.attrs = dict(opdef.attrs) if opdef else {}
+        self.attrs.update(attrs or {})
+        if OP_ROLE_KEY not in self.attrs:
+            self.attrs[OP_ROLE_KEY] = block.program._current_role
+        if OP_ROLE_VAR_KEY not in self.attrs and block.program._current_role_var:
+            self.attrs[OP_ROLE_VAR_KEY] = list(block.program._current_role_var)
+        self._check(opdef)
+
+    def _check(self, opdef: registry.OpDef | None) -> None:
+        if opdef is None:
+            raise KeyError(f"cannot create op {self.type!r}: no such op is registered")
+        for slot in self.inputs:
+            if slot not in opdef.inputs:
+                raise ValueError(
+                    f'Incorrect setting for input(s) of operator "{self.type}". '
+                    f"Need: [{', '.join(opdef.inputs)}] Given: [{', '.join(self.inputs)}]"
+                )
+        for slot in self.outputs:
+            if slot not in opdef.outputs:
+                raise ValueError(
+                    f'Incorrect setting for output(s) of operator "{self.type}". '
+                    f"Need: [{', '.join(opdef.outputs)}] Given: [{', '.join(self.outputs)}]"
+                )
+
+    # Fluid's accessors
+    def input(self, slot: str) -> list[str]:
+        return list(self.inputs.get(slot, []))
+
+    def output(self, slot: str) -> list[str]:
+        return list(self.outputs.get(slot, []))
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.inputs)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.outputs)
+
+    @property
+    def input_arg_names(self) -> list[str]:
+        return [n for names in self.inputs.values() for n in names]
+
+    @property
+    def output_arg_names(self) -> list[str]:
+        return [n for names in self.outputs.values() for n in names]
+
+    def attr(self, name: str) -> Any:
+        return self.attrs[name]
+
+    def has_attr(self, name: str) -> bool:
+        return name in self.attrs
+
+    def _set_attr(self, name: str, value: Any) -> None:
+        self.attrs[name] = value
+
+    def _rename_input(self, old: str, new: str) -> None:
+        for names in self.inputs.values():
+            for i, n in enumerate(names):
+                if n == old:
+                    names[i] = new
+
+    def _rename_output(self, old: str, new: str) -> None:
+        for names in self.outputs.values():
+            for i, n in enumerate(names):
+                if n == old:
+                    names[i] = new
+
+    def _to_dict(self) -> dict:
+        return {"type": self.type, "inputs": self.inputs, "outputs": self.outputs,
+                "attrs": self.attrs}
+
+    def __str__(self) -> str:
+        def slots(d: dict[str, list[str]]) -> str:
+            return ", ".join(f"{k}={v}" for k, v in d.items())
+
+        shown = {k: v for k, v in self.attrs.items() if k not in (OP_ROLE_KEY,)}
+        attrs = ", ".join(f"{k}={v!r}" for k, v in sorted(shown.items()))
+        return f"{{{slots(self.outputs)}}} = {self.type}(inputs={{{slots(self.inputs)}}}, {attrs})"
+
+    __repr__ = __str__
+
+
+class Block:
+    """An ordered list of ops and the variables they use."""
+
+    def __init__(self, program: Program, idx: int, parent_idx: int = -1) -> None:
+        self.program = program
+        self.idx = idx
+        self.parent_idx = parent_idx
+        self.vars: dict[str, Variable] = {}
+        self.ops: list[Operator] = []
+        self.forward_block_idx = -1
+
+    @property
+    def parent(self) -> Block | None:
+        return None if self.parent_idx < 0 else self.program.block(self.parent_idx)
+
+    def var(self, name: str) -> Variable:
+        """The variable ``name`` of this block; KeyError naming the block when missing."""
+        try:
+            return self.vars[name]
+        except KeyError:
+            raise KeyError(f"variable {name!r} is not in block {self.idx}") from None
+
+    def has_var(self, name: str) -> bool:
+        return name in self.vars
+
+    def _find_var_recursive(self, name: str) -> Variable | None:
+        block: Block | None = self
+        while block is not None:
+            if name in block.vars:
+                return block.vars[name]
+            block = block.parent
+        return None
+
+    def _var_recursive(self, name: str) -> Variable:
+        var = self._find_var_recursive(name)
+        if var is None:
+            raise KeyError(f"variable {name!r} is not in block {self.idx} or its parents")
+        return var
+
+    def create_var(self, name: str | None = None, **kwargs: Any) -> Variable:
+        """Create (or return the existing) variable ``name`` in this block."""
+        if name is None:
+            name = unique_name.generate("_generated_var")
+        if name in self.vars:
+            var = self.vars[name]
+            shape = kwargs.get("shape")
+            if shape is not None and var.shape is not None and tuple(shape) != var.shape:
+                raise ValueError(
+                    f"variable {name!r} was defined with shape {list(var.shape)}, "
+                    f"redefined with {list(shape)}"
+                )
+            return var
+        var = Variable(self, name, **kwargs)
+        self.vars[name] = var
+        return var
+
+    def create_parameter(self, name: str, shape: Sequence[int], **kwargs: Any) -> Parameter:
+        """Create a :class:`Parameter` in this (global) block."""
+        if name in self.vars:
+            var = self.vars[name]
+            if isinstance(var, Parameter) and var.shape == tuple(shape):
+                return var
+            raise ValueError(f"parameter {name!r} already exists with shape {var.shape}")
+        param = Parameter(self, name, shape, **kwargs)
+        self.vars[name] = param
+        return param
+
+    def _remove_var(self, name: str) -> None:
+        self.vars.pop(name, None)
+
+    def append_op(self, type: str, inputs=None, outputs=None, attrs=None) -> Operator:
+        """Append an op, checked against its registered signature."""
+        op = Operator(self, type, inputs, outputs, attrs)
+        self.ops.append(op)
+        return op
+
+    def _insert_op(self, index: int, type: str, inputs=None, outputs=None,
+                   attrs=None) -> Operator:
+        op = Operator(self, type, inputs, outputs, attrs)
+        self.ops.insert(index, op)
+        return op
+
+    def _prepend_op(self, type: str, inputs=None, outputs=None, attrs=None) -> Operator:
+        return self._insert_op(0, type, inputs, outputs, attrs)
+
+    def _remove_op(self, index: int) -> None:
+        del self.ops[index]
+
+    def all_parameters(self) -> list[Parameter]:
+        return [v for v in self.vars.values() if isinstance(v, Parameter)]
+
+    def _to_dict(self) -> dict:
+        return {
+            "idx": self.idx,
+            "parent_idx": self.parent_idx,
+            "forward_block_idx": self.forward_block_idx,
+            "vars": [v._to_dict() for v in self.vars.values()],
+            "ops": [op._to_dict() for op in self.ops],
+        }
+
+    def to_string(self) -> str:
+        lines = [f"block {self.idx} (parent {self.parent_idx}) {{"]
+        lines += [f"    {v}" for v in self.vars.values()]
+        if self.vars and self.ops:
+            lines.append("")
+        lines += [f"    {op}" for op in self.ops]
+        lines.append("}")
+        return "\n".join(lines)
+
+    __str__ = to_string
+
+
+_PROGRAM_ATTRS = (
+    "_is_distributed", "_endpoints", "_ps_endpoint", "_is_chief", "_distributed_lookup_table",
+    "_trainers_endpoints", "_trainer_id", "_num_trainers", "_nccl_comm_num",
+    "_use_hierarchical_allreduce", "_hierarchical_allreduce_inter_nranks", "_sync_mode",
+    "_pserver_endpoint",
+)
+
+
+class Program:
+    """A Fluid program: block 0 is global, sub-blocks belong to control-flow and pserver ops."""
+
+    def __init__(self) -> None:
+        self.blocks: list[Block] = [Block(self, 0)]
+        self.current_block_idx = 0
+        self.random_seed = 0
+        self._current_role = OpRole.Forward
+        self._current_role_var: list[str] = []
+        self._is_distributed = False
+        self._is_chief = False
+        self._endpoints: list[str] = []
+        self._ps_endpoint: str | None = None
+        self._distributed_lookup_table: str | None = None
+        self._trainers_endpoints: list[str] = []
+        self._trainer_id = 0
+        self._num_trainers = 1
+
+    # -- blocks -----------------------------------------------------------------------------
+    def global_block(self) -> Block:
+        return self.blocks[0]
+
+    def block(self, index: int) -> Block:
+        return self.blocks[index]
+
+    def current_block(self) -> Block:
+        return self.blocks[self.current_block_idx]
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    def _create_block(self, parent_idx: int | None = None) -> Block:
+        parent = self.current_block_idx if parent_idx is None else parent_idx
+        block = Block(self, len(self.blocks), parent)
+        self.blocks.append(block)
+        self.current_block_idx = block.idx
+        return block
+
+    def _rollback(self) -> None:
+        self.current_block_idx = self.current_block().parent_idx
+
+    def list_vars(self) -> Iterator[Variable]:
+        for block in self.blocks:
+            yield from block.vars.values()
+
+    def all_parameters(self) -> list[Parameter]:
+        return self.global_block().all_parameters()
+
+    # -- op roles ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _op_role_guard(self, role: int, role_var: Sequence[Any] = ()) -> Iterator[None]:
+        """Ops appended inside get ``op_role`` and ``op_role_var`` (Fluid's _optimized_guard)."""
+        saved = self._current_role, self._current_role_var
+        self._current_role = role
+        self._current_role_var = _as_names(list(role_var))
+        try:
+            yield
+        finally:
+            self._current_role, self._current_role_var = saved
+
+    def _optimized_guard(self, param_and_grads: Sequence[Any]) -> contextlib.AbstractContextManager:
+        return self._op_role_guard(OpRole.Optimize, [v for v in param_and_grads if v is not None])
+
+    def _lr_schedule_guard(self) -> contextlib.AbstractContextManager:
+        return self._op_role_guard(OpRole.LRSched)
+
+    # -- copies and serialisation -------------------------------------------------------------
+    def clone(self, for_test: bool = False) -> Program:
+        """A deep copy. With ``for_test`` the copy drops backward and optimize ops and sets
+        ``is_test`` on ops that have it (dropout), as Fluid's ``clone(for_test=True)``."""
+        prog = Program._from_dict(self._to_dict())
+        if for_test:
+            prog._prune_for_test()
+        return prog
+
+    def _prune_for_test(self) -> None:
+        train_roles = OpRole.Backward | OpRole.Optimize | OpRole.LRSched
+        for block in self.blocks:
+            block.ops = [op for op in block.ops
+                         if not (op.attrs.get(OP_ROLE_KEY, 0) & train_roles)]
+            for op in block.ops:
+                if "is_test" in op.attrs:
+                    op.attrs["is_test"] = True
+            for name in [n for n in block.vars if n.endswith(GRAD_SUFFIX)]:
+                del block.vars[name]
+
+    def _to_dict(self) -> dict:
+        attrs = {k: getattr(self, k) for k in _PROGRAM_ATTRS if hasattr(self, k)}
+        return {"format": "dask_fluid.program/1", "random_seed": self.random_seed,
+                "attrs": attrs, "blocks": [b._to_dict() for b in self.blocks]}
+
+    def to_json(self, indent: int | None = None) -> str:
+        """Serialise to JSON (never pickle); :meth:`from_json` restores an equal program."""
+        return json.dumps(self._to_dict(), indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str) -> Program:
+        """Rebuild a program written by :meth:`to_json`."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"not a dask_fluid program: invalid JSON ({err})") from err
+        if not isinstance(data, dict) or data.get("format") != "dask_fluid.program/1":
+            raise ValueError("not a dask_fluid program: missing format 'dask_fluid.program/1'")
+        return cls._from_dict(data)
+
+    @classmethod
+    def _from_dict(cls, data: dict) -> Program:
+        from .regularizer import regularizer_from_dict
+        from .clip import clip_from_dict
+
+        prog = cls()
+        prog.random_seed = data["random_seed"]
+        for k, v in data.get("attrs", {}).items():
+            setattr(prog, k, copy.deepcopy(v))
+        prog.blocks = []
+        for bd in data["blocks"]:
+            block = Block(prog, bd["idx"], bd["parent_idx"])
+            block.forward_block_idx = bd.get("forward_block_idx", -1)
+            prog.blocks.append(block)
+            for vd in bd["vars"]:
+                vd = dict(vd)
+                kind = vd.pop("kind")
+                name = vd.pop("name")
+                if kind == "param":
+                    vd["regularizer"] = regularizer_from_dict(vd.get("regularizer"))
+                    vd["gradient_clip_attr"] = clip_from_dict(vd.get("gradient_clip_attr"))
+                    stop = vd.pop("stop_gradient")
+                    var = Parameter(block, name, **vd)
+                    var.stop_gradient = stop
+                else:
+                    var = Variable(block, name, **vd)
+                block.vars[name] = var
+        for bd, block in zip(data["blocks"], prog.blocks):
+            for od in bd["ops"]:
+                block.ops.append(Operator(block, od["type"], od["inputs"], od["outputs"],
+                                          copy.deepcopy(od["attrs"])))
+        return prog
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Program) and self.to_json() == other.to_json()
+
+    __hash__ = object.__hash__
+
+    def to_string(self, throw_on_error: bool = False, with_details: bool = False) -> str:
+        """Readable text of every block (Fluid's ``to_string``)."""
+        return "\n".join(b.to_string() for b in self.blocks)
+
+    __str__ = to_string
+
+    def __repr__(self) -> str:
+        n_ops = sum(len(b.ops) for b in self.blocks)
+        return f"<Program: {len(self.blocks)} block(s), {n_ops} op(s), seed {self.random_seed}>"
+
+    def _repr_html_(self) -> str:
+        rows = []
+        for b in self.blocks:
+            rows.append(f"<tr><th colspan=3 style='text-align:left'>block {b.idx} "
+                        f"(parent {b.parent_idx})</th></tr>")
+            for op in b.ops:
+                ins = html.escape(", ".join(f"{k}={v}" for k, v in op.inputs.items()))
+                outs = html.escape(", ".join(f"{k}={v}" for k, v in op.outputs.items()))
+                rows.append(f"<tr><td><code>{html.escape(op.type)}</code></td>"
+                            f"<td>{ins}</td><td>{outs}</td></tr>")
+        return ("<table><tr><th>op</th><th>inputs</th><th>outputs</th></tr>"
+                + "".join(rows) + "</table>")
+
+
+# -- default programs --------------------------------------------------------------------------
+# A contextvar instead of Fluid's module globals: program_guard restores in ``finally``.
+_programs: contextvars.ContextVar[tuple[Program, Program] | None] = contextvars.ContextVar(
+    "dask_fluid_programs", default=None
+)
+
+
+def _defaults() -> tuple[Program, Program]:
+    progs = _programs.get()
+    if progs is None:
+        progs = (Program(), Program())
+        _programs.set(progs)
+    return progs
+
+
+def default_main_program() -> Program:
+    """The program layers append to outside :func:`program_guard`."""
+    return _defaults()[0]
+
+
+def default_startup_program() -> Program:
+    """The program parameter initialisers append to outside :func:`program_guard`."""
+    return _defaults()[1]
+
+
+def switch_main_program(program: Program) -> Program:
+    """Make ``program`` the default main program and return the previous one."""
+    main, startup = _defaults()
+    _programs.set((program, startup))
+    return main
+
+
+def switch_startup_program(program: Program) -> Program:
+    """Make ``program`` the default startup program and return the previous one."""
+    main, startup = _defaults()
+    _programs.set((main, program))
+    return startup
+
+
+@contextlib.contextmanager
+def program_guard(main_program: Program, startup_program: Program | None = None
+                  ) -> Iterator[None]:
+    """Append layers to ``main_program`` (and initialisers to ``startup_program``) inside."""
+    if not isinstance(main_program, Program):
+        raise TypeError(f"main_program must be a Program, got {type(main_program).__name__}")
+    if startup_program is not None and not isinstance(startup_program, Program):
+        raise TypeError(
+            f"startup_program must be a Program, got {type(startup_program).__name__}")
+    current = _defaults()
+    token = _programs.set((main_program, startup_program or current[1]))
+    try:
+        yield
+    finally:
+        _programs.reset(token)

@@ -1,0 +1,326 @@
+"""Neural-network layers. Each expands into the ops Fluid uses, op for op."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ..framework import Variable
+from ..initializer import ConstantInitializer
+from ..layer_helper import LayerHelper
+from ..param_attr import ParamAttr
+from .tensor import _check_var, fill_constant
+
+_ACTIVATIONS = ("relu", "sigmoid", "tanh", "softmax", "exp", "sqrt", "abs", "square")
+
+
+def _append_activation(helper: LayerHelper, x: Variable, act: str | None) -> Variable:
+    if act is None:
+        return x
+    if act not in _ACTIVATIONS:
+        raise ValueError(f"unknown activation {act!r}; use one of {_ACTIVATIONS} or None")
+    out = helper.create_tmp(dtype=x.dtype, shape=x.shape)
+    helper.append_op(act, inputs={"X": [x]}, outputs={"Out": [out]})
+    return out
+
+
+def _unary(op_type: str, x: Variable, name: str | None = None, **attrs: Any) -> Variable:
+    _check_var(x, "x", op_type)
+    helper = LayerHelper(op_type, name)
+    out = helper.create_tmp(dtype=x.dtype, shape=x.shape)
+    helper.append_op(op_type, inputs={"X": [x]}, outputs={"Out": [out]}, attrs=attrs)
+    return out
+
+
+def relu(x: Variable, name: str | None = None) -> Variable:
+    """``max(x, 0)``."""
+    return _unary("relu", x, name)
+
+
+def sigmoid(x: Variable, name: str | None = None) -> Variable:
+    """``1 / (1 + exp(-x))``."""
+    return _unary("sigmoid", x, name)
+
+
+def tanh(x: Variable, name: str | None = None) -> Variable:
+    """Hyperbolic tangent."""
+    return _unary("tanh", x, name)
+
+
+def softmax(input: Variable, use_cudnn: bool = False, name: str | None = None,
+            axis: int = -1) -> Variable:
+    """Softmax along ``axis``."""
+    return _unary("softmax", input, name, axis=axis)
+
+
+def square(x: Variable, name: str | None = None) -> Variable:
+    """``x * x``."""
+    return _unary("square", x, name)
+
+
+def floor(x: Variable, name: str | None = None) -> Variable:
+    """Element-wise floor (no gradient)."""
+    return _unary("floor", x, name)
+
+
+def clip(x: Variable, min: float, max: float, name: str | None = None) -> Variable:
+    """Clip into ``[min, max]``."""
+    if not min < max:
+        raise ValueError(f"clip needs min < max, got min={min}, max={max}")
+    return _unary("clip", x, name, min=float(min), max=float(max))
+
+
+def scale(x: Variable, scale: float = 1.0, bias: float = 0.0, bias_after_scale: bool = True,
+          act: str | None = None, name: str | None = None) -> Variable:
+    """``scale * x + bias`` (or ``scale * (x + bias)``)."""
+    helper = LayerHelper("scale", name)
+    out = _unary("scale", x, None, scale=float(scale), bias=float(bias),
+                 bias_after_scale=bool(bias_after_scale))
+    return _append_activation(helper, out, act)
+
+
+def mean(x: Variable, name: str | None = None) -> Variable:
+    """Mean of all elements, shape ``[1]``."""
+    _check_var(x, "x", "mean")
+    helper = LayerHelper("mean", name)
+    out = helper.create_tmp(dtype=x.dtype, shape=[1])
+    helper.append_op("mean", inputs={"X": [x]}, outputs={"Out": [out]})
+    return out
+
+
+def _reduce(op_type: str, input: Variable, dim: Any, keep_dim: bool, name: str | None
+            ) -> Variable:
+    helper = LayerHelper(op_type, name)
+    reduce_all = dim is None
+    dims = [0] if dim is None else ([dim] if isinstance(dim, int) else list(dim))
+    out = helper.create_tmp(dtype=input.dtype)
+    helper.append_op(op_type, inputs={"X": [input]}, outputs={"Out": [out]},
+                     attrs={"dim": dims, "keep_dim": keep_dim, "reduce_all": reduce_all})
+    return out
+
+
+def reduce_sum(input: Variable, dim: Any = None, keep_dim: bool = False,
+               name: str | None = None) -> Variable:
+    """Sum over ``dim`` (all dims when None)."""
+    return _reduce("reduce_sum", input, dim, keep_dim, name)
+
+
+def reduce_mean(input: Variable, dim: Any = None, keep_dim: bool = False,
+                name: str | None = None) -> Variable:
+    """Mean over ``dim`` (all dims when None)."""
+    return _reduce("reduce_mean", input, dim, keep_dim, name)
+
+
+def _elementwise(op_type: str, x: Variable, y: Variable, axis: int, act: str | None,
+                 name: str | None) -> Variable:
+    _check_var(x, "x", op_type)
+    _check_var(y, "y", op_type)
+    helper = LayerHelper(op_type, name)
+    out = helper.create_tmp(dtype=x.dtype, shape=x.shape)
+    helper.append_op(op_type, inputs={"X": [x], "Y": [y]}, outputs={"Out": [out]},
+                     attrs={"axis": axis})
+    return _append_activation(helper, out, act)
+
+
+def elementwise_add(x: Variable, y: Variable, axis: int = -1, act: str | None = None,
+                    name: str | None = None) -> Variable:
+    """``x + y`` with Fluid broadcasting of ``y`` from ``axis``."""
+    return _elementwise("elementwise_add", x, y, axis, act, name)
+
+
+def elementwise_sub(x: Variable, y: Variable, axis: int = -1, act: str | None = None,
+                    name: str | None = None) -> Variable:
+    """``x - y`` with Fluid broadcasting of ``y`` from ``axis``."""
+    return _elementwise("elementwise_sub", x, y, axis, act, name)
+
+
+def elementwise_mul(x: Variable, y: Variable, axis: int = -1, act: str | None = None,
+                    name: str | None = None) -> Variable:
+    """``x * y`` with Fluid broadcasting of ``y`` from ``axis``."""
+    return _elementwise("elementwise_mul", x, y, axis, act, name)
+
+
+def elementwise_div(x: Variable, y: Variable, axis: int = -1, act: str | None = None,
+                    name: str | None = None) -> Variable:
+    """``x / y`` with Fluid broadcasting of ``y`` from ``axis``."""
+    return _elementwise("elementwise_div", x, y, axis, act, name)
+
+
+def elementwise_pow(x: Variable, y: Variable, axis: int = -1, act: str | None = None,
+                    name: str | None = None) -> Variable:
+    """``x ** y`` with Fluid broadcasting of ``y`` from ``axis``."""
+    return _elementwise("elementwise_pow", x, y, axis, act, name)
+
+
+def _binary_op(x: Variable, other: Any, op_type: str, reverse: bool) -> Variable:
+    """Operator overloading on Variables; scalars become ``fill_constant`` ops, as Fluid 1.x."""
+    if not isinstance(other, Variable):
+        other = fill_constant([1], x.dtype, float(other))
+    a, b = (other, x) if reverse else (x, other)
+    if op_type == "less_than":
+        from .tensor import less_than
+
+        return less_than(a, b)
+    return _elementwise(op_type, a, b, -1, None, None)
+
+
+def fc(input: Variable | Sequence[Variable], size: int, num_flatten_dims: int = 1,
+       param_attr: Any = None, bias_attr: Any = None, act: str | None = None,
+       name: str | None = None) -> Variable:
+    """Fully connected layer: ``mul`` (+ ``sum`` for several inputs) + ``elementwise_add``
+    + activation, with weights ``<name>.w_N`` (Xavier) and bias ``<name>.b_N`` (zeros).
+
+    Parameters
+    ----------
+    input : Variable or list of Variable
+    size : int
+        Number of output units.
+    num_flatten_dims : int
+        Leading dims of the input kept as rows; the rest are flattened into the features.
+    param_attr, bias_attr : ParamAttr, str, Initializer, None or False
+        ``bias_attr=False`` drops the bias.
+    act : str, optional
+        ``"relu"``, ``"sigmoid"``, ``"tanh"``, ``"softmax"``...
+    """
+    if not isinstance(size, int) or size <= 0:
+        raise ValueError(f"fc: size must be a positive int, got {size!r}")
+    helper = LayerHelper("fc", name)
+    inputs = [input] if isinstance(input, Variable) else list(input)
+    attrs = param_attr if isinstance(param_attr, (list, tuple)) else [param_attr] * len(inputs)
+    muls = []
+    for x, pattr in zip(inputs, attrs):
+        _check_var(x, "input", "fc")
+        if x.shape is None or any(d <= 0 for d in x.shape[num_flatten_dims:]):
+            raise ValueError(f"fc: input {x.name!r} needs known feature dims after "
+                             f"num_flatten_dims={num_flatten_dims}, got shape {x.shape}")
+        in_features = math.prod(x.shape[num_flatten_dims:])
+        w = helper.create_parameter(ParamAttr._to_attr(pattr), [in_features, size], x.dtype)
+        out = helper.create_tmp(dtype=x.dtype, shape=list(x.shape[:num_flatten_dims]) + [size])
+        helper.append_op("mul", inputs={"X": [x], "Y": [w]}, outputs={"Out": [out]},
+                         attrs={"x_num_col_dims": num_flatten_dims, "y_num_col_dims": 1})
+        muls.append(out)
+    pre_bias = muls[0]
+    if len(muls) > 1:
+        pre_bias = helper.create_tmp(dtype=muls[0].dtype, shape=muls[0].shape)
+        helper.append_op("sum", inputs={"X": muls}, outputs={"Out": [pre_bias]})
+    battr = ParamAttr._to_attr(bias_attr)
+    pre_act = pre_bias
+    if battr is not False:
+        b = helper.create_parameter(battr, [size], pre_bias.dtype, is_bias=True,
+                                    default_initializer=ConstantInitializer(0.0))
+        pre_act = helper.create_tmp(dtype=pre_bias.dtype, shape=pre_bias.shape)
+        helper.append_op("elementwise_add", inputs={"X": [pre_bias], "Y": [b]},
+                         outputs={"Out": [pre_act]}, attrs={"axis": num_flatten_dims})
+    return _append_activation(helper, pre_act, act)
+
+
+def embedding(input: Variable, size: Sequence[int], is_sparse: bool = False,
+              is_distributed: bool = False, padding_idx: int | None = None,
+              param_attr: Any = None, dtype: str = "float32") -> Variable:
+    """Look up rows of a ``size = [vocab, dim]`` table (``lookup_table``).
+
+    ``is_sparse`` makes the gradient a SelectedRows (only the looked-up rows);
+    ``is_distributed`` asks the transpiler to shard the table over the pservers.
+    """
+    _check_var(input, "input", "embedding")
+    if len(size) != 2 or min(size) <= 0:
+        raise ValueError(f"embedding: size must be [vocab_size, dim], got {list(size)}")
+    if input.dtype not in ("int64", "int32"):
+        raise TypeError(f"embedding: input ids must be int64, got {input.dtype}")
+    helper = LayerHelper("embedding")
+    w = helper.create_parameter(ParamAttr._to_attr(param_attr), list(size), dtype)
+    if padding_idx is None:
+        padding_idx = -1
+    elif padding_idx < 0:
+        padding_idx += size[0]
+    shape = None
+    if input.shape is not None:
+        base = list(input.shape[:-1]) if input.shape[-1] == 1 else list(input.shape)
+        shape = base + [size[1]]
+    out = helper.create_tmp(dtype=dtype, shape=shape)
+    helper.append_op("lookup_table", inputs={"W": [w], "Ids": [input]}, outputs={"Out": [out]},
+                     attrs={"is_sparse": bool(is_sparse), "is_distributed": bool(is_distributed),
+                            "padding_idx": int(padding_idx)})
+    return out
+
+
+def cross_entropy(input: Variable, label: Variable, soft_label: bool = False,
+                  ignore_index: int = -100) -> Variable:
+    """``-log(input[label])`` per row, shape ``[N, 1]``; ``input`` holds probabilities."""
+    helper = LayerHelper("cross_entropy")
+    out = helper.create_tmp(dtype=input.dtype, shape=[input.shape[0], 1])
+    helper.append_op("cross_entropy", inputs={"X": [input], "Label": [label]},
+                     outputs={"Y": [out]},
+                     attrs={"soft_label": soft_label, "ignore_index": ignore_index})
+    return out
+
+
+def softmax_with_cross_entropy(logits: Variable, label: Variable, soft_label: bool = False,
+                               ignore_index: int = -100, numeric_stable_mode: bool = True,
+                               return_softmax: bool = False, axis: int = -1) -> Any:
+    """Fused, numerically stable softmax + cross entropy; loss shape ``[N, 1]``."""
+    helper = LayerHelper("softmax_with_cross_entropy")
+    softmax_out = helper.create_tmp(dtype=logits.dtype, shape=logits.shape)
+    loss = helper.create_tmp(dtype=logits.dtype, shape=[logits.shape[0], 1])
+    helper.append_op("softmax_with_cross_entropy",
+                     inputs={"Logits": [logits], "Label": [label]},
+                     outputs={"Softmax": [softmax_out], "Loss": [loss]},
+                     attrs={"soft_label": soft_label, "ignore_index": ignore_index,
+                            "axis": axis})
+    return (loss, softmax_out) if return_softmax else loss
+
+
+def square_error_cost(input: Variable, label: Variable) -> Variable:
+    """``(input - label) ** 2``: ``elementwise_sub`` then ``square``."""
+    helper = LayerHelper("square_error_cost")
+    minus = helper.create_tmp(dtype=input.dtype, shape=input.shape)
+    helper.append_op("elementwise_sub", inputs={"X": [input], "Y": [label]},
+                     outputs={"Out": [minus]})
+    out = helper.create_tmp(dtype=input.dtype, shape=input.shape)
+    helper.append_op("square", inputs={"X": [minus]}, outputs={"Out": [out]})
+    return out
+
+
+def topk(input: Variable, k: int, name: str | None = None) -> tuple[Variable, Variable]:
+    """The ``k`` largest values along the last axis and their indices."""
+    helper = LayerHelper("top_k", name)
+    shape = None if input.shape is None else list(input.shape[:-1]) + [k]
+    values = helper.create_tmp(dtype=input.dtype, shape=shape, stop_gradient=True)
+    indices = helper.create_tmp(dtype="int64", shape=shape, stop_gradient=True)
+    helper.append_op("top_k", inputs={"X": [input]},
+                     outputs={"Out": [values], "Indices": [indices]}, attrs={"k": int(k)})
+    return values, indices
+
+
+def accuracy(input: Variable, label: Variable, k: int = 1, correct: Variable | None = None,
+             total: Variable | None = None) -> Variable:
+    """Top-``k`` accuracy of ``input`` (scores) against int64 ``label`` ``[N, 1]``."""
+    helper = LayerHelper("accuracy")
+    values, indices = topk(input, k)
+    acc = helper.create_tmp(dtype="float32", shape=[1], stop_gradient=True)
+    correct = correct or helper.create_tmp(dtype="int32", shape=[1], stop_gradient=True)
+    total = total or helper.create_tmp(dtype="int32", shape=[1], stop_gradient=True)
+    helper.append_op("accuracy",
+                     inputs={"Out": [values], "Indices": [indices], "Label": [label]},
+                     outputs={"Accuracy": [acc], "Correct": [correct], "Total": [total]})
+    return acc
+
+
+def dropout(x: Variable, dropout_prob: float, is_test: bool = False, seed: int | None = None,
+            name: str | None = None,
+            dropout_implementation: str = "downgrade_in_infer") -> Variable:
+    """Zero each element with probability ``dropout_prob``; seeded and reproducible."""
+    if not 0.0 <= dropout_prob < 1.0:
+        raise ValueError(f"dropout_prob must be in [0, 1), got {dropout_prob}")
+    if dropout_implementation not in ("downgrade_in_infer", "upscale_in_train"):
+        raise ValueError("dropout_implementation must be 'downgrade_in_infer' or "
+                         f"'upscale_in_train', got {dropout_implementation!r}")
+    helper = LayerHelper("dropout", name)
+    out = helper.create_tmp(dtype=x.dtype, shape=x.shape)
+    mask = helper.create_tmp(dtype="uint8", shape=x.shape, stop_gradient=True)
+    helper.append_op("dropout", inputs={"X": [x]}, outputs={"Out": [out], "Mask": [mask]},
+                     attrs={"dropout_prob": float(dropout_prob), "is_test": bool(is_test),
+                            "fix_seed": seed is not None, "seed": int(seed or 0),
+                            "dropout_implementation": dropout_implementation})
+    return out

@@ -1,0 +1,175 @@
+"""Tensor layers: constants, globals, assign, cast, concat, reshape, sums, comparisons."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .. import unique_name
+from ..framework import Variable, convert_dtype, default_main_program
+from ..initializer import ConstantInitializer
+from ..layer_helper import LayerHelper
+
+
+def _check_var(x: Any, arg: str, layer: str) -> Variable:
+    if not isinstance(x, Variable):
+        raise TypeError(f"{layer}: {arg} must be a Variable, got {type(x).__name__}")
+    return x
+
+
+def data(name: str, shape: Sequence[int], dtype: Any = "float32", lod_level: int = 0,
+         append_batch_size: bool = True, stop_gradient: bool = True) -> Variable:
+    """Declare an input fed at run time; ``-1`` is prepended for the batch dimension.
+
+    Parameters
+    ----------
+    name : str
+        The key of this input in ``Executor.run(feed=...)`` and in the distributed runtimes.
+    shape : sequence of int
+        Per-example shape (``append_batch_size=True``) or the full shape.
+    dtype : str
+    """
+    shape = [int(d) for d in shape]
+    if append_batch_size:
+        shape = [-1] + shape
+    block = default_main_program().global_block()
+    return block.create_var(name=name, shape=shape, dtype=dtype, lod_level=lod_level,
+                            stop_gradient=stop_gradient, is_data=True)
+
+
+def fill_constant(shape: Sequence[int], dtype: Any, value: float, force_cpu: bool = False,
+                  out: Variable | None = None) -> Variable:
+    """A tensor of ``shape`` filled with ``value``."""
+    helper = LayerHelper("fill_constant")
+    dtype = convert_dtype(dtype)
+    if out is None:
+        out = helper.create_tmp(dtype=dtype, shape=list(shape), stop_gradient=True)
+    helper.append_op("fill_constant", outputs={"Out": [out]},
+                     attrs={"shape": list(shape), "dtype": dtype, "value": float(value),
+                            "force_cpu": force_cpu})
+    out.stop_gradient = True
+    return out
+
+
+def create_global_var(shape: Sequence[int], value: float, dtype: Any,
+                      persistable: bool = False, force_cpu: bool = False,
+                      name: str | None = None) -> Variable:
+    """A global-block variable initialised to ``value`` by the startup program."""
+    helper = LayerHelper("global_var")
+    name = name or unique_name.generate("global_var")
+    var = helper.main_program.global_block().create_var(
+        name=name, shape=list(shape), dtype=dtype, persistable=persistable, stop_gradient=True)
+    helper.set_variable_initializer(var, ConstantInitializer(float(value)))
+    return var
+
+
+def assign(input: Variable, output: Variable | None = None) -> Variable:
+    """Copy ``input`` into ``output``."""
+    helper = LayerHelper("assign")
+    _check_var(input, "input", "assign")
+    if output is None:
+        output = helper.create_tmp(dtype=input.dtype, shape=input.shape)
+    helper.append_op("assign", inputs={"X": [input]}, outputs={"Out": [output]})
+    return output
+
+
+def cast(x: Variable, dtype: Any) -> Variable:
+    """Convert ``x`` to ``dtype``."""
+    helper = LayerHelper("cast")
+    dtype = convert_dtype(dtype)
+    out = helper.create_tmp(dtype=dtype, shape=x.shape)
+    helper.append_op("cast", inputs={"X": [x]}, outputs={"Out": [out]},
+                     attrs={"in_dtype": x.dtype, "out_dtype": dtype})
+    return out
+
+
+def concat(input: Sequence[Variable], axis: int = 0, name: str | None = None) -> Variable:
+    """Join tensors along ``axis``."""
+    helper = LayerHelper("concat", name)
+    if not input:
+        raise ValueError("concat needs at least one input")
+    shape = None
+    if all(v.shape is not None for v in input):
+        shape = list(input[0].shape)
+        ax = axis % len(shape)
+        sizes = [v.shape[ax] for v in input]
+        shape[ax] = -1 if any(s < 0 for s in sizes) else sum(sizes)
+    out = helper.create_tmp(dtype=input[0].dtype, shape=shape)
+    helper.append_op("concat", inputs={"X": list(input)}, outputs={"Out": [out]},
+                     attrs={"axis": axis})
+    return out
+
+
+def sums(input: Sequence[Variable], out: Variable | None = None) -> Variable:
+    """Element-wise sum of a list of tensors."""
+    helper = LayerHelper("sum")
+    if out is None:
+        out = helper.create_tmp(dtype=input[0].dtype, shape=input[0].shape)
+    helper.append_op("sum", inputs={"X": list(input)}, outputs={"Out": [out]})
+    return out
+
+
+def reshape(x: Variable, shape: Sequence[int], actual_shape: Any = None, act: str | None = None,
+            inplace: bool = False, name: str | None = None) -> Variable:
+    """Reshape (``reshape2``): 0 copies the input dim, -1 is inferred."""
+    from .nn import _append_activation
+
+    helper = LayerHelper("reshape2", name)
+    shape = [int(d) for d in shape]
+    if shape.count(-1) > 1:
+        raise ValueError(f"reshape: at most one dimension may be -1, got {shape}")
+    out_shape = None
+    if x.shape is not None:
+        out_shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
+    out = helper.create_tmp(dtype=x.dtype, shape=out_shape)
+    xshape = helper.create_tmp(dtype=x.dtype, stop_gradient=True)
+    helper.append_op("reshape2", inputs={"X": [x]}, outputs={"Out": [out], "XShape": [xshape]},
+                     attrs={"shape": shape})
+    return _append_activation(helper, out, act)
+
+
+def increment(x: Variable, value: float = 1.0, in_place: bool = True) -> Variable:
+    """``x + value`` (in place by default)."""
+    helper = LayerHelper("increment")
+    out = x if in_place else helper.create_tmp(dtype=x.dtype, shape=x.shape)
+    helper.append_op("increment", inputs={"X": [x]}, outputs={"Out": [out]},
+                     attrs={"step": float(value)})
+    return out
+
+
+def _compare(op_type: str, x: Variable, y: Variable, cond: Variable | None = None) -> Variable:
+    helper = LayerHelper(op_type)
+    if cond is None:
+        cond = helper.create_tmp(dtype="bool", shape=x.shape, stop_gradient=True)
+    helper.append_op(op_type, inputs={"X": [x], "Y": [y]}, outputs={"Out": [cond]})
+    return cond
+
+
+def less_than(x: Variable, y: Variable, force_cpu: Any = None, cond: Variable | None = None
+              ) -> Variable:
+    """Element-wise ``x < y`` (bool)."""
+    return _compare("less_than", x, y, cond)
+
+
+def logical_and(x: Variable, y: Variable, out: Variable | None = None) -> Variable:
+    """Element-wise ``x and y``."""
+    return _compare("logical_and", x, y, out)
+
+
+def logical_not(x: Variable, out: Variable | None = None) -> Variable:
+    """Element-wise ``not x``."""
+    helper = LayerHelper("logical_not")
+    if out is None:
+        out = helper.create_tmp(dtype="bool", shape=x.shape, stop_gradient=True)
+    helper.append_op("logical_not", inputs={"X": [x]}, outputs={"Out": [out]})
+    return out
+
+
+def zeros(shape: Sequence[int], dtype: Any, force_cpu: bool = False) -> Variable:
+    """A tensor of zeros."""
+    return fill_constant(shape, dtype, 0.0, force_cpu)
+
+
+def ones(shape: Sequence[int], dtype: Any, force_cpu: bool = False) -> Variable:
+    """A tensor of ones."""
+    return fill_constant(shape, dtype, 1.0, force_cpu)

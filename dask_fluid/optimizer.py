@@ -1,0 +1,287 @@
+"""Optimizers: ``minimize`` appends backward, clip, decay and one optimize op per parameter.
+
+As in Fluid, parameters are processed in name order, accumulators are persistable variables
+initialised by the startup program (``<param>_<acc>_0``), and every optimize-side op carries
+``op_role = Optimize`` and ``op_role_var = [param, grad]`` so the transpiler can move it to the
+pserver that owns the parameter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import unique_name
+from .backward import append_backward
+from .framework import Parameter, Program, Variable, default_main_program
+from .initializer import ConstantInitializer
+from .layer_helper import LayerHelper
+from .layers.tensor import create_global_var
+
+
+def _check_positive(name: str, value: Any, allow_zero: bool = False) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number, got {value!r}") from None
+    if v < 0 or (v == 0 and not allow_zero) or v != v:
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    return v
+
+
+class Optimizer:
+    """Base class. Subclasses define ``type``, ``_create_accumulators`` and
+    ``_append_optimize_op``."""
+
+    type = ""
+
+    def __init__(self, learning_rate: float | Variable, regularization: Any = None,
+                 name: str | None = None) -> None:
+        if not isinstance(learning_rate, Variable):
+            learning_rate = _check_positive("learning_rate", learning_rate)
+        self._learning_rate = learning_rate
+        self.regularization = regularization
+        self._name = name
+        self._lr_var: dict[int, Variable] = {}
+        self._accumulators: dict[str, dict[str, Variable]] = {}
+
+    # -- learning rate ----------------------------------------------------------------------
+    def _global_learning_rate(self, program: Program) -> Variable:
+        if isinstance(self._learning_rate, Variable):
+            return self._learning_rate
+        if id(program) not in self._lr_var:
+            self._lr_var[id(program)] = create_global_var(
+                [1], self._learning_rate, "float32", persistable=True,
+                name=unique_name.generate("learning_rate"))
+        return self._lr_var[id(program)]
+
+    def _param_lr(self, block, param: Parameter) -> Variable:
+        lr = self._global_learning_rate(block.program)
+        ratio = param.optimize_attr.get("learning_rate", 1.0)
+        if ratio == 1.0:
+            return lr
+        out = block.create_var(name=unique_name.generate(f"{param.name}.lr"), shape=[1],
+                               dtype="float32")
+        block.append_op("scale", inputs={"X": [lr]}, outputs={"Out": [out]},
+                        attrs={"scale": float(ratio)})
+        return out
+
+    # -- accumulators -----------------------------------------------------------------------
+    def _add_accumulator(self, name: str, param: Parameter, fill_value: float = 0.0,
+                         shape: list[int] | None = None) -> Variable:
+        block = param.block.program.global_block()
+        var = block.create_var(name=unique_name.generate(f"{param.name}_{name}"),
+                               shape=list(shape or param.shape), dtype=param.dtype,
+                               persistable=True, stop_gradient=True)
+        LayerHelper(self.type).set_variable_initializer(var, ConstantInitializer(fill_value))
+        self._accumulators.setdefault(name, {})[param.name] = var
+        return var
+
+    def _acc(self, name: str, param: Parameter) -> Variable:
+        return self._accumulators[name][param.name]
+
+    def _create_accumulators(self, block, params: list[Parameter]) -> None:
+        """Create the optimizer state of each parameter (none for SGD)."""
+
+    def _append_optimize_op(self, block, param_and_grad):
+        raise NotImplementedError(f"{type(self).__name__} does not append an optimize op")
+
+    def _finish_update(self, block, params_grads) -> None:
+        """Ops run once per parameter after its optimize op (Adam's beta powers)."""
+
+    # -- the pass ---------------------------------------------------------------------------
+    def backward(self, loss: Variable, startup_program: Program | None = None,
+                 parameter_list=None, no_grad_set=None):
+        return append_backward(loss, parameter_list, no_grad_set)
+
+    def apply_gradients(self, params_grads: list[tuple[Parameter, Variable]]) -> list:
+        """Clip, decay and optimize ops for sorted ``(param, grad)`` pairs."""
+        params_grads = sorted(params_grads, key=lambda pg: pg[0].name)
+        if not params_grads:
+            raise ValueError("the loss does not depend on any trainable parameter: "
+                             "nothing to optimize")
+        program = params_grads[0][0].block.program
+        block = program.global_block()
+        processed = []
+        for param, grad in params_grads:
+            with program._optimized_guard([param, grad]):
+                if param.gradient_clip_attr is not None:
+                    grad = param.gradient_clip_attr.append(param, grad, block)
+                regularizer = param.regularizer or self.regularization
+                if regularizer is not None:
+                    grad = regularizer.append(param, grad, block)
+            processed.append((param, grad))
+        self._create_accumulators(block, [p for p, _ in processed])
+        self._global_learning_rate(program)
+        ops = []
+        for param, grad in processed:
+            with program._optimized_guard([param, grad]):
+                ops.append(self._append_optimize_op(block, (param, grad)))
+        self._finish_update(block, processed)
+        return ops
+
+    def minimize(self, loss: Variable, startup_program: Program | None = None,
+                 parameter_list=None, no_grad_set=None):
+        """Append the backward pass and the optimize ops of ``loss``.
+
+        Returns
+        -------
+        (optimize_ops, params_grads)
+        """
+        params_grads = self.backward(loss, startup_program, parameter_list, no_grad_set)
+        return self.apply_gradients(params_grads), params_grads
+
+
+class SGDOptimizer(Optimizer):
+    """``p -= lr * g``."""
+
+    type = "sgd"
+
+    def _append_optimize_op(self, block, pg):
+        p, g = pg
+        return block.append_op("sgd", inputs={"Param": [p], "Grad": [g],
+                                              "LearningRate": [self._param_lr(block, p)]},
+                               outputs={"ParamOut": [p]})
+
+
+class MomentumOptimizer(Optimizer):
+    """``v = mu * v + g``; ``p -= lr * v`` (or ``lr * (g + mu * v)`` with Nesterov)."""
+
+    type = "momentum"
+
+    def __init__(self, learning_rate, momentum: float, use_nesterov: bool = False,
+                 regularization: Any = None, name: str | None = None) -> None:
+        super().__init__(learning_rate, regularization, name)
+        self._momentum = _check_positive("momentum", momentum, allow_zero=True)
+        self._use_nesterov = bool(use_nesterov)
+
+    def _create_accumulators(self, block, params):
+        for p in params:
+            self._add_accumulator("velocity", p)
+
+    def _append_optimize_op(self, block, pg):
+        p, g = pg
+        v = self._acc("velocity", p)
+        return block.append_op(
+            "momentum",
+            inputs={"Param": [p], "Grad": [g], "Velocity": [v],
+                    "LearningRate": [self._param_lr(block, p)]},
+            outputs={"ParamOut": [p], "VelocityOut": [v]},
+            attrs={"mu": self._momentum, "use_nesterov": self._use_nesterov})
+
+
+class AdamOptimizer(Optimizer):
+    """Adam (Fluid 1.x form: bias correction folded into the step size)."""
+
+    type = "adam"
+
+    def __init__(self, learning_rate: float | Variable = 0.001, beta1: float = 0.9,
+                 beta2: float = 0.999, epsilon: float = 1e-8, regularization: Any = None,
+                 name: str | None = None, lazy_mode: bool = False) -> None:
+        super().__init__(learning_rate, regularization, name)
+        for arg, val in (("beta1", beta1), ("beta2", beta2)):
+            if not 0.0 <= float(val) < 1.0:
+                raise ValueError(f"{arg} must be in [0, 1), got {val}")
+        self._beta1, self._beta2 = float(beta1), float(beta2)
+        self._epsilon = _check_positive("epsilon", epsilon)
+        self._lazy_mode = bool(lazy_mode)
+
+    def _create_accumulators(self, block, params):
+        for p in params:
+            self._add_accumulator("moment1", p)
+            self._add_accumulator("moment2", p)
+            self._add_accumulator("beta1_pow_acc", p, self._beta1, [1])
+            self._add_accumulator("beta2_pow_acc", p, self._beta2, [1])
+
+    def _append_optimize_op(self, block, pg):
+        p, g = pg
+        m1, m2 = self._acc("moment1", p), self._acc("moment2", p)
+        return block.append_op(
+            "adam",
+            inputs={"Param": [p], "Grad": [g], "LearningRate": [self._param_lr(block, p)],
+                    "Moment1": [m1], "Moment2": [m2],
+                    "Beta1Pow": [self._acc("beta1_pow_acc", p)],
+                    "Beta2Pow": [self._acc("beta2_pow_acc", p)]},
+            outputs={"ParamOut": [p], "Moment1Out": [m1], "Moment2Out": [m2]},
+            attrs={"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon,
+                   "lazy_mode": self._lazy_mode})
+
+    def _finish_update(self, block, params_grads):
+        program = block.program
+        for p, g in params_grads:
+            with program._optimized_guard([p, g]):
+                for acc, beta in (("beta1_pow_acc", self._beta1), ("beta2_pow_acc", self._beta2)):
+                    var = self._acc(acc, p)
+                    block.append_op("scale", inputs={"X": [var]}, outputs={"Out": [var]},
+                                    attrs={"scale": beta})
+
+
+class AdagradOptimizer(Optimizer):
+    """``m += g²``; ``p -= lr * g / (sqrt(m) + eps)``."""
+
+    type = "adagrad"
+
+    def __init__(self, learning_rate, epsilon: float = 1e-6, regularization: Any = None,
+                 name: str | None = None, initial_accumulator_value: float = 0.0) -> None:
+        super().__init__(learning_rate, regularization, name)
+        self._epsilon = _check_positive("epsilon", epsilon)
+        self._initial = _check_positive("initial_accumulator_value",
+                                        initial_accumulator_value, allow_zero=True)
+
+    def _create_accumulators(self, block, params):
+        for p in params:
+            self._add_accumulator("moment", p, self._initial)
+
+    def _append_optimize_op(self, block, pg):
+        p, g = pg
+        m = self._acc("moment", p)
+        return block.append_op(
+            "adagrad",
+            inputs={"Param": [p], "Grad": [g], "Moment": [m],
+                    "LearningRate": [self._param_lr(block, p)]},
+            outputs={"ParamOut": [p], "MomentOut": [m]}, attrs={"epsilon": self._epsilon})
+
+
+class RMSPropOptimizer(Optimizer):
+    """RMSProp with optional momentum and centering."""
+
+    type = "rmsprop"
+
+    def __init__(self, learning_rate, rho: float = 0.95, epsilon: float = 1e-6,
+                 momentum: float = 0.0, centered: bool = False, regularization: Any = None,
+                 name: str | None = None) -> None:
+        super().__init__(learning_rate, regularization, name)
+        if not 0.0 <= float(rho) < 1.0:
+            raise ValueError(f"rho must be in [0, 1), got {rho}")
+        self._rho = float(rho)
+        self._epsilon = _check_positive("epsilon", epsilon)
+        self._momentum = _check_positive("momentum", momentum, allow_zero=True)
+        self._centered = bool(centered)
+
+    def _create_accumulators(self, block, params):
+        for p in params:
+            self._add_accumulator("momentum", p)
+            self._add_accumulator("mean_square", p)
+            self._add_accumulator("mean_grad", p)
+
+    def _append_optimize_op(self, block, pg):
+        p, g = pg
+        mom, ms, mg = (self._acc(n, p) for n in ("momentum", "mean_square", "mean_grad"))
+        return block.append_op(
+            "rmsprop",
+            inputs={"Param": [p], "Grad": [g], "Moment": [mom], "MeanSquare": [ms],
+                    "MeanGrad": [mg], "LearningRate": [self._param_lr(block, p)]},
+            outputs={"ParamOut": [p], "MomentOut": [mom], "MeanSquareOut": [ms],
+                     "MeanGradOut": [mg]},
+            attrs={"epsilon": self._epsilon, "decay": self._rho, "momentum": self._momentum,
+                   "centered": self._centered})
+
+
+SGD = SGDOptimizer
+Momentum = MomentumOptimizer
+Adam = AdamOptimizer
+Adagrad = AdagradOptimizer
+RMSProp = RMSPropOptimizer
+
+__all__ = ["SGD", "SGDOptimizer", "Momentum", "MomentumOptimizer", "Adam", "AdamOptimizer",
+           "Adagrad", "AdagradOptimizer", "RMSProp", "RMSPropOptimizer", "Optimizer",
+           "default_main_program"]

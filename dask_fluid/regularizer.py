@@ -1,0 +1,70 @@
+"""Weight decay: ops appended to the gradient before the optimizer op (Fluid's regularizer)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import unique_name
+
+
+class WeightDecayRegularizer:
+    """Base class; ``append(param, grad, block)`` returns the regularised gradient."""
+
+    kind = ""
+
+    def __init__(self, regularization_coeff: float = 0.0) -> None:
+        coeff = float(regularization_coeff)
+        if coeff < 0:
+            raise ValueError(f"regularization_coeff must be >= 0, got {regularization_coeff}")
+        self.regularization_coeff = coeff
+
+    def append(self, param, grad, block):
+        raise NotImplementedError(f"{type(self).__name__} does not build its decay ops")
+
+    def _to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "coeff": self.regularization_coeff}
+
+
+class L2DecayRegularizer(WeightDecayRegularizer):
+    """``grad + coeff * param``: a ``scale`` op then a ``sum`` op, as late Fluid."""
+
+    kind = "l2"
+
+    def append(self, param, grad, block):
+        decay = block.create_var(name=unique_name.generate(param.name + "@decay"),
+                                 shape=param.shape, dtype=param.dtype)
+        block.append_op("scale", inputs={"X": [param]}, outputs={"Out": [decay]},
+                        attrs={"scale": self.regularization_coeff})
+        new_grad = block.create_var(name=unique_name.generate(grad.name + "@regularized"),
+                                    shape=param.shape, dtype=param.dtype)
+        block.append_op("sum", inputs={"X": [grad, decay]}, outputs={"Out": [new_grad]})
+        return new_grad
+
+
+class L1DecayRegularizer(WeightDecayRegularizer):
+    """``grad + coeff * sign(param)``."""
+
+    kind = "l1"
+
+    def append(self, param, grad, block):
+        sign = block.create_var(name=unique_name.generate(param.name + "@sign"), shape=param.shape, dtype=param.dtype)
+        block.append_op("sign", inputs={"X": [param]}, outputs={"Out": [sign]})
+        decay = block.create_var(name=unique_name.generate(param.name + "@decay"),
+                                 shape=param.shape, dtype=param.dtype)
+        block.append_op("scale", inputs={"X": [sign]}, outputs={"Out": [decay]},
+                        attrs={"scale": self.regularization_coeff})
+        new_grad = block.create_var(name=unique_name.generate(grad.name + "@regularized"),
+                                    shape=param.shape, dtype=param.dtype)
+        block.append_op("sum", inputs={"X": [grad, decay]}, outputs={"Out": [new_grad]})
+        return new_grad
+
+
+L2Decay = L2DecayRegularizer
+L1Decay = L1DecayRegularizer
+
+
+def regularizer_from_dict(d: dict | None) -> WeightDecayRegularizer | None:
+    if d is None:
+        return None
+    cls = {"l2": L2DecayRegularizer, "l1": L1DecayRegularizer}[d["kind"]]
+    return cls(d["coeff"])

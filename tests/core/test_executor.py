@@ -1,0 +1,194 @@
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+
+import dask_fluid as fluid
+from dask_fluid import layers
+from dask_fluid.models import mlp
+
+
+def _train(spec, x, y, steps, batch=32, scope=None):
+    scope = scope or fluid.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(spec.startup, scope=scope)
+    losses = []
+    for s in range(steps):
+        lo = (s * batch) % (len(x) - batch)
+        (loss,) = exe.run(spec.main, feed={"x": x[lo:lo + batch], "y": y[lo:lo + batch, None]},
+                          fetch_list=[spec.loss], scope=scope)
+        losses.append(float(loss[0]))
+    return scope, losses
+
+
+def test_mlp_on_digits_reaches_95_percent():
+    digits = load_digits()
+    x = (digits.data / 16.0).astype(np.float32)
+    y = digits.target.astype(np.int64)
+    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=0.25, random_state=0)
+    spec = mlp(n_features=64, hidden=(64,), n_classes=10,
+               opt=fluid.optimizer.Momentum(0.05, momentum=0.9))
+    test_prog = spec.main.clone(for_test=True)
+    scope = fluid.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(spec.startup, scope=scope)
+    rng = np.random.default_rng(0)
+    for _epoch in range(30):
+        perm = rng.permutation(len(x_tr))
+        for lo in range(0, len(perm), 32):
+            idx = perm[lo:lo + 32]
+            exe.run(spec.main, feed={"x": x_tr[idx], "y": y_tr[idx, None]}, scope=scope)
+    (acc,) = exe.run(test_prog, feed={"x": x_te, "y": y_te[:, None]},
+                     fetch_list=[spec.accuracy], scope=scope)
+    assert acc[0] >= 0.95
+
+
+def test_training_twice_gives_identical_bits():
+    x = np.random.default_rng(0).standard_normal((256, 64)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    runs = []
+    for _ in range(2):
+        spec = mlp(hidden=(32,), n_classes=2, opt=fluid.optimizer.Adam(0.01))
+        scope, losses = _train(spec, x, y, steps=10)
+        runs.append((losses, {p.name: scope.get(p.name).copy()
+                              for p in spec.main.all_parameters()}))
+    assert runs[0][0] == runs[1][0]
+    for name, value in runs[0][1].items():
+        assert np.array_equal(value, runs[1][1][name]), name
+
+
+def test_dropout_is_seeded():
+    def run():
+        main, startup = fluid.Program(), fluid.Program()
+        main.random_seed = 3
+        with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+            x = layers.data(name="x", shape=[100])
+            out = layers.dropout(x, 0.5)
+        scope = fluid.Scope()
+        exe = fluid.Executor()
+        feed = {"x": np.ones((4, 100), np.float32)}
+        return [exe.run(main, feed=feed, fetch_list=[out], scope=scope)[0] for _ in range(2)]
+
+    a, b = run(), run()
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    assert not np.array_equal(a[0], a[1])  # a new mask every step
+
+
+@pytest.fixture()
+def trained_spec():
+    spec = mlp(hidden=(8,), n_classes=3)
+    scope = fluid.Scope()
+    fluid.Executor().run(spec.startup, scope=scope)
+    return spec, scope
+
+
+def _feed(n=4, d=64):
+    return {"x": np.zeros((n, d), np.float32), "y": np.zeros((n, 1), np.int64)}
+
+
+def test_feed_with_wrong_shape(trained_spec):
+    spec, scope = trained_spec
+    feed = _feed(d=63)
+    with pytest.raises(ValueError, match=r"feed 'x' has shape \[4, 63\].*\[-1, 64\]"):
+        fluid.Executor().run(spec.main, feed=feed, scope=scope)
+
+
+def test_feed_with_wrong_dtype(trained_spec):
+    spec, scope = trained_spec
+    feed = _feed()
+    feed["x"] = feed["x"].astype(np.float64)
+    with pytest.raises(TypeError, match=r"feed 'x' has dtype float64.*astype\('float32'\)"):
+        fluid.Executor().run(spec.main, feed=feed, scope=scope)
+
+
+def test_feed_with_nan(trained_spec):
+    spec, scope = trained_spec
+    feed = _feed()
+    feed["x"][1, 2] = np.nan
+    with pytest.raises(ValueError, match="feed 'x' contains NaN or inf"):
+        fluid.Executor().run(spec.main, feed=feed, scope=scope)
+
+
+def test_unknown_feed_and_fetch(trained_spec):
+    spec, scope = trained_spec
+    with pytest.raises(ValueError, match="feed 'z' is not a variable"):
+        fluid.Executor().run(spec.main, feed={"z": np.zeros(3, np.float32)}, scope=scope)
+    with pytest.raises(ValueError, match="fetch 'nope' is not a variable"):
+        fluid.Executor().run(spec.main, feed=_feed(), fetch_list=["nope"], scope=scope)
+
+
+def test_missing_input_is_reported_before_running(trained_spec):
+    spec, scope = trained_spec
+    with pytest.raises(fluid.ExecutionError, match="reads X='x'.*neither fed"):
+        fluid.Executor().run(spec.main, feed={"y": _feed()["y"]}, scope=scope)
+
+
+def test_running_main_before_startup():
+    spec = mlp(hidden=(8,), n_classes=3)
+    with pytest.raises(fluid.ExecutionError, match="run the startup program first"):
+        fluid.Executor().run(spec.main, feed=_feed(), scope=fluid.Scope())
+
+
+def test_piecewise_decay_runs():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        lr = layers.piecewise_decay([2, 4], [1.0, 0.5, 0.1])
+    scope = fluid.Scope()
+    exe = fluid.Executor()
+    exe.run(startup, scope=scope)
+    got = [float(exe.run(main, fetch_list=[lr], scope=scope)[0][0]) for _ in range(6)]
+    assert got == pytest.approx([1.0, 1.0, 0.5, 0.5, 0.1, 0.1])
+
+
+def test_exponential_decay_runs():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        lr = layers.exponential_decay(0.1, 2, 0.5, staircase=True)
+    scope = fluid.Scope()
+    exe = fluid.Executor()
+    exe.run(startup, scope=scope)
+    got = [float(exe.run(main, fetch_list=[lr], scope=scope)[0][0]) for _ in range(5)]
+    assert got == pytest.approx([0.1, 0.1, 0.05, 0.05, 0.025])
+
+
+def test_sparse_embedding_updates_only_touched_rows():
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = 1
+    with fluid.program_guard(main, startup):
+        ids = layers.data(name="ids", shape=[1], dtype="int64")
+        emb = layers.embedding(ids, size=[20, 4], is_sparse=True,
+                               param_attr=fluid.ParamAttr(name="table"))
+        loss = layers.mean(layers.fc(emb, 1))
+        fluid.optimizer.SGD(0.5).minimize(loss)
+    scope = fluid.Scope()
+    exe = fluid.Executor()
+    exe.run(startup, scope=scope)
+    before = scope.get("table").copy()
+    exe.run(main, feed={"ids": np.array([[3], [5], [3]], np.int64)}, scope=scope)
+    after = scope.get("table")
+    changed = np.where((before != after).any(axis=1))[0]
+    assert list(changed) == [3, 5]
+
+
+@pytest.mark.skipif("not __import__('importlib').util.find_spec('cupy')",
+                    reason="CuPy is not installed (pip install 'dask-fluid[gpu]' on a GPU machine)")
+def test_cuda_place_trains_like_cpu():
+    cupy = pytest.importorskip("cupy")
+    try:
+        cupy.cuda.runtime.getDeviceCount()
+    except Exception as err:  # no driver / no device
+        pytest.skip(f"no CUDA GPU: {err}")
+    x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    params = []
+    for place in (fluid.CPUPlace(), fluid.CUDAPlace(0)):
+        spec = mlp(hidden=(16,), n_classes=2)
+        scope = fluid.Scope()
+        exe = fluid.Executor(place)
+        exe.run(spec.startup, scope=scope)
+        for _ in range(5):
+            exe.run(spec.main, feed={"x": x, "y": y[:, None]}, scope=scope)
+        w = scope.get("fc_0.w_0")
+        params.append(w.get() if hasattr(w, "get") else w)
+    np.testing.assert_allclose(params[0], params[1], rtol=1e-4, atol=1e-5)

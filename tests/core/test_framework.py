@@ -1,0 +1,221 @@
+import numpy as np
+import pytest
+
+import dask_fluid as fluid
+from dask_fluid import layers
+from dask_fluid.framework import OpRole
+
+
+def _square_error_program(optimizer=None):
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = 1
+    with fluid.program_guard(main, startup):
+        x = layers.data(name="x", shape=[1000], dtype="float32")
+        y_predict = layers.fc(input=x, size=1000, act=None,
+                              param_attr=fluid.ParamAttr(name="fc_w"),
+                              bias_attr=fluid.ParamAttr(name="fc_b"))
+        y = layers.data(name="y", shape=[1], dtype="float32")
+        cost = layers.square_error_cost(input=y_predict, label=y)
+        avg_cost = layers.mean(cost)
+        (optimizer or fluid.optimizer.SGD(learning_rate=0.1)).minimize(avg_cost)
+    return main, startup, avg_cost
+
+
+def test_fluid_op_sequence_for_square_error_model():
+    main, startup, _ = _square_error_program()
+    assert [op.type for op in main.global_block().ops] == [
+        "mul", "elementwise_add", "elementwise_sub", "square", "mean", "fill_constant",
+        "mean_grad", "square_grad", "elementwise_sub_grad", "elementwise_add_grad", "mul_grad",
+        "sgd", "sgd"]
+    # Initialisers are prepended, as Fluid: lr, then the bias, then the weight.
+    assert [op.type for op in startup.global_block().ops] == [
+        "fill_constant", "fill_constant", "uniform_random"]
+
+
+def test_op_roles_and_role_vars():
+    main, _, _ = _square_error_program()
+    ops = main.global_block().ops
+    assert ops[4].attr("op_role") == OpRole.Forward | OpRole.Loss
+    assert ops[5].attr("op_role") == OpRole.Backward | OpRole.Loss
+    assert all(op.attr("op_role") == OpRole.Backward for op in ops[6:11])
+    sgd_b, sgd_w = ops[11:]
+    assert sgd_b.attr("op_role") == OpRole.Optimize
+    assert sgd_b.attr("op_role_var") == ["fc_b", "fc_b@GRAD"]
+    assert sgd_w.attr("op_role_var") == ["fc_w", "fc_w@GRAD"]
+    # the last writer of each gradient records the pair
+    assert ops[9].attr("op_role_var") == ["fc_b", "fc_b@GRAD"]
+    assert ops[10].attr("op_role_var") == ["fc_w", "fc_w@GRAD"]
+
+
+def test_unique_names_follow_fluid():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data(name="x", shape=[4])
+        h = layers.fc(x, 3, act="relu")
+        layers.fc(h, 2)
+    names = sorted(p.name for p in main.all_parameters())
+    assert names == ["fc_0.b_0", "fc_0.w_0", "fc_1.b_0", "fc_1.w_0"]
+    assert main.global_block().var("fc_0.w_0").shape == (4, 3)
+    assert h.name == "fc_0.tmp_2"
+
+
+def test_learning_rate_variable_name():
+    main, _, _ = _square_error_program()
+    assert main.global_block().has_var("learning_rate_0")
+    assert main.global_block().var("learning_rate_0").persistable
+
+
+def test_json_round_trip_is_identical():
+    main, startup, _ = _square_error_program(fluid.optimizer.Adam(0.01))
+    for prog in (main, startup):
+        again = fluid.Program.from_json(prog.to_json())
+        assert again == prog
+        assert again.to_json() == prog.to_json()
+        assert str(again) == str(prog)
+
+
+def test_json_rejects_garbage():
+    with pytest.raises(ValueError, match="not a dask_fluid program"):
+        fluid.Program.from_json('{"blocks": []}')
+    with pytest.raises(ValueError, match="invalid JSON"):
+        fluid.Program.from_json("{nope")
+
+
+def test_clone_for_test_drops_training_ops():
+    main, _, _ = _square_error_program()
+    test_prog = main.clone(for_test=True)
+    assert [op.type for op in test_prog.global_block().ops] == [
+        "mul", "elementwise_add", "elementwise_sub", "square", "mean"]
+    assert len(main.global_block().ops) == 13
+
+
+def test_program_prints_and_renders_html():
+    main, _, _ = _square_error_program()
+    text = str(main)
+    assert "block 0" in text and "mul(" in text and "fc_w" in text
+    html = main._repr_html_()
+    assert "<table>" in html and "elementwise_add" in html
+
+
+def test_program_guard_restores_on_error():
+    before = fluid.default_main_program()
+    with pytest.raises(RuntimeError):
+        with fluid.program_guard(fluid.Program()):
+            raise RuntimeError("boom")
+    assert fluid.default_main_program() is before
+
+
+def test_operator_checks_signature():
+    prog = fluid.Program()
+    block = prog.global_block()
+    with pytest.raises(ValueError, match='Incorrect setting for input.*"mul".*Need'):
+        block.append_op("mul", inputs={"A": ["x"]}, outputs={"Out": ["y"]})
+    with pytest.raises(KeyError, match="no_such_op"):
+        block.append_op("no_such_op")
+
+
+def test_variable_redefinition_reports_shapes():
+    block = fluid.Program().global_block()
+    block.create_var(name="v", shape=[2, 3])
+    with pytest.raises(ValueError, match=r"\[2, 3\].*\[4\]"):
+        block.create_var(name="v", shape=[4])
+
+
+def test_piecewise_decay_builds_switch():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        lr = layers.piecewise_decay([10000, 20000], [1.0, 0.5, 0.1])
+    types = [op.type for op in main.global_block().ops]
+    assert types == ["increment", "cast", "fill_constant", "fill_constant", "less_than",
+                     "logical_not", "conditional_block", "fill_constant", "fill_constant",
+                     "less_than", "logical_not", "logical_and", "logical_and",
+                     "conditional_block", "fill_constant", "conditional_block"]
+    assert main.num_blocks == 4
+    assert all([op.type for op in main.block(i).ops] == ["assign"] for i in (1, 2, 3))
+    assert lr.name == "learning_rate"
+
+
+def test_exponential_decay_ops():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        layers.exponential_decay(0.1, 100, 0.5, staircase=True)
+    assert [op.type for op in main.global_block().ops] == [
+        "increment", "cast", "fill_constant", "elementwise_div", "floor", "fill_constant",
+        "elementwise_pow", "fill_constant", "elementwise_mul"]
+    assert all(op.attr("op_role") == OpRole.LRSched for op in main.global_block().ops)
+
+
+def test_l2_and_clip_ops_follow_fluid_order():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data(name="x", shape=[10])
+        pred = layers.fc(x, 5, param_attr=fluid.ParamAttr(
+            name="fc_w", gradient_clip=fluid.clip.GradientClipByValue(0.1)),
+            bias_attr=fluid.ParamAttr(name="fc_b"))
+        loss = layers.mean(pred)
+        fluid.optimizer.SGD(0.1, regularization=fluid.regularizer.L2Decay(1e-4)).minimize(loss)
+    opt_ops = [op for op in main.global_block().ops if op.attr("op_role") == OpRole.Optimize]
+    by_param = {}
+    for op in opt_ops:
+        by_param.setdefault(op.attr("op_role_var")[0], []).append(op.type)
+    assert by_param["fc_b"] == ["scale", "sum", "sgd"]
+    assert by_param["fc_w"] == ["clip", "scale", "sum", "sgd"]
+
+
+def test_backward_sums_gradients_of_reused_variables():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data(name="x", shape=[4])
+        h = layers.fc(x, 4)
+        both = layers.elementwise_add(h, h)
+        loss = layers.mean(both)
+        fluid.append_backward(loss)
+    types = [op.type for op in main.global_block().ops]
+    assert "sum" in types
+    sum_op = main.global_block().ops[types.index("sum")]
+    assert sum_op.output("Out") == [h.name + "@GRAD"]
+    assert all("@RENAME@" in n for n in sum_op.input("X"))
+
+
+def test_stop_gradient_prunes_branch():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data(name="x", shape=[4])
+        h = layers.fc(x, 4)
+        h.stop_gradient = True
+        loss = layers.mean(layers.fc(h, 1))
+        params_grads = fluid.append_backward(loss)
+    assert sorted(p.name for p, _ in params_grads) == ["fc_1.b_0", "fc_1.w_0"]
+    assert "fc_0.w_0@GRAD" not in main.global_block().vars
+
+
+def test_minimize_without_parameters_is_an_error():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data(name="x", shape=[4])
+        loss = layers.mean(x)
+        with pytest.raises(ValueError, match="nothing to optimize"):
+            fluid.optimizer.SGD(0.1).minimize(loss)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan")])
+def test_optimizer_rejects_bad_learning_rate(bad):
+    with pytest.raises(ValueError, match="learning_rate"):
+        fluid.optimizer.SGD(bad)
+
+
+def test_seeded_startup_is_deterministic_and_distinct_per_param():
+    def init():
+        main, startup = fluid.Program(), fluid.Program()
+        startup.random_seed = 7
+        with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+            x = layers.data(name="x", shape=[8])
+            layers.fc(layers.fc(x, 8), 8)
+        scope = fluid.Scope()
+        fluid.Executor().run(startup, scope=scope)
+        return scope
+
+    a, b = init(), init()
+    for name in ("fc_0.w_0", "fc_1.w_0"):
+        np.testing.assert_array_equal(a.get(name), b.get(name))
+    assert not np.array_equal(a.get("fc_0.w_0"), a.get("fc_1.w_0"))
