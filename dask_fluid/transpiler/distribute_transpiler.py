@@ -161,9 +161,7 @@ class DistributeTranspiler:
 
     def _make_plan(self, program: Program, startup: Program, endpoints: list[str],
                    trainer_id: int, trainer_num: int, sync: bool) -> TranspilePlan:
-        origin, origin_startup = program.clone(), startup.clone()
-        block = origin.global_block()
-        opt = optimize_ops(block)
+        opt = optimize_ops(program.global_block())
         if not any(is_optimizer_op(op) for op in opt):
             raise ValueError("the program has no optimize ops: call optimizer.minimize(loss) "
                              "before transpile()")
@@ -171,6 +169,11 @@ class DistributeTranspiler:
             if is_optimizer_op(op) and op.type not in OPTIMIZER_TYPES:
                 raise ValueError(f"Not supported optimizer for distributed training: {op.type!r}"
                                  f"; supported: {', '.join(OPTIMIZER_TYPES)}")
+        # The pserver programs are built from these copies, so later getters see the program
+        # as it was before the trainer rewrite, whatever order they are called in.
+        origin, origin_startup = program.clone(), startup.clone()
+        block = origin.global_block()
+        opt = optimize_ops(block)
         table = lookup_table.find_distributed_table(block)
         count = len(endpoints) if self.config.slice_var_up else 1
         params: list[ParamPlan] = []
@@ -229,7 +232,8 @@ class DistributeTranspiler:
         dummies = {}
         if plan.table is not None:
             table_dummy = lookup_table.rewrite_trainer(program, plan, control)
-        dummies.update(trainer_rewrite.insert_sends(program, plan, order, control))
+        dummies.update(trainer_rewrite.insert_sends(program, plan, order, control,
+                                                    self._log))
         if plan.table is not None:
             dummies[plan.table.name] = table_dummy
         trainer_rewrite.append_param_fetch(program, plan, control, dummies)

@@ -17,13 +17,10 @@ Every RPC op carries what a runtime needs to run it without the transpiler objec
 from __future__ import annotations
 
 import itertools
-import logging
 from collections.abc import Callable
 
 from ..framework import OP_ROLE_KEY, OP_ROLE_VAR_KEY, Block, OpRole, Program, VarType
 from .plan import ParamPlan, TranspilePlan, lr_ops, optimize_ops
-
-logger = logging.getLogger("dask_fluid.transpiler")
 
 CONTROL_VAR_PREFIX = "__control_var@"
 
@@ -80,7 +77,7 @@ def create_trainer_vars(program: Program, plan: TranspilePlan) -> None:
 
 
 def insert_sends(program: Program, plan: TranspilePlan, order: list[ParamPlan],
-                 control: ControlVars) -> dict[str, str]:
+                 control: ControlVars, log: Callable[..., None]) -> dict[str, str]:
     """Insert split + send after the last writer of each gradient; returns param -> the send's
     control output."""
     block = program.global_block()
@@ -112,7 +109,7 @@ def insert_sends(program: Program, plan: TranspilePlan, order: list[ParamPlan],
                                           sync_mode=plan.sync_mode,
                                           **{OP_ROLE_VAR_KEY: role_var}))
         dummies[pp.param] = dummy
-        logger.info("send %s -> %s", send_names, pp.endpoints)
+        log("trainer %d: send %s -> %s", plan.trainer_id, send_names, pp.endpoints)
     return dummies
 
 

@@ -1,0 +1,171 @@
+"""Lookup tables (§6, §9.11), DC-ASGD (§5), NCCL2 (§7) and the summary."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+import dask_fluid as fluid
+from dask_fluid import layers
+from dask_fluid.transpiler import DistributeTranspiler, summarize
+
+from .models import A, B, config, fluid_test_net, op_types, table_net, transpile
+
+PREFETCH = ["split_ids", "prefetch", "merge_ids"]
+
+
+def test_local_sparse_table():
+    main, startup = table_net(is_distributed=False)
+    t = transpile(main, startup)
+    ops = op_types(t.get_trainer_program().global_block())
+    assert ops[-11:] == ["lookup_table_grad", "lookup_table_grad", "sum", "split_selected_rows",
+                         "send", "send_barrier", "recv", "recv", "recv", "fetch_barrier",
+                         "concat"]
+    split = next(op for op in main.global_block().ops if op.type == "split_selected_rows")
+    assert split.attrs["height_sections"] == [500, 500]
+    prog_a, _ = t.get_pserver_programs(A)
+    assert len(prog_a.blocks) == 3
+    for blk in prog_a.blocks[1:]:
+        assert op_types(blk) == ["sum", "scale", "adam", "scale", "scale"]
+    assert prog_a.block(0).ops[0].attrs["sparse_grad_to_param"] == [
+        "shared_w@GRAD.block0:shared_w.block0"]
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_distributed_table(sync, caplog):
+    main, startup = table_net()
+    t = transpile(main, startup, sync_mode=sync)
+    trainer = t.get_trainer_program()
+    ops = op_types(trainer.global_block())
+    assert ops[:6] == PREFETCH * 2
+    tail = (["sum", "split_ids", "send", "send_barrier", "recv", "recv", "fetch_barrier"]
+            if sync else ["sum", "split_ids", "send", "recv", "recv"])
+    assert ops[-len(tail):] == tail
+    assert "shared_w" not in [n for op in trainer.global_block().ops if op.type == "recv"
+                              for n in op.output("Out")]
+    prefetch = trainer.global_block().ops[1]
+    assert prefetch.attrs["epmap"] == [A, B]
+    assert prefetch.output("Out") == ["prefetch_compress_out_tmp_0_0",
+                                      "prefetch_compress_out_tmp_0_1"]
+    send = next(op for op in trainer.global_block().ops
+                if op.type == "send" and op.input("X")[0].startswith("shared_w@GRAD"))
+    suffix = ".trainer_0" if sync else ""
+    assert send.input("X") == [f"shared_w@GRAD{suffix}.pserver_0",
+                               f"shared_w@GRAD{suffix}.pserver_1"]
+    assert op_types(startup.global_block()).count("fake_init") == 1
+    with caplog.at_level(logging.WARNING, logger="dask_fluid.transpiler"):
+        prog_a, start_a = t.get_pserver_programs(A)
+    assert "only supports sgd" in caplog.text
+    assert len(prog_a.blocks) == 6
+    assert op_types(prog_a.block(1)) == (["sum", "scale"] if sync else []) + [
+        "adam", "scale", "scale"]
+    assert op_types(prog_a.block(2)) == (["sum", "sgd"] if sync else ["sgd"])
+    assert [op_types(prog_a.block(i)) for i in (3, 4, 5)] == [
+        ["lookup_sparse_table"], ["lookup_sparse_table"], ["save"]]
+    table = prog_a.global_block().var("shared_w")
+    assert table.shape == (500, 64) and table.type == "selected_rows"
+    assert start_a.global_block().var("shared_w").shape == (500, 64)
+    serv = prog_a.block(0).ops[0].attrs
+    assert serv["prefetch_var_name_to_block_id"] == ["prefetch_compress_in_tmp_0_0:3",
+                                                     "prefetch_compress_in_tmp_1_0:4"]
+    assert serv["checkpint_block_id"] == 5
+    assert serv["optimize_blocks"] == [1, 2]
+
+
+def test_two_distributed_tables_are_rejected():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+        embs = [layers.embedding(layers.data(f"ids{i}", [1], dtype="int64"), [100, 8],
+                                 is_sparse=True, is_distributed=True) for i in range(2)]
+        loss = layers.mean(layers.fc(layers.elementwise_add(*embs), 1))
+        fluid.optimizer.SGD(0.1).minimize(loss)
+    with pytest.raises(RuntimeError, match="only one distributed lookup table"):
+        transpile(main, startup)
+
+
+def test_lookup_without_is_distributed_is_rejected():
+    main, startup = table_net()
+    main.global_block().ops[1].attrs["is_distributed"] = False
+    with pytest.raises(RuntimeError, match="must set is_distributed=True"):
+        transpile(main, startup)
+
+
+def test_dc_asgd_program():
+    main, startup = fluid_test_net()
+    t = transpile(main, startup, config(enable_dc_asgd=True), sync_mode=False)
+    prog_a, start_a = t.get_pserver_programs(A)
+    assert op_types(prog_a.block(1)) == ["ref_by_trainer_id", "elementwise_sub",
+                                         "elementwise_mul", "elementwise_mul",
+                                         "elementwise_add", "sgd"]
+    ref = prog_a.block(1).ops[0]
+    assert ref.input("X") == ["fc_b.trainer_0_bak", "fc_b.trainer_1_bak"]
+    assert ref.input("TrainerId") == ["@TRAINER_ID@"]
+    assert prog_a.block(1).ops[-1].input("Grad") == prog_a.block(1).ops[-2].output("Out")
+    assert prog_a.block(0).ops[0].attrs["dc_asgd"] is True
+    assigns = [(op.input("X"), op.output("Out")) for op in start_a.global_block().ops
+               if op.type == "assign"]
+    assert assigns == [(["fc_b"], ["fc_b.trainer_0_bak"]), (["fc_b"], ["fc_b.trainer_1_bak"]),
+                       (["fc_w.block1"], ["fc_w.block1.trainer_0_bak"]),
+                       (["fc_w.block1"], ["fc_w.block1.trainer_1_bak"])]
+    assert start_a.global_block().var("fc_w.block1.trainer_1_bak").shape == (500, 1000)
+
+
+def _nccl2(trainer_id=0, trainers="127.0.0.1:6174,127.0.0.1:6175", current="127.0.0.1:6174",
+           **fields):
+    main, startup = fluid_test_net()
+    before = op_types(main.global_block())
+    t = DistributeTranspiler(config(mode="nccl2", **fields))
+    t.transpile(trainer_id, program=main, trainers=trainers, startup_program=startup,
+                current_endpoint=current)
+    assert op_types(main.global_block()) == before
+    return t, main, startup
+
+
+def test_nccl2():
+    t, main, startup = _nccl2(trainer_id=1, current="127.0.0.1:6175", nccl_comm_num=2)
+    assert t.get_trainer_program() is main
+    assert main._trainers_endpoints == ["127.0.0.1:6174", "127.0.0.1:6175"]
+    assert (main._trainer_id, main._num_trainers, main._nccl_comm_num) == (1, 2, 2)
+    gen = startup.global_block().ops[-1]
+    assert gen.type == "gen_nccl_id"
+    assert gen.output("NCCLID") == ["NCCLID", "NCCLID_1"]
+    assert startup.global_block().var("NCCLID").type == "raw"
+    assert gen.attrs["endpoint_list"] == ["127.0.0.1:6174"]
+    with pytest.raises(RuntimeError, match="nccl2 mode: there are no pserver programs"):
+        t.get_pserver_program("127.0.0.1:6174")
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    ({"current": "127.0.0.1:9"}, ValueError, "current_endpoint '127.0.0.1:9' is not one of"),
+    ({"trainer_id": 2}, ValueError, "trainer_id 2 is out of range"),
+    ({"trainer_id": -1}, ValueError, "trainer_id -1 is out of range"),
+    ({"trainers": 2}, TypeError, "in nccl2 mode, trainers must be a comma-separated str"),
+    ({"trainers": "127.0.0.1:6174,127.0.0.1:6174"}, ValueError, "listed twice"),
+    ({"trainers": "127.0.0.1:6174,localhost"}, ValueError, "'localhost' is not a valid"),
+    ({"use_hierarchical_allreduce": True, "hierarchical_allreduce_inter_nranks": 2},
+     ValueError, "inter_nranks=2 for 2 trainers"),
+])
+def test_nccl2_errors(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        _nccl2(**kwargs)
+
+
+def test_summary():
+    main, startup = fluid_test_net()
+    text = summarize(transpile(main, startup))
+    assert text.splitlines() == [
+        "2 pserver(s), 2 trainer(s), sync",
+        f"{A}: fc_b [1000], fc_w.block1 [500, 1000]",
+        "  block 1: sum, scale, sgd",
+        "  block 2: sum, scale, sgd",
+        f"{B}: fc_w.block0 [500, 1000]",
+        "  block 1: sum, scale, sgd",
+    ]
+
+
+def test_programs_roundtrip_through_json():
+    main, startup = table_net()
+    t = transpile(main, startup)
+    for prog in (t.get_trainer_program(), *t.get_pserver_programs(A)):
+        assert fluid.Program.from_json(prog.to_json()) == prog
