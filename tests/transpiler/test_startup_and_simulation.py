@@ -8,10 +8,10 @@ import pytest
 
 import dask_fluid as fluid
 from dask_fluid import layers
-from dask_fluid.transpiler import HashName, RoundRobin
+from dask_fluid.transpiler import HashName, PSDispatcher, RoundRobin
 from dask_fluid.transpiler.simulate import InProcessCluster
 
-from .models import config, reference_mlp, transpile
+from .models import config, op_types, reference_mlp, transpile
 
 THREE = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003"
 
@@ -146,3 +146,36 @@ def test_async_and_dc_asgd_run():
         after = cluster.parameters()
         assert all(not np.array_equal(before[k], after[k]) for k in before)
         assert all(np.isfinite(v).all() for v in after.values())
+
+
+class AllOnFirst(PSDispatcher):
+    """A custom dispatcher that puts every block on the first pserver."""
+
+    def dispatch(self, varlist):
+        return [self.eps[0]] * len(varlist)
+
+
+def test_two_blocks_of_one_param_on_one_pserver_keep_separate_state():
+    # Fluid makes one optimize block per optimizer op, so a second block of the same parameter
+    # on the same pserver would never be updated; here each block has its own block and state.
+    main, startup, loss = _model("mlp", "adam")
+    cfg = config(split_method=AllOnFirst)
+    cluster = InProcessCluster(main, startup, "127.0.0.1:1,127.0.0.1:2", 2, cfg)
+    prog = cluster.pserver_programs["127.0.0.1:1"]
+    assert prog.global_block().has_var("fc_1.w_0_moment1_0.block1")
+    assert prog.global_block().var("fc_1.w_0_moment1_0.block1").shape == (128, 256)
+    assert op_types(cluster.pserver_programs["127.0.0.1:2"].block(1)) == []
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(startup, scope=scope)
+    for batch in _batches(3):
+        feed = {"x": batch["x"], "y": batch["y"]}
+        exe.run(main, feed=feed, scope=scope)
+        cluster.step([{k: v[:32] for k, v in feed.items()}, {k: v[32:] for k, v in feed.items()}])
+    for name, value in cluster.parameters().items():
+        np.testing.assert_allclose(value, scope.get(name), rtol=1e-6, atol=1e-12, err_msg=name)
+
+
+def test_sync_mode_argument_must_be_bool():
+    main, startup, _ = reference_mlp()
+    with pytest.raises(ValueError, match="sync_mode = 'yes' is not allowed"):
+        transpile(main, startup, sync_mode="yes")
