@@ -1,0 +1,173 @@
+"""Launch one pinned task per worker for a training job, and make sure it ends.
+
+The recipe of xgboost.dask and lightgbm.dask: check the workers are alive, submit one task per
+worker with ``workers=[addr]`` and no fallback, then watch. What this adds is the ending: the
+first failed task, or a job worker that leaves the cluster (its pinned task would otherwise sit
+in ``no-worker`` for ever, distributed#7346), aborts the job on every worker so that no rank
+stays blocked, and the job's services are always detached afterwards.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from distributed import wait
+
+from . import rpc
+from .errors import DistributedTrainingError, JobAbortedError, WorkerLostError
+from .events import Callback, Subscription
+
+logger = logging.getLogger(__name__)
+
+#: how long tasks get to notice an abort before the job gives up on them
+ABORT_GRACE_S = 10.0
+
+
+@dataclass
+class TaskSpec:
+    """One pinned task of a job."""
+
+    worker: str
+    fn: Callable[..., Any]
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    role: str = "trainer"
+    endpoint: str | None = None
+
+    @property
+    def where(self) -> str:
+        return self.endpoint or self.worker
+
+
+def new_job_id() -> str:
+    """A short random job id (also the session id of the job's services)."""
+    return uuid.uuid4().hex[:12]
+
+
+def live_workers(client: Any) -> set[str]:
+    """Addresses of the workers the scheduler knows now (a scheduler round trip)."""
+    return set(client.run_on_scheduler(_scheduler_workers))
+
+
+def _scheduler_workers(dask_scheduler: Any) -> list[str]:
+    return list(dask_scheduler.workers)
+
+
+def check_workers_alive(client: Any, workers: Iterable[str]) -> None:
+    """Raise ``ValueError`` naming the workers that are not part of the cluster."""
+    alive = live_workers(client)
+    missing = sorted(set(workers) - alive)
+    if missing:
+        raise ValueError(f"Missing required workers: {missing}; the cluster has "
+                         f"{sorted(alive)}. Pass addresses of live workers.")
+
+
+def _detach(job: str, dask_worker: Any = None) -> None:
+    rpc.detach_job(dask_worker, job)
+
+
+def _as_training_error(exc: BaseException, spec: TaskSpec) -> BaseException:
+    if isinstance(exc, (DistributedTrainingError, ValueError, TypeError)):
+        return exc
+    err = DistributedTrainingError(f"{type(exc).__name__}: {exc}", spec.role, spec.where)
+    err.__cause__ = exc
+    return err
+
+
+def _first_error(done: Sequence[tuple[Any, TaskSpec]]) -> BaseException | None:
+    """The root cause among finished tasks: an abort notice only if nothing else failed."""
+    errors = [(f.exception(), spec) for f, spec in done if f.status == "error"]
+    errors.sort(key=lambda e: isinstance(e[0], JobAbortedError))
+    return _as_training_error(*errors[0]) if errors else None
+
+
+def _watch(client: Any, pairs: list[tuple[Any, TaskSpec]], poll_s: float
+           ) -> BaseException | None:
+    pending = {f for f, _ in pairs}
+    while pending:
+        try:
+            _, pending = wait(list(pending), timeout=poll_s, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            pass
+        err = _first_error([(f, s) for f, s in pairs if f.done()])
+        if err is not None:
+            return err
+        alive = live_workers(client)
+        for f, spec in pairs:
+            if not f.done() and spec.worker not in alive:
+                return WorkerLostError(
+                    f"worker {spec.worker} left the cluster while running the job's "
+                    f"{spec.role} task", spec.role, spec.where)
+    return None
+
+
+def run_tasks(client: Any, job: str, tasks: Sequence[TaskSpec], *,
+              callbacks: Iterable[Callback] = (), poll_s: float = 0.2) -> list:
+    """Run ``tasks`` (one pinned task each) and return their results in order.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        A synchronous client.
+    job : str
+        The job id; events go to its topic and its services are detached at the end.
+    tasks : sequence of TaskSpec
+    callbacks : iterable of callable
+        Called on the client with every event the tasks publish while they run.
+    poll_s : float
+        How often the liveness of the job's workers is checked.
+
+    Raises
+    ------
+    DistributedTrainingError
+        The first task failure (``RemoteError``, ``DeadlineExceededError``...) or
+        ``WorkerLostError`` when a job worker leaves; every other task is aborted first.
+    """
+    rpc.ensure_plugin(client)
+    workers = sorted({t.worker for t in tasks})
+    check_workers_alive(client, workers)
+    pairs: list[tuple[Any, TaskSpec]] = []
+    try:
+        with Subscription(client, job, callbacks):
+            for i, spec in enumerate(tasks):
+                fn = functools.partial(spec.fn, **spec.kwargs) if spec.kwargs else spec.fn
+                future = client.submit(fn, *spec.args, key=f"dask-fluid-{spec.role}-{i}-{job}",
+                                       workers=[spec.worker], allow_other_workers=False,
+                                       pure=False, retries=0)
+                pairs.append((future, spec))
+            error = _watch(client, pairs, poll_s)
+            if error is not None:
+                _abort(client, job, workers, pairs, error)
+                raise error
+            return client.gather([f for f, _ in pairs])
+    finally:
+        alive = sorted(live_workers(client) & set(workers))
+        try:
+            client.run(_detach, job, workers=alive)
+        except Exception:  # a worker may die during clean-up; the rest are detached
+            logger.warning("detaching job %s from %s failed", job, alive, exc_info=True)
+        client.cancel([f for f, _ in pairs])
+
+
+def _abort(client: Any, job: str, workers: list[str], pairs: list[tuple[Any, TaskSpec]],
+           error: BaseException) -> None:
+    logger.info("aborting job %s: %s", job, error)
+    alive = sorted(live_workers(client) & set(workers))
+    rpc.abort_job_sync(client, alive, job, f"{type(error).__name__}: {error}")
+    deadline = time.monotonic() + ABORT_GRACE_S
+    running = [f for f, spec in pairs if not f.done() and spec.worker in alive]
+    while running and time.monotonic() < deadline:
+        try:
+            wait(running, timeout=max(0.01, deadline - time.monotonic()))
+        except TimeoutError:
+            break
+        running = [f for f in running if not f.done()]
+    if running:
+        logger.warning("job %s: %d task(s) did not stop within %.0f s of the abort", job,
+                       len(running), ABORT_GRACE_S)
