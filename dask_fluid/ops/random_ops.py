@@ -43,10 +43,18 @@ def _draw(op: str, attrs: dict, sample: Callable[[np.random.Generator, tuple], n
     if full:
         full = tuple(int(s) for s in full)
         offset = int(attrs.get("row_offset", 0))
-        if tuple(shape[1:]) != full[1:] or not 0 <= offset <= full[0] - shape[0]:
-            raise ValueError(f"{op}: a slice of shape {list(shape)} at row_offset {offset} "
-                             f"does not fit in full_shape {list(full)}")
-        values = sample(rng, full)[offset:offset + shape[0]]
+        stride = int(attrs.get("row_stride", 0))
+        if stride > 0:
+            # A modulo shard of a distributed table: rows offset, offset + stride, ...; the
+            # shard's padding rows (never addressed) stay zero.
+            taken = sample(rng, full)[offset::stride][:shape[0]]
+            values = np.zeros(shape, dtype=np.float64)
+            values[:len(taken)] = taken
+        else:
+            if tuple(shape[1:]) != full[1:] or not 0 <= offset <= full[0] - shape[0]:
+                raise ValueError(f"{op}: a slice of shape {list(shape)} at row_offset {offset} "
+                                 f"does not fit in full_shape {list(full)}")
+            values = sample(rng, full)[offset:offset + shape[0]]
     else:
         values = sample(rng, shape)
     dtype = to_dtype(attrs.get("dtype", "float32"))

@@ -54,9 +54,11 @@ def build_pserver_startup(plan: TranspilePlan, endpoint: str, build: PserverBuil
                 elif name != outs[0]:
                     attrs["rng_key"] = outs[0]
                 if name == table:
-                    # Each shard draws its own rows: the kernels cannot yet take a strided
-                    # (id % P) slice of the full table.
-                    attrs["rng_key"] = f"{table}@shard{plan.endpoints.index(endpoint)}"
+                    # Shard k holds ids k, k + P, ...: draw the whole table as the local
+                    # startup does and keep those rows, so sharding never changes the start.
+                    full = list(op.attrs.get("shape", var.shape))
+                    attrs.update(full_shape=full, row_offset=plan.endpoints.index(endpoint),
+                                 row_stride=len(plan.endpoints), rng_key=table)
             ins = {s: list(v) for s, v in op.inputs.items()}
             sblock.append_op(op.type, ins, {s: [name] for s in op.outputs}, attrs)
             log("pserver %s startup: %s -> %s %s", endpoint, op.type, name, attrs.get("shape"))
