@@ -96,7 +96,7 @@ def _addup_repetitive_outputs(descs: list[dict]) -> list[dict]:
                 pending.append(({"type": "sum", "inputs": {"X": list(renamed[name])},
                                  "outputs": {"Out": [name]}, "attrs": {}}, idx))
                 renamed[name] = [name]
-        for slot, names in desc["outputs"].items():
+        for _slot, names in desc["outputs"].items():
             for i, name in enumerate(names):
                 if name == EMPTY_VAR or name in ins:
                     continue

@@ -18,7 +18,8 @@ class GradientClipByValue:
         self.max, self.min = max, min
 
     def append(self, param, grad, block):
-        out = block.create_var(name=unique_name.generate(grad.name + "@clipped"), shape=grad.shape, dtype=grad.dtype)
+        out = block.create_var(name=unique_name.generate(grad.name + "@clipped"),
+                               shape=grad.shape, dtype=grad.dtype)
         block.append_op("clip", inputs={"X": [grad]}, outputs={"Out": [out]},
                         attrs={"min": self.min, "max": self.max})
         return out

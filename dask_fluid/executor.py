@@ -280,7 +280,7 @@ class Executor:
                     arrays = out.get(slot)
                     if arrays is None:
                         continue
-                    for name, arr in zip(names, arrays):
+                    for name, arr in zip(names, arrays, strict=False):
                         if name != EMPTY_VAR:
                             vals[name] = arr
 
@@ -290,8 +290,9 @@ class Executor:
             name = key.name if isinstance(key, Variable) else str(key)
             var = block._find_var_recursive(name)
             if var is None:
+                data_layers = [v.name for v in block.vars.values() if v.is_data]
                 raise ValueError(f"feed {name!r} is not a variable of the program; "
-                                 f"data layers: {[v.name for v in block.vars.values() if v.is_data]}")
+                                 f"data layers: {data_layers}")
             arr = value
             if not hasattr(arr, "dtype") or not hasattr(arr, "shape"):
                 arr = np.asarray(value, dtype=var.dtype)
@@ -301,7 +302,7 @@ class Executor:
             if var.shape is not None:
                 shape = tuple(arr.shape)
                 if len(shape) != len(var.shape) or any(
-                        d >= 0 and d != s for d, s in zip(var.shape, shape)):
+                        d >= 0 and d != s for d, s in zip(var.shape, shape, strict=False)):
                     raise ValueError(f"feed {name!r} has shape {list(shape)} but the variable "
                                      f"expects {list(var.shape)} (-1 is any size)")
             if arr.dtype.kind == "f" and not bool(self._xp.isfinite(arr).all()):

@@ -552,8 +552,8 @@ class Program:
 
     @classmethod
     def _from_dict(cls, data: dict) -> Program:
-        from .regularizer import regularizer_from_dict
         from .clip import clip_from_dict
+        from .regularizer import regularizer_from_dict
 
         prog = cls()
         prog.random_seed = data["random_seed"]
@@ -577,7 +577,7 @@ class Program:
                 else:
                     var = Variable(block, name, **vd)
                 block.vars[name] = var
-        for bd, block in zip(data["blocks"], prog.blocks):
+        for bd, block in zip(data["blocks"], prog.blocks, strict=False):
             for od in bd["ops"]:
                 block.ops.append(Operator(block, od["type"], od["inputs"], od["outputs"],
                                           copy.deepcopy(od["attrs"])))

@@ -47,7 +47,8 @@ class L1DecayRegularizer(WeightDecayRegularizer):
     kind = "l1"
 
     def append(self, param, grad, block):
-        sign = block.create_var(name=unique_name.generate(param.name + "@sign"), shape=param.shape, dtype=param.dtype)
+        sign = block.create_var(name=unique_name.generate(param.name + "@sign"),
+                                shape=param.shape, dtype=param.dtype)
         block.append_op("sign", inputs={"X": [param]}, outputs={"Out": [sign]})
         decay = block.create_var(name=unique_name.generate(param.name + "@decay"),
                                  shape=param.shape, dtype=param.dtype)

@@ -41,7 +41,7 @@ def step_event(rank: int, epoch: int, step: int, samples: int, fetch_names: Iter
                fetched: Iterable[Any]) -> dict:
     """A ``step`` event with fetched values reduced to floats (means of arrays)."""
     fetches = {name: float(np.asarray(value, dtype=np.float64).mean())
-               for name, value in zip(fetch_names, fetched)}
+               for name, value in zip(fetch_names, fetched, strict=False)}
     return {"type": "step", "rank": rank, "epoch": epoch, "step": step, "samples": samples,
             "fetches": fetches}
 

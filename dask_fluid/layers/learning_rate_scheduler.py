@@ -58,7 +58,7 @@ def piecewise_decay(boundaries: Sequence[float], values: Sequence[float]) -> Var
         lr = tensor.create_global_var([1], 0.0, "float32", persistable=True,
                                       name="learning_rate")
         with Switch() as switch:
-            for boundary, value in zip(boundaries, values):
+            for boundary, value in zip(boundaries, values, strict=False):
                 boundary_val = tensor.fill_constant([1], "float32", float(boundary), True)
                 value_var = tensor.fill_constant([1], "float32", float(value))
                 with switch.case(global_step < boundary_val):

@@ -189,7 +189,7 @@ def fc(input: Variable | Sequence[Variable], size: int, num_flatten_dims: int = 
     inputs = [input] if isinstance(input, Variable) else list(input)
     attrs = param_attr if isinstance(param_attr, (list, tuple)) else [param_attr] * len(inputs)
     muls = []
-    for x, pattr in zip(inputs, attrs):
+    for x, pattr in zip(inputs, attrs, strict=False):
         _check_var(x, "input", "fc")
         if x.shape is None or any(d <= 0 for d in x.shape[num_flatten_dims:]):
             raise ValueError(f"fc: input {x.name!r} needs known feature dims after "
