@@ -45,22 +45,23 @@ class Optimizer:
         self._accumulators: dict[str, dict[str, Variable]] = {}
 
     # -- learning rate ----------------------------------------------------------------------
-    def _global_learning_rate(self, program: Program) -> Variable:
+    def _global_learning_rate(self, program: Program, dtype: str = "float32") -> Variable:
         if isinstance(self._learning_rate, Variable):
             return self._learning_rate
         if id(program) not in self._lr_var:
+            # the parameters' dtype, so a float64 model is not stepped by a rounded rate
             self._lr_var[id(program)] = create_global_var(
-                [1], self._learning_rate, "float32", persistable=True,
+                [1], self._learning_rate, dtype, persistable=True,
                 name=unique_name.generate("learning_rate"))
         return self._lr_var[id(program)]
 
     def _param_lr(self, block, param: Parameter) -> Variable:
-        lr = self._global_learning_rate(block.program)
+        lr = self._global_learning_rate(block.program, param.dtype)
         ratio = param.optimize_attr.get("learning_rate", 1.0)
         if ratio == 1.0:
             return lr
         out = block.create_var(name=unique_name.generate(f"{param.name}.lr"), shape=[1],
-                               dtype="float32")
+                               dtype=lr.dtype)
         block.append_op("scale", inputs={"X": [lr]}, outputs={"Out": [out]},
                         attrs={"scale": float(ratio)})
         return out
@@ -111,7 +112,7 @@ class Optimizer:
                     grad = regularizer.append(param, grad, block)
             processed.append((param, grad))
         self._create_accumulators(block, [p for p, _ in processed])
-        self._global_learning_rate(program)
+        self._global_learning_rate(program, processed[0][0].dtype)
         ops = []
         for param, grad in processed:
             with program._optimized_guard([param, grad]):

@@ -1,0 +1,124 @@
+"""Each optimizer, wired through minimize() and the Executor, against a numpy reference."""
+
+import numpy as np
+import pytest
+
+import dask_fluid as fluid
+from dask_fluid import layers
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((16, 3))
+Y = RNG.standard_normal((16, 1))
+
+
+def _grads(w, b):
+    d = 2.0 * (X @ w + b - Y) / len(X)  # d mean((xw + b - y)^2) / d pred
+    return {"w": X.T @ d, "b": d.sum(axis=0)}
+
+
+def _sgd(lr):
+    def step(p, g, s, t):
+        return p - lr * g
+    return step
+
+
+def _momentum(lr, mu, nesterov):
+    def step(p, g, s, t):
+        s["v"] = mu * s.get("v", 0.0) + g
+        return p - lr * (g + mu * s["v"]) if nesterov else p - lr * s["v"]
+    return step
+
+
+def _adam(lr, b1=0.9, b2=0.999, eps=1e-8):
+    def step(p, g, s, t):
+        b1p, b2p = b1 ** (t + 1), b2 ** (t + 1)
+        s["m"] = b1 * s.get("m", 0.0) + (1 - b1) * g
+        s["v"] = b2 * s.get("v", 0.0) + (1 - b2) * g * g
+        lr_t = lr * np.sqrt(1 - b2p) / (1 - b1p)
+        return p - lr_t * s["m"] / (np.sqrt(s["v"]) + eps * np.sqrt(1 - b2p))
+    return step
+
+
+def _adagrad(lr, eps=1e-6):
+    def step(p, g, s, t):
+        s["m"] = s.get("m", 0.0) + g * g
+        return p - lr * g / (np.sqrt(s["m"]) + eps)
+    return step
+
+
+def _rmsprop(lr, rho, eps, mom, centered):
+    def step(p, g, s, t):
+        s["ms"] = rho * s.get("ms", 0.0) + (1 - rho) * g * g
+        if centered:
+            s["mg"] = rho * s.get("mg", 0.0) + (1 - rho) * g
+            denom = np.sqrt(s["ms"] - s["mg"] ** 2 + eps)
+        else:
+            denom = np.sqrt(s["ms"] + eps)
+        s["mom"] = mom * s.get("mom", 0.0) + lr * g / denom
+        return p - s["mom"]
+    return step
+
+
+CASES = {
+    "sgd": (lambda: fluid.optimizer.SGD(0.1), _sgd(0.1)),
+    "momentum": (lambda: fluid.optimizer.Momentum(0.1, 0.9), _momentum(0.1, 0.9, False)),
+    "nesterov": (lambda: fluid.optimizer.Momentum(0.1, 0.9, use_nesterov=True),
+                 _momentum(0.1, 0.9, True)),
+    "adam": (lambda: fluid.optimizer.Adam(0.1), _adam(0.1)),
+    "adagrad": (lambda: fluid.optimizer.Adagrad(0.1), _adagrad(0.1)),
+    "rmsprop": (lambda: fluid.optimizer.RMSProp(0.01, rho=0.9, epsilon=1e-6, momentum=0.5),
+                _rmsprop(0.01, 0.9, 1e-6, 0.5, False)),
+    "rmsprop_centered": (lambda: fluid.optimizer.RMSProp(0.01, rho=0.9, epsilon=1e-6,
+                                                         momentum=0.5, centered=True),
+                         _rmsprop(0.01, 0.9, 1e-6, 0.5, True)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_optimizer_matches_numpy_reference_over_5_steps(name):
+    make_opt, ref_step = CASES[name]
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = 5
+    with fluid.program_guard(main, startup):
+        x = layers.data(name="x", shape=[3], dtype="float64")
+        y = layers.data(name="y", shape=[1], dtype="float64")
+        pred = layers.fc(x, 1, param_attr=fluid.ParamAttr(name="w"),
+                         bias_attr=fluid.ParamAttr(
+                             name="b", initializer=fluid.initializer.Constant(0.3)))
+        loss = layers.mean(layers.square_error_cost(pred, y))
+        make_opt().minimize(loss)
+    scope = fluid.Scope()
+    exe = fluid.Executor()
+    exe.run(startup, scope=scope)
+    params = {"w": scope.get("w").copy(), "b": scope.get("b").copy()}
+    states = {"w": {}, "b": {}}
+    for t in range(5):
+        grads = _grads(params["w"], params["b"])
+        params = {k: ref_step(params[k], grads[k], states[k], t) for k in params}
+        exe.run(main, feed={"x": X, "y": Y}, scope=scope)
+        for k in params:
+            np.testing.assert_allclose(scope.get(k), params[k], rtol=1e-10, atol=1e-12,
+                                       err_msg=f"{name} step {t} param {k}")
+
+
+def test_l2_decay_and_clip_through_minimize():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data(name="x", shape=[3], dtype="float64")
+        y = layers.data(name="y", shape=[1], dtype="float64")
+        pred = layers.fc(x, 1, param_attr=fluid.ParamAttr(
+            name="w", gradient_clip=fluid.clip.GradientClipByValue(0.05)),
+            bias_attr=fluid.ParamAttr(name="b"))
+        loss = layers.mean(layers.square_error_cost(pred, y))
+        fluid.optimizer.SGD(0.1, regularization=fluid.regularizer.L2Decay(0.01)).minimize(loss)
+    scope = fluid.Scope()
+    exe = fluid.Executor()
+    exe.run(startup, scope=scope)
+    w, b = scope.get("w").copy(), scope.get("b").copy()
+    for _ in range(3):
+        g = _grads(w, b)
+        w = w - 0.1 * (np.clip(g["w"], -0.05, 0.05) + 0.01 * w)
+        b = b - 0.1 * (g["b"] + 0.01 * b)
+        exe.run(main, feed={"x": X, "y": Y}, scope=scope)
+    np.testing.assert_allclose(scope.get("w"), w, rtol=1e-10)
+    np.testing.assert_allclose(scope.get("b"), b, rtol=1e-10)
