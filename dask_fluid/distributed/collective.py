@@ -1,0 +1,556 @@
+"""Collective (NCCL2-style) data-parallel training on Dask: one call, two backends.
+
+:func:`train_collective` runs a program -- plain, or transpiled with ``config.mode = "nccl2"`` -- on
+one trainer task per data-holding worker (the xgboost.dask recipe: the data never moves). Every
+step, on every rank:
+
+1. forward and backward with the :class:`~dask_fluid.executor.Executor` on the main program up to
+   its first Optimize-role op;
+2. one all-reduce of every gradient (mean over ranks, Fluid's 1/nranks scaling), fused into one
+   flat buffer per dtype;
+3. the optimize ops (and anything after them: LR schedule, Adam's beta powers), locally.
+
+All ranks start from the same parameters (each runs the deterministic startup program, then rank 0
+broadcasts them anyway, as NCCL programs do) and apply the same reduced gradients, so they hold
+bit-identical parameters throughout, and with equal batch sizes the result is local training
+with the global batch (DESIGN.md decision 3).
+
+Backends (DESIGN.md decision 8): ``ring`` (:class:`~dask_fluid.distributed.ring.RingCommunicator`,
+CPU, worker-to-worker comms) and ``nccl`` (:class:`~dask_fluid.distributed.nccl.NcclCommunicator`,
+unique id through the scheduler). ``auto`` picks nccl when every trainer has a GPU and CuPy with
+NCCL, ring otherwise.
+
+Steps per epoch. Collectives need every rank at every step, so all ranks take the same number of
+steps: the minimum over ranks of ``ceil(rows / batch_size)`` (or ``steps_per_epoch`` when given;
+a rank with fewer batches then cycles through its batches again). A rank with more rows
+visits a different random subset each epoch. Workers that hold no rows never become ranks (a
+rank without data would deadlock the collectives, cuml#8398).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import logging
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from dask_fluid.distributed.data import (
+    DataPartition,
+    batch_indices,
+    local_arrays,
+    partition_by_worker,
+)
+from dask_fluid.distributed.errors import WorkerLostError
+from dask_fluid.distributed.events import Callback, TrainResult, publish, step_event
+from dask_fluid.distributed.launch import TaskSpec, live_workers, new_job_id, run_tasks
+from dask_fluid.distributed.nccl import (
+    NcclUnavailableError,
+    check_nccl,
+    create_session,
+    destroy_session,
+    probe_gpus,
+)
+from dask_fluid.distributed.rpc import abort_job_sync
+from dask_fluid.flags import RPCFlags
+from dask_fluid.framework import (
+    OP_ROLE_KEY,
+    OP_ROLE_VAR_KEY,
+    OpRole,
+    Program,
+    Variable,
+    VarType,
+    default_main_program,
+    default_startup_program,
+    grad_var_name,
+)
+
+__all__ = ["BACKENDS", "rank_seed", "split_program", "train_collective"]
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "ring", "nccl")
+_DEVICES = ("cpu", "gpu", "cuda")
+# The batch order of rank r uses seed + _RANK_STRIDE * r: distinct from every (seed, epoch) pair
+# of the other ranks for fewer than _RANK_STRIDE epochs.
+_RANK_STRIDE = 10007
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """Seed of rank ``rank``'s batch order: ``batch_indices(rows, bs, epoch, rank_seed(...))``."""
+    return seed + _RANK_STRIDE * rank
+
+
+# --------------------------------------------------------------------------------------------
+# Program handling (shared by client and workers)
+# --------------------------------------------------------------------------------------------
+
+
+def split_program(main: Program) -> tuple[Program, Program, list[str]]:
+    """Split ``main`` at its first Optimize-role op.
+
+    Returns
+    -------
+    compute : Program
+        Forward and backward ops (and LR-schedule ops placed before the optimizer).
+    optimize : Program
+        The first Optimize-role op and every op after it.
+    grads : list of str
+        Gradient names to all-reduce, from the backward ops' ``op_role_var`` (param, grad) pairs
+        (Fluid's rule), sorted.
+
+    Raises
+    ------
+    ValueError
+        If the program has no optimize op or no gradient.
+    """
+    ops = main.global_block().ops
+    first = next((i for i, op in enumerate(ops)
+                  if op.attrs.get(OP_ROLE_KEY, 0) & OpRole.Optimize), None)
+    if first is None:
+        raise ValueError("main_program has no optimize op: build it with optimizer.minimize(loss)"
+                         " before collective training")
+    grads: set[str] = set()
+    for op in ops[:first]:
+        pairs = op.attrs.get(OP_ROLE_VAR_KEY) or []
+        if op.attrs.get(OP_ROLE_KEY, 0) & OpRole.Backward and len(pairs) % 2 == 0:
+            grads.update(pairs[1::2])
+    if not grads:  # programs without role vars: every trainable parameter's gradient
+        written = {n for op in ops[:first] for n in op.output_arg_names}
+        grads = {grad_var_name(p.name) for p in main.all_parameters() if p.trainable} & written
+    if not grads:
+        raise ValueError("main_program computes no parameter gradient before its optimize ops")
+    compute, optimize = main.clone(), main.clone()
+    compute.global_block().ops = compute.global_block().ops[:first]
+    optimize.global_block().ops = optimize.global_block().ops[first:]
+    return compute, optimize, sorted(grads)
+
+
+def _strip_nccl_id(startup: Program) -> Program:
+    """The startup program without ``gen_nccl_id`` and its RAW vars: the runtime owns the id."""
+    startup = startup.clone()
+    block = startup.global_block()
+    for op in [op for op in block.ops if op.type == "gen_nccl_id"]:
+        for name in op.output_arg_names:
+            block.vars.pop(name, None)
+    block.ops = [op for op in block.ops if op.type != "gen_nccl_id"]
+    return startup
+
+
+def _persistable_names(main: Program) -> list[str]:
+    return sorted(v.name for v in main.global_block().vars.values()
+                  if v.persistable and v.type != VarType.RAW and not v.is_data)
+
+
+def _feed_vars(main: Program) -> list[Variable]:
+    return [v for v in main.global_block().vars.values() if v.is_data]
+
+
+def _loss_name(main: Program) -> str | None:
+    for op in main.global_block().ops:
+        if op.attrs.get(OP_ROLE_KEY, 0) & OpRole.Loss and not op.attrs[OP_ROLE_KEY] & \
+                OpRole.Backward:
+            return op.output_arg_names[0]
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Client side
+# --------------------------------------------------------------------------------------------
+
+
+def _resolve_programs(main: Program | None, startup: Program | None, transpiler: Any
+                      ) -> tuple[Program, Program, list[str]]:
+    if transpiler is not None:
+        mode = getattr(transpiler, "_mode", None)
+        if mode != "nccl2":
+            raise ValueError(f"the transpiler ran in mode {mode!r}; train_collective runs "
+                             "config.mode='nccl2' programs (use train_pserver for pserver mode)")
+        main = main if main is not None else transpiler._program
+        startup = startup if startup is not None else transpiler._startup
+    main = main if main is not None else default_main_program()
+    startup = startup if startup is not None else default_startup_program()
+    for arg, prog in (("main_program", main), ("startup_program", startup)):
+        if not isinstance(prog, Program):
+            raise TypeError(f"{arg} must be a Program, got {type(prog).__name__}")
+    endpoints = list(getattr(transpiler, "_endpoints", None) or main._trainers_endpoints or [])
+    return main, _strip_nccl_id(startup), endpoints
+
+
+def _map_endpoints(endpoints: Sequence[str], workers: Sequence[str]) -> list[str]:
+    """Trainer endpoints -> workers: an endpoint equal to a worker address is that worker, the
+    others take the remaining workers in sorted order."""
+    if len(endpoints) > len(workers):
+        raise ValueError(f"the program was transpiled for {len(endpoints)} trainers but the "
+                         f"cluster has {len(workers)} workers")
+    free = [w for w in sorted(workers) if w not in endpoints]
+    return [ep if ep in workers else free.pop(0) for ep in endpoints]
+
+
+def _candidates(client: Any, trainers: Any, endpoints: Sequence[str]
+                ) -> tuple[list[str] | None, dict[str, str]]:
+    """The trainer workers in rank order (None: the data decides) and endpoint labels."""
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    if not workers:
+        raise ValueError("the cluster has no workers")
+    if trainers is None and endpoints:
+        mapped = _map_endpoints(endpoints, workers)
+        return mapped, dict(zip(mapped, endpoints, strict=True))
+    if trainers is None:
+        return None, {}
+    if isinstance(trainers, (int, np.integer)) and not isinstance(trainers, bool):
+        if not 1 <= trainers <= len(workers):
+            raise ValueError(f"trainers={trainers}: the cluster has {len(workers)} workers")
+        return workers[:int(trainers)], {}
+    if isinstance(trainers, str):
+        trainers = [t.strip() for t in trainers.split(",") if t.strip()]
+    trainers = list(trainers)
+    unknown = [t for t in trainers if t not in workers]
+    if unknown:
+        raise ValueError(f"trainers {unknown} are not workers of this cluster; workers: "
+                         f"{workers}")
+    if len(set(trainers)) != len(trainers):
+        raise ValueError(f"trainers repeat a worker: {trainers}")
+    return trainers, {}
+
+
+def _as_arrays(data: Any, feeds: Sequence[Variable]) -> dict[str, Any]:
+    names = [v.name for v in feeds]
+    if isinstance(data, Mapping):
+        missing = [n for n in names if n not in data]
+        if missing:
+            raise ValueError(f"data has no input for the program's data layers {missing}; "
+                             f"pass data={{{', '.join(repr(n) + ': ...' for n in names)}}}")
+        return {n: data[n] for n in names}
+    if isinstance(data, (tuple, list)):
+        if len(data) != len(names):
+            raise ValueError(f"data has {len(data)} inputs but the program has data layers "
+                             f"{names}")
+        return dict(zip(names, data, strict=True))
+    raise TypeError("data must be a mapping {data layer name: array}, a tuple in data-layer "
+                    f"order {names}, or a DataPartition; got {type(data).__name__}")
+
+
+def _choose_backend(client: Any, backend: str, workers: list[str], infos: dict | None) -> str:
+    if backend == "ring":
+        return "ring"
+    if backend == "nccl":
+        check_nccl(client, workers, infos)
+        return "nccl"
+    if infos is None or any(w not in infos or infos[w].problem for w in workers):
+        return "ring"
+    try:
+        check_nccl(client, workers, infos)
+    except NcclUnavailableError as exc:
+        logger.info("backend='auto' falls back to ring: %s", exc)
+        return "ring"
+    return "nccl"
+
+
+def steps_per_epoch_for(rows: Sequence[int], batch_size: int, steps: int | None = None) -> int:
+    """Steps every rank takes per epoch: ``steps`` or min over ranks of ``ceil(rows/bs)``."""
+    if steps is not None:
+        if steps <= 0:
+            raise ValueError(f"steps_per_epoch={steps} must be > 0")
+        return int(steps)
+    return min(math.ceil(n / batch_size) for n in rows)
+
+
+def train_collective(client: Any, main_program: Program | None = None,
+                     startup_program: Program | None = None, data: Any = None, *,
+                     transpiler: Any = None, trainers: Any = None, backend: str = "auto",
+                     epochs: int = 1, batch_size: int = 128,
+                     fetch_list: Iterable[Variable | str] = (), shuffle: bool = True,
+                     seed: int = 0, callbacks: Iterable[Callback] = (),
+                     flags: RPCFlags | None = None, device: str = "cpu",
+                     steps_per_epoch: int | None = None) -> TrainResult:
+    """Train ``main_program`` data-parallel on the workers that hold ``data``.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        A synchronous client.
+    main_program, startup_program : Program, optional
+        The program (plain, or transpiled in nccl2 mode) and its startup program; default to the
+        transpiler's programs, else the default programs.
+    data : mapping, tuple or DataPartition
+        ``{data layer name: array}`` (dask arrays/DataFrames, numpy or pandas; all with the same
+        rows), a tuple in data-layer order, or the result of ``partition_by_worker``.
+    transpiler : DistributeTranspiler, optional
+        Transpiled with ``config.mode = "nccl2"``: its trainer endpoints map onto workers (an
+        endpoint equal to a worker address is that worker, the others in order).
+    trainers : None, int, str or sequence of str
+        None: the data-holding workers (or the transpiled endpoints); an int: the first n workers
+        (sorted); addresses: those workers, in rank order. Workers left without rows are dropped.
+    backend : {"auto", "ring", "nccl"}
+        ``auto``: nccl when every trainer has a GPU and CuPy with NCCL (and the scheduler has
+        CuPy with NCCL), else ring. ``nccl`` raises :class:`NcclUnavailableError` naming what is
+        missing before anything is launched.
+    epochs, batch_size : int
+        ``batch_size`` rows per rank per step (the global batch is ``batch_size * nranks``).
+    fetch_list : iterable of Variable or str
+        Fetched every step into the events and the history; default: the loss.
+    shuffle, seed : bool, int
+        Rank r visits its rows in the order of ``batch_indices(rows, batch_size, epoch,
+        rank_seed(seed, r), shuffle)``.
+    callbacks : iterable of callable
+        Called on the client with every event (``step``, ``epoch_end``, ``done``).
+    flags : RPCFlags, optional
+        Deadline of every collective; default ``RPCFlags.current()``.
+    device : {"cpu", "gpu"}
+        Where the executor runs (``gpu``: ``CUDAPlace(0)`` of each worker).
+    steps_per_epoch : int, optional
+        Override the number of steps per epoch (ranks cycle through their batches).
+
+    Returns
+    -------
+    TrainResult
+        ``params`` from rank 0; ``history`` with every rank's step records; ``ranks`` (an extra
+        attribute): per rank its worker, rows, steps, elapsed time and a SHA-256 digest of its
+        final parameters (identical on every rank).
+
+    Raises
+    ------
+    DistributedTrainingError
+        A rank failed, timed out or its worker died; every other rank was aborted.
+    NcclUnavailableError
+        ``backend="nccl"`` where it cannot run.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r}; use one of {BACKENDS}")
+    if device not in _DEVICES:
+        raise ValueError(f"device={device!r}; use one of {_DEVICES}")
+    if epochs < 1 or batch_size < 1:
+        raise ValueError(f"epochs={epochs} and batch_size={batch_size} must be >= 1")
+    if data is None:
+        raise ValueError("data is required: {data layer name: array} or a DataPartition")
+    flags = flags if flags is not None else RPCFlags.current()
+    main, startup, endpoints = _resolve_programs(main_program, startup_program, transpiler)
+    split_program(main)  # fail here, not on every worker
+    feeds = _feed_vars(main)
+    fetch_names = [f.name if isinstance(f, Variable) else str(f) for f in fetch_list]
+    if not fetch_names and (loss := _loss_name(main)) is not None:
+        fetch_names = [loss]
+
+    if isinstance(data, DataPartition):
+        if trainers is not None:
+            raise ValueError("pass trainers or a DataPartition, not both: the partition "
+                             "already decides where the data lives")
+        candidates, labels = list(data.workers), {}
+    else:
+        candidates, labels = _candidates(client, trainers, endpoints)
+    infos = None
+    if backend != "ring":
+        infos = probe_gpus(client, candidates)
+        if backend == "nccl":  # before any data moves
+            check_nccl(client, candidates or sorted(infos), infos)
+    partition = data if isinstance(data, DataPartition) else partition_by_worker(
+        client, _as_arrays(data, feeds), workers=candidates)
+    ranks = [w for w in (candidates or partition.workers) if partition.rows_per_worker.get(w)]
+    if not ranks:
+        raise ValueError("no worker holds any rows of data")
+    dropped = sorted(set(candidates or ()) - set(ranks))
+    if dropped:
+        logger.warning("workers %s hold no rows and do not train (a rank without data would "
+                       "stall every collective)", dropped)
+    backend = _choose_backend(client, backend, ranks, infos)
+    rows = [partition.rows_per_worker[w] for w in ranks]
+    steps = steps_per_epoch_for(rows, batch_size, steps_per_epoch)
+
+    job = new_job_id()
+    cfg = {"job": job, "main": main.to_json(), "startup": startup.to_json(), "backend": backend,
+           "addresses": ranks, "deadline_s": flags.deadline_s, "epochs": int(epochs),
+           "batch_size": int(batch_size), "steps": steps, "fetch": fetch_names,
+           "shuffle": bool(shuffle), "seed": int(seed), "device": device, "session": None}
+    session = create_session(client) if backend == "nccl" else None
+    cfg["session"] = session
+    tasks = [TaskSpec(w, _trainer_task, args=(cfg, r, partition.futures(w)), role="trainer",
+                      endpoint=labels.get(w)) for r, w in enumerate(ranks)]
+    try:
+        results = run_tasks(client, job, tasks, callbacks=callbacks)
+    except concurrent.futures.CancelledError as exc:
+        raise _lost_worker_error(client, job, tasks) from exc
+    finally:
+        if session is not None:
+            destroy_session(client, session)
+    return _result(results, fetch_names, backend, steps, labels)
+
+
+def _lost_worker_error(client: Any, job: str, tasks: Sequence[TaskSpec]) -> Exception:
+    """A trainer future was cancelled: its worker died with data that cannot be recomputed
+    (scattered numpy parts). Abort the surviving ranks and name the dead worker."""
+    alive = live_workers(client)
+    survivors = sorted({t.worker for t in tasks} & alive)
+    lost = [t for t in tasks if t.worker not in alive]
+    where = lost[0].where if lost else ", ".join(t.where for t in tasks)
+    reason = (f"worker {where} left the cluster while running a trainer (its data went with "
+              "it)")
+    abort_job_sync(client, survivors, job, reason)
+    return WorkerLostError(reason, "trainer", where)
+
+
+def _result(results: list[dict], fetch_names: list[str], backend: str, steps: int,
+            labels: Mapping[str, str]) -> TrainResult:
+    history, per_epoch = [], {}
+    for res in results:
+        for epoch, step, samples, values in res["records"]:
+            event = {"type": "step", "rank": res["rank"], "epoch": epoch, "step": step,
+                     "samples": samples, "fetches": dict(zip(fetch_names, values, strict=True))}
+            history.append(event)
+            per_epoch.setdefault(epoch, []).append(values)
+    history.sort(key=lambda e: (e["step"], e["rank"]))
+    epochs = [{"epoch": e, **{n: float(np.mean([v[i] for v in vals]))
+                               for i, n in enumerate(fetch_names)}}
+              for e, vals in sorted(per_epoch.items())]
+    elapsed = max(r["elapsed"] for r in results)
+    samples = sum(r["samples"] for r in results)
+    ranks = [{k: r[k] for k in ("rank", "address", "rows", "steps", "samples", "elapsed",
+                                "digest")} for r in results]
+    lines = [f"collective training, backend {backend}, {len(results)} rank(s), {steps} steps "
+             "per epoch"]
+    lines += [f"  rank {r['rank']}: {r['address']}"
+              + (f" (endpoint {labels[r['address']]})" if r["address"] in labels else "")
+              + f", {r['rows']} rows, {r['steps']} steps, digest {r['digest'][:12]}"
+              for r in ranks]
+    result = TrainResult(params=results[0]["params"], history=history, epochs=epochs,
+                         steps=max(r["steps"] for r in results), samples=samples,
+                         elapsed_s=elapsed, samples_per_s=samples / elapsed if elapsed else 0.0,
+                         summary="\n".join(lines))
+    result.ranks = ranks  # type: ignore[attr-defined]
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Worker side
+# --------------------------------------------------------------------------------------------
+
+
+def _make_comm(cfg: dict, worker: Any, rank: int) -> Any:
+    if cfg["backend"] == "nccl":
+        from dask_fluid.distributed.nccl import NcclCommunicator  # noqa: PLC0415
+
+        return NcclCommunicator(worker, cfg["job"], rank, cfg["addresses"], cfg["deadline_s"],
+                                session=cfg["session"])
+    from dask_fluid.distributed.ring import RingCommunicator  # noqa: PLC0415
+
+    return RingCommunicator(worker, cfg["job"], rank, cfg["addresses"], cfg["deadline_s"])
+
+
+def _trainer_task(cfg: dict, rank: int, parts: list) -> dict:
+    """One rank of a collective job (runs pinned on its worker, in a task thread)."""
+    from distributed import get_worker  # noqa: PLC0415
+
+    from dask_fluid.distributed.errors import JobAbortedError  # noqa: PLC0415
+
+    worker = get_worker()
+    comm = _make_comm(cfg, worker, rank)
+    try:
+        return _train(cfg, rank, worker, comm, parts)
+    except BaseException as exc:
+        if not isinstance(exc, JobAbortedError):  # wake the others now, not at the deadline
+            comm.abort(f"rank {rank} ({worker.address}) failed: {type(exc).__name__}: "
+                       f"{exc}"[:500])
+        raise
+    finally:
+        comm.close()
+
+
+def _as_host(value: Any) -> np.ndarray:
+    return value.get() if hasattr(value, "get") and not isinstance(value, np.ndarray) else \
+        np.asarray(value)
+
+
+def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list) -> dict:
+    from dask_fluid.executor import CPUPlace, CUDAPlace, Executor, Scope  # noqa: PLC0415
+    from dask_fluid.ops.selected_rows import SelectedRows  # noqa: PLC0415
+
+    main = Program.from_json(cfg["main"])
+    startup = Program.from_json(cfg["startup"])
+    compute, optimize, grads = split_program(main)
+    exe = Executor(CPUPlace() if cfg["device"] == "cpu" else CUDAPlace(0))
+    xp = exe._xp
+    scope = Scope()
+    exe.run(startup, scope=scope)
+    persist = [n for n in _persistable_names(main) if n in scope]
+    # NCCL semantics: rank 0's start point wins even if a startup op were not deterministic
+    state = [_writable(scope, n, xp, host=cfg["backend"] == "ring") for n in persist]
+    comm.broadcast(state, root=0)
+    if cfg["backend"] == "ring" and xp is not np:
+        for n, a in zip(persist, state, strict=True):
+            scope.vars[n] = xp.asarray(a)
+
+    feeds = _prepare_feeds(main, local_arrays(parts), xp)
+    n_rows = len(next(iter(feeds.values())))
+    steps, bs, fetch = cfg["steps"], cfg["batch_size"], cfg["fetch"]
+    seed_r = rank_seed(cfg["seed"], rank)
+    records: list[tuple] = []
+    samples = 0
+    start = time.perf_counter()
+    for epoch in range(cfg["epochs"]):
+        batches = batch_indices(n_rows, bs, epoch, seed_r, cfg["shuffle"])
+        for s in range(steps):
+            global_step = epoch * steps + s
+            idx = batches[s % len(batches)]
+            if xp is not np:
+                idx = xp.asarray(idx)
+            fetched = exe.run(compute, feed={k: v[idx] for k, v in feeds.items()},
+                              fetch_list=fetch, scope=scope)
+            arrays = []
+            for g in grads:
+                value = scope.vars[g]
+                if isinstance(value, SelectedRows):  # sparse grads are reduced dense
+                    scope.vars[g] = value = value.to_dense()
+                arrays.append(_writable(scope, g, xp, host=cfg["backend"] == "ring"))
+            comm.allreduce(arrays, op="mean", step=global_step)
+            if cfg["backend"] == "ring" and xp is not np:
+                for g, a in zip(grads, arrays, strict=True):
+                    scope.vars[g] = xp.asarray(a)
+            exe.run(optimize, scope=scope)
+            samples += len(idx)
+            event = step_event(rank, epoch, global_step, len(idx), fetch, fetched)
+            publish(worker, cfg["job"], event)
+            records.append((epoch, global_step, len(idx), list(event["fetches"].values())))
+        publish(worker, cfg["job"], {"type": "epoch_end", "rank": rank, "epoch": epoch,
+                                     "steps": steps, "samples": samples})
+    elapsed = time.perf_counter() - start
+    publish(worker, cfg["job"], {"type": "done", "rank": rank, "steps": len(records),
+                                 "samples": samples, "elapsed": elapsed})
+    params = {n: np.array(_as_host(scope.vars[n]), copy=True) for n in persist}
+    digest = hashlib.sha256()
+    for n in persist:
+        digest.update(n.encode())
+        digest.update(np.ascontiguousarray(params[n]).tobytes())
+    return {"rank": rank, "address": worker.address, "rows": n_rows, "steps": len(records),
+            "samples": samples, "elapsed": elapsed, "digest": digest.hexdigest(),
+            "records": records, "params": params if rank == 0 else None}
+
+
+def _writable(scope: Any, name: str, xp: Any, *, host: bool) -> Any:
+    """The array under ``name``, contiguous and writable (numpy when ``host``), kept in scope."""
+    value = scope.vars[name]
+    if host and xp is not np:
+        return np.array(_as_host(value), copy=True)
+    if isinstance(value, np.ndarray):
+        if not (value.flags.writeable and value.flags.c_contiguous):
+            value = np.array(value, copy=True)
+    elif xp is np:
+        value = np.array(value, copy=True)
+    scope.vars[name] = value
+    return value
+
+
+def _prepare_feeds(main: Program, arrays: Mapping[str, Any], xp: Any) -> dict[str, Any]:
+    """Each data layer's local array, with the layer's dtype and rank (``y`` (n,) -> (n, 1))."""
+    out = {}
+    for var in _feed_vars(main):
+        value = arrays[var.name]
+        value = np.asarray(value) if not hasattr(value, "__cuda_array_interface__") else value
+        if var.shape is not None and value.ndim == len(var.shape) - 1:
+            value = value.reshape(*value.shape, 1)
+        value = value.astype(var.dtype, copy=False)
+        out[var.name] = xp.asarray(value) if xp is not np else value
+    return out
