@@ -1,0 +1,356 @@
+"""``train_pserver``: run Fluid's pserver-mode training on a Dask cluster (client side).
+
+The client transpiles (one trainer program per trainer id, one program per pserver), keeps the
+data where it lives, maps the pserver endpoints onto workers (:mod:`.placement`), and launches
+one pinned task per pserver (:func:`.pserver.run_pserver`) and per trainer
+(:func:`.trainer.run_trainer`) through :func:`.launch.run_tasks`, which aborts the whole job on
+the first failure. The result holds the full parameters, assembled from the pservers' blocks.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..flags import RPCFlags
+from ..framework import Program, Variable, default_main_program, default_startup_program
+from ..transpiler import DistributeTranspiler, DistributeTranspilerConfig, summarize
+from . import checkpoint as ckpt
+from .data import partition_by_worker
+from .errors import DistributedTrainingError
+from .events import Callback, TrainResult
+from .launch import TaskSpec, live_workers, new_job_id, run_tasks
+from .placement import Placement, place_pservers
+from .pserver import ShardSpec, TableShard, run_pserver
+from .rpc import ensure_plugin
+from .trainer import TrainerSpec, run_trainer
+
+__all__ = ["train_pserver"]
+
+logger = logging.getLogger(__name__)
+
+
+def _names(fetch_list: Iterable[Variable | str]) -> list[str]:
+    return [f.name if isinstance(f, Variable) else str(f) for f in fetch_list]
+
+
+def _check_args(data: Any, epochs: int, batch_size: int, checkpoint_dir: Any,
+                checkpoint_every: Any, steps_per_epoch: int | None) -> None:
+    if data is None:
+        raise ValueError("data is required: a dict of data-layer name -> dask array / numpy "
+                         "array, or a list with one such dict per trainer")
+    for name, value in (("epochs", epochs), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} = {value!r} is not allowed: it must be an int >= 1")
+    if steps_per_epoch is not None and (not isinstance(steps_per_epoch, int)
+                                        or steps_per_epoch < 1):
+        raise ValueError(f"steps_per_epoch = {steps_per_epoch!r} is not allowed: None or an "
+                         "int >= 1")
+    if checkpoint_every is not None:
+        if checkpoint_dir is None:
+            raise ValueError("checkpoint_every needs checkpoint_dir (where to write)")
+        if checkpoint_every != "epoch" and (isinstance(checkpoint_every, bool) or not isinstance(
+                checkpoint_every, int) or checkpoint_every < 1):
+            raise ValueError(f"checkpoint_every = {checkpoint_every!r} is not allowed: an int "
+                             ">= 1 (every that many steps) or 'epoch'")
+
+
+def _place_data(client: Any, data: Any, trainers: int | Sequence[str] | None,
+                workers: list[str]) -> tuple[list[str], list[list[Any]], list[int]]:
+    """(trainer workers, parts per trainer, rows per trainer)."""
+    if isinstance(trainers, int) and not isinstance(trainers, bool):
+        if not 1 <= trainers <= len(workers):
+            raise ValueError(f"trainers = {trainers} is not allowed: the cluster has "
+                             f"{len(workers)} workers ({workers})")
+        wanted: list[str] | None = workers[:trainers]
+    elif trainers is None:
+        wanted = None
+    else:
+        wanted = list(trainers)
+        unknown = sorted(set(wanted) - set(workers))
+        if unknown or len(set(wanted)) != len(wanted):
+            raise ValueError(f"trainers {wanted} must be distinct addresses of live workers; "
+                             f"unknown: {unknown}; the cluster's workers are {workers}")
+    if isinstance(data, (list, tuple)):
+        # one dict per trainer: trainer r trains on exactly data[r]
+        if wanted is None:
+            if len(data) > len(workers):
+                raise ValueError(f"data has {len(data)} per-trainer parts but the cluster has "
+                                 f"only {len(workers)} workers")
+            wanted = workers[:len(data)]
+        if len(wanted) != len(data):
+            raise ValueError(f"data has {len(data)} per-trainer parts for {len(wanted)} "
+                             "trainers; give one dict per trainer")
+        parts, rows = [], []
+        for w, part in zip(wanted, data, strict=True):
+            part = {k: np.asarray(v) for k, v in part.items()}
+            lengths = {len(v) for v in part.values()}
+            if len(lengths) != 1 or 0 in lengths:
+                raise ValueError("every per-trainer data dict needs arrays of the same, non-zero "
+                                 "number of rows")
+            [future] = client.scatter([part], workers=[w], broadcast=False, hash=False)
+            parts.append([future])
+            rows.append(lengths.pop())
+        return list(wanted), parts, rows
+    if not isinstance(data, Mapping):
+        raise TypeError(f"data must be a dict of name -> array or a list of such dicts, got "
+                        f"{type(data).__name__}")
+    partition = partition_by_worker(client, data, workers=wanted)
+    holders = partition.workers
+    if wanted is not None and sorted(wanted) != holders:
+        empty = sorted(set(wanted) - set(holders))
+        raise ValueError(f"trainers {empty} hold no rows of the data (it has "
+                         f"{len(partition.chunk_rows)} row chunks); rechunk the data into at "
+                         "least one chunk per trainer, or pass fewer trainers")
+    return (holders, [partition.futures(w) for w in holders],
+            [partition.rows_per_worker[w] for w in holders])
+
+
+def _transpile_all(origin: Program, origin_startup: Program, config: DistributeTranspilerConfig,
+                   endpoints: list[str], n: int, sync_mode: bool
+                   ) -> tuple[list[tuple[Program, Program]], DistributeTranspiler]:
+    """One (trainer program, trainer startup) per trainer id; the transpiler of trainer 0."""
+    out, first = [], None
+    for t in range(n):
+        main, startup = origin.clone(), origin_startup.clone()
+        tr = DistributeTranspiler(copy.copy(config))
+        tr.transpile(t, program=main, pservers=",".join(endpoints), trainers=n,
+                     sync_mode=sync_mode, startup_program=startup)
+        out.append((tr.get_trainer_program(), startup))
+        if first is None:
+            first = tr
+    return out, first
+
+
+def _assemble(transpiler: DistributeTranspiler, ps_results: list[dict],
+              trainer_vars: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    plan = transpiler.plan
+    by_ep = {r["endpoint"]: r["params"] for r in ps_results}
+    params = dict(trainer_vars)
+    for pp in plan.params:
+        parts = [by_ep[ep][name] for name, ep in zip(pp.param_block_names, pp.endpoints,
+                                                      strict=True)]
+        params[pp.param] = np.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
+    if plan.table is not None:
+        table = plan.table
+        full = np.zeros(table.shape, dtype=table.dtype)
+        p = len(table.endpoints)
+        for k, ep in enumerate(table.endpoints):
+            shard = by_ep[ep][table.name]
+            full[k::p] = shard[:len(range(k, table.shape[0], p))]
+        params[table.name] = full
+    return params
+
+
+def _with_step(err: DistributedTrainingError, last_step: int | None) -> BaseException:
+    """The same error with the last reported step when the launcher could not know it."""
+    if err.step is not None or last_step is None:
+        return err
+    cls, args = err.__reduce__()
+    args = list(args)
+    args[3] = last_step
+    try:
+        new = cls(*args)
+    except Exception:
+        return err
+    new.__cause__ = err.__cause__ or err
+    return new
+
+
+def train_pserver(client: Any, main_program: Program | None = None,
+                  startup_program: Program | None = None, data: Any = None, *,
+                  transpiler: DistributeTranspiler | None = None,
+                  config: DistributeTranspilerConfig | None = None,
+                  pservers: int | str | Sequence[str] = 2,
+                  trainers: int | Sequence[str] | None = None, sync_mode: bool = True,
+                  epochs: int = 1, batch_size: int = 128,
+                  fetch_list: Iterable[Variable | str] = (), shuffle: bool = True,
+                  seed: int = 0, callbacks: Iterable[Callback] = (),
+                  checkpoint_dir: str | None = None, checkpoint_every: int | str | None = None,
+                  resume_from: str | None = None, flags: RPCFlags | None = None,
+                  steps_per_epoch: int | None = None) -> TrainResult:
+    """Train a Fluid program in pserver mode on the Dask cluster of ``client``.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        A synchronous client.
+    main_program, startup_program : Program, optional
+        The single-process programs after ``optimizer.minimize`` (default: the default
+        programs). Ignored when ``transpiler`` is given.
+    data : dict or list of dict
+        Data-layer name -> dask array, dask DataFrame column or numpy array (rows aligned): the
+        rows stay on the workers that hold them, one trainer per data-holding worker (chunk
+        ``i`` of every input is paired on one worker). A **list** of such dicts (numpy) gives
+        trainer ``r`` exactly ``data[r]``: ``[{k: v[r::W] for k, v in d.items()} for r in
+        range(W)]`` makes trainer ``r`` take rows ``r::W``.
+    transpiler : DistributeTranspiler, optional
+        Already transpiled (pserver mode): its endpoints, config, trainer count and sync mode
+        are used; the trainer programs of every trainer id are re-derived from its plan.
+    config : DistributeTranspilerConfig, optional
+        Used when this function transpiles.
+    pservers : int, str or list of str
+        A count, worker addresses, or Fluid endpoints (see :mod:`.placement`).
+    trainers : int or list of str, optional
+        Default: the workers holding data. An int takes the first workers in address order; a
+        list names the workers.
+    sync_mode : bool
+        Synchronous training (gradients averaged over the trainers each step) or asynchronous.
+    epochs, batch_size : int
+        ``batch_size`` is per trainer (Fluid semantics: the global batch is ``trainers x
+        batch_size``).
+    fetch_list : list of Variable or str
+        Fetched every step on every trainer, published as events, averaged in
+        ``TrainResult.epochs``.
+    shuffle, seed : bool, int
+        Each trainer visits its rows in ``default_rng(seed + 1000 * rank + epoch)`` order.
+    callbacks : iterable of callable
+        Called on the client with every event while training runs.
+    checkpoint_dir, checkpoint_every : optional
+        Sync mode: every ``checkpoint_every`` steps (an int) or at every epoch end
+        (``"epoch"``), every pserver writes its state under ``checkpoint_dir``.
+    resume_from : str, optional
+        A checkpoint round directory or a checkpoint_dir (the latest complete round): the
+        pservers load it and the trainers start at the next step.
+    flags : RPCFlags, optional
+        Default: ``RPCFlags.current()`` (``FLAGS_rpc_*`` environment variables and
+        ``dask_fluid.rpc.*`` config keys, read here on the client).
+    steps_per_epoch : int, optional
+        At most this many steps per trainer and epoch.
+
+    Returns
+    -------
+    TrainResult
+        ``params`` holds every parameter of the original program, full and unsliced.
+
+    Raises
+    ------
+    ValueError, TypeError
+        Bad arguments (checked before anything runs on the cluster).
+    DistributedTrainingError
+        Training failed; the error names the role, the endpoint and the step.
+    """
+    _check_args(data, epochs, batch_size, checkpoint_dir, checkpoint_every, steps_per_epoch)
+    flags = flags or RPCFlags.current()
+    ensure_plugin(client)
+    workers = sorted(live_workers(client))
+    trainer_workers, parts, rows = _place_data(client, data, trainers, workers)
+    n = len(trainer_workers)
+    schedule = [math.ceil(r / batch_size) for r in rows]
+    if steps_per_epoch is not None:
+        schedule = [min(s, steps_per_epoch) for s in schedule]
+
+    if transpiler is not None:
+        plan = transpiler.plan
+        if plan.trainer_num != n:
+            raise ValueError(f"the transpiler was run for {plan.trainer_num} trainers but the "
+                             f"data gives {n} ({trainer_workers}); transpile with trainers={n} "
+                             "or choose the trainers")
+        placement = place_pservers(plan.endpoints, workers)
+        config, sync = transpiler.config, plan.sync_mode
+        origin, origin_startup = plan.origin, plan.origin_startup
+    else:
+        main_program = main_program or default_main_program()
+        startup_program = startup_program or default_startup_program()
+        placement = place_pservers(pservers, workers, preferred=trainer_workers)
+        config, sync = config or DistributeTranspilerConfig(), sync_mode
+        origin, origin_startup = main_program, startup_program
+    trainer_programs, first = _transpile_all(origin, origin_startup, config,
+                                             placement.endpoints, n, sync)
+    sync = first.sync_mode
+    if checkpoint_every is not None and not sync:
+        raise ValueError("checkpoints are taken at synchronous steps: use sync_mode=True, or "
+                         "leave checkpoint_every unset in async mode")
+    start_round, resume_path = 0, None
+    if resume_from is not None:
+        info = ckpt.find_checkpoint(resume_from)
+        if info.n_pservers != len(placement.endpoints) or list(
+                info.meta.get("steps_per_epoch", [])) != schedule:
+            raise ValueError(f"checkpoint {str(info.path)!r} was written by "
+                             f"{info.n_pservers} pservers with steps per epoch "
+                             f"{info.meta.get('steps_per_epoch')}; this job has "
+                             f"{len(placement.endpoints)} pservers and {schedule}: resume with "
+                             "the same data, batch size and pservers")
+        start_round, resume_path = info.round + 1, str(info.path)
+
+    job = new_job_id()
+    fetch_names = _names(fetch_list)
+    tasks = _pserver_tasks(job, first, placement, n, trainer_workers, schedule, epochs, sync,
+                           flags, start_round, checkpoint_dir, checkpoint_every, resume_path)
+    on_pservers = {pp.param for pp in first.plan.params}
+    if first.plan.table is not None:
+        on_pservers.add(first.plan.table.name)
+    keep = [p.name for p in origin.global_block().all_parameters() if p.name not in on_pservers]
+    feed_names = [v.name for v in origin.global_block().vars.values() if v.is_data]
+    workers_of = dict(placement.items())
+    for rank, (w, (prog, startup)) in enumerate(zip(trainer_workers, trainer_programs,
+                                                    strict=True)):
+        spec = TrainerSpec(job, rank, prog.to_json(), startup.to_json(), workers_of,
+                           feed_names, fetch_names, schedule, epochs, batch_size, shuffle, seed,
+                           sync, flags, start_round, keep if rank == 0 else [])
+        tasks.append(TaskSpec(w, run_trainer, (spec, parts[rank]), role="trainer",
+                              endpoint=w))
+
+    last_step: dict[str, int] = {}
+
+    def track(event: dict) -> None:
+        if event.get("type") == "step":
+            last_step["step"] = max(last_step.get("step", -1), int(event["step"]))
+
+    try:
+        results = run_tasks(client, job, tasks, callbacks=[track, *callbacks])
+    except DistributedTrainingError as err:
+        raise _with_step(err, last_step.get("step")) from err.__cause__
+    n_ps = len(placement.endpoints)
+    ps_results, tr_results = results[:n_ps], results[n_ps:]
+    params = _assemble(first, ps_results, tr_results[0]["vars"])
+    return _result(params, tr_results, first, placement, trainer_workers, fetch_names)
+
+
+def _pserver_tasks(job: str, tr: DistributeTranspiler, placement: Placement, n: int,
+                   trainer_workers: list[str], schedule: list[int], epochs: int, sync: bool,
+                   flags: RPCFlags, start_round: int, checkpoint_dir: str | None,
+                   checkpoint_every: Any, resume_path: str | None) -> list[TaskSpec]:
+    plan = tr.plan
+    tasks = []
+    for k, (ep, w) in enumerate(placement.items()):
+        main, startup = tr.get_pserver_programs(ep)
+        table = None
+        if plan.table is not None:
+            table = TableShard(plan.table.name, plan.table.grad, len(plan.endpoints), k,
+                               plan.table.shard_rows)
+        spec = ShardSpec(job, ep, k, len(placement.endpoints), main.to_json(), startup.to_json(),
+                         n, list(trainer_workers), list(schedule), epochs, sync, flags,
+                         start_round, table, None if checkpoint_dir is None else str(
+                             checkpoint_dir), checkpoint_every, resume_path)
+        tasks.append(TaskSpec(w, run_pserver, (spec,), role="pserver", endpoint=ep))
+    return tasks
+
+
+def _result(params: dict, tr_results: list[dict], tr: DistributeTranspiler,
+            placement: Placement, trainer_workers: list[str],
+            fetch_names: list[str]) -> TrainResult:
+    history = sorted((e for r in tr_results for e in r["history"]),
+                     key=lambda e: (e["step"], e["rank"]))
+    per_epoch: dict[int, dict[str, list[float]]] = {}
+    for e in history:
+        slot = per_epoch.setdefault(e["epoch"], {})
+        for name, value in e["fetches"].items():
+            slot.setdefault(name, []).append(value)
+    epochs = [{"epoch": ep, **{k: float(np.mean(v)) for k, v in vals.items()}}
+              for ep, vals in sorted(per_epoch.items())]
+    samples = sum(r["samples"] for r in tr_results)
+    elapsed = max(r["elapsed"] for r in tr_results)
+    summary = "\n".join([summarize(tr)] + [f"pserver {ep} on worker {w}"
+                                           for ep, w in placement.items()]
+                        + [f"trainer {r} on worker {w}" for r, w in enumerate(trainer_workers)])
+    return TrainResult(params=params, history=history, epochs=epochs,
+                       steps=max(r["steps"] for r in tr_results), samples=samples,
+                       elapsed_s=elapsed, samples_per_s=samples / elapsed if elapsed else 0.0,
+                       summary=summary)
+
