@@ -19,6 +19,7 @@ from dask_fluid.distributed.errors import (
 # entry point -> the module that defines it; imported on first access only
 _LAZY = {
     "train_collective": "dask_fluid.distributed.collective",
+    "train_pserver": "dask_fluid.distributed.pserver_runtime",
 }
 
 __all__ = [
