@@ -1,0 +1,193 @@
+"""Sync pserver mode on a real (threads) LocalCluster equals local training (DESIGN.md
+decision 3): 1 trainer exactly, N trainers each taking 1/N of every global batch to float
+rounding, for SGD, Momentum and Adam, slice_var_up on and off, RoundRobin and HashName; the
+uneven-data rule; the distributed lookup table; progress events; argument errors."""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+import dask_fluid as fluid
+from dask_fluid.distributed import train_pserver
+from dask_fluid.models import mlp
+from dask_fluid.transpiler import DistributeTranspiler, HashName, RoundRobin
+
+from ..transpiler.models import config, reference_mlp, table_net
+
+
+@pytest.fixture(scope="module")
+def client():
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False,
+                      dashboard_address=":0", silence_logs=40) as cluster, \
+            Client(cluster) as c:
+        yield c
+
+
+OPTIMIZERS = {"sgd": lambda: fluid.optimizer.SGD(0.1),
+              "momentum": lambda: fluid.optimizer.Momentum(0.05, 0.9),
+              "adam": lambda: fluid.optimizer.Adam(0.01)}
+
+
+def _data(n: int, dtype=np.float64, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {"x": rng.normal(size=(n, 64)).astype(dtype), "y": rng.integers(0, 10, size=(n, 1))}
+
+
+def _local(main, startup, batches: list[dict]) -> fluid.Scope:
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(startup, scope=scope)
+    for feed in batches:
+        exe.run(main, feed=feed, scope=scope)
+    return scope
+
+
+def _rows(data: dict, lo: int, hi: int) -> dict:
+    return {k: v[lo:hi] for k, v in data.items()}
+
+
+def _cat(parts: list[dict]) -> dict:
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def _assert_params_equal(params: dict, scope: fluid.Scope, rtol: float) -> None:
+    assert params
+    for name, value in params.items():
+        expected = scope.get(name)
+        scale = np.abs(expected).max() or 1.0
+        assert np.abs(value - expected).max() <= rtol * scale, name
+        np.testing.assert_allclose(value, expected, rtol=max(rtol, 1e-5), atol=rtol * scale,
+                                   err_msg=name)
+
+
+def test_one_trainer_two_pservers_20_steps_equal_local(client):
+    x = _data(20 * 64, np.float32)
+    spec = mlp()
+    local = mlp()
+    scope = _local(local.main, local.startup, [_rows(x, 64 * s, 64 * (s + 1)) for s in range(20)])
+    result = train_pserver(client, spec.main, spec.startup, [x], pservers=2, batch_size=64,
+                           shuffle=False, fetch_list=[spec.loss])
+    assert result.steps == 20 and result.samples == 20 * 64
+    _assert_params_equal(result.params, scope, 1e-6)
+    assert set(result.params) == {p.name for p in local.main.global_block().all_parameters()}
+
+
+@pytest.mark.parametrize("slice_var_up", [True, False])
+@pytest.mark.parametrize("split_method", [RoundRobin, HashName])
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam"])
+def test_two_trainers_three_pservers_equal_local_with_the_global_batch(
+        client, optimizer, slice_var_up, split_method):
+    steps, half = 4, 16
+    x = _data(steps * 2 * half)
+    global_batches = [_rows(x, 2 * half * s, 2 * half * (s + 1)) for s in range(steps)]
+    # trainer r takes half r of every global batch
+    per_trainer = [_cat([_rows(b, r * half, (r + 1) * half) for b in global_batches])
+                   for r in (0, 1)]
+    main, startup, loss = reference_mlp(optimizer=OPTIMIZERS[optimizer], dtype="float64")
+    lmain, lstartup, _ = reference_mlp(optimizer=OPTIMIZERS[optimizer], dtype="float64")
+    scope = _local(lmain, lstartup, global_batches)
+    cfg = config(slice_var_up=slice_var_up, split_method=split_method)
+    result = train_pserver(client, main, startup, per_trainer, config=cfg, pservers=3,
+                           batch_size=half, shuffle=False, fetch_list=[loss])
+    _assert_params_equal(result.params, scope, 1e-6)
+    assert result.steps == steps and len(result.history) == 2 * steps
+
+
+def test_uneven_data_leaves_the_barrier_and_averages_over_the_active_trainers(client):
+    # trainer 0 has 5 batches per epoch, trainer 1 has 3: in steps 3 and 4 of each epoch only
+    # trainer 0 trains, and its gradient is used unscaled (1/active = 1), so the run equals
+    # local training on the concatenation of the active trainers' batches.
+    b = 8
+    x = _data(8 * b, seed=3)
+    parts = [_rows(x, 0, 5 * b), _rows(x, 5 * b, 8 * b)]
+    main, startup, loss = reference_mlp(dtype="float64")
+    lmain, lstartup, _ = reference_mlp(dtype="float64")
+    batches = []
+    for _ in range(2):
+        for s in range(5):
+            active = [_rows(p, s * b, (s + 1) * b) for p in parts if len(p["x"]) > s * b]
+            batches.append(_cat(active))
+    scope = _local(lmain, lstartup, batches)
+    events = []
+    result = train_pserver(client, main, startup, parts, pservers=2, batch_size=b, epochs=2,
+                           shuffle=False, fetch_list=[loss], callbacks=[events.append])
+    _assert_params_equal(result.params, scope, 1e-6)
+    steps = {r: [e["step"] for e in result.history if e["rank"] == r] for r in (0, 1)}
+    assert steps == {0: list(range(10)), 1: [0, 1, 2, 5, 6, 7]}
+    assert result.samples == 2 * 8 * b and len(result.epochs) == 2
+
+
+def test_progress_events_reach_the_callbacks(client):
+    seen = []
+    x = _data(96, np.float32)
+    spec = mlp()
+    result = train_pserver(client, spec.main, spec.startup, {"x": x["x"], "y": x["y"]},
+                           pservers=1, trainers=2, batch_size=16, epochs=2,
+                           fetch_list=[spec.loss, spec.accuracy], callbacks=[seen.append])
+    kinds = {e["type"] for e in seen}
+    assert {"step", "epoch_end"} <= kinds
+    step = next(e for e in seen if e["type"] == "step")
+    assert set(step["fetches"]) == {spec.loss.name, spec.accuracy.name}
+    assert len(result.history) == 2 * 2 * 3 and result.epochs[1]["epoch"] == 1
+    assert "pserver" in result.summary and "trainer 1 on worker" in result.summary
+
+
+def test_dask_arrays_stay_on_their_workers_and_a_given_transpiler_is_used(client):
+    x = _data(128, np.float32)
+    X = da.from_array(x["x"], chunks=(64, 64))
+    y = da.from_array(x["y"].ravel(), chunks=64)
+    spec = mlp()
+    t = DistributeTranspiler()
+    t.transpile(0, program=spec.main, startup_program=spec.startup,
+                pservers="127.0.0.1:6174,127.0.0.1:6175", trainers=2)
+    result = train_pserver(client, data={"x": X, "y": y}, transpiler=t, batch_size=32)
+    assert result.samples == 128
+    assert "127.0.0.1:6174" in result.summary
+    assert result.params["fc_0.w_0"].shape == (64, 256)
+
+
+def test_distributed_lookup_table_with_prefetch_equals_local(client):
+    # Fluid's table gradient is summed over trainers, not averaged, so equality with local
+    # training holds for one trainer (docs/pserver.md); the dense layers are checked too.
+    rng = np.random.default_rng(0)
+    n, b = 64, 16
+    data = {"ids_a": rng.integers(0, 1000, (n, 1)), "ids_b": rng.integers(0, 1000, (n, 1)),
+            "label": rng.integers(0, 2, (n, 1))}
+    main, startup = table_net(optimizer=lambda: fluid.optimizer.SGD(0.5))
+    lmain, lstartup = table_net(optimizer=lambda: fluid.optimizer.SGD(0.5))
+    scope = _local(lmain, lstartup, [_rows(data, s * b, (s + 1) * b) for s in range(n // b)])
+    before = _local(lmain, lstartup, []).get("shared_w")
+    result = train_pserver(client, main, startup, [data], pservers=2, batch_size=b,
+                           shuffle=False)
+    assert not np.allclose(result.params["shared_w"], before)
+    _assert_params_equal(result.params, scope, 1e-6)
+    assert "prefetches" in result.summary and " 0 prefetches" not in result.summary
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    ({"epochs": 0}, ValueError, "epochs = 0"),
+    ({"batch_size": -1}, ValueError, "batch_size = -1"),
+    ({"checkpoint_every": 2}, ValueError, "needs checkpoint_dir"),
+    ({"trainers": 7}, ValueError, "the cluster has 3 workers"),
+    ({"trainers": ["tcp://10.9.9.9:1"]}, ValueError, "unknown"),
+    ({"pservers": "tcp://10.9.9.9:1"}, ValueError, "no such worker"),
+    ({"sync_mode": False, "checkpoint_every": 1, "checkpoint_dir": "/tmp/x"}, ValueError,
+     "sync_mode=True"),
+])
+def test_argument_errors(client, kwargs, exc, match):
+    spec = mlp()
+    with pytest.raises(exc, match=match):
+        train_pserver(client, spec.main, spec.startup, _data(32, np.float32), **kwargs)
+
+
+def test_data_is_required_and_transpiler_trainer_count_must_match(client):
+    spec = mlp()
+    with pytest.raises(ValueError, match="data is required"):
+        train_pserver(client, spec.main, spec.startup)
+    t = DistributeTranspiler()
+    t.transpile(0, program=spec.main, startup_program=spec.startup, pservers="127.0.0.1:1",
+                trainers=3)
+    with pytest.raises(ValueError, match="transpiler was run for 3 trainers"):
+        train_pserver(client, data=[_data(16, np.float32)], transpiler=t)
