@@ -1,0 +1,685 @@
+"""The ``dask-fluid`` command.
+
+``dask-fluid demo``
+    The main job of the README: start an embedded LocalCluster (or connect to ``--scheduler``),
+    train an ``MLPClassifier`` in pserver mode (or ``--mode collective|nccl2|local``) on the
+    reference blobs held as a dask array of 8 chunks, and print the transpiled programs, the
+    per-epoch progress, the test accuracy, the throughput and the elapsed time.
+``dask-fluid info``
+    Versions, GPU/CuPy/NCCL availability, and the resolved ``FLAGS_rpc_*`` values.
+
+Exit codes: 0 success, 1 the training (or the cluster) failed, 2 bad usage or configuration,
+130 interrupted. Errors are printed as one line on stderr, without a traceback; set
+``DASK_FLUID_DEBUG=1`` to get the traceback as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import logging
+import math
+import os
+import platform
+import re
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+__all__ = ["UsageError", "build_parser", "gpu_status", "main", "resolved_flags"]
+
+PROG = "dask-fluid"
+MODES = ("pserver", "collective", "nccl2", "local")
+N_FEATURES = 64
+N_CLASSES = 10
+TRAIN_CHUNKS = 8
+TEST_FRACTION = 0.2
+DEFAULT_SAMPLES = 200_000
+DEFAULT_EPOCHS = 3
+DEFAULT_HIDDEN = (256, 256)
+
+
+class UsageError(ValueError):
+    """Bad arguments or a configuration that cannot run here (exit code 2)."""
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    # argparse exits by itself on a bad argument; raising lets main() keep its one-line,
+    # exit-code-2 contract and close whatever it opened.
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message} (see '{self.prog} --help')")
+
+
+# ----------------------------------------------------------------------------------------------
+# parser
+# ----------------------------------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not allowed; it must be >= 1")
+    return value
+
+
+def _hidden(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of layer sizes, e.g. 256,256") from None
+    if any(s < 1 for s in sizes):
+        raise argparse.ArgumentTypeError(f"{text!r}: every layer size must be >= 1")
+    return sizes
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``dask-fluid`` (its subcommands are ``demo`` and ``info``)."""
+    from . import __version__
+
+    parser = _ArgumentParser(
+        prog=PROG,
+        description="PaddlePaddle Fluid's distributed training (DistributeTranspiler, pserver "
+                    "and NCCL2 modes) on Dask.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="{demo,info}")
+
+    demo = sub.add_parser(
+        "demo", help="train an MLPClassifier on an embedded Dask cluster (the main job)",
+        description="Train MLPClassifier(mode=...) on the reference blobs (64 features, 10 "
+                    "classes) held as a dask array of 8 chunks, on an embedded LocalCluster or "
+                    "on an existing cluster (--scheduler). Prints the transpiled programs, "
+                    "progress, test accuracy, throughput and elapsed time.")
+    demo.add_argument("--mode", choices=MODES, default="pserver",
+                      help="pserver (default): parameter servers on the workers; collective: "
+                           "all-reduce between trainers (ring on CPU, NCCL on GPU); nccl2: "
+                           "Fluid's NCCL2 mode, one GPU per worker; local: one process, no "
+                           "cluster")
+    demo.add_argument("--workers", type=_positive_int, default=2,
+                      help="worker processes of the embedded cluster, 1 thread each (default 2)")
+    demo.add_argument("--pservers", type=_positive_int, default=2,
+                      help="parameter servers in pserver mode (default 2)")
+    demo.add_argument("--trainers", type=_positive_int, default=None,
+                      help="trainers (default: one per worker that holds data)")
+    demo.add_argument("--epochs", type=_positive_int, default=DEFAULT_EPOCHS,
+                      help=f"passes over the training data (default {DEFAULT_EPOCHS})")
+    demo.add_argument("--samples", type=_positive_int, default=DEFAULT_SAMPLES,
+                      help=f"rows of the reference blobs, 80%% train / 20%% test "
+                           f"(default {DEFAULT_SAMPLES})")
+    demo.add_argument("--batch-size", type=_positive_int, default=128,
+                      help="mini-batch size (default 128)")
+    demo.add_argument("--hidden", type=_hidden, default=DEFAULT_HIDDEN,
+                      help="hidden layer sizes, comma-separated (default 256,256)")
+    demo.add_argument("--learning-rate", type=float, default=1e-3,
+                      help="Adam learning rate (default 0.001)")
+    sync = demo.add_mutually_exclusive_group()
+    sync.add_argument("--sync", dest="sync", action="store_true", default=True,
+                      help="synchronous pserver training (default)")
+    sync.add_argument("--async", dest="sync", action="store_false",
+                      help="asynchronous pserver training")
+    demo.add_argument("--dc-asgd", action="store_true",
+                      help="delay-compensated async SGD on the pservers (needs --async)")
+    demo.add_argument("--device", choices=("cpu", "gpu"), default=None,
+                      help="where the kernels run (default cpu; gpu for --mode nccl2)")
+    demo.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                      help="connect to this Dask scheduler (e.g. tcp://10.0.0.5:8786) instead "
+                           "of starting a LocalCluster")
+    demo.add_argument("--seed", type=int, default=0, help="data and model seed (default 0)")
+    demo.add_argument("--no-progress", dest="progress", action="store_false",
+                      help="no progress bar")
+    demo.set_defaults(func=_cmd_demo)
+
+    info = sub.add_parser("info", help="versions, GPU availability and FLAGS_rpc_* values",
+                          description="Print versions, GPU/CuPy/NCCL availability and the "
+                                      "resolved FLAGS_rpc_* settings.")
+    info.add_argument("--json", action="store_true", help="print one JSON object")
+    info.set_defaults(func=_cmd_info)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``dask-fluid`` with ``argv`` (default ``sys.argv[1:]``) and return the exit code.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+
+    Returns
+    -------
+    int
+        0 on success, 1 when training or the cluster failed, 2 on bad usage, 130 on Ctrl-C.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help(sys.stderr)
+            return 2
+        return int(args.func(args, sys.stdout))
+    except SystemExit as exc:  # --help and --version
+        return exc.code if isinstance(exc.code, int) else 0
+    except UsageError as exc:
+        return _fail(exc, 2)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except _TrainingFailed as exc:
+        return _fail(exc.__cause__ or exc, 1, prefix="training failed: ")
+    except Exception as exc:  # the one-line contract holds for every error
+        return _fail(exc, 1)
+
+
+class _TrainingFailed(RuntimeError):
+    """Marks an error raised while the cluster was training or evaluating (exit code 1)."""
+
+
+def _fail(exc: BaseException, code: int, prefix: str = "") -> int:
+    sys.stdout.flush()
+    if os.environ.get("DASK_FLUID_DEBUG"):
+        traceback.print_exception(exc)
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    if not isinstance(exc, UsageError):
+        message = f"{type(exc).__name__}: {message}"
+    if not message.startswith(PROG):
+        message = f"{PROG}: {prefix}{message}"
+    print(message, file=sys.stderr)
+    return code
+
+
+# ----------------------------------------------------------------------------------------------
+# info
+# ----------------------------------------------------------------------------------------------
+
+_PACKAGES = ("numpy", "dask", "distributed", "sklearn", "pandas", "tqdm", "cupy", "dask_cuda",
+             "dask_jobqueue", "dask_kubernetes", "matplotlib")
+
+
+def _version_of(module: str) -> str | None:
+    try:
+        mod = importlib.import_module(module)
+    except Exception:  # a broken optional install counts as missing
+        return None
+    return str(getattr(mod, "__version__", "unknown"))
+
+
+def gpu_status() -> dict[str, Any]:
+    """What CuPy sees: ``{"cupy", "gpus", "names", "nccl", "reason"}``.
+
+    Returns
+    -------
+    dict
+        ``cupy``: CuPy's version or None; ``gpus``: number of usable CUDA devices; ``names``:
+        their names; ``nccl``: whether ``cupy.cuda.nccl`` can load libnccl; ``reason``: why
+        there is no GPU, or ``""``.
+    """
+    status: dict[str, Any] = {"cupy": None, "gpus": 0, "names": [], "nccl": False, "reason": ""}
+    try:
+        import cupy
+    except Exception as err:  # ImportError, or a CUDA library missing at import
+        status["reason"] = f"CuPy is not installed ({type(err).__name__}); install the 'gpu' " \
+                           "extra: pip install 'dask-fluid[gpu]'"
+        return status
+    status["cupy"] = str(cupy.__version__)
+    try:
+        count = int(cupy.cuda.runtime.getDeviceCount())
+    except Exception as err:  # CUDARuntimeError: no driver, no device
+        status["reason"] = f"CuPy finds no CUDA device: {' '.join(str(err).split())}"
+        return status
+    status["gpus"] = count
+    for i in range(count):
+        try:
+            name = cupy.cuda.runtime.getDeviceProperties(i)["name"]
+            status["names"].append(name.decode() if isinstance(name, bytes) else str(name))
+        except Exception:  # names are cosmetic
+            status["names"].append("?")
+    if count == 0:
+        status["reason"] = "CuPy finds no CUDA device"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # cupy warns when libnccl is missing
+        try:
+            from cupy.cuda import nccl
+
+            status["nccl"] = bool(getattr(nccl, "available", False))
+        except Exception:
+            status["nccl"] = False
+    return status
+
+
+def resolved_flags() -> list[dict[str, Any]]:
+    """Every ``FLAGS_rpc_*`` flag with its value and where the value came from.
+
+    Returns
+    -------
+    list of dict
+        ``{"flag", "key", "default", "value", "source", "error"}``; ``source`` is ``"env"``,
+        ``"dask.config"`` or ``"default"``; ``error`` holds the message when the value found is
+        invalid (then ``value`` is None).
+    """
+    import dask.config
+
+    from .flags import FLAGS, read_flag
+
+    rows = []
+    for name, (key, default) in FLAGS.items():
+        if name in os.environ:
+            source = "env"
+        elif dask.config.get(key, default) != default:
+            source = "dask.config"
+        else:
+            source = "default"
+        row = {"flag": name, "key": key, "default": default, "source": source, "value": None,
+               "error": ""}
+        try:
+            row["value"] = read_flag(name)
+        except ValueError as err:
+            row["error"] = str(err)
+        rows.append(row)
+    return rows
+
+
+def _cmd_info(args: argparse.Namespace, out: TextIO) -> int:
+    from . import __version__
+
+    packages = {name: _version_of(name) for name in _PACKAGES}
+    gpu = gpu_status()
+    flags = resolved_flags()
+    if args.json:
+        print(json.dumps({"dask_fluid": __version__, "python": platform.python_version(),
+                          "platform": platform.platform(), "cpus": os.cpu_count(),
+                          "packages": packages, "gpu": gpu, "flags": flags}, indent=2), file=out)
+    else:
+        print(f"{PROG} {__version__}", file=out)
+        print(f"  python    {platform.python_version()} ({sys.executable})", file=out)
+        print(f"  platform  {platform.platform()}, {os.cpu_count()} CPUs", file=out)
+        print("packages:", file=out)
+        for name, version in packages.items():
+            label = "scikit-learn" if name == "sklearn" else name.replace("_", "-")
+            print(f"  {label:<16}{version or '-- not installed'}", file=out)
+        print("GPU:", file=out)
+        if gpu["gpus"]:
+            for i, name in enumerate(gpu["names"]):
+                print(f"  cuda:{i}  {name}", file=out)
+            print(f"  NCCL      {'available' if gpu['nccl'] else 'not available'}", file=out)
+            print("  modes     local, pserver, collective (device='gpu'), nccl2" if gpu["nccl"]
+                  else "  modes     local, pserver, collective (device='gpu'); nccl2 needs "
+                       "libnccl (pip install nvidia-nccl-cu12)", file=out)
+        else:
+            print(f"  none: {gpu['reason']}", file=out)
+            print("  modes     local, pserver, collective (ring all-reduce on CPU); nccl2 "
+                  "needs CUDA GPUs", file=out)
+        print("FLAGS_rpc_* (environment variable > dask.config key > default):", file=out)
+        for row in flags:
+            value = row["value"] if not row["error"] else "INVALID"
+            print(f"  {row['flag']:<30}{value!s:>8}  ({row['source']}; dask.config "
+                  f"'{row['key']}', default {row['default']})", file=out)
+    bad = [row for row in flags if row["error"]]
+    if bad:
+        raise UsageError(bad[0]["error"])
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------
+# demo
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Timer:
+    marks: dict[str, float] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.marks[name] = self.marks.get(name, 0.0) + time.perf_counter() - t0
+
+
+def _check_demo_args(args: argparse.Namespace) -> str:
+    """Refuse combinations that cannot run; return the device."""
+    device = args.device or ("gpu" if args.mode == "nccl2" else "cpu")
+    min_samples = TRAIN_CHUNKS * 2 * 10
+    if args.samples < min_samples:
+        raise UsageError(f"{PROG} demo: --samples {args.samples} is too small; use at least "
+                         f"{min_samples} (8 training chunks and a test set)")
+    if args.dc_asgd and args.sync:
+        raise UsageError(f"{PROG} demo: --dc-asgd needs --async (DC-ASGD compensates for the "
+                         "stale parameters of asynchronous training)")
+    if args.mode != "pserver" and (args.dc_asgd or not args.sync):
+        raise UsageError(f"{PROG} demo: --async and --dc-asgd apply to --mode pserver only")
+    if args.mode == "local" and args.scheduler:
+        raise UsageError(f"{PROG} demo: --mode local trains in this process; drop --scheduler "
+                         "or pick --mode pserver/collective/nccl2")
+    if args.mode == "nccl2" and device != "gpu":
+        raise UsageError(f"{PROG} demo: --mode nccl2 runs on GPUs only; use --mode collective "
+                         "for all-reduce on CPUs")
+    if not math.isfinite(args.learning_rate) or args.learning_rate <= 0:
+        raise UsageError(f"{PROG} demo: --learning-rate {args.learning_rate} must be > 0")
+    if device == "gpu" and not args.scheduler:
+        gpu = gpu_status()
+        if not gpu["gpus"]:
+            what = "--mode nccl2" if args.mode == "nccl2" else "--device gpu"
+            raise UsageError(f"{PROG} demo: {what} needs a CUDA GPU and CuPy, and this machine "
+                             f"has none ({gpu['reason']}); use --mode collective or pserver on "
+                             "CPUs")
+        if args.mode == "nccl2" and not gpu["nccl"]:
+            raise UsageError(f"{PROG} demo: --mode nccl2 needs NCCL, and CuPy cannot load "
+                             "libnccl; pip install nvidia-nccl-cu12")
+    return device
+
+
+def _quiet_dask() -> None:
+    # The demo's output is the point; Dask's INFO chatter (and its shutdown warnings about
+    # closing comms) would drown it. Errors still show.
+    for name in ("distributed", "dask", "tornado", "asyncio"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _start_cluster(args: argparse.Namespace, device: str, out: TextIO,
+                   stack: contextlib.ExitStack) -> Any:
+    from distributed import LocalCluster
+
+    common = {"threads_per_worker": 1, "dashboard_address": None, "silence_logs": logging.ERROR}
+    n_workers = args.workers
+    if device == "gpu":
+        n_gpus = gpu_status()["gpus"]
+        try:
+            from dask_cuda import LocalCUDACluster
+        except ImportError:
+            # Without dask-cuda every worker would see every GPU and pick device 0, and NCCL
+            # refuses two ranks on one GPU: one worker is the only correct choice.
+            if n_workers > 1:
+                print(f"  note: dask-cuda is not installed, so 1 GPU worker instead of "
+                      f"{n_workers} (pip install dask-cuda for one worker per GPU)", file=out)
+            return stack.enter_context(LocalCluster(n_workers=1, processes=True, **common))
+        if n_workers > n_gpus:
+            print(f"  note: {n_gpus} GPU(s), so {n_gpus} worker(s) (one per GPU)", file=out)
+            n_workers = n_gpus
+        return stack.enter_context(LocalCUDACluster(n_workers=n_workers, **common))
+    return stack.enter_context(LocalCluster(n_workers=n_workers, processes=True, **common))
+
+
+def _connect(args: argparse.Namespace, device: str, out: TextIO,
+             stack: contextlib.ExitStack) -> tuple[Any, list[str], str]:
+    """Start or reach the cluster; return (client, worker addresses, description)."""
+    from distributed import Client
+
+    if args.scheduler:
+        try:
+            client = stack.enter_context(Client(args.scheduler, timeout="10s"))
+        except (OSError, TimeoutError) as err:
+            raise RuntimeError(f"cannot connect to the scheduler at {args.scheduler}: "
+                               f"{' '.join(str(err).split())}") from err
+        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        if not workers:
+            raise RuntimeError(f"the cluster at {args.scheduler} has no workers")
+        threads = client.nthreads()
+        desc = (f"existing cluster at {args.scheduler}: {len(workers)} worker(s), "
+                f"{sum(threads.values())} thread(s)")
+        return client, workers, desc
+    cluster = _start_cluster(args, device, out, stack)
+    client = stack.enter_context(Client(cluster))
+    n = len(cluster.workers)
+    client.wait_for_workers(n, timeout=120)
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    desc = f"{type(cluster).__name__}, {n} worker process(es) x 1 thread"
+    return client, workers, desc
+
+
+def _make_data(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
+    from .datasets import reference_blobs
+
+    X, y = reference_blobs(args.samples, n_features=N_FEATURES, n_classes=N_CLASSES,
+                           seed=args.seed)
+    n_test = max(1, round(args.samples * TEST_FRACTION))
+    return X[:-n_test], y[:-n_test], X[-n_test:], y[-n_test:]
+
+
+def _wrap_ops(types: list[str], indent: str, width: int = 96) -> list[str]:
+    """Op types as comma-separated lines, with runs of one type folded (``recv x3``)."""
+    folded: list[str] = []
+    for t in types:
+        if folded and folded[-1].split(" x")[0] == t:
+            head, _, count = folded[-1].partition(" x")
+            folded[-1] = f"{head} x{int(count or 1) + 1}"
+        else:
+            folded.append(t)
+    lines, line = [], ""
+    for item in folded:
+        piece = item if not line else f", {item}"
+        if line and len(indent) + len(line) + len(piece) > width:
+            lines.append(indent + line + ",")
+            piece = item
+            line = ""
+        line += piece
+    if line:
+        lines.append(indent + line)
+    return lines
+
+
+_BLOCK_LINE = re.compile(r"^(\s*)block (\d+): (.*)$")
+
+
+def _fold_blocks(lines: list[str]) -> list[str]:
+    """Fold runs of optimize blocks with the same ops: ``blocks 1-4: sum, scale, adam``."""
+    out: list[str] = []
+    run: list[tuple[str, int, str]] = []
+
+    def flush() -> None:
+        if run:
+            indent, first, ops = run[0]
+            last = run[-1][1]
+            label = f"block {first}" if first == last else f"blocks {first}-{last}"
+            out.append(f"{indent}{label}: {ops}")
+            run.clear()
+
+    for line in lines:
+        m = _BLOCK_LINE.match(line)
+        if m and run and m.group(3) == run[-1][2] and int(m.group(2)) == run[-1][1] + 1:
+            run.append((m.group(1), int(m.group(2)), m.group(3)))
+            continue
+        flush()
+        if m:
+            run.append((m.group(1), int(m.group(2)), m.group(3)))
+        else:
+            out.append(line)
+    flush()
+    return out
+
+
+def program_summary(mode: str, hidden: Sequence[int], learning_rate: float,
+                    endpoints: Sequence[str], trainers: int, sync: bool = True,
+                    dc_asgd: bool = False) -> str:
+    """The demo network transpiled the way the runtime will run it, as printable lines.
+
+    Parameters
+    ----------
+    mode : {"pserver", "collective", "nccl2", "local"}
+    hidden : sequence of int
+        Hidden layer sizes of the MLP (64 inputs, 10 classes, Adam).
+    learning_rate : float
+    endpoints : sequence of str
+        pserver endpoints (pserver mode) or trainer endpoints (collective, nccl2); Dask worker
+        addresses are accepted.
+    trainers : int
+    sync, dc_asgd : bool
+        pserver mode only.
+
+    Returns
+    -------
+    str
+    """
+    from . import optimizer
+    from .models import mlp
+    from .transpiler import DistributeTranspiler, DistributeTranspilerConfig, summarize
+
+    spec = mlp(n_features=N_FEATURES, hidden=tuple(hidden), n_classes=N_CLASSES,
+               opt=optimizer.Adam(learning_rate))
+    params = spec.main.all_parameters()
+    n_params = sum(math.prod(p.shape) for p in params)
+    lines = [f"network: x[{N_FEATURES}] -> "
+             + " -> ".join(f"fc({h}, relu)" for h in hidden)
+             + f" -> fc({N_CLASSES}) -> softmax_with_cross_entropy -> mean; Adam; "
+               f"{len(params)} parameters, {n_params:,} floats"]
+    if mode == "local":
+        types = [op.type for op in spec.main.global_block().ops]
+        lines.append(f"local program ({len(types)} ops, no transpile):")
+        lines += _wrap_ops(types, "  ")
+        return "\n".join(lines)
+    if mode == "pserver":
+        config = DistributeTranspilerConfig()
+        config.enable_dc_asgd = dc_asgd
+        t = DistributeTranspiler(config)
+        t.transpile(0, program=spec.main, startup_program=spec.startup,
+                    pservers=",".join(endpoints), trainers=trainers, sync_mode=sync)
+        trainer = t.get_trainer_program(wait_port=False)
+        types = [op.type for op in trainer.global_block().ops]
+        summary = _fold_blocks(summarize(t).splitlines())
+        lines.append(f"DistributeTranspiler (pserver mode): {summary[0]}")
+        lines += ["  " + line for line in summary[1:]]
+        lines.append(f"  trainer program ({len(types)} ops):")
+        lines += _wrap_ops(types, "    ")
+        return "\n".join(lines)
+    # collective and nccl2: the main program is not rewritten (Fluid's nccl2 transpile only
+    # annotates it); the runtime all-reduces every gradient, fused into flat buffers.
+    config = DistributeTranspilerConfig()
+    config.mode = "nccl2"
+    t = DistributeTranspiler(config)
+    eps = list(endpoints)
+    t.transpile(0, program=spec.main, startup_program=spec.startup, trainers=",".join(eps),
+                current_endpoint=eps[0])
+    startup_types = [op.type for op in spec.startup.global_block().ops]
+    how = "NCCL all-reduce" if mode == "nccl2" else "all-reduce (ring on CPU, NCCL on GPU)"
+    lines.append(f"DistributeTranspiler (nccl2 mode): {len(eps)} trainer(s); main program not "
+                 f"rewritten; {len(params)} gradients ({n_params:,} floats) {how} each step")
+    lines.append(f"  trainer startup ({len(startup_types)} ops):")
+    lines += _wrap_ops(startup_types, "    ")
+    return "\n".join(lines)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.2f}%"
+
+
+def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
+    device = _check_demo_args(args)
+    _quiet_dask()
+    timer = _Timer()
+    t_start = time.perf_counter()
+    with timer("data"):
+        X_train, y_train, X_test, y_test = _make_data(args)
+    params = dict(hidden_layer_sizes=tuple(args.hidden), solver="adam",
+                  learning_rate_init=args.learning_rate, batch_size=args.batch_size,
+                  max_iter=args.epochs, random_state=args.seed, mode=args.mode)
+    if args.mode == "pserver":
+        params.update(n_pservers=args.pservers, sync_mode=args.sync,
+                      enable_dc_asgd=args.dc_asgd)
+    if args.mode != "local":
+        params.update(n_trainers=args.trainers)
+    params["device"] = device
+    shown = ", ".join(f"{k}={v!r}" for k, v in params.items()
+                      if k not in ("random_state", "device") or v not in (None, "cpu"))
+    print(f"{PROG} demo: MLPClassifier({shown})", file=out)
+    print(f"  data: reference blobs, {args.samples:,} samples x {N_FEATURES} features, "
+          f"{N_CLASSES} classes; train {len(y_train):,}, test {len(y_test):,}", file=out)
+
+    with contextlib.ExitStack() as stack:
+        client, workers = None, []
+        if args.mode != "local":
+            with timer("cluster"):
+                client, workers, desc = _connect(args, device, out, stack)
+            print(f"  cluster: {desc} ({timer.marks['cluster']:.1f} s to start)", file=out)
+            for w in workers:
+                print(f"    {w}", file=out)
+        else:
+            print("  cluster: none (local mode trains in this process)", file=out)
+        n_trainers = args.trainers or (min(len(workers), TRAIN_CHUNKS) if workers else 1)
+        if args.mode == "pserver":
+            # the runtime's placement: the first workers, or labels when there are more
+            # pservers than workers (several shards then share a worker)
+            endpoints = (workers[:args.pservers] if len(workers) >= args.pservers
+                         else [f"pserver-{i}:{6174 + i}" for i in range(args.pservers)])
+        else:
+            endpoints = (workers[:n_trainers] if len(workers) >= n_trainers
+                         else [f"127.0.0.1:{6170 + i}" for i in range(n_trainers)])
+        print("\nTranspiled programs (what each process will run):", file=out)
+        print(program_summary(args.mode, args.hidden, args.learning_rate, endpoints,
+                              n_trainers, sync=args.sync, dc_asgd=args.dc_asgd)
+              .replace("\n", "\n  ").join(["  ", ""]), file=out)
+
+        from . import MLPClassifier
+
+        if client is not None:
+            import dask.array as da
+
+            rows = math.ceil(len(y_train) / TRAIN_CHUNKS)
+            X_fit = da.from_array(X_train, chunks=(rows, N_FEATURES))
+            y_fit = da.from_array(y_train, chunks=(rows,))
+            X_eval = da.from_array(X_test, chunks=(math.ceil(len(y_test) / 2), N_FEATURES))
+            y_eval = da.from_array(y_test, chunks=(math.ceil(len(y_test) / 2),))
+            X_fit, y_fit, X_eval, y_eval = client.persist([X_fit, y_fit, X_eval, y_eval])
+            params["client"] = client
+            kind = f"dask arrays, {X_fit.numblocks[0]} training chunks"
+        else:
+            X_fit, y_fit, X_eval, y_eval = X_train, y_train, X_test, y_test
+            kind = "numpy arrays"
+        clf = MLPClassifier(verbose=bool(args.progress), **params)
+        print(f"\nTraining ({args.epochs} epoch(s), batch {args.batch_size}, {kind}):",
+              file=out, flush=True)
+        try:
+            with timer("fit"):
+                clf.fit(X_fit, y_fit)
+            with timer("evaluate"):
+                pred = clf.predict(X_eval)
+                lazy = type(pred).__module__.startswith("dask")
+                accuracy = float(((pred == y_eval).mean()).compute() if lazy
+                                 else (pred == y_eval).mean())
+        except (UsageError, TypeError, ValueError):
+            raise
+        except Exception as err:
+            raise _TrainingFailed(str(err)) from err
+        _print_results(clf, args, timer, t_start, accuracy, pred, lazy, len(y_train), out)
+    return 0
+
+
+def _print_results(clf: Any, args: argparse.Namespace, timer: _Timer, t_start: float,
+                   accuracy: float, pred: Any, lazy: bool, n_train: int, out: TextIO) -> None:
+    curve = list(getattr(clf, "loss_curve_", []) or [])
+    epoch_times = list(getattr(clf, "epoch_times_", []) or [])
+    for i, loss in enumerate(curve):
+        line = f"  epoch {i + 1:>3}/{len(curve)}  loss {loss:.4f}"
+        if i < len(epoch_times) and epoch_times[i] > 0:
+            line += f"  {n_train / epoch_times[i]:>9,.0f} samples/s  {epoch_times[i]:.1f} s"
+        print(line, file=out)
+    fit_s = timer.marks["fit"]
+    epochs_run = int(getattr(clf, "n_iter_", len(curve) or args.epochs))
+    samples = n_train * epochs_run
+    summary = getattr(clf, "train_summary_", "") or ""
+    if summary:
+        print("\nWhat ran where:", file=out)
+        print("  " + summary.replace("\n", "\n  "), file=out)
+    print("\nResults:", file=out)
+    print(f"  test accuracy  {accuracy:.4f} ({_pct(accuracy)} of {len(pred):,} held-out "
+          f"samples; predict returned {'a dask array' if lazy else 'a numpy array'})",
+          file=out)
+    print(f"  throughput     {samples / fit_s:,.0f} samples/s ({samples:,} samples in "
+          f"{fit_s:.1f} s of fit)", file=out)
+    elapsed = time.perf_counter() - t_start
+    parts = ", ".join(f"{name} {secs:.1f} s" for name, secs in timer.marks.items())
+    print(f"  elapsed        {elapsed:.1f} s ({parts})", file=out, flush=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
