@@ -77,7 +77,8 @@ def _name(estimator: Any) -> str:
 
 
 def _frame_to_array(estimator: Any, X: Any, reset: bool) -> Any:
-    _check_feature_names(estimator, X, reset=reset)
+    # the frame's empty pandas meta carries the columns: scikit-learn's check reads those
+    _check_feature_names(estimator, X._meta, reset=reset)
     # lengths=True computes the partition lengths (a count per partition, not the data)
     return X.to_dask_array(lengths=True)
 
