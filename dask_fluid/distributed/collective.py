@@ -33,6 +33,7 @@ import concurrent.futures
 import hashlib
 import logging
 import math
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -75,6 +76,10 @@ logger = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "ring", "nccl")
 _DEVICES = ("cpu", "gpu", "cuda")
+#: step events are published at most this often per rank (and always for an epoch's last step);
+#: TrainResult.history still has every step. Each event costs the scheduler and the client CPU
+#: time, which on a small machine is taken from the trainers (see docs/collective.md).
+EVENT_INTERVAL_S = float(os.environ.get("DASK_FLUID_EVENT_INTERVAL", "0.05"))
 # The batch order of rank r uses seed + _RANK_STRIDE * r: distinct from every (seed, epoch) pair
 # of the other ranks for fewer than _RANK_STRIDE epochs.
 _RANK_STRIDE = 10007
@@ -435,9 +440,13 @@ def _make_comm(cfg: dict, worker: Any, rank: int) -> Any:
 
         return NcclCommunicator(worker, cfg["job"], rank, cfg["addresses"], cfg["deadline_s"],
                                 session=cfg["session"])
+    from dask_fluid.distributed import tcp_ring  # noqa: PLC0415
     from dask_fluid.distributed.ring import RingCommunicator  # noqa: PLC0415
 
-    return RingCommunicator(worker, cfg["job"], rank, cfg["addresses"], cfg["deadline_s"])
+    # direct sockets between neighbours where the comms are plain TCP (see tcp_ring for why)
+    kind = tcp_ring.TcpRingCommunicator if all(map(tcp_ring.supports, cfg["addresses"])) \
+        else RingCommunicator
+    return kind(worker, cfg["job"], rank, cfg["addresses"], cfg["deadline_s"])
 
 
 def _trainer_task(cfg: dict, rank: int, parts: list) -> dict:
@@ -489,7 +498,7 @@ def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list) -> dict:
     seed_r = rank_seed(cfg["seed"], rank)
     records: list[tuple] = []
     samples = 0
-    start = time.perf_counter()
+    start = next_event = time.perf_counter()
     for epoch in range(cfg["epochs"]):
         batches = batch_indices(n_rows, bs, epoch, seed_r, cfg["shuffle"])
         for s in range(steps):
@@ -512,7 +521,10 @@ def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list) -> dict:
             exe.run(optimize, scope=scope)
             samples += len(idx)
             event = step_event(rank, epoch, global_step, len(idx), fetch, fetched)
-            publish(worker, cfg["job"], event)
+            now = time.perf_counter()
+            if now >= next_event or s == steps - 1:
+                publish(worker, cfg["job"], event)
+                next_event = now + EVENT_INTERVAL_S
             records.append((epoch, global_step, len(idx), list(event["fetches"].values())))
         publish(worker, cfg["job"], {"type": "epoch_end", "rank": rank, "epoch": epoch,
                                      "steps": steps, "samples": samples})

@@ -18,6 +18,7 @@ from dask_fluid.distributed.collective import rank_seed, split_program, steps_pe
 from dask_fluid.distributed.data import batch_indices, partition_by_worker
 from dask_fluid.distributed.nccl import NcclUnavailableError
 from dask_fluid.distributed.ring import RingCommunicator, ring_addresses
+from dask_fluid.distributed.tcp_ring import TcpRingCommunicator
 from dask_fluid.flags import RPCFlags
 from dask_fluid.models import mlp
 from dask_fluid.transpiler import DistributeTranspiler, DistributeTranspilerConfig
@@ -171,13 +172,14 @@ def test_nccl_without_gpu_is_a_clear_error_before_any_work(dist_client):
 # -- the ring through the fused multi-array path: sizes the tests of ring.py don't cover --------
 
 
-def _ring_rank(job, rank, addresses, arrays):
-    with RingCommunicator(get_worker(), job, rank, addresses, 30.0) as comm:
+def _ring_rank(kind, job, rank, addresses, arrays):
+    with kind(get_worker(), job, rank, addresses, 30.0) as comm:
         comm.allreduce(arrays, op="mean")
     return arrays
 
 
-def test_ring_fused_mixed_dtypes_with_fewer_elements_than_ranks(dist_client, workers):
+@pytest.mark.parametrize("kind", [RingCommunicator, TcpRingCommunicator])
+def test_ring_fused_mixed_dtypes_with_fewer_elements_than_ranks(dist_client, workers, kind):
     addresses = ring_addresses(dist_client, workers)
     rng = np.random.default_rng(7)
     # one float64 element for 3 ranks (empty chunks), float32 sizes 1+2+4 = 7 (not divisible)
@@ -185,14 +187,36 @@ def test_ring_fused_mixed_dtypes_with_fewer_elements_than_ranks(dist_client, wor
                rng.standard_normal(2).astype(np.float32),
                rng.standard_normal((2, 2)).astype(np.float32)] for _ in addresses]
     job = uuid.uuid4().hex
-    futures = [dist_client.submit(_ring_rank, job, r, addresses, [a.copy() for a in inputs[r]],
-                                  workers=[w], pure=False) for r, w in enumerate(addresses)]
+    futures = [dist_client.submit(_ring_rank, kind, job, r, addresses,
+                                  [a.copy() for a in inputs[r]], workers=[w], pure=False)
+               for r, w in enumerate(addresses)]
     results = dist_client.gather(futures)
     for k in range(4):
         expected = np.mean([inp[k].astype(np.float64) for inp in inputs], axis=0)
         np.testing.assert_allclose(results[0][k], expected, rtol=1e-6)
         assert results[0][k].dtype == inputs[0][k].dtype
         assert all(res[k].tobytes() == results[0][k].tobytes() for res in results)
+
+
+def _tcp_broadcast_rank(job, rank, addresses):
+    with TcpRingCommunicator(get_worker(), job, rank, addresses, 30.0) as comm:
+        arrays = [np.full(5, rank, dtype=np.float32), np.arange(3) * rank]
+        comm.broadcast(arrays, root=1)
+        comm.barrier()
+        total = [np.array([rank], dtype=np.int64)]
+        comm.allreduce(total)
+    return arrays, total
+
+
+def test_tcp_ring_broadcast_barrier_and_integer_sum(dist_client, workers):
+    addresses = ring_addresses(dist_client, workers)
+    job = uuid.uuid4().hex
+    futures = [dist_client.submit(_tcp_broadcast_rank, job, r, addresses, workers=[w],
+                                  pure=False) for r, w in enumerate(addresses)]
+    for arrays, total in dist_client.gather(futures):
+        np.testing.assert_array_equal(arrays[0], np.full(5, 1, dtype=np.float32))
+        np.testing.assert_array_equal(arrays[1], np.arange(3))
+        assert total[0].tolist() == [0 + 1 + 2]
 
 
 # -- failures: a cluster of their own, because a worker gets killed -------------------------
