@@ -56,7 +56,7 @@ from ..framework import Program, VarType
 from ..ops.selected_rows import SelectedRows
 from ..transpiler.plan import TRAINER_ID_VAR
 from . import checkpoint as ckpt
-from .errors import DeadlineExceededError, JobAbortedError
+from .errors import DeadlineExceededError, DistributedTrainingError, JobAbortedError
 from .rpc import Service, attach_service, pack_arrays, unpack_arrays
 
 __all__ = ["PServerShard", "ShardSpec", "TableShard", "decode_tensors", "encode_tensors",
@@ -129,6 +129,9 @@ class ShardSpec:
     checkpoint_dir: str | None = None
     checkpoint_every: int | str | None = None
     resume_path: str | None = None
+    #: numpy work on shards with fewer parameter bytes runs on the event loop (see
+    #: :attr:`PServerShard.inline_bytes`); None keeps the class default
+    inline_bytes: int | None = None
 
 
 class PServerShard(Service):
@@ -171,6 +174,9 @@ class PServerShard(Service):
                             gblock.var(n).type == VarType.SELECTED_ROWS)
                         for n in self.recv_inputs}
         self.param_bytes = sum(np.asarray(self.scope.get(n)).nbytes for n in self.param_names)
+        if spec.inline_bytes is not None:
+            self.inline_bytes = spec.inline_bytes
+        self._threads_used: dict[str, set[str]] = {"send": set(), "get": set(), "prefetch": set()}
         flags = spec.flags
         self.send_pool = concurrent.futures.ThreadPoolExecutor(
             flags.send_thread_num, thread_name_prefix=f"pserver-send-{spec.pserver_id}")
@@ -269,6 +275,8 @@ class PServerShard(Service):
                 "send_threads": self.send_pool._max_workers,
                 "get_threads": self.get_pool._max_workers,
                 "prefetch_threads": self.prefetch_pool._max_workers,
+                "threads_used": {k: len(v) for k, v in self._threads_used.items()},
+                "inline": self.param_bytes < self.inline_bytes,
                 "param_bytes": self.param_bytes}
 
     # -- sync rounds ----------------------------------------------------------------------------
@@ -451,7 +459,13 @@ class PServerShard(Service):
     async def _run(self, pool: concurrent.futures.Executor, fn: Any, *args: Any) -> Any:
         if self.param_bytes < self.inline_bytes:
             return fn(*args)
-        return await self.loop.run_in_executor(pool, fn, *args)
+        return await self.loop.run_in_executor(pool, self._in_pool, pool, fn, args)
+
+    def _in_pool(self, pool: concurrent.futures.Executor, fn: Any, args: tuple) -> Any:
+        kind = ("send" if pool is self.send_pool else "get" if pool is self.get_pool
+                else "prefetch")
+        self._threads_used[kind].add(threading.current_thread().name)
+        return fn(*args)
 
     def _raise_if_failed(self, round_index: int | None) -> None:
         if self._failed is not None:
@@ -535,7 +549,14 @@ def run_pserver(spec: ShardSpec) -> dict:
     # Leave the worker's thread slot to the trainer that shares this worker (Fluid runs the
     # pserver as its own process); the scheduler is told the task is long-running.
     secede()
-    shard = PServerShard(spec, worker.loop.asyncio_loop)
-    attach_service(worker, spec.job, service_name(spec.endpoint), shard)
-    params = shard.serve()
-    return {"endpoint": spec.endpoint, "params": params, "info": shard.info()}
+    try:
+        shard = PServerShard(spec, worker.loop.asyncio_loop)
+        attach_service(worker, spec.job, service_name(spec.endpoint), shard)
+        params = shard.serve()
+    except DistributedTrainingError:
+        raise
+    except Exception as exc:  # name the role, endpoint and step, keep the cause
+        raise DistributedTrainingError(f"{type(exc).__name__}: {exc}", "pserver",
+                                       spec.endpoint, spec.start_round) from exc
+    return {"endpoint": spec.endpoint, "worker": worker.address, "params": params,
+            "info": shard.info()}

@@ -15,6 +15,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import dask.config
 import numpy as np
 
 from ..flags import RPCFlags
@@ -33,6 +34,10 @@ from .trainer import TrainerSpec, run_trainer
 __all__ = ["train_pserver"]
 
 logger = logging.getLogger(__name__)
+
+#: dask.config key: pserver shards with fewer parameter bytes do their numpy work on the worker's
+#: event loop instead of the FLAGS_rpc_*_thread_num pools (default 1 MiB)
+INLINE_BYTES_KEY = "dask_fluid.pserver.inline-bytes"
 
 
 def _names(fetch_list: Iterable[Variable | str]) -> list[str]:
@@ -309,7 +314,8 @@ def train_pserver(client: Any, main_program: Program | None = None,
     n_ps = len(placement.endpoints)
     ps_results, tr_results = results[:n_ps], results[n_ps:]
     params = _assemble(first, ps_results, tr_results[0]["vars"])
-    return _result(params, tr_results, first, placement, trainer_workers, fetch_names)
+    return _result(params, ps_results, tr_results, first, placement, trainer_workers,
+                   fetch_names)
 
 
 def _pserver_tasks(job: str, tr: DistributeTranspiler, placement: Placement, n: int,
@@ -327,12 +333,24 @@ def _pserver_tasks(job: str, tr: DistributeTranspiler, placement: Placement, n: 
         spec = ShardSpec(job, ep, k, len(placement.endpoints), main.to_json(), startup.to_json(),
                          n, list(trainer_workers), list(schedule), epochs, sync, flags,
                          start_round, table, None if checkpoint_dir is None else str(
-                             checkpoint_dir), checkpoint_every, resume_path)
+                             checkpoint_dir), checkpoint_every, resume_path,
+                         dask.config.get(INLINE_BYTES_KEY, None))
         tasks.append(TaskSpec(w, run_pserver, (spec,), role="pserver", endpoint=ep))
     return tasks
 
 
-def _result(params: dict, tr_results: list[dict], tr: DistributeTranspiler,
+def _describe(ps_result: dict) -> str:
+    info = ps_result["info"]
+    return (f"pserver {info['endpoint']} on worker {ps_result['worker']}: {info['rounds']} "
+            f"steps, {info['pushes']} pushes, {info['prefetches']} prefetches; threads "
+            f"send/get/prefetch {info['send_threads']}/{info['get_threads']}/"
+            f"{info['prefetch_threads']} (used {info['threads_used']['send']}/"
+            f"{info['threads_used']['get']}/{info['threads_used']['prefetch']}"
+            f"{', numpy work inline' if info['inline'] else ''})")
+
+
+def _result(params: dict, ps_results: list[dict], tr_results: list[dict],
+            tr: DistributeTranspiler,
             placement: Placement, trainer_workers: list[str],
             fetch_names: list[str]) -> TrainResult:
     history = sorted((e for r in tr_results for e in r["history"]),
@@ -346,8 +364,7 @@ def _result(params: dict, tr_results: list[dict], tr: DistributeTranspiler,
               for ep, vals in sorted(per_epoch.items())]
     samples = sum(r["samples"] for r in tr_results)
     elapsed = max(r["elapsed"] for r in tr_results)
-    summary = "\n".join([summarize(tr)] + [f"pserver {ep} on worker {w}"
-                                           for ep, w in placement.items()]
+    summary = "\n".join([summarize(tr)] + [_describe(r) for r in ps_results]
                         + [f"trainer {r} on worker {w}" for r, w in enumerate(trainer_workers)])
     return TrainResult(params=params, history=history, epochs=epochs,
                        steps=max(r["steps"] for r in tr_results), samples=samples,

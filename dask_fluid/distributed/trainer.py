@@ -32,7 +32,7 @@ from ..framework import Program
 from ..ops import registry
 from . import events
 from .data import batch_indices, local_arrays
-from .errors import DeadlineExceededError, ServiceNotFoundError
+from .errors import DeadlineExceededError, DistributedTrainingError, ServiceNotFoundError
 from .pserver import decode_tensors, encode_tensors, service_name
 from .rpc import Request, _run_bounded, call
 
@@ -284,6 +284,17 @@ def run_trainer(spec: TrainerSpec, parts: list[Any]) -> dict:
 
     worker = get_worker()
     secede()  # a pserver task may share this worker's thread slot
+    state = {"round": spec.start_round}
+    try:
+        return _train(worker, spec, parts, state)
+    except DistributedTrainingError:
+        raise
+    except Exception as exc:  # name the role, endpoint and step, keep the cause
+        raise DistributedTrainingError(f"{type(exc).__name__}: {exc}", "trainer",
+                                       worker.address, state["round"]) from exc
+
+
+def _train(worker: Any, spec: TrainerSpec, parts: list[Any], state: dict) -> dict:
     n_steps = spec.steps_per_epoch[spec.rank]
     m = max(spec.steps_per_epoch)
     program = Program.from_json(spec.program_json)
@@ -306,6 +317,7 @@ def run_trainer(spec: TrainerSpec, parts: list[Any]) -> dict:
         for s in range(first, len(batches)):
             idx = batches[s]
             round_index = epoch * m + s
+            state["round"] = round_index
             client.begin_step(round_index)
             feed = {name: arr[idx] for name, arr in feed_data.items()}
             fetched = exe.run(program, feed=feed, fetch_list=spec.fetch_names, scope=scope)
