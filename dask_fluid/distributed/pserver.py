@@ -250,11 +250,23 @@ class PServerShard(Service):
         self._kick()
         return await fut
 
-    async def pull(self, trainer_id: int, want: list[str] | tuple) -> tuple:
-        """The current values of ``want`` (trainer startup; async pulls without a push)."""
+    async def pull(self, trainer_id: int, want: list[str] | tuple,
+                   after_round: int = 0) -> tuple:
+        """The values of ``want`` (trainer startup; async pulls without a push).
+
+        Sync mode: the reply waits until every round before ``after_round`` is done, so a
+        trainer that resumes (or starts) at a later round than the pserver sees the same
+        parameters as in an uninterrupted run.
+        """
         self._raise_if_failed(None)
         self._last_activity = time.monotonic()
-        return await self._run(self.get_pool, self._read, tuple(want), trainer_id)
+        want = tuple(want)
+        wait_for = min(int(after_round), self._total_rounds) - 1
+        if self.spec.sync_mode and wait_for >= self.round:
+            fut = self.loop.create_future()
+            self._waiters.setdefault(wait_for, []).append((trainer_id, want, fut))
+            return await fut
+        return await self._run(self.get_pool, self._read, want, trainer_id)
 
     async def prefetch(self, ids: Any) -> Any:
         """Rows of the table for the global ``ids`` (shape [n, 1] or [n])."""

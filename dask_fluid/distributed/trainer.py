@@ -109,15 +109,16 @@ class PServerClient:
                            "buf": buf, "sparse": sparse, "want": names}
                 method = "push_pull"
             else:
-                payload = {"trainer_id": self.trainer_id, "want": names}
+                payload = {"trainer_id": self.trainer_id, "want": names,
+                           "after_round": self.round}
                 method = "pull"
             requests.append(Request(self.workers_of[ep], method, payload, endpoint=ep))
         if push:
             self._staged.clear()
-        for meta, buf in self._call(requests):
+        for meta, buf in self._call(requests, retry=not push):
             self._replies.update(decode_tensors(meta, buf, None))
 
-    def _call(self, requests: list[Request]) -> list[Any]:
+    def _call(self, requests: list[Request], retry: bool = False) -> list[Any]:
         """Make ``requests`` (each to its own pserver's service) at once; results in order.
 
         The first failure cancels the calls still in flight and is raised (as ``call_many``).
@@ -133,9 +134,10 @@ class PServerClient:
                 **r.payload)) for r in requests]
             try:
                 await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-                for t in tasks:
-                    if t.done() and not t.cancelled() and t.exception() is not None:
-                        raise t.exception()
+                failed = [t.exception() for t in tasks
+                          if t.done() and not t.cancelled() and t.exception() is not None]
+                if failed:
+                    raise failed[0]  # the others are marked retrieved: no log noise
                 return [t.result() for t in tasks]
             finally:
                 for t in tasks:
@@ -143,8 +145,12 @@ class PServerClient:
                         t.cancel()
 
         where = ", ".join(r.endpoint or r.address for r in requests)
-        return self._retrying(lambda: _run_bounded(worker, many(), deadline_s, "pserver",
-                                                   where, step))
+
+        def once() -> list[Any]:
+            return _run_bounded(worker, many(), deadline_s, "pserver", where, step)
+
+        # only idempotent pulls are retried: they may reach a pserver before it is attached
+        return self._retrying(once) if retry else once()
 
     @property
     def _deadline_s(self) -> float:
@@ -305,10 +311,13 @@ def _train(worker: Any, spec: TrainerSpec, parts: list[Any], state: dict) -> dic
     exe = Executor()
     exe.host_context[HOST_KEY] = client
     scope = Scope()
+    start_epoch, start_step = divmod(spec.start_round, m)
+    # the startup pull waits for the rounds before this trainer's first one (resume)
+    first_round = spec.start_round if start_step < n_steps else (start_epoch + 1) * m
+    client.begin_step(first_round)
     exe.run(Program.from_json(spec.startup_json), scope=scope)
     history: list[dict] = []
     samples = steps = 0
-    start_epoch, start_step = divmod(spec.start_round, m)
     t0 = time.perf_counter()
     for epoch in range(start_epoch, spec.epochs):
         batches = batch_indices(n_rows, spec.batch_size, epoch, spec.seed + 1000 * spec.rank,

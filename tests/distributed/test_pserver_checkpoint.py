@@ -1,0 +1,60 @@
+"""Checkpoints on a real cluster: resuming from one reaches exactly the parameters of the
+uninterrupted run (Adam: the optimizer state is restored too)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+
+import dask_fluid as fluid
+from dask_fluid.distributed import train_pserver
+from dask_fluid.distributed.checkpoint import find_checkpoint
+
+from ..transpiler.models import reference_mlp
+
+
+@pytest.fixture(scope="module")
+def client():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0", silence_logs=40) as cluster, \
+            Client(cluster) as c:
+        yield c
+
+
+def _train(client, parts, **kw):
+    main, startup, loss = reference_mlp(optimizer=lambda: fluid.optimizer.Adam(0.01))
+    kw = {"pservers": 2, "batch_size": 16, "epochs": 2, **kw}
+    return train_pserver(client, main, startup, parts, fetch_list=[loss], seed=5, **kw)
+
+
+def test_resume_from_a_checkpoint_equals_the_uninterrupted_run(client, tmp_path):
+    rng = np.random.default_rng(0)
+    # uneven: 4 and 3 steps per epoch, so the resume point is inside the ragged tail
+    parts = [{"x": rng.normal(size=(n, 64)).astype(np.float32),
+              "y": rng.integers(0, 10, (n, 1))} for n in (64, 48)]
+    full = _train(client, parts, checkpoint_dir=str(tmp_path), checkpoint_every=3)
+    rounds = sorted(p.name for p in tmp_path.iterdir())
+    assert rounds == ["round-00000002", "round-00000005"]
+    assert not list(tmp_path.rglob(".*tmp*"))
+    info = find_checkpoint(tmp_path / "round-00000002")
+    assert (info.epoch, info.step, info.n_pservers) == (0, 2, 2)
+    resumed = _train(client, parts, resume_from=str(tmp_path / "round-00000002"))
+    assert resumed.steps == 1 + 4  # trainer 0: step 3 of epoch 0, then all of epoch 1
+    for name, value in full.params.items():
+        np.testing.assert_array_equal(resumed.params[name], value, err_msg=name)
+    latest = _train(client, parts, resume_from=str(tmp_path))  # the latest round: 5
+    for name, value in full.params.items():
+        np.testing.assert_array_equal(latest.params[name], value, err_msg=name)
+
+
+def test_resume_with_other_data_is_refused(client, tmp_path):
+    rng = np.random.default_rng(1)
+    parts = [{"x": rng.normal(size=(32, 64)).astype(np.float32),
+              "y": rng.integers(0, 10, (32, 1))} for _ in range(2)]
+    _train(client, parts, checkpoint_dir=str(tmp_path), checkpoint_every="epoch")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["round-00000001", "round-00000003"]
+    with pytest.raises(ValueError, match="resume with the same data"):
+        _train(client, [parts[0], parts[1]], resume_from=str(tmp_path), batch_size=8)
+    with pytest.raises(FileNotFoundError, match="no complete pserver checkpoint"):
+        _train(client, parts, resume_from=str(tmp_path / "nothing"))
