@@ -42,8 +42,10 @@ def test_pserver_reference_blobs_200k(client):
     X, y = reference_blobs(200_000)
     Xd = da.from_array(X, chunks=(25_000, 64)).persist()
     yd = da.from_array(y, chunks=25_000).persist()
+    # the blobs overlap: ~0.86 is the best any model reaches, so a small learning rate that
+    # settles near it (0.859) rather than a large one that jitters around 0.85
     clf = MLPClassifier((64,), mode="pserver", max_iter=3, batch_size=256,
-                        learning_rate_init=0.01, random_state=0).fit(Xd, yd)
+                        learning_rate_init=0.003, random_state=0).fit(Xd, yd)
     pred = clf.predict(Xd)
     assert isinstance(pred, da.Array) and pred.chunks == Xd.chunks[:1]
     accuracy = clf.score(Xd, yd)
