@@ -41,8 +41,9 @@ N_CLASSES = 10
 TRAIN_CHUNKS = 8
 TEST_FRACTION = 0.2
 DEFAULT_SAMPLES = 200_000
-DEFAULT_EPOCHS = 3
+DEFAULT_EPOCHS = 2
 DEFAULT_HIDDEN = (256, 256)
+ALPHA = 1e-4  # scikit-learn's default L2 penalty
 
 
 class UsageError(ValueError):
@@ -499,9 +500,31 @@ def _fold_blocks(lines: list[str]) -> list[str]:
     return out
 
 
+def _demo_network(hidden: Sequence[int], learning_rate: float, l2: float) -> tuple[Any, Any]:
+    """The estimator's network for the demo data: ``x[64] → fc(h, relu)… → fc(10) →
+    softmax_with_cross_entropy → mean``, L2 decay on the weights, Adam. Returns (main, startup).
+    """
+    from . import layers, optimizer, unique_name
+    from .framework import Program, program_guard
+    from .param_attr import ParamAttr
+    from .regularizer import L2Decay
+
+    main, startup = Program(), Program()
+    decay = L2Decay(l2) if l2 > 0 else None
+    with unique_name.guard(), program_guard(main, startup):
+        h = layers.data(name="x", shape=[N_FEATURES], dtype="float32")
+        y = layers.data(name="y", shape=[1], dtype="int64")
+        for size in hidden:
+            h = layers.fc(h, size, act="relu", param_attr=ParamAttr(regularizer=decay))
+        logits = layers.fc(h, N_CLASSES, param_attr=ParamAttr(regularizer=decay))
+        loss = layers.mean(layers.softmax_with_cross_entropy(logits, y))
+        optimizer.Adam(learning_rate).minimize(loss)
+    return main, startup
+
+
 def program_summary(mode: str, hidden: Sequence[int], learning_rate: float,
                     endpoints: Sequence[str], trainers: int, sync: bool = True,
-                    dc_asgd: bool = False) -> str:
+                    dc_asgd: bool = False, l2: float = 0.0) -> str:
     """The demo network transpiled the way the runtime will run it, as printable lines.
 
     Parameters
@@ -516,33 +539,33 @@ def program_summary(mode: str, hidden: Sequence[int], learning_rate: float,
     trainers : int
     sync, dc_asgd : bool
         pserver mode only.
+    l2 : float
+        L2 decay of the weights (the estimator's ``alpha / batch_size``).
 
     Returns
     -------
     str
     """
-    from . import optimizer
-    from .models import mlp
     from .transpiler import DistributeTranspiler, DistributeTranspilerConfig, summarize
 
-    spec = mlp(n_features=N_FEATURES, hidden=tuple(hidden), n_classes=N_CLASSES,
-               opt=optimizer.Adam(learning_rate))
-    params = spec.main.all_parameters()
+    main, startup = _demo_network(hidden, learning_rate, l2)
+    params = main.all_parameters()
     n_params = sum(math.prod(p.shape) for p in params)
     lines = [f"network: x[{N_FEATURES}] -> "
              + " -> ".join(f"fc({h}, relu)" for h in hidden)
-             + f" -> fc({N_CLASSES}) -> softmax_with_cross_entropy -> mean; Adam; "
-               f"{len(params)} parameters, {n_params:,} floats"]
+             + f" -> fc({N_CLASSES}) -> softmax_with_cross_entropy -> mean; Adam"
+               f"{', L2 decay' if l2 > 0 else ''}; {len(params)} parameters, "
+               f"{n_params:,} floats"]
     if mode == "local":
-        types = [op.type for op in spec.main.global_block().ops]
-        lines.append(f"local program ({len(types)} ops, no transpile):")
+        types = [op.type for op in main.global_block().ops]
+        lines.append(f"local program ({len(types)} ops, not transpiled):")
         lines += _wrap_ops(types, "  ")
         return "\n".join(lines)
     if mode == "pserver":
         config = DistributeTranspilerConfig()
         config.enable_dc_asgd = dc_asgd
         t = DistributeTranspiler(config)
-        t.transpile(0, program=spec.main, startup_program=spec.startup,
+        t.transpile(0, program=main, startup_program=startup,
                     pservers=",".join(endpoints), trainers=trainers, sync_mode=sync)
         trainer = t.get_trainer_program(wait_port=False)
         types = [op.type for op in trainer.global_block().ops]
@@ -558,9 +581,9 @@ def program_summary(mode: str, hidden: Sequence[int], learning_rate: float,
     config.mode = "nccl2"
     t = DistributeTranspiler(config)
     eps = list(endpoints)
-    t.transpile(0, program=spec.main, startup_program=spec.startup, trainers=",".join(eps),
+    t.transpile(0, program=main, startup_program=startup, trainers=",".join(eps),
                 current_endpoint=eps[0])
-    startup_types = [op.type for op in spec.startup.global_block().ops]
+    startup_types = [op.type for op in startup.global_block().ops]
     how = "NCCL all-reduce" if mode == "nccl2" else "all-reduce (ring on CPU, NCCL on GPU)"
     lines.append(f"DistributeTranspiler (nccl2 mode): {len(eps)} trainer(s); main program not "
                  f"rewritten; {len(params)} gradients ({n_params:,} floats) {how} each step")
@@ -576,11 +599,23 @@ def _pct(x: float) -> str:
 def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     device = _check_demo_args(args)
     _quiet_dask()
+    from sklearn.exceptions import ConvergenceWarning
+    from threadpoolctl import threadpool_limits
+
+    # Small GEMMs run fastest on one BLAS thread (the benchmarks' setting), and a multi-threaded
+    # BLAS spinning on cores that the workers also use made local mode 7x slower on 2 cores.
+    # A demo of a few epochs never converges in scikit-learn's sense: no warning for that.
+    with threadpool_limits(limits=1, user_api="blas"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return _run_demo(args, device, out)
+
+
+def _run_demo(args: argparse.Namespace, device: str, out: TextIO) -> int:
     timer = _Timer()
     t_start = time.perf_counter()
     with timer("data"):
         X_train, y_train, X_test, y_test = _make_data(args)
-    params = dict(hidden_layer_sizes=tuple(args.hidden), solver="adam",
+    params = dict(hidden_layer_sizes=tuple(args.hidden), solver="adam", alpha=ALPHA,
                   learning_rate_init=args.learning_rate, batch_size=args.batch_size,
                   max_iter=args.epochs, random_state=args.seed, mode=args.mode)
     if args.mode == "pserver":
@@ -589,8 +624,11 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     if args.mode != "local":
         params.update(n_trainers=args.trainers)
     params["device"] = device
+    # the parameters that shape this run; defaults that change nothing are left out
+    quiet = {"random_state": None, "alpha": ALPHA, "n_trainers": None, "sync_mode": True,
+             "enable_dc_asgd": False, "device": "cpu"}
     shown = ", ".join(f"{k}={v!r}" for k, v in params.items()
-                      if k not in ("random_state", "device") or v not in (None, "cpu"))
+                      if k not in quiet or v != quiet[k])
     print(f"{PROG} demo: MLPClassifier({shown})", file=out)
     print(f"  data: reference blobs, {args.samples:,} samples x {N_FEATURES} features, "
           f"{N_CLASSES} classes; train {len(y_train):,}, test {len(y_test):,}", file=out)
@@ -616,7 +654,8 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
                          else [f"127.0.0.1:{6170 + i}" for i in range(n_trainers)])
         print("\nTranspiled programs (what each process will run):", file=out)
         print(program_summary(args.mode, args.hidden, args.learning_rate, endpoints,
-                              n_trainers, sync=args.sync, dc_asgd=args.dc_asgd)
+                              n_trainers, sync=args.sync, dc_asgd=args.dc_asgd,
+                              l2=ALPHA / args.batch_size)
               .replace("\n", "\n  ").join(["  ", ""]), file=out)
 
         from . import MLPClassifier
@@ -666,10 +705,15 @@ def _print_results(clf: Any, args: argparse.Namespace, timer: _Timer, t_start: f
     fit_s = timer.marks["fit"]
     epochs_run = int(getattr(clf, "n_iter_", len(curve) or args.epochs))
     samples = n_train * epochs_run
-    summary = getattr(clf, "train_summary_", "") or ""
+    summary = (getattr(clf, "fit_summary_", "") or "").splitlines()
+    # the transpile part of the runtime's summary was printed before training; what is new
+    # is where each role ran and what it did
+    runtime = [line for line in summary if line.split(" ", 1)[0] in ("pserver", "trainer",
+                                                                     "rank", "backend")]
     if summary:
         print("\nWhat ran where:", file=out)
-        print("  " + summary.replace("\n", "\n  "), file=out)
+        for line in runtime or summary:
+            print(f"  {line}", file=out)
     print("\nResults:", file=out)
     print(f"  test accuracy  {accuracy:.4f} ({_pct(accuracy)} of {len(pred):,} held-out "
           f"samples; predict returned {'a dask array' if lazy else 'a numpy array'})",

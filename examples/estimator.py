@@ -51,12 +51,12 @@ def main(argv: list[str] | None = None) -> int:
         clf.fit(X_train, y_train)
         print(f"fit: {clf.n_iter_} epochs in {time.perf_counter() - t0:.1f} s, "
               f"loss curve {[round(v, 4) for v in clf.loss_curve_]}")
-        print(f"classes_: {list(clf.classes_[:3])} ... ({len(clf.classes_)} classes)")
+        print(f"classes_: {clf.classes_[:3].tolist()} ... ({len(clf.classes_)} classes)")
 
         pred = clf.predict(X_test)                # lazy: nothing computed yet
         print(f"predict returned {type(pred).__module__}.{type(pred).__name__} "
               f"with {pred.numblocks[0]} chunks, dtype {pred.dtype}")
-        print(f"first predictions: {list(pred[:5].compute())}")
+        print(f"first predictions: {pred[:5].compute().tolist()}")
         print(f"test accuracy (score): {clf.score(X_test, y_test):.4f}")
 
     # Outside the cluster: the estimator pickles and predicts on numpy without Dask.
