@@ -363,6 +363,9 @@ def _check_demo_args(args: argparse.Namespace) -> str:
     if args.mode == "local" and args.scheduler:
         raise UsageError(f"{PROG} demo: --mode local trains in this process; drop --scheduler "
                          "or pick --mode pserver/collective/nccl2")
+    if args.mode == "pserver" and device == "gpu":
+        raise UsageError(f"{PROG} demo: pserver mode runs its kernels on CPUs; use --mode "
+                         "collective or nccl2 to train on GPUs")
     if args.mode == "nccl2" and device != "gpu":
         raise UsageError(f"{PROG} demo: --mode nccl2 runs on GPUs only; use --mode collective "
                          "for all-reduce on CPUs")

@@ -145,6 +145,7 @@ def test_training_failure_exits_1_with_one_line(monkeypatch, capsys):
         (["demo", "--mode", "local", "--scheduler", "tcp://127.0.0.1:8786"],
          "--mode local trains in this process"),
         (["demo", "--mode", "nccl2", "--device", "cpu"], "--mode nccl2 runs on GPUs only"),
+        (["demo", "--device", "gpu"], "pserver mode runs its kernels on CPUs"),
         (["demo", "--hidden", "256,x"], "not a comma-separated list of layer sizes"),
         (["demo", "--learning-rate", "-1"], "--learning-rate -1.0 must be > 0"),
         (["train"], "invalid choice: 'train'"),
