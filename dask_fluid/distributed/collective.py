@@ -291,6 +291,7 @@ def train_collective(client: Any, main_program: Program | None = None,
     trainers : None, int, str or sequence of str
         None: the data-holding workers (or the transpiled endpoints); an int: the first n workers
         (sorted); addresses: those workers, in rank order. Workers left without rows are dropped.
+        With a DataPartition it only selects among the workers that hold the data.
     backend : {"auto", "ring", "nccl"}
         ``auto``: nccl when every trainer has a GPU and CuPy with NCCL (and the scheduler has
         CuPy with NCCL), else ring. ``nccl`` raises :class:`NcclUnavailableError` naming what is
@@ -341,11 +342,12 @@ def train_collective(client: Any, main_program: Program | None = None,
     if not fetch_names and (loss := _loss_name(main)) is not None:
         fetch_names = [loss]
 
-    if isinstance(data, DataPartition):
-        if trainers is not None:
-            raise ValueError("pass trainers or a DataPartition, not both: the partition "
-                             "already decides where the data lives")
+    if isinstance(data, DataPartition):  # the data already lives somewhere: trainers filter
         candidates, labels = list(data.workers), {}
+        if isinstance(trainers, (int, np.integer)) and not isinstance(trainers, bool):
+            candidates = candidates[:int(trainers)]
+        elif trainers is not None:
+            candidates = _candidates(client, trainers, ())[0]
     else:
         candidates, labels = _candidates(client, trainers, endpoints)
     infos = None

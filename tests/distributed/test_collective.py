@@ -127,6 +127,18 @@ def test_nccl2_transpiled_program_maps_endpoints_onto_workers(dist_client, worke
     assert result.steps == 5 and len({r["digest"] for r in result.ranks}) == 1
 
 
+def test_partition_with_trainers_selects_among_the_data_holders(dist_client, workers):
+    spec = _small()
+    x, y = reference_blobs(96, n_features=8, n_classes=3)
+    partition = partition_by_worker(dist_client, {"x": x, "y": y}, workers=workers)
+    result = train_collective(dist_client, spec.main, spec.startup, partition, trainers=2,
+                              batch_size=8)
+    assert [r["address"] for r in result.ranks] == partition.workers[:2]
+    result = train_collective(dist_client, spec.main, spec.startup, partition,
+                              trainers=[partition.workers[2], partition.workers[0]], batch_size=8)
+    assert [r["address"] for r in result.ranks] == [partition.workers[2], partition.workers[0]]
+
+
 def test_steps_per_epoch_and_program_split():
     assert steps_per_epoch_for([100, 300], 32) == 4  # min over ranks of ceil(rows / batch)
     assert steps_per_epoch_for([100, 300], 32, 7) == 7
