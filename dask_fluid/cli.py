@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+import numpy as np
+
 __all__ = ["UsageError", "build_parser", "gpu_status", "main", "resolved_flags"]
 
 PROG = "dask-fluid"
@@ -451,6 +453,27 @@ def _make_data(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
     return X[:-n_test], y[:-n_test], X[-n_test:], y[-n_test:]
 
 
+def _scatter_chunks(client: Any, workers: Sequence[str], X: Any, y: Any, n_chunks: int
+                    ) -> tuple[Any, Any]:
+    """X and y as dask arrays of ``n_chunks`` row chunks, chunk ``i`` of both on one worker.
+
+    Scattering the chunks (instead of ``da.from_array``) keeps 50 MB of data out of the task
+    graph, and places the data the way a loader running on the cluster would: spread over the
+    workers, X and y of one chunk together.
+    """
+    import dask
+    import dask.array as da
+
+    bounds = np.linspace(0, len(y), n_chunks + 1).astype(int)
+    xs, ys = [], []
+    for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        where = [workers[i % len(workers)]]
+        fx, fy = client.scatter([X[lo:hi], y[lo:hi]], workers=where, hash=False)
+        xs.append(da.from_delayed(dask.delayed(fx), shape=(hi - lo, X.shape[1]), dtype=X.dtype))
+        ys.append(da.from_delayed(dask.delayed(fy), shape=(hi - lo,), dtype=y.dtype))
+    return da.concatenate(xs), da.concatenate(ys)
+
+
 def _wrap_ops(types: list[str], indent: str, width: int = 96) -> list[str]:
     """Op types as comma-separated lines, with runs of one type folded (``recv x3``)."""
     folded: list[str] = []
@@ -664,14 +687,8 @@ def _run_demo(args: argparse.Namespace, device: str, out: TextIO) -> int:
         from . import MLPClassifier
 
         if client is not None:
-            import dask.array as da
-
-            rows = math.ceil(len(y_train) / TRAIN_CHUNKS)
-            X_fit = da.from_array(X_train, chunks=(rows, N_FEATURES))
-            y_fit = da.from_array(y_train, chunks=(rows,))
-            X_eval = da.from_array(X_test, chunks=(math.ceil(len(y_test) / 2), N_FEATURES))
-            y_eval = da.from_array(y_test, chunks=(math.ceil(len(y_test) / 2),))
-            X_fit, y_fit, X_eval, y_eval = client.persist([X_fit, y_fit, X_eval, y_eval])
+            X_fit, y_fit = _scatter_chunks(client, workers, X_train, y_train, TRAIN_CHUNKS)
+            X_eval, y_eval = _scatter_chunks(client, workers, X_test, y_test, 2)
             params["client"] = client
             kind = f"dask arrays, {X_fit.numblocks[0]} training chunks"
         else:
