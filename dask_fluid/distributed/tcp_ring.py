@@ -110,7 +110,9 @@ class TcpRingCommunicator(Communicator):
 
     def _connect(self) -> None:
         ctl = self._control
-        listener = socket.create_server((_host(self.worker.address), 0))
+        host = _host(self.worker.address)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        listener = socket.create_server((host, 0), family=family)
         try:
             listener.settimeout(self.deadline_s)
             # the left neighbour sends to us, so it needs our port; we need our right's
