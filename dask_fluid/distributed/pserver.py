@@ -501,6 +501,8 @@ class PServerShard(Service):
         self._done.set()
 
     def close(self) -> None:
+        if not self._done.is_set():  # detached while training: wake everyone, then stop
+            self.abort("the pserver service was detached before training ended")
         for pool in (self.send_pool, self.get_pool, self.prefetch_pool):
             pool.shutdown(wait=False, cancel_futures=True)
 

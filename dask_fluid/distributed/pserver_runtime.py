@@ -9,6 +9,7 @@ the first failure. The result holds the full parameters, assembled from the pser
 
 from __future__ import annotations
 
+import concurrent.futures
 import copy
 import logging
 import math
@@ -23,7 +24,7 @@ from ..framework import Program, Variable, default_main_program, default_startup
 from ..transpiler import DistributeTranspiler, DistributeTranspilerConfig, summarize
 from . import checkpoint as ckpt
 from .data import partition_by_worker
-from .errors import DistributedTrainingError
+from .errors import DistributedTrainingError, WorkerLostError
 from .events import Callback, TrainResult
 from .launch import TaskSpec, live_workers, new_job_id, run_tasks
 from .placement import Placement, place_pservers
@@ -150,6 +151,19 @@ def _assemble(transpiler: DistributeTranspiler, ps_results: list[dict],
             full[k::p] = shard[:len(range(k, table.shape[0], p))]
         params[table.name] = full
     return params
+
+
+def _lost_worker_error(client: Any, tasks: list[TaskSpec], step: int | None
+                       ) -> DistributedTrainingError:
+    alive = live_workers(client)
+    lost = [t for t in tasks if t.worker not in alive]
+    lost.sort(key=lambda t: t.role != "trainer")  # a lost trainer also took its data
+    if not lost:
+        return DistributedTrainingError("a task of the job was cancelled by the scheduler",
+                                        tasks[0].role, tasks[0].where, step)
+    t = lost[0]
+    return WorkerLostError(f"worker {t.worker} left the cluster while running the job's "
+                           f"{t.role} task (its data went with it)", t.role, t.where, step)
 
 
 def _with_step(err: DistributedTrainingError, last_step: int | None) -> BaseException:
@@ -311,6 +325,11 @@ def train_pserver(client: Any, main_program: Program | None = None,
         results = run_tasks(client, job, tasks, callbacks=[track, *callbacks])
     except DistributedTrainingError as err:
         raise _with_step(err, last_step.get("step")) from err.__cause__
+    except concurrent.futures.CancelledError as err:
+        # A dead worker took the only copy of a task's data with it: Dask cancels the task
+        # instead of failing it. Name the lost worker (the launcher detached the job's
+        # services, which wakes every remaining waiter).
+        raise _lost_worker_error(client, tasks, last_step.get("step")) from err
     n_ps = len(placement.endpoints)
     ps_results, tr_results = results[:n_ps], results[n_ps:]
     params = _assemble(first, ps_results, tr_results[0]["vars"])

@@ -150,7 +150,11 @@ class PServerClient:
             return _run_bounded(worker, many(), deadline_s, "pserver", where, step)
 
         # only idempotent pulls are retried: they may reach a pserver before it is attached
-        return self._retrying(once) if retry else once()
+        try:
+            return self._retrying(once) if retry else once()
+        except DistributedTrainingError as err:
+            err._dask_fluid_passthrough = True  # the executor re-raises it as is
+            raise
 
     @property
     def _deadline_s(self) -> float:
