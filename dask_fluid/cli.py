@@ -705,8 +705,13 @@ def _run_demo(args: argparse.Namespace, device: str, out: TextIO) -> int:
                 lazy = type(pred).__module__.startswith("dask")
                 accuracy = float(((pred == y_eval).mean()).compute() if lazy
                                  else (pred == y_eval).mean())
-        except (UsageError, TypeError, ValueError):
+        except UsageError:
             raise
+        except (TypeError, ValueError) as err:
+            # the estimators and runtimes check their arguments before sending any work, so
+            # these are configurations that cannot run (e.g. more trainers than workers)
+            raise UsageError(f"{PROG} demo: {type(err).__name__}: "
+                             f"{' '.join(str(err).split())}") from err
         except Exception as err:
             raise _TrainingFailed(str(err)) from err
         _print_results(clf, args, timer, t_start, accuracy, pred, lazy, len(y_train), out)

@@ -109,6 +109,16 @@ def test_demo_unreachable_scheduler_exits_1(capsys):
     assert "cannot connect to the scheduler at tcp://127.0.0.1:9" in err
 
 
+@pytest.mark.slow
+def test_impossible_configuration_exits_2(capsys):
+    """More trainers than workers: refused by the runtime before any work, reported as usage."""
+    code = cli.main(["demo", "--workers", "1", "--trainers", "3", *SMALL])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("dask-fluid demo: ValueError: ")
+    assert "trainers" in err[0]
+
+
 def test_training_failure_exits_1_with_one_line(monkeypatch, capsys):
     """A DistributedTrainingError from fit() becomes one line and exit code 1."""
     import dask_fluid.estimators as estimators
