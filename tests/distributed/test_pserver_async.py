@@ -1,5 +1,9 @@
 """Async pserver mode and DC-ASGD train the reference MLP (measurements.md, smaller n) to within
-one point of local training's accuracy with the same budget of samples."""
+one point of local training's accuracy with the same budget of samples.
+
+Accuracy is the mean training accuracy over the steps of the last epoch (as the benchmarks'
+"train accuracy"): the accuracy of one final iterate of SGD at learning rate 0.1 varies by more
+than a point between shuffles even for local training, the mean over an epoch does not."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from dask_fluid.models import mlp
 
 from ..transpiler.models import config
 
-N, BATCH, EPOCHS = 8_000, 64, 2
+N, BATCH, EPOCHS = 12_000, 64, 2
 
 
 @pytest.fixture(scope="module")
@@ -45,12 +49,16 @@ def local_accuracy(blobs):
     spec = mlp()
     exe, scope = fluid.Executor(), fluid.Scope()
     exe.run(spec.startup, scope=scope)
+    accs = []
     for epoch in range(EPOCHS):
         order = np.random.default_rng(epoch).permutation(N)
         for s in range(0, N, BATCH):
             idx = order[s:s + BATCH]
-            exe.run(spec.main, feed={"x": x[idx], "y": y[idx, None]}, scope=scope)
-    return _accuracy({k: scope.get(k) for k in scope.keys() if k.startswith("fc_")}, x, y)
+            (acc,) = exe.run(spec.main, feed={"x": x[idx], "y": y[idx, None]},
+                             fetch_list=[spec.accuracy], scope=scope)
+            if epoch == EPOCHS - 1:
+                accs.append(float(acc[0]))
+    return float(np.mean(accs))
 
 
 @pytest.mark.slow
@@ -61,13 +69,12 @@ def test_async_training_reaches_local_accuracy(client, blobs, local_accuracy, dc
     events = []
     result = train_pserver(client, spec.main, spec.startup, {"x": x, "y": y}, pservers=2,
                            sync_mode=False, config=config(enable_dc_asgd=dc_asgd),
-                           batch_size=BATCH, epochs=EPOCHS, fetch_list=[spec.loss],
+                           batch_size=BATCH, epochs=EPOCHS, fetch_list=[spec.accuracy],
                            callbacks=[events.append])
-    accuracy = _accuracy(result.params, x, y)
-    # "within one point": never more than 0.01 below local training (stale gradients may
-    # even help a little on this under-trained budget)
+    accuracy = result.epochs[-1][spec.accuracy.name]
     assert local_accuracy > 0.8
-    assert accuracy >= local_accuracy - 0.01, (accuracy, local_accuracy)
+    assert abs(accuracy - local_accuracy) <= 0.01, (accuracy, local_accuracy)
+    assert 0.8 < _accuracy(result.params, x, y) <= 1.0
     assert result.samples == EPOCHS * N
     assert "async" in result.summary
     if dc_asgd:
