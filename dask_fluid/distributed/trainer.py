@@ -30,15 +30,25 @@ from ..executor import Executor, RunContext, Scope
 from ..flags import RPCFlags
 from ..framework import Program
 from ..ops import registry
-from . import events
+from . import events, rpc
 from .data import batch_indices, local_arrays
-from .errors import DeadlineExceededError, DistributedTrainingError, ServiceNotFoundError
+from .errors import (
+    DeadlineExceededError,
+    DistributedTrainingError,
+    JobAbortedError,
+    RemoteError,
+    ServiceNotFoundError,
+)
 from .pserver import decode_tensors, encode_tensors, service_name
 from .rpc import Request, _run_bounded, call
 
 __all__ = ["HOST_KEY", "PServerClient", "TrainerSpec", "run_trainer"]
 
 HOST_KEY = "dask_fluid.pserver"
+#: Step events go to the client at most this often (and at every epoch's last step): each one
+#: costs the scheduler and the client CPU that the workers need on a small machine.
+#: ``TrainResult.history`` still holds every step.
+PUBLISH_INTERVAL_S = 0.05
 _DUMMY = np.zeros(0, np.float32)
 
 
@@ -128,10 +138,11 @@ class PServerClient:
         deadline_s, job, worker, step = self._deadline_s, self.job, self.worker, self.round
 
         async def many() -> list[Any]:
-            tasks = [asyncio.ensure_future(call(
-                worker, r.address, job, service_name(r.endpoint), r.method,
-                deadline_s=deadline_s, role="pserver", endpoint=r.endpoint, step=step,
-                **r.payload)) for r in requests]
+            tasks = [asyncio.ensure_future(
+                _local_call(worker, job, r, deadline_s, step) if r.address == worker.address
+                else call(worker, r.address, job, service_name(r.endpoint), r.method,
+                          deadline_s=deadline_s, role="pserver", endpoint=r.endpoint, step=step,
+                          **r.payload)) for r in requests]
             try:
                 await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
                 failed = [t.exception() for t in tasks
@@ -188,6 +199,30 @@ class PServerClient:
         requests = [Request(w, "complete", {"trainer_id": self.trainer_id}, endpoint=ep)
                     for ep, w in sorted(self.workers_of.items())]
         self._call(requests)
+
+
+async def _local_call(worker: Any, job: str, r: Request, deadline_s: float, step: int) -> Any:
+    """A call to a pserver on this very worker: straight to the service on the event loop.
+
+    Skips the TCP round trip to itself and the (de)serialisation of the payload and the
+    reply; the arrays travel by reference (both sides only read them: the payload and the
+    reply are freshly packed buffers).
+    """
+    service = service_name(r.endpoint)
+    try:
+        return await rpc._with_deadline(
+            rpc._dispatch(worker, job, service, r.method, dict(r.payload)), deadline_s)
+    except asyncio.TimeoutError:
+        raise DeadlineExceededError(f"{service}.{r.method} did not answer", "pserver",
+                                    r.endpoint, step, deadline_ms=deadline_s * 1000) from None
+    except (DistributedTrainingError, ServiceNotFoundError):
+        raise
+    except JobAbortedError:
+        raise
+    except Exception as exc:
+        raise RemoteError(f"{service}.{r.method} raised {type(exc).__name__}: {exc}",
+                          "pserver", r.endpoint, step, remote_type=type(exc).__name__,
+                          remote_message=str(exc)) from exc
 
 
 # --------------------------------------------------------------------------------------------
@@ -322,6 +357,7 @@ def _train(worker: Any, spec: TrainerSpec, parts: list[Any], state: dict) -> dic
     exe.run(Program.from_json(spec.startup_json), scope=scope)
     history: list[dict] = []
     samples = steps = 0
+    published = 0.0
     t0 = time.perf_counter()
     for epoch in range(start_epoch, spec.epochs):
         batches = batch_indices(n_rows, spec.batch_size, epoch, spec.seed + 1000 * spec.rank,
@@ -338,8 +374,12 @@ def _train(worker: Any, spec: TrainerSpec, parts: list[Any], state: dict) -> dic
             samples += len(idx)
             event = events.step_event(spec.rank, epoch, round_index, len(idx),
                                       spec.fetch_names, fetched)
+            event["time"] = time.time()
             history.append(event)
-            events.publish(worker, spec.job, event)
+            now = time.perf_counter()
+            if now - published >= PUBLISH_INTERVAL_S or s == len(batches) - 1:
+                events.publish(worker, spec.job, event)
+                published = now
         events.publish(worker, spec.job, {"type": "epoch_end", "rank": spec.rank,
                                           "epoch": epoch, "steps": steps, "samples": samples})
     elapsed = time.perf_counter() - t0
