@@ -199,7 +199,8 @@ class PServerShard(Service):
         self._done = threading.Event()
         self._failed: BaseException | None = None
         self._last_activity = time.monotonic()
-        self.stats = {"rounds": 0, "pushes": 0, "prefetches": 0}
+        self.stats = {"rounds": 0, "pushes": 0, "prefetches": 0, "optimize_s": 0.0,
+                      "read_s": 0.0}
         m = max(spec.steps_per_epoch)
         self._steps_max = m
         self._total_rounds = spec.epochs * m
@@ -320,6 +321,11 @@ class PServerShard(Service):
         self._kick()
 
     def _optimize(self, round_index: int, grads: dict[int, dict[str, Any]]) -> None:
+        t0 = time.perf_counter()
+        self._optimize_blocks(round_index, grads)
+        self.stats["optimize_s"] += time.perf_counter() - t0
+
+    def _optimize_blocks(self, round_index: int, grads: dict[int, dict[str, Any]]) -> None:
         vals = self.scope.vars
         n = self.spec.trainer_num
         for tid in range(n):
@@ -390,6 +396,13 @@ class PServerShard(Service):
 
     # -- reads ----------------------------------------------------------------------------------
     def _read(self, want: tuple[str, ...], trainer_id: int | None) -> tuple:
+        t0 = time.perf_counter()
+        try:
+            return self._read_arrays(want, trainer_id)
+        finally:
+            self.stats["read_s"] += time.perf_counter() - t0
+
+    def _read_arrays(self, want: tuple[str, ...], trainer_id: int | None) -> tuple:
         arrays = {}
         dc = bool(self.attrs.get("dc_asgd")) and trainer_id is not None
         for name in want:

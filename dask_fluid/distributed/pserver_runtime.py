@@ -365,7 +365,8 @@ def _describe(ps_result: dict) -> str:
             f"send/get/prefetch {info['send_threads']}/{info['get_threads']}/"
             f"{info['prefetch_threads']} (used {info['threads_used']['send']}/"
             f"{info['threads_used']['get']}/{info['threads_used']['prefetch']}"
-            f"{', numpy work inline' if info['inline'] else ''})")
+            f"{', numpy work inline' if info['inline'] else ''}); optimize "
+            f"{info['optimize_s']:.2f} s, replies {info['read_s']:.2f} s")
 
 
 def _result(params: dict, ps_results: list[dict], tr_results: list[dict],
@@ -384,7 +385,10 @@ def _result(params: dict, ps_results: list[dict], tr_results: list[dict],
     samples = sum(r["samples"] for r in tr_results)
     elapsed = max(r["elapsed"] for r in tr_results)
     summary = "\n".join([summarize(tr)] + [_describe(r) for r in ps_results]
-                        + [f"trainer {r} on worker {w}" for r, w in enumerate(trainer_workers)])
+                        + [f"trainer {r} on worker {w}: {t['steps']} steps in {t['elapsed']:.2f} "
+                           f"s, {t['rpc_s']:.2f} s waiting for pservers"
+                           for r, (w, t) in enumerate(zip(trainer_workers, tr_results,
+                                                          strict=True))])
     return TrainResult(params=params, history=history, epochs=epochs,
                        steps=max(r["steps"] for r in tr_results), samples=samples,
                        elapsed_s=elapsed, samples_per_s=samples / elapsed if elapsed else 0.0,

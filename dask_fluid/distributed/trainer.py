@@ -78,6 +78,8 @@ class PServerClient:
         self._staged: dict[str, dict[str, Any]] = {}
         self._replies: dict[str, Any] = {}
         self._recv_plans: dict[tuple, dict[str, list[str]]] = {}
+        #: seconds spent waiting for pservers (requests in flight), for the summary
+        self.rpc_s = 0.0
 
     # -- step bookkeeping -----------------------------------------------------------------------
     def begin_step(self, round_index: int) -> None:
@@ -161,11 +163,14 @@ class PServerClient:
             return _run_bounded(worker, many(), deadline_s, "pserver", where, step)
 
         # only idempotent pulls are retried: they may reach a pserver before it is attached
+        t0 = time.perf_counter()
         try:
             return self._retrying(once) if retry else once()
         except DistributedTrainingError as err:
             err._dask_fluid_passthrough = True  # the executor re-raises it as is
             raise
+        finally:
+            self.rpc_s += time.perf_counter() - t0
 
     @property
     def _deadline_s(self) -> float:
@@ -388,4 +393,4 @@ def _train(worker: Any, spec: TrainerSpec, parts: list[Any], state: dict) -> dic
     events.publish(worker, spec.job, {"type": "done", "rank": spec.rank, "steps": steps,
                                       "samples": samples, "elapsed": elapsed})
     return {"rank": spec.rank, "steps": steps, "samples": samples, "elapsed": elapsed,
-            "history": history, "vars": kept}
+            "rpc_s": client.rpc_s, "history": history, "vars": kept}
