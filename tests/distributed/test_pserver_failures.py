@@ -161,6 +161,6 @@ def test_thread_flags_size_the_pserver_pools(client, monkeypatch):
     assert len(lines) == 2
     for line in lines:
         assert "threads send/get/prefetch 3/4/2" in line, line
-        used = line.split("(used ")[1].rstrip(")").split("/")
+        used = line.split("(used ")[1].split(")")[0].split("/")
         send, get, prefetch = (int(u) for u in used)
         assert 1 <= send <= 3 and 1 <= get <= 4 and 1 <= prefetch <= 2, line
