@@ -1,0 +1,164 @@
+"""Pserver mode on Dask: the reference MLP benchmark and a 25 MB model's sync step.
+
+Run: ``python benchmarks/bench_pserver.py [--steps 1000] [--repeat 3]``. Writes
+``benchmarks/results/pserver.json`` and prints a table.
+
+1. The reference MLP (shared/reference/measurements.md) with 2 pservers and 2 trainers on a
+   LocalCluster of 2 single-threaded worker processes (each worker holds one trainer and one
+   pserver), batch 128 per trainer, loss and accuracy fetched every step, 50 warm-up steps then
+   ``--steps`` timed steps; throughput = sum over trainers of timed steps x 128 / the slowest
+   trainer's timed span. The local executor is measured in the same run (same process
+   settings: one BLAS thread). Targets: >= 0.7 x local and >= 57k samples/s.
+2. A ~25 MB model (1024 -> 2048 -> 2048 -> 10, batch 32) in sync mode, 2 pservers + 2
+   trainers: ms per step, the local step of the same model, and the transport floor (each
+   trainer pushes its gradients and pulls the parameters: 2 x 25 MB per trainer at the
+   loopback ceiling of about 2.4 GB/s from measurements.md). Target: step <= 1.3 x floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+from distributed import Client, LocalCluster  # noqa: E402
+
+import dask_fluid as fluid  # noqa: E402
+from dask_fluid.datasets import reference_blobs  # noqa: E402
+from dask_fluid.distributed import train_pserver  # noqa: E402
+from dask_fluid.models import mlp  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from bench_local import run_local  # noqa: E402
+
+RESULTS = pathlib.Path(__file__).parent / "results"
+LOOPBACK_BYTES_PER_S = 2.4e9  # measurements.md: loopback TCP ceiling
+
+
+def _timed(result, warmup: int, batch: int) -> dict:
+    """Throughput over each trainer's steps after ``warmup`` (event timestamps)."""
+    spans, steps = [], 0
+    for rank in sorted({e["rank"] for e in result.history}):
+        times = [e["time"] for e in result.history if e["rank"] == rank]
+        timed = times[warmup:]
+        spans.append(timed[-1] - timed[0])
+        steps += len(timed) - 1
+    slowest = max(spans)
+    return {"samples_per_s": steps * batch / slowest,
+            "ms_per_step_per_trainer": 1000 * slowest / (steps / len(spans))}
+
+
+def run_mlp(client, steps: int, warmup: int = 50, batch: int = 128) -> dict:
+    x, y = reference_blobs()
+    perm = np.random.default_rng(1).permutation(len(x))
+    # trainer r takes rows perm[(s*W + r)*128 ...]: the measurements.md split
+    rows = [np.concatenate([perm[(2 * s + r) * batch:(2 * s + r + 1) * batch]
+                            for s in range(len(x) // (2 * batch))]) for r in (0, 1)]
+    parts = [{"x": x[r], "y": y[r]} for r in rows]
+    spec = mlp()
+    total = warmup + steps + 1
+    per_epoch = len(rows[0]) // batch
+    epochs = -(-total // per_epoch)
+    result = train_pserver(client, spec.main, spec.startup, parts, pservers=2, batch_size=batch,
+                           epochs=epochs, steps_per_epoch=min(per_epoch, -(-total // epochs)),
+                           shuffle=False, fetch_list=[spec.loss, spec.accuracy])
+    out = _timed(result, warmup, batch)
+    accs = [e["fetches"][spec.accuracy.name] for e in result.history[-200:]]
+    out["train_accuracy_last_100"] = float(np.mean(accs))
+    out["summary"] = result.summary
+    return out
+
+
+def _big_model():
+    return mlp(n_features=1024, hidden=(2048, 2048), n_classes=10)
+
+
+def run_big(client, steps: int = 20, batch: int = 32) -> dict:
+    rng = np.random.default_rng(0)
+    n = batch * (steps + 3)
+    parts = [{"x": rng.standard_normal((n, 1024), dtype=np.float32),
+              "y": rng.integers(0, 10, n)} for _ in range(2)]
+    spec = _big_model()
+    nbytes = sum(int(np.prod(p.shape)) * 4 for p in spec.main.global_block().all_parameters())
+    result = train_pserver(client, spec.main, spec.startup, parts, pservers=2,
+                           batch_size=batch, shuffle=False, fetch_list=[spec.loss])
+    timed = _timed(result, 3, batch)
+    # the local step of the same model, in this process
+    local = _big_model()
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(local.startup, scope=scope)
+    feed = {"x": parts[0]["x"][:batch], "y": parts[0]["y"][:batch, None]}
+    for _ in range(3):
+        exe.run(local.main, feed=feed, scope=scope)
+    t0 = time.perf_counter()
+    for _ in range(10):
+        exe.run(local.main, feed=feed, fetch_list=[local.loss], scope=scope)
+    local_ms = 100 * (time.perf_counter() - t0)
+    floor_ms = 1000 * 2 * nbytes / LOOPBACK_BYTES_PER_S
+    step_ms = timed["ms_per_step_per_trainer"]
+    return {"model_mb": nbytes / 1e6, "batch": batch, "sync_step_ms": step_ms,
+            "local_step_ms": local_ms, "transport_floor_ms": floor_ms,
+            "step_over_floor": step_ms / floor_ms,
+            "step_minus_local_over_floor": (step_ms - local_ms) / floor_ms}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+    runs: dict[str, list] = {"local": [], "pserver": [], "big": []}
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=":0", silence_logs=40) as cluster, \
+            Client(cluster) as client:
+        for _ in range(args.repeat):
+            runs["local"].append(run_local(args.steps))
+            runs["pserver"].append(run_mlp(client, args.steps))
+        for _ in range(args.repeat):
+            runs["big"].append(run_big(client))
+
+    def med(kind: str, key: str) -> float:
+        return statistics.median(r[key] for r in runs[kind])
+
+    local_sps, ps_sps = med("local", "samples_per_s"), med("pserver", "samples_per_s")
+    result = {
+        "local_samples_per_s": local_sps,
+        "local_ms_per_step": med("local", "ms_per_step"),
+        "pserver_samples_per_s": ps_sps,
+        "pserver_ms_per_step_per_trainer": med("pserver", "ms_per_step_per_trainer"),
+        "pserver_over_local": ps_sps / local_sps,
+        "pserver_train_accuracy": med("pserver", "train_accuracy_last_100"),
+        "targets": {"over_local": 0.7, "samples_per_s": 57000, "step_over_floor": 1.3},
+        "big_model": {k: med("big", k) for k in runs["big"][0] if k != "batch"},
+        "runs": runs,
+    }
+    print(f"{'system':<44} {'samples/s':>10} {'ms/step':>8} {'acc':>6}")
+    print(f"{'local executor (1 process)':<44} {local_sps:>10.0f} "
+          f"{result['local_ms_per_step']:>8.2f} "
+          f"{med('local', 'train_accuracy_last_100'):>6.3f}")
+    print(f"{'pserver sync, 2 pservers + 2 trainers':<44} {ps_sps:>10.0f} "
+          f"{result['pserver_ms_per_step_per_trainer']:>8.2f} "
+          f"{result['pserver_train_accuracy']:>6.3f}")
+    print(f"pserver / local = {result['pserver_over_local']:.2f} (target >= 0.7); "
+          f"target >= 57k samples/s; Fluid 1.8.5: 18.8k-23.5k")
+    big = result["big_model"]
+    print(f"{big['model_mb']:.1f} MB model, sync step {big['sync_step_ms']:.1f} ms, local step "
+          f"{big['local_step_ms']:.1f} ms, transport floor {big['transport_floor_ms']:.1f} ms: "
+          f"step/floor {big['step_over_floor']:.2f}, (step - local)/floor "
+          f"{big['step_minus_local_over_floor']:.2f} (target 1.3)")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "pserver.json").write_text(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
