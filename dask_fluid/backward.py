@@ -65,9 +65,12 @@ def _grad_descs(op_path: list, no_grad: set[str], loss_grad: str) -> list[dict]:
                 continue
             inputs, incoming = {}, False
             for slot, names in desc["inputs"].items():
-                if slot.endswith(GRAD_SUFFIX):
-                    names = [n if n in produced else EMPTY_VAR for n in names]
-                    incoming |= any(n != EMPTY_VAR for n in names)
+                # by name, not slot: ops like scale take their incoming gradient in slot X
+                grads = [n for n in names if GRAD_SUFFIX in n]
+                if grads:
+                    names = [n if GRAD_SUFFIX not in n or n in produced else EMPTY_VAR
+                             for n in names]
+                    incoming |= any(n in produced for n in grads)
                 inputs[slot] = names
             if not incoming:
                 continue

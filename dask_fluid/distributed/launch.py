@@ -14,6 +14,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +83,11 @@ def _as_training_error(exc: BaseException, spec: TaskSpec) -> BaseException:
 
 def _first_error(done: Sequence[tuple[Any, TaskSpec]]) -> BaseException | None:
     """The root cause among finished tasks: an abort notice only if nothing else failed."""
+    # Dask cancels (rather than fails) a task whose scattered input died with its worker.
+    lost = [spec for f, spec in done if f.status == "cancelled"]
+    if lost:
+        return WorkerLostError(f"the {lost[0].role} task was cancelled: its worker or its "
+                               "data left the cluster", lost[0].role, lost[0].where)
     errors = [(f.exception(), spec) for f, spec in done if f.status == "error"]
     errors.sort(key=lambda e: isinstance(e[0], JobAbortedError))
     return _as_training_error(*errors[0]) if errors else None
@@ -95,6 +101,8 @@ def _watch(client: Any, pairs: list[tuple[Any, TaskSpec]], poll_s: float
             _, pending = wait(list(pending), timeout=poll_s, return_when="FIRST_COMPLETED")
         except TimeoutError:
             pass
+        except CancelledError:
+            pending = {f for f in pending if not f.done()}
         err = _first_error([(f, s) for f, s in pairs if f.done()])
         if err is not None:
             return err

@@ -219,3 +219,13 @@ def test_seeded_startup_is_deterministic_and_distinct_per_param():
     for name in ("fc_0.w_0", "fc_1.w_0"):
         np.testing.assert_array_equal(a.get(name), b.get(name))
     assert not np.array_equal(a.get("fc_0.w_0"), a.get("fc_1.w_0"))
+
+
+def test_backward_through_scale():
+    """Non-regression: scale's grad op takes its incoming gradient in slot X."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data(name="x", shape=[4])
+        loss = layers.scale(layers.mean(layers.fc(x, 1)), scale=0.5)
+        params_grads = fluid.append_backward(loss)
+    assert sorted(p.name for p, _ in params_grads) == ["fc_0.b_0", "fc_0.w_0"]
