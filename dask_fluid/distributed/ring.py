@@ -67,6 +67,16 @@ class Communicator(abc.ABC):
     rank: int
     nranks: int
 
+    @property
+    def right(self) -> int:
+        """The rank this rank sends to."""
+        return (self.rank + 1) % self.nranks
+
+    @property
+    def left(self) -> int:
+        """The rank this rank receives from."""
+        return (self.rank - 1) % self.nranks
+
     @abc.abstractmethod
     def allreduce(self, arrays: Sequence[np.ndarray], *, op: str = "sum",
                   step: int | None = None) -> None:
@@ -231,18 +241,6 @@ class RingCommunicator(Communicator):
         except BaseException:
             rpc.detach_service(worker, job, name)
             raise
-
-    # -- neighbours ---------------------------------------------------------------------------
-
-    @property
-    def right(self) -> int:
-        """The rank this rank sends to."""
-        return (self.rank + 1) % self.nranks
-
-    @property
-    def left(self) -> int:
-        """The rank this rank receives from."""
-        return (self.rank - 1) % self.nranks
 
     # -- public collectives ---------------------------------------------------------------------
 

@@ -97,14 +97,6 @@ class TcpRingCommunicator(Communicator):
             self.close()
             raise
 
-    @property
-    def right(self) -> int:
-        return (self.rank + 1) % self.nranks
-
-    @property
-    def left(self) -> int:
-        return (self.rank - 1) % self.nranks
-
     def _token(self, rank: int) -> bytes:
         return hashlib.sha256(f"{self.job}/{rank}".encode()).digest()
 
