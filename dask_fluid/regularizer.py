@@ -31,14 +31,7 @@ class L2DecayRegularizer(WeightDecayRegularizer):
     kind = "l2"
 
     def append(self, param, grad, block):
-        decay = block.create_var(name=unique_name.generate(param.name + "@decay"),
-                                 shape=param.shape, dtype=param.dtype)
-        block.append_op("scale", inputs={"X": [param]}, outputs={"Out": [decay]},
-                        attrs={"scale": self.regularization_coeff})
-        new_grad = block.create_var(name=unique_name.generate(grad.name + "@regularized"),
-                                    shape=param.shape, dtype=param.dtype)
-        block.append_op("sum", inputs={"X": [grad, decay]}, outputs={"Out": [new_grad]})
-        return new_grad
+        return _add_scaled(param, param, grad, self.regularization_coeff, block)
 
 
 class L1DecayRegularizer(WeightDecayRegularizer):
@@ -50,14 +43,19 @@ class L1DecayRegularizer(WeightDecayRegularizer):
         sign = block.create_var(name=unique_name.generate(param.name + "@sign"),
                                 shape=param.shape, dtype=param.dtype)
         block.append_op("sign", inputs={"X": [param]}, outputs={"Out": [sign]})
-        decay = block.create_var(name=unique_name.generate(param.name + "@decay"),
-                                 shape=param.shape, dtype=param.dtype)
-        block.append_op("scale", inputs={"X": [sign]}, outputs={"Out": [decay]},
-                        attrs={"scale": self.regularization_coeff})
-        new_grad = block.create_var(name=unique_name.generate(grad.name + "@regularized"),
-                                    shape=param.shape, dtype=param.dtype)
-        block.append_op("sum", inputs={"X": [grad, decay]}, outputs={"Out": [new_grad]})
-        return new_grad
+        return _add_scaled(param, sign, grad, self.regularization_coeff, block)
+
+
+def _add_scaled(param, source, grad, coeff: float, block):
+    """Append ``grad + coeff * source`` (``scale`` then ``sum``) and return the new gradient."""
+    decay = block.create_var(name=unique_name.generate(param.name + "@decay"),
+                             shape=param.shape, dtype=param.dtype)
+    block.append_op("scale", inputs={"X": [source]}, outputs={"Out": [decay]},
+                    attrs={"scale": coeff})
+    new_grad = block.create_var(name=unique_name.generate(grad.name + "@regularized"),
+                                shape=param.shape, dtype=param.dtype)
+    block.append_op("sum", inputs={"X": [grad, decay]}, outputs={"Out": [new_grad]})
+    return new_grad
 
 
 L2Decay = L2DecayRegularizer
