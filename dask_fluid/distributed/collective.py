@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from dask_fluid.distributed import malloc
 from dask_fluid.distributed.data import (
     DataPartition,
     batch_indices,
@@ -372,7 +373,8 @@ def train_collective(client: Any, main_program: Program | None = None,
     cfg = {"job": job, "main": main.to_json(), "startup": startup.to_json(), "backend": backend,
            "addresses": ranks, "deadline_s": flags.deadline_s, "epochs": int(epochs),
            "batch_size": int(batch_size), "steps": steps, "fetch": fetch_names,
-           "shuffle": bool(shuffle), "seed": int(seed), "device": device, "session": None}
+           "shuffle": bool(shuffle), "seed": int(seed), "device": device, "session": None,
+           "tune_malloc": malloc.enabled()}
     session = create_session(client) if backend == "nccl" else None
     cfg["session"] = session
     tasks = [TaskSpec(w, _trainer_task, args=(cfg, r, partition.futures(w)), role="trainer",
@@ -460,7 +462,8 @@ def _trainer_task(cfg: dict, rank: int, parts: list) -> dict:
     worker = get_worker()
     comm = _make_comm(cfg, worker, rank)
     try:
-        return _train(cfg, rank, worker, comm, parts)
+        with malloc.training_malloc(cfg.get("tune_malloc", True)):
+            return _train(cfg, rank, worker, comm, parts)
     except BaseException as exc:
         if not isinstance(exc, JobAbortedError):  # wake the others now, not at the deadline
             comm.abort(f"rank {rank} ({worker.address}) failed: {type(exc).__name__}: "

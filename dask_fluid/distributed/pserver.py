@@ -57,7 +57,9 @@ from ..ops.selected_rows import SelectedRows
 from ..transpiler.plan import TRAINER_ID_VAR
 from . import checkpoint as ckpt
 from .errors import DeadlineExceededError, DistributedTrainingError, JobAbortedError
+from .malloc import training_malloc
 from .rpc import Service, attach_service, pack_arrays, unpack_arrays
+from .wire import worker_host
 
 __all__ = ["PServerShard", "ShardSpec", "TableShard", "decode_tensors", "encode_tensors",
            "run_pserver", "service_name"]
@@ -65,6 +67,7 @@ __all__ = ["PServerShard", "ShardSpec", "TableShard", "decode_tensors", "encode_
 logger = logging.getLogger(__name__)
 
 _ROWS, _VALUE = "@@rows", "@@value"
+_POLL_S = 0.5  # a waiter re-checks for failures at least this often
 
 
 def service_name(endpoint: str) -> str:
@@ -72,8 +75,8 @@ def service_name(endpoint: str) -> str:
     return f"pserver/{endpoint}"
 
 
-def encode_tensors(tensors: Mapping[str, Any]) -> tuple[dict, Any, dict[str, int]]:
-    """Pack dense arrays and SelectedRows into one buffer: ``(meta, buffer, sparse heights)``."""
+def flatten_tensors(tensors: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
+    """Dense arrays as they are, SelectedRows as two arrays: ``(arrays, sparse heights)``."""
     flat: dict[str, Any] = {}
     sparse: dict[str, int] = {}
     for name, value in tensors.items():
@@ -83,6 +86,23 @@ def encode_tensors(tensors: Mapping[str, Any]) -> tuple[dict, Any, dict[str, int
             sparse[name] = value.height
         else:
             flat[name] = value
+    return flat, sparse
+
+
+def unflatten_tensors(flat: Mapping[str, Any], sparse: Mapping[str, int] | None
+                      ) -> dict[str, Any]:
+    """Inverse of :func:`flatten_tensors`."""
+    flat = dict(flat)
+    out: dict[str, Any] = {}
+    for name, height in (sparse or {}).items():
+        out[name] = SelectedRows(flat.pop(name + _ROWS), flat.pop(name + _VALUE), height)
+    out.update(flat)
+    return out
+
+
+def encode_tensors(tensors: Mapping[str, Any]) -> tuple[dict, Any, dict[str, int]]:
+    """Pack dense arrays and SelectedRows into one buffer: ``(meta, buffer, sparse heights)``."""
+    flat, sparse = flatten_tensors(tensors)
     meta, buf = pack_arrays(flat)
     return meta, buf, sparse
 
@@ -90,11 +110,7 @@ def encode_tensors(tensors: Mapping[str, Any]) -> tuple[dict, Any, dict[str, int
 def decode_tensors(meta: Mapping, buf: Any, sparse: Mapping[str, int] | None) -> dict[str, Any]:
     """Inverse of :func:`encode_tensors` (dense arrays are views into ``buf``)."""
     flat = unpack_arrays(meta, buf) if meta and meta.get("names") else {}
-    out: dict[str, Any] = {}
-    for name, height in (sparse or {}).items():
-        out[name] = SelectedRows(flat.pop(name + _ROWS), flat.pop(name + _VALUE), height)
-    out.update(flat)
-    return out
+    return unflatten_tensors(flat, sparse)
 
 
 @dataclass(frozen=True)
@@ -129,9 +145,13 @@ class ShardSpec:
     checkpoint_dir: str | None = None
     checkpoint_every: int | str | None = None
     resume_path: str | None = None
-    #: numpy work on shards with fewer parameter bytes runs on the event loop (see
+    #: numpy work on shards with fewer parameter bytes runs in the calling thread (see
     #: :attr:`PServerShard.inline_bytes`); None keeps the class default
     inline_bytes: int | None = None
+    #: "tcp": trainers on other workers reach the shard through its own socket
+    #: (:mod:`.shard_server`); "dask": through Dask RPC handlers
+    transport: str = "dask"
+    tune_malloc: bool = True
 
 
 class PServerShard(Service):
@@ -141,11 +161,11 @@ class PServerShard(Service):
     ----------
     spec : ShardSpec
     loop : asyncio.AbstractEventLoop
-        The worker's event loop (waiters live there).
+        The worker's event loop (the Dask handlers run there).
     """
 
-    #: numpy work on less than this many bytes of parameters runs on the event loop: a thread
-    #: hop costs more than the work (tests set it to 0 to exercise the pools)
+    #: numpy work on less than this many bytes of parameters runs in the calling thread: a
+    #: thread hop costs more than the work (tests set it to 0 to exercise the pools)
     inline_bytes: int = 1 << 20
 
     def __init__(self, spec: ShardSpec, loop: asyncio.AbstractEventLoop) -> None:
@@ -190,11 +210,14 @@ class PServerShard(Service):
         self._block_locks = {idx: threading.Lock() for idx in self.attrs["optimize_blocks"]}
         self._param_block = self._param_blocks()
         self._shard_lock = threading.Lock()
-        # sync state, touched only on the event loop
+        # Dask handlers wait in these threads (a barrier may block for the deadline)
+        self._handler_pool = concurrent.futures.ThreadPoolExecutor(
+            spec.trainer_num + 2, thread_name_prefix=f"pserver-rpc-{spec.pserver_id}")
+        self.server: Any = None  # the direct data path, when started
+        # sync state, under _cond
+        self._cond = threading.Condition()
         self._pending: dict[int, dict[int, dict[str, Any]]] = {}
-        self._waiters: dict[int, list[tuple[int, tuple[str, ...], asyncio.Future]]] = {}
         self._round_started: dict[int, float] = {}
-        self._busy = False
         self._completed: set[int] = set()
         self._done = threading.Event()
         self._failed: BaseException | None = None
@@ -217,70 +240,127 @@ class PServerShard(Service):
             return epoch * self._steps_max + self._steps_max - 1
         return round_index
 
-    # -- requests -------------------------------------------------------------------------------
-    async def push_pull(self, trainer_id: int, round: int, meta: dict, buf: Any,
-                        sparse: dict | None = None, want: list[str] | tuple = ()) -> tuple:
-        """Push one step's gradients and receive the parameters ``want`` after the update.
+    # -- the thread-safe core: called by trainer threads on this worker, by the connection
+    # -- threads of the direct data path (shard_server) and by the Dask handlers below ----------
+    def push(self, trainer_id: int, round: int, grads: dict[str, Any]) -> int:
+        """Take one step's gradients; return the round whose end :meth:`reply` waits for.
 
-        Returns ``(meta, buffer)`` of the packed parameter blocks.
+        Sync mode: when this push completes the step (every trainer active in it has pushed),
+        the optimize blocks run here, in the caller's thread. Async mode: the gradients are
+        applied at once. Never waits for other trainers: a trainer pushes to every pserver
+        before it waits for any reply.
         """
-        self._raise_if_failed(round)
+        self._raise_if_failed()
         self._last_activity = time.monotonic()
-        self.stats["pushes"] += 1
-        grads = decode_tensors(meta, buf, sparse)
         if self.spec.table is not None:
             grads = {n: self._rebase(n, g) for n, g in grads.items()}
-        want = tuple(want)
         if not self.spec.sync_mode:
-            await self._run(self.send_pool, self._apply_async, trainer_id, grads)
-            return await self._run(self.get_pool, self._read, want, trainer_id)
-        if round < self.round:
-            raise ValueError(f"trainer {trainer_id} pushed step {round}, but pserver "
-                             f"{self.spec.endpoint} is already at step {self.round}")
-        if trainer_id not in self.active(round):
-            raise ValueError(f"trainer {trainer_id} pushed step {round}, which is past its last "
-                             "step of the epoch")
-        pending = self._pending.setdefault(round, {})
-        if trainer_id in pending:
-            raise ValueError(f"trainer {trainer_id} pushed step {round} twice")
-        pending[trainer_id] = grads
-        self._round_started.setdefault(round, time.monotonic())
-        fut = self.loop.create_future()
-        self._waiters.setdefault(self._release_round(trainer_id, round), []).append(
-            (trainer_id, want, fut))
-        self._kick()
-        return await fut
+            self.stats["pushes"] += 1
+            self._run_pool(self.send_pool, self._apply_async, trainer_id, grads)
+            return round
+        with self._cond:
+            self._raise_if_failed()
+            if round < self.round:
+                raise ValueError(f"trainer {trainer_id} pushed step {round}, but pserver "
+                                 f"{self.spec.endpoint} is already at step {self.round}")
+            if trainer_id not in self.active(round):
+                raise ValueError(f"trainer {trainer_id} pushed step {round}, which is past its "
+                                 "last step of the epoch")
+            pending = self._pending.setdefault(round, {})
+            if trainer_id in pending:
+                raise ValueError(f"trainer {trainer_id} pushed step {round} twice")
+            self.stats["pushes"] += 1
+            pending[trainer_id] = grads
+            self._round_started.setdefault(round, time.monotonic())
+            self._advance()
+        return self._release_round(trainer_id, round)
 
-    async def pull(self, trainer_id: int, want: list[str] | tuple,
-                   after_round: int = 0) -> tuple:
+    def reply(self, trainer_id: int, release: int, want: tuple[str, ...]) -> dict[str, Any]:
+        """The parameters ``want`` once round ``release`` is done (sync; at once in async).
+
+        Sync mode returns the live parameters, not copies: they cannot change before this
+        trainer's next push, since the next step needs that push (the optimizers update in
+        place, the trainer only reads). Async mode: copies, taken under the blocks' locks.
+        """
+        if self.spec.sync_mode:
+            with self._cond:
+                self._wait_until(release)
+            return self._read(want, None)
+        return self._read(want, trainer_id)
+
+    def pull_sync(self, trainer_id: int, want: tuple[str, ...],
+                  after_round: int = 0) -> dict[str, Any]:
         """The values of ``want`` (trainer startup; async pulls without a push).
 
-        Sync mode: the reply waits until every round before ``after_round`` is done, so a
-        trainer that resumes (or starts) at a later round than the pserver sees the same
-        parameters as in an uninterrupted run.
+        Sync mode: waits until every round before ``after_round`` is done, so a trainer that
+        resumes (or starts) at a later round than the pserver sees the same parameters as in an
+        uninterrupted run.
         """
-        self._raise_if_failed(None)
+        self._raise_if_failed()
         self._last_activity = time.monotonic()
-        want = tuple(want)
-        wait_for = min(int(after_round), self._total_rounds) - 1
-        if self.spec.sync_mode and wait_for >= self.round:
-            fut = self.loop.create_future()
-            self._waiters.setdefault(wait_for, []).append((trainer_id, want, fut))
-            return await fut
-        return await self._run(self.get_pool, self._read, want, trainer_id)
+        if self.spec.sync_mode:
+            wait_for = min(int(after_round), self._total_rounds) - 1
+            if wait_for >= self.round:
+                with self._cond:
+                    self._wait_until(wait_for)
+        return self._read(want, trainer_id)
 
-    async def prefetch(self, ids: Any) -> Any:
+    def prefetch_sync(self, ids: Any) -> Any:
         """Rows of the table for the global ``ids`` (shape [n, 1] or [n])."""
-        self._raise_if_failed(None)
+        self._raise_if_failed()
         self.stats["prefetches"] += 1
-        return await self._run(self.prefetch_pool, self._lookup, ids)
+        return self._run_pool(self.prefetch_pool, self._lookup, ids)
 
     def complete(self, trainer_id: int) -> None:
         """Trainer ``trainer_id`` has finished training (Fluid's COMPLETE)."""
-        self._last_activity = time.monotonic()
-        self._completed.add(int(trainer_id))
-        if len(self._completed) == self.spec.trainer_num:
-            self._done.set()
+        with self._cond:
+            self._last_activity = time.monotonic()
+            self._completed.add(int(trainer_id))
+            if len(self._completed) == self.spec.trainer_num:
+                self._done.set()
+
+    def handle(self, trainer_id: int, header: Mapping[str, Any],
+               arrays: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """Answer one request of a trainer on another worker: ``(reply header, arrays)``.
+
+        ``header["method"]`` is ``push_pull`` (``round``, ``want``, ``sparse``; the arrays are
+        the flattened gradients), ``pull`` (``want``, ``after_round``), ``prefetch`` (the array
+        ``ids``) or ``complete``.
+        """
+        method = header["method"]
+        if method == "push_pull":
+            grads = unflatten_tensors(arrays, header.get("sparse"))
+            release = self.push(trainer_id, int(header["round"]), grads)
+            return {}, self.reply(trainer_id, release, tuple(header["want"]))
+        if method == "pull":
+            return {}, self.pull_sync(trainer_id, tuple(header["want"]),
+                                      int(header.get("after_round", 0)))
+        if method == "prefetch":
+            return {}, {"rows": self.prefetch_sync(arrays["ids"])}
+        if method == "complete":
+            self.complete(trainer_id)
+            return {}, None
+        raise ValueError(f"pserver {self.spec.endpoint} has no request {method!r}")
+
+    # -- Dask handlers --------------------------------------------------------------------------
+    async def request(self, trainer_id: int, header: dict, meta: dict, buf: Any) -> tuple:
+        """:meth:`handle` over Dask RPC (clusters without plain TCP): ``(reply header, meta,
+        buffer)``, the reply arrays packed (copied: the live parameters never travel by
+        reference through Dask)."""
+        arrays = unpack_arrays(meta, buf) if meta.get("names") else {}
+
+        def run() -> tuple:
+            reply, out = self.handle(trainer_id, header, arrays)
+            return (reply, *pack_arrays(out or {}))
+
+        return await self._in_thread(run)
+
+    def endpoint_info(self) -> dict[str, Any] | None:
+        """Where the direct data path listens (``{"host", "port"}``), None without one."""
+        if self.server is None:
+            return None
+        host, port = self.server.address
+        return {"host": host, "port": port}
 
     def info(self) -> dict:
         """Pool sizes, round and counters (tests, diagnostics)."""
@@ -290,35 +370,34 @@ class PServerShard(Service):
                 "prefetch_threads": self.prefetch_pool._max_workers,
                 "threads_used": {k: len(v) for k, v in self._threads_used.items()},
                 "inline": self.param_bytes < self.inline_bytes,
-                "param_bytes": self.param_bytes}
+                "param_bytes": self.param_bytes,
+                "transport": "tcp" if self.server is not None else "dask"}
 
-    # -- sync rounds ----------------------------------------------------------------------------
-    def _kick(self) -> None:
-        if self._busy or self._failed is not None or self.round >= self._total_rounds:
-            return
-        pending = self._pending.get(self.round, {})
-        if len(pending) == len(self.active(self.round)):
-            self._busy = True
-            asyncio.ensure_future(self._finish_round(self.round, self._pending.pop(self.round)))
+    # -- sync rounds (under self._cond) ---------------------------------------------------------
+    def _advance(self) -> None:
+        """Run the current round if every active trainer has pushed, and wake the waiters."""
+        while self._failed is None and self.round < self._total_rounds:
+            pending = self._pending.get(self.round, {})
+            if len(pending) < len(self.active(self.round)):
+                return
+            round_index = self.round
+            try:
+                self._run_pool(self.send_pool, self._optimize, round_index,
+                               self._pending.pop(round_index))
+            except Exception as exc:  # a failed optimize ends the job: every waiter learns why
+                self._fail(exc)
+                raise
+            self._round_started.pop(round_index, None)
+            self.round = round_index + 1
+            self.stats["rounds"] += 1
+            self._cond.notify_all()
 
-    async def _finish_round(self, round_index: int, grads: dict[int, dict[str, Any]]) -> None:
-        try:
-            await self._run(self.send_pool, self._optimize, round_index, grads)
-            waiters = self._waiters.pop(round_index, [])
-            wants = {want for _, want, _ in waiters}
-            replies = {want: await self._run(self.get_pool, self._read, want, None)
-                       for want in wants}
-        except Exception as exc:  # a failed optimize ends the job: every waiter learns why
-            self._fail(exc)
-            return
-        self._round_started.pop(round_index, None)
-        self.round = round_index + 1
-        self.stats["rounds"] += 1
-        self._busy = False
-        for _, want, fut in waiters:
-            if not fut.done():
-                fut.set_result(replies[want])
-        self._kick()
+    def _wait_until(self, round_index: int) -> None:
+        """Wait until ``round_index`` is done (or the job failed)."""
+        while self.round <= round_index:
+            self._raise_if_failed()
+            self._cond.wait(_POLL_S)
+        self._raise_if_failed()
 
     def _optimize(self, round_index: int, grads: dict[int, dict[str, Any]]) -> None:
         t0 = time.perf_counter()
@@ -395,31 +474,29 @@ class PServerShard(Service):
                 self.exe.run_block(self.program, self.program.block(idx), self.scope)
 
     # -- reads ----------------------------------------------------------------------------------
-    def _read(self, want: tuple[str, ...], trainer_id: int | None) -> tuple:
+    def _read(self, want: tuple[str, ...], trainer_id: int | None) -> dict[str, Any]:
         t0 = time.perf_counter()
         try:
-            return self._read_arrays(want, trainer_id)
+            return self._run_pool(self.get_pool, self._read_arrays, want, trainer_id)
         finally:
             self.stats["read_s"] += time.perf_counter() - t0
 
-    def _read_arrays(self, want: tuple[str, ...], trainer_id: int | None) -> tuple:
+    def _read_arrays(self, want: tuple[str, ...], trainer_id: int | None) -> dict[str, Any]:
+        if self.spec.sync_mode:
+            return {name: self.scope.get(name) for name in want}
         arrays = {}
         dc = bool(self.attrs.get("dc_asgd")) and trainer_id is not None
         for name in want:
-            idx = self._param_block.get(name)
-            lock = (self._shard_lock if dc else self._block_locks.get(idx)) if (
-                not self.spec.sync_mode) else None
+            lock = self._shard_lock if dc else self._block_locks.get(self._param_block.get(name))
             if lock is None:
-                arrays[name] = self.scope.get(name)
+                arrays[name] = np.array(self.scope.get(name), copy=True)
                 continue
             with lock:
-                value = self.scope.get(name)
-                arrays[name] = np.array(value, copy=True)
+                arrays[name] = np.array(self.scope.get(name), copy=True)
                 bak = f"{name}.trainer_{trainer_id}_bak"
                 if dc and bak in self.scope:
                     self.scope.vars[bak] = arrays[name].copy()
-        meta, buf = pack_arrays(arrays)  # copies: the reply never aliases live parameters
-        return meta, buf
+        return arrays
 
     def _lookup(self, ids: Any) -> Any:
         table = self.spec.table
@@ -481,10 +558,10 @@ class PServerShard(Service):
             self.scope.vars[name] = np.array(value, copy=True)
 
     # -- plumbing -------------------------------------------------------------------------------
-    async def _run(self, pool: concurrent.futures.Executor, fn: Any, *args: Any) -> Any:
+    def _run_pool(self, pool: concurrent.futures.Executor, fn: Any, *args: Any) -> Any:
         if self.param_bytes < self.inline_bytes:
             return fn(*args)
-        return await self.loop.run_in_executor(pool, self._in_pool, pool, fn, args)
+        return pool.submit(self._in_pool, pool, fn, args).result()
 
     def _in_pool(self, pool: concurrent.futures.Executor, fn: Any, args: tuple) -> Any:
         kind = ("send" if pool is self.send_pool else "get" if pool is self.get_pool
@@ -492,31 +569,38 @@ class PServerShard(Service):
         self._threads_used[kind].add(threading.current_thread().name)
         return fn(*args)
 
-    def _raise_if_failed(self, round_index: int | None) -> None:
+    async def _in_thread(self, fn: Any) -> Any:
+        # the core blocks (barriers): never on the event loop
+        return await self.loop.run_in_executor(self._handler_pool, fn)
+
+    def start_server(self, host: str) -> None:
+        """Open the direct data path (:mod:`.shard_server`) on ``host``."""
+        from .shard_server import ShardServer  # noqa: PLC0415 - shard_server imports this module
+
+        self.server = ShardServer(self, host)
+
+    def _raise_if_failed(self) -> None:
         if self._failed is not None:
             raise self._failed
 
     def _fail(self, exc: BaseException) -> None:
-        """Record the first failure and wake every waiter with it (event loop only)."""
-        if self._failed is None:
-            self._failed = exc
-        for waiters in self._waiters.values():
-            for _, _, fut in waiters:
-                if not fut.done():
-                    fut.set_exception(self._failed)
-        self._waiters.clear()
+        """Record the first failure and wake every waiter with it (any thread)."""
+        with self._cond:
+            if self._failed is None:
+                self._failed = exc
+            self._cond.notify_all()
         self._done.set()
 
     def abort(self, reason: str) -> None:
-        exc = JobAbortedError(f"job aborted: {reason}", "pserver", self.spec.endpoint,
-                              self.round)
-        self.loop.call_soon_threadsafe(self._fail, exc)
-        self._done.set()
+        self._fail(JobAbortedError(f"job aborted: {reason}", "pserver", self.spec.endpoint,
+                                   self.round))
 
     def close(self) -> None:
         if not self._done.is_set():  # detached while training: wake everyone, then stop
             self.abort("the pserver service was detached before training ended")
-        for pool in (self.send_pool, self.get_pool, self.prefetch_pool):
+        if self.server is not None:
+            self.server.close()
+        for pool in (self.send_pool, self.get_pool, self.prefetch_pool, self._handler_pool):
             pool.shutdown(wait=False, cancel_futures=True)
 
     def final_params(self) -> dict[str, np.ndarray]:
@@ -524,11 +608,15 @@ class PServerShard(Service):
                 if n in self.scope}
 
     def _check_deadline(self) -> BaseException | None:
+        with self._cond:
+            return self._missed_deadline()
+
+    def _missed_deadline(self) -> BaseException | None:
         deadline = self.spec.flags.deadline_s
         now = time.monotonic()
         if self.spec.sync_mode:
             for round_index, started in list(self._round_started.items()):
-                if now - started > deadline and round_index == self.round and not self._busy:
+                if now - started > deadline and round_index == self.round:
                     pushed = set(self._pending.get(round_index, {}))
                     missing = [r for r in self.active(round_index) if r not in pushed]
                     if missing:
@@ -558,7 +646,7 @@ class PServerShard(Service):
         while not self._done.wait(0.25):
             exc = self._check_deadline()
             if exc is not None:
-                self.loop.call_soon_threadsafe(self._fail, exc)
+                self._fail(exc)
                 raise exc
         if self._failed is not None:
             raise self._failed
@@ -578,8 +666,11 @@ def run_pserver(spec: ShardSpec) -> dict:
     secede()
     try:
         shard = PServerShard(spec, worker.loop.asyncio_loop)
+        if spec.transport == "tcp":
+            shard.start_server(worker_host(worker.address))
         attach_service(worker, spec.job, service_name(spec.endpoint), shard)
-        params = shard.serve()
+        with training_malloc(spec.tune_malloc):
+            params = shard.serve()
     except DistributedTrainingError:
         raise
     except Exception as exc:  # name the role, endpoint and step, keep the cause

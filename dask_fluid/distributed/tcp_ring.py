@@ -20,14 +20,12 @@ plain :class:`~dask_fluid.distributed.ring.RingCommunicator`.
 
 from __future__ import annotations
 
-import hashlib
 import selectors
 import socket
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -44,6 +42,7 @@ from dask_fluid.distributed.ring import (
     _fuse,
     _unfuse,
 )
+from dask_fluid.distributed.wire import token, worker_host
 
 __all__ = ["TcpRingCommunicator", "supports"]
 
@@ -55,10 +54,6 @@ _SEND_CHUNK = 1 << 22
 def supports(address: str) -> bool:
     """Whether a worker at ``address`` can use direct TCP (plain ``tcp://`` comms only)."""
     return address.startswith("tcp://")
-
-
-def _host(address: str) -> str:
-    return urlsplit(address).hostname or "127.0.0.1"
 
 
 class _Hook(rpc.Service):
@@ -98,11 +93,11 @@ class TcpRingCommunicator(Communicator):
             raise
 
     def _token(self, rank: int) -> bytes:
-        return hashlib.sha256(f"{self.job}/{rank}".encode()).digest()
+        return token(self.job, str(rank))
 
     def _connect(self) -> None:
         ctl = self._control
-        host = _host(self.worker.address)
+        host = worker_host(self.worker.address)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         listener = socket.create_server((host, 0), family=family)
         try:

@@ -19,7 +19,8 @@ get kernels here (``registry.set_kernel``) that talk to the shards through a
 
 from __future__ import annotations
 
-import asyncio
+import concurrent.futures
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,9 +39,13 @@ from .errors import (
     JobAbortedError,
     RemoteError,
     ServiceNotFoundError,
+    WorkerLostError,
 )
-from .pserver import decode_tensors, encode_tensors, service_name
-from .rpc import Request, _run_bounded, call
+from .malloc import training_malloc
+from .pserver import PServerShard, flatten_tensors, service_name, unflatten_tensors
+from .rpc import pack_arrays, unpack_arrays
+from .shard_server import greeting
+from .wire import PeerClosed, WireTimeout, connect, recv_message, send_message
 
 __all__ = ["HOST_KEY", "PServerClient", "TrainerSpec", "run_trainer"]
 
@@ -52,8 +57,35 @@ PUBLISH_INTERVAL_S = 0.05
 _DUMMY = np.zeros(0, np.float32)
 
 
+@dataclass
+class _Call:
+    """One request of a round trip: ``method`` to the pserver at ``endpoint``."""
+
+    endpoint: str
+    method: str
+    header: dict[str, Any]
+    arrays: dict[str, Any]
+
+
+class _Hook(rpc.Service):
+    """Job service: an abort of the job closes the trainer's pserver connections at once."""
+
+    def __init__(self, client: PServerClient) -> None:
+        self._client = client
+
+    def abort(self, reason: str) -> None:
+        self._client._abort(reason)
+
+    def close(self) -> None:
+        self._client.close()
+
+
 class PServerClient:
-    """A trainer's connection to every pserver of its job.
+    """A trainer's connections to every pserver of its job.
+
+    A pserver on this very worker is called directly (its thread-safe core, from this thread);
+    others through their direct data path (:mod:`.shard_server`) when they have one, else
+    through Dask RPC. Every round trip sends to every pserver before it waits for any.
 
     Parameters
     ----------
@@ -78,6 +110,10 @@ class PServerClient:
         self._staged: dict[str, dict[str, Any]] = {}
         self._replies: dict[str, Any] = {}
         self._recv_plans: dict[tuple, dict[str, list[str]]] = {}
+        self._links: dict[str, Any] = {}  # endpoint -> local shard | socket | None (Dask)
+        self._aborted: str | None = None
+        self._hook = f"trainer/{trainer_id}"
+        rpc.attach_service(worker, job, self._hook, _Hook(self))
         #: seconds spent waiting for pservers (requests in flight), for the summary
         self.rpc_s = 0.0
 
@@ -106,71 +142,177 @@ class PServerClient:
             self._recv_plans[key] = plan
         return plan
 
-    # -- the exchange ---------------------------------------------------------------------------
+    # -- requests -------------------------------------------------------------------------------
     def exchange(self, want: dict[str, list[str]], push: bool) -> None:
         """One request per pserver: staged gradients (if ``push``) and the blocks ``want``."""
         endpoints = sorted(set(want) | (set(self._staged) if push else set()))
         if push and self.sync_mode:
             endpoints = sorted(self.workers_of)  # every pserver counts this trainer's step
-        requests = []
+        calls = []
         for ep in endpoints:
             names = want.get(ep, [])
             if push:
-                meta, buf, sparse = encode_tensors(self._staged.get(ep, {}))
-                payload = {"trainer_id": self.trainer_id, "round": self.round, "meta": meta,
-                           "buf": buf, "sparse": sparse, "want": names}
-                method = "push_pull"
+                arrays, sparse = flatten_tensors(self._staged.get(ep, {}))
+                header = {"method": "push_pull", "round": self.round, "want": names,
+                          "sparse": sparse}
             else:
-                payload = {"trainer_id": self.trainer_id, "want": names,
-                           "after_round": self.round}
-                method = "pull"
-            requests.append(Request(self.workers_of[ep], method, payload, endpoint=ep))
+                arrays, header = {}, {"method": "pull", "want": names,
+                                      "after_round": self.round}
+            calls.append(_Call(ep, header["method"], header, arrays))
         if push:
             self._staged.clear()
-        for meta, buf in self._call(requests, retry=not push):
-            self._replies.update(decode_tensors(meta, buf, None))
+        for reply in self._round_trip(calls):
+            self._replies.update(reply)
 
-    def _call(self, requests: list[Request], retry: bool = False) -> list[Any]:
-        """Make ``requests`` (each to its own pserver's service) at once; results in order.
+    def prefetch(self, epmap: list[str], ids: list[Any]) -> list[Any]:
+        calls = [_Call(ep, "prefetch", {"method": "prefetch"}, {"ids": np.asarray(i)})
+                 for ep, i in zip(epmap, ids, strict=True)]
+        return [reply["rows"] for reply in self._round_trip(calls)]
 
-        The first failure cancels the calls still in flight and is raised (as ``call_many``).
+    def complete(self) -> None:
+        self._round_trip([_Call(ep, "complete", {"method": "complete"}, {})
+                          for ep in sorted(self.workers_of)])
+
+    def take(self, names: list[str]) -> list[Any]:
+        return [self._replies.pop(n) for n in names]
+
+    # -- the round trip -------------------------------------------------------------------------
+    def _round_trip(self, calls: list[_Call]) -> list[dict[str, Any]]:
+        """Send every call, then collect the replies (name -> array dicts, in call order).
+
+        The first failure is raised as a :class:`DistributedTrainingError` naming the pserver.
         """
-        if not requests:
-            return []
-        deadline_s, job, worker, step = self._deadline_s, self.job, self.worker, self.round
-
-        async def many() -> list[Any]:
-            tasks = [asyncio.ensure_future(
-                _local_call(worker, job, r, deadline_s, step) if r.address == worker.address
-                else call(worker, r.address, job, service_name(r.endpoint), r.method,
-                          deadline_s=deadline_s, role="pserver", endpoint=r.endpoint, step=step,
-                          **r.payload)) for r in requests]
-            try:
-                await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-                failed = [t.exception() for t in tasks
-                          if t.done() and not t.cancelled() and t.exception() is not None]
-                if failed:
-                    raise failed[0]  # the others are marked retrieved: no log noise
-                return [t.result() for t in tasks]
-            finally:
-                for t in tasks:
-                    if not t.done():
-                        t.cancel()
-
-        where = ", ".join(r.endpoint or r.address for r in requests)
-
-        def once() -> list[Any]:
-            return _run_bounded(worker, many(), deadline_s, "pserver", where, step)
-
-        # only idempotent pulls are retried: they may reach a pserver before it is attached
         t0 = time.perf_counter()
         try:
-            return self._retrying(once) if retry else once()
+            links = [self._link(c.endpoint) for c in calls]
+            deadline = time.monotonic() + self._deadline_s
+            results: list[Any] = [None] * len(calls)
+            started = {}
+            for i, (c, link) in enumerate(zip(calls, links, strict=True)):
+                if isinstance(link, socket.socket):
+                    self._wire(c, lambda c=c, link=link: send_message(
+                        link, c.header, c.arrays, deadline=deadline, stop=self._stopped))
+                elif link is None:
+                    started[i] = self._start_dask(c)
+            finishers = {i: self._local(c, link) for i, (c, link) in
+                         enumerate(zip(calls, links, strict=True))
+                         if isinstance(link, PServerShard)}
+            for i, finish in finishers.items():
+                results[i] = finish()
+            for i, (c, link) in enumerate(zip(calls, links, strict=True)):
+                if isinstance(link, socket.socket):
+                    header, buf = self._wire(c, lambda link=link: recv_message(
+                        link, deadline=deadline, stop=self._stopped))
+                    results[i] = self._unwrap(c, header, buf)
+            for i, fut in started.items():
+                header, meta, buf = _future_result(fut, self._deadline_s, calls[i], self.round)
+                results[i] = self._unwrap(calls[i], {"ok": True, **header, "meta": meta}, buf)
+            return results
         except DistributedTrainingError as err:
             err._dask_fluid_passthrough = True  # the executor re-raises it as is
             raise
         finally:
             self.rpc_s += time.perf_counter() - t0
+
+    def _local(self, c: _Call, shard: PServerShard) -> Any:
+        """Start ``c`` on a shard of this worker; return what finishes it (may block)."""
+        def guarded(fn: Any, *args: Any) -> Any:
+            try:
+                return fn(*args)
+            except DistributedTrainingError:
+                raise
+            except Exception as exc:
+                raise RemoteError(f"{service_name(c.endpoint)}.{c.method} raised "
+                                  f"{type(exc).__name__}: {exc}", "pserver", c.endpoint,
+                                  self.round, remote_type=type(exc).__name__,
+                                  remote_message=str(exc)) from exc
+
+        tid, h = self.trainer_id, c.header
+        if c.method == "push_pull":
+            grads = unflatten_tensors(c.arrays, h["sparse"])
+            release = guarded(shard.push, tid, h["round"], grads)
+            return lambda: guarded(shard.reply, tid, release, tuple(h["want"]))
+        if c.method == "pull":
+            return lambda: guarded(shard.pull_sync, tid, tuple(h["want"]), h["after_round"])
+        if c.method == "prefetch":
+            return lambda: {"rows": guarded(shard.prefetch_sync, c.arrays["ids"])}
+        return lambda: guarded(shard.complete, tid) or {}
+
+    def _start_dask(self, c: _Call) -> concurrent.futures.Future:
+        meta, buf = pack_arrays(c.arrays)
+        return rpc.start_call(self.worker, self.workers_of[c.endpoint], self.job,
+                              service_name(c.endpoint), "request", deadline_s=self._deadline_s,
+                              role="pserver", endpoint=c.endpoint, step=self.round,
+                              trainer_id=self.trainer_id, header=c.header, meta=meta, buf=buf)
+
+    def _unwrap(self, c: _Call, header: dict, buf: Any) -> dict[str, Any]:
+        if not header.get("ok"):
+            raise rpc._remote_exception(header["error"], role="pserver", endpoint=c.endpoint,
+                                        step=self.round,
+                                        what=f"{service_name(c.endpoint)}.{c.method}")
+        meta = header["meta"]
+        return unpack_arrays(meta, buf) if meta["names"] else {}
+
+    def _wire(self, c: _Call, fn: Any) -> Any:
+        """Run a socket operation of ``c``; wire errors become errors naming the pserver."""
+        try:
+            return fn()
+        except PeerClosed as exc:
+            if self._aborted is not None:
+                raise JobAbortedError(f"job aborted: {self._aborted}", "pserver", c.endpoint,
+                                      self.round) from None
+            raise WorkerLostError(f"the connection to pserver {c.endpoint} "
+                                  f"({self.workers_of[c.endpoint]}) broke during "
+                                  f"{c.method}: {exc}", "pserver", c.endpoint,
+                                  self.round) from exc
+        except WireTimeout:
+            raise DeadlineExceededError(f"{service_name(c.endpoint)}.{c.method} did not answer",
+                                        "pserver", c.endpoint, self.round,
+                                        deadline_ms=self._deadline_s * 1000) from None
+
+    # -- connections ----------------------------------------------------------------------------
+    def _link(self, ep: str) -> Any:
+        """The shard itself (same worker), a socket to its data path, or None (Dask RPC)."""
+        if ep in self._links:
+            return self._links[ep]
+        address = self.workers_of[ep]
+        service = service_name(ep)
+        if address == self.worker.address:
+            link = self._retrying(ep, lambda: rpc.get_service(self.worker, self.job, service))
+        else:
+            info = self._retrying(ep, lambda: rpc.call_sync(
+                self.worker, address, self.job, service, "endpoint_info",
+                deadline_s=self.flags.deadline_s, role="pserver", endpoint=ep,
+                step=self.round))
+            link = None
+            if info is not None:
+                try:
+                    link = connect(info["host"], info["port"],
+                                   greeting(self.job, ep, self.trainer_id),
+                                   self.flags.deadline_s)
+                except OSError as exc:
+                    raise WorkerLostError(f"could not connect to pserver {ep} at "
+                                          f"{info['host']}:{info['port']}: {exc}", "pserver",
+                                          ep, self.round) from exc
+        self._links[ep] = link
+        return link
+
+    def _retrying(self, ep: str, fn: Any) -> Any:
+        """Retry while the pserver has not attached its service yet (job start)."""
+        give_up = time.monotonic() + self.flags.deadline_s
+        while True:
+            if self._aborted is not None:
+                raise JobAbortedError(f"job aborted: {self._aborted}", "pserver", ep,
+                                      self.round)
+            try:
+                return fn()
+            except ServiceNotFoundError as err:
+                if time.monotonic() > give_up:
+                    raise DeadlineExceededError(
+                        f"the pserver service never appeared on worker {err.worker}",
+                        "pserver", ep, self.round,
+                        deadline_ms=self.flags.deadline_ms) from None
+                time.sleep(0.02)
 
     @property
     def _deadline_s(self) -> float:
@@ -178,56 +320,37 @@ class PServerClient:
         # deadline; give that answer a moment to arrive before this call gives up on its own
         return self.flags.deadline_s + 1.0 if self.sync_mode else self.flags.deadline_s
 
-    def _retrying(self, fn: Any) -> Any:
-        """Retry while a pserver has not attached its service yet (job start)."""
-        give_up = time.monotonic() + self.flags.deadline_s
-        while True:
-            try:
-                return fn()
-            except ServiceNotFoundError as err:
-                if time.monotonic() > give_up:
-                    raise DeadlineExceededError(
-                        f"the pserver service never appeared on worker {err.worker}",
-                        "pserver", err.worker, self.round,
-                        deadline_ms=self.flags.deadline_ms) from None
-                time.sleep(0.02)
+    def _stopped(self) -> bool:
+        return self._aborted is not None
 
-    def take(self, names: list[str]) -> list[Any]:
-        return [self._replies.pop(n) for n in names]
+    def _abort(self, reason: str) -> None:
+        if self._aborted is None:
+            self._aborted = reason
+        for link in list(self._links.values()):
+            if isinstance(link, socket.socket):
+                try:
+                    link.shutdown(socket.SHUT_RDWR)  # wakes a blocked read
+                except OSError:
+                    pass
 
-    def prefetch(self, epmap: list[str], ids: list[Any]) -> list[Any]:
-        requests = [Request(self.workers_of[ep], "prefetch", {"ids": i}, endpoint=ep)
-                    for ep, i in zip(epmap, ids, strict=True)]
-        return self._call(requests)
-
-    def complete(self) -> None:
-        requests = [Request(w, "complete", {"trainer_id": self.trainer_id}, endpoint=ep)
-                    for ep, w in sorted(self.workers_of.items())]
-        self._call(requests)
+    def close(self) -> None:
+        """Close the connections (the shards' threads see the trainer hang up)."""
+        for link in list(self._links.values()):
+            if isinstance(link, socket.socket):
+                link.close()
+        self._links.clear()
+        rpc.detach_service(self.worker, self.job, self._hook)
 
 
-async def _local_call(worker: Any, job: str, r: Request, deadline_s: float, step: int) -> Any:
-    """A call to a pserver on this very worker: straight to the service on the event loop.
-
-    Skips the TCP round trip to itself and the (de)serialisation of the payload and the
-    reply; the arrays travel by reference (both sides only read them: the payload and the
-    reply are freshly packed buffers).
-    """
-    service = service_name(r.endpoint)
+def _future_result(fut: concurrent.futures.Future, deadline_s: float, c: _Call,
+                   step: int) -> Any:
     try:
-        return await rpc._with_deadline(
-            rpc._dispatch(worker, job, service, r.method, dict(r.payload)), deadline_s)
-    except asyncio.TimeoutError:
-        raise DeadlineExceededError(f"{service}.{r.method} did not answer", "pserver",
-                                    r.endpoint, step, deadline_ms=deadline_s * 1000) from None
-    except (DistributedTrainingError, ServiceNotFoundError):
-        raise
-    except JobAbortedError:
-        raise
-    except Exception as exc:
-        raise RemoteError(f"{service}.{r.method} raised {type(exc).__name__}: {exc}",
-                          "pserver", r.endpoint, step, remote_type=type(exc).__name__,
-                          remote_message=str(exc)) from exc
+        return fut.result(deadline_s + rpc._SYNC_GRACE_S)
+    except concurrent.futures.TimeoutError:
+        fut.cancel()
+        raise DeadlineExceededError("the worker's event loop did not run the call (is the "
+                                    "worker closing?)", "pserver", c.endpoint, step,
+                                    deadline_ms=deadline_s * 1000) from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -305,6 +428,7 @@ class TrainerSpec:
     flags: RPCFlags = field(default_factory=RPCFlags)
     start_round: int = 0
     keep_vars: list[str] = field(default_factory=list)
+    tune_malloc: bool = True
 
 
 def _prepare_feed(program: Program, arrays: dict[str, Any], names: list[str]) -> dict:
@@ -336,7 +460,8 @@ def run_trainer(spec: TrainerSpec, parts: list[Any]) -> dict:
     secede()  # a pserver task may share this worker's thread slot
     state = {"round": spec.start_round}
     try:
-        return _train(worker, spec, parts, state)
+        with training_malloc(spec.tune_malloc):
+            return _train(worker, spec, parts, state)
     except DistributedTrainingError:
         raise
     except Exception as exc:  # name the role, endpoint and step, keep the cause
@@ -345,13 +470,21 @@ def run_trainer(spec: TrainerSpec, parts: list[Any]) -> dict:
 
 
 def _train(worker: Any, spec: TrainerSpec, parts: list[Any], state: dict) -> dict:
-    n_steps = spec.steps_per_epoch[spec.rank]
-    m = max(spec.steps_per_epoch)
     program = Program.from_json(spec.program_json)
     feed_data = _prepare_feed(program, local_arrays(parts), spec.feed_names)
-    n_rows = len(next(iter(feed_data.values())))
     client = PServerClient(worker, spec.job, spec.rank, spec.workers_of, spec.flags,
                            spec.sync_mode)
+    try:
+        return _loop(worker, spec, program, feed_data, client, state)
+    finally:
+        client.close()
+
+
+def _loop(worker: Any, spec: TrainerSpec, program: Program, feed_data: dict[str, Any],
+          client: PServerClient, state: dict) -> dict:
+    n_steps = spec.steps_per_epoch[spec.rank]
+    m = max(spec.steps_per_epoch)
+    n_rows = len(next(iter(feed_data.values())))
     exe = Executor()
     exe.host_context[HOST_KEY] = client
     scope = Scope()

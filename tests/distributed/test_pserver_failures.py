@@ -109,20 +109,23 @@ def test_a_trainer_that_raises_ends_the_job_naming_itself(client):
 
 @pytest.mark.slow
 def test_a_missed_deadline_names_the_silent_trainer(client, monkeypatch):
-    # FLAGS_rpc_deadline from the environment of the client; trainer 1's worker stops
-    # answering (its event loop is blocked), so the pserver's barrier misses its gradients
+    # FLAGS_rpc_deadline from the environment of the client; trainer 1's worker process is
+    # frozen (SIGSTOP: a hung machine), so the pserver's barrier misses its gradients
     monkeypatch.setenv("FLAGS_rpc_deadline", "2000")
     w = _workers(client)
+    pid = client.run(os.getpid, workers=[w[1]])[w[1]]
     go = threading.Event()
 
-    async def stall_event_loop():
-        time.sleep(5)  # blocks the worker's event loop on purpose
-
-    def blocker():
+    def freezer():
         go.wait(60)
-        client.run(stall_event_loop, workers=[w[1]], wait=False)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(5)
+        finally:
+            os.kill(pid, signal.SIGCONT)
 
-    threading.Thread(target=blocker, daemon=True).start()
+    frozen = threading.Thread(target=freezer, daemon=True)
+    frozen.start()
 
     def on_event(event):
         if event.get("type") == "step" and event["step"] >= 10:
@@ -138,7 +141,7 @@ def test_a_missed_deadline_names_the_silent_trainer(client, monkeypatch):
     assert err.role == "trainer" and err.endpoint == w[1] and err.deadline_ms == 2000
     assert err.step is not None and err.step >= 10
     assert "FLAGS_rpc_deadline = 2000 ms" in str(err)
-    time.sleep(4)  # let the blocked worker wake up
+    frozen.join(10)  # the worker runs again
     _assert_next_job_succeeds(client)
 
 

@@ -1,15 +1,23 @@
-"""The pserver shard in-process (no cluster): sync barrier, DC-ASGD backups, thread pools sized
-by the FLAGS_rpc_*_thread_num flags, checkpoint files."""
+"""The pserver shard in-process (no cluster): sync barrier, abort, the Dask handler and the
+direct data path, DC-ASGD backups, thread pools sized by the FLAGS_rpc_*_thread_num flags,
+checkpoint files."""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
+import socket
+import time
 
 import numpy as np
 import pytest
 
-from dask_fluid.distributed.pserver import PServerShard, ShardSpec, encode_tensors
+from dask_fluid.distributed import wire
+from dask_fluid.distributed.errors import JobAbortedError
+from dask_fluid.distributed.pserver import PServerShard, ShardSpec
+from dask_fluid.distributed.rpc import pack_arrays, unpack_arrays
+from dask_fluid.distributed.shard_server import greeting
 from dask_fluid.flags import RPCFlags
 from dask_fluid.transpiler import DistributeTranspiler
 
@@ -36,63 +44,126 @@ def _grads(spec_names: list[str], suffix: str, value: float) -> dict:
     return {n + suffix: np.full(shapes[n], value, np.float32) for n in spec_names}
 
 
+def _push_pull(shard, tid, round_index, grads, want):
+    return shard.reply(tid, shard.push(tid, round_index, grads), tuple(want))
+
+
 def test_sync_push_waits_for_every_trainer_then_averages():
     spec, grads = _spec(2, True)
+    shard = PServerShard(spec, None)
+    w0 = shard.scope.get("fc_0.w_0").copy()
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first = pool.submit(_push_pull, shard, 0, 0, _grads(grads, ".trainer_0", 1.0),
+                            ["fc_0.w_0"])
+        time.sleep(0.05)
+        assert not first.done()  # the barrier waits for trainer 1
+        second = _push_pull(shard, 1, 0, _grads(grads, ".trainer_1", 3.0), ["fc_0.w_0"])
+        np.testing.assert_array_equal(first.result(5)["fc_0.w_0"], second["fc_0.w_0"])
+    np.testing.assert_allclose(second["fc_0.w_0"], w0 - 0.1 * 2.0, rtol=1e-6)  # mean of 1, 3
+    with pytest.raises(ValueError, match="already at step 1"):
+        shard.push(0, 0, _grads(grads, ".trainer_0", 1.0))
+    shard.close()
+
+
+def test_a_push_never_waits_for_other_trainers_only_the_reply_does():
+    # a trainer pushes to every pserver before it waits for any reply: with two pservers on
+    # its own worker, waiting inside the first push would deadlock the step
+    spec, grads = _spec(2, True)
+    shard = PServerShard(spec, None)
+    release = shard.push(0, 0, _grads(grads, ".trainer_0", 1.0))  # returns at once
+    assert release == 0 and shard.round == 0
+    shard.push(1, 0, _grads(grads, ".trainer_1", 1.0))  # completes the step: optimizes here
+    assert shard.round == 1 and shard.reply(0, release, ("fc_2.b_0",))["fc_2.b_0"].shape == (10,)
+    shard.close()
+
+
+def test_an_abort_wakes_a_waiting_trainer_with_the_reason():
+    spec, grads = _spec(2, True)
+    shard = PServerShard(spec, None)
+    release = shard.push(0, 0, _grads(grads, ".trainer_0", 1.0))
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(shard.reply, 0, release, ("fc_2.b_0",))
+        time.sleep(0.05)
+        shard.abort("trainer 1 died")
+        with pytest.raises(JobAbortedError, match="trainer 1 died"):
+            waiting.result(5)
+    shard.close()
+
+
+def test_dask_handler_answers_with_packed_copies():
+    spec, grads = _spec(1, True)
 
     async def main():
         shard = PServerShard(spec, asyncio.get_running_loop())
-        w0 = shard.scope.get("fc_0.w_0").copy()
-        meta0, buf0, sp0 = encode_tensors(_grads(grads, ".trainer_0", 1.0))
-        first = asyncio.ensure_future(shard.push_pull(0, 0, meta0, buf0, sp0, ["fc_0.w_0"]))
-        await asyncio.sleep(0.05)
-        assert not first.done()  # the barrier waits for trainer 1
-        meta1, buf1, sp1 = encode_tensors(_grads(grads, ".trainer_1", 3.0))
-        second = await shard.push_pull(1, 0, meta1, buf1, sp1, ["fc_0.w_0"])
-        await first
-        from dask_fluid.distributed.rpc import unpack_arrays
-        got = unpack_arrays(*second)["fc_0.w_0"]
-        np.testing.assert_allclose(got, w0 - 0.1 * 2.0, rtol=1e-6)  # mean of 1 and 3
-        with pytest.raises(ValueError, match="already at step 1"):
-            await shard.push_pull(0, 0, meta0, buf0, sp0, [])
+        meta, buf = pack_arrays(_grads(grads, "", 1.0))
+        header, rmeta, rbuf = await shard.request(
+            0, {"method": "push_pull", "round": 0, "want": ["fc_2.b_0"], "sparse": {}},
+            meta, buf)
+        got = unpack_arrays(rmeta, rbuf)["fc_2.b_0"]
+        assert header == {}
+        assert not np.shares_memory(got, shard.scope.get("fc_2.b_0"))
+        np.testing.assert_array_equal(got, shard.scope.get("fc_2.b_0"))
         shard.close()
 
     asyncio.run(main())
+
+
+def test_direct_data_path_serves_greeted_trainers_and_drops_strangers():
+    spec, grads = _spec(1, True)
+    shard = PServerShard(spec, None)
+    shard.start_server("127.0.0.1")
+    host, port = shard.endpoint_info()["host"], shard.endpoint_info()["port"]
+    stranger = socket.create_connection((host, port), timeout=5)
+    stranger.sendall(b"\0" * 36)
+    assert stranger.recv(1) == b""  # the shard hung up on it
+    stranger.close()
+    conn = wire.connect(host, port, greeting("job", EP, 0), 5)
+    try:
+        g = _grads(grads, "", 1.0)
+        before = shard.scope.get("fc_2.b_0").copy()
+        wire.send_message(conn, {"method": "push_pull", "round": 0, "want": ["fc_2.b_0"],
+                                 "sparse": {}}, g, deadline=time.monotonic() + 5)
+        header, buf = wire.recv_message(conn, deadline=time.monotonic() + 5)
+        assert header["ok"]
+        np.testing.assert_allclose(unpack_arrays(header["meta"], buf)["fc_2.b_0"],
+                                   before - 0.1, rtol=1e-6)
+        # a bad request comes back as an error reply, and the connection stays usable
+        wire.send_message(conn, {"method": "push_pull", "round": 0, "want": [], "sparse": {}},
+                          g, deadline=time.monotonic() + 5)
+        header, _ = wire.recv_message(conn, deadline=time.monotonic() + 5)
+        assert not header["ok"] and "already at step 1" in header["error"]["text"]
+        wire.send_message(conn, {"method": "complete"}, None, deadline=time.monotonic() + 5)
+        assert wire.recv_message(conn, deadline=time.monotonic() + 5)[0]["ok"]
+    finally:
+        conn.close()
+        shard.close()
+    assert shard.serve().keys() == set(shard.param_names)
 
 
 def test_dc_asgd_pull_by_trainer_i_refreshes_its_backup():
     spec, grads = _spec(2, False, dc=True)
-
-    async def main():
-        shard = PServerShard(spec, asyncio.get_running_loop())
-        p0 = shard.scope.get("fc_2.b_0").copy()
-        np.testing.assert_array_equal(shard.scope.get("fc_2.b_0.trainer_1_bak"), p0)
-        meta, buf, sp = encode_tensors(_grads(grads, "", 1.0))
-        await shard.push_pull(0, 0, meta, buf, sp, [])
-        p1 = shard.scope.get("fc_2.b_0").copy()
-        assert not np.array_equal(p0, p1)
-        await shard.pull(1, ["fc_2.b_0"])
-        np.testing.assert_array_equal(shard.scope.get("fc_2.b_0.trainer_1_bak"), p1)
-        np.testing.assert_array_equal(shard.scope.get("fc_2.b_0.trainer_0_bak"), p0)
-        shard.close()
-
-    asyncio.run(main())
+    shard = PServerShard(spec, None)
+    p0 = shard.scope.get("fc_2.b_0").copy()
+    np.testing.assert_array_equal(shard.scope.get("fc_2.b_0.trainer_1_bak"), p0)
+    _push_pull(shard, 0, 0, _grads(grads, "", 1.0), [])
+    p1 = shard.scope.get("fc_2.b_0").copy()
+    assert not np.array_equal(p0, p1)
+    shard.pull_sync(1, ("fc_2.b_0",))
+    np.testing.assert_array_equal(shard.scope.get("fc_2.b_0.trainer_1_bak"), p1)
+    np.testing.assert_array_equal(shard.scope.get("fc_2.b_0.trainer_0_bak"), p0)
+    shard.close()
 
 
 def test_thread_pools_follow_the_flags_and_do_the_work():
     flags = RPCFlags(deadline_ms=5000, send_thread_num=3, get_thread_num=2,
                      prefetch_thread_num=5)
     spec, grads = _spec(1, False, flags=flags, inline_bytes=0)
-
-    async def main():
-        shard = PServerShard(spec, asyncio.get_running_loop())
-        meta, buf, sp = encode_tensors(_grads(grads, "", 1.0))
-        await asyncio.gather(*(shard.push_pull(0, 0, meta, buf, sp, ["fc_0.w_0"])
-                               for _ in range(8)))
-        info = shard.info()
-        shard.close()
-        return info
-
-    info = asyncio.run(main())
+    shard = PServerShard(spec, None)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda _: _push_pull(shard, 0, 0, _grads(grads, "", 1.0), ["fc_0.w_0"]),
+                      range(8)))
+    info = shard.info()
+    shard.close()
     assert (info["send_threads"], info["get_threads"], info["prefetch_threads"]) == (3, 2, 5)
     assert 1 <= info["threads_used"]["send"] <= 3 and 1 <= info["threads_used"]["get"] <= 2
     assert info["inline"] is False and info["pushes"] == 8
@@ -100,17 +171,10 @@ def test_thread_pools_follow_the_flags_and_do_the_work():
 
 def test_checkpoint_files_are_complete_and_atomic(tmp_path):
     spec, grads = _spec(1, True, checkpoint_dir=str(tmp_path), checkpoint_every=2)
-
-    async def main():
-        shard = PServerShard(spec, asyncio.get_running_loop())
-        meta, buf, sp = encode_tensors(_grads(grads, "", 1.0))
-        for step in range(3):
-            await shard.push_pull(0, step, meta, buf, sp, [])
-        state = {n: shard.scope.get(n).copy() for n in shard.state_names()}
-        shard.close()
-        return state
-
-    asyncio.run(main())
+    shard = PServerShard(spec, None)
+    for step in range(3):
+        _push_pull(shard, 0, step, _grads(grads, "", 1.0), [])
+    shard.close()
     files = sorted(p.name for p in tmp_path.rglob("*"))
     assert files == ["pserver-0.json", "pserver-0.npz", "round-00000001"]
     doc = json.loads((tmp_path / "round-00000001" / "pserver-0.json").read_text())
