@@ -90,7 +90,8 @@ async def partition_by_worker_async(
         )
         for i in range(len(row_chunks))
     ]
-    await wait(part_futures)
+    with client.as_current():  # wait() otherwise uses the newest client, which may not be ours
+        await wait(part_futures)
     who_has = await client.who_has(part_futures)
     return _build_partition(names, part_futures, row_chunks, who_has)
 

@@ -98,7 +98,8 @@ def _watch(client: Any, pairs: list[tuple[Any, TaskSpec]], poll_s: float
     pending = {f for f, _ in pairs}
     while pending:
         try:
-            _, pending = wait(list(pending), timeout=poll_s, return_when="FIRST_COMPLETED")
+            with client.as_current():  # wait() otherwise uses the newest client, maybe not ours
+                _, pending = wait(list(pending), timeout=poll_s, return_when="FIRST_COMPLETED")
         except TimeoutError:
             pass
         except CancelledError:
@@ -172,7 +173,8 @@ def _abort(client: Any, job: str, workers: list[str], pairs: list[tuple[Any, Tas
     running = [f for f, spec in pairs if not f.done() and spec.worker in alive]
     while running and time.monotonic() < deadline:
         try:
-            wait(running, timeout=max(0.01, deadline - time.monotonic()))
+            with client.as_current():
+                wait(running, timeout=max(0.01, deadline - time.monotonic()))
         except TimeoutError:
             break
         running = [f for f in running if not f.done()]

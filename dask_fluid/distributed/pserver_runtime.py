@@ -386,7 +386,8 @@ def _pserver_tasks(job: str, tr: DistributeTranspiler, placement: Placement, n: 
 
 def _describe(ps_result: dict) -> str:
     info = ps_result["info"]
-    return (f"pserver {info['endpoint']} on worker {ps_result['worker']}: {info['rounds']} "
+    return (f"pserver {info['endpoint']} on worker {ps_result['worker']} ({info['transport']} "
+            f"data path): {info['rounds']} "
             f"steps, {info['pushes']} pushes, {info['prefetches']} prefetches; threads "
             f"send/get/prefetch {info['send_threads']}/{info['get_threads']}/"
             f"{info['prefetch_threads']} (used {info['threads_used']['send']}/"

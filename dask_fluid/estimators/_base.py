@@ -159,6 +159,15 @@ class FluidEstimatorBase(BaseEstimator):
                              " On CPU workers use mode='collective' (ring all-reduce) or "
                              "mode='pserver'.")
 
+    def _compute(self, *collections: Any) -> tuple:
+        """Compute small results (checks, scores) on the estimator's own client when it has
+        one, so that a second client in the session never receives the work."""
+        if self.client is not None:
+            return tuple(self.client.compute(list(collections), sync=True))
+        import dask
+
+        return dask.compute(*collections)
+
     def _resolve_client(self) -> Any:
         if self.client is not None:
             return self.client

@@ -59,11 +59,10 @@ class _FluidClassifier(ClassifierMixin, FluidEstimatorBase):
                          classes: Any) -> tuple[Any, int]:
         y = data.y
         if data.lazy:
-            import dask
             import dask.array as da
 
             # one small job: a bool and the distinct labels come back, never the data
-            ok, labels = dask.compute(finite_check(data.X), da.unique(y))
+            ok, labels = self._compute(finite_check(data.X), da.unique(y))
             if not ok:
                 raise_not_finite(data.X, self)
             check_classification_targets(labels)
@@ -131,7 +130,8 @@ class _FluidClassifier(ClassifierMixin, FluidEstimatorBase):
         if sample_weight is None and (is_dask_array(X) or _is_frame(X)):
             check_is_fitted(self)
             data = check_input(self, X, y, reset=False)
-            return float((self.predict(data.X) == data.y).mean().compute())
+            (accuracy,) = self._compute((self.predict(data.X) == data.y).mean())
+            return float(accuracy)
         return super().score(X, y, sample_weight)
 
 
@@ -167,7 +167,8 @@ class _FluidRegressor(RegressorMixin, FluidEstimatorBase):
                          classes: Any) -> tuple[Any, int]:
         y = data.y
         if data.lazy:
-            if not bool(finite_check(data.X, y).compute()):
+            (ok,) = self._compute(finite_check(data.X, y))
+            if not bool(ok):
                 raise_not_finite(data.X, self)
         n_outputs = 1 if y.ndim == 1 else int(y.shape[1])
         if first:
@@ -190,14 +191,12 @@ class _FluidRegressor(RegressorMixin, FluidEstimatorBase):
     def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
         """R² (uniform average over targets); with dask input computed on the cluster."""
         if sample_weight is None and (is_dask_array(X) or _is_frame(X)):
-            import dask
-
             check_is_fitted(self)
             data = check_input(self, X, y, reset=False, multi_output=True)
             pred, yt = self.predict(data.X), data.y.astype(np.float64)
             ss_res = ((yt - pred) ** 2).sum(axis=0)
             ss_tot = ((yt - yt.mean(axis=0)) ** 2).sum(axis=0)
-            ss_res, ss_tot = dask.compute(ss_res, ss_tot)
+            ss_res, ss_tot = self._compute(ss_res, ss_tot)
             ss_tot = np.where(ss_tot == 0, np.nan, ss_tot)
             r2 = np.where(np.isnan(ss_tot), np.where(ss_res == 0, 1.0, 0.0),
                           1 - ss_res / np.nan_to_num(ss_tot, nan=1.0))

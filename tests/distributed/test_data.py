@@ -8,7 +8,7 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
-from distributed import get_worker
+from distributed import Client, LocalCluster, get_worker
 
 from dask_fluid.distributed.data import (
     DataPartition,
@@ -92,6 +92,15 @@ def test_numpy_and_dask_inputs_mix(dist_client, workers):
     y = da.from_array(Y_NP, chunks=250)
     partition = partition_by_worker(dist_client, {"X": X_NP, "y": y})
     assert partition.chunk_rows == (250,) * 4
+    _check_round_trip(dist_client, partition, X_NP, Y_NP)
+
+
+def test_the_given_client_is_used_even_when_a_newer_client_exists(dist_client, workers):
+    # distributed.wait() would go through the newest client and block our client's event loop
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=":0",
+                      silence_logs=40) as other, Client(other):
+        partition = partition_by_worker(dist_client, {"X": X_NP, "y": Y_NP})
+        assert set(partition.workers) == set(workers)
     _check_round_trip(dist_client, partition, X_NP, Y_NP)
 
 

@@ -5,6 +5,7 @@ uneven-data rule; the distributed lookup table; progress events; argument errors
 
 from __future__ import annotations
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -93,6 +94,35 @@ def test_two_trainers_three_pservers_equal_local_with_the_global_batch(
                            batch_size=half, shuffle=False, fetch_list=[loss])
     _assert_params_equal(result.params, scope, 1e-6)
     assert result.steps == steps and len(result.history) == 2 * steps
+
+
+@pytest.mark.parametrize("transport", ["tcp", "dask"])
+def test_both_data_paths_equal_local_on_worker_processes(dist_client, transport):
+    # worker processes: the trainers reach the pserver on the other worker through its own
+    # socket ("tcp") or through Dask RPC ("dask"), and the one on their worker directly
+    steps, half = 3, 16
+    x = _data(steps * 2 * half)
+    global_batches = [_rows(x, 2 * half * s, 2 * half * (s + 1)) for s in range(steps)]
+    per_trainer = [_cat([_rows(b, r * half, (r + 1) * half) for b in global_batches])
+                   for r in (0, 1)]
+    main, startup, loss = reference_mlp(optimizer=OPTIMIZERS["momentum"], dtype="float64")
+    lmain, lstartup, _ = reference_mlp(optimizer=OPTIMIZERS["momentum"], dtype="float64")
+    scope = _local(lmain, lstartup, global_batches)
+    workers = sorted(dist_client.scheduler_info(n_workers=-1)["workers"])[:2]
+    with dask.config.set({"dask_fluid.pserver.transport": transport}):
+        result = train_pserver(dist_client, main, startup, per_trainer, trainers=workers,
+                               pservers=workers, batch_size=half, shuffle=False,
+                               fetch_list=[loss])
+    _assert_params_equal(result.params, scope, 1e-6)
+    lines = [ln for ln in result.summary.splitlines() if ln.startswith("pserver ")]
+    assert len(lines) == 2 and all(f"({transport} data path)" in ln for ln in lines), lines
+
+
+def test_a_bad_transport_setting_is_refused_before_anything_runs(client):
+    spec = mlp()
+    with dask.config.set({"dask_fluid.pserver.transport": "udp"}), \
+            pytest.raises(ValueError, match="transport = 'udp' is not allowed"):
+        train_pserver(client, spec.main, spec.startup, [_data(64, np.float32)], pservers=1)
 
 
 def test_uneven_data_leaves_the_barrier_and_averages_over_the_active_trainers(client):
