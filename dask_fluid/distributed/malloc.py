@@ -71,6 +71,9 @@ def _worker_values() -> tuple[int, int] | None:
 def enabled() -> bool:
     """The client-side setting (``dask_fluid.worker.tune-malloc``, default true)."""
     value = dask.config.get(CONFIG_KEY, True)
+    # DASK_DASK_FLUID__WORKER__TUNE_MALLOC=false arrives as the string "false"
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
     if not isinstance(value, bool):
         raise ValueError(f"{CONFIG_KEY} = {value!r} is not allowed: true or false")
     return value
