@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from dask_fluid.distributed import malloc
+from dask_fluid.distributed import malloc, transport
 from dask_fluid.distributed.data import (
     DataPartition,
     batch_indices,
@@ -374,7 +374,8 @@ def train_collective(client: Any, main_program: Program | None = None,
            "addresses": ranks, "deadline_s": flags.deadline_s, "epochs": int(epochs),
            "batch_size": int(batch_size), "steps": steps, "fetch": fetch_names,
            "shuffle": bool(shuffle), "seed": int(seed), "device": device, "session": None,
-           "tune_malloc": malloc.enabled()}
+           "tune_malloc": malloc.enabled(),
+           "transport": transport.choose(transport.COLLECTIVE_KEY, ranks, ("tcp://",))}
     session = create_session(client) if backend == "nccl" else None
     cfg["session"] = session
     tasks = [TaskSpec(w, _trainer_task, args=(cfg, r, partition.futures(w)), role="trainer",
@@ -386,7 +387,8 @@ def train_collective(client: Any, main_program: Program | None = None,
     finally:
         if session is not None:
             destroy_session(client, session)
-    return _result(results, fetch_names, backend, steps, labels)
+    path = f"{backend} ({cfg['transport']} data path)" if backend == "ring" else backend
+    return _result(results, fetch_names, path, steps, labels)
 
 
 def _lost_worker_error(client: Any, job: str, tasks: Sequence[TaskSpec]) -> Exception:
@@ -447,9 +449,8 @@ def _make_comm(cfg: dict, worker: Any, rank: int) -> Any:
     from dask_fluid.distributed import tcp_ring  # noqa: PLC0415
     from dask_fluid.distributed.ring import RingCommunicator  # noqa: PLC0415
 
-    # direct sockets between neighbours where the comms are plain TCP (see tcp_ring for why)
-    kind = tcp_ring.TcpRingCommunicator if all(map(tcp_ring.supports, cfg["addresses"])) \
-        else RingCommunicator
+    # direct sockets between neighbours unless the job asked for Dask comms (see tcp_ring for why)
+    kind = tcp_ring.TcpRingCommunicator if cfg["transport"] == "tcp" else RingCommunicator
     return kind(worker, cfg["job"], rank, cfg["addresses"], cfg["deadline_s"])
 
 

@@ -6,16 +6,29 @@ optimize blocks, run by the :class:`~dask_fluid.executor.Executor` when gradient
 attached to a worker as a job service (``rpc.attach_service``) by :func:`run_pserver`, a
 long-running task that returns the final parameter blocks when every trainer has completed.
 
-Requests (all from trainers, worker to worker):
+Requests. Three ways lead to the same thread-safe core (:meth:`PServerShard.push`,
+:meth:`~PServerShard.reply`, :meth:`~PServerShard.pull_sync`, :meth:`~PServerShard.prefetch_sync`,
+:meth:`~PServerShard.complete`):
 
-``push_pull`` (one request per pserver per step: Fluid's send + send_barrier + recv +
-fetch_barrier fused)
-    *sync*: the gradients of step ``(epoch, step)`` are stored under the trainer's names; when
-    every trainer active in that step has pushed, the optimize blocks run (the program's own
-    ``sum`` and ``scale`` ops average the gradients), and every waiting trainer gets the updated
-    parameter blocks it asked for in the reply. *async*: each gradient runs its block from
-    ``grad_to_block_id`` at once, unscaled; the reply carries the current parameters, and with
-    DC-ASGD the reply to trainer ``i`` copies each parameter into ``P.trainer_i_bak``.
+- a trainer on the shard's own worker calls the core directly (no copy, no serialisation);
+- a trainer on another worker of a ``tcp://`` (or ``inproc://``) cluster talks to the shard's own
+  socket (:mod:`.shard_server`, the "tcp" data path), where one thread per trainer connection
+  calls :meth:`~PServerShard.handle`;
+- on other clusters (``tls://``, ``ucx://``: the "dask" data path) the Dask handler
+  :meth:`~PServerShard.request` runs :meth:`~PServerShard.handle` in a thread off the event loop.
+
+:meth:`~PServerShard.handle` knows four requests:
+
+``push_pull`` (one per pserver per step: Fluid's send + send_barrier + recv + fetch_barrier)
+    *sync*: the gradients of step ``(epoch, step)`` are stored under the trainer's names; the
+    push that completes the step (every trainer active in it has pushed) runs the optimize
+    blocks in its own thread (the program's own ``sum`` and ``scale`` ops average the
+    gradients), and every waiting trainer then gets the updated parameter blocks it asked for.
+    *async*: each gradient runs its block from ``grad_to_block_id`` at once, unscaled; the reply
+    carries the current parameters, and with DC-ASGD the reply to trainer ``i`` copies each
+    parameter into ``P.trainer_i_bak``.
+``pull``
+    Parameter values without a push (trainer start-up, resume).
 ``prefetch``
     Rows of the distributed lookup table for global ids (``id % P == k`` live here, at local row
     ``id // P``).
@@ -31,10 +44,13 @@ is done, so that every trainer starts the next epoch from the same parameters. I
 multiplies by ``1/k`` instead of ``1/N``: the update is the average gradient of the trainers that
 took the step (Fluid keeps ``1/N``, which shrinks the last steps of an epoch).
 
-Threads. Handlers are coroutines on the worker's event loop; numpy work goes to three pools:
-``FLAGS_rpc_send_thread_num`` threads apply gradients (sync optimize steps, async blocks),
-``FLAGS_rpc_get_thread_num`` threads copy parameters into reply buffers, and
-``FLAGS_rpc_prefetch_thread_num`` threads serve table lookups.
+Threads. The sync state lives under one condition variable; a push never waits for other
+trainers (a trainer pushes to every pserver before it waits for any reply), a reply waits for
+its round. The numpy work of shards with at least ``inline_bytes`` of parameters goes to three
+pools: ``FLAGS_rpc_send_thread_num`` threads apply gradients (sync optimize steps, async
+blocks), ``FLAGS_rpc_get_thread_num`` threads read parameters for replies, and
+``FLAGS_rpc_prefetch_thread_num`` threads serve table lookups; smaller shards do it in the
+calling thread, where a thread hop would cost more than the work.
 """
 
 from __future__ import annotations

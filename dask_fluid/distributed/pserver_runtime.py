@@ -23,7 +23,7 @@ from ..flags import RPCFlags
 from ..framework import Program, Variable, default_main_program, default_startup_program
 from ..transpiler import DistributeTranspiler, DistributeTranspilerConfig, summarize
 from . import checkpoint as ckpt
-from . import malloc
+from . import malloc, transport
 from .data import partition_by_worker
 from .errors import DistributedTrainingError, WorkerLostError
 from .events import Callback, TrainResult
@@ -40,29 +40,6 @@ logger = logging.getLogger(__name__)
 #: dask.config key: pserver shards with fewer parameter bytes do their numpy work in the
 #: requesting thread instead of the FLAGS_rpc_*_thread_num pools (default 1 MiB)
 INLINE_BYTES_KEY = "dask_fluid.pserver.inline-bytes"
-#: dask.config key: how trainers reach pservers on other workers: "tcp" (each shard's own
-#: socket, :mod:`.shard_server`), "dask" (Dask RPC handlers) or "auto" (tcp on tcp:// and
-#: inproc:// clusters; dask on tls:// and others, whose security or transport a plain socket
-#: would bypass)
-TRANSPORT_KEY = "dask_fluid.pserver.transport"
-_TRANSPORTS = ("auto", "tcp", "dask")
-
-
-def _transport(workers: Sequence[str]) -> str:
-    choice = dask.config.get(TRANSPORT_KEY, "auto")
-    if choice not in _TRANSPORTS:
-        raise ValueError(f"{TRANSPORT_KEY} = {choice!r} is not allowed: use one of "
-                         f"{_TRANSPORTS}")
-    plain = all(w.startswith(("tcp://", "inproc://")) for w in workers)
-    if choice == "tcp" and not plain:
-        raise ValueError(f"{TRANSPORT_KEY} = 'tcp' needs tcp:// or inproc:// workers, but the "
-                         f"cluster has {sorted(workers)[:3]}: a plain socket would bypass their "
-                         "transport (and TLS); use 'dask' or 'auto'")
-    if choice == "auto":
-        return "tcp" if plain else "dask"
-    return choice
-
-
 def _names(fetch_list: Iterable[Variable | str]) -> list[str]:
     return [f.name if isinstance(f, Variable) else str(f) for f in fetch_list]
 
@@ -280,7 +257,7 @@ def train_pserver(client: Any, main_program: Program | None = None,
     flags = flags or RPCFlags.current()
     ensure_plugin(client)
     workers = sorted(live_workers(client))
-    transport = _transport(workers)
+    data_path = transport.choose(transport.PSERVER_KEY, workers, ("tcp://", "inproc://"))
     trainer_workers, parts, rows = _place_data(client, data, trainers, workers)
     n = len(trainer_workers)
     schedule = [math.ceil(r / batch_size) for r in rows]
@@ -324,7 +301,7 @@ def train_pserver(client: Any, main_program: Program | None = None,
     fetch_names = _names(fetch_list)
     tasks = _pserver_tasks(job, first, placement, n, trainer_workers, schedule, epochs, sync,
                            flags, start_round, checkpoint_dir, checkpoint_every, resume_path,
-                           transport)
+                           data_path)
     on_pservers = {pp.param for pp in first.plan.params}
     if first.plan.table is not None:
         on_pservers.add(first.plan.table.name)
@@ -366,7 +343,7 @@ def _pserver_tasks(job: str, tr: DistributeTranspiler, placement: Placement, n: 
                    trainer_workers: list[str], schedule: list[int], epochs: int, sync: bool,
                    flags: RPCFlags, start_round: int, checkpoint_dir: str | None,
                    checkpoint_every: Any, resume_path: str | None,
-                   transport: str) -> list[TaskSpec]:
+                   data_path: str) -> list[TaskSpec]:
     plan = tr.plan
     tasks = []
     for k, (ep, w) in enumerate(placement.items()):
@@ -379,7 +356,7 @@ def _pserver_tasks(job: str, tr: DistributeTranspiler, placement: Placement, n: 
                          n, list(trainer_workers), list(schedule), epochs, sync, flags,
                          start_round, table, None if checkpoint_dir is None else str(
                              checkpoint_dir), checkpoint_every, resume_path,
-                         dask.config.get(INLINE_BYTES_KEY, None), transport, malloc.enabled())
+                         dask.config.get(INLINE_BYTES_KEY, None), data_path, malloc.enabled())
         tasks.append(TaskSpec(w, run_pserver, (spec,), role="pserver", endpoint=ep))
     return tasks
 

@@ -44,16 +44,11 @@ from dask_fluid.distributed.ring import (
 )
 from dask_fluid.distributed.wire import token, worker_host
 
-__all__ = ["TcpRingCommunicator", "supports"]
+__all__ = ["TcpRingCommunicator"]
 
 _OPS = ("sum", "mean")
 _SELECT_S = 0.5  # wake-up interval of a wait, to notice aborts and deadlines
 _SEND_CHUNK = 1 << 22
-
-
-def supports(address: str) -> bool:
-    """Whether a worker at ``address`` can use direct TCP (plain ``tcp://`` comms only)."""
-    return address.startswith("tcp://")
 
 
 class _Hook(rpc.Service):

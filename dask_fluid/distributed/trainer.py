@@ -15,6 +15,13 @@ get kernels here (``registry.set_kernel``) that talk to the shards through a
   block;
 - ``fetch_barrier`` has nothing left to wait for;
 - ``prefetch`` asks every pserver at once for its rows of the distributed lookup table.
+
+Links. :class:`PServerClient` reaches each pserver in the cheapest way there is: the shard
+object itself when it lives on the trainer's worker; otherwise the shard's own socket (the "tcp"
+data path: framed messages of :mod:`.wire`, one connection per trainer and pserver, greeted with
+the job's token), or Dask RPC (the "dask" data path, for ``tls://`` and other clusters). A round
+trip sends to every remote pserver, starts the Dask calls, pushes to the local shard, and only
+then waits for replies, so that no pserver waits on a trainer that is itself waiting.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ import time
 import uuid
 
 import cloudpickle
+import dask
 import numpy as np
 import pytest
 from distributed import get_worker
@@ -62,8 +63,10 @@ def _local_reference(spec, partition, x, y, batch, epochs, steps, seed):
     return scope, losses
 
 
-@pytest.mark.parametrize("nranks, opt", [(2, None), (3, "adam")])
-def test_ring_equals_local_training_with_the_global_batch(dist_client, workers, nranks, opt):
+@pytest.mark.parametrize("nranks, opt, data_path",
+                         [(2, None, "tcp"), (3, "adam", "tcp"), (3, None, "dask")])
+def test_ring_equals_local_training_with_the_global_batch(dist_client, workers, nranks, opt,
+                                                          data_path):
     batch, epochs, seed = 16, 2, 3
     n = nranks * batch * 10  # 10 full batches per rank and epoch: 20 steps
     x, y = reference_blobs(n, n_features=8, n_classes=3, seed=1)
@@ -71,11 +74,12 @@ def test_ring_equals_local_training_with_the_global_batch(dist_client, workers, 
     partition = partition_by_worker(dist_client, {"x": x, "y": y}, workers=workers[:nranks])
     assert len(partition.workers) == nranks
     spec = make()
-    result = train_collective(dist_client, spec.main, spec.startup, partition, backend="ring",
-                              epochs=epochs, batch_size=batch, seed=seed,
-                              fetch_list=[spec.loss])
+    with dask.config.set({"dask_fluid.collective.transport": data_path}):
+        result = train_collective(dist_client, spec.main, spec.startup, partition,
+                                  backend="ring", epochs=epochs, batch_size=batch, seed=seed,
+                                  fetch_list=[spec.loss])
     assert result.steps == 20 and result.samples == 20 * batch * nranks
-    assert "backend ring" in result.summary
+    assert f"backend ring ({data_path} data path)" in result.summary
     digests = {r["digest"] for r in result.ranks}
     assert len(result.ranks) == nranks and len(digests) == 1  # bit-identical on every rank
 
@@ -91,6 +95,14 @@ def test_ring_equals_local_training_with_the_global_batch(dist_client, workers, 
     for event in result.history:
         by_step.setdefault(event["step"], []).append(event["fetches"][spec.loss.name])
     np.testing.assert_allclose([np.mean(by_step[s]) for s in range(20)], losses, rtol=1e-5)
+
+
+def test_a_bad_transport_setting_is_refused(dist_client, workers):
+    spec = _small()
+    x, y = reference_blobs(8, n_features=8, n_classes=3)
+    with dask.config.set({"dask_fluid.collective.transport": "rdma"}), \
+            pytest.raises(ValueError, match="transport = 'rdma' is not allowed"):
+        train_collective(dist_client, spec.main, spec.startup, (x, y), backend="ring")
 
 
 def test_numpy_tuple_auto_backend_events_and_zero_row_worker(dist_client, workers):
