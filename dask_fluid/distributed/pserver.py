@@ -73,6 +73,8 @@ from ..ops.selected_rows import SelectedRows
 from ..transpiler.plan import TRAINER_ID_VAR
 from . import checkpoint as ckpt
 from .errors import DeadlineExceededError, DistributedTrainingError, JobAbortedError
+from .fused_update import FusedUpdate
+from .fused_update import plan as plan_fused
 from .malloc import training_malloc
 from .rpc import Service, attach_service, pack_arrays, unpack_arrays
 from .wire import worker_host
@@ -84,6 +86,7 @@ logger = logging.getLogger(__name__)
 
 _ROWS, _VALUE = "@@rows", "@@value"
 _POLL_S = 0.5  # a waiter re-checks for failures at least this often
+_UNPLANNED = object()
 
 
 def service_name(endpoint: str) -> str:
@@ -221,6 +224,8 @@ class PServerShard(Service):
         self.prefetch_pool = concurrent.futures.ThreadPoolExecutor(
             flags.prefetch_thread_num, thread_name_prefix=f"pserver-prefetch-{spec.pserver_id}")
         self._variants: dict[int, Program] = {spec.trainer_num: self.program}
+        # (active trainers, block) -> the block's cache-blocked form, None if it has none
+        self._fused: dict[tuple[int, int], FusedUpdate | None] = {}
         # async mode: one lock per optimize block (its gradient and parameter), a shard-wide
         # one for DC-ASGD (the trainer id is one scope variable)
         self._block_locks = {idx: threading.Lock() for idx in self.attrs["optimize_blocks"]}
@@ -432,7 +437,11 @@ class PServerShard(Service):
                     vals[name] = self._zeros(name)
         program = self._variant(len(grads))
         for idx in self.attrs["optimize_blocks"]:
-            self.exe.run_block(program, program.block(idx), self.scope)
+            fused = self._fused.get((len(grads), idx), _UNPLANNED)
+            if fused is _UNPLANNED:
+                fused = self._fused[(len(grads), idx)] = plan_fused(program.block(idx))
+            if fused is None or not fused.run(vals):
+                self.exe.run_block(program, program.block(idx), self.scope)
         self._maybe_checkpoint(round_index)
 
     def _trainer_names(self, tid: int) -> list[str]:

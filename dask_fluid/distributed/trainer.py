@@ -204,8 +204,8 @@ class PServerClient:
             finishers = {i: self._local(c, link) for i, (c, link) in
                          enumerate(zip(calls, links, strict=True))
                          if isinstance(link, PServerShard)}
-            for i, finish in finishers.items():
-                results[i] = finish()
+            # remote replies first: a reply larger than the socket buffers only moves while
+            # this thread reads it, and the local reply costs nothing once its round is done
             for i, (c, link) in enumerate(zip(calls, links, strict=True)):
                 if isinstance(link, socket.socket):
                     header, buf = self._wire(c, lambda link=link: recv_message(
@@ -214,6 +214,8 @@ class PServerClient:
             for i, fut in started.items():
                 header, meta, buf = _future_result(fut, self._deadline_s, calls[i], self.round)
                 results[i] = self._unwrap(calls[i], {"ok": True, **header, "meta": meta}, buf)
+            for i, finish in finishers.items():
+                results[i] = finish()
             return results
         except DistributedTrainingError as err:
             err._dask_fluid_passthrough = True  # the executor re-raises it as is
