@@ -22,7 +22,7 @@ from typing import Any
 
 from .errors import DistributedTrainingError
 from .rpc import _error, unpack_arrays
-from .wire import POLL_S, PeerClosed, WireTimeout, recv_message, send_message, token
+from .wire import POLL_S, Connection, PeerClosed, WireTimeout, accept, token
 
 __all__ = ["ShardServer", "greeting"]
 
@@ -80,28 +80,33 @@ class ShardServer:
                     continue
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 conn.settimeout(POLL_S)
-            except OSError:
+                link = accept(conn, POLL_S * 4)
+            except (OSError, PeerClosed, WireTimeout):
                 conn.close()
                 continue
             with self._lock:
                 if self._stopped:
-                    conn.close()
+                    link.close()
                     return
                 old = self._conns.pop(tid, None)
-                self._conns[tid] = conn
+                self._conns[tid] = link
             if old is not None:
-                old.close()
-            thread = threading.Thread(target=self._serve, args=(tid, conn), daemon=True,
+                old.shutdown()
+            thread = threading.Thread(target=self._serve, args=(tid, link), daemon=True,
                                       name=f"pserver-{spec.pserver_id}-trainer-{tid}")
             thread.start()
 
-    def _serve(self, tid: int, conn: socket.socket) -> None:
-        """Answer trainer ``tid``'s requests, one at a time, until it hangs up."""
+    def _serve(self, tid: int, conn: Connection) -> None:
+        """Answer trainer ``tid``'s requests, one at a time, until it hangs up.
+
+        The arrays of a request may be views into the trainer's shared-memory segment: the
+        shard is done with them when it replies (a sync push is consumed by the optimize step
+        its reply waits for), and the trainer sends nothing before it has the reply."""
         stop = self._is_stopped
         while not self._stopped:
             try:
                 # a trainer may compute for long between requests: wait without a deadline
-                header, buf = recv_message(conn, deadline=float("inf"), stop=stop)
+                header, buf = conn.recv(deadline=float("inf"), stop=stop)
             except (PeerClosed, WireTimeout):
                 break
             arrays = unpack_arrays(header["meta"], buf) if header["meta"]["names"] else {}
@@ -114,7 +119,7 @@ class ShardServer:
                 reply, out = {"ok": False, "error": _error(exc)}, None
             deadline = time.monotonic() + self.shard.spec.flags.deadline_s
             try:
-                send_message(conn, reply, out, deadline=deadline, stop=stop)
+                conn.send(reply, out, deadline=deadline, stop=stop)
             except (PeerClosed, WireTimeout):
                 break
         conn.close()
@@ -130,8 +135,5 @@ class ShardServer:
             self._conns.clear()
         self._listener.close()
         for conn in conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            conn.shutdown()
         # no join: close() may run on the worker's event loop; the threads notice within POLL_S

@@ -27,7 +27,6 @@ then waits for replies, so that no pserver waits on a trainer that is itself wai
 from __future__ import annotations
 
 import concurrent.futures
-import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,7 +51,7 @@ from .malloc import training_malloc
 from .pserver import PServerShard, flatten_tensors, service_name, unflatten_tensors
 from .rpc import pack_arrays, unpack_arrays
 from .shard_server import greeting
-from .wire import PeerClosed, WireTimeout, connect, recv_message, send_message
+from .wire import Connection, PeerClosed, WireTimeout, connect
 
 __all__ = ["HOST_KEY", "PServerClient", "TrainerSpec", "run_trainer"]
 
@@ -117,7 +116,7 @@ class PServerClient:
         self._staged: dict[str, dict[str, Any]] = {}
         self._replies: dict[str, Any] = {}
         self._recv_plans: dict[tuple, dict[str, list[str]]] = {}
-        self._links: dict[str, Any] = {}  # endpoint -> local shard | socket | None (Dask)
+        self._links: dict[str, Any] = {}  # endpoint -> local shard | Connection | None (Dask)
         self._aborted: str | None = None
         self._hook = f"trainer/{trainer_id}"
         rpc.attach_service(worker, job, self._hook, _Hook(self))
@@ -196,9 +195,9 @@ class PServerClient:
             results: list[Any] = [None] * len(calls)
             started = {}
             for i, (c, link) in enumerate(zip(calls, links, strict=True)):
-                if isinstance(link, socket.socket):
-                    self._wire(c, lambda c=c, link=link: send_message(
-                        link, c.header, c.arrays, deadline=deadline, stop=self._stopped))
+                if isinstance(link, Connection):
+                    self._wire(c, lambda c=c, link=link: link.send(
+                        c.header, c.arrays, deadline=deadline, stop=self._stopped))
                 elif link is None:
                     started[i] = self._start_dask(c)
             finishers = {i: self._local(c, link) for i, (c, link) in
@@ -207,9 +206,10 @@ class PServerClient:
             # remote replies first: a reply larger than the socket buffers only moves while
             # this thread reads it, and the local reply costs nothing once its round is done
             for i, (c, link) in enumerate(zip(calls, links, strict=True)):
-                if isinstance(link, socket.socket):
-                    header, buf = self._wire(c, lambda link=link: recv_message(
-                        link, deadline=deadline, stop=self._stopped))
+                if isinstance(link, Connection):
+                    # copied out of shared memory: the parameters it holds outlive the message
+                    header, buf = self._wire(c, lambda link=link: link.recv(
+                        deadline=deadline, stop=self._stopped, copy=True))
                     results[i] = self._unwrap(c, header, buf)
             for i, fut in started.items():
                 header, meta, buf = _future_result(fut, self._deadline_s, calls[i], self.round)
@@ -336,16 +336,13 @@ class PServerClient:
         if self._aborted is None:
             self._aborted = reason
         for link in list(self._links.values()):
-            if isinstance(link, socket.socket):
-                try:
-                    link.shutdown(socket.SHUT_RDWR)  # wakes a blocked read
-                except OSError:
-                    pass
+            if isinstance(link, Connection):
+                link.shutdown()  # wakes a blocked read
 
     def close(self) -> None:
         """Close the connections (the shards' threads see the trainer hang up)."""
         for link in list(self._links.values()):
-            if isinstance(link, socket.socket):
+            if isinstance(link, Connection):
                 link.close()
         self._links.clear()
         rpc.detach_service(self.worker, self.job, self._hook)

@@ -9,10 +9,15 @@ one array with a single ``recv_into`` loop and unpacks zero-copy views. The send
 Every blocking call wakes at least every :data:`POLL_S` seconds to check a ``stop`` callable
 (the job was aborted) and its deadline, so a peer that dies or stalls gives a specific error,
 never a hang.
+
+:class:`Connection` is what trainers and pservers hold: a greeted socket that, when both ends
+can map the same ``/dev/shm`` file (:mod:`.shared_payload`), carries only headers while the
+payloads of :data:`SHM_MIN_BYTES` or more go through shared memory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import socket
 import struct
@@ -24,16 +29,20 @@ from urllib.parse import urlsplit
 import numpy as np
 from distributed.protocol import pickle
 
+from dask_fluid.distributed import shared_payload
 from dask_fluid.distributed.rpc import _PACK_ALIGN
 
-__all__ = ["POLL_S", "PeerClosed", "WireTimeout", "layout", "recv_message", "send_message",
-           "token", "worker_host"]
+__all__ = ["POLL_S", "SHM_MIN_BYTES", "Connection", "PeerClosed", "WireTimeout", "accept",
+           "connect", "layout", "recv_message", "send_message", "token", "worker_host"]
 
 POLL_S = 0.5
 _PREFIX = struct.Struct("!QQ")  # header bytes, buffer bytes
 _ZEROS = bytes(_PACK_ALIGN)
 #: sendmsg takes at most IOV_MAX (1024 on Linux) buffers per call
 _IOV_BATCH = 512
+#: smaller payloads go over the socket even between processes of one machine: below this the
+#: socket costs no more than touching the segment
+SHM_MIN_BYTES = 1 << 16
 
 
 class PeerClosed(ConnectionError):
@@ -91,8 +100,13 @@ def send_message(sock: socket.socket, header: Mapping[str, Any],
     """
     arrays = arrays or {}
     meta, total = layout(arrays)
-    head = pickle.dumps({**header, "meta": meta})
-    views = [memoryview(_PREFIX.pack(len(head), total)), memoryview(head), *_pieces(arrays)]
+    _send_frames(sock, pickle.dumps({**header, "meta": meta}), total, _pieces(arrays),
+                 deadline, stop)
+
+
+def _send_frames(sock: socket.socket, head: bytes, total: int, pieces: list[memoryview],
+                 deadline: float, stop: Callable[[], bool]) -> None:
+    views = [memoryview(_PREFIX.pack(len(head), total)), memoryview(head), *pieces]
     i = 0
     while i < len(views):
         if stop():
@@ -148,14 +162,98 @@ def recv_message(sock: socket.socket, *, deadline: float,
     return pickle.loads(head), buf
 
 
-def connect(host: str, port: int, greeting: bytes, timeout_s: float) -> socket.socket:
-    """Open a connection, send ``greeting`` and leave the socket polling every :data:`POLL_S`."""
+class Connection:
+    """A greeted socket between two processes, with shared-memory payloads when both are on
+    one machine (``shared``). One request and its reply at a time, as the data paths use it.
+
+    Parameters
+    ----------
+    sock : socket.socket
+        Connected, polling every :data:`POLL_S`.
+    shared : bool
+        Whether both ends map the same ``/dev/shm`` (decided by :func:`connect` / :func:`accept`).
+    """
+
+    def __init__(self, sock: socket.socket, shared: bool) -> None:
+        self.sock = sock
+        self.shared = shared
+        self._out = shared_payload.OutSegment() if shared else None
+        self._in = shared_payload.InSegment() if shared else None
+
+    def send(self, header: Mapping[str, Any], arrays: Mapping[str, np.ndarray] | None = None,
+             *, deadline: float, stop: Callable[[], bool] = lambda: False) -> None:
+        """:func:`send_message`, the payload through shared memory when it can."""
+        arrays = arrays or {}
+        if self._out is not None and arrays:
+            meta, total = layout(arrays)
+            entry = self._out.write(arrays, meta, total) if total >= SHM_MIN_BYTES else None
+            if entry is not None:
+                head = pickle.dumps({**header, "meta": meta, "shm": entry})
+                _send_frames(self.sock, head, 0, [], deadline, stop)
+                return
+        send_message(self.sock, header, arrays, deadline=deadline, stop=stop)
+
+    def recv(self, *, deadline: float, stop: Callable[[], bool] = lambda: False,
+             copy: bool = False) -> tuple[dict[str, Any], np.ndarray]:
+        """:func:`recv_message`. A shared-memory payload is a view into the peer's segment,
+        valid until the peer's next message, unless ``copy``."""
+        header, buf = recv_message(self.sock, deadline=deadline, stop=stop)
+        entry = header.pop("shm", None)
+        if entry is not None:
+            if self._in is None:
+                raise PeerClosed("the peer sent a shared-memory payload on a socket-only "
+                                 "connection")
+            try:
+                buf = self._in.read(entry)
+            except OSError as exc:
+                raise PeerClosed(f"the peer's shared-memory segment is gone: {exc}") from exc
+            if copy:
+                buf = buf.copy()
+        return header, buf
+
+    def shutdown(self) -> None:
+        """Wake a thread blocked on this connection (any thread may call it)."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.sock.close()
+        if self._out is not None:
+            self._out.close()
+
+
+def connect(host: str, port: int, greeting: bytes, timeout_s: float) -> Connection:
+    """Open a connection, send ``greeting``, agree with the peer on shared memory (a probe file
+    it must be able to read), and leave the socket polling every :data:`POLL_S`."""
     sock = socket.create_connection((host, port), timeout=timeout_s)
+    probe = None
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.sendall(greeting)
         sock.settimeout(POLL_S)
+        deadline = time.monotonic() + timeout_s
+        if shared_payload.available():
+            with contextlib.suppress(OSError):
+                probe = shared_payload.make_probe()
+        send_message(sock, {"shm_probe": probe}, deadline=deadline)
+        answer, _ = recv_message(sock, deadline=deadline)
+        return Connection(sock, bool(answer.get("shm")) and probe is not None)
     except BaseException:
         sock.close()
         raise
-    return sock
+    finally:
+        if probe is not None:
+            shared_payload.remove(probe[0])
+
+
+def accept(sock: socket.socket, timeout_s: float) -> Connection:
+    """The server's side of :func:`connect`, after the greeting was checked."""
+    deadline = time.monotonic() + timeout_s
+    hello, _ = recv_message(sock, deadline=deadline)
+    probe = hello.get("shm_probe")
+    shared = probe is not None and shared_payload.available() and \
+        shared_payload.check_probe(*probe)
+    send_message(sock, {"shm": shared}, deadline=deadline)
+    return Connection(sock, shared)

@@ -121,19 +121,19 @@ def test_direct_data_path_serves_greeted_trainers_and_drops_strangers():
     try:
         g = _grads(grads, "", 1.0)
         before = shard.scope.get("fc_2.b_0").copy()
-        wire.send_message(conn, {"method": "push_pull", "round": 0, "want": ["fc_2.b_0"],
-                                 "sparse": {}}, g, deadline=time.monotonic() + 5)
-        header, buf = wire.recv_message(conn, deadline=time.monotonic() + 5)
+        conn.send({"method": "push_pull", "round": 0, "want": ["fc_2.b_0"], "sparse": {}}, g,
+                  deadline=time.monotonic() + 5)
+        header, buf = conn.recv(deadline=time.monotonic() + 5)
         assert header["ok"]
         np.testing.assert_allclose(unpack_arrays(header["meta"], buf)["fc_2.b_0"],
                                    before - 0.1, rtol=1e-6)
         # a bad request comes back as an error reply, and the connection stays usable
-        wire.send_message(conn, {"method": "push_pull", "round": 0, "want": [], "sparse": {}},
-                          g, deadline=time.monotonic() + 5)
-        header, _ = wire.recv_message(conn, deadline=time.monotonic() + 5)
+        conn.send({"method": "push_pull", "round": 0, "want": [], "sparse": {}}, g,
+                  deadline=time.monotonic() + 5)
+        header, _ = conn.recv(deadline=time.monotonic() + 5)
         assert not header["ok"] and "already at step 1" in header["error"]["text"]
-        wire.send_message(conn, {"method": "complete"}, None, deadline=time.monotonic() + 5)
-        assert wire.recv_message(conn, deadline=time.monotonic() + 5)[0]["ok"]
+        conn.send({"method": "complete"}, None, deadline=time.monotonic() + 5)
+        assert conn.recv(deadline=time.monotonic() + 5)[0]["ok"]
     finally:
         conn.close()
         shard.close()
