@@ -104,21 +104,29 @@ def send_message(sock: socket.socket, header: Mapping[str, Any],
                  deadline, stop)
 
 
+def _poll(call: Callable[..., int], arg: Any, deadline: float, stop: Callable[[], bool],
+          doing: str, late: str) -> int | None:
+    """``call(arg)`` on a socket: its result, or None when it timed out (POLL_S) before
+    ``deadline``."""
+    if stop():
+        raise PeerClosed(f"the job was aborted while {doing}")
+    try:
+        return call(arg)
+    except (TimeoutError, BlockingIOError):
+        if time.monotonic() > deadline:
+            raise WireTimeout(late) from None
+        return None
+    except OSError as exc:
+        raise PeerClosed(f"{type(exc).__name__}: {exc}") from exc
+
+
 def _send_frames(sock: socket.socket, head: bytes, total: int, pieces: list[memoryview],
                  deadline: float, stop: Callable[[], bool]) -> None:
     views = [memoryview(_PREFIX.pack(len(head), total)), memoryview(head), *pieces]
     i = 0
     while i < len(views):
-        if stop():
-            raise PeerClosed("the job was aborted while sending")
-        try:
-            sent = sock.sendmsg(views[i:i + _IOV_BATCH])
-        except (TimeoutError, BlockingIOError):
-            if time.monotonic() > deadline:
-                raise WireTimeout("the peer did not take the message in time") from None
-            continue
-        except OSError as exc:
-            raise PeerClosed(f"{type(exc).__name__}: {exc}") from exc
+        sent = _poll(sock.sendmsg, views[i:i + _IOV_BATCH], deadline, stop, "sending",
+                     "the peer did not take the message in time")
         while sent and i < len(views):  # drop what went out, keep the rest of a partial view
             if sent >= len(views[i]):
                 sent -= len(views[i])
@@ -132,19 +140,10 @@ def _recv_into(sock: socket.socket, view: memoryview, deadline: float,
                stop: Callable[[], bool]) -> None:
     got = 0
     while got < len(view):
-        if stop():
-            raise PeerClosed("the job was aborted while receiving")
-        try:
-            k = sock.recv_into(view[got:])
-        except (TimeoutError, BlockingIOError):
-            if time.monotonic() > deadline:
-                raise WireTimeout("no answer in time") from None
-            continue
-        except OSError as exc:
-            raise PeerClosed(f"{type(exc).__name__}: {exc}") from exc
+        k = _poll(sock.recv_into, view[got:], deadline, stop, "receiving", "no answer in time")
         if k == 0:
             raise PeerClosed("connection closed by the peer")
-        got += k
+        got += k or 0
 
 
 def recv_message(sock: socket.socket, *, deadline: float,
