@@ -34,12 +34,16 @@ class FusedUpdate:
 
     grads: tuple[str, ...]
     scale: float
-    kind: str
     param: str
     lr: str
     velocity: str | None = None
     mu: float = 0.0
     nesterov: bool = False
+
+    @property
+    def kind(self) -> str:
+        """The optimizer op: ``"momentum"`` when there is a velocity, else ``"sgd"``."""
+        return "sgd" if self.velocity is None else "momentum"
 
     def run(self, vals: dict[str, Any]) -> bool:
         """Apply the update to the arrays in ``vals`` in place; False (nothing done) when the
@@ -56,9 +60,9 @@ class FusedUpdate:
             return False
         lr = np.asarray(vals[self.lr]).reshape(())
         lr = lr if lr.dtype == p.dtype else lr.astype(p.dtype)
-        _chunked(self, p.reshape(-1), [g.reshape(-1) for g in grads],
+        _chunked(p.reshape(-1), [g.reshape(-1) for g in grads],
                  None if v is None else v.reshape(-1), lr, p.dtype.type(self.scale),
-                 p.dtype.type(self.mu))
+                 p.dtype.type(self.mu), self.nesterov)
         return True
 
 
@@ -66,11 +70,11 @@ def _plain(x: Any) -> bool:
     return isinstance(x, np.ndarray)
 
 
-def _chunked(u: FusedUpdate, p: np.ndarray, grads: list[np.ndarray], v: np.ndarray | None,
-             lr: np.ndarray, scale: Any, mu: Any) -> None:
+def _chunked(p: np.ndarray, grads: list[np.ndarray], v: np.ndarray | None, lr: np.ndarray,
+             scale: Any, mu: Any, nesterov: bool) -> None:
     n = p.size
     buf = np.empty(min(_CHUNK, n), p.dtype)
-    tmp = np.empty_like(buf) if u.nesterov else None
+    tmp = np.empty_like(buf) if nesterov else None
     for lo in range(0, n, _CHUNK):
         hi = min(lo + _CHUNK, n)
         b = buf[:hi - lo]
@@ -90,7 +94,7 @@ def _chunked(u: FusedUpdate, p: np.ndarray, grads: list[np.ndarray], v: np.ndarr
         vc = v[lo:hi]  # momentum: v = mu * v + g
         vc *= mu
         vc += b
-        if u.nesterov:  # p -= (g + mu * v) * lr
+        if nesterov:  # p -= (g + mu * v) * lr
             t = tmp[:hi - lo]
             np.multiply(vc, mu, out=t)
             np.add(b, t, out=t)
@@ -119,7 +123,7 @@ def plan(block: Block) -> FusedUpdate | None:
     if opt.output("ParamOut") != [param]:
         return None
     common = {"grads": tuple(total.input("X")), "scale": float(attrs.get("scale", 1.0)),
-              "kind": opt.type, "param": param, "lr": opt.input("LearningRate")[0]}
+              "param": param, "lr": opt.input("LearningRate")[0]}
     if opt.type == "sgd":
         return FusedUpdate(**common)
     velocity = opt.input("Velocity")[0]

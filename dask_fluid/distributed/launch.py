@@ -98,8 +98,7 @@ def _watch(client: Any, pairs: list[tuple[Any, TaskSpec]], poll_s: float
     pending = {f for f, _ in pairs}
     while pending:
         try:
-            with client.as_current():  # wait() otherwise uses the newest client, maybe not ours
-                _, pending = wait(list(pending), timeout=poll_s, return_when="FIRST_COMPLETED")
+            _, pending = wait(list(pending), timeout=poll_s, return_when="FIRST_COMPLETED")
         except TimeoutError:
             pass
         except CancelledError:
@@ -143,7 +142,8 @@ def run_tasks(client: Any, job: str, tasks: Sequence[TaskSpec], *,
     check_workers_alive(client, workers)
     pairs: list[tuple[Any, TaskSpec]] = []
     try:
-        with Subscription(client, job, callbacks):
+        # as_current: distributed.wait() otherwise goes through the newest client of the process
+        with client.as_current(), Subscription(client, job, callbacks):
             for i, spec in enumerate(tasks):
                 fn = functools.partial(spec.fn, **spec.kwargs) if spec.kwargs else spec.fn
                 future = client.submit(fn, *spec.args, key=f"dask-fluid-{spec.role}-{i}-{job}",
@@ -173,8 +173,7 @@ def _abort(client: Any, job: str, workers: list[str], pairs: list[tuple[Any, Tas
     running = [f for f, spec in pairs if not f.done() and spec.worker in alive]
     while running and time.monotonic() < deadline:
         try:
-            with client.as_current():
-                wait(running, timeout=max(0.01, deadline - time.monotonic()))
+            wait(running, timeout=max(0.01, deadline - time.monotonic()))
         except TimeoutError:
             break
         running = [f for f in running if not f.done()]

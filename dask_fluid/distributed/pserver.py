@@ -86,7 +86,6 @@ logger = logging.getLogger(__name__)
 
 _ROWS, _VALUE = "@@rows", "@@value"
 _POLL_S = 0.5  # a waiter re-checks for failures at least this often
-_UNPLANNED = object()
 
 
 def service_name(endpoint: str) -> str:
@@ -223,9 +222,7 @@ class PServerShard(Service):
             flags.get_thread_num, thread_name_prefix=f"pserver-get-{spec.pserver_id}")
         self.prefetch_pool = concurrent.futures.ThreadPoolExecutor(
             flags.prefetch_thread_num, thread_name_prefix=f"pserver-prefetch-{spec.pserver_id}")
-        self._variants: dict[int, Program] = {spec.trainer_num: self.program}
-        # (active trainers, block) -> the block's cache-blocked form, None if it has none
-        self._fused: dict[tuple[int, int], FusedUpdate | None] = {}
+        self._variants: dict[int, tuple[Program, dict[int, FusedUpdate | None]]] = {}
         # async mode: one lock per optimize block (its gradient and parameter), a shard-wide
         # one for DC-ASGD (the trainer id is one scope variable)
         self._block_locks = {idx: threading.Lock() for idx in self.attrs["optimize_blocks"]}
@@ -435,11 +432,9 @@ class PServerShard(Service):
                     vals[name] = received[name]
                 else:  # a trainer that left this epoch adds nothing
                     vals[name] = self._zeros(name)
-        program = self._variant(len(grads))
+        program, fused_blocks = self._variant(len(grads))
         for idx in self.attrs["optimize_blocks"]:
-            fused = self._fused.get((len(grads), idx), _UNPLANNED)
-            if fused is _UNPLANNED:
-                fused = self._fused[(len(grads), idx)] = plan_fused(program.block(idx))
+            fused = fused_blocks[idx]
             if fused is None or not fused.run(vals):
                 self.exe.run_block(program, program.block(idx), self.scope)
         self._maybe_checkpoint(round_index)
@@ -457,19 +452,26 @@ class PServerShard(Service):
             return SelectedRows(np.zeros(0, np.int64), np.zeros((0, *shape[1:]), dtype), rows)
         return np.zeros(shape, dtype)
 
-    def _variant(self, active: int) -> Program:
-        """The program whose averaging ``scale`` ops use ``1/active`` (module docstring)."""
-        program = self._variants.get(active)
-        if program is None:
-            program = self.program.clone()
-            for idx in self.attrs["optimize_blocks"]:
-                ops = program.block(idx).ops
-                for i, op in enumerate(ops[:-1]):
-                    nxt = ops[i + 1]
-                    if (op.type == "sum" and all(".trainer_" in x for x in op.input("X"))
-                            and nxt.type == "scale" and nxt.input("X") == op.output("Out")):
-                        nxt.attrs["scale"] = 1.0 / active
-            self._variants[active] = program
+    def _variant(self, active: int) -> tuple[Program, dict[int, FusedUpdate | None]]:
+        """The program whose averaging ``scale`` ops use ``1/active`` (module docstring), and
+        the cache-blocked form of each of its optimize blocks (None where there is none)."""
+        cached = self._variants.get(active)
+        if cached is None:
+            program = self.program if active == self.spec.trainer_num else self._rescaled(active)
+            cached = (program, {idx: plan_fused(program.block(idx))
+                                for idx in self.attrs["optimize_blocks"]})
+            self._variants[active] = cached
+        return cached
+
+    def _rescaled(self, active: int) -> Program:
+        program = self.program.clone()
+        for idx in self.attrs["optimize_blocks"]:
+            ops = program.block(idx).ops
+            for i, op in enumerate(ops[:-1]):
+                nxt = ops[i + 1]
+                if (op.type == "sum" and all(".trainer_" in x for x in op.input("X"))
+                        and nxt.type == "scale" and nxt.input("X") == op.output("Out")):
+                    nxt.attrs["scale"] = 1.0 / active
         return program
 
     # -- async ----------------------------------------------------------------------------------

@@ -258,6 +258,7 @@ def train_pserver(client: Any, main_program: Program | None = None,
     ensure_plugin(client)
     workers = sorted(live_workers(client))
     data_path = transport.choose(transport.PSERVER_KEY, workers, ("tcp://", "inproc://"))
+    tune_malloc = malloc.enabled()
     trainer_workers, parts, rows = _place_data(client, data, trainers, workers)
     n = len(trainer_workers)
     schedule = [math.ceil(r / batch_size) for r in rows]
@@ -301,7 +302,7 @@ def train_pserver(client: Any, main_program: Program | None = None,
     fetch_names = _names(fetch_list)
     tasks = _pserver_tasks(job, first, placement, n, trainer_workers, schedule, epochs, sync,
                            flags, start_round, checkpoint_dir, checkpoint_every, resume_path,
-                           data_path)
+                           data_path, tune_malloc)
     on_pservers = {pp.param for pp in first.plan.params}
     if first.plan.table is not None:
         on_pservers.add(first.plan.table.name)
@@ -313,7 +314,7 @@ def train_pserver(client: Any, main_program: Program | None = None,
         spec = TrainerSpec(job, rank, prog.to_json(), startup.to_json(), workers_of,
                            feed_names, fetch_names, schedule, epochs, batch_size, shuffle, seed,
                            sync, flags, start_round, keep if rank == 0 else [],
-                           malloc.enabled())
+                           tune_malloc)
         tasks.append(TaskSpec(w, run_trainer, (spec, parts[rank]), role="trainer",
                               endpoint=w))
 
@@ -343,8 +344,9 @@ def _pserver_tasks(job: str, tr: DistributeTranspiler, placement: Placement, n: 
                    trainer_workers: list[str], schedule: list[int], epochs: int, sync: bool,
                    flags: RPCFlags, start_round: int, checkpoint_dir: str | None,
                    checkpoint_every: Any, resume_path: str | None,
-                   data_path: str) -> list[TaskSpec]:
+                   data_path: str, tune_malloc: bool) -> list[TaskSpec]:
     plan = tr.plan
+    inline_bytes = dask.config.get(INLINE_BYTES_KEY, None)
     tasks = []
     for k, (ep, w) in enumerate(placement.items()):
         main, startup = tr.get_pserver_programs(ep)
@@ -356,7 +358,7 @@ def _pserver_tasks(job: str, tr: DistributeTranspiler, placement: Placement, n: 
                          n, list(trainer_workers), list(schedule), epochs, sync, flags,
                          start_round, table, None if checkpoint_dir is None else str(
                              checkpoint_dir), checkpoint_every, resume_path,
-                         dask.config.get(INLINE_BYTES_KEY, None), data_path, malloc.enabled())
+                         inline_bytes, data_path, tune_malloc)
         tasks.append(TaskSpec(w, run_pserver, (spec,), role="pserver", endpoint=ep))
     return tasks
 

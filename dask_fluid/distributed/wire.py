@@ -183,14 +183,15 @@ class Connection:
              *, deadline: float, stop: Callable[[], bool] = lambda: False) -> None:
         """:func:`send_message`, the payload through shared memory when it can."""
         arrays = arrays or {}
-        if self._out is not None and arrays:
-            meta, total = layout(arrays)
-            entry = self._out.write(arrays, meta, total) if total >= SHM_MIN_BYTES else None
-            if entry is not None:
-                head = pickle.dumps({**header, "meta": meta, "shm": entry})
-                _send_frames(self.sock, head, 0, [], deadline, stop)
-                return
-        send_message(self.sock, header, arrays, deadline=deadline, stop=stop)
+        meta, total = layout(arrays)
+        head = {**header, "meta": meta}
+        entry = None
+        if self._out is not None and total >= SHM_MIN_BYTES:
+            entry = self._out.write(arrays, meta, total)
+        if entry is None:
+            _send_frames(self.sock, pickle.dumps(head), total, _pieces(arrays), deadline, stop)
+        else:
+            _send_frames(self.sock, pickle.dumps({**head, "shm": entry}), 0, [], deadline, stop)
 
     def recv(self, *, deadline: float, stop: Callable[[], bool] = lambda: False,
              copy: bool = False) -> tuple[dict[str, Any], np.ndarray]:

@@ -305,11 +305,9 @@ class FluidEstimatorBase(BaseEstimator):
         if not lazy:
             yield from _numpy_batches(X, Y, batch_size, rng, self.shuffle)
             return
-        import dask
-
         order = rng.permutation(X.numblocks[0]) if self.shuffle else range(X.numblocks[0])
         for i in order:
-            xb, yb = dask.compute(X.blocks[int(i)], Y.blocks[int(i)])
+            xb, yb = self._compute(X.blocks[int(i)], Y.blocks[int(i)])
             yield from _numpy_batches(np.asarray(xb, dtype=np.float32), np.asarray(yb),
                                       batch_size, rng, self.shuffle)
 
@@ -362,9 +360,7 @@ class FluidEstimatorBase(BaseEstimator):
         coefs, intercepts = session.params()
         act = self._activation()
         if is_dask_array(X_val):
-            import dask
-
-            blocks = [dask.compute(X_val.blocks[i], Y_val.blocks[i])
+            blocks = [self._compute(X_val.blocks[i], Y_val.blocks[i])
                       for i in range(X_val.numblocks[0])]
             outs = [_predict.forward(xb, coefs, intercepts, act) for xb, _ in blocks]
             z, Y_val = np.concatenate(outs), np.concatenate([yb for _, yb in blocks])
