@@ -33,7 +33,7 @@ from bench_local import run_local  # noqa: E402
 
 from dask_fluid.datasets import reference_blobs  # noqa: E402
 from dask_fluid.distributed import train_collective  # noqa: E402
-from dask_fluid.distributed.data import partition_by_worker  # noqa: E402
+from dask_fluid.distributed.launch.data import partition_by_worker  # noqa: E402
 from dask_fluid.models import mlp  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).parent / "results"

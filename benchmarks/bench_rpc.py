@@ -20,8 +20,8 @@ from distributed import Client, LocalCluster, get_worker
 from distributed.protocol import to_serialize
 from distributed.utils import sync
 
-from dask_fluid.distributed import rpc
-from dask_fluid.distributed.ring import RingCommunicator
+from dask_fluid.distributed.collective.ring import RingCommunicator
+from dask_fluid.distributed.comm import rpc
 
 RESULTS = Path(__file__).parent / "results" / "rpc.json"
 

@@ -67,7 +67,7 @@ def _rank(job, rank, addresses, session, sizes_mb, iters):
     import cupy
     from distributed import get_worker
 
-    from dask_fluid.distributed.nccl import NcclCommunicator, fetch_unique_id
+    from dask_fluid.distributed.collective.nccl import NcclCommunicator, fetch_unique_id
 
     worker = get_worker()
     n = len(addresses)
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from distributed import Client
 
-    from dask_fluid.distributed import nccl as backend
+    from dask_fluid.distributed.collective import nccl as backend
 
     sizes = [mb for mb in (1, 4, 16, 64, 256) if mb <= args.max_mb]
     cluster, kind = _cluster(n)

@@ -19,7 +19,7 @@ from distributed import Client, LocalCluster
 
 import dask_fluid as fluid
 from dask_fluid.datasets import reference_blobs
-from dask_fluid.distributed.pserver_runtime import train_pserver
+from dask_fluid.distributed.launch.pserver_runtime import train_pserver
 from dask_fluid.transpiler import summarize
 
 

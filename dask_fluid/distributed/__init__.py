@@ -1,8 +1,19 @@
-"""The Dask runtime of dask_fluid: worker services, worker-to-worker RPC, data placement, rings.
+"""The distributed runtime of dask_fluid, in four layers (each imports only those below it):
 
-Import the submodules you need (``dask_fluid.distributed.rpc``, ``.data``, ``.ring``); this package
-file stays light on purpose so that importing it does not pull in ``distributed``: the training
-entry points (``train_collective``, ...) are loaded on first access (module ``__getattr__``).
+``comm``
+    Bytes between processes: Dask worker services and RPC (``rpc``), the framed socket wire
+    (``wire``), shared-memory payloads, the choice of data path (``transport``).
+``pserver``
+    Fluid's parameter server: the shard that ``listen_and_serv`` serves, its socket server, the
+    fused optimize step, checkpoints, and the trainer side's client and RPC-op kernels.
+``collective``
+    All-reduce for NCCL2 mode: the ring over Dask comms, the TCP ring, NCCL through CuPy.
+``launch``
+    Placing programs and data on Dask workers and watching them: ``train_pserver``,
+    ``train_collective``, tasks, data placement, events.
+
+This package file stays light on purpose so that importing it does not pull in ``distributed``:
+the training entry points are loaded on first access (module ``__getattr__``).
 """
 
 import importlib
@@ -18,8 +29,8 @@ from dask_fluid.distributed.errors import (
 
 # entry point -> the module that defines it; imported on first access only
 _LAZY = {
-    "train_collective": "dask_fluid.distributed.collective",
-    "train_pserver": "dask_fluid.distributed.pserver_runtime",
+    "train_collective": "dask_fluid.distributed.collective.runtime",
+    "train_pserver": "dask_fluid.distributed.launch.pserver_runtime",
 }
 
 __all__ = [

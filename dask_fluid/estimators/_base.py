@@ -382,14 +382,14 @@ class FluidEstimatorBase(BaseEstimator):
                       shuffle=self.shuffle, seed=seed, callbacks=(progress,))
         try:
             if self.mode == "pserver":
-                from ..distributed.pserver_runtime import train_pserver
+                from ..distributed.launch.pserver_runtime import train_pserver
 
                 result = train_pserver(client, net.main, net.startup, feed,
                                        config=self._transpiler_config(),
                                        pservers=self.n_pservers, trainers=self.n_trainers,
                                        sync_mode=self.sync_mode, **common)
             else:
-                from ..distributed.collective import train_collective
+                from ..distributed.collective.runtime import train_collective
 
                 backend = "nccl" if self.mode == "nccl2" else self.backend
                 result = train_collective(client, net.main, net.startup, feed,

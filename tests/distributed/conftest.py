@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from distributed import Client, LocalCluster
 
-from dask_fluid.distributed.rpc import ensure_plugin
+from dask_fluid.distributed.comm.rpc import ensure_plugin
 
 
 def make_cluster(n_workers: int = 3) -> LocalCluster:

@@ -15,11 +15,11 @@ from distributed import get_worker
 import dask_fluid as fluid
 from dask_fluid.datasets import reference_blobs
 from dask_fluid.distributed import DistributedTrainingError, train_collective
-from dask_fluid.distributed.collective import rank_seed, split_program, steps_per_epoch_for
-from dask_fluid.distributed.data import batch_indices, partition_by_worker
-from dask_fluid.distributed.nccl import NcclUnavailableError
-from dask_fluid.distributed.ring import RingCommunicator, ring_addresses
-from dask_fluid.distributed.tcp_ring import TcpRingCommunicator
+from dask_fluid.distributed.collective.nccl import NcclUnavailableError
+from dask_fluid.distributed.collective.ring import RingCommunicator, ring_addresses
+from dask_fluid.distributed.collective.runtime import rank_seed, split_program, steps_per_epoch_for
+from dask_fluid.distributed.collective.tcp_ring import TcpRingCommunicator
+from dask_fluid.distributed.launch.data import batch_indices, partition_by_worker
 from dask_fluid.flags import RPCFlags
 from dask_fluid.models import mlp
 from dask_fluid.transpiler import DistributeTranspiler, DistributeTranspilerConfig

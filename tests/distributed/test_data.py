@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from distributed import Client, LocalCluster, get_worker
 
-from dask_fluid.distributed.data import (
+from dask_fluid.distributed.launch.data import (
     DataPartition,
     batch_indices,
     local_arrays,

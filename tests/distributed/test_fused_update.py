@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import dask_fluid as fluid
-from dask_fluid.distributed import fused_update
+from dask_fluid.distributed.pserver import fused_update
 from dask_fluid.executor import Executor, Scope
 from dask_fluid.transpiler import DistributeTranspiler
 

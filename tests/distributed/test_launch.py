@@ -5,9 +5,10 @@ import time
 import pytest
 from distributed import Client, get_worker
 
-from dask_fluid.distributed import events, rpc
+from dask_fluid.distributed.comm import rpc
 from dask_fluid.distributed.errors import DistributedTrainingError, WorkerLostError
-from dask_fluid.distributed.launch import TaskSpec, new_job_id, run_tasks
+from dask_fluid.distributed.launch import events
+from dask_fluid.distributed.launch.tasks import TaskSpec, new_job_id, run_tasks
 
 from .conftest import make_cluster
 

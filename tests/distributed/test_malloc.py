@@ -15,7 +15,7 @@ import sys
 import dask
 import pytest
 
-from dask_fluid.distributed import malloc
+from dask_fluid.distributed.launch import malloc
 
 _LIBC = ctypes.util.find_library("c")
 glibc = pytest.mark.skipif(
@@ -26,7 +26,7 @@ glibc = pytest.mark.skipif(
 _PROBE = r"""
 import ctypes, ctypes.util, json
 import numpy as np
-from dask_fluid.distributed.malloc import training_malloc
+from dask_fluid.distributed.launch.malloc import training_malloc
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",

@@ -23,8 +23,8 @@ from distributed import Client, LocalCluster, get_worker
 import dask_fluid as fluid
 from dask_fluid.datasets import reference_blobs
 from dask_fluid.distributed import DeadlineExceededError, train_collective
-from dask_fluid.distributed import nccl as nccl_backend
-from dask_fluid.distributed.nccl import GpuInfo, NcclCommunicator, NcclUnavailableError
+from dask_fluid.distributed.collective import nccl as nccl_backend
+from dask_fluid.distributed.collective.nccl import GpuInfo, NcclCommunicator, NcclUnavailableError
 from dask_fluid.models import mlp
 
 # -- a fake cupy: numpy arrays with device pointers, NCCL as threads sharing memory ------------

@@ -9,7 +9,7 @@ from distributed import Client, LocalCluster
 
 import dask_fluid as fluid
 from dask_fluid.distributed import train_pserver
-from dask_fluid.distributed.checkpoint import find_checkpoint
+from dask_fluid.distributed.pserver.checkpoint import find_checkpoint
 
 from ..transpiler.models import reference_mlp
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dask_fluid.distributed.placement import place_pservers
+from dask_fluid.distributed.launch.placement import place_pservers
 
 W = ["tcp://10.0.0.1:4001", "tcp://10.0.0.1:4002", "tcp://10.0.0.2:4001"]
 

@@ -13,11 +13,11 @@ import time
 import numpy as np
 import pytest
 
-from dask_fluid.distributed import wire
+from dask_fluid.distributed.comm import wire
+from dask_fluid.distributed.comm.rpc import pack_arrays, unpack_arrays
 from dask_fluid.distributed.errors import JobAbortedError
-from dask_fluid.distributed.pserver import PServerShard, ShardSpec
-from dask_fluid.distributed.rpc import pack_arrays, unpack_arrays
-from dask_fluid.distributed.shard_server import greeting
+from dask_fluid.distributed.pserver.shard import PServerShard, ShardSpec
+from dask_fluid.distributed.pserver.shard_server import greeting
 from dask_fluid.flags import RPCFlags
 from dask_fluid.transpiler import DistributeTranspiler
 

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from distributed import get_worker
 
-from dask_fluid.distributed import rpc
+from dask_fluid.distributed.collective.ring import RingCommunicator, ring_addresses
+from dask_fluid.distributed.comm import rpc
 from dask_fluid.distributed.errors import (
     DeadlineExceededError,
     DistributedTrainingError,
     JobAbortedError,
     WorkerLostError,
 )
-from dask_fluid.distributed.ring import RingCommunicator, ring_addresses
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

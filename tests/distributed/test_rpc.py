@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from distributed import get_worker
 
-from dask_fluid.distributed import rpc
+from dask_fluid.distributed.comm import rpc
 from dask_fluid.distributed.errors import (
     DeadlineExceededError,
     JobAbortedError,

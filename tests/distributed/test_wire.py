@@ -11,8 +11,8 @@ import time
 import numpy as np
 import pytest
 
-from dask_fluid.distributed import shared_payload, wire
-from dask_fluid.distributed.rpc import unpack_arrays
+from dask_fluid.distributed.comm import shared_payload, wire
+from dask_fluid.distributed.comm.rpc import unpack_arrays
 
 needs_shm = pytest.mark.skipif(not shared_payload.available(),
                                reason="no writable /dev/shm on this machine")

@@ -6,7 +6,8 @@ CuPy/NCCL backend can implement it on GPUs (DESIGN.md decision 8).
 
 Rendezvous: the client decides ranks and addresses (:func:`ring_addresses`: the sorted addresses
 of the workers that join) and passes ``(job, rank, addresses)`` to one task per worker. Each task
-builds a :class:`RingCommunicator`, which attaches a :class:`~dask_fluid.distributed.rpc.Mailbox`
+builds a :class:`RingCommunicator`, which attaches a
+:class:`~dask_fluid.distributed.comm.rpc.Mailbox`
 service to its worker and shakes hands with its ring neighbours. A message to a mailbox that does
 not exist yet is retried until the deadline, so ranks may start in any order. Data never goes
 through the scheduler.
@@ -31,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from dask_fluid.distributed import rpc
+from dask_fluid.distributed.comm import rpc
 from dask_fluid.distributed.errors import (
     DeadlineExceededError,
     DistributedTrainingError,

@@ -8,14 +8,15 @@ float: a 2-rank all-reduce of the reference MLP's 340 KB of gradients took 2.1 m
 compute of the step. A socket written and read by the task threads themselves costs tens of
 microseconds, as in gloo (what PyTorch DDP uses on CPUs).
 
-So Dask stays the control plane -- a :class:`~dask_fluid.distributed.ring.RingCommunicator`
+So Dask stays the control plane -- a
+:class:`~dask_fluid.distributed.collective.ring.RingCommunicator`
 does the rendezvous (each rank tells its left neighbour where it listens), carries aborts to the
 other ranks, and its job service wakes this rank on an abort -- and the data never goes through
 the scheduler or the event loops. The algorithm is the ring's (reduce-scatter, then all-gather,
 per dtype), so every rank still ends with bit-identical results.
 
 Only for ``tcp://`` workers: with TLS, UCX or in-process workers the collective mode uses the
-plain :class:`~dask_fluid.distributed.ring.RingCommunicator`.
+plain :class:`~dask_fluid.distributed.collective.ring.RingCommunicator`.
 """
 
 from __future__ import annotations
@@ -29,20 +30,20 @@ from typing import Any
 
 import numpy as np
 
-from dask_fluid.distributed import rpc
-from dask_fluid.distributed.errors import (
-    DeadlineExceededError,
-    JobAbortedError,
-    WorkerLostError,
-)
-from dask_fluid.distributed.ring import (
+from dask_fluid.distributed.collective.ring import (
     Communicator,
     RingCommunicator,
     _check_arrays,
     _fuse,
     _unfuse,
 )
-from dask_fluid.distributed.wire import token, worker_host
+from dask_fluid.distributed.comm import rpc
+from dask_fluid.distributed.comm.wire import token, worker_host
+from dask_fluid.distributed.errors import (
+    DeadlineExceededError,
+    JobAbortedError,
+    WorkerLostError,
+)
 
 __all__ = ["TcpRingCommunicator"]
 
@@ -63,7 +64,7 @@ class _Hook(rpc.Service):
 
 class TcpRingCommunicator(Communicator):
     """Ring all-reduce with direct sockets between neighbours; same interface and arguments as
-    :class:`~dask_fluid.distributed.ring.RingCommunicator`."""
+    :class:`~dask_fluid.distributed.collective.ring.RingCommunicator`."""
 
     def __init__(self, worker: Any, job: str, rank: int, addresses: Sequence[str],
                  deadline_s: float, *, name: str = "tcp-ring") -> None:

@@ -20,8 +20,8 @@ from typing import Any
 
 from distributed import wait
 
-from . import rpc
-from .errors import DistributedTrainingError, JobAbortedError, WorkerLostError
+from ..comm import rpc
+from ..errors import DistributedTrainingError, JobAbortedError, WorkerLostError
 from .events import Callback, Subscription
 
 logger = logging.getLogger(__name__)

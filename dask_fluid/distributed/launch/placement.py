@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..transpiler.config import _ENDPOINT, parse_endpoints
+from ...transpiler.config import _ENDPOINT, parse_endpoints
 
 __all__ = ["Placement", "place_pservers", "split_address"]
 

@@ -22,7 +22,7 @@ import numpy as np
 from dask.base import is_dask_collection
 from distributed import Future, futures_of, wait
 
-from dask_fluid.distributed.rpc import _array_module
+from dask_fluid.distributed.comm.rpc import _array_module
 
 __all__ = ["DataPartition", "batch_indices", "local_arrays", "partition_by_worker",
            "partition_by_worker_async"]

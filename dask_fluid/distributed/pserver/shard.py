@@ -66,18 +66,18 @@ from typing import Any
 
 import numpy as np
 
-from ..executor import Executor, Scope
-from ..flags import RPCFlags
-from ..framework import Program, VarType
-from ..ops.selected_rows import SelectedRows
-from ..transpiler.plan import TRAINER_ID_VAR
+from ...executor import Executor, Scope
+from ...flags import RPCFlags
+from ...framework import Program, VarType
+from ...ops.selected_rows import SelectedRows
+from ...transpiler.plan import TRAINER_ID_VAR
+from ..comm.rpc import Service, attach_service, pack_arrays, unpack_arrays
+from ..comm.wire import worker_host
+from ..errors import DeadlineExceededError, DistributedTrainingError, JobAbortedError
+from ..launch.malloc import training_malloc
 from . import checkpoint as ckpt
-from .errors import DeadlineExceededError, DistributedTrainingError, JobAbortedError
 from .fused_update import FusedUpdate
 from .fused_update import plan as plan_fused
-from .malloc import training_malloc
-from .rpc import Service, attach_service, pack_arrays, unpack_arrays
-from .wire import worker_host
 
 __all__ = ["PServerShard", "ShardSpec", "TableShard", "decode_tensors", "encode_tensors",
            "run_pserver", "service_name"]

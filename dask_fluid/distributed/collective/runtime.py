@@ -15,8 +15,9 @@ broadcasts them anyway, as NCCL programs do) and apply the same reduced gradient
 bit-identical parameters throughout, and with equal batch sizes the result is local training
 with the global batch (DESIGN.md decision 3).
 
-Backends (DESIGN.md decision 8): ``ring`` (:class:`~dask_fluid.distributed.ring.RingCommunicator`,
-CPU, worker-to-worker comms) and ``nccl`` (:class:`~dask_fluid.distributed.nccl.NcclCommunicator`,
+Backends (DESIGN.md decision 8): ``ring``
+(:class:`~dask_fluid.distributed.collective.ring.RingCommunicator`, CPU, worker-to-worker comms)
+and ``nccl`` (:class:`~dask_fluid.distributed.collective.nccl.NcclCommunicator`,
 unique id through the scheduler). ``auto`` picks nccl when every trainer has a GPU and CuPy with
 NCCL, ring otherwise.
 
@@ -40,24 +41,25 @@ from typing import Any
 
 import numpy as np
 
-from dask_fluid.distributed import malloc, transport
-from dask_fluid.distributed.data import (
-    DataPartition,
-    batch_indices,
-    local_arrays,
-    partition_by_worker,
-)
-from dask_fluid.distributed.errors import WorkerLostError
-from dask_fluid.distributed.events import Callback, TrainResult, publish, step_event
-from dask_fluid.distributed.launch import TaskSpec, live_workers, new_job_id, run_tasks
-from dask_fluid.distributed.nccl import (
+from dask_fluid.distributed.collective.nccl import (
     NcclUnavailableError,
     check_nccl,
     create_session,
     destroy_session,
     probe_gpus,
 )
-from dask_fluid.distributed.rpc import abort_job_sync
+from dask_fluid.distributed.comm import transport
+from dask_fluid.distributed.comm.rpc import abort_job_sync
+from dask_fluid.distributed.errors import WorkerLostError
+from dask_fluid.distributed.launch import malloc
+from dask_fluid.distributed.launch.data import (
+    DataPartition,
+    batch_indices,
+    local_arrays,
+    partition_by_worker,
+)
+from dask_fluid.distributed.launch.events import Callback, TrainResult, publish, step_event
+from dask_fluid.distributed.launch.tasks import TaskSpec, live_workers, new_job_id, run_tasks
 from dask_fluid.flags import RPCFlags
 from dask_fluid.framework import (
     OP_ROLE_KEY,
@@ -442,12 +444,12 @@ def _result(results: list[dict], fetch_names: list[str], backend: str, steps: in
 
 def _make_comm(cfg: dict, worker: Any, rank: int) -> Any:
     if cfg["backend"] == "nccl":
-        from dask_fluid.distributed.nccl import NcclCommunicator  # noqa: PLC0415
+        from dask_fluid.distributed.collective.nccl import NcclCommunicator  # noqa: PLC0415
 
         return NcclCommunicator(worker, cfg["job"], rank, cfg["addresses"], cfg["deadline_s"],
                                 session=cfg["session"])
-    from dask_fluid.distributed import tcp_ring  # noqa: PLC0415
-    from dask_fluid.distributed.ring import RingCommunicator  # noqa: PLC0415
+    from dask_fluid.distributed.collective import tcp_ring  # noqa: PLC0415
+    from dask_fluid.distributed.collective.ring import RingCommunicator  # noqa: PLC0415
 
     # direct sockets between neighbours unless the job asked for Dask comms (see tcp_ring for why)
     kind = tcp_ring.TcpRingCommunicator if cfg["transport"] == "tcp" else RingCommunicator

@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from dask_fluid.distributed import rpc
+from dask_fluid.distributed.collective.ring import Communicator
+from dask_fluid.distributed.comm import rpc
 from dask_fluid.distributed.errors import DeadlineExceededError, JobAbortedError
-from dask_fluid.distributed.ring import Communicator
 
 __all__ = [
     "GpuInfo",
@@ -279,7 +279,7 @@ def _nccl_dtype(nccl: Any, dtype: np.dtype) -> int:
 
 
 class NcclCommunicator(Communicator):
-    """A :class:`~dask_fluid.distributed.ring.Communicator` on ``cupy.cuda.nccl``.
+    """A :class:`~dask_fluid.distributed.collective.ring.Communicator` on ``cupy.cuda.nccl``.
 
     Create it inside the trainer task, one per rank, after the client called
     :func:`create_session`. Arrays may be cupy (reduced in place on the device) or numpy

@@ -4,7 +4,7 @@ Why not only Dask RPC: profiled on 2 cores (reference MLP, 2 pservers + 2 traine
 worker's event loop was busy about 70% of the time with tornado, msgpack and the thread hops of
 the step's requests, and the trainers spent 60% of their time waiting for it. Here a trainer
 writes its push to a socket from its own thread and a thread of the pserver answers from the
-shard's thread-safe core (:class:`~dask_fluid.distributed.pserver.PServerShard`), as Fluid's
+shard's thread-safe core (:class:`~dask_fluid.distributed.pserver.shard.PServerShard`), as Fluid's
 gRPC server threads do; the worker's event loop is not involved.
 
 Dask stays the control plane: the trainer learns the listening address from the shard's job
@@ -20,9 +20,9 @@ import threading
 import time
 from typing import Any
 
-from .errors import DistributedTrainingError
-from .rpc import _error, unpack_arrays
-from .wire import POLL_S, Connection, PeerClosed, WireTimeout, accept, token
+from ..comm.rpc import _error, unpack_arrays
+from ..comm.wire import POLL_S, Connection, PeerClosed, WireTimeout, accept, token
+from ..errors import DistributedTrainingError
 
 __all__ = ["ShardServer", "greeting"]
 

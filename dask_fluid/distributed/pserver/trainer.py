@@ -33,13 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from ..executor import Executor, RunContext, Scope
-from ..flags import RPCFlags
-from ..framework import Program
-from ..ops import registry
-from . import events, rpc
-from .data import batch_indices, local_arrays
-from .errors import (
+from ...executor import Executor, RunContext, Scope
+from ...flags import RPCFlags
+from ...framework import Program
+from ...ops import registry
+from ..comm import rpc
+from ..comm.rpc import pack_arrays, unpack_arrays
+from ..comm.wire import Connection, PeerClosed, WireTimeout, connect
+from ..errors import (
     DeadlineExceededError,
     DistributedTrainingError,
     JobAbortedError,
@@ -47,11 +48,11 @@ from .errors import (
     ServiceNotFoundError,
     WorkerLostError,
 )
-from .malloc import training_malloc
-from .pserver import PServerShard, flatten_tensors, service_name, unflatten_tensors
-from .rpc import pack_arrays, unpack_arrays
+from ..launch import events
+from ..launch.data import batch_indices, local_arrays
+from ..launch.malloc import training_malloc
+from .shard import PServerShard, flatten_tensors, service_name, unflatten_tensors
 from .shard_server import greeting
-from .wire import Connection, PeerClosed, WireTimeout, connect
 
 __all__ = ["HOST_KEY", "PServerClient", "TrainerSpec", "run_trainer"]
 

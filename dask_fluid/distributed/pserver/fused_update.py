@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..framework import Block
+from ...framework import Block
 
 __all__ = ["FusedUpdate", "plan"]
 

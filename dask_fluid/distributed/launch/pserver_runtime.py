@@ -19,19 +19,20 @@ from typing import Any
 import dask.config
 import numpy as np
 
-from ..flags import RPCFlags
-from ..framework import Program, Variable, default_main_program, default_startup_program
-from ..transpiler import DistributeTranspiler, DistributeTranspilerConfig, summarize
-from . import checkpoint as ckpt
-from . import malloc, transport
+from ...flags import RPCFlags
+from ...framework import Program, Variable, default_main_program, default_startup_program
+from ...transpiler import DistributeTranspiler, DistributeTranspilerConfig, summarize
+from ..comm import transport
+from ..comm.rpc import ensure_plugin
+from ..errors import DistributedTrainingError, WorkerLostError
+from ..pserver import checkpoint as ckpt
+from ..pserver.shard import ShardSpec, TableShard, run_pserver
+from ..pserver.trainer import TrainerSpec, run_trainer
+from . import malloc
 from .data import partition_by_worker
-from .errors import DistributedTrainingError, WorkerLostError
 from .events import Callback, TrainResult
-from .launch import TaskSpec, live_workers, new_job_id, run_tasks
 from .placement import Placement, place_pservers
-from .pserver import ShardSpec, TableShard, run_pserver
-from .rpc import ensure_plugin
-from .trainer import TrainerSpec, run_trainer
+from .tasks import TaskSpec, live_workers, new_job_id, run_tasks
 
 __all__ = ["train_pserver"]
 

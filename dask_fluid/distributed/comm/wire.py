@@ -29,8 +29,8 @@ from urllib.parse import urlsplit
 import numpy as np
 from distributed.protocol import pickle
 
-from dask_fluid.distributed import shared_payload
-from dask_fluid.distributed.rpc import _PACK_ALIGN
+from dask_fluid.distributed.comm import shared_payload
+from dask_fluid.distributed.comm.rpc import _PACK_ALIGN
 
 __all__ = ["POLL_S", "SHM_MIN_BYTES", "Connection", "PeerClosed", "WireTimeout", "accept",
            "connect", "layout", "recv_message", "send_message", "token", "worker_host"]

@@ -1,0 +1,1 @@
+"""Placing programs and data on Dask workers, and watching them run."""
