@@ -15,7 +15,8 @@ program sees:
 - :func:`compose` marks a finished reader with a private sentinel, so a reader that yields
   ``None`` is not mistaken for an exhausted one.
 - :func:`multiprocess_reader` forks real processes (one per reader) and joins them; where
-  ``fork`` does not exist it raises :class:`NotImplementedError`.
+  ``fork`` does not exist it raises :class:`NotImplementedError`. A child reports a failure with
+  a marker of its own, so a sample ``""`` is a sample (Paddle took it for a failure).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import queue
 import random
 import subprocess
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -452,8 +454,19 @@ def xmap_readers(
 # -- multiprocess_reader ----------------------------------------------------------------------
 
 
-def _read_into_queue(reader: Reader, q: Any) -> None:
-    """Child process body (queue mode): samples, then None; "" if the reader failed."""
+class _ChildFailed:
+    """Sent by a child whose reader raised (or yielded None) instead of its next sample.
+
+    Paddle sends the sample ``""`` for this, so a reader yielding ``""`` looked like a failure;
+    a marker of its own type cannot be confused with a sample.
+    """
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+def _read_into_queue(reader: Reader, q: Any, index: int) -> None:
+    """Child process body (queue mode): samples, then None; a _ChildFailed if the reader failed."""
     try:
         for sample in reader():
             if sample is None:
@@ -461,12 +474,12 @@ def _read_into_queue(reader: Reader, q: Any) -> None:
             q.put(sample)
         q.put(None)
     except BaseException:
-        q.put("")
+        q.put(_ChildFailed(index))
         raise  # multiprocessing prints the child's traceback
 
 
 def _read_into_pipe(reader: Reader, conn: Any) -> None:
-    """Child process body (pipe mode): JSON samples, then null; "" if the reader failed."""
+    """Child process body (pipe mode): JSON samples, then JSON null; a _ChildFailed on failure."""
     try:
         for sample in reader():
             if sample is None:
@@ -474,16 +487,31 @@ def _read_into_pipe(reader: Reader, conn: Any) -> None:
             conn.send(json.dumps(sample))
         conn.send(json.dumps(None))
     except BaseException:
-        conn.send(json.dumps(""))
+        conn.send(_ChildFailed(0))
         raise
     finally:
         conn.close()
 
 
-def _stop_processes(processes: Sequence[Any], completed: bool) -> None:
+# How long a child that reported a failure gets to print its traceback and exit.
+_FAILED_CHILD_GRACE_S = 2.0
+
+
+def _stop_processes(processes: Sequence[Any], outcome: str, failed: Any = None) -> None:
+    """Join the children.
+
+    ``outcome`` is "completed", "abandoned" (the consumer stopped early) or "failed" (a child
+    reported an error; ``failed`` is that child, or None if it is not known which one). A failed
+    child gets a moment to print its traceback; the others are terminated, as they may be blocked
+    on a queue or pipe nobody reads any more.
+    """
+    deadline = time.monotonic() + _FAILED_CHILD_GRACE_S
     for p in processes:
-        if not completed and p.is_alive():
-            p.terminate()  # it may be blocked on a full queue or pipe nobody reads any more
+        if outcome != "completed":
+            if outcome == "failed" and failed in (None, p):
+                p.join(timeout=max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.terminate()
         p.join()
 
 
@@ -510,7 +538,8 @@ def multiprocess_reader(
     Returns
     -------
     callable
-        The merged reader. A reader that raises, or yields None, makes it raise ValueError.
+        The merged reader. A reader that raises, or yields None, makes it raise ValueError; the
+        child's traceback goes to its standard error.
 
     Raises
     ------
@@ -536,10 +565,12 @@ def multiprocess_reader(
 
     def queue_reader() -> Iterator[Any]:
         q = ctx.Queue(queue_size)
-        processes = [ctx.Process(target=_read_into_queue, args=(r, q)) for r in readers]
+        processes = [
+            ctx.Process(target=_read_into_queue, args=(r, q, i)) for i, r in enumerate(readers)
+        ]
         for p in processes:
             p.start()
-        completed = False
+        outcome, failed = "abandoned", None
         try:
             finished = 0
             while finished < len(readers):
@@ -552,15 +583,16 @@ def multiprocess_reader(
                     raise
                 if sample is None:
                     finished += 1
-                elif isinstance(sample, str) and sample == "":
+                elif isinstance(sample, _ChildFailed):
+                    outcome, failed = "failed", processes[sample.index]
                     raise ValueError(
                         "multiprocess_reader failed to put data into the multiprocessing.Queue."
                     )
                 else:
                     yield sample
-            completed = True
+            outcome = "completed"
         finally:
-            _stop_processes(processes, completed)
+            _stop_processes(processes, outcome, failed)
 
     def pipe_reader() -> Iterator[Any]:
         conns = []
@@ -572,27 +604,30 @@ def multiprocess_reader(
             processes[-1].start()
             # Only the child holds its end now, so recv() fails (EOFError) if the child dies.
             child_conn.close()
-        completed = False
+        process_of = dict(zip(conns, processes, strict=True))
+        outcome, failed = "abandoned", None
         try:
             # Round-robin: one sample from each reader still running, in turn.
             while conns:
                 for conn in list(conns):
-                    sample = json.loads(conn.recv())
-                    if sample is None:
-                        conn.close()
-                        conns.remove(conn)
-                    elif sample == "":
+                    message = conn.recv()
+                    if isinstance(message, _ChildFailed):
+                        outcome, failed = "failed", process_of[conn]
                         raise ValueError(
                             "multiprocess_reader failed to send data into the "
                             "multiprocessing.Pipe."
                         )
+                    sample = json.loads(message)
+                    if sample is None:
+                        conn.close()
+                        conns.remove(conn)
                     else:
                         yield sample
-            completed = True
+            outcome = "completed"
         finally:
             for conn in conns:
                 conn.close()
-            _stop_processes(processes, completed)
+            _stop_processes(processes, outcome, failed)
 
     return pipe_reader if use_pipe else queue_reader
 

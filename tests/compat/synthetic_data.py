@@ -1,0 +1,261 @@
+"""Small synthetic stand-ins for Paddle's dataset files, written into a dataset cache directory.
+
+Each ``write_*`` function writes files in exactly the published format, at the path
+``paddle.dataset.common.download`` expects under ``data_home`` (``<data_home>/<module>/<name from
+the URL>``), and registers each as a local substitute (``common.register_substitute``), so the
+dataset readers accept them without network access and without patching any md5. Point the
+readers at ``data_home`` with ``monkeypatch.setattr(common, "DATA_HOME", data_home)`` in-process,
+or with the environment variable ``DASK_FLUID_DATA_HOME`` for a subprocess.
+
+Everything is deterministic for a given ``seed`` and takes milliseconds.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import tarfile
+from collections.abc import Sequence
+
+import numpy as np
+
+from dask_fluid.compat.dataset import common, imdb, imikolov, mnist, uci_housing
+
+__all__ = ["write_imdb", "write_imikolov", "write_mnist", "write_uci_housing"]
+
+
+def _cache_file(data_home: str | os.PathLike, module: str, url: str) -> str:
+    dirname = os.path.join(os.fspath(data_home), module)
+    os.makedirs(dirname, exist_ok=True)
+    return os.path.join(dirname, url.split("/")[-1])
+
+
+def _write_gzip(path: str, payload: bytes) -> None:
+    # mtime=0: the same bytes (and md5) on every run
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
+        f.write(payload)
+
+
+def _write_tgz(path: str, members: Sequence[tuple[str, bytes]]) -> None:
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+        with tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
+            for name, data in members:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                info.mtime = 0
+                tar.addfile(info, io.BytesIO(data))
+
+
+# -- mnist ------------------------------------------------------------------------------------
+
+
+def _idx_images(images: np.ndarray) -> bytes:
+    n, rows, cols = images.shape
+    header = np.array([mnist.IMAGE_MAGIC, n, rows, cols], dtype=">u4").tobytes()
+    return header + images.astype(np.uint8).tobytes()
+
+
+def _idx_labels(labels: np.ndarray) -> bytes:
+    header = np.array([mnist.LABEL_MAGIC, len(labels)], dtype=">u4").tobytes()
+    return header + labels.astype(np.uint8).tobytes()
+
+
+def write_mnist(
+    data_home: str | os.PathLike, n_train: int = 200, n_test: int = 100, seed: int = 0
+) -> str:
+    """Write the four MNIST IDX files (28x28 digits) under ``data_home/mnist``.
+
+    Images are noise plus a bright bar whose position depends on the label, so a model can learn
+    them; every pixel value 0..255 is possible.
+
+    Parameters
+    ----------
+    data_home : path
+        The dataset cache directory.
+    n_train, n_test : int
+        Samples in each set. Paddle reads 100 at a time; any count works here.
+    seed : int
+        Seed of the generator.
+
+    Returns
+    -------
+    str
+        The directory ``data_home/mnist``.
+    """
+    rng = np.random.default_rng(seed)
+    files = (
+        (n_train, mnist.TRAIN_IMAGE_URL, mnist.TRAIN_LABEL_URL),
+        (n_test, mnist.TEST_IMAGE_URL, mnist.TEST_LABEL_URL),
+    )
+    for n, image_url, label_url in files:
+        labels = rng.integers(0, 10, n)
+        images = rng.integers(0, 96, (n, 28, 28))
+        for i, label in enumerate(labels):
+            images[i, 2 + 2 * label : 4 + 2 * label, 4:24] = rng.integers(200, 256, (2, 20))
+        for url, payload in ((image_url, _idx_images(images)), (label_url, _idx_labels(labels))):
+            path = _cache_file(data_home, "mnist", url)
+            _write_gzip(path, payload)
+            common.register_substitute(path)
+    return os.path.join(os.fspath(data_home), "mnist")
+
+
+# -- uci_housing ------------------------------------------------------------------------------
+
+# Plausible ranges of the 13 features and the price, after the real file.
+_HOUSING_RANGES = (
+    (0.006, 89.0), (0.0, 100.0), (0.46, 27.7), (0.0, 1.0), (0.385, 0.871), (3.56, 8.78),
+    (2.9, 100.0), (1.13, 12.1), (1.0, 24.0), (187.0, 711.0), (12.6, 22.0), (0.32, 396.9),
+    (1.73, 37.97), (5.0, 50.0),
+)
+
+
+def write_uci_housing(data_home: str | os.PathLike, n_rows: int = 50, seed: int = 0) -> str:
+    """Write ``housing.data`` (``n_rows`` rows of 13 features and a price) under ``data_home``.
+
+    Rows are fixed-width, space-separated, as in the published file; CHAS is 0 or 1 and RAD an
+    integer, like theirs.
+
+    Returns
+    -------
+    str
+        The path of the file.
+    """
+    rng = np.random.default_rng(seed)
+    lows, highs = np.array(_HOUSING_RANGES).T
+    data = lows + rng.random((n_rows, len(_HOUSING_RANGES))) * (highs - lows)
+    data[:, 3] = rng.integers(0, 2, n_rows)
+    data[:, 8] = np.round(data[:, 8])
+    lines = [" ".join(f"{v:8.4f}" for v in row) for row in data]
+    path = _cache_file(data_home, "uci_housing", uci_housing.URL)
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    common.register_substitute(path)
+    return path
+
+
+# -- imikolov ---------------------------------------------------------------------------------
+
+
+def write_imikolov(
+    data_home: str | os.PathLike,
+    n_train_lines: int = 300,
+    n_valid_lines: int = 60,
+    vocab: Sequence[str] | None = None,
+    n_rare: int = 40,
+    seed: int = 0,
+) -> str:
+    """Write ``simple-examples.tgz`` (PTB-style text) under ``data_home/imikolov``.
+
+    The corpus (train and valid lines together) holds each ``vocab`` word ``60 + 7 k`` times (k
+    its position), ``n_rare`` rare words 3 times each and 70 ``<unk>`` tokens, shuffled and cut
+    into lines of random length. So ``build_dict()`` (``min_word_freq=50``) keeps exactly the
+    ``vocab`` words, ``b"<unk>"``, ``<s>``, ``<e>`` plus ``"<unk>"`` (34 entries with the default
+    30 words) and ``train(word_dict, 5)`` yields about 3,500 5-grams; the archive is ~15 KB.
+
+    Parameters
+    ----------
+    data_home : path
+        The dataset cache directory.
+    n_train_lines, n_valid_lines : int
+        Lines of ``ptb.train.txt`` and ``ptb.valid.txt``.
+    vocab : sequence of str, optional
+        The frequent words (default ``word00`` ... ``word29``).
+    n_rare : int
+        Number of words seen 3 times, which read as ``<unk>``.
+    seed : int
+        Seed of the generator.
+
+    Returns
+    -------
+    str
+        The path of the archive.
+    """
+    rng = np.random.default_rng(seed)
+    vocab = [f"word{k:02d}" for k in range(30)] if vocab is None else list(vocab)
+    n_lines = n_train_lines + n_valid_lines
+    tokens: list[str] = []
+    for k, word in enumerate(vocab):
+        count = 60 + 7 * k
+        # No word as frequent as <s> and <e> (one a line): Paddle could not sort such a tie.
+        count += count == n_lines
+        tokens += [word] * count
+    for k in range(n_rare):
+        tokens += [f"rare{k:02d}"] * 3
+    tokens += ["<unk>"] * 70
+    tokens = [tokens[i] for i in rng.permutation(len(tokens))]
+    if n_lines > len(tokens):
+        raise ValueError(f"{n_lines} lines need more than the {len(tokens)} tokens written.")
+    cuts = np.sort(rng.choice(np.arange(1, len(tokens)), n_lines - 1, replace=False))
+    lines = [" " + " ".join(part) + " \n" for part in np.split(np.array(tokens), cuts)]
+    text = {
+        "train": "".join(lines[:n_train_lines]).encode(),
+        "valid": "".join(lines[n_train_lines:]).encode(),
+        "test": "".join(lines[:5]).encode(),
+    }
+    path = _cache_file(data_home, "imikolov", imikolov.URL)
+    _write_tgz(
+        path,
+        [
+            ("./simple-examples/README", b"synthetic stand-in for simple-examples.tgz\n"),
+            (imikolov.TRAIN_FILENAME, text["train"]),
+            (imikolov.TEST_FILENAME, text["valid"]),
+            ("./simple-examples/data/ptb.test.txt", text["test"]),
+        ],
+    )
+    common.register_substitute(path)
+    return path
+
+
+# -- imdb -------------------------------------------------------------------------------------
+
+_IMDB_WORDS = (
+    "the a and of to is it this movie film was in that i but for with as good bad great plot "
+    "acting story characters boring terrible wonderful awful best worst love hate fun scenes "
+    "director ending music script"
+).split()
+
+
+def write_imdb(
+    data_home: str | os.PathLike, n_per_class: int = 20, n_words: int = 60, seed: int = 0
+) -> str:
+    """Write ``aclImdb_v1.tar.gz`` under ``data_home/imdb``.
+
+    ``n_per_class`` reviews in each of ``aclImdb/{train,test}/{pos,neg}/`` (named
+    ``<id>_<rating>.txt``), plus members the readers must skip (``train/unsup``, ``imdb.vocab``,
+    ``README``). Reviews mix capitals, punctuation and ``<br />`` as real ones do; words are drawn
+    with Zipf-like frequencies, so ``word_dict()`` (cutoff 150) keeps the few commonest ones.
+
+    Returns
+    -------
+    str
+        The path of the archive.
+    """
+    rng = np.random.default_rng(seed)
+    weights = 1.0 / np.arange(1, len(_IMDB_WORDS) + 1)
+    weights /= weights.sum()
+    decorations = ("", "", "", ",", ".", "!", "'s", "?")
+
+    def review() -> bytes:
+        words = rng.choice(_IMDB_WORDS, n_words, p=weights)
+        out = []
+        for i, w in enumerate(words):
+            w = w.capitalize() if rng.random() < 0.2 else str(w)
+            out.append(w + decorations[rng.integers(len(decorations))])
+            if i == n_words // 2:
+                out.append("<br /><br />")
+        return (" ".join(out) + "\n").encode()
+
+    members = [("aclImdb/README", b"synthetic stand-in for aclImdb_v1\n")]
+    members.append(("aclImdb/imdb.vocab", "\n".join(_IMDB_WORDS).encode()))
+    for split in ("train", "test"):
+        for label, ratings in (("pos", (7, 10)), ("neg", (1, 4))):
+            for i in range(n_per_class):
+                rating = rng.integers(ratings[0], ratings[1] + 1)
+                members.append((f"aclImdb/{split}/{label}/{i}_{rating}.txt", review()))
+        if split == "train":
+            members.append(("aclImdb/train/unsup/0_0.txt", review()))
+    path = _cache_file(data_home, "imdb", imdb.URL)
+    _write_tgz(path, members)
+    common.register_substitute(path)
+    return path
