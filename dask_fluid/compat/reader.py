@@ -684,20 +684,24 @@ class PipeReader:
         # An incremental decoder, so a UTF-8 character split across two reads stays whole.
         text = codecs.getincrementaldecoder("utf-8")()
         remained = ""
-        while True:
-            buff = self.process.stdout.read(self.bufsize)
-            if not buff:
-                break
-            if self.dec is not None:
-                buff = self.dec.decompress(buff)
-            chunk = text.decode(buff)
-            if not cut_lines:
-                if chunk:
-                    yield chunk
-                continue
-            *lines, remained = (remained + chunk).split(line_break)
-            yield from lines
-        self.process.wait()
+        try:
+            while True:
+                buff = self.process.stdout.read(self.bufsize)
+                if not buff:
+                    break
+                if self.dec is not None:
+                    buff = self.dec.decompress(buff)
+                chunk = text.decode(buff)
+                if not cut_lines:
+                    if chunk:
+                        yield chunk
+                    continue
+                *lines, remained = (remained + chunk).split(line_break)
+                yield from lines
+        finally:
+            # Also when the consumer stops early: the command then exits on a broken pipe.
+            self.process.stdout.close()
+            self.process.wait()
         tail = remained + text.decode(b"", final=True)
         if tail:
             if cut_lines:
