@@ -210,11 +210,11 @@ class Executor:
                     raise ExecutionError(
                         f"op {op.type!r} (#{idx} in block {block.idx}) reads {slot}={name!r}, "
                         "which is neither fed, in the scope, nor written by an earlier op")
-            if opdef.kernel is None:
+            kernel = opdef.resolve()
+            if kernel is None:
                 raise ExecutionError(
-                    f"op {op.type!r} (#{idx} in block {block.idx}) has no kernel here; "
-                    + ("run the transpiled program through dask_fluid.distributed"
-                       if opdef.host else "it cannot be executed"))
+                    f"op {op.type!r} (#{idx} in block {block.idx}) has no kernel here: it "
+                    "cannot be executed")
             attrs = dict(op.attrs)
             if op.type in ("uniform_random", "gaussian_random", "truncated_gaussian_random",
                            "fill_constant", "fake_init"):
@@ -232,7 +232,7 @@ class Executor:
             outs = tuple((slot, tuple(names)) for slot, names in op.outputs.items())
             out_slots = tuple(slot for slot, names in op.outputs.items()
                               if any(n != EMPTY_VAR for n in names))
-            steps.append(_Step(op, opdef.kernel, ins, outs, out_slots, attrs, opdef.host,
+            steps.append(_Step(op, kernel, ins, outs, out_slots, attrs, opdef.host,
                                rng_key))
             known.update(n for _, names in outs for n in names)
         return _Compiled(steps)
@@ -252,15 +252,18 @@ class Executor:
         vals = scope.vars
         for i, step in enumerate(self._compiled(program, block, feed_names, scope).steps):
             try:
-                ins = {slot: [None if n == EMPTY_VAR else vals[n] for n in names]
-                       for slot, names in step.ins}
                 attrs = step.attrs
                 if step.rng_key is not None:
                     attrs = dict(attrs, _rng=scope.rng(step.rng_key, attrs["seed"]))
                 if step.host:
+                    # a host op may name variables it does not read (listen_and_serv's
+                    # gradients arrive later, control-dependency dummies): None where unset
+                    ins = {slot: [vals.get(n) for n in names] for slot, names in step.ins}
                     ctx = RunContext(self, scope, program, block, step.op)
                     out = step.kernel(ins, attrs, step.out_slots, ctx)
                 else:
+                    ins = {slot: [None if n == EMPTY_VAR else vals[n] for n in names]
+                           for slot, names in step.ins}
                     out = step.kernel(ins, attrs, step.out_slots)
             except ExecutionError:
                 raise
@@ -367,8 +370,14 @@ class Executor:
         return self._fetch(scope, fetch_names, return_numpy)
 
     def close(self) -> None:
-        """Drop compiled blocks."""
+        """Release the executor (Fluid's ``Executor.close``): drop compiled blocks, and tell
+        the runtimes of the host ops it ran, e.g. a trainer's pservers that it is done."""
         self._cache.clear()
+        hooks, self.host_context = self.host_context, {}
+        for hook in hooks.values():
+            on_close = getattr(hook, "on_executor_close", None)
+            if on_close is not None:
+                on_close()
 
 
 def _conditional_block(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:

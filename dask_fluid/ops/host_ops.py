@@ -2,27 +2,30 @@
 NCCL id exchange, control flow, checkpointing and the pserver's sparse table lookup.
 
 They have no kernel here; the executor or the distributed runtime supplies one with
-:func:`dask_fluid.ops.registry.set_kernel`. Attr defaults follow Fluid 1.x (v1.6+).
+:func:`dask_fluid.ops.registry.set_kernel`, the RPC ops' from the module named as their
+``provider`` (imported when a program first needs it). Attr defaults follow Fluid 1.x (v1.6+).
 """
 
 from __future__ import annotations
 
 from .registry import register_signature
 
+_PSERVER_OPS = "dask_fluid.distributed.pserver.ops"
+
 register_signature("send", ("X",), ("Out",),
                    {"epmap": [], "sections": [], "send_varnames": [], "sync_mode": True,
                     "trainer_id": 0},
-                   optional=("X",))
+                   optional=("X",), provider=_PSERVER_OPS)
 register_signature("recv", ("X",), ("Out",),
                    {"epmap": [], "trainer_id": 0, "with_barrier": True, "recv_varnames": [],
                     "sync_mode": True},
-                   optional=("X",))
+                   optional=("X",), provider=_PSERVER_OPS)
 register_signature("send_barrier", ("X",), ("Out",),
                    {"endpoints": [], "trainer_id": 0, "half_async": False, "sync_mode": True},
-                   optional=("X",))
+                   optional=("X",), provider=_PSERVER_OPS)
 register_signature("fetch_barrier", ("X",), ("Out",),
                    {"endpoints": [], "trainer_id": 0},
-                   optional=("X",))
+                   optional=("X",), provider=_PSERVER_OPS)
 register_signature("listen_and_serv", ("X",), (),
                    {"endpoint": "", "Fanin": 1, "optimize_blocks": [], "grad_to_block_id": [],
                     "sparse_grad_to_param": [], "sync_mode": True, "dc_asgd": False,
@@ -30,9 +33,9 @@ register_signature("listen_and_serv", ("X",), (),
                     "rpc_send_thread_num": 12, "rpc_get_thread_num": 12,
                     "rpc_prefetch_thread_num": 12, "pserver_id": 0, "distributed_mode": 0,
                     "checkpint_block_id": -1},
-                   optional=("X",))
+                   optional=("X",), provider=_PSERVER_OPS)
 register_signature("prefetch", ("X",), ("Out",),
-                   {"epmap": [], "table_names": [], "trainer_id": 0})
+                   {"epmap": [], "table_names": [], "trainer_id": 0}, provider=_PSERVER_OPS)
 register_signature("gen_nccl_id", (), ("NCCLID",),
                    {"trainers": [], "trainer_id": 0, "nccl_comm_num": 1, "endpoint": "",
                     "endpoint_list": [], "use_hierarchical_allreduce": False})

@@ -9,6 +9,7 @@ from output slot to a list of arrays. Kernels take their array module from their
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,15 @@ class OpDef:
     optional: tuple[str, ...] = ()
     #: run by the executor's host (control flow, RPC) rather than as a pure kernel
     host: bool = False
+    #: the module that gives this op its kernel, imported the first time the kernel is needed
+    #: (the RPC ops' kernels live with the distributed runtime, above the op table)
+    provider: str | None = None
+
+    def resolve(self) -> Kernel | None:
+        """The kernel, importing :attr:`provider` first if it has not set it yet."""
+        if self.kernel is None and self.provider is not None:
+            importlib.import_module(self.provider)
+        return self.kernel
 
 
 _OPS: dict[str, OpDef] = {}
@@ -59,10 +69,11 @@ def register(
 
 
 def register_signature(type: str, inputs=(), outputs=(), attrs=None, *, optional=(),
-                       host: bool = True) -> None:
-    """Register an op that has no kernel here (RPC and control ops run by a host)."""
+                       host: bool = True, provider: str | None = None) -> None:
+    """Register an op that has no kernel here (RPC and control ops run by a host);
+    ``provider`` names the module that sets its kernel (imported on first use)."""
     _OPS[type] = OpDef(type, tuple(inputs), tuple(outputs), dict(attrs or {}), None, None,
-                       tuple(optional), host)
+                       tuple(optional), host, provider)
 
 
 def set_kernel(type: str, kernel: Kernel) -> None:

@@ -169,8 +169,12 @@ def add_table_blocks(builder: _Builder, parent: int) -> dict:
     builder.log("pserver %s: table %s shard %d %s, optimize block %d, prefetch %s, "
                 "checkpoint block %d", builder.ep, table.name, k, list(shard_shape), blk.idx,
                 prefetch, cblk.idx)
+    # what the pserver needs to serve its shard (not a Fluid attr: Fluid's table is keyed by
+    # global id and grows, here shard k holds the ids id % P == k at row id // P)
     return {"prefetch_var_name_to_block_id": prefetch, "checkpint_block_id": cblk.idx,
-            "param_varnames": [*_params_on(builder), table.name]}
+            "param_varnames": [*_params_on(builder), table.name],
+            "lookup_table_shard": [table.name, table.grad, len(plan.endpoints),
+                                   table.shard_rows]}
 
 
 def _params_on(builder: _Builder) -> list[str]:

@@ -16,8 +16,9 @@ import pytest
 from dask_fluid.distributed.comm import wire
 from dask_fluid.distributed.comm.rpc import pack_arrays, unpack_arrays
 from dask_fluid.distributed.errors import JobAbortedError
-from dask_fluid.distributed.pserver.shard import PServerShard, ShardSpec
+from dask_fluid.distributed.pserver.shard import PServerShard, Schedule, ServeOptions
 from dask_fluid.distributed.pserver.shard_server import greeting
+from dask_fluid.executor import Executor, Scope
 from dask_fluid.flags import RPCFlags
 from dask_fluid.transpiler import DistributeTranspiler
 
@@ -26,15 +27,24 @@ from ..transpiler.models import config, reference_mlp
 EP = "127.0.0.1:6174"
 
 
-def _spec(trainers: int, sync: bool, dc: bool = False, **kw) -> tuple[ShardSpec, list[str]]:
+def _spec(trainers: int, sync: bool, dc: bool = False, **kw):
+    """A factory of shards of the reference MLP's one pserver (3 steps per trainer, 1 epoch),
+    and the gradient names."""
     main, startup, _ = reference_mlp()
     t = DistributeTranspiler(config(enable_dc_asgd=dc))
     t.transpile(0, program=main, startup_program=startup, pservers=EP, trainers=trainers,
                 sync_mode=sync)
     ps_main, ps_startup = t.get_pserver_programs(EP)
-    spec = ShardSpec("job", EP, 0, 1, ps_main.to_json(), ps_startup.to_json(), trainers,
-                     [f"w{i}" for i in range(trainers)], [3] * trainers, 1, sync, **kw)
-    return spec, [pp.grad for pp in t.plan.params]
+    kw.setdefault("schedule", Schedule((3,) * trainers, 1))
+
+    def make(loop=None) -> PServerShard:
+        scope = Scope()
+        Executor().run(ps_startup, scope=scope)
+        options = ServeOptions(secret=b"job", trainer_names=[f"w{i}" for i in range(trainers)],
+                               bind=("127.0.0.1", 0), loop=loop, **kw)
+        return PServerShard(ps_main, scope, options)
+
+    return make, [pp.grad for pp in t.plan.params]
 
 
 def _grads(spec_names: list[str], suffix: str, value: float) -> dict:
@@ -50,7 +60,7 @@ def _push_pull(shard, tid, round_index, grads, want):
 
 def test_sync_push_waits_for_every_trainer_then_averages():
     spec, grads = _spec(2, True)
-    shard = PServerShard(spec, None)
+    shard = spec()
     w0 = shard.scope.get("fc_0.w_0").copy()
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         first = pool.submit(_push_pull, shard, 0, 0, _grads(grads, ".trainer_0", 1.0),
@@ -69,7 +79,7 @@ def test_a_push_never_waits_for_other_trainers_only_the_reply_does():
     # a trainer pushes to every pserver before it waits for any reply: with two pservers on
     # its own worker, waiting inside the first push would deadlock the step
     spec, grads = _spec(2, True)
-    shard = PServerShard(spec, None)
+    shard = spec()
     release = shard.push(0, 0, _grads(grads, ".trainer_0", 1.0))  # returns at once
     assert release == 0 and shard.round == 0
     shard.push(1, 0, _grads(grads, ".trainer_1", 1.0))  # completes the step: optimizes here
@@ -79,7 +89,7 @@ def test_a_push_never_waits_for_other_trainers_only_the_reply_does():
 
 def test_an_abort_wakes_a_waiting_trainer_with_the_reason():
     spec, grads = _spec(2, True)
-    shard = PServerShard(spec, None)
+    shard = spec()
     release = shard.push(0, 0, _grads(grads, ".trainer_0", 1.0))
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(shard.reply, 0, release, ("fc_2.b_0",))
@@ -94,7 +104,7 @@ def test_dask_handler_answers_with_packed_copies():
     spec, grads = _spec(1, True)
 
     async def main():
-        shard = PServerShard(spec, asyncio.get_running_loop())
+        shard = spec(asyncio.get_running_loop())
         meta, buf = pack_arrays(_grads(grads, "", 1.0))
         header, rmeta, rbuf = await shard.request(
             0, {"method": "push_pull", "round": 0, "want": ["fc_2.b_0"], "sparse": {}},
@@ -110,14 +120,14 @@ def test_dask_handler_answers_with_packed_copies():
 
 def test_direct_data_path_serves_greeted_trainers_and_drops_strangers():
     spec, grads = _spec(1, True)
-    shard = PServerShard(spec, None)
-    shard.start_server("127.0.0.1")
+    shard = spec()
+    shard.start_server()
     host, port = shard.endpoint_info()["host"], shard.endpoint_info()["port"]
     stranger = socket.create_connection((host, port), timeout=5)
     stranger.sendall(b"\0" * 36)
     assert stranger.recv(1) == b""  # the shard hung up on it
     stranger.close()
-    conn = wire.connect(host, port, greeting("job", EP, 0), 5)
+    conn = wire.connect(host, port, greeting(b"job", EP, 0), 5)
     try:
         g = _grads(grads, "", 1.0)
         before = shard.scope.get("fc_2.b_0").copy()
@@ -137,12 +147,13 @@ def test_direct_data_path_serves_greeted_trainers_and_drops_strangers():
     finally:
         conn.close()
         shard.close()
-    assert shard.serve().keys() == set(shard.param_names)
+    shard.serve()
+    assert shard.final_params().keys() == set(shard.param_names)
 
 
 def test_dc_asgd_pull_by_trainer_i_refreshes_its_backup():
     spec, grads = _spec(2, False, dc=True)
-    shard = PServerShard(spec, None)
+    shard = spec()
     p0 = shard.scope.get("fc_2.b_0").copy()
     np.testing.assert_array_equal(shard.scope.get("fc_2.b_0.trainer_1_bak"), p0)
     _push_pull(shard, 0, 0, _grads(grads, "", 1.0), [])
@@ -158,7 +169,7 @@ def test_thread_pools_follow_the_flags_and_do_the_work():
     flags = RPCFlags(deadline_ms=5000, send_thread_num=3, get_thread_num=2,
                      prefetch_thread_num=5)
     spec, grads = _spec(1, False, flags=flags, inline_bytes=0)
-    shard = PServerShard(spec, None)
+    shard = spec()
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda _: _push_pull(shard, 0, 0, _grads(grads, "", 1.0), ["fc_0.w_0"]),
                       range(8)))
@@ -171,7 +182,7 @@ def test_thread_pools_follow_the_flags_and_do_the_work():
 
 def test_checkpoint_files_are_complete_and_atomic(tmp_path):
     spec, grads = _spec(1, True, checkpoint_dir=str(tmp_path), checkpoint_every=2)
-    shard = PServerShard(spec, None)
+    shard = spec()
     for step in range(3):
         _push_pull(shard, 0, step, _grads(grads, "", 1.0), [])
     shard.close()

@@ -2,9 +2,10 @@
 
 The client transpiles (one trainer program per trainer id, one program per pserver), keeps the
 data where it lives, maps the pserver endpoints onto workers (:mod:`.placement`), and launches
-one pinned task per pserver (:func:`.pserver.run_pserver`) and per trainer
-(:func:`.trainer.run_trainer`) through :func:`.launch.run_tasks`, which aborts the whole job on
-the first failure. The result holds the full parameters, assembled from the pservers' blocks.
+one pinned task per pserver and per trainer (:mod:`.pserver_tasks`: each runs its transpiled
+program with the executor, as a process started by hand would) through :func:`.tasks.run_tasks`,
+which aborts the whole job on the first failure. The result holds the full parameters,
+assembled from the pservers' blocks.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import concurrent.futures
 import copy
 import logging
 import math
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -26,12 +28,12 @@ from ..comm import transport
 from ..comm.rpc import ensure_plugin
 from ..errors import DistributedTrainingError, WorkerLostError
 from ..pserver import checkpoint as ckpt
-from ..pserver.shard import ShardSpec, TableShard, run_pserver
-from ..pserver.trainer import TrainerSpec, run_trainer
+from ..pserver.shard import Schedule
 from . import malloc
 from .data import partition_by_worker
 from .events import Callback, TrainResult
 from .placement import Placement, place_pservers
+from .pserver_tasks import ShardSpec, TrainerSpec, run_pserver, run_trainer
 from .tasks import TaskSpec, live_workers, new_job_id, run_tasks
 
 __all__ = ["train_pserver"]
@@ -299,11 +301,11 @@ def train_pserver(client: Any, main_program: Program | None = None,
                              "the same data, batch size and pservers")
         start_round, resume_path = info.round + 1, str(info.path)
 
-    job = new_job_id()
+    job, secret = new_job_id(), secrets.token_bytes(32)
     fetch_names = _names(fetch_list)
-    tasks = _pserver_tasks(job, first, placement, n, trainer_workers, schedule, epochs, sync,
-                           flags, start_round, checkpoint_dir, checkpoint_every, resume_path,
-                           data_path, tune_malloc)
+    tasks = _pserver_tasks(job, secret, first, placement, trainer_workers,
+                           Schedule(tuple(schedule), epochs, start_round), flags, checkpoint_dir,
+                           checkpoint_every, resume_path, data_path, tune_malloc)
     on_pservers = {pp.param for pp in first.plan.params}
     if first.plan.table is not None:
         on_pservers.add(first.plan.table.name)
@@ -312,7 +314,7 @@ def train_pserver(client: Any, main_program: Program | None = None,
     workers_of = dict(placement.items())
     for rank, (w, (prog, startup)) in enumerate(zip(trainer_workers, trainer_programs,
                                                     strict=True)):
-        spec = TrainerSpec(job, rank, prog.to_json(), startup.to_json(), workers_of,
+        spec = TrainerSpec(job, secret, rank, prog.to_json(), startup.to_json(), workers_of,
                            feed_names, fetch_names, schedule, epochs, batch_size, shuffle, seed,
                            sync, flags, start_round, keep if rank == 0 else [],
                            tune_malloc)
@@ -341,25 +343,18 @@ def train_pserver(client: Any, main_program: Program | None = None,
                    fetch_names)
 
 
-def _pserver_tasks(job: str, tr: DistributeTranspiler, placement: Placement, n: int,
-                   trainer_workers: list[str], schedule: list[int], epochs: int, sync: bool,
-                   flags: RPCFlags, start_round: int, checkpoint_dir: str | None,
-                   checkpoint_every: Any, resume_path: str | None,
+def _pserver_tasks(job: str, secret: bytes, tr: DistributeTranspiler, placement: Placement,
+                   trainer_workers: list[str], schedule: Schedule, flags: RPCFlags,
+                   checkpoint_dir: str | None, checkpoint_every: Any, resume_path: str | None,
                    data_path: str, tune_malloc: bool) -> list[TaskSpec]:
-    plan = tr.plan
     inline_bytes = dask.config.get(INLINE_BYTES_KEY, None)
     tasks = []
-    for k, (ep, w) in enumerate(placement.items()):
+    for ep, w in placement.items():
         main, startup = tr.get_pserver_programs(ep)
-        table = None
-        if plan.table is not None:
-            table = TableShard(plan.table.name, plan.table.grad, len(plan.endpoints), k,
-                               plan.table.shard_rows)
-        spec = ShardSpec(job, ep, k, len(placement.endpoints), main.to_json(), startup.to_json(),
-                         n, list(trainer_workers), list(schedule), epochs, sync, flags,
-                         start_round, table, None if checkpoint_dir is None else str(
-                             checkpoint_dir), checkpoint_every, resume_path,
-                         inline_bytes, data_path, tune_malloc)
+        spec = ShardSpec(job, secret, ep, main.to_json(), startup.to_json(),
+                         list(trainer_workers), schedule, len(placement.endpoints), flags,
+                         None if checkpoint_dir is None else str(checkpoint_dir),
+                         checkpoint_every, resume_path, inline_bytes, data_path, tune_malloc)
         tasks.append(TaskSpec(w, run_pserver, (spec,), role="pserver", endpoint=ep))
     return tasks
 

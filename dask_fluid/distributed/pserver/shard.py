@@ -1,10 +1,13 @@
-"""The parameter-server shard: one pserver program served from a Dask worker (worker side).
+"""The parameter-server shard: what Fluid's ``listen_and_serv`` op serves.
 
-A :class:`PServerShard` is what Fluid's ``listen_and_serv`` op is: a scope holding the pserver's
-variables, initialised by the pserver startup program (or a checkpoint), and the program's
-optimize blocks, run by the :class:`~dask_fluid.executor.Executor` when gradients arrive. It is
-attached to a worker as a job service (``rpc.attach_service``) by :func:`run_pserver`, a
-long-running task that returns the final parameter blocks when every trainer has completed.
+A :class:`PServerShard` holds a scope with the pserver's variables (initialised by the pserver
+startup program, or a checkpoint) and runs the program's optimize blocks with the
+:class:`~dask_fluid.executor.Executor` when gradients arrive. The ``listen_and_serv`` kernel
+(:mod:`.ops`) builds one over the scope ``exe.run(pserver_program)`` was given and calls
+:meth:`PServerShard.run`, which returns once every trainer has said it is done. Whether the
+pserver is a process started by hand (Fluid's launch style) or a Dask task, this is the one
+pserver loop; :class:`ServeOptions` says what differs (where to bind, the job's schedule,
+checkpoints, the Dask service hook).
 
 Requests. Three ways lead to the same thread-safe core (:meth:`PServerShard.push`,
 :meth:`~PServerShard.reply`, :meth:`~PServerShard.pull_sync`, :meth:`~PServerShard.prefetch_sync`,
@@ -33,10 +36,13 @@ Requests. Three ways lead to the same thread-safe core (:meth:`PServerShard.push
     Rows of the distributed lookup table for global ids (``id % P == k`` live here, at local row
     ``id // P``).
 ``complete``
-    The trainer is done (Fluid's COMPLETE): when all trainers are, :func:`run_pserver` returns.
+    The trainer is done (Fluid's COMPLETE): when all trainers are, :meth:`~PServerShard.run`
+    returns. A trainer whose connection closes before it said so is lost, and fails the job.
 
-Uneven data (sync). Every trainer's number of steps per epoch is known when the job starts (its
-rows and the batch size), so the shard knows which trainers take part in step ``s`` of an epoch:
+Rounds (sync). A pserver started by hand has open-ended rounds: a round completes when every
+trainer that is not done yet has pushed. Under ``train_pserver`` every trainer's number of steps
+per epoch is known when the job starts (its rows and the batch size, a :class:`Schedule`), so
+the shard knows which trainers take part in step ``s`` of an epoch:
 those with more than ``s`` steps. A trainer that has no batch left leaves the barrier for the
 rest of the epoch, and the reply to its last push of the epoch waits until the epoch's last step
 is done, so that every trainer starts the next epoch from the same parameters. In a step with
@@ -58,9 +64,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,21 +78,22 @@ from ...flags import RPCFlags
 from ...framework import Program, VarType
 from ...ops.selected_rows import SelectedRows
 from ...transpiler.plan import TRAINER_ID_VAR
-from ..comm.rpc import Service, attach_service, pack_arrays, unpack_arrays
-from ..comm.wire import worker_host
-from ..errors import DeadlineExceededError, DistributedTrainingError, JobAbortedError
-from ..launch.malloc import training_malloc
+from ..comm.rpc import Service, pack_arrays, unpack_arrays
+from ..errors import DeadlineExceededError, JobAbortedError, WorkerLostError
 from . import checkpoint as ckpt
 from .fused_update import FusedUpdate
 from .fused_update import plan as plan_fused
+from .shard_server import ShardServer, split_endpoint
 
-__all__ = ["PServerShard", "ShardSpec", "TableShard", "decode_tensors", "encode_tensors",
-           "run_pserver", "service_name"]
+__all__ = ["PServerShard", "Schedule", "ServeOptions", "TableShard", "decode_tensors",
+           "encode_tensors", "service_name"]
 
 logger = logging.getLogger(__name__)
 
 _ROWS, _VALUE = "@@rows", "@@value"
 _POLL_S = 0.5  # a waiter re-checks for failures at least this often
+#: after a failure, the trainers' requests in flight get this long to receive their error reply
+DRAIN_S = 2.0
 
 
 def service_name(endpoint: str) -> str:
@@ -142,34 +150,54 @@ class TableShard:
     rows: int
 
 
-@dataclass
-class ShardSpec:
-    """Everything a pserver needs, built on the client and shipped with the task."""
+@dataclass(frozen=True)
+class Schedule:
+    """Every trainer's number of steps per epoch, known when a job starts (``train_pserver``).
 
-    job: str
-    endpoint: str
-    pserver_id: int
-    n_pservers: int
-    program_json: str
-    startup_json: str
-    trainer_num: int
-    trainer_workers: list[str]
-    steps_per_epoch: list[int]
+    Without one (a pserver started by hand, Fluid style) the rounds are open-ended: a round
+    completes when every trainer that has not yet said it is done has pushed.
+    """
+
+    steps_per_epoch: tuple[int, ...]
     epochs: int
-    sync_mode: bool
-    flags: RPCFlags = field(default_factory=RPCFlags)
     start_round: int = 0
+
+
+@dataclass
+class ServeOptions:
+    """How ``listen_and_serv`` serves its endpoint, besides what the program says.
+
+    The defaults are a pserver started by hand (Fluid's launch style): it binds its endpoint,
+    rounds are open-ended, and it returns when every trainer has said it is done. The Dask
+    launcher sets the rest (:mod:`dask_fluid.distributed.launch.pserver_tasks`).
+    """
+
+    #: what trainers prove they know when they connect (:func:`.shard_server.greeting`)
+    secret: bytes = b""
+    flags: RPCFlags = field(default_factory=RPCFlags)
+    #: (host, port) the direct data path binds; None: the endpoint itself; port 0: any free port
+    bind: tuple[str, int] | None = None
+    #: False: no socket at all (the Dask RPC data path and same-worker calls only)
+    serve_socket: bool = True
+    schedule: Schedule | None = None
+    #: what error messages call each trainer (Dask: its worker address)
+    trainer_names: list[str] | None = None
     table: TableShard | None = None
+    n_pservers: int = 1
     checkpoint_dir: str | None = None
     checkpoint_every: int | str | None = None
     resume_path: str | None = None
     #: numpy work on shards with fewer parameter bytes runs in the calling thread (see
     #: :attr:`PServerShard.inline_bytes`); None keeps the class default
     inline_bytes: int | None = None
-    #: "tcp": trainers on other workers reach the shard through its own socket
-    #: (:mod:`.shard_server`); "dask": through Dask RPC handlers
-    transport: str = "dask"
-    tune_malloc: bool = True
+    #: the event loop the Dask handlers run on (None without Dask)
+    loop: asyncio.AbstractEventLoop | None = None
+    #: called with the shard once it is ready, before it serves (the Dask launcher attaches it
+    #: as a job service there)
+    on_start: Callable[[PServerShard], None] | None = None
+    #: a trainer hanging up before it is done fails the job at once; False where a launcher
+    #: watches the trainers itself and aborts the job with the trainer's own error (Dask)
+    fail_on_hangup: bool = True
 
 
 class PServerShard(Service):
@@ -177,24 +205,30 @@ class PServerShard(Service):
 
     Parameters
     ----------
-    spec : ShardSpec
-    loop : asyncio.AbstractEventLoop
-        The worker's event loop (the Dask handlers run there).
+    program : Program
+        The pserver program (its last op is ``listen_and_serv``).
+    scope : Scope
+        Holds the pserver's variables, initialised by its startup program.
+    options : ServeOptions
     """
 
     #: numpy work on less than this many bytes of parameters runs in the calling thread: a
     #: thread hop costs more than the work (tests set it to 0 to exercise the pools)
     inline_bytes: int = 1 << 20
 
-    def __init__(self, spec: ShardSpec, loop: asyncio.AbstractEventLoop) -> None:
-        self.spec = spec
-        self.loop = loop
-        self.program = Program.from_json(spec.program_json)
-        serv = self.program.global_block().ops[-1]
+    def __init__(self, program: Program, scope: Scope, options: ServeOptions) -> None:
+        self.options = options
+        self.program = program
+        serv = program.global_block().ops[-1]
         if serv.type != "listen_and_serv":
-            raise ValueError(f"the pserver program of {spec.endpoint} does not end with "
-                             f"listen_and_serv (found {serv.type!r})")
+            raise ValueError(f"a pserver program ends with listen_and_serv (found {serv.type!r})")
         self.attrs = dict(serv.attrs)
+        self.endpoint = str(self.attrs["endpoint"])
+        self.pserver_id = int(self.attrs.get("pserver_id", 0))
+        self.trainer_num = int(self.attrs["Fanin"])
+        self.sync_mode = bool(self.attrs["sync_mode"])
+        self.flags = options.flags
+        self.table = options.table
         self.recv_inputs = list(serv.input("X"))
         self.block_of_grad = {}
         for entry in self.attrs["grad_to_block_id"]:
@@ -202,26 +236,28 @@ class PServerShard(Service):
             self.block_of_grad[grad] = int(idx)
         self.param_names = list(self.attrs.get("param_varnames", []))
         self.exe = Executor()
-        self.scope = Scope()
-        self.exe.run(Program.from_json(spec.startup_json), scope=self.scope)
-        self.round = spec.start_round
-        if spec.resume_path:
-            self._restore(spec.resume_path)
+        self.scope = scope
+        self.schedule = options.schedule
+        self.round = self.schedule.start_round if self.schedule else 0
+        if options.checkpoint_every == "epoch" and self.schedule is None:
+            raise ValueError("checkpoint_every='epoch' needs the job's epochs (train_pserver)")
+        if options.resume_path:
+            self._restore(options.resume_path)
         gblock = self.program.global_block()
         self._shapes = {n: (tuple(gblock.var(n).shape), gblock.var(n).dtype,
                             gblock.var(n).type == VarType.SELECTED_ROWS)
                         for n in self.recv_inputs}
         self.param_bytes = sum(np.asarray(self.scope.get(n)).nbytes for n in self.param_names)
-        if spec.inline_bytes is not None:
-            self.inline_bytes = spec.inline_bytes
+        if options.inline_bytes is not None:
+            self.inline_bytes = options.inline_bytes
         self._threads_used: dict[str, set[str]] = {"send": set(), "get": set(), "prefetch": set()}
-        flags = spec.flags
+        flags, k = self.flags, self.pserver_id
         self.send_pool = concurrent.futures.ThreadPoolExecutor(
-            flags.send_thread_num, thread_name_prefix=f"pserver-send-{spec.pserver_id}")
+            flags.send_thread_num, thread_name_prefix=f"pserver-send-{k}")
         self.get_pool = concurrent.futures.ThreadPoolExecutor(
-            flags.get_thread_num, thread_name_prefix=f"pserver-get-{spec.pserver_id}")
+            flags.get_thread_num, thread_name_prefix=f"pserver-get-{k}")
         self.prefetch_pool = concurrent.futures.ThreadPoolExecutor(
-            flags.prefetch_thread_num, thread_name_prefix=f"pserver-prefetch-{spec.pserver_id}")
+            flags.prefetch_thread_num, thread_name_prefix=f"pserver-prefetch-{k}")
         self._variants: dict[int, tuple[Program, dict[int, FusedUpdate | None]]] = {}
         # async mode: one lock per optimize block (its gradient and parameter), a shard-wide
         # one for DC-ASGD (the trainer id is one scope variable)
@@ -230,7 +266,7 @@ class PServerShard(Service):
         self._shard_lock = threading.Lock()
         # Dask handlers wait in these threads (a barrier may block for the deadline)
         self._handler_pool = concurrent.futures.ThreadPoolExecutor(
-            spec.trainer_num + 2, thread_name_prefix=f"pserver-rpc-{spec.pserver_id}")
+            self.trainer_num + 2, thread_name_prefix=f"pserver-rpc-{k}")
         self.server: Any = None  # the direct data path, when started
         # sync state, under _cond
         self._cond = threading.Condition()
@@ -238,23 +274,36 @@ class PServerShard(Service):
         self._round_started: dict[int, float] = {}
         self._completed: set[int] = set()
         self._done = threading.Event()
+        self._closed = False
         self._failed: BaseException | None = None
         self._last_activity = time.monotonic()
         self.stats = {"rounds": 0, "pushes": 0, "prefetches": 0, "optimize_s": 0.0,
                       "read_s": 0.0}
-        m = max(spec.steps_per_epoch)
-        self._steps_max = m
-        self._total_rounds = spec.epochs * m
+        if self.schedule is not None:
+            self._steps_max = max(self.schedule.steps_per_epoch)
+            self._total_rounds: float = self.schedule.epochs * self._steps_max
+        else:
+            self._steps_max = 0
+            self._total_rounds = math.inf
+
+    def trainer_name(self, trainer_id: int) -> str:
+        """Where errors say trainer ``trainer_id`` is: its worker under Dask, else its id."""
+        names = self.options.trainer_names
+        return names[trainer_id] if names else str(trainer_id)
 
     # -- schedule -------------------------------------------------------------------------------
     def active(self, round_index: int) -> list[int]:
         """Trainers that take part in global round ``round_index`` (sync)."""
+        if self.schedule is None:  # open-ended: all but the trainers that are done
+            return [r for r in range(self.trainer_num) if r not in self._completed]
         s = round_index % self._steps_max
-        return [r for r, n in enumerate(self.spec.steps_per_epoch) if n > s]
+        return [r for r, n in enumerate(self.schedule.steps_per_epoch) if n > s]
 
     def _release_round(self, trainer: int, round_index: int) -> int:
+        if self.schedule is None:
+            return round_index
         epoch, s = divmod(round_index, self._steps_max)
-        if s == self.spec.steps_per_epoch[trainer] - 1:
+        if s == self.schedule.steps_per_epoch[trainer] - 1:
             return epoch * self._steps_max + self._steps_max - 1
         return round_index
 
@@ -270,9 +319,9 @@ class PServerShard(Service):
         """
         self._raise_if_failed()
         self._last_activity = time.monotonic()
-        if self.spec.table is not None:
+        if self.table is not None:
             grads = {n: self._rebase(n, g) for n, g in grads.items()}
-        if not self.spec.sync_mode:
+        if not self.sync_mode:
             self.stats["pushes"] += 1
             self._run_pool(self.send_pool, self._apply_async, trainer_id, grads)
             return round
@@ -280,7 +329,7 @@ class PServerShard(Service):
             self._raise_if_failed()
             if round < self.round:
                 raise ValueError(f"trainer {trainer_id} pushed step {round}, but pserver "
-                                 f"{self.spec.endpoint} is already at step {self.round}")
+                                 f"{self.endpoint} is already at step {self.round}")
             if trainer_id not in self.active(round):
                 raise ValueError(f"trainer {trainer_id} pushed step {round}, which is past its "
                                  "last step of the epoch")
@@ -300,7 +349,7 @@ class PServerShard(Service):
         trainer's next push, since the next step needs that push (the optimizers update in
         place, the trainer only reads). Async mode: copies, taken under the blocks' locks.
         """
-        if self.spec.sync_mode:
+        if self.sync_mode:
             with self._cond:
                 self._wait_until(release)
             return self._read(want, None)
@@ -316,7 +365,7 @@ class PServerShard(Service):
         """
         self._raise_if_failed()
         self._last_activity = time.monotonic()
-        if self.spec.sync_mode:
+        if self.sync_mode:
             wait_for = min(int(after_round), self._total_rounds) - 1
             if wait_for >= self.round:
                 with self._cond:
@@ -334,8 +383,20 @@ class PServerShard(Service):
         with self._cond:
             self._last_activity = time.monotonic()
             self._completed.add(int(trainer_id))
-            if len(self._completed) == self.spec.trainer_num:
+            if len(self._completed) == self.trainer_num:
                 self._done.set()
+            elif self.sync_mode and self.schedule is None:
+                self._advance()  # the current round may have been waiting for this trainer
+
+    def trainer_lost(self, trainer_id: int, why: str) -> None:
+        """Trainer ``trainer_id`` hung up before it said it was done: the job cannot go on
+        (its gradients would be missing from every later round)."""
+        if (not self.options.fail_on_hangup or trainer_id in self._completed
+                or self._done.is_set()):
+            return
+        self._fail(WorkerLostError(f"pserver {self.endpoint} lost trainer {trainer_id}: {why}",
+                                   "trainer", self.trainer_name(trainer_id),
+                                   self.round))
 
     def handle(self, trainer_id: int, header: Mapping[str, Any],
                arrays: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -358,7 +419,12 @@ class PServerShard(Service):
         if method == "complete":
             self.complete(trainer_id)
             return {}, None
-        raise ValueError(f"pserver {self.spec.endpoint} has no request {method!r}")
+        if method == "abort":  # the trainer gives up (e.g. another pserver died): say why
+            self._fail(JobAbortedError(f"trainer {trainer_id} stopped the job: "
+                                       f"{header.get('reason', '')}", "trainer",
+                                       self.trainer_name(trainer_id), self.round))
+            return {}, None
+        raise ValueError(f"pserver {self.endpoint} has no request {method!r}")
 
     # -- Dask handlers --------------------------------------------------------------------------
     async def request(self, trainer_id: int, header: dict, meta: dict, buf: Any) -> tuple:
@@ -382,7 +448,7 @@ class PServerShard(Service):
 
     def info(self) -> dict:
         """Pool sizes, round and counters (tests, diagnostics)."""
-        return {"endpoint": self.spec.endpoint, "round": self.round, **self.stats,
+        return {"endpoint": self.endpoint, "round": self.round, **self.stats,
                 "send_threads": self.send_pool._max_workers,
                 "get_threads": self.get_pool._max_workers,
                 "prefetch_threads": self.prefetch_pool._max_workers,
@@ -424,7 +490,7 @@ class PServerShard(Service):
 
     def _optimize_blocks(self, round_index: int, grads: dict[int, dict[str, Any]]) -> None:
         vals = self.scope.vars
-        n = self.spec.trainer_num
+        n = self.trainer_num
         for tid in range(n):
             received = grads.get(tid)
             for name in self._trainer_names(tid):
@@ -440,7 +506,7 @@ class PServerShard(Service):
         self._maybe_checkpoint(round_index)
 
     def _trainer_names(self, tid: int) -> list[str]:
-        if self.spec.trainer_num == 1:
+        if self.trainer_num == 1:
             return self.recv_inputs
         suffix = f".trainer_{tid}"
         return [n for n in self.recv_inputs if n.endswith(suffix) or f"{suffix}." in n]
@@ -448,7 +514,7 @@ class PServerShard(Service):
     def _zeros(self, name: str) -> Any:
         shape, dtype, sparse = self._shapes[name]
         if sparse:
-            rows = self.spec.table.rows if self.spec.table else shape[0]
+            rows = self.table.rows if self.table else shape[0]
             return SelectedRows(np.zeros(0, np.int64), np.zeros((0, *shape[1:]), dtype), rows)
         return np.zeros(shape, dtype)
 
@@ -457,7 +523,7 @@ class PServerShard(Service):
         the cache-blocked form of each of its optimize blocks (None where there is none)."""
         cached = self._variants.get(active)
         if cached is None:
-            program = self.program if active == self.spec.trainer_num else self._rescaled(active)
+            program = self.program if active == self.trainer_num else self._rescaled(active)
             cached = (program, {idx: plan_fused(program.block(idx))
                                 for idx in self.attrs["optimize_blocks"]})
             self._variants[active] = cached
@@ -491,7 +557,7 @@ class PServerShard(Service):
         for name, value in grads.items():
             idx = self.block_of_grad.get(name)
             if idx is None:
-                raise ValueError(f"pserver {self.spec.endpoint} has no block for gradient "
+                raise ValueError(f"pserver {self.endpoint} has no block for gradient "
                                  f"{name!r}; it serves {sorted(self.block_of_grad)}")
             lock = self._shard_lock if self.attrs.get("dc_asgd") else self._block_locks[idx]
             with lock:
@@ -509,7 +575,7 @@ class PServerShard(Service):
             self.stats["read_s"] += time.perf_counter() - t0
 
     def _read_arrays(self, want: tuple[str, ...], trainer_id: int | None) -> dict[str, Any]:
-        if self.spec.sync_mode:
+        if self.sync_mode:
             return {name: self.scope.get(name) for name in want}
         arrays = {}
         dc = bool(self.attrs.get("dc_asgd")) and trainer_id is not None
@@ -526,16 +592,16 @@ class PServerShard(Service):
         return arrays
 
     def _lookup(self, ids: Any) -> Any:
-        table = self.spec.table
+        table = self.table
         if table is None:
-            raise ValueError(f"pserver {self.spec.endpoint} holds no distributed lookup table")
+            raise ValueError(f"pserver {self.endpoint} holds no distributed lookup table")
         flat = np.asarray(ids, dtype=np.int64).reshape(-1)
         if flat.size and (flat % table.n != table.index).any():
             raise ValueError(f"prefetch sent ids of another shard to pserver {table.index}")
         return np.take(self.scope.get(table.name), flat // table.n, axis=0)
 
     def _rebase(self, name: str, value: Any) -> Any:
-        table = self.spec.table
+        table = self.table
         if not isinstance(value, SelectedRows) or not name.startswith(table.grad + "."):
             return value
         return SelectedRows(np.asarray(value.rows, np.int64) // table.n, value.value, table.rows)
@@ -549,38 +615,37 @@ class PServerShard(Service):
                 and v.type != VarType.RAW and n in self.scope]
 
     def _maybe_checkpoint(self, round_index: int) -> None:
-        every, root = self.spec.checkpoint_every, self.spec.checkpoint_dir
+        every, root = self.options.checkpoint_every, self.options.checkpoint_dir
         if root is None or every is None:
             return
-        last_of_epoch = round_index % self._steps_max == self._steps_max - 1
-        if every == "epoch":
-            due = last_of_epoch
+        if every == "epoch":  # only with a schedule (checked at construction)
+            due = round_index % self._steps_max == self._steps_max - 1
         else:
             due = (round_index + 1) % int(every) == 0
         if not due:
             return
-        epoch, step = divmod(round_index, self._steps_max)
+        epoch, step = divmod(round_index, self._steps_max) if self.schedule else (0, round_index)
         meta = {"round": round_index, "epoch": epoch, "step": step,
-                "pserver_id": self.spec.pserver_id, "n_pservers": self.spec.n_pservers,
-                "endpoint": self.spec.endpoint, "trainer_num": self.spec.trainer_num,
-                "steps_per_epoch": list(self.spec.steps_per_epoch),
-                "sync_mode": self.spec.sync_mode}
+                "pserver_id": self.pserver_id, "n_pservers": self.options.n_pservers,
+                "endpoint": self.endpoint, "trainer_num": self.trainer_num,
+                "steps_per_epoch": list(self.schedule.steps_per_epoch) if self.schedule else None,
+                "sync_mode": self.sync_mode}
         arrays = {n: self.scope.get(n) for n in self.state_names()}
         ckpt.write_shard(root, meta, arrays)
 
     def _restore(self, path: str) -> None:
         info = ckpt.find_checkpoint(path)
-        saved = ckpt.read_shard(info, self.spec.pserver_id)
+        saved = ckpt.read_shard(info, self.pserver_id)
         missing = sorted(set(self.state_names()) - set(saved))
         if missing:
             raise ValueError(f"checkpoint {str(info.path)!r} does not match pserver "
-                             f"{self.spec.pserver_id}: it lacks {missing[:5]}; resume with the "
+                             f"{self.pserver_id}: it lacks {missing[:5]}; resume with the "
                              "same program, pservers and transpiler config")
         for name, value in saved.items():
             current = self.scope.vars.get(name)
             if current is not None and np.shape(current) != value.shape:
                 raise ValueError(f"checkpoint variable {name!r} has shape {list(value.shape)} "
-                                 f"but pserver {self.spec.pserver_id} expects "
+                                 f"but pserver {self.pserver_id} expects "
                                  f"{list(np.shape(current))}")
             self.scope.vars[name] = np.array(value, copy=True)
 
@@ -598,13 +663,13 @@ class PServerShard(Service):
 
     async def _in_thread(self, fn: Any) -> Any:
         # the core blocks (barriers): never on the event loop
-        return await self.loop.run_in_executor(self._handler_pool, fn)
+        return await self.options.loop.run_in_executor(self._handler_pool, fn)
 
-    def start_server(self, host: str) -> None:
-        """Open the direct data path (:mod:`.shard_server`) on ``host``."""
-        from .shard_server import ShardServer  # noqa: PLC0415 - shard_server imports this module
-
-        self.server = ShardServer(self, host)
+    def start_server(self) -> None:
+        """Open the direct data path (:mod:`.shard_server`) where the options say: the
+        endpoint itself by default."""
+        host, port = self.options.bind or split_endpoint(self.endpoint)
+        self.server = ShardServer(self, host, port)
 
     def _raise_if_failed(self) -> None:
         if self._failed is not None:
@@ -619,12 +684,17 @@ class PServerShard(Service):
         self._done.set()
 
     def abort(self, reason: str) -> None:
-        self._fail(JobAbortedError(f"job aborted: {reason}", "pserver", self.spec.endpoint,
+        self._fail(JobAbortedError(f"job aborted: {reason}", "pserver", self.endpoint,
                                    self.round))
 
     def close(self) -> None:
+        """Stop serving: wake every waiter (with an abort if training had not ended), close the
+        socket and the pools. Safe to call twice (the kernel and the Dask detach both do)."""
         if not self._done.is_set():  # detached while training: wake everyone, then stop
             self.abort("the pserver service was detached before training ended")
+        if self._closed:
+            return
+        self._closed = True
         if self.server is not None:
             self.server.close()
         for pool in (self.send_pool, self.get_pool, self.prefetch_pool, self._handler_pool):
@@ -639,36 +709,36 @@ class PServerShard(Service):
             return self._missed_deadline()
 
     def _missed_deadline(self) -> BaseException | None:
-        deadline = self.spec.flags.deadline_s
+        deadline = self.flags.deadline_s
         now = time.monotonic()
-        if self.spec.sync_mode:
+        if self.sync_mode:
             for round_index, started in list(self._round_started.items()):
                 if now - started > deadline and round_index == self.round:
                     pushed = set(self._pending.get(round_index, {}))
                     missing = [r for r in self.active(round_index) if r not in pushed]
                     if missing:
                         return DeadlineExceededError(
-                            f"pserver {self.spec.endpoint} waited for the gradients of trainer "
+                            f"pserver {self.endpoint} waited for the gradients of trainer "
                             f"{missing[0]} (of {missing})", "trainer",
-                            self.spec.trainer_workers[missing[0]], round_index,
-                            deadline_ms=self.spec.flags.deadline_ms)
+                            self.trainer_name(missing[0]), round_index,
+                            deadline_ms=self.flags.deadline_ms)
         if now - self._last_activity > deadline:
-            missing = [r for r in range(self.spec.trainer_num) if r not in self._completed]
+            missing = [r for r in range(self.trainer_num) if r not in self._completed]
             return DeadlineExceededError(
-                f"pserver {self.spec.endpoint} heard nothing from trainer {missing[0]} (of "
-                f"{missing})", "trainer", self.spec.trainer_workers[missing[0]], self.round,
-                deadline_ms=self.spec.flags.deadline_ms)
+                f"pserver {self.endpoint} heard nothing from trainer {missing[0]} (of "
+                f"{missing})", "trainer", self.trainer_name(missing[0]), self.round,
+                deadline_ms=self.flags.deadline_ms)
         return None
 
-    def serve(self) -> dict[str, np.ndarray]:
-        """Block until every trainer completed; return the final parameter blocks.
+    def serve(self) -> None:
+        """Block until every trainer completed (the parameters are then in the scope).
 
         Raises
         ------
         DeadlineExceededError
             A trainer stayed silent (or missed a step's barrier) for ``FLAGS_rpc_deadline``.
         DistributedTrainingError
-            The job was aborted, or an optimize step failed.
+            The job was aborted, a trainer hung up, or an optimize step failed.
         """
         while not self._done.wait(0.25):
             exc = self._check_deadline()
@@ -677,31 +747,25 @@ class PServerShard(Service):
                 raise exc
         if self._failed is not None:
             raise self._failed
-        return self.final_params()
 
-
-def run_pserver(spec: ShardSpec) -> dict:
-    """The pserver task: build the shard, serve it until the trainers complete.
-
-    Returns ``{"endpoint", "params": {block name: array}, "info"}``.
-    """
-    from distributed import get_worker, secede
-
-    worker = get_worker()
-    # Leave the worker's thread slot to the trainer that shares this worker (Fluid runs the
-    # pserver as its own process); the scheduler is told the task is long-running.
-    secede()
-    try:
-        shard = PServerShard(spec, worker.loop.asyncio_loop)
-        if spec.transport == "tcp":
-            shard.start_server(worker_host(worker.address))
-        attach_service(worker, spec.job, service_name(spec.endpoint), shard)
-        with training_malloc(spec.tune_malloc):
-            params = shard.serve()
-    except DistributedTrainingError:
-        raise
-    except Exception as exc:  # name the role, endpoint and step, keep the cause
-        raise DistributedTrainingError(f"{type(exc).__name__}: {exc}", "pserver",
-                                       spec.endpoint, spec.start_round) from exc
-    return {"endpoint": spec.endpoint, "worker": worker.address, "params": params,
-            "info": shard.info()}
+    def run(self) -> None:
+        """What ``listen_and_serv`` does: open the data path, serve until every trainer is
+        done, let the last replies go out, close."""
+        try:
+            if self.options.serve_socket:
+                self.start_server()
+            if self.options.on_start is not None:
+                self.options.on_start(self)
+            logger.info("pserver %s serving %d trainer(s), %s mode%s", self.endpoint,
+                        self.trainer_num, "sync" if self.sync_mode else "async",
+                        f", listening on {self.server.address}" if self.server else "")
+            self.serve()
+            if self.server is not None:
+                # the trainers hang up after their "complete" reply: wait for that (bounded)
+                self.server.wait_hung_up(self.flags.deadline_s)
+        except BaseException:
+            if self.server is not None:  # let the trainers hear why: each hangs up once told
+                self.server.wait_hung_up(DRAIN_S)
+            raise
+        finally:
+            self.close()

@@ -7,13 +7,20 @@ writes its push to a socket from its own thread and a thread of the pserver answ
 shard's thread-safe core (:class:`~dask_fluid.distributed.pserver.shard.PServerShard`), as Fluid's
 gRPC server threads do; the worker's event loop is not involved.
 
-Dask stays the control plane: the trainer learns the listening address from the shard's job
-service (a Dask call, retried until the shard is attached), greets with a token derived from
-the job id, and aborts arrive as job-service aborts, which close these sockets.
+Where it listens: a pserver started by hand (Fluid's launch style) binds its endpoint, which
+trainers connect to directly; under Dask it binds any free port of its worker's host, and the
+trainers learn it from the shard's job service (Dask stays the control plane there: aborts
+arrive as job-service aborts, which close these sockets).
+
+Who may connect: a trainer greets with its id and an HMAC of the endpoint and its id, keyed by
+the job's secret (:func:`greeting`); a connection that does not is closed before anything of it
+is decoded.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import socket
 import threading
@@ -21,46 +28,78 @@ import time
 from typing import Any
 
 from ..comm.rpc import _error, unpack_arrays
-from ..comm.wire import POLL_S, Connection, PeerClosed, WireTimeout, accept, token
+from ..comm.wire import POLL_S, Connection, PeerClosed, WireTimeout, accept
 from ..errors import DistributedTrainingError
 
-__all__ = ["ShardServer", "greeting"]
+__all__ = ["GREETING_BYTES", "ShardServer", "greeting", "split_endpoint"]
 
 logger = logging.getLogger(__name__)
 
+#: a greeting is the trainer id (4 bytes) and a SHA-256 HMAC
+GREETING_BYTES = 36
+#: binding an endpoint whose port is still held (a pserver restarted at once) is retried this
+#: long before the error
+BIND_RETRY_S = 5.0
 
-def greeting(job: str, endpoint: str, trainer_id: int) -> bytes:
+
+def greeting(secret: bytes, endpoint: str, trainer_id: int) -> bytes:
     """What trainer ``trainer_id`` sends first on a connection to pserver ``endpoint``: its id
-    (4 bytes) and a token only members of ``job`` can compute."""
-    return int(trainer_id).to_bytes(4, "big") + token(job, f"{endpoint}/{trainer_id}")
+    (4 bytes) and an HMAC only holders of the job's ``secret`` can compute."""
+    mac = hmac.new(secret, f"{endpoint}/{trainer_id}".encode(), hashlib.sha256).digest()
+    return int(trainer_id).to_bytes(4, "big") + mac
+
+
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    """``"host:port"`` (``"[::1]:port"`` for IPv6) as ``(host, port)``."""
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"endpoint {endpoint!r} is not host:port (e.g. 127.0.0.1:6170)")
+    return host.strip("[]"), int(port)
+
+
+def _bind(host: str, port: int, endpoint: str) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    give_up = time.monotonic() + (BIND_RETRY_S if port else 0)
+    while True:
+        try:
+            return socket.create_server((host, port), family=family)
+        except OSError as exc:
+            if port and time.monotonic() < give_up and exc.errno in (98, 48):  # EADDRINUSE
+                time.sleep(0.1)
+                continue
+            raise OSError(exc.errno, f"pserver {endpoint} cannot listen on {host}:{port}: "
+                          f"{exc.strerror}; is another process using the port, or is the host "
+                          "not an address of this machine?") from exc
 
 
 class ShardServer:
-    """Serve ``shard`` to trainers on a socket bound to ``host`` (any free port).
+    """Serve ``shard`` to trainers on a socket bound to ``(host, port)``.
 
     Parameters
     ----------
     shard : PServerShard
         Its ``handle(trainer_id, header, arrays)`` answers one request.
     host : str
-        The worker's host (the address trainers reach it by).
+        The address trainers reach it by.
+    port : int
+        0: any free port.
     """
 
-    def __init__(self, shard: Any, host: str) -> None:
+    def __init__(self, shard: Any, host: str, port: int = 0) -> None:
         self.shard = shard
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._listener = socket.create_server((host, 0), family=family)
+        self._listener = _bind(host, port, shard.endpoint)
         self._listener.settimeout(POLL_S)
         self.address = (host, self._listener.getsockname()[1])
-        self._conns: dict[int, socket.socket] = {}
+        self._conns: dict[int, Connection] = {}
+        self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._stopped = False
         self._accept_thread = threading.Thread(
-            target=self._accept, name=f"pserver-accept-{shard.spec.pserver_id}", daemon=True)
+            target=self._accept, name=f"pserver-accept-{shard.pserver_id}", daemon=True)
         self._accept_thread.start()
 
     def _accept(self) -> None:
-        spec = self.shard.spec
+        shard = self.shard
         while not self._stopped:
             try:
                 conn, _ = self._listener.accept()
@@ -71,11 +110,14 @@ class ShardServer:
             try:
                 conn.settimeout(POLL_S * 4)
                 hello = b""
-                while len(hello) < 36 and (piece := conn.recv(36 - len(hello))):
+                while len(hello) < GREETING_BYTES and (
+                        piece := conn.recv(GREETING_BYTES - len(hello))):
                     hello += piece
-                tid = int.from_bytes(hello[:4], "big") if len(hello) == 36 else -1
-                if not 0 <= tid < spec.trainer_num or hello != greeting(spec.job, spec.endpoint,
-                                                                          tid):
+                tid = int.from_bytes(hello[:4], "big") if len(hello) == GREETING_BYTES else -1
+                if not 0 <= tid < shard.trainer_num or not hmac.compare_digest(
+                        hello, greeting(shard.options.secret, shard.endpoint, tid)):
+                    logger.warning("pserver %s: dropped a connection that did not greet as a "
+                                   "trainer of this job", shard.endpoint)
                     conn.close()  # a stranger on our port
                     continue
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -93,8 +135,10 @@ class ShardServer:
             if old is not None:
                 old.shutdown()
             thread = threading.Thread(target=self._serve, args=(tid, link), daemon=True,
-                                      name=f"pserver-{spec.pserver_id}-trainer-{tid}")
+                                      name=f"pserver-{shard.pserver_id}-trainer-{tid}")
             thread.start()
+            with self._lock:
+                self._threads.append(thread)
 
     def _serve(self, tid: int, conn: Connection) -> None:
         """Answer trainer ``tid``'s requests, one at a time, until it hangs up.
@@ -107,17 +151,21 @@ class ShardServer:
             try:
                 # a trainer may compute for long between requests: wait without a deadline
                 header, buf = conn.recv(deadline=float("inf"), stop=stop)
-            except (PeerClosed, WireTimeout):
+            except (PeerClosed, WireTimeout) as exc:
+                with self._lock:
+                    current = self._conns.get(tid) is conn
+                if current and not self._stopped:  # not replaced by a newer connection
+                    self.shard.trainer_lost(tid, f"its connection closed ({exc})")
                 break
-            arrays = unpack_arrays(header["meta"], buf) if header["meta"]["names"] else {}
             try:
+                arrays = unpack_arrays(header["meta"], buf) if header["meta"]["names"] else {}
                 reply, out = self.shard.handle(tid, header, arrays)
                 reply = {"ok": True, **reply}
             except Exception as exc:
                 if not isinstance(exc, DistributedTrainingError):
                     logger.debug("pserver request failed", exc_info=True)
                 reply, out = {"ok": False, "error": _error(exc)}, None
-            deadline = time.monotonic() + self.shard.spec.flags.deadline_s
+            deadline = time.monotonic() + self.shard.flags.deadline_s
             try:
                 conn.send(reply, out, deadline=deadline, stop=stop)
             except (PeerClosed, WireTimeout):
@@ -126,6 +174,15 @@ class ShardServer:
 
     def _is_stopped(self) -> bool:
         return self._stopped
+
+    def wait_hung_up(self, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) until every trainer has closed its connection: the
+        replies to their last requests have then gone out."""
+        give_up = time.monotonic() + timeout_s
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(max(0.0, give_up - time.monotonic()))
 
     def close(self) -> None:
         """Stop accepting, close every connection (wakes the trainers' reads) and the threads."""

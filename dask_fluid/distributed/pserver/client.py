@@ -1,0 +1,547 @@
+"""A trainer's connections to the pservers of its job (the trainer side of pserver mode).
+
+The RPC ops of a trainer program (:mod:`.ops`) stage and exchange through a
+:class:`PServerClient`: ``send`` stages gradients, ``send_barrier`` (sync) sends every pserver
+one request with all the gradients staged for it and the names of the parameter blocks the
+following ``recv`` ops want, and each reply, which comes after that pserver's optimize step,
+carries the updated blocks (push and pull fused: one round trip per pserver per step).
+
+Two kinds of client, one round trip:
+
+- :class:`DirectClient` (Fluid's launch style: processes started by hand or by
+  ``dask-fluid launch``): every endpoint is the ``host:port`` a pserver listens on. Connecting
+  is retried until ``FLAGS_rpc_deadline`` (the pservers may start after the trainers: Fluid's
+  ``wait_port``). ``exe.close()`` tells every pserver this trainer is done; so does a normal
+  exit of the process (an unhandled exception does not: the pservers then fail the job instead
+  of training on without this trainer).
+- :class:`DaskClient` (``train_pserver``): a pserver on the trainer's own worker is called
+  directly (its thread-safe core, no copy); others through their direct data path (framed
+  messages of :mod:`..comm.wire`, the address learned from the shard's job service) or through
+  Dask RPC (the "dask" data path, for ``tls://`` and other clusters).
+
+A round trip sends to every remote pserver, starts the Dask calls, pushes to the local shard,
+and only then waits for replies, so that no pserver waits on a trainer that is itself waiting.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import logging
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...flags import RPCFlags
+from ..comm import rpc
+from ..comm.rpc import pack_arrays, unpack_arrays
+from ..comm.wire import Connection, PeerClosed, WireTimeout, connect
+from ..errors import (
+    DeadlineExceededError,
+    DistributedTrainingError,
+    JobAbortedError,
+    RemoteError,
+    ServiceNotFoundError,
+    WorkerLostError,
+)
+from .shard import PServerShard, flatten_tensors, service_name, unflatten_tensors
+from .shard_server import greeting, split_endpoint
+
+__all__ = ["DaskClient", "DirectClient", "PServerClient"]
+
+logger = logging.getLogger(__name__)
+
+#: connecting to a pserver that is not listening yet is retried this often
+CONNECT_RETRY_S = 0.1
+#: how long a failing trainer spends telling each other pserver why it stops
+ABORT_NOTICE_S = 2.0
+
+
+@dataclass
+class _Call:
+    """One request of a round trip: ``method`` to the pserver at ``endpoint``."""
+
+    endpoint: str
+    method: str
+    header: dict[str, Any]
+    arrays: dict[str, Any]
+
+
+class PServerClient:
+    """What every trainer does with its pservers; subclasses say how to reach one.
+
+    Parameters
+    ----------
+    trainer_id : int
+    flags : RPCFlags
+    sync_mode : bool
+    endpoints : iterable of str
+        Every pserver of the job (the RPC ops add the ones they name).
+    """
+
+    def __init__(self, trainer_id: int, flags: RPCFlags, sync_mode: bool,
+                 endpoints: Iterable[str] = ()) -> None:
+        self.trainer_id = int(trainer_id)
+        self.flags = flags
+        self.sync_mode = bool(sync_mode)
+        self.endpoints: set[str] = set(endpoints)
+        self.round = 0
+        self._staged: dict[str, dict[str, Any]] = {}
+        self._replies: dict[str, Any] = {}
+        self._recv_plans: dict[tuple, dict[str, list[str]]] = {}
+        self._links: dict[str, Any] = {}  # endpoint -> local shard | Connection | None (Dask)
+        self._aborted: str | None = None
+        #: seconds spent waiting for pservers (requests in flight), for the summary
+        self.rpc_s = 0.0
+
+    # -- step bookkeeping -----------------------------------------------------------------------
+    def begin_step(self, round_index: int) -> None:
+        """Start global round ``round_index`` (the Dask trainer loop knows the schedule)."""
+        self.round = round_index
+        self._replies.clear()
+
+    def stage(self, epmap: list[str], names: list[str], values: list[Any]) -> None:
+        for ep, name, value in zip(epmap, names, values, strict=True):
+            self._staged.setdefault(ep, {})[name] = value
+
+    def wanted(self, block: Any, op: Any) -> dict[str, list[str]]:
+        """Endpoint -> the blocks every ``recv`` of ``block`` from ``op`` on wants."""
+        key = (id(block), id(op))
+        plan = self._recv_plans.get(key)
+        if plan is None:
+            ops = block.ops
+            start = next(i for i, o in enumerate(ops) if o is op)
+            plan = {}
+            for o in ops[start:]:
+                if o.type != "recv":
+                    continue
+                for ep, name in zip(o.attrs["epmap"], o.attrs["recv_varnames"], strict=True):
+                    plan.setdefault(ep, []).append(name)
+            self._recv_plans[key] = plan
+        return plan
+
+    def has_replies(self, names: Iterable[str]) -> bool:
+        return all(n in self._replies for n in names)
+
+    @property
+    def staged(self) -> bool:
+        return bool(self._staged)
+
+    # -- requests -------------------------------------------------------------------------------
+    def exchange(self, want: dict[str, list[str]], push: bool) -> None:
+        """One request per pserver: staged gradients (if ``push``) and the blocks ``want``."""
+        endpoints = sorted(set(want) | (set(self._staged) if push else set()))
+        if push and self.sync_mode:
+            endpoints = sorted(self.endpoints)  # every pserver counts this trainer's step
+        calls = []
+        for ep in endpoints:
+            names = want.get(ep, [])
+            if push:
+                arrays, sparse = flatten_tensors(self._staged.get(ep, {}))
+                header = {"method": "push_pull", "round": self.round, "want": names,
+                          "sparse": sparse}
+            else:
+                arrays, header = {}, {"method": "pull", "want": names,
+                                      "after_round": self.round}
+            calls.append(_Call(ep, header["method"], header, arrays))
+        if push:
+            self._staged.clear()
+        for reply in self._round_trip(calls):
+            self._replies.update(reply)
+        if push and self.sync_mode:
+            self.round += 1  # the next push is the next round (begin_step may set it too)
+
+    def prefetch(self, epmap: list[str], ids: list[Any]) -> list[Any]:
+        calls = [_Call(ep, "prefetch", {"method": "prefetch"}, {"ids": np.asarray(i)})
+                 for ep, i in zip(epmap, ids, strict=True)]
+        return [reply["rows"] for reply in self._round_trip(calls)]
+
+    def complete(self) -> None:
+        """Tell every pserver this trainer is done (Fluid's COMPLETE)."""
+        self._round_trip([_Call(ep, "complete", {"method": "complete"}, {})
+                          for ep in sorted(self.endpoints | set(self._links))])
+
+    def take(self, names: list[str]) -> list[Any]:
+        return [self._replies.pop(n) for n in names]
+
+    # -- how to reach a pserver (subclasses) ----------------------------------------------------
+    def _link(self, ep: str) -> Any:
+        """The shard itself (same process), a :class:`Connection`, or None (Dask RPC)."""
+        raise NotImplementedError
+
+    def _where(self, ep: str) -> str:
+        """How errors name the pserver at ``ep``."""
+        return f"pserver {ep}"
+
+    def _start_dask(self, c: _Call) -> concurrent.futures.Future:
+        raise NotImplementedError(f"{type(self).__name__} has no Dask RPC data path")
+
+    # -- the round trip -------------------------------------------------------------------------
+    def _round_trip(self, calls: list[_Call]) -> list[dict[str, Any]]:
+        """Send every call, then collect the replies (name -> array dicts, in call order).
+
+        The first failure is raised as a :class:`DistributedTrainingError` naming the pserver.
+        """
+        t0 = time.perf_counter()
+        try:
+            links = [self._link(c.endpoint) for c in calls]
+            deadline = time.monotonic() + self._deadline_s
+            results: list[Any] = [None] * len(calls)
+            started = {}
+            for i, (c, link) in enumerate(zip(calls, links, strict=True)):
+                if isinstance(link, Connection):
+                    self._wire(c, lambda c=c, link=link: link.send(
+                        c.header, c.arrays, deadline=deadline, stop=self._stopped))
+                elif link is None:
+                    started[i] = self._start_dask(c)
+            finishers = {i: self._local(c, link) for i, (c, link) in
+                         enumerate(zip(calls, links, strict=True))
+                         if isinstance(link, PServerShard)}
+            # remote replies first: a reply larger than the socket buffers only moves while
+            # this thread reads it, and the local reply costs nothing once its round is done
+            for i, (c, link) in enumerate(zip(calls, links, strict=True)):
+                if isinstance(link, Connection):
+                    # copied out of shared memory: the parameters it holds outlive the message
+                    header, buf = self._wire(c, lambda link=link: link.recv(
+                        deadline=deadline, stop=self._stopped, copy=True))
+                    results[i] = self._unwrap(c, header, buf)
+            for i, fut in started.items():
+                header, meta, buf = _future_result(fut, self._deadline_s, calls[i], self.round)
+                results[i] = self._unwrap(calls[i], {"ok": True, **header, "meta": meta}, buf)
+            for i, finish in finishers.items():
+                results[i] = finish()
+            return results
+        except DistributedTrainingError as err:
+            err._dask_fluid_passthrough = True  # the executor re-raises it as is
+            self._on_failure(err)
+            raise
+        finally:
+            self.rpc_s += time.perf_counter() - t0
+
+    def _on_failure(self, err: DistributedTrainingError) -> None:
+        """A round trip failed for good (the subclass may tell the other pservers)."""
+
+    def _local(self, c: _Call, shard: PServerShard) -> Any:
+        """Start ``c`` on a shard of this process; return what finishes it (may block)."""
+        def guarded(fn: Any, *args: Any) -> Any:
+            try:
+                return fn(*args)
+            except DistributedTrainingError:
+                raise
+            except Exception as exc:
+                raise RemoteError(f"{service_name(c.endpoint)}.{c.method} raised "
+                                  f"{type(exc).__name__}: {exc}", "pserver", c.endpoint,
+                                  self.round, remote_type=type(exc).__name__,
+                                  remote_message=str(exc)) from exc
+
+        tid, h = self.trainer_id, c.header
+        if c.method == "push_pull":
+            grads = unflatten_tensors(c.arrays, h["sparse"])
+            release = guarded(shard.push, tid, h["round"], grads)
+            return lambda: guarded(shard.reply, tid, release, tuple(h["want"]))
+        if c.method == "pull":
+            return lambda: guarded(shard.pull_sync, tid, tuple(h["want"]), h["after_round"])
+        if c.method == "prefetch":
+            return lambda: {"rows": guarded(shard.prefetch_sync, c.arrays["ids"])}
+        return lambda: guarded(shard.complete, tid) or {}
+
+    def _unwrap(self, c: _Call, header: dict, buf: Any) -> dict[str, Any]:
+        if not header.get("ok"):
+            raise rpc._remote_exception(header["error"], role="pserver", endpoint=c.endpoint,
+                                        step=self.round,
+                                        what=f"{service_name(c.endpoint)}.{c.method}")
+        meta = header["meta"]
+        return unpack_arrays(meta, buf) if meta["names"] else {}
+
+    def _wire(self, c: _Call, fn: Any) -> Any:
+        """Run a socket operation of ``c``; wire errors become errors naming the pserver."""
+        try:
+            return fn()
+        except PeerClosed as exc:
+            if self._aborted is not None:
+                raise JobAbortedError(f"job aborted: {self._aborted}", "pserver", c.endpoint,
+                                      self.round) from None
+            raise WorkerLostError(f"the connection to {self._where(c.endpoint)} broke during "
+                                  f"{c.method}: {exc}", "pserver", c.endpoint,
+                                  self.round) from exc
+        except WireTimeout:
+            raise DeadlineExceededError(f"{service_name(c.endpoint)}.{c.method} did not answer",
+                                        "pserver", c.endpoint, self.round,
+                                        deadline_ms=self._deadline_s * 1000) from None
+
+    def _connect(self, ep: str, host: str, port: int, secret: bytes) -> Connection:
+        """A greeted connection to the pserver listening at ``host:port``."""
+        try:
+            return connect(host, port, greeting(secret, ep, self.trainer_id),
+                           self.flags.deadline_s)
+        except PeerClosed as exc:  # it hung up on the greeting
+            raise WorkerLostError(f"{self._where(ep)} at {host}:{port} refused trainer "
+                                  f"{self.trainer_id}: is it a pserver of this job (same job "
+                                  "secret, same number of trainers)?", "pserver", ep,
+                                  self.round) from exc
+
+    @property
+    def _deadline_s(self) -> float:
+        # the pserver answers a missed barrier with the name of the missing trainer after the
+        # deadline; give that answer a moment to arrive before this call gives up on its own
+        return self.flags.deadline_s + 1.0 if self.sync_mode else self.flags.deadline_s
+
+    def _stopped(self) -> bool:
+        return self._aborted is not None
+
+    def _abort(self, reason: str) -> None:
+        if self._aborted is None:
+            self._aborted = reason
+        for link in list(self._links.values()):
+            if isinstance(link, Connection):
+                link.shutdown()  # wakes a blocked read
+
+    def close(self) -> None:
+        """Close the connections (the pservers see the trainer hang up)."""
+        for link in list(self._links.values()):
+            if isinstance(link, Connection):
+                link.close()
+        self._links.clear()
+
+
+def _future_result(fut: concurrent.futures.Future, deadline_s: float, c: _Call,
+                   step: int) -> Any:
+    try:
+        return fut.result(deadline_s + rpc._SYNC_GRACE_S)
+    except concurrent.futures.TimeoutError:
+        fut.cancel()
+        raise DeadlineExceededError("the worker's event loop did not run the call (is the "
+                                    "worker closing?)", "pserver", c.endpoint, step,
+                                    deadline_ms=deadline_s * 1000) from None
+
+
+# --------------------------------------------------------------------------------------------
+# Fluid's launch style: endpoints are addresses
+# --------------------------------------------------------------------------------------------
+
+#: clients of this process that have not said "complete" yet (strong references: a trainer
+#: script may drop its executor before the process exits, and the pservers must still hear)
+_open_clients: set[DirectClient] = set()
+_open_lock = threading.Lock()
+_crashed = False
+
+
+class DirectClient(PServerClient):
+    """A trainer process's client: every endpoint is the ``host:port`` a pserver listens on.
+
+    Parameters
+    ----------
+    trainer_id, flags, sync_mode, endpoints
+        As :class:`PServerClient`.
+    secret : bytes
+        The job secret (:func:`..comm.auth.env_secret`).
+    """
+
+    def __init__(self, trainer_id: int, flags: RPCFlags, sync_mode: bool,
+                 endpoints: Iterable[str] = (), *, secret: bytes = b"") -> None:
+        super().__init__(trainer_id, flags, sync_mode, endpoints)
+        self.secret = secret
+        self._done = False
+        _install_exit_hooks()
+        with _open_lock:
+            _open_clients.add(self)
+
+    def _link(self, ep: str) -> Connection:
+        link = self._links.get(ep)
+        if link is None:
+            link = self._links[ep] = self._wait_and_connect(ep)
+        return link
+
+    def _wait_and_connect(self, ep: str) -> Connection:
+        """Connect, retrying while nothing listens there yet (until FLAGS_rpc_deadline)."""
+        host, port = split_endpoint(ep)
+        give_up = time.monotonic() + self.flags.deadline_s
+        said = False
+        while True:
+            try:
+                return self._connect(ep, host, port, self.secret)
+            except OSError as exc:  # refused (not listening yet), unreachable, timed out
+                if time.monotonic() > give_up:
+                    raise DeadlineExceededError(
+                        f"pserver {ep} did not accept trainer {self.trainer_id}'s connection "
+                        f"({type(exc).__name__}: {exc}); is it running, and is {ep} its "
+                        "endpoint?", "pserver", ep, self.round,
+                        deadline_ms=self.flags.deadline_ms) from None
+                if not said:
+                    logger.info("trainer %d: waiting for pserver %s", self.trainer_id, ep)
+                    said = True
+                time.sleep(CONNECT_RETRY_S)
+
+    def _on_failure(self, err: DistributedTrainingError) -> None:
+        """Tell every other pserver why this trainer stops, so that each fails with the cause
+        (a dead pserver's endpoint) instead of only "trainer i hung up". A fresh connection
+        carries the notice: the trainer's own may be stuck in a barrier that will never end."""
+        if self._done:
+            return
+        self._done = True  # a stopped trainer never says "complete"
+        with _open_lock:
+            _open_clients.discard(self)
+        reason = str(err).split(". ")[0]
+        for ep in sorted(self._links):
+            if ep == err.endpoint:
+                continue
+            try:
+                host, port = split_endpoint(ep)
+                conn = connect(host, port, greeting(self.secret, ep, self.trainer_id),
+                               ABORT_NOTICE_S)
+                try:
+                    conn.send({"method": "abort", "reason": reason}, None,
+                              deadline=time.monotonic() + ABORT_NOTICE_S)
+                finally:
+                    conn.close()
+            except OSError:
+                pass  # that pserver is gone too, or not listening: nothing to tell
+
+    def finish(self) -> None:
+        """Tell the pservers this trainer is done, then hang up (``exe.close()``)."""
+        with _open_lock:
+            _open_clients.discard(self)
+        if self._done:
+            return
+        self._done = True
+        try:
+            if self._links:
+                self.complete()
+        finally:
+            self.close()
+
+    def on_executor_close(self) -> None:
+        self.finish()
+
+
+def _install_exit_hooks() -> None:
+    """Once per process: finish every open client at a normal exit, none after a crash."""
+    global _install_exit_hooks
+    previous = sys.excepthook
+
+    def excepthook(*args: Any) -> None:
+        global _crashed
+        _crashed = True  # the pservers must not take this trainer for done
+        previous(*args)
+
+    sys.excepthook = excepthook
+    atexit.register(_finish_open_clients)
+    _install_exit_hooks = lambda: None  # noqa: E731 - installed
+
+
+def _finish_open_clients() -> None:
+    with _open_lock:
+        clients = list(_open_clients)
+    for client in clients:
+        try:
+            if _crashed:
+                client.close()
+            else:
+                client.finish()
+        except Exception as exc:  # exiting anyway: say why the pservers may fail
+            print(f"dask_fluid: trainer {client.trainer_id} could not tell the pservers it is "
+                  f"done: {exc}", file=sys.stderr)
+
+
+# --------------------------------------------------------------------------------------------
+# train_pserver: endpoints are Dask workers
+# --------------------------------------------------------------------------------------------
+
+
+class _Hook(rpc.Service):
+    """Job service: an abort of the job closes the trainer's pserver connections at once."""
+
+    def __init__(self, client: DaskClient) -> None:
+        self._client = client
+
+    def abort(self, reason: str) -> None:
+        self._client._abort(reason)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class DaskClient(PServerClient):
+    """A trainer task's client: each pserver is a job service on a Dask worker.
+
+    Parameters
+    ----------
+    worker : distributed.Worker
+    job : str
+    secret : bytes
+        What the shards' direct data paths check (:func:`.shard_server.greeting`).
+    trainer_id : int
+    workers_of : dict of str to str
+        Fluid endpoint -> Dask worker address of each pserver.
+    flags : RPCFlags
+    sync_mode : bool
+    """
+
+    def __init__(self, worker: Any, job: str, secret: bytes, trainer_id: int,
+                 workers_of: dict[str, str], flags: RPCFlags, sync_mode: bool) -> None:
+        super().__init__(trainer_id, flags, sync_mode, workers_of)
+        self.worker = worker
+        self.job = job
+        self.secret = secret
+        self.workers_of = dict(workers_of)
+        self._hook = f"trainer/{trainer_id}"
+        rpc.attach_service(worker, job, self._hook, _Hook(self))
+
+    def _where(self, ep: str) -> str:
+        return f"pserver {ep} ({self.workers_of[ep]})"
+
+    def _link(self, ep: str) -> Any:
+        if ep in self._links:
+            return self._links[ep]
+        address = self.workers_of[ep]
+        service = service_name(ep)
+        if address == self.worker.address:
+            link = self._retrying(ep, lambda: rpc.get_service(self.worker, self.job, service))
+        else:
+            info = self._retrying(ep, lambda: rpc.call_sync(
+                self.worker, address, self.job, service, "endpoint_info",
+                deadline_s=self.flags.deadline_s, role="pserver", endpoint=ep,
+                step=self.round))
+            link = None
+            if info is not None:
+                try:
+                    link = self._connect(ep, info["host"], info["port"], self.secret)
+                except OSError as exc:
+                    raise WorkerLostError(f"could not connect to pserver {ep} at "
+                                          f"{info['host']}:{info['port']}: {exc}", "pserver",
+                                          ep, self.round) from exc
+        self._links[ep] = link
+        return link
+
+    def _retrying(self, ep: str, fn: Any) -> Any:
+        """Retry while the pserver has not attached its service yet (job start)."""
+        give_up = time.monotonic() + self.flags.deadline_s
+        while True:
+            if self._aborted is not None:
+                raise JobAbortedError(f"job aborted: {self._aborted}", "pserver", ep,
+                                      self.round)
+            try:
+                return fn()
+            except ServiceNotFoundError as err:
+                if time.monotonic() > give_up:
+                    raise DeadlineExceededError(
+                        f"the pserver service never appeared on worker {err.worker}",
+                        "pserver", ep, self.round,
+                        deadline_ms=self.flags.deadline_ms) from None
+                time.sleep(0.02)
+
+    def _start_dask(self, c: _Call) -> concurrent.futures.Future:
+        meta, buf = pack_arrays(c.arrays)
+        return rpc.start_call(self.worker, self.workers_of[c.endpoint], self.job,
+                              service_name(c.endpoint), "request", deadline_s=self._deadline_s,
+                              role="pserver", endpoint=c.endpoint, step=self.round,
+                              trainer_id=self.trainer_id, header=c.header, meta=meta, buf=buf)
+
+    def close(self) -> None:
+        super().close()
+        rpc.detach_service(self.worker, self.job, self._hook)

@@ -1,0 +1,128 @@
+"""Kernels of the pserver-mode ops, so that transpiled programs run themselves.
+
+``exe.run(pserver_program)`` runs ``listen_and_serv``: it serves the endpoint's optimize blocks
+(:class:`.shard.PServerShard`) from the scope the pserver startup program initialised, and
+returns once every trainer is done. ``exe.run(trainer_program)`` runs ``send``,
+``send_barrier``, ``recv``, ``fetch_barrier`` and ``prefetch`` against the pservers through the
+executor's :class:`.client.PServerClient`:
+
+- ``send`` stages its gradients (nothing goes on the wire yet);
+- ``send_barrier`` (sync) pushes everything staged to every pserver at once and asks for the
+  blocks the following ``recv`` ops want; the replies come after each pserver's optimize step;
+- ``recv`` takes its blocks from those replies. Without a preceding barrier (async mode, the
+  trainer startup) the first ``recv`` of a block does the same exchange for every ``recv`` of
+  the block;
+- ``fetch_barrier`` has nothing left to wait for;
+- ``prefetch`` asks every pserver at once for its rows of the distributed lookup table.
+
+Where the client and the serving options come from: the Dask launchers put them into
+``executor.host_context`` (:data:`CLIENT_KEY`, :data:`SERVE_KEY`); otherwise (a process started
+by hand, Fluid's launch style) the first RPC op of an executor creates a
+:class:`.client.DirectClient` from its attributes, the job secret of the environment and the
+``FLAGS_rpc_*`` flags, and ``listen_and_serv`` binds its endpoint. This module is imported by
+the op registry the first time a program needs one of these kernels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...executor import RunContext
+from ...flags import RPCFlags
+from ...ops import registry
+from ..comm.auth import env_secret
+from ..errors import DistributedTrainingError
+from .client import DirectClient, PServerClient
+from .shard import PServerShard, ServeOptions, TableShard
+
+__all__ = ["CLIENT_KEY", "SERVE_KEY", "table_shard"]
+
+#: ``executor.host_context`` key of the trainer's :class:`.client.PServerClient`
+CLIENT_KEY = "dask_fluid.pserver.client"
+#: ``executor.host_context`` key of the pserver's :class:`.shard.ServeOptions`
+SERVE_KEY = "dask_fluid.pserver.serve"
+
+_DUMMY = np.zeros(0, np.float32)
+
+
+def table_shard(attrs: dict) -> TableShard | None:
+    """This pserver's part of the distributed lookup table, from ``listen_and_serv``'s attrs."""
+    entry = attrs.get("lookup_table_shard")
+    if not entry:
+        return None
+    name, grad, n, rows = entry
+    return TableShard(str(name), str(grad), int(n), int(attrs.get("pserver_id", 0)), int(rows))
+
+
+def _client(ctx: RunContext) -> PServerClient:
+    client = ctx.executor.host_context.get(CLIENT_KEY)
+    if client is None:  # a trainer started by hand: the program says who it is
+        attrs = ctx.op.attrs
+        client = DirectClient(int(attrs.get("trainer_id", 0)), RPCFlags.current(),
+                              bool(attrs.get("sync_mode", True)), secret=env_secret())
+        ctx.executor.host_context[CLIENT_KEY] = client
+    return client
+
+
+def _dummies(ctx: RunContext, outs: tuple) -> dict:
+    return {"Out": [_DUMMY] * len(ctx.op.output("Out"))} if "Out" in outs else {}
+
+
+def _send(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    client = _client(ctx)
+    epmap = list(attrs["epmap"])
+    client.endpoints.update(epmap)
+    missing = [n for n, v in zip(ctx.op.input("X"), ins["X"], strict=True) if v is None]
+    if missing:
+        raise ValueError(f"send: {missing} were not computed before this op; run the trainer "
+                         "program the transpiler produced, with every data layer fed")
+    client.stage(epmap, list(attrs.get("send_varnames") or ctx.op.input("X")), ins["X"])
+    return _dummies(ctx, outs)
+
+
+def _send_barrier(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    client = _client(ctx)
+    client.endpoints.update(attrs.get("endpoints", ()))
+    client.exchange(client.wanted(ctx.block, ctx.op), push=True)
+    return _dummies(ctx, outs)
+
+
+def _recv(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    client = _client(ctx)
+    client.endpoints.update(attrs["epmap"])
+    names = list(attrs.get("recv_varnames") or ctx.op.output("Out"))
+    if not client.has_replies(names):
+        # no barrier before: async step (push what is staged) or the startup (pull only)
+        client.exchange(client.wanted(ctx.block, ctx.op), push=client.staged)
+    return {"Out": client.take(names)}
+
+
+def _fetch_barrier(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    return _dummies(ctx, outs)
+
+
+def _prefetch(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    client = _client(ctx)
+    client.endpoints.update(attrs["epmap"])
+    return {"Out": client.prefetch(list(attrs["epmap"]), ins["X"])}
+
+
+def _listen_and_serv(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    options = ctx.executor.host_context.get(SERVE_KEY)
+    if options is None:  # a pserver started by hand: bind the endpoint, open-ended rounds
+        options = ServeOptions(secret=env_secret(), flags=RPCFlags.current(),
+                               table=table_shard(attrs))
+    try:
+        PServerShard(ctx.program, ctx.scope, options).run()
+    except DistributedTrainingError as err:
+        err._dask_fluid_passthrough = True  # the executor re-raises it as is
+        raise
+    return {}
+
+
+registry.set_kernel("send", _send)
+registry.set_kernel("send_barrier", _send_barrier)
+registry.set_kernel("recv", _recv)
+registry.set_kernel("fetch_barrier", _fetch_barrier)
+registry.set_kernel("prefetch", _prefetch)
+registry.set_kernel("listen_and_serv", _listen_and_serv)

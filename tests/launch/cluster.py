@@ -1,0 +1,121 @@
+"""Start a Fluid-style job as plain processes on localhost: 2 pservers + 2 trainers of one
+script, each with the PADDLE_* variables of its role (real processes, real sockets)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).parent
+SCRIPT = HERE / "fluid_script.py"
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def dask_fluid_copy(tmp: Path) -> Path:
+    """The script with ``import dask_fluid as fluid`` in place of the paddle import."""
+    path = tmp / "dask_fluid_script.py"
+    path.write_text(SCRIPT.read_text().replace("import paddle.fluid as fluid",
+                                               "import dask_fluid as fluid"))
+    return path
+
+
+def command(script: Path, *args: str, via_run: bool) -> list[str]:
+    if via_run:  # `dask-fluid run script.py` in place of `python script.py`
+        return [sys.executable, "-m", "dask_fluid.cli", "run", str(script), *args]
+    return [sys.executable, str(script), *args]
+
+
+@dataclass
+class Job:
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    outs: dict[str, Path] = field(default_factory=dict)
+    endpoints: list[str] = field(default_factory=list)
+
+    def wait(self, timeout: float) -> dict[str, int]:
+        give_up = time.monotonic() + timeout
+        codes = {}
+        for name, p in self.procs.items():
+            try:
+                codes[name] = p.wait(max(0.1, give_up - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                codes[name] = None
+        return codes
+
+    def stderr(self, name: str) -> str:
+        return self.procs[name].stderr.read().decode(errors="replace")
+
+    def losses(self, name: str) -> list[float]:
+        return json.loads(self.outs[name].read_text())["losses"]
+
+    def kill_all(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+            p.wait(10)
+            for stream in (p.stdout, p.stderr):
+                if stream is not None:
+                    stream.close()
+
+
+def start(tmp: Path, script: Path, mode: str, slicing: str, *, via_run: bool,
+          env: dict[str, str] | None = None, scheme: str = "endpoints") -> Job:
+    """2 pservers and 2 trainers; ``scheme`` picks which of Fluid's variable namings to use
+    ("endpoints": PADDLE_PSERVER_ENDPOINTS/PADDLE_TRAINERS_NUM/PADDLE_CURRENT_ENDPOINT, "ips":
+    PADDLE_PSERVER_IPS+PADDLE_PSERVER_PORT/PADDLE_TRAINERS/PADDLE_CURRENT_IP)."""
+    job = Job()
+    base = {**os.environ, "FLAGS_rpc_deadline": "30000", **(env or {})}
+    if scheme == "endpoints":
+        p0, p1 = free_ports(2)
+        job.endpoints = [f"127.0.0.1:{p0}", f"127.0.0.1:{p1}"]
+        common = {"PADDLE_PSERVER_ENDPOINTS": ",".join(job.endpoints),
+                  "PADDLE_TRAINERS_NUM": "2"}
+        current = [{"PADDLE_CURRENT_ENDPOINT": ep} for ep in job.endpoints]
+    else:  # one port, two loopback addresses (Fluid's IPS + PORT scheme)
+        [port] = free_ports(1)
+        ips = ["127.0.0.1", "127.0.0.2"]
+        job.endpoints = [f"{ip}:{port}" for ip in ips]
+        common = {"PADDLE_PSERVER_IPS": ",".join(ips), "PADDLE_PSERVER_PORT": str(port),
+                  "PADDLE_TRAINERS": "2"}
+        current = [{"PADDLE_CURRENT_IP": ip} for ip in ips]
+    roles = [(f"pserver{i}", {"PADDLE_TRAINING_ROLE": "PSERVER", **current[i]})
+             for i in range(2)]
+    roles += [(f"trainer{i}", {"PADDLE_TRAINING_ROLE": "TRAINER", "PADDLE_TRAINER_ID": str(i)})
+              for i in range(2)]
+    for name, role_env in roles:
+        out = tmp / f"{name}.json"
+        job.outs[name] = out
+        job.procs[name] = subprocess.Popen(
+            command(script, str(out), mode, slicing, via_run=via_run),
+            env={**base, **common, **role_env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return job
+
+
+def run_local(tmp: Path, script: Path) -> list[float]:
+    out = tmp / "local.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PADDLE_")}
+    subprocess.run([sys.executable, str(script), str(out), "sync", "noslice"], env=env,
+                   check=True, timeout=120)
+    return json.loads(out.read_text())["losses"]
+
+
+def free_port_unused() -> int:
+    with closing(socket.socket()) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
