@@ -13,6 +13,7 @@ Import it the way Fluid scripts import ``paddle.fluid``::
 from . import (
     backward,
     clip,
+    compiler,
     initializer,
     layers,
     optimizer,
@@ -20,6 +21,14 @@ from . import (
     unique_name,
 )
 from .backward import append_backward
+from .compiler import (
+    BuildStrategy,
+    CompiledProgram,
+    ExecutionStrategy,
+    cpu_places,
+    cuda_places,
+)
+from .data_feeder import DataFeeder
 from .executor import (
     CPUPlace,
     CUDAPlace,
@@ -66,9 +75,11 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "Block", "CPUPlace", "CUDAPlace", "ExecutionError", "Executor", "OpRole", "Operator",
+    "Block", "BuildStrategy", "CPUPlace", "CUDAPlace", "CompiledProgram", "DataFeeder",
+    "ExecutionError", "ExecutionStrategy", "Executor", "OpRole", "Operator",
     "ParamAttr", "Parameter", "Program", "Scope", "Variable", "append_backward", "backward",
-    "clip", "default_main_program", "default_startup_program", "global_scope", "initializer",
+    "clip", "compiler", "cpu_places", "cuda_places", "default_main_program",
+    "default_startup_program", "global_scope", "initializer",
     "layers", "optimizer", "program_guard", "regularizer", "scope_guard", "unique_name",
     *_LAZY,
 ]

@@ -342,8 +342,9 @@ class Executor:
 
         Parameters
         ----------
-        program : Program, optional
-            Defaults to :func:`default_main_program`.
+        program : Program or CompiledProgram, optional
+            Defaults to :func:`default_main_program`. A CompiledProgram runs its program on this
+            executor's place (one place; see :mod:`dask_fluid.compiler`).
         feed : dict, optional
             Data-layer name (or Variable) → array.
         fetch_list : list of Variable or str, optional
@@ -356,9 +357,14 @@ class Executor:
             One array per fetched variable.
         """
         program = program if program is not None else default_main_program()
-        if not isinstance(program, Program):
-            raise TypeError(f"Executor.run expects a Program, got {type(program).__name__}")
         scope = scope if scope is not None else global_scope()
+        if not isinstance(program, Program):
+            from .compiler import CompiledProgram  # here: compiler imports this module
+
+            if not isinstance(program, CompiledProgram):
+                raise TypeError("Executor.run expects a Program or a CompiledProgram, got "
+                                f"{type(program).__name__}")
+            program, feed = program._program_to_run(self.place, scope, feed)
         block = program.global_block()
         fetch_names = [f.name if isinstance(f, Variable) else str(f) for f in fetch_list or ()]
         for name in fetch_names:

@@ -1,0 +1,437 @@
+"""fluid.compiler: CompiledProgram, BuildStrategy and ExecutionStrategy (Fluid 1.8).
+
+Fluid compiles a program into an SSA graph that a ParallelExecutor runs on several places (CPU
+threads or GPUs) at once, splitting each fed batch between them and all-reducing gradients.
+dask_fluid runs one place per process and puts data parallelism in its Dask runtimes, so:
+
+* ``CompiledProgram(program)`` and ``.with_data_parallel(...)`` over **one** place (``CPU_NUM=1``,
+  or one CUDA place) run the program as it is, as Fluid does for one place: the same ops, and a
+  fetch returns what :meth:`Executor.run` returns;
+* more than one place, or ``build_strategy.num_trainers > 1`` (NCCL2 all-reduce between trainer
+  processes), raise NotImplementedError saying which;
+* strategy fields that only tune Fluid's graph executor (fusions, inplace, memory_optimize,
+  num_threads) are kept and have no effect; fields that would change results here
+  (``GradientScaleStrategy.Customized``, ``num_iteration_per_run > 1``) raise.
+
+Places are chosen as in Fluid 1.8: the ``places`` argument, else ``CPU_NUM`` CPU places (set to 1,
+with a note on stderr, when unset) or one CUDA place per id in ``FLAGS_selected_gpus`` (else every
+visible GPU).
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import multiprocessing
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .executor import CPUPlace, CUDAPlace, Scope
+from .framework import Program
+
+__all__ = ["BuildStrategy", "CompiledProgram", "ExecutionStrategy", "cpu_places",
+           "cuda_places"]
+
+Place = CPUPlace | CUDAPlace
+
+
+# ----------------------------------------------------------------------------------------------
+# places
+# ----------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _cuda_device_count() -> int:
+    """CUDA devices that CuPy can use (0 without CuPy or a driver); asked once per process."""
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:  # ImportError, CUDARuntimeError: both mean no usable GPU
+        return 0
+
+
+def _cpu_num() -> int:
+    # Fluid 1.8 reads CPU_NUM and, when it is unset, sets it to 1 (so child processes agree).
+    if "CPU_NUM" not in os.environ:
+        if multiprocessing.cpu_count() > 1:
+            sys.stderr.write("dask_fluid: CPU_NUM is not set; using CPU_NUM=1 (one CPUPlace), "
+                             "as Fluid 1.8 does\n")
+        os.environ["CPU_NUM"] = "1"
+    text = os.environ["CPU_NUM"]
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"CPU_NUM={text!r} is not an integer; set it to the number of CPU "
+                         "places (1 in dask_fluid)") from None
+    if value < 1:
+        raise ValueError(f"CPU_NUM={value} must be >= 1")
+    return value
+
+
+def cpu_places(device_count: int | None = None) -> list[CPUPlace]:
+    """``device_count`` CPU places (Fluid's ``fluid.cpu_places``); default ``CPU_NUM``.
+
+    Parameters
+    ----------
+    device_count : int, optional
+        Defaults to the ``CPU_NUM`` environment variable, set to 1 when missing.
+
+    Returns
+    -------
+    list of CPUPlace
+    """
+    count = _cpu_num() if device_count is None else int(device_count)
+    return [CPUPlace() for _ in range(count)]
+
+
+def cuda_places(device_ids: int | Sequence[int] | None = None) -> list[CUDAPlace]:
+    """One CUDA place per device id (Fluid's ``fluid.cuda_places``).
+
+    Parameters
+    ----------
+    device_ids : int or sequence of int, optional
+        Defaults to ``FLAGS_selected_gpus`` (comma-separated ids), else every visible GPU.
+
+    Returns
+    -------
+    list of CUDAPlace
+
+    Raises
+    ------
+    RuntimeError
+        When CuPy finds no GPU.
+    """
+    if _cuda_device_count() == 0:
+        raise RuntimeError("cuda_places: CuPy finds no CUDA GPU; install the 'gpu' extra "
+                           "(pip install 'dask-fluid[gpu]') on a machine with a GPU")
+    if device_ids is None:
+        selected = os.environ.get("FLAGS_selected_gpus", "")
+        if selected:
+            device_ids = [int(s) for s in selected.split(",")]
+        else:
+            device_ids = range(_cuda_device_count())
+    elif isinstance(device_ids, int):
+        device_ids = [device_ids]
+    return [CUDAPlace(i) for i in device_ids]
+
+
+# ----------------------------------------------------------------------------------------------
+# strategies
+# ----------------------------------------------------------------------------------------------
+
+
+class ExecutionStrategy:
+    """How Fluid's ParallelExecutor runs a compiled program (Fluid 1.8's fields and defaults).
+
+    Attributes
+    ----------
+    num_threads : int
+        Thread pool size; 0 (default) becomes ``2 * places`` on CPU, ``4 * places`` on GPU at
+        the first run. No effect here: ops run in program order.
+    use_cuda : bool
+        Set from the executor's place at the first run.
+    allow_op_delay : bool
+        Ignored by Fluid 1.8 too.
+    num_iteration_per_drop_scope : int
+        Default 100. No effect here (temporaries live in the scope).
+    num_iteration_per_run : int
+        Default 1; anything else raises at run time (it drives Fluid's reader-fed loop).
+    use_thread_barrier, use_experimental_executor : bool
+        Executor choices of Fluid's graph engine; no effect here.
+    """
+
+    # Fluid's pybind class refuses unknown attributes; slots keep that (a typo is an error).
+    __slots__ = ("num_threads", "use_cuda", "allow_op_delay", "num_iteration_per_drop_scope",
+                 "num_iteration_per_run", "use_thread_barrier", "use_experimental_executor",
+                 "_dry_run")
+
+    def __init__(self) -> None:
+        self.num_threads = 0
+        self.use_cuda = True
+        self.allow_op_delay = False
+        self.num_iteration_per_drop_scope = 100
+        self.num_iteration_per_run = 1
+        self.use_thread_barrier = False
+        self.use_experimental_executor = True
+        self._dry_run = False
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__)
+        return f"ExecutionStrategy({fields})"
+
+
+class _ReduceStrategy(enum.IntEnum):
+    AllReduce = 0
+    Reduce = 1
+
+
+class _GradientScaleStrategy(enum.IntEnum):
+    CoeffNumDevice = 0
+    One = 1
+    Customized = 2
+
+
+class BuildStrategy:
+    """How Fluid builds the data-parallel graph (Fluid 1.8's fields and defaults).
+
+    Attributes
+    ----------
+    reduce_strategy : BuildStrategy.ReduceStrategy
+        ``AllReduce`` (default) or ``Reduce``: the same result on one place.
+    gradient_scale_strategy : BuildStrategy.GradientScaleStrategy
+        ``CoeffNumDevice`` (default) and ``One`` both scale ``loss@GRAD`` by 1 on one place;
+        ``Customized`` (the user feeds ``loss@GRAD``) raises at run time.
+    num_trainers, trainer_id, trainers_endpoints
+        NCCL2 multi-trainer all-reduce; ``num_trainers > 1`` raises at run time (not wired yet).
+    debug_graphviz_path : str
+        Raises at run time when set: dask_fluid builds no SSA graph (print the program).
+    enable_inplace, memory_optimize, fuse_*, enable_sequential_execution,
+    remove_unnecessary_lock, sync_batch_norm, cache_runtime_context, mkldnn_enabled_op_types,
+    enable_backward_optimizer_op_deps, nccl_comm_num, use_hierarchical_allreduce,
+    hierarchical_allreduce_inter_nranks, async_mode, is_distribution
+        Graph-engine tuning: stored, no effect on one place.
+    """
+
+    ReduceStrategy = _ReduceStrategy
+    GradientScaleStrategy = _GradientScaleStrategy
+
+    _FIELDS = frozenset({
+        "reduce_strategy", "gradient_scale_strategy", "debug_graphviz_path",
+        "enable_sequential_execution", "remove_unnecessary_lock", "num_trainers",
+        "trainers_endpoints", "trainer_id", "nccl_comm_num", "use_hierarchical_allreduce",
+        "hierarchical_allreduce_inter_nranks", "fuse_elewise_add_act_ops", "fuse_bn_act_ops",
+        "enable_auto_fusion", "fuse_relu_depthwise_conv", "fuse_broadcast_ops",
+        "fuse_all_optimizer_ops", "fuse_all_reduce_ops", "sync_batch_norm", "memory_optimize",
+        "is_distribution", "async_mode", "enable_inplace", "enable_backward_optimizer_op_deps",
+        "cache_runtime_context", "mkldnn_enabled_op_types",
+    })
+
+    def __init__(self) -> None:
+        self.reduce_strategy = _ReduceStrategy.AllReduce
+        self.gradient_scale_strategy = _GradientScaleStrategy.CoeffNumDevice
+        self.debug_graphviz_path = ""
+        self.enable_sequential_execution = False
+        self.remove_unnecessary_lock = True
+        self.num_trainers = 1
+        self.trainers_endpoints: list[str] = []
+        self.trainer_id = 0
+        self.nccl_comm_num = 1
+        self.use_hierarchical_allreduce = False
+        self.hierarchical_allreduce_inter_nranks = 0
+        self.fuse_elewise_add_act_ops = False
+        self.fuse_bn_act_ops = False
+        self.enable_auto_fusion = False
+        self.fuse_relu_depthwise_conv = False
+        self.fuse_broadcast_ops = False
+        self.fuse_all_optimizer_ops = False
+        self.fuse_all_reduce_ops = True
+        self.sync_batch_norm = False
+        self.memory_optimize: bool | None = None
+        self.is_distribution = False
+        self.async_mode = False
+        self.enable_inplace = True
+        self.enable_backward_optimizer_op_deps = False
+        self.cache_runtime_context = False
+        self.mkldnn_enabled_op_types: set[str] = set()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Fluid's pybind class refuses unknown attributes (a typo is an error); Python
+        # subclasses such as fleet's DistributedStrategy add their own fields.
+        if type(self) is BuildStrategy and name not in BuildStrategy._FIELDS:
+            raise AttributeError(f"'BuildStrategy' object has no attribute {name!r}")
+        object.__setattr__(self, name, value)
+
+    def _finalize_strategy_and_create_passes(self) -> Any:
+        """Fluid's IR pass builder (``multi_batch_merge_pass`` ...): not implemented."""
+        raise NotImplementedError(
+            "BuildStrategy._finalize_strategy_and_create_passes is not implemented in "
+            "dask_fluid: it builds no SSA graph, so there are no IR passes to insert (e.g. "
+            "multi_batch_merge_pass); merge batches in the reader instead")
+
+
+# ----------------------------------------------------------------------------------------------
+# CompiledProgram
+# ----------------------------------------------------------------------------------------------
+
+
+class CompiledProgram:
+    """A program prepared for :meth:`Executor.run` (Fluid 1.8's ``CompiledProgram``).
+
+    Parameters
+    ----------
+    program_or_graph : Program
+        dask_fluid has no IR graph, so only a Program is accepted.
+    build_strategy : BuildStrategy, optional
+
+    Examples
+    --------
+    >>> compiled = fluid.CompiledProgram(main).with_data_parallel(loss_name=loss.name)
+    >>> loss_value, = exe.run(compiled, feed=feed, fetch_list=[loss.name])
+    """
+
+    def __init__(self, program_or_graph: Program,
+                 build_strategy: BuildStrategy | None = None) -> None:
+        if not isinstance(program_or_graph, Program):
+            raise TypeError("CompiledProgram expects a Program (dask_fluid has no IR Graph), "
+                            f"got {type(program_or_graph).__name__}")
+        self._program = program_or_graph
+        self._build_strategy = build_strategy
+        self._exec_strategy: ExecutionStrategy | None = None
+        self._is_data_parallel = False
+        self._is_inference = False
+        self._loss_name: str | None = None
+        self._share_vars_from: CompiledProgram | None = None
+        self._places: list[Place] | None = None
+        self._compiled = False
+        self._scope: Scope | None = None
+        self._place: Place | None = None
+
+    def with_data_parallel(self, loss_name: str | None = None,
+                           build_strategy: BuildStrategy | None = None,
+                           exec_strategy: ExecutionStrategy | None = None,
+                           share_vars_from: CompiledProgram | None = None,
+                           places: Place | Sequence[Place] | None = None) -> CompiledProgram:
+        """Run the program data-parallel over ``places`` (one place is all dask_fluid runs).
+
+        Parameters
+        ----------
+        loss_name : str, optional
+            The loss variable's name (Fluid scales its gradient by the number of places).
+        build_strategy : BuildStrategy, optional
+            Replaces the one given to the constructor.
+        exec_strategy : ExecutionStrategy, optional
+        share_vars_from : CompiledProgram, optional
+            A data-parallel program already run, whose variables this one uses; with one place
+            both read the scope passed to ``Executor.run``.
+        places : place or list of places, optional
+            Default: ``CPU_NUM`` CPU places or the selected GPUs, chosen at the first run.
+
+        Returns
+        -------
+        CompiledProgram
+            ``self``.
+        """
+        if self._is_data_parallel:
+            raise ValueError("Already compiled with parallel, cannot be recompiled.")
+        if self._is_inference:
+            raise ValueError("Cannot compile with both data parallel and inference.")
+        self._is_data_parallel = True
+        if build_strategy is not None:
+            self._build_strategy = build_strategy
+        self._exec_strategy = exec_strategy
+        self._loss_name = loss_name
+        self._share_vars_from = share_vars_from
+        if places is not None:
+            self._places = list(places) if isinstance(places, list | tuple) else [places]
+        return self
+
+    def _with_inference_optimize(self, config: Any) -> CompiledProgram:
+        raise NotImplementedError(
+            "CompiledProgram._with_inference_optimize (Paddle's inference predictor) is not "
+            "implemented in dask_fluid; run the inference program with Executor.run")
+
+    # -- what Executor.run calls --------------------------------------------------------------
+    def _compile(self, scope: Scope, place: Place) -> CompiledProgram:
+        """Fix the scope, place and places at the first run, as Fluid does."""
+        if self._compiled:
+            if scope is not self._scope:
+                raise ValueError("Cannot compile program with different scope.")
+            if place != self._place:
+                raise ValueError("Cannot compile program with different place.")
+            return self
+        if self._share_vars_from is not None:
+            if not self._share_vars_from._is_data_parallel:
+                raise ValueError("The shared Program is not data parallel, cannot share "
+                                 "variables from it.")
+            if not self._share_vars_from._compiled:
+                raise ValueError("The shared Program is not compiled and executed, so there "
+                                 "is no variables to share.")
+        places = self._get_places(place) if self._is_data_parallel else [place]
+        self._check_supported(places, place)
+        self._resolve_strategies(places, place)
+        self._places, self._scope, self._place = places, scope, place
+        self._compiled = True
+        return self
+
+    def _get_places(self, place: Place) -> list[Place]:
+        if self._places is not None:
+            for p in self._places:
+                if type(p) is not type(place):
+                    raise ValueError(f"Place type not match: places has {p!r} but the "
+                                     f"Executor runs on {place!r}")
+            places = self._places
+        else:
+            places = cuda_places() if isinstance(place, CUDAPlace) else cpu_places()
+        if not places:
+            raise ValueError("No places for execution.")
+        return places
+
+    def _check_supported(self, places: list[Place], place: Place) -> None:
+        # The one place where the not-yet-implemented multi-device and multi-trainer paths are
+        # refused; the NCCL2 runtime will take over the num_trainers > 1 branch.
+        build = self._build_strategy or BuildStrategy()
+        execs = self._exec_strategy or ExecutionStrategy()
+        if len(places) > 1:
+            how = ("CPU_NUM=" + os.environ.get("CPU_NUM", "?") if self._places is None
+                   and isinstance(place, CPUPlace) else f"places={places!r}")
+            raise NotImplementedError(
+                f"CompiledProgram.with_data_parallel over {len(places)} places ({how}) is not "
+                "implemented yet: dask_fluid runs one place per process; set CPU_NUM=1 (or "
+                "FLAGS_selected_gpus to one GPU) and run one trainer process per device")
+        if build.num_trainers > 1:
+            raise NotImplementedError(
+                f"CompiledProgram.with_data_parallel with build_strategy.num_trainers="
+                f"{build.num_trainers} (NCCL2 multi-trainer all-reduce) is not implemented "
+                "yet in dask_fluid")
+        if build.gradient_scale_strategy == _GradientScaleStrategy.Customized:
+            raise NotImplementedError(
+                "BuildStrategy.GradientScaleStrategy.Customized is not implemented in "
+                "dask_fluid: the backward pass fills loss@GRAD itself, so a fed loss@GRAD "
+                "would be ignored; scale the loss in the program instead")
+        if build.debug_graphviz_path:
+            raise NotImplementedError(
+                "BuildStrategy.debug_graphviz_path is not implemented in dask_fluid: it builds "
+                "no SSA graph; print(program) shows the ops that run")
+        if execs.num_iteration_per_run != 1:
+            raise NotImplementedError(
+                f"ExecutionStrategy.num_iteration_per_run={execs.num_iteration_per_run} is not "
+                "implemented in dask_fluid: one Executor.run runs the program once")
+        if places[0] != place:
+            raise NotImplementedError(
+                f"CompiledProgram on {places[0]!r} from an Executor on {place!r} is not "
+                f"implemented in dask_fluid: it runs on the Executor's place; create "
+                f"fluid.Executor({places[0]!r})")
+
+    def _resolve_strategies(self, places: list[Place], place: Place) -> None:
+        # what Fluid's _compile_data_parallel fills in, so scripts that read them back agree
+        if self._build_strategy is None:
+            self._build_strategy = BuildStrategy()
+        if self._exec_strategy is None:
+            self._exec_strategy = ExecutionStrategy()
+        on_gpu = isinstance(place, CUDAPlace)
+        self._exec_strategy.use_cuda = on_gpu
+        if self._exec_strategy.num_threads == 0:
+            self._exec_strategy.num_threads = len(places) * (4 if on_gpu else 2)
+        self._build_strategy.is_distribution = any(
+            op.type in ("send", "recv") for op in self._program.global_block().ops)
+
+    def _program_to_run(self, place: Place, scope: Scope, feed: Any) -> tuple[Program, Any]:
+        """The program :meth:`Executor.run` runs for this compiled program, and its feed."""
+        self._compile(scope, place)
+        if isinstance(feed, list | tuple):
+            # Fluid accepts one feed dict per place
+            if len(feed) != len(self._places or ()):
+                raise ValueError(f"Feed a list of tensor, the list should be the same size as "
+                                 f"places: got {len(feed)} dicts for {len(self._places or ())} "
+                                 "place(s)")
+            if not all(isinstance(each, dict) for each in feed):
+                raise TypeError("Each element of feed list should be a dict")
+            feed = feed[0]
+        return self._program, feed
+
+    def __repr__(self) -> str:
+        mode = "data parallel" if self._is_data_parallel else "single place"
+        return f"CompiledProgram({mode}, loss_name={self._loss_name!r})"
