@@ -1,0 +1,1 @@
+"""``paddle.fluid.incubate.fleet``: ``base.role_maker`` and ``collective``."""
