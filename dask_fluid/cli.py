@@ -7,6 +7,11 @@
     per-epoch progress, the test accuracy, the throughput and the elapsed time.
 ``dask-fluid info``
     Versions, GPU/CuPy/NCCL availability, and the resolved ``FLAGS_rpc_*`` values.
+``dask-fluid run SCRIPT [ARGS...]``
+    ``python SCRIPT ARGS...`` with ``import paddle`` / ``import paddle.fluid as fluid``
+    resolving to dask_fluid, in the script and in the Python processes it starts (Paddle 1.8's
+    own model files and runners run unchanged; see :mod:`dask_fluid.compat`). ARGS pass
+    through untouched; the exit status is the script's (a traceback and 1 when it raises).
 
 Exit codes: 0 success, 1 the training (or the cluster) failed, 2 bad usage or configuration,
 130 interrupted. Errors are printed as one line on stderr, without a traceback; set
@@ -86,7 +91,7 @@ def _hidden(text: str) -> tuple[int, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``dask-fluid`` (its subcommands are ``demo`` and ``info``)."""
+    """The argument parser of ``dask-fluid`` (subcommands ``demo``, ``info``, ``run``)."""
     from . import __version__
 
     parser = _ArgumentParser(
@@ -95,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "and NCCL2 modes) on Dask.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{demo,info}")
+    sub = parser.add_subparsers(dest="command", metavar="{demo,info,run}")
 
     demo = sub.add_parser(
         "demo", help="train an MLPClassifier on an embedded Dask cluster (the main job)",
@@ -147,6 +152,20 @@ def build_parser() -> argparse.ArgumentParser:
                                       "resolved FLAGS_rpc_* settings.")
     info.add_argument("--json", action="store_true", help="print one JSON object")
     info.set_defaults(func=_cmd_info)
+
+    run = sub.add_parser(
+        "run", help="run a Fluid script, with 'import paddle.fluid' resolving to dask_fluid",
+        usage=f"{PROG} run [-h] SCRIPT [ARGS...]",
+        description="Run SCRIPT like 'python SCRIPT ARGS...', with paddle and paddle.fluid "
+                    "resolving to dask_fluid in the script and in every Python process it "
+                    "starts (PYTHONPATH carries the hook). ARGS are passed to the script "
+                    "untouched; the exit status is the script's.")
+    # optional for argparse only, so that a missing SCRIPT gets its own message (REMAINDER
+    # would be listed as required too)
+    run.add_argument("script", nargs="?", metavar="SCRIPT", help="the Python file to run")
+    run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
+                     help="the script's own arguments (e.g. --role pserver)")
+    run.set_defaults(func=_cmd_run)
     return parser
 
 
@@ -289,6 +308,14 @@ def resolved_flags() -> list[dict[str, Any]]:
             row["error"] = str(err)
         rows.append(row)
     return rows
+
+
+def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
+    from .compat.run import run_script
+
+    if args.script is None:
+        raise UsageError(f"{PROG} run: SCRIPT is required: {PROG} run SCRIPT [ARGS...]")
+    return run_script(args.script, args.args)
 
 
 def _cmd_info(args: argparse.Namespace, out: TextIO) -> int:
