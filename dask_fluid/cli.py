@@ -12,6 +12,12 @@
     resolving to dask_fluid, in the script and in the Python processes it starts (Paddle 1.8's
     own model files and runners run unchanged; see :mod:`dask_fluid.compat`). ARGS pass
     through untouched; the exit status is the script's (a traceback and 1 when it raises).
+``dask-fluid launch [--scheduler ADDR | --workers N] --pservers P --trainers T SCRIPT [ARGS...]``
+    Fluid's launch style on Dask: SCRIPT runs once per role (``dask-fluid run`` on the workers,
+    an embedded LocalCluster without ``--scheduler``) with each role's ``PADDLE_*`` variables;
+    every role's output is printed prefixed with the role; the first role that fails stops the
+    others (exit 1); Ctrl-C stops everything (exit 130). ``--mode nccl2`` runs trainers only.
+    See :mod:`dask_fluid.distributed.launch.script`.
 
 Exit codes: 0 success, 1 the training (or the cluster) failed, 2 bad usage or configuration,
 130 interrupted. Errors are printed as one line on stderr, without a traceback; set
@@ -91,7 +97,7 @@ def _hidden(text: str) -> tuple[int, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``dask-fluid`` (subcommands ``demo``, ``info``, ``run``)."""
+    """The argument parser of ``dask-fluid`` (``demo``, ``info``, ``run``, ``launch``)."""
     from . import __version__
 
     parser = _ArgumentParser(
@@ -100,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "and NCCL2 modes) on Dask.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{demo,info,run}")
+    sub = parser.add_subparsers(dest="command", metavar="{demo,info,run,launch}")
 
     demo = sub.add_parser(
         "demo", help="train an MLPClassifier on an embedded Dask cluster (the main job)",
@@ -166,6 +172,36 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
                      help="the script's own arguments (e.g. --role pserver)")
     run.set_defaults(func=_cmd_run)
+
+    launch = sub.add_parser(
+        "launch", help="run a Fluid script once per role (pservers, trainers) on Dask workers",
+        usage=f"{PROG} launch [-h] [--scheduler ADDRESS | --workers N] [--pservers P] "
+              "[--trainers T] [--mode {pserver,nccl2}] [--role-args] SCRIPT [ARGS...]",
+        description="Fluid's launch style on a Dask cluster: SCRIPT runs once per role on the "
+                    "workers, with the PADDLE_* variables of both Fluid 1.x naming schemes "
+                    "(endpoints on the workers' hosts, free ports), under 'dask-fluid run'. "
+                    "{role}, {endpoints}, {trainer_id}, {current_endpoint} and {trainers} in "
+                    "ARGS are filled in per role. Each role's output is printed prefixed with "
+                    "the role; the first role that fails stops the others.")
+    where = launch.add_mutually_exclusive_group()
+    where.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                       help="run on this Dask cluster instead of an embedded LocalCluster")
+    where.add_argument("--workers", type=_positive_int, default=None, metavar="N",
+                       help="worker processes of the embedded LocalCluster (default: one per "
+                            "role)")
+    launch.add_argument("--pservers", type=int, default=None, metavar="P",
+                        help="number of pservers (default 2 in pserver mode, 0 in nccl2)")
+    launch.add_argument("--trainers", type=_positive_int, default=2, metavar="T",
+                        help="number of trainers (default 2)")
+    launch.add_argument("--mode", choices=("pserver", "nccl2"), default="pserver",
+                        help="pserver (pservers + trainers) or nccl2 (trainers all-reduce)")
+    launch.add_argument("--role-args", action="store_true",
+                        help="append Paddle-test-style --role, --endpoints, --trainer_id, "
+                             "--current_endpoint and --trainers arguments")
+    launch.add_argument("script", nargs="?", metavar="SCRIPT", help="the Python file to run")
+    launch.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
+                        help="the script's own arguments")
+    launch.set_defaults(func=_cmd_launch)
     return parser
 
 
@@ -316,6 +352,38 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     if args.script is None:
         raise UsageError(f"{PROG} run: SCRIPT is required: {PROG} run SCRIPT [ARGS...]")
     return run_script(args.script, args.args)
+
+
+def _cmd_launch(args: argparse.Namespace, out: TextIO) -> int:
+    if args.script is None:
+        raise UsageError(f"{PROG} launch: SCRIPT is required: {PROG} launch --pservers P "
+                         "--trainers T SCRIPT [ARGS...]")
+    if not os.path.isfile(args.script):
+        raise UsageError(f"{PROG} launch: {args.script!r} is not a file")
+    pservers = args.pservers if args.pservers is not None else (
+        2 if args.mode == "pserver" else 0)
+    if args.mode == "pserver" and pservers < 1:
+        raise UsageError(f"{PROG} launch: pserver mode needs --pservers >= 1")
+    if args.mode == "nccl2" and pservers:
+        raise UsageError(f"{PROG} launch: nccl2 mode has no pservers; drop --pservers")
+    if args.workers is None:
+        args.workers = pservers + args.trainers
+    device = "gpu" if args.mode == "nccl2" and gpu_status()["gpus"] else "cpu"
+    from .distributed.launch.script import launch_script
+
+    with contextlib.ExitStack() as stack:
+        client, workers, desc = _connect(args, device, out, stack)
+        print(f"{PROG} launch: {args.script} as {pservers} pserver(s) + {args.trainers} "
+              f"trainer(s) ({args.mode}) on {desc}", file=out, flush=True)
+        try:
+            launch_script(client, args.script, args.args, pservers=pservers,
+                          trainers=args.trainers, mode=args.mode, role_args=args.role_args,
+                          out=out, workers=workers)
+        except (ValueError, TypeError) as err:
+            raise UsageError(f"{PROG} launch: {err}") from err
+        except Exception as err:
+            raise _TrainingFailed(str(err)) from err
+    return 0
 
 
 def _cmd_info(args: argparse.Namespace, out: TextIO) -> int:
