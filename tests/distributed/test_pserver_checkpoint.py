@@ -9,7 +9,7 @@ from distributed import Client, LocalCluster
 
 import dask_fluid as fluid
 from dask_fluid.distributed import train_pserver
-from dask_fluid.distributed.pserver.checkpoint import find_checkpoint
+from dask_fluid.distributed.pserver.checkpoint import CheckpointWarning, find_checkpoint
 
 from ..transpiler.models import reference_mlp
 
@@ -56,5 +56,32 @@ def test_resume_with_other_data_is_refused(client, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["round-00000001", "round-00000003"]
     with pytest.raises(ValueError, match="resume with the same data"):
         _train(client, [parts[0], parts[1]], resume_from=str(tmp_path), batch_size=8)
-    with pytest.raises(FileNotFoundError, match="no complete pserver checkpoint"):
+    with pytest.raises(FileNotFoundError, match="no intact pserver checkpoint"):
         _train(client, parts, resume_from=str(tmp_path / "nothing"))
+
+
+def test_a_truncated_latest_round_falls_back_to_the_previous_intact_one(client, tmp_path):
+    rng = np.random.default_rng(2)
+    parts = [{"x": rng.normal(size=(n, 64)).astype(np.float32),
+              "y": rng.integers(0, 10, (n, 1))} for n in (64, 48)]
+    full = _train(client, parts, checkpoint_dir=str(tmp_path), checkpoint_every=3)
+    npz = tmp_path / "round-00000005" / "pserver-1.npz"
+    npz.write_bytes(npz.read_bytes()[: npz.stat().st_size // 2])  # a copy cut short
+    with pytest.warns(CheckpointWarning, match=r"resuming from round-00000002: skipped the "
+                      r"damaged round\(s\) round-00000005 \(pserver-1.npz has \d+ bytes"):
+        info = find_checkpoint(tmp_path)
+    assert info.round == 2 and [d.name for d, _ in info.skipped] == ["round-00000005"]
+    with pytest.warns(CheckpointWarning):
+        resumed = _train(client, parts, resume_from=str(tmp_path))
+    for name, value in full.params.items():  # from round 2, to the same end
+        np.testing.assert_array_equal(resumed.params[name], value, err_msg=name)
+    # naming the damaged round itself is an error that says why, not a late BadZipFile
+    with pytest.raises(ValueError, match="round-00000005.* is damaged: pserver-1.npz has"):
+        find_checkpoint(tmp_path / "round-00000005")
+    # a flipped byte of the same size is caught by the checksum
+    data = bytearray((tmp_path / "round-00000002" / "pserver-0.npz").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (tmp_path / "round-00000002" / "pserver-0.npz").write_bytes(bytes(data))
+    with pytest.raises(FileNotFoundError, match="round-00000002 is damaged: pserver-0.npz does "
+                       "not match the checksum"):
+        find_checkpoint(tmp_path)

@@ -10,26 +10,48 @@ Layout::
             pserver-1.json
 
 Each file is written under a temporary name in the same directory and renamed (``os.replace``,
-atomic on POSIX), the JSON after the ``.npz``: a JSON file therefore always describes a complete
-``.npz``, and a round directory is complete when all ``n_pservers`` JSON files exist.
+atomic on POSIX), the JSON after the ``.npz``; the JSON records the size and SHA-256 of its
+``.npz``. A round is **intact** when every one of its ``n_pservers`` JSON files exists and every
+``.npz`` has the size and checksum its JSON recorded: a file truncated or damaged after it was
+written (a full disk, a copy cut short) makes the round unusable, and resuming from the
+checkpoint directory takes the latest intact round instead, saying which rounds it skipped.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import pathlib
 import time
 import uuid
+import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-__all__ = ["CheckpointInfo", "find_checkpoint", "read_shard", "round_dir", "write_shard"]
+__all__ = ["CheckpointInfo", "CheckpointWarning", "find_checkpoint", "read_shard", "round_dir",
+           "write_shard"]
 
-FORMAT = "dask_fluid.pserver.v1"
+logger = logging.getLogger(__name__)
+
+FORMAT = "dask_fluid.pserver.v2"
+_CHUNK = 1 << 20
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint round was damaged and skipped in favour of an earlier intact one."""
+
+
+def _sha256(path: pathlib.Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def round_dir(root: str | os.PathLike, round_index: int) -> pathlib.Path:
@@ -71,10 +93,11 @@ def write_shard(root: str | os.PathLike, meta: Mapping[str, Any],
     directory = round_dir(root, int(meta["round"]))
     directory.mkdir(parents=True, exist_ok=True)
     k = int(meta["pserver_id"])
-    _atomic_write(directory / f"pserver-{k}.npz",
-                  lambda f: np.savez(f, **{n: np.asarray(a) for n, a in arrays.items()}))
+    npz = directory / f"pserver-{k}.npz"
+    _atomic_write(npz, lambda f: np.savez(f, **{n: np.asarray(a) for n, a in arrays.items()}))
     doc = dict(meta, format=FORMAT, created=time.time(),
-               vars={n: [list(np.shape(a)), str(np.asarray(a).dtype)] for n, a in arrays.items()})
+               vars={n: [list(np.shape(a)), str(np.asarray(a).dtype)] for n, a in arrays.items()},
+               npz_bytes=npz.stat().st_size, npz_sha256=_sha256(npz))
     _atomic_write(directory / f"pserver-{k}.json",
                   lambda f: f.write(json.dumps(doc, indent=1).encode()))
     return directory
@@ -90,43 +113,80 @@ class CheckpointInfo:
     step: int
     n_pservers: int
     meta: dict
+    #: later rounds that were damaged, and why (newest first)
+    skipped: tuple[tuple[pathlib.Path, str], ...] = field(default=())
 
 
-def _complete(directory: pathlib.Path) -> CheckpointInfo | None:
+def _check_round(directory: pathlib.Path) -> tuple[CheckpointInfo | None, str | None]:
+    """``(info, None)`` for an intact round; ``(None, why)`` for a damaged one; ``(None,
+    None)`` for a round still being written (not every pserver's JSON is there yet)."""
     first = directory / "pserver-0.json"
     if not first.is_file():
-        return None
-    meta = json.loads(first.read_text())
+        return None, None
+    try:
+        meta = json.loads(first.read_text())
+    except (OSError, ValueError) as exc:
+        return None, f"pserver-0.json is unreadable ({exc})"
     if meta.get("format") != FORMAT:
-        return None
+        return None, f"pserver-0.json has format {meta.get('format')!r}, not {FORMAT!r}"
     n = int(meta["n_pservers"])
-    if not all((directory / f"pserver-{k}.json").is_file() for k in range(n)):
-        return None
+    for k in range(n):
+        doc_path, npz = directory / f"pserver-{k}.json", directory / f"pserver-{k}.npz"
+        if not doc_path.is_file():
+            return None, None
+        try:
+            doc = json.loads(doc_path.read_text())
+        except (OSError, ValueError) as exc:
+            return None, f"{doc_path.name} is unreadable ({exc})"
+        if not npz.is_file():
+            return None, f"{npz.name} is missing"
+        size = npz.stat().st_size
+        if size != doc.get("npz_bytes"):
+            return None, f"{npz.name} has {size} bytes, its JSON recorded {doc.get('npz_bytes')}"
+        if _sha256(npz) != doc.get("npz_sha256"):
+            return None, f"{npz.name} does not match the checksum its JSON recorded"
     return CheckpointInfo(directory, int(meta["round"]), int(meta["epoch"]), int(meta["step"]),
-                          n, meta)
+                          n, meta), None
 
 
 def find_checkpoint(path: str | os.PathLike) -> CheckpointInfo:
-    """Resolve ``resume_from``: a round directory, or a checkpoint root (the latest complete
-    round in it is used).
+    """Resolve ``resume_from``: a round directory (it must be intact), or a checkpoint root
+    (the latest intact round in it is used; damaged later rounds are skipped with a
+    :class:`CheckpointWarning` naming them).
 
     Raises
     ------
     FileNotFoundError
-        No complete checkpoint there.
+        No intact checkpoint there.
+    ValueError
+        ``path`` is a round directory, and it is damaged.
     """
     path = pathlib.Path(path)
-    info = _complete(path) if path.is_dir() else None
-    if info is not None:
-        return info
+    if path.is_dir() and (path / "pserver-0.json").exists():
+        info, why = _check_round(path)
+        if info is not None:
+            return info
+        if why is not None:
+            raise ValueError(f"checkpoint round {str(path)!r} is damaged: {why}; resume from "
+                             "its checkpoint_dir to take the latest intact round")
+    skipped: list[tuple[pathlib.Path, str]] = []
     if path.is_dir():
         for directory in sorted(path.glob("round-*"), reverse=True):
-            info = _complete(directory)
+            info, why = _check_round(directory)
             if info is not None:
-                return info
-    raise FileNotFoundError(f"no complete pserver checkpoint at {str(path)!r}: expected a "
+                if skipped:
+                    names = "; ".join(f"{d.name} ({w})" for d, w in skipped)
+                    warnings.warn(f"resuming from {directory.name}: skipped the damaged "
+                                  f"round(s) {names}", CheckpointWarning, stacklevel=2)
+                    logger.warning("checkpoint %s: skipped damaged round(s) %s", path, names)
+                return CheckpointInfo(info.path, info.round, info.epoch, info.step,
+                                      info.n_pservers, info.meta, tuple(skipped))
+            if why is not None:
+                skipped.append((directory, why))
+    damaged = "".join(f"; {d.name} is damaged: {w}" for d, w in skipped)
+    raise FileNotFoundError(f"no intact pserver checkpoint at {str(path)!r}: expected a "
                             "'round-NNNNNNNN' directory with pserver-K.json/.npz for every "
-                            "pserver, or a checkpoint_dir containing such directories")
+                            f"pserver, or a checkpoint_dir containing such directories{damaged}")
 
 
 def read_shard(info: CheckpointInfo, pserver_id: int) -> dict[str, np.ndarray]:
