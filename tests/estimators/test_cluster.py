@@ -16,6 +16,8 @@ from sklearn.neural_network import MLPClassifier as SklearnMLPClassifier
 from dask_fluid.datasets import reference_blobs
 from dask_fluid.estimators import LinearClassifier, LinearRegressor, MLPClassifier
 
+from .. import scheduler_probe
+
 pytestmark = [
     pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning"),
     pytest.mark.filterwarnings("ignore:Sending large graph:UserWarning"),
@@ -30,11 +32,6 @@ def client():
                                dashboard_address=None)
     with cluster, Client(cluster) as c:
         yield c
-
-
-def _transitions(client) -> int:
-    """Task transitions so far on the scheduler: unchanged means no work was sent."""
-    return client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.transition_counter)
 
 
 @pytest.mark.slow
@@ -111,19 +108,19 @@ def test_partial_fit_inside_worker_tasks(client):
 
 def test_nccl2_without_gpu_raises_before_any_work(client):
     X, y = da.ones((100, 4), chunks=50), da.zeros(100, chunks=50, dtype=int)
-    before = _transitions(client)
+    before = scheduler_probe.mark(client)
     with pytest.raises(ValueError, match="mode='nccl2'.*needs device='gpu'"):
         MLPClassifier(mode="nccl2").fit(X, y)
     with pytest.raises(RuntimeError, match="mode='nccl2' needs GPU workers"):
         MLPClassifier(mode="nccl2", device="gpu").fit(X, y)
-    assert _transitions(client) == before
+    assert scheduler_probe.work_started_since(client, before) == []
 
 
 def test_bad_dask_input_raises_before_any_work(client):
     X = da.from_array(np.ones((100, 4)), chunks=50)
     y = da.from_array(np.arange(100) % 2, chunks=50)
     clf = MLPClassifier(mode="pserver")
-    before = _transitions(client)
+    before = scheduler_probe.mark(client)
     with pytest.raises(ValueError, match=r"unknown chunk sizes.*compute_chunk_sizes\(\)"):
         clf.fit(X[X[:, 0] > 0], y)
     with pytest.raises(ValueError, match=r"got 1D array instead.*reshape\(-1, 1\)"):
@@ -134,7 +131,7 @@ def test_bad_dask_input_raises_before_any_work(client):
         clf.fit(X[:0], y[:0])
     with pytest.raises(ValueError, match="early_stopping=True is supported with mode='local'"):
         MLPClassifier(mode="pserver", early_stopping=True).fit(X, y)
-    assert _transitions(client) == before
+    assert scheduler_probe.work_started_since(client, before) == []
 
 
 def test_nan_in_dask_input_is_found_on_the_cluster(client):
