@@ -43,10 +43,11 @@ def _check_mode(name: str, value: Any) -> Any:
     return value
 
 
-def _check_sync_mode(name: str, value: Any) -> Any:
-    if value is not None:
-        _check_bool(name, value)
-    return value
+def _check_not_none_bool(name: str, value: Any) -> Any:
+    if value is None:  # Fluid 1.8's setters refuse None for these two
+        raise ValueError(f"DistributeTranspilerConfig.{name} can't be None: it must be a bool "
+                         "(True or False)")
+    return _check_bool(name, value)
 
 
 def _check_positive_int(name: str, value: Any, low: int) -> Any:
@@ -64,7 +65,12 @@ _FIELDS: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "enable_dc_asgd": (False, _check_bool),
     "mode": ("pserver", _check_mode),
     "print_log": (False, _check_bool),
-    "sync_mode": (None, _check_sync_mode),
+    "sync_mode": (True, _check_not_none_bool),
+    "runtime_split_send_recv": (False, _check_not_none_bool),
+    "half_async": (False, _check_bool),
+    "completely_not_async": (False, _check_bool),
+    "geo_sgd_mode": (False, _check_bool),
+    "geo_sgd_need_push_nums": (100, lambda n, v: _check_positive_int(n, v, 1)),
     "wait_port": (True, _check_bool),
     "nccl_comm_num": (1, lambda n, v: _check_positive_int(n, v, 1)),
     "use_hierarchical_allreduce": (False, _check_bool),
@@ -73,10 +79,12 @@ _FIELDS: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
 
 
 class DistributeTranspilerConfig:
-    """Options of :class:`~dask_fluid.transpiler.DistributeTranspiler` (Fluid 1.x names).
+    """Options of :class:`~dask_fluid.transpiler.DistributeTranspiler` (Fluid 1.8's fields).
 
     Every field is checked when it is assigned and again by ``transpile()``; a bad value raises
-    ValueError naming the field, the value and what is allowed.
+    ValueError naming the field, the value and what is allowed. Combinations of fields are
+    checked by ``transpile()`` (:func:`~dask_fluid.transpiler.modes.resolve_mode`), which
+    raises ValueError naming the conflicting fields.
 
     Attributes
     ----------
@@ -87,17 +95,46 @@ class DistributeTranspilerConfig:
     min_block_size : int, default 8192
         Minimum elements per block; at least 8192.
     enable_dc_asgd : bool, default False
-        Delay-compensated async SGD on the pservers (async mode only).
+        Delay-compensated async SGD on the pservers (async modes only).
     mode : {"pserver", "nccl2"}, default "pserver"
     print_log : bool, default False
         Log every decision (block cuts, endpoint per block) to the ``dask_fluid.transpiler``
         logger at INFO level.
-    sync_mode : bool or None, default None
-        As Fluid 1.4/1.5: when not None it overrides the ``sync_mode`` argument of
-        ``transpile()``; when None the argument decides.
+    sync_mode : bool, default True
+        Synchronous training. Fluid 1.8 takes the pserver's ``distributed_mode`` from this
+        field and the trainer's ops from ``transpile(sync_mode=)``, so a job where the two
+        differ does not train. dask_fluid uses one value for both: this field once it has
+        been **assigned**, otherwise the ``transpile()`` argument (Fluid 1.4/1.5's documented
+        precedence). ``None`` is refused, and so is ``True`` while
+        ``runtime_split_send_recv`` is True (Fluid 1.8's setter: set ``sync_mode = False``
+        first).
+    runtime_split_send_recv : bool, default False
+        Async training where the trainer program sends whole gradients and receives whole
+        parameters, and the runtime cuts them into the pserver blocks and joins them (Fluid's
+        Communicator). Without ``half_async`` the trainer does not wait for its exchange:
+        each step sends its gradients and goes on with the parameters of the previous step's
+        reply (one exchange in flight). ``True`` is refused while ``sync_mode`` is True.
+    half_async : bool, default False
+        With ``runtime_split_send_recv``: a ``send_barrier`` with ``half_async=True`` ends
+        the sends, and each step the trainer waits until its gradients are applied and the
+        fresh parameters are back, without waiting for the other trainers (Fluid's
+        HalfAsyncCommunicator). Without ``runtime_split_send_recv`` async training is already
+        half-async (Fluid's ``HALF_ASYNC`` mode), so the field changes nothing there.
+    completely_not_async : bool, default False
+        With ``sync_mode=False``, ``runtime_split_send_recv`` and ``half_async``: synchronous
+        training through the Communicator (Fluid 1.8 fleet's SyncStrategy): per-trainer
+        gradient names, the pservers sum and average each round.
+    geo_sgd_mode : bool, default False
+        GEO-SGD (needs ``sync_mode=False`` and ``runtime_split_send_recv``): every trainer
+        keeps its optimizer and trains locally; every ``geo_sgd_need_push_nums`` steps it
+        sends ``(local - last synced) / trainers`` per parameter block, the pservers add it,
+        and the trainer takes the pservers' values plus its own progress since.
+    geo_sgd_need_push_nums : int, default 100
+        GEO-SGD: steps between two exchanges with the pservers; at least 1.
     wait_port : bool, default True
-        Kept for Fluid compatibility. dask_fluid never blocks on TCP ports: the Dask runtime
-        does its rendezvous through the scheduler.
+        A trainer started by hand waits (up to ``FLAGS_rpc_deadline``) for each pserver to
+        accept its connection. ``False`` (here, or ``get_trainer_program(wait_port=False)``)
+        tries once: a pserver that is not listening yet fails the trainer at once, naming it.
     nccl_comm_num : int, default 1
         nccl2 mode: number of NCCL communicators (one ``NCCLID`` variable each).
     use_hierarchical_allreduce : bool, default False
@@ -107,17 +144,37 @@ class DistributeTranspilerConfig:
     def __init__(self) -> None:
         for name, (default, _) in _FIELDS.items():
             object.__setattr__(self, name, default)
+        # the fields assigned so far (a frozenset, so that copy.copy gives independent copies)
+        object.__setattr__(self, "_assigned", frozenset())
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name not in _FIELDS:
             raise AttributeError(f"DistributeTranspilerConfig has no field {name!r}; fields are "
                                  f"{sorted(_FIELDS)}")
-        object.__setattr__(self, name, _FIELDS[name][1](name, value))
+        value = _FIELDS[name][1](name, value)
+        if name in _EXCLUSIVE and value:
+            other = _EXCLUSIVE[name]
+            if getattr(self, other):
+                raise ValueError(f"DistributeTranspilerConfig.{name} = True is not allowed "
+                                 f"while {other} is True (as in Fluid 1.8): set "
+                                 f"config.{other} = False first")
+        object.__setattr__(self, name, value)
+        object.__setattr__(self, "_assigned", self._assigned | {name})
+
+    def is_set(self, name: str) -> bool:
+        """Whether field ``name`` was assigned (rather than left at its default)."""
+        if name not in _FIELDS:
+            raise AttributeError(f"DistributeTranspilerConfig has no field {name!r}")
+        return name in self._assigned
 
     def validate(self) -> None:
         """Check every field again (they may have been set through ``__dict__``)."""
         for name, (_, check) in _FIELDS.items():
             check(name, getattr(self, name))
+        if self.sync_mode and self.runtime_split_send_recv:
+            raise ValueError("DistributeTranspilerConfig: sync_mode and runtime_split_send_recv "
+                             "are both True; runtime_split_send_recv is for asynchronous "
+                             "training: set sync_mode = False")
 
     def to_dict(self) -> dict[str, Any]:
         """Field values; ``split_method`` as its class name."""
@@ -128,6 +185,10 @@ class DistributeTranspilerConfig:
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items())
         return f"DistributeTranspilerConfig({fields})"
+
+
+#: fields that Fluid 1.8's setters refuse to set True while the other one is True
+_EXCLUSIVE = {"sync_mode": "runtime_split_send_recv", "runtime_split_send_recv": "sync_mode"}
 
 
 __all__ = ["DistributeTranspilerConfig", "HashName", "RoundRobin", "PSDispatcher"]

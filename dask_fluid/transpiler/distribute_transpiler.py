@@ -2,11 +2,13 @@
 
 ``transpile()`` runs named steps, in Fluid's order:
 
-1. ``_check_arguments``: config, endpoints, trainer count and id, sync mode;
+1. ``_check_arguments``: config, endpoints, trainer count and id, the training mode
+   (:func:`.modes.resolve_mode`: sync, half-async, async, GEO-SGD);
 2. ``_make_plan``: optimize and LR ops, (param, grad) pairs, the distributed table, blocks;
 3. ``_place_blocks``: one endpoint per block (RoundRobin or HashName; shuffled first when
    ``slice_var_up`` is off);
-4. ``_rewrite_trainer``: sends, barriers, recvs, concats (and the table's prefetches);
+4. ``_rewrite_trainer``: sends, barriers, recvs, concats (and the table's prefetches); for
+   GEO-SGD, the delta sends and merging recvs after the local optimizer;
 5. ``_rewrite_trainer_startup``: the trainers pull their initial parameters;
 6. program attributes.
 
@@ -32,6 +34,7 @@ from ..framework import (
 )
 from . import lookup_table, trainer_rewrite
 from .config import DistributeTranspilerConfig, parse_endpoints
+from .modes import TrainingMode, resolve_mode
 from .nccl2 import transpile_nccl2
 from .plan import (
     OPTIMIZER_TYPES,
@@ -105,8 +108,10 @@ class DistributeTranspiler:
             pserver mode: the number of trainers. nccl2 mode: the comma-separated trainer
             endpoints.
         sync_mode : bool
-            Synchronous training (barriers, gradients averaged over the trainers). Overridden
-            by ``config.sync_mode`` when that is not None (Fluid 1.4/1.5 behaviour).
+            Synchronous training (barriers, gradients averaged over the trainers). Once
+            ``config.sync_mode`` has been assigned, the config decides instead (Fluid 1.4/1.5's
+            precedence; Fluid 1.8 would take the pserver's mode from the config and the
+            trainer's ops from this argument, which only trains when they agree).
         current_endpoint : str
             nccl2 mode: this trainer's endpoint, one of ``trainers``. pserver mode: stored as
             the program's ``_ps_endpoint``.
@@ -124,21 +129,33 @@ class DistributeTranspiler:
         self._program, self._startup, self._mode = program, startup, self.config.mode
         self._current_endpoint = current_endpoint
         if self.config.mode == "nccl2":
+            self._refuse_pserver_fields()
             self._endpoints = transpile_nccl2(program, startup, trainer_id, trainers,
                                               current_endpoint, self.config, self._log)
             self._trainer_id, self._trainer_num = trainer_id, len(self._endpoints)
             return None
-        endpoints, trainer_num, sync = self._check_arguments(trainer_id, pservers, trainers,
+        endpoints, trainer_num, mode = self._check_arguments(trainer_id, pservers, trainers,
                                                              sync_mode)
-        plan = self._make_plan(program, startup, endpoints, trainer_id, trainer_num, sync)
+        plan = self._make_plan(program, startup, endpoints, trainer_id, trainer_num, mode)
         order = self._place_blocks(plan)
         self._rewrite_trainer(program, plan, order)
         trainer_rewrite.set_program_attrs(program, plan, current_endpoint)
+        for prog in (program, startup):
+            trainer_rewrite.set_wait_port(prog, self.config.wait_port)
         self._plan, self._builds = plan, {}
         return None
 
+    def _refuse_pserver_fields(self) -> None:
+        """nccl2 mode all-reduces every step: the pserver-mode training modes do not apply."""
+        for field in ("runtime_split_send_recv", "half_async", "completely_not_async",
+                      "geo_sgd_mode"):
+            if getattr(self.config, field):
+                raise ValueError(f"config.{field} is a pserver-mode option, but config.mode is "
+                                 "'nccl2' (synchronous all-reduce): unset it, or use "
+                                 "mode='pserver'")
+
     def _check_arguments(self, trainer_id: int, pservers: Any, trainers: Any,
-                         sync_mode: Any) -> tuple[list[str], int, bool]:
+                         sync_mode: Any) -> tuple[list[str], int, TrainingMode]:
         endpoints = parse_endpoints(pservers, "pservers")
         if isinstance(trainers, bool) or not isinstance(trainers, (int, np.integer)):
             raise TypeError(f"in pserver mode, trainers must be the number of trainers (an int), "
@@ -148,19 +165,13 @@ class DistributeTranspiler:
         if not 0 <= trainer_id < trainers:
             raise ValueError(f"trainer_id {trainer_id} is out of range: {trainers} trainers, so "
                              f"it must be in [0, {int(trainers) - 1}]")
-        sync = self.config.sync_mode if self.config.sync_mode is not None else sync_mode
-        if not isinstance(sync, bool):
-            raise ValueError(f"sync_mode = {sync!r} is not allowed: it must be a bool")
-        if self.config.enable_dc_asgd and sync:
-            raise ValueError("enable_dc_asgd needs asynchronous training: call transpile(..., "
-                             "sync_mode=False) (DC-ASGD compensates for stale parameters, which "
-                             "sync mode does not have)")
-        self._log("transpile: trainer %d of %d, pservers %s, sync_mode=%s", trainer_id,
-                  trainers, endpoints, sync)
-        return endpoints, int(trainers), sync
+        mode = resolve_mode(self.config, sync_mode)
+        self._log("transpile: trainer %d of %d, pservers %s, %s (distributed_mode %d)",
+                  trainer_id, trainers, endpoints, mode.name, mode.distributed_mode)
+        return endpoints, int(trainers), mode
 
     def _make_plan(self, program: Program, startup: Program, endpoints: list[str],
-                   trainer_id: int, trainer_num: int, sync: bool) -> TranspilePlan:
+                   trainer_id: int, trainer_num: int, mode: TrainingMode) -> TranspilePlan:
         opt = optimize_ops(program.global_block())
         if not any(is_optimizer_op(op) for op in opt):
             raise ValueError("the program has no optimize ops: call optimizer.minimize(loss) "
@@ -175,6 +186,10 @@ class DistributeTranspiler:
         block = origin.global_block()
         opt = optimize_ops(block)
         table = lookup_table.find_distributed_table(block)
+        if table is not None and mode.geo:
+            raise ValueError(f"geo_sgd_mode does not support the distributed lookup table "
+                             f"{table!r} (nor does Fluid 1.8's GeoStrategy): use "
+                             "embedding(is_sparse=True) without is_distributed, or another mode")
         count = len(endpoints) if self.config.slice_var_up else 1
         params: list[ParamPlan] = []
         for pname, gname in params_grads_of(opt):
@@ -186,14 +201,14 @@ class DistributeTranspiler:
                 raise AssertionError("slice_var_up=False must give one block per variable")
             sparse = block.var(gname).type == VarType.SELECTED_ROWS
             params.append(ParamPlan(pname, gname, blocks, sparse=sparse,
-                                    per_trainer=sync and trainer_num > 1))
+                                    per_trainer=mode.sync and trainer_num > 1))
             self._log("slice %s %s into %s", pname, list(param.shape),
                       [list(b.shape) for b in blocks])
-        plan = TranspilePlan(origin, origin_startup, endpoints, trainer_id, trainer_num, sync,
+        plan = TranspilePlan(origin, origin_startup, endpoints, trainer_id, trainer_num, mode,
                              self.config.slice_var_up, self.config.enable_dc_asgd, opt,
                              lr_ops(block), params)
         if table is not None:
-            plan.table = lookup_table.make_table_plan(block, table, endpoints, sync)
+            plan.table = lookup_table.make_table_plan(block, table, endpoints, mode.sync)
             self._log("distributed table %s %s: %d shards of %d rows", table,
                       list(plan.table.shape), len(endpoints), plan.table.shard_rows)
         return plan
@@ -228,6 +243,11 @@ class DistributeTranspiler:
     def _rewrite_trainer(self, program: Program, plan: TranspilePlan,
                          order: list[ParamPlan]) -> None:
         control = trainer_rewrite.ControlVars()
+        if plan.mode.geo:  # the trainer keeps its optimizer: nothing to cut out of the step
+            trainer_rewrite.append_geo_exchange(program, plan, control)
+            trainer_rewrite.append_param_fetch(self._startup, plan, control, None)
+            trainer_rewrite.append_geo_param_init(self._startup, plan, control)
+            return
         trainer_rewrite.create_trainer_vars(program, plan)
         dummies = {}
         if plan.table is not None:
@@ -256,20 +276,36 @@ class DistributeTranspiler:
                              f"endpoints: {plan.endpoints}")
 
     def get_trainer_program(self, wait_port: bool = True) -> Program:
-        """The trainer program: the transpiled program without its optimize and LR ops.
+        """The trainer program: the transpiled program without its optimize and LR ops
+        (GEO-SGD keeps them: its trainers optimize locally).
 
         Mutates (and returns) the program given to ``transpile()``, and removes the
         optimizer-only variables and their init ops from the startup program, as Fluid 1.8.
-        ``wait_port`` is accepted for compatibility and ignored: nothing waits on TCP ports.
+
+        Parameters
+        ----------
+        wait_port : bool
+            Fluid blocks here until every pserver accepts TCP. dask_fluid records the choice
+            on the RPC ops of the trainer and its startup program (``wait_port`` attr, also
+            False when ``config.wait_port`` is): with True, a trainer started by hand retries
+            connecting to a pserver that is not listening yet until ``FLAGS_rpc_deadline``;
+            with False it tries once and fails at once, naming the pserver. Under
+            ``train_pserver`` the launcher starts the pservers with the trainers, and a
+            trainer always waits for its pservers' services.
         """
         if self._program is None:
             raise RuntimeError("call transpile() first")
         if self._mode == "nccl2":
             return self._program
         plan = self._require_pserver_plan()
-        tables = [plan.table.name] if plan.table else []
-        trainer_rewrite.strip_optimizer(self._program, self._startup, tables, self._log)
+        if not isinstance(wait_port, bool):
+            raise TypeError(f"wait_port must be a bool, got {wait_port!r}")
+        if not plan.mode.geo:
+            tables = [plan.table.name] if plan.table else []
+            trainer_rewrite.strip_optimizer(self._program, self._startup, tables, self._log)
         trainer_rewrite.set_program_attrs(self._program, plan, self._current_endpoint)
+        for prog in (self._program, self._startup):
+            trainer_rewrite.set_wait_port(prog, wait_port and self.config.wait_port)
         return self._program
 
     def get_pserver_program(self, endpoint: str) -> Program:
@@ -325,7 +361,13 @@ class DistributeTranspiler:
 
     @property
     def sync_mode(self) -> bool:
+        """Synchronous rounds (sync mode, also through the runtime split)."""
         return self._require_pserver_plan().sync_mode
+
+    @property
+    def training_mode(self) -> TrainingMode:
+        """The mode :func:`.modes.resolve_mode` chose (``distributed_mode``, ``name``...)."""
+        return self._require_pserver_plan().mode
 
     @property
     def param_blocks(self) -> dict[str, list[VarBlock]]:

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..framework import OP_ROLE_KEY, OP_ROLE_VAR_KEY, Block, Operator, OpRole, Program
+from .modes import TrainingMode
 from .slicing import VarBlock
 
 #: Fluid's pserver optimizer whitelist (``_is_optimizer_op`` plus the supported types)
@@ -121,6 +122,11 @@ class ParamPlan:
         """Rows per block (``split_byref``'s ``sections``)."""
         return [b.rows for b in self.blocks]
 
+    @property
+    def delta_names(self) -> list[str]:
+        """GEO-SGD: what the trainer sends for each block (``P[.block{i}].delta``)."""
+        return [f"{n}.delta" for n in self.param_block_names]
+
 
 @dataclass
 class TablePlan:
@@ -163,13 +169,18 @@ class TranspilePlan:
     endpoints: list[str]
     trainer_id: int
     trainer_num: int
-    sync_mode: bool
+    mode: TrainingMode
     slice_var_up: bool
     dc_asgd: bool
     opt_ops: list[Operator]
     lr_ops: list[Operator]
     params: list[ParamPlan]
     table: TablePlan | None = None
+
+    @property
+    def sync_mode(self) -> bool:
+        """Synchronous rounds (sync mode, or sync through the runtime split)."""
+        return self.mode.sync
 
     def param_plan(self, param: str) -> ParamPlan:
         for pp in self.params:

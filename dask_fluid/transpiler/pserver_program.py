@@ -13,6 +13,11 @@ the block, and the ops that follow it (Adam's beta powers). Every name is rewrit
 block reads and writes only this pserver's variables: the optimizer's ``Grad`` is whatever the
 clip/decay ops produced (Fluid wires the raw merged gradient, skipping them).
 
+GEO-SGD (Fluid 1.8's GeoSgdTranspiler): the trainers keep their optimizer, so a pserver holds
+only its parameter blocks and one block per parameter block, ``sum(P, P.delta) -> P``, run when
+a trainer's delta ``P.delta`` arrives (``grad_to_block_id`` names the deltas);
+``distributed_mode`` is 3.
+
 Variables local to a parameter's ops (accumulators, clip/decay temporaries, beta powers) keep
 their names, as in Fluid, unless two blocks of one parameter live on the same pserver (possible
 with HashName); then they get a ``.block{k}`` suffix so the blocks do not share state.
@@ -216,6 +221,25 @@ class _Builder:
                       outputs={"Out": [tmp["dc_o4"]]}, attrs=role)
         return tmp["dc_o4"]
 
+    # -- GEO-SGD ------------------------------------------------------------------------------
+    def add_geo_block(self, pp: ParamPlan, k: int) -> None:
+        """``sum(P, P.delta) -> P``: a trainer's delta (already divided by the number of
+        trainers) is added to the parameter block as it arrives."""
+        b = pp.blocks[k]
+        pname, delta = pp.param_block_names[k], pp.delta_names[k]
+        self._global(pname, pp.param, None if b.is_whole else b, b.shape, persistable=True)
+        # not through _global: a delta is received, never initialised by the startup
+        clone_var(self.gblock, self.origin._var_recursive(pp.param), delta, b.shape,
+                  persistable=False)
+        self.recv_inputs.append(delta)
+        blk = self.prog._create_block(0)
+        blk.append_op("sum", inputs={"X": [pname, delta]}, outputs={"Out": [pname]},
+                      attrs={OP_ROLE_KEY: OpRole.Optimize})
+        self.optimize_blocks.append(blk.idx)
+        self.grad_to_block_id.append(f"{delta}:{blk.idx}")
+        self.log("pserver %s: GEO block %d adds %s to %s %s", self.ep, blk.idx, delta, pname,
+                 list(b.shape))
+
     # -- listen_and_serv ----------------------------------------------------------------------
     def finish(self, lr_block_id: int, table_attrs: dict) -> None:
         if not self.optimize_blocks:
@@ -226,7 +250,7 @@ class _Builder:
             "pserver_id": self.plan.endpoints.index(self.ep),
             "Fanin": self.plan.trainer_num,
             "sync_mode": self.plan.sync_mode,
-            "distributed_mode": 0 if self.plan.sync_mode else 1,
+            "distributed_mode": int(self.plan.mode.distributed_mode),
             "optimize_blocks": list(self.optimize_blocks),
             "grad_to_block_id": sorted(set(self.grad_to_block_id),
                                        key=self.grad_to_block_id.index),
@@ -253,6 +277,11 @@ def build_pserver_program(plan: TranspilePlan, endpoint: str,
 
     builder = _Builder(plan, endpoint, log)
     on_ep = plan.blocks_on(endpoint)
+    if plan.mode.geo:
+        for pp, k in on_ep:
+            builder.add_geo_block(pp, k)
+        builder.finish(-1, {})
+        return builder.build
     for pp, k in on_ep:
         builder._declare_param_block(pp, k)
     lr_block_id = builder.add_lr_block()

@@ -13,7 +13,10 @@ copies between scopes, so it pins down the semantics a real runtime has to repro
   ``grad_to_block_id`` at once (DC-ASGD: with ``@TRAINER_ID@`` set, and each recv refreshes the
   trainer's backup of the parameter).
 
-Distributed lookup tables (``prefetch``) are not simulated.
+With ``runtime_split_send_recv`` a ``send`` of one whole gradient is cut into its blocks by
+``sections`` and a ``recv`` into one parameter joins its blocks. Distributed lookup tables
+(``prefetch``), the pipelined async mode (its staleness depends on the runtime's timing) and
+GEO-SGD are not simulated.
 """
 
 from __future__ import annotations
@@ -85,6 +88,10 @@ class InProcessCluster:
             self.trainer_programs.append(_segments(tr.get_trainer_program()))
             trainer_startups.append(_segments(startup))
             self.transpilers.append(tr)
+        mode = self.transpilers[0].training_mode
+        if mode.pipelined or mode.geo:
+            raise NotImplementedError(f"the in-process runner does not simulate {mode.name} "
+                                      "training: run it with train_pserver or as processes")
         self.sync_mode = self.transpilers[0].sync_mode
         self.pserver_programs: dict[str, Program] = {}
         self.ps_scopes = {ep: Scope() for ep in self.endpoints}
@@ -128,19 +135,27 @@ class InProcessCluster:
                 continue
             op = seg
             if op.type == "send":
-                for x, ep, name in zip(op.input("X"), op.attrs["epmap"],
-                                       op.attrs["send_varnames"], strict=True):
-                    self.ps_scopes[ep].set(name, _copy(scope.get(x)))
+                names = op.attrs["send_varnames"]
+                values = [scope.get(x) for x in op.input("X")]
+                if len(values) == 1 and len(names) > 1:  # runtime split
+                    values = np.split(np.asarray(values[0]), np.cumsum(op.attrs["sections"])[:-1])
+                for value, ep, name in zip(values, op.attrs["epmap"], names, strict=True):
+                    self.ps_scopes[ep].set(name, _copy(value))
                     if not self.sync_mode:
                         self._on_async_grad(ep, name, t)
             elif op.type == "recv":
-                for out, ep, name in zip(op.output("Out"), op.attrs["epmap"],
-                                         op.attrs["recv_varnames"], strict=True):
+                blocks = []
+                for ep, name in zip(op.attrs["epmap"], op.attrs["recv_varnames"], strict=True):
                     ps = self.ps_scopes[ep]
-                    scope.set(out, _copy(ps.get(name)))
+                    blocks.append(_copy(ps.get(name)))
                     bak = f"{name}.trainer_{t}_bak"
                     if self._serv_attrs(ep)["dc_asgd"] and bak in ps:
                         ps.set(bak, _copy(ps.get(name)))
+                outs = op.output("Out")
+                if len(outs) == 1 and len(blocks) > 1:  # runtime split: join the blocks
+                    blocks = [np.concatenate(blocks, axis=0)]
+                for out, value in zip(outs, blocks, strict=True):
+                    scope.set(out, value)
             elif op.type in ("send_barrier", "fetch_barrier"):
                 yield op.type
             else:

@@ -23,7 +23,7 @@ def summarize(transpiler: DistributeTranspiler) -> str:
         Several lines, one section per endpoint.
     """
     plan = transpiler.plan
-    mode = "sync" if plan.sync_mode else "async"
+    mode = plan.mode.name
     lines = [f"{len(plan.endpoints)} pserver(s), {plan.trainer_num} trainer(s), {mode}"]
     for ep in plan.endpoints:
         prog = transpiler.get_pserver_program(ep)

@@ -11,7 +11,23 @@ Every RPC op carries what a runtime needs to run it without the transpiler objec
   equal to the inputs), ``sync_mode``, ``trainer_id``;
 - ``recv``: ``epmap`` (endpoint per output), ``recv_varnames`` (pserver-side names, equal to the
   outputs), ``trainer_id``, ``sync_mode``;
-- ``send_barrier`` / ``fetch_barrier``: ``endpoints`` (all pservers), ``trainer_id``.
+- ``send_barrier`` / ``fetch_barrier``: ``endpoints`` (all pservers), ``trainer_id``;
+- all of them: ``distributed_mode`` (Fluid 1.8's enum, as on ``listen_and_serv``: how the
+  runtime runs the op) and ``wait_port`` (whether the trainer waits for a pserver that does
+  not accept its connection yet).
+
+With ``runtime_split_send_recv`` (Fluid's Communicator) the program carries whole variables:
+each ``send`` has the whole gradient as ``X``, ``sections`` (rows per block) and the block
+names as ``send_varnames``; each ``recv`` has the whole parameter as ``Out`` and the block
+names as ``recv_varnames``; no ``split_byref``, ``concat`` or ``fetch_barrier``; a
+``send_barrier(half_async=True)`` ends the sends in the half-async and sync variants.
+
+GEO-SGD keeps the whole single-process program (the optimizer included) and appends, per
+parameter, a ``send`` of the parameter (``send_varnames`` = its ``.delta`` block names,
+``geo_sgd_need_push_nums``) and a ``recv`` into it; the trainer startup ends with Fluid's
+``send`` of ``param_init``, which records the parameters the first deltas are taken against.
+Fluid keeps that bookkeeping in its GeoSgdCommunicator, set up out of band by fleet; here the
+programs carry it, so that they run by themselves.
 """
 
 from __future__ import annotations
@@ -20,7 +36,7 @@ import itertools
 from collections.abc import Callable
 
 from ..framework import OP_ROLE_KEY, OP_ROLE_VAR_KEY, Block, OpRole, Program, VarType
-from .plan import ParamPlan, TranspilePlan, lr_ops, optimize_ops
+from .plan import RPC_OP_TYPES, ParamPlan, TranspilePlan, lr_ops, optimize_ops
 
 CONTROL_VAR_PREFIX = "__control_var@"
 
@@ -56,13 +72,28 @@ def last_writer(block: Block, name: str) -> int:
     return -1
 
 
-def _rpc_attrs(plan: TranspilePlan, **extra) -> dict:
-    return {OP_ROLE_KEY: OpRole.RPC, "trainer_id": plan.trainer_id, **extra}
+#: the ``send_varnames`` of the GEO trainer startup's last op (Fluid's name)
+GEO_PARAM_INIT = "param_init"
+
+
+def _rpc_attrs(plan: TranspilePlan, startup: bool = False, **extra) -> dict:
+    # the startup's pull is the same in every mode: its ops carry no distributed_mode
+    mode = {} if startup else {"distributed_mode": int(plan.mode.distributed_mode)}
+    return {OP_ROLE_KEY: OpRole.RPC, "trainer_id": plan.trainer_id, **mode, **extra}
+
+
+def set_wait_port(program: Program, wait_port: bool) -> None:
+    """Record on every RPC op of ``program`` whether the trainer waits for its pservers."""
+    for op in program.global_block().ops:
+        if op.type in RPC_OP_TYPES:
+            op.attrs["wait_port"] = bool(wait_port)
 
 
 def create_trainer_vars(program: Program, plan: TranspilePlan) -> None:
     """Declare the block variables and give whole gradients their per-trainer name."""
     block = program.global_block()
+    if plan.mode.runtime_split:  # the program keeps whole variables; the runtime cuts them
+        return
     for pp in plan.params:
         grad = block.var(pp.grad)
         param = block.var(pp.param)
@@ -82,15 +113,16 @@ def insert_sends(program: Program, plan: TranspilePlan, order: list[ParamPlan],
     control output."""
     block = program.global_block()
     dummies: dict[str, str] = {}
+    split = not plan.mode.runtime_split
     for pp in order:
         send_names = pp.trainer_grad_names(plan.trainer_id)
-        source = pp.grad if pp.split else send_names[0]
+        source = pp.grad if pp.split or not split else send_names[0]
         idx = last_writer(block, source)
         if idx < 0:
             raise ValueError(f"no op of the program writes the gradient {source!r} of parameter "
                              f"{pp.param!r}: was the backward pass appended (minimize)?")
         role_var = [pp.param, source]
-        if pp.split:
+        if pp.split and split:
             if pp.sparse:
                 block._insert_op(idx + 1, "split_selected_rows", inputs={"X": [source]},
                                  outputs={"Out": send_names},
@@ -103,9 +135,12 @@ def insert_sends(program: Program, plan: TranspilePlan, order: list[ParamPlan],
                                         OP_ROLE_KEY: OpRole.Dist, OP_ROLE_VAR_KEY: role_var})
             idx += 1
         dummy = control.new(block)
-        block._insert_op(idx + 1, "send", inputs={"X": send_names}, outputs={"Out": [dummy]},
+        # runtime split: the whole gradient goes in, the runtime cuts it by ``sections``
+        inputs = send_names if split else [source]
+        block._insert_op(idx + 1, "send", inputs={"X": inputs}, outputs={"Out": [dummy]},
                          attrs=_rpc_attrs(plan, epmap=list(pp.endpoints),
-                                          send_varnames=list(send_names), sections=[],
+                                          send_varnames=list(send_names),
+                                          sections=[] if split else pp.sections,
                                           sync_mode=plan.sync_mode,
                                           **{OP_ROLE_VAR_KEY: role_var}))
         dummies[pp.param] = dummy
@@ -118,17 +153,21 @@ def append_param_fetch(program: Program, plan: TranspilePlan, control: ControlVa
     """Append (send_barrier,) recv per parameter, (fetch_barrier,) concat of split params.
 
     ``send_dummies`` is None for the trainer startup: no barrier before the recvs, and the
-    fetch_barrier is always appended (as Fluid) so every trainer starts from the same values.
+    fetch_barrier is always appended (as Fluid) so every trainer starts from the same values;
+    the startup always receives the blocks and concatenates them, runtime split or not.
     """
     block = program.global_block()
     startup = send_dummies is None
+    mode = plan.mode
+    split = startup or not mode.runtime_split
     barrier_out = None
-    if not startup and plan.sync_mode:
+    if not startup and (mode.barriers or mode.half_async):
         barrier_out = control.new(block)
         block.append_op("send_barrier", inputs={"X": list(send_dummies.values())},
                         outputs={"Out": [barrier_out]},
                         attrs=_rpc_attrs(plan, endpoints=list(plan.endpoints),
-                                         half_async=False, sync_mode=True))
+                                         half_async=not mode.barriers,
+                                         sync_mode=plan.sync_mode))
     recv_outputs: list[str] = []
     for pp in plan.params:
         names = pp.param_block_names
@@ -138,25 +177,62 @@ def append_param_fetch(program: Program, plan: TranspilePlan, control: ControlVa
                 if not block.has_var(name):
                     block.create_var(name=name, shape=b.shape, dtype=param.dtype)
             deps: list[str] = []
-        elif plan.sync_mode:
+        elif barrier_out is not None:
             deps = [barrier_out]
         else:
             deps = [send_dummies[pp.param]]
-        block.append_op("recv", inputs={"X": deps}, outputs={"Out": names},
-                        attrs=_rpc_attrs(plan, epmap=list(pp.endpoints),
+        outs = names if split else [pp.param]
+        block.append_op("recv", inputs={"X": deps}, outputs={"Out": outs},
+                        attrs=_rpc_attrs(plan, startup, epmap=list(pp.endpoints),
                                          recv_varnames=list(names), sync_mode=plan.sync_mode,
-                                         with_barrier=plan.sync_mode,
+                                         with_barrier=mode.barriers,
                                          **{OP_ROLE_VAR_KEY: [pp.param, names[0]]}))
-        recv_outputs += names
-    if startup or plan.sync_mode:
+        recv_outputs += outs
+    if startup or mode.barriers:
         block.append_op("fetch_barrier", inputs={"X": recv_outputs},
                         outputs={"Out": [control.new(block)]},
-                        attrs=_rpc_attrs(plan, endpoints=list(plan.endpoints)))
+                        attrs=_rpc_attrs(plan, startup, endpoints=list(plan.endpoints)))
     for pp in plan.params:
-        if pp.split:
+        if pp.split and split:
             block.append_op("concat", inputs={"X": pp.param_block_names},
                             outputs={"Out": [pp.param]},
                             attrs={"axis": 0, OP_ROLE_KEY: OpRole.Dist})
+
+
+def append_geo_exchange(program: Program, plan: TranspilePlan, control: ControlVars) -> None:
+    """GEO-SGD trainer: after the whole step (optimizer included), one ``send`` per parameter
+    (its delta, due every ``geo_sgd_need_push_nums`` steps), then one ``recv`` per parameter
+    (the pservers' values merged into it). The sends come first so that one exchange per
+    pserver carries every delta of the step."""
+    block = program.global_block()
+    n = plan.mode.geo_push_nums
+    dummies = {}
+    for pp in plan.params:
+        dummies[pp.param] = control.new(block)
+        block.append_op("send", inputs={"X": [pp.param]}, outputs={"Out": [dummies[pp.param]]},
+                        attrs=_rpc_attrs(plan, epmap=list(pp.endpoints),
+                                         send_varnames=pp.delta_names, sections=pp.sections,
+                                         sync_mode=False, geo_sgd_need_push_nums=n,
+                                         trainers=plan.trainer_num,
+                                         **{OP_ROLE_VAR_KEY: [pp.param, pp.param]}))
+    for pp in plan.params:
+        block.append_op("recv", inputs={"X": [dummies[pp.param]]}, outputs={"Out": [pp.param]},
+                        attrs=_rpc_attrs(plan, epmap=list(pp.endpoints),
+                                         recv_varnames=pp.param_block_names, sync_mode=False,
+                                         with_barrier=False, geo_sgd_need_push_nums=n,
+                                         **{OP_ROLE_VAR_KEY: [pp.param, pp.param]}))
+
+
+def append_geo_param_init(startup: Program, plan: TranspilePlan, control: ControlVars) -> None:
+    """GEO-SGD trainer startup: Fluid's ``send`` of ``param_init`` after the parameters were
+    received, here with the parameters as inputs: the runtime keeps a copy of each, the values
+    the first deltas are taken against."""
+    block = startup.global_block()
+    block.append_op("send", inputs={"X": [pp.param for pp in plan.params]},
+                    outputs={"Out": [control.new(block)]},
+                    attrs=_rpc_attrs(plan, epmap=[], send_varnames=[GEO_PARAM_INIT],
+                                     sections=[], sync_mode=False, trainers=plan.trainer_num,
+                                     geo_sgd_need_push_nums=plan.mode.geo_push_nums))
 
 
 def set_program_attrs(program: Program, plan: TranspilePlan, current_endpoint: str) -> None:

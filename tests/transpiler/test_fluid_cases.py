@@ -217,7 +217,9 @@ def test_async_trainer_program():
     assert [r.input("X") for r in recvs] == [s.output("Out") for s in sends]
     prog_a, _ = pserver(t, A)
     assert op_types(prog_a.block(1)) == ["sgd"]
-    assert prog_a.block(0).ops[0].attrs["distributed_mode"] == 1
+    # Fluid 1.8: async without runtime_split_send_recv is HALF_ASYNC (2); ASYNC (1) is the
+    # Communicator's runtime split (tests/transpiler/test_config_fields.py)
+    assert prog_a.block(0).ops[0].attrs["distributed_mode"] == 2
 
 
 def test_args_in_program_and_trainer_metadata():

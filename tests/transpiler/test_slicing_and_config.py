@@ -106,7 +106,7 @@ def test_config_defaults():
     cfg = DistributeTranspilerConfig()
     assert (cfg.slice_var_up, cfg.split_method, cfg.min_block_size, cfg.enable_dc_asgd,
             cfg.mode, cfg.print_log, cfg.sync_mode, cfg.wait_port) == (
-        True, RoundRobin, 8192, False, "pserver", False, None, True)
+        True, RoundRobin, 8192, False, "pserver", False, True, True)  # Fluid 1.8: sync_mode True
 
 
 @pytest.mark.parametrize("field,value,match", [
