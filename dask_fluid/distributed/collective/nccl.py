@@ -218,11 +218,28 @@ def destroy_session(client: Any, session: str) -> None:
 
 
 def fetch_unique_id(session: str, rank: int, nranks: int, deadline_s: float, *,
-                    address: str = "", aborted: Any = None) -> tuple[int, ...]:
-    """From a trainer task: check in with the scheduler, wait for every rank, return the id.
+                    address: str = "", aborted: Any = None, client: Any = None,
+                    wait_for_session: bool = False) -> tuple[int, ...]:
+    """From a trainer: check in with the scheduler, wait for every rank, return the id.
 
     Waiting for all ranks before ``ncclCommInitRank`` keeps the one call that cannot be
     interrupted from starting while a peer is missing.
+
+    Parameters
+    ----------
+    session : str
+    rank, nranks : int
+    deadline_s : float
+    address : str
+        This rank's label, for errors.
+    aborted : callable, optional
+        Returns an abort reason to stop waiting.
+    client : distributed.Client, optional
+        Default: the worker's client (``get_client()``, inside a task).
+    wait_for_session : bool
+        Wait (until the deadline) for another rank to create the session, instead of failing
+        when it does not exist yet (trainers started by ``dask-fluid launch``: trainer 0
+        creates it).
 
     Raises
     ------
@@ -233,14 +250,20 @@ def fetch_unique_id(session: str, rank: int, nranks: int, deadline_s: float, *,
     RuntimeError
         If the session does not exist (already destroyed).
     """
-    from distributed import get_client  # noqa: PLC0415
+    if client is None:
+        from distributed import get_client  # noqa: PLC0415
 
-    client = get_client()
-    uid = client.run_on_scheduler(_scheduler_checkin, session, rank)
-    if uid is None:
-        raise RuntimeError(f"NCCL session {session} does not exist on the scheduler (the job "
-                           "ended or was never set up)")
+        client = get_client()
     give_up = time.monotonic() + deadline_s
+    while (uid := client.run_on_scheduler(_scheduler_checkin, session, rank)) is None:
+        if not wait_for_session:
+            raise RuntimeError(f"NCCL session {session} does not exist on the scheduler (the "
+                               "job ended or was never set up)")
+        if time.monotonic() > give_up:
+            raise DeadlineExceededError("trainer 0 never created the NCCL session on the "
+                                        "scheduler", "rank", address,
+                                        deadline_ms=deadline_s * 1000)
+        time.sleep(_CHECKIN_POLL_S)
     while (arrived := client.run_on_scheduler(_scheduler_arrived, session)) < nranks:
         reason = aborted() if aborted is not None else None
         if reason:
@@ -282,22 +305,27 @@ class NcclCommunicator(Communicator):
     """A :class:`~dask_fluid.distributed.collective.ring.Communicator` on ``cupy.cuda.nccl``.
 
     Create it inside the trainer task, one per rank, after the client called
-    :func:`create_session`. Arrays may be cupy (reduced in place on the device) or numpy
-    (staged through the device and copied back).
+    :func:`create_session`; or, in a process started Fluid's way, with ``worker=None`` and the
+    ``unique_id`` trainer 0 handed out (:mod:`.trainers`). Arrays may be cupy (reduced in place
+    on the device) or numpy (staged through the device and copied back).
 
     Parameters
     ----------
-    worker : distributed.Worker
-        This rank's worker.
+    worker : distributed.Worker or None
+        This rank's worker; None outside Dask (aborts then stay in this process, and the other
+        ranks see NCCL fail or hit their deadline).
     job : str
         The job id (aborts of the job reach this communicator).
     rank : int
     addresses : sequence of str
-        Worker address of every rank, in rank order (for errors and to propagate aborts).
+        Worker address (or endpoint) of every rank, in rank order (for errors and to propagate
+        aborts).
     deadline_s : float
         Bound of the rendezvous, the init and every collective.
-    session : str
+    session : str, optional
         From :func:`create_session`.
+    unique_id : tuple of int, optional
+        The NCCL unique id, when it came another way than a session.
     device : int
         CUDA device of this rank (0 with one worker per GPU and ``CUDA_VISIBLE_DEVICES``).
     name : str
@@ -305,8 +333,11 @@ class NcclCommunicator(Communicator):
     """
 
     def __init__(self, worker: Any, job: str, rank: int, addresses: Sequence[str],
-                 deadline_s: float, *, session: str, device: int = 0,
+                 deadline_s: float, *, session: str | None = None,
+                 unique_id: Sequence[int] | None = None, device: int = 0,
                  name: str = "nccl") -> None:
+        if (session is None) == (unique_id is None):
+            raise ValueError("give NcclCommunicator either a session or a unique_id")
         import cupy  # noqa: PLC0415
         from cupy.cuda import nccl  # noqa: PLC0415
 
@@ -322,10 +353,12 @@ class NcclCommunicator(Communicator):
         self._closed = False
         self._lock = threading.Lock()
         cupy.cuda.Device(self.device).use()
-        rpc.attach_service(worker, job, name, _AbortHook(self))
+        if worker is not None:
+            rpc.attach_service(worker, job, name, _AbortHook(self))
         try:
-            uid = fetch_unique_id(session, rank, self.nranks, self.deadline_s,
-                                  address=self.address, aborted=lambda: self._aborted)
+            uid = tuple(int(v) for v in unique_id) if unique_id is not None else \
+                fetch_unique_id(session, rank, self.nranks, self.deadline_s,
+                                address=self.address, aborted=lambda: self._aborted)
             self._comm = self._init_bounded(uid)
             self._stream = cupy.cuda.Stream(non_blocking=True)
         except BaseException:
@@ -467,6 +500,8 @@ class NcclCommunicator(Communicator):
 
     def abort(self, reason: str) -> None:
         self._abort_local(reason)
+        if self.worker is None:
+            return
         rpc.abort_local(self.worker, self.job, reason)
         others = [a for i, a in enumerate(self.addresses) if i != self.rank]
         try:
@@ -486,4 +521,5 @@ class NcclCommunicator(Communicator):
                 comm.destroy()
             except Exception:  # noqa: BLE001
                 comm.abort()
-        rpc.detach_service(self.worker, self.job, self.name)
+        if self.worker is not None:
+            rpc.detach_service(self.worker, self.job, self.name)

@@ -10,6 +10,9 @@ step, on every rank:
    flat buffer per dtype;
 3. the optimize ops (and anything after them: LR schedule, Adam's beta powers), locally.
 
+The split and the communication of a step live in :mod:`.data_parallel`, which a
+``CompiledProgram`` with ``num_trainers > 1`` (Fluid's launch style) runs too.
+
 All ranks start from the same parameters (each runs the deterministic startup program, then rank 0
 broadcasts them anyway, as NCCL programs do) and apply the same reduced gradients, so they hold
 bit-identical parameters throughout, and with equal batch sizes the result is local training
@@ -41,6 +44,13 @@ from typing import Any
 
 import numpy as np
 
+from dask_fluid.distributed.collective.data_parallel import (
+    as_host,
+    broadcast_persistables,
+    persistable_names,
+    reduce_gradients,
+    split_program,
+)
 from dask_fluid.distributed.collective.nccl import (
     NcclUnavailableError,
     check_nccl,
@@ -63,14 +73,11 @@ from dask_fluid.distributed.launch.tasks import TaskSpec, live_workers, new_job_
 from dask_fluid.flags import RPCFlags
 from dask_fluid.framework import (
     OP_ROLE_KEY,
-    OP_ROLE_VAR_KEY,
     OpRole,
     Program,
     Variable,
-    VarType,
     default_main_program,
     default_startup_program,
-    grad_var_name,
 )
 
 __all__ = ["BACKENDS", "rank_seed", "split_program", "train_collective"]
@@ -98,46 +105,6 @@ def rank_seed(seed: int, rank: int) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def split_program(main: Program) -> tuple[Program, Program, list[str]]:
-    """Split ``main`` at its first Optimize-role op.
-
-    Returns
-    -------
-    compute : Program
-        Forward and backward ops (and LR-schedule ops placed before the optimizer).
-    optimize : Program
-        The first Optimize-role op and every op after it.
-    grads : list of str
-        Gradient names to all-reduce, from the backward ops' ``op_role_var`` (param, grad) pairs
-        (Fluid's rule), sorted.
-
-    Raises
-    ------
-    ValueError
-        If the program has no optimize op or no gradient.
-    """
-    ops = main.global_block().ops
-    first = next((i for i, op in enumerate(ops)
-                  if op.attrs.get(OP_ROLE_KEY, 0) & OpRole.Optimize), None)
-    if first is None:
-        raise ValueError("main_program has no optimize op: build it with optimizer.minimize(loss)"
-                         " before collective training")
-    grads: set[str] = set()
-    for op in ops[:first]:
-        pairs = op.attrs.get(OP_ROLE_VAR_KEY) or []
-        if op.attrs.get(OP_ROLE_KEY, 0) & OpRole.Backward and len(pairs) % 2 == 0:
-            grads.update(pairs[1::2])
-    if not grads:  # programs without role vars: every trainable parameter's gradient
-        written = {n for op in ops[:first] for n in op.output_arg_names}
-        grads = {grad_var_name(p.name) for p in main.all_parameters() if p.trainable} & written
-    if not grads:
-        raise ValueError("main_program computes no parameter gradient before its optimize ops")
-    compute, optimize = main.clone(), main.clone()
-    compute.global_block().ops = compute.global_block().ops[:first]
-    optimize.global_block().ops = optimize.global_block().ops[first:]
-    return compute, optimize, sorted(grads)
-
-
 def _strip_nccl_id(startup: Program) -> Program:
     """The startup program without ``gen_nccl_id`` and its RAW vars: the runtime owns the id."""
     startup = startup.clone()
@@ -147,11 +114,6 @@ def _strip_nccl_id(startup: Program) -> Program:
             block.vars.pop(name, None)
     block.ops = [op for op in block.ops if op.type != "gen_nccl_id"]
     return startup
-
-
-def _persistable_names(main: Program) -> list[str]:
-    return sorted(v.name for v in main.global_block().vars.values()
-                  if v.persistable and v.type != VarType.RAW and not v.is_data)
 
 
 def _feed_vars(main: Program) -> list[Variable]:
@@ -476,14 +438,8 @@ def _trainer_task(cfg: dict, rank: int, parts: list) -> dict:
         comm.close()
 
 
-def _as_host(value: Any) -> np.ndarray:
-    return value.get() if hasattr(value, "get") and not isinstance(value, np.ndarray) else \
-        np.asarray(value)
-
-
 def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list) -> dict:
     from dask_fluid.executor import CPUPlace, CUDAPlace, Executor, Scope  # noqa: PLC0415
-    from dask_fluid.ops.selected_rows import SelectedRows  # noqa: PLC0415
 
     main = Program.from_json(cfg["main"])
     startup = Program.from_json(cfg["startup"])
@@ -492,13 +448,9 @@ def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list) -> dict:
     xp = exe._xp
     scope = Scope()
     exe.run(startup, scope=scope)
-    persist = [n for n in _persistable_names(main) if n in scope]
-    # NCCL semantics: rank 0's start point wins even if a startup op were not deterministic
-    state = [_writable(scope, n, xp, host=cfg["backend"] == "ring") for n in persist]
-    comm.broadcast(state, root=0)
-    if cfg["backend"] == "ring" and xp is not np:
-        for n, a in zip(persist, state, strict=True):
-            scope.vars[n] = xp.asarray(a)
+    persist = [n for n in persistable_names(main) if n in scope]
+    host = cfg["backend"] == "ring"  # the ring reduces numpy arrays only
+    broadcast_persistables(comm, scope, persist, xp, host=host)
 
     feeds = _prepare_feeds(main, local_arrays(parts), xp)
     n_rows = len(next(iter(feeds.values())))
@@ -516,16 +468,7 @@ def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list) -> dict:
                 idx = xp.asarray(idx)
             fetched = exe.run(compute, feed={k: v[idx] for k, v in feeds.items()},
                               fetch_list=fetch, scope=scope)
-            arrays = []
-            for g in grads:
-                value = scope.vars[g]
-                if isinstance(value, SelectedRows):  # sparse grads are reduced dense
-                    scope.vars[g] = value = value.to_dense()
-                arrays.append(_writable(scope, g, xp, host=cfg["backend"] == "ring"))
-            comm.allreduce(arrays, op="mean", step=global_step)
-            if cfg["backend"] == "ring" and xp is not np:
-                for g, a in zip(grads, arrays, strict=True):
-                    scope.vars[g] = xp.asarray(a)
+            reduce_gradients(comm, scope, grads, xp, host=host, step=global_step)
             exe.run(optimize, scope=scope)
             samples += len(idx)
             event = step_event(rank, epoch, global_step, len(idx), fetch, fetched)
@@ -539,7 +482,7 @@ def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list) -> dict:
     elapsed = time.perf_counter() - start
     publish(worker, cfg["job"], {"type": "done", "rank": rank, "steps": len(records),
                                  "samples": samples, "elapsed": elapsed})
-    params = {n: np.array(_as_host(scope.vars[n]), copy=True) for n in persist}
+    params = {n: np.array(as_host(scope.vars[n]), copy=True) for n in persist}
     digest = hashlib.sha256()
     for n in persist:
         digest.update(n.encode())
@@ -547,20 +490,6 @@ def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list) -> dict:
     return {"rank": rank, "address": worker.address, "rows": n_rows, "steps": len(records),
             "samples": samples, "elapsed": elapsed, "digest": digest.hexdigest(),
             "records": records, "params": params if rank == 0 else None}
-
-
-def _writable(scope: Any, name: str, xp: Any, *, host: bool) -> Any:
-    """The array under ``name``, contiguous and writable (numpy when ``host``), kept in scope."""
-    value = scope.vars[name]
-    if host and xp is not np:
-        return np.array(_as_host(value), copy=True)
-    if isinstance(value, np.ndarray):
-        if not (value.flags.writeable and value.flags.c_contiguous):
-            value = np.array(value, copy=True)
-    elif xp is np:
-        value = np.array(value, copy=True)
-    scope.vars[name] = value
-    return value
 
 
 def _prepare_feeds(main: Program, arrays: Mapping[str, Any], xp: Any) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """Ring all-reduce over direct TCP connections between neighbouring ranks (the ring backend's
-fast data path).
+fast data path), between Dask workers or between plain processes with Fluid endpoints.
 
 Why not Dask comms for every message: each message from a task thread through the worker's
 event loop costs a thread hop, a Dask RPC and a mailbox wake-up on the other side, and measured
@@ -8,19 +8,27 @@ float: a 2-rank all-reduce of the reference MLP's 340 KB of gradients took 2.1 m
 compute of the step. A socket written and read by the task threads themselves costs tens of
 microseconds, as in gloo (what PyTorch DDP uses on CPUs).
 
-So Dask stays the control plane -- a
-:class:`~dask_fluid.distributed.collective.ring.RingCommunicator`
-does the rendezvous (each rank tells its left neighbour where it listens), carries aborts to the
-other ranks, and its job service wakes this rank on an abort -- and the data never goes through
-the scheduler or the event loops. The algorithm is the ring's (reduce-scatter, then all-gather,
-per dtype), so every rank still ends with bit-identical results.
+One ring, two control planes (how the ranks find each other and how a failure reaches them):
 
-Only for ``tcp://`` workers: with TLS, UCX or in-process workers the collective mode uses the
-plain :class:`~dask_fluid.distributed.collective.ring.RingCommunicator`.
+- :class:`TcpRingCommunicator`, inside Dask tasks: a
+  :class:`~dask_fluid.distributed.collective.ring.RingCommunicator` does the rendezvous (each
+  rank listens on a free port of its worker's host and tells its left neighbour), carries aborts
+  to the other ranks, and its job service wakes this rank on an abort;
+- :class:`EndpointRingCommunicator`, in processes started Fluid's way (by hand or by
+  ``dask-fluid launch``; the ``gen_nccl_id`` op on a CPU): each rank listens on its own
+  endpoint, dials its right neighbour's (retried until the deadline, greeted with the job
+  secret) and keeps listening for abort notices, which a failing rank sends every other rank.
+
+Either way the data never goes through the scheduler or an event loop, and the algorithm is the
+ring's (reduce-scatter, then all-gather, per dtype), so every rank ends with bit-identical
+results. The Dask flavour only serves ``tcp://`` workers: with TLS, UCX or in-process workers the
+collective mode uses the plain
+:class:`~dask_fluid.distributed.collective.ring.RingCommunicator`.
 """
 
 from __future__ import annotations
 
+import abc
 import selectors
 import socket
 import threading
@@ -30,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from dask_fluid.distributed.collective import links
 from dask_fluid.distributed.collective.ring import (
     Communicator,
     RingCommunicator,
@@ -38,96 +47,69 @@ from dask_fluid.distributed.collective.ring import (
     _unfuse,
 )
 from dask_fluid.distributed.comm import rpc
-from dask_fluid.distributed.comm.wire import token, worker_host
+from dask_fluid.distributed.comm.wire import worker_host
 from dask_fluid.distributed.errors import (
     DeadlineExceededError,
+    DistributedTrainingError,
     JobAbortedError,
     WorkerLostError,
 )
 
-__all__ = ["TcpRingCommunicator"]
+__all__ = ["EndpointRingCommunicator", "TcpRingCommunicator"]
 
 _OPS = ("sum", "mean")
 _SELECT_S = 0.5  # wake-up interval of a wait, to notice aborts and deadlines
 _SEND_CHUNK = 1 << 22
+#: how long a failing rank spends telling the other ranks why (all of them at once)
+ABORT_NOTICE_S = 2.0
+_MAX_REASON = 500
 
 
-class _Hook(rpc.Service):
-    """Job service that lets ``abort_job`` wake a rank blocked on its sockets."""
+class _SocketRing(Communicator):
+    """The ring over two sockets (to the right, from the left); subclasses make the links and
+    say how an abort reaches the other ranks.
 
-    def __init__(self, comm: TcpRingCommunicator) -> None:
-        self._comm = comm
+    Parameters
+    ----------
+    rank : int
+    labels : sequence of str
+        Every rank's label (worker address or endpoint), in rank order; errors name them.
+    deadline_s : float
+        Deadline of connecting and of every exchange.
+    """
 
-    def abort(self, reason: str) -> None:
-        self._comm._abort_local(reason)
-
-
-class TcpRingCommunicator(Communicator):
-    """Ring all-reduce with direct sockets between neighbours; same interface and arguments as
-    :class:`~dask_fluid.distributed.collective.ring.RingCommunicator`."""
-
-    def __init__(self, worker: Any, job: str, rank: int, addresses: Sequence[str],
-                 deadline_s: float, *, name: str = "tcp-ring") -> None:
-        self.worker, self.job, self.rank = worker, job, rank
-        self.addresses = list(addresses)
+    def __init__(self, rank: int, labels: Sequence[str], deadline_s: float) -> None:
+        self.rank = rank
+        self.addresses = list(labels)
         self.nranks = len(self.addresses)
         self.deadline_s = float(deadline_s)
-        self.name = name
         self._aborted: str | None = None
         self._lock = threading.Lock()
         self._closed = False
         self._send: socket.socket | None = None
         self._recv: socket.socket | None = None
-        self._control = RingCommunicator(worker, job, rank, addresses, deadline_s,
-                                         name=f"{name}-control")
-        try:
-            rpc.attach_service(worker, job, name, _Hook(self))
-            if self.nranks > 1:
-                self._connect()
-        except BaseException:
-            self.close()
-            raise
 
-    def _token(self, rank: int) -> bytes:
-        return token(self.job, str(rank))
-
-    def _connect(self) -> None:
-        ctl = self._control
-        host = worker_host(self.worker.address)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        listener = socket.create_server((host, 0), family=family)
+    def _link(self, listener: links.Listener, right: tuple[str, int], secret: bytes) -> None:
+        """Dial the right neighbour at ``right``, take the left one's link from ``listener``."""
+        me = self.addresses[self.rank]
+        stop = self._abort_reason
         try:
-            listener.settimeout(self.deadline_s)
-            # the left neighbour sends to us, so it needs our port; we need our right's
-            sent = ctl._send(self.left, ("tcp", "port"), list(listener.getsockname()[:2]), None)
-            host, port = ctl._recv(self.right, ("tcp", "port"), None)
-            ctl._wait_sent(sent, self.left, None)
-            try:
-                self._send = socket.create_connection((host, port), timeout=self.deadline_s)
-                self._send.sendall(self._token(self.rank))
-                while True:
-                    conn, _ = listener.accept()
-                    conn.settimeout(self.deadline_s)
-                    got = b""
-                    while len(got) < 32 and (piece := conn.recv(32 - len(got))):
-                        got += piece
-                    if got == self._token(self.left):
-                        self._recv = conn
-                        break
-                    conn.close()  # a stranger on our port: keep waiting for the neighbour
-            except TimeoutError:
-                raise DeadlineExceededError("the ring neighbours did not connect", "rank",
-                                            self.addresses[self.left],
-                                            deadline_ms=self.deadline_s * 1000) from None
-            except OSError as exc:
-                raise WorkerLostError(f"could not connect to rank {self.right} at "
-                                      f"{host}:{port}: {exc}", "rank",
-                                      self.addresses[self.right]) from exc
-        finally:
-            listener.close()
+            self._send = links.dial(*right, links.hello(secret, "ring", self.addresses[self.right],
+                                                        self.rank),
+                                    self.deadline_s, peer=self.addresses[self.right], me=me,
+                                    stop=stop)
+            self._recv = listener.take("ring", self.left, self.deadline_s,
+                                       self.addresses[self.left], stop=stop)
+        except OSError as exc:
+            raise WorkerLostError(f"could not connect to rank {self.right} at "
+                                  f"{right[0]}:{right[1]}: {exc}", "rank",
+                                  self.addresses[self.right]) from exc
         for sock in (self._send, self._recv):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.setblocking(False)
+
+    def _abort_reason(self) -> str | None:
+        return self._aborted
 
     # -- collectives ----------------------------------------------------------------------------
 
@@ -247,8 +229,7 @@ class TcpRingCommunicator(Communicator):
         except JobAbortedError:
             raise
         except Exception as exc:
-            self.abort(f"rank {self.rank} ({self.addresses[self.rank]}) failed with "
-                       f"{type(exc).__name__}: {exc}"[:500])
+            self.abort(_reason(self.rank, self.addresses[self.rank], exc))
             raise
 
     def _check_usable(self, step: int | None) -> None:
@@ -256,7 +237,7 @@ class TcpRingCommunicator(Communicator):
             raise JobAbortedError(f"job aborted: {self._aborted}", "rank",
                                   self.addresses[self.rank], step)
         if self._closed:
-            raise RuntimeError("this TcpRingCommunicator is closed; create a new one")
+            raise RuntimeError(f"this {type(self).__name__} is closed; create a new one")
 
     # -- ending ---------------------------------------------------------------------------------
 
@@ -273,14 +254,150 @@ class TcpRingCommunicator(Communicator):
 
     def abort(self, reason: str) -> None:
         self._abort_local(reason)
+        self._abort_others(reason)
+
+    @abc.abstractmethod
+    def _abort_others(self, reason: str) -> None:
+        """Wake every other rank's waits with ``JobAbortedError(reason)``."""
+
+    def _close_sockets(self) -> None:
+        for sock in (self._send, self._recv):
+            if sock is not None:
+                sock.close()
+
+
+def _reason(rank: int, label: str, exc: Exception) -> str:
+    if isinstance(exc, DistributedTrainingError):  # the detail without the hint
+        what = f"{type(exc).__name__} from {exc.role} {exc.endpoint}: {exc.detail}"
+    else:
+        what = f"{type(exc).__name__}: {exc}"
+    return f"rank {rank} ({label}) failed with {what}"[:_MAX_REASON]
+
+
+class _Hook(rpc.Service):
+    """Job service that lets ``abort_job`` wake a rank blocked on its sockets."""
+
+    def __init__(self, comm: TcpRingCommunicator) -> None:
+        self._comm = comm
+
+    def abort(self, reason: str) -> None:
+        self._comm._abort_local(reason)
+
+
+class TcpRingCommunicator(_SocketRing):
+    """Ring all-reduce with direct sockets between the Dask workers of the ranks; same interface
+    and arguments as :class:`~dask_fluid.distributed.collective.ring.RingCommunicator`.
+
+    The greeting is keyed by the job id: the Dask job has no secret of its own, and the port is
+    only ever told to the left neighbour, through the worker's comms.
+    """
+
+    def __init__(self, worker: Any, job: str, rank: int, addresses: Sequence[str],
+                 deadline_s: float, *, name: str = "tcp-ring") -> None:
+        super().__init__(rank, addresses, deadline_s)
+        self.worker, self.job, self.name = worker, job, name
+        self._control = RingCommunicator(worker, job, rank, addresses, deadline_s,
+                                         name=f"{name}-control")
+        try:
+            rpc.attach_service(worker, job, name, _Hook(self))
+            if self.nranks > 1:
+                self._connect()
+        except BaseException:
+            self.close()
+            raise
+
+    def _connect(self) -> None:
+        ctl, secret = self._control, self.job.encode()
+        host = worker_host(self.worker.address)
+        listener = links.Listener(links.bind(host, 0, self.addresses[self.rank]), secret,
+                                  self.addresses[self.rank], self.nranks)
+        try:
+            # the left neighbour sends to us, so it needs our port; we need our right's
+            sent = ctl._send(self.left, ("tcp", "port"), list(listener.address), None)
+            right_host, right_port = ctl._recv(self.right, ("tcp", "port"), None)
+            ctl._wait_sent(sent, self.left, None)
+            self._link(listener, (right_host, int(right_port)), secret)
+        finally:
+            listener.close()  # aborts travel through Dask: nothing more to accept
+
+    def _abort_others(self, reason: str) -> None:
         self._control.abort(reason)  # the job's services here and on every other rank
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        for sock in (self._send, self._recv):
-            if sock is not None:
-                sock.close()
+        self._close_sockets()
         rpc.detach_service(self.worker, self.job, self.name)
         self._control.close()
+
+
+class EndpointRingCommunicator(_SocketRing):
+    """Ring all-reduce between plain processes, each listening on its Fluid endpoint.
+
+    Parameters
+    ----------
+    rank : int
+        This trainer's id, ``0 <= rank < len(endpoints)``.
+    endpoints : sequence of str
+        ``host:port`` of every trainer, in rank order (``PADDLE_TRAINER_ENDPOINTS``); this rank
+        binds ``endpoints[rank]``.
+    deadline_s : float
+        ``FLAGS_rpc_deadline``: how long to wait for the neighbours to come up, and for every
+        exchange.
+    secret : bytes
+        The job secret (``DASK_FLUID_JOB_SECRET``); every trainer must hold the same one.
+
+    Raises
+    ------
+    ValueError
+        If ``rank`` is out of range or the endpoints repeat.
+    DeadlineExceededError
+        If a neighbour did not come up within ``deadline_s`` (the error names its endpoint).
+    """
+
+    def __init__(self, rank: int, endpoints: Sequence[str], deadline_s: float, *,
+                 secret: bytes = b"") -> None:
+        endpoints = list(endpoints)
+        if len(set(endpoints)) != len(endpoints):
+            raise ValueError(f"trainer endpoints repeat: {endpoints}; each trainer needs its own")
+        if not 0 <= rank < len(endpoints):
+            raise ValueError(f"trainer_id {rank} is out of range for {len(endpoints)} trainer "
+                             "endpoints")
+        super().__init__(rank, endpoints, deadline_s)
+        self.secret = secret
+        self._where = [links.split_endpoint(ep) for ep in endpoints]
+        self._listener: links.Listener | None = None
+        if self.nranks == 1:
+            return
+        try:
+            self._listener = links.Listener(
+                links.bind(*self._where[rank], endpoints[rank]), secret, endpoints[rank],
+                self.nranks, on_abort=self._noticed)
+            self._link(self._listener, self._where[self.right], secret)
+        except BaseException:
+            self.close()
+            raise
+
+    def _noticed(self, rank: int, reason: str) -> None:
+        self._abort_local(reason)
+
+    def _abort_others(self, reason: str) -> None:
+        me = self.addresses[self.rank]
+        threads = [threading.Thread(target=links.send_notice, daemon=True, args=(
+            *self._where[k], links.hello(self.secret, "abort", self.addresses[k], self.rank),
+            reason, ABORT_NOTICE_S), kwargs={"peer": self.addresses[k], "me": me})
+            for k in range(self.nranks) if k != self.rank]
+        for t in threads:
+            t.start()
+        give_up = time.monotonic() + ABORT_NOTICE_S
+        for t in threads:  # a dead or unreachable rank must not delay this rank's own error
+            t.join(max(0.0, give_up - time.monotonic()))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._listener is not None:
+            self._listener.close()
+        self._close_sockets()

@@ -1,0 +1,260 @@
+"""Direct TCP links between the ranks of a collective job: listen, dial, greet.
+
+The TCP ring's data connections, the abort notices of ranks started as plain processes, and the
+NCCL unique id that trainer 0 serves at its endpoint (Fluid's ``gen_nccl_id``) all travel over
+links made here, so that greeting, retrying and their errors are written once.
+
+A link starts with a greeting: the dialling rank (4 bytes) and an HMAC of the link's purpose,
+the listener's label (its endpoint or worker address) and that rank, keyed by the job secret
+(the pservers' :func:`~dask_fluid.distributed.pserver.shard_server.greeting`, with the purpose
+in the message so that a greeting for one purpose, or for a pserver, never opens another).
+The listener answers one byte when the greeting is right and hangs up otherwise, so a rank with
+another secret fails at once with an error saying so instead of waiting for its deadline.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+
+from dask_fluid.distributed.errors import (
+    DeadlineExceededError,
+    DistributedTrainingError,
+    JobAbortedError,
+)
+from dask_fluid.distributed.pserver.shard_server import GREETING_BYTES, greeting, split_endpoint
+
+__all__ = ["PURPOSES", "Listener", "bind", "dial", "hello", "send_notice", "split_endpoint"]
+
+logger = logging.getLogger(__name__)
+
+#: what a link is for: a ring's data connection, an abort notice, the NCCL unique id
+PURPOSES = ("ring", "abort", "ncclid")
+_ACK = b"\x01"
+#: a listener wakes this often to notice that it was closed
+_ACCEPT_POLL_S = 0.2
+#: how long a stranger may take to greet before it is dropped (it blocks the accept loop)
+_GREET_S = 2.0
+#: connecting to a rank that is not listening yet is retried this often
+CONNECT_RETRY_S = 0.05
+#: binding an endpoint whose port is still held (a trainer restarted at once) is retried this
+#: long before the error
+BIND_RETRY_S = 5.0
+_LENGTH = struct.Struct("!I")
+
+
+def hello(secret: bytes, purpose: str, label: str, rank: int) -> bytes:
+    """The greeting of rank ``rank`` on a ``purpose`` link to the rank labelled ``label``."""
+    return greeting(secret, f"{purpose}:{label}", rank)
+
+
+def bind(host: str, port: int, label: str) -> socket.socket:
+    """A listening socket on ``(host, port)``; port 0 is any free port."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    give_up = time.monotonic() + (BIND_RETRY_S if port else 0)
+    while True:
+        try:
+            return socket.create_server((host, port), family=family)
+        except OSError as exc:
+            if port and time.monotonic() < give_up and exc.errno in (98, 48):  # EADDRINUSE
+                time.sleep(0.1)
+                continue
+            raise OSError(exc.errno, f"trainer {label} cannot listen on {host}:{port}: "
+                          f"{exc.strerror}; is another process using the port, or is the host "
+                          "not an address of this machine?") from exc
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    got = b""
+    while len(got) < n and (piece := sock.recv(n - len(got))):
+        got += piece
+    return got
+
+
+class Listener:
+    """Accept greeted links on ``sock`` in a thread of its own until :meth:`close`.
+
+    Parameters
+    ----------
+    sock : socket.socket
+        A listening socket (:func:`bind`).
+    secret : bytes
+        The job secret.
+    label : str
+        This rank's label (its endpoint or worker address), part of every greeting.
+    nranks : int
+        Greetings from ranks outside ``0..nranks-1`` are dropped.
+    on_abort : callable, optional
+        ``on_abort(rank, reason)`` for an abort notice; without it notices are refused.
+    """
+
+    def __init__(self, sock: socket.socket, secret: bytes, label: str, nranks: int,
+                 on_abort: Callable[[int, str], None] | None = None) -> None:
+        self.sock = sock
+        self.secret = secret
+        self.label = label
+        self.nranks = nranks
+        self.on_abort = on_abort
+        self.address = sock.getsockname()[:2]
+        self._inbox: dict[tuple[str, int], socket.socket] = {}
+        self._cond = threading.Condition()
+        self._closed = False
+        sock.settimeout(_ACCEPT_POLL_S)
+        self._thread = threading.Thread(target=self._accept, daemon=True,
+                                        name=f"dask-fluid-listener-{label}")
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return  # closed
+            try:
+                self._greeted(conn)
+            except OSError:
+                conn.close()
+
+    def _greeted(self, conn: socket.socket) -> None:
+        conn.settimeout(_GREET_S)
+        got = _read_exactly(conn, GREETING_BYTES)
+        rank = int.from_bytes(got[:4], "big") if len(got) == GREETING_BYTES else -1
+        purpose = next((p for p in PURPOSES if 0 <= rank < self.nranks and hmac.compare_digest(
+            got, hello(self.secret, p, self.label, rank))), None)
+        if purpose is None or (purpose == "abort" and self.on_abort is None):
+            logger.warning("%s: dropped a connection that did not greet as a rank of this job",
+                           self.label)
+            conn.close()  # a stranger, or a rank of another job (another secret)
+            return
+        conn.sendall(_ACK)
+        if purpose == "abort":
+            try:
+                (size,) = _LENGTH.unpack(_read_exactly(conn, _LENGTH.size))
+                reason = _read_exactly(conn, min(size, 4096)).decode(errors="replace")
+            except (OSError, struct.error):
+                reason = f"rank {rank} failed (its notice was cut off)"
+            conn.close()
+            self.on_abort(rank, reason)
+            return
+        conn.settimeout(None)
+        with self._cond:
+            old = self._inbox.pop((purpose, rank), None)
+            self._inbox[(purpose, rank)] = conn  # a re-dial replaces a stale connection
+            self._cond.notify_all()
+        if old is not None:
+            old.close()
+
+    def take(self, purpose: str, rank: int, deadline_s: float, peer: str,
+             stop: Callable[[], str | None] = lambda: None) -> socket.socket:
+        """The ``purpose`` link that rank ``rank`` (labelled ``peer``) dialled.
+
+        Raises
+        ------
+        DeadlineExceededError
+            If it did not come within ``deadline_s``.
+        JobAbortedError
+            If ``stop()`` returns a reason while waiting.
+        """
+        give_up = time.monotonic() + deadline_s
+        with self._cond:
+            while (purpose, rank) not in self._inbox:
+                reason = stop()
+                if reason is not None:
+                    raise JobAbortedError(f"job aborted: {reason}", "rank", self.label)
+                remaining = give_up - time.monotonic()
+                if remaining <= 0 or self._closed:
+                    raise DeadlineExceededError(
+                        f"rank {rank} never connected to {self.label} ({purpose} link); is it "
+                        f"running, and is {peer} its endpoint?", "rank", peer,
+                        deadline_ms=deadline_s * 1000)
+                self._cond.wait(min(remaining, _ACCEPT_POLL_S))
+            return self._inbox.pop((purpose, rank))
+
+    def close(self) -> None:
+        """Stop accepting; links not taken yet are closed."""
+        with self._cond:
+            self._closed = True
+            left, self._inbox = list(self._inbox.values()), {}
+            self._cond.notify_all()
+        self.sock.close()
+        for conn in left:
+            conn.close()
+
+
+def dial(host: str, port: int, greet: bytes, deadline_s: float, *, peer: str, me: str,
+         retry: bool = True, stop: Callable[[], str | None] = lambda: None) -> socket.socket:
+    """A greeted, acknowledged connection to the listener at ``host:port``.
+
+    Parameters
+    ----------
+    host, port
+        Where the peer listens.
+    greet : bytes
+        From :func:`hello`.
+    deadline_s : float
+        Connecting is retried (``retry``) while nothing listens there, until this deadline.
+    peer, me : str
+        The peer's and this rank's labels, for errors.
+    stop : callable
+        Returns an abort reason to give up early.
+
+    Raises
+    ------
+    DeadlineExceededError
+        Nothing accepted the connection within ``deadline_s``, naming ``peer``.
+    DistributedTrainingError
+        The peer hung up on the greeting (another job, another secret).
+    """
+    give_up = time.monotonic() + deadline_s
+    while True:
+        remaining = give_up - time.monotonic()
+        try:
+            sock = socket.create_connection((host, port), timeout=max(0.05, min(remaining, 2)))
+        except OSError as exc:  # refused (not listening yet), unreachable, timed out
+            reason = stop()
+            if reason is not None:
+                raise JobAbortedError(f"job aborted: {reason}", "rank", me) from None
+            if not retry or time.monotonic() + CONNECT_RETRY_S > give_up:
+                raise DeadlineExceededError(
+                    f"rank {peer} did not accept the connection of {me} ({type(exc).__name__}: "
+                    f"{exc}); is it running, and is {peer} its endpoint?", "rank", peer,
+                    deadline_ms=deadline_s * 1000) from None
+            time.sleep(CONNECT_RETRY_S)
+            continue
+        try:
+            sock.settimeout(max(0.05, min(give_up - time.monotonic(), _GREET_S)))
+            sock.sendall(greet)
+            ack = _read_exactly(sock, 1)
+        except OSError:
+            ack = b""
+        if ack == _ACK:
+            sock.settimeout(None)
+            return sock
+        sock.close()
+        raise DistributedTrainingError(
+            f"{peer} refused the greeting of {me}: is it a trainer of this job, with the same "
+            "job secret (DASK_FLUID_JOB_SECRET) and the same trainer endpoints?", "rank", peer)
+
+
+def send_notice(host: str, port: int, greet: bytes, reason: str, timeout_s: float, *,
+                peer: str, me: str) -> bool:
+    """Tell the rank at ``host:port`` why this job stops; False when it could not be told."""
+    try:
+        sock = dial(host, port, greet, timeout_s, peer=peer, me=me, retry=False)
+    except DistributedTrainingError:
+        return False
+    try:
+        data = reason.encode()[:4096]
+        sock.sendall(_LENGTH.pack(len(data)) + data)
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.close()
