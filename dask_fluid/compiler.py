@@ -7,8 +7,13 @@ dask_fluid runs one place per process and puts data parallelism in its Dask runt
 * ``CompiledProgram(program)`` and ``.with_data_parallel(...)`` over **one** place (``CPU_NUM=1``,
   or one CUDA place) run the program as it is, as Fluid does for one place: the same ops, and a
   fetch returns what :meth:`Executor.run` returns;
-* more than one place, or ``build_strategy.num_trainers > 1`` (NCCL2 all-reduce between trainer
-  processes), raise NotImplementedError saying which;
+* with ``build_strategy.num_trainers > 1`` (NCCL2 mode: one trainer process per device, the
+  startup program transpiled with ``config.mode = "nccl2"`` and run) every run is forward and
+  backward, one all-reduce of every gradient (the mean over trainers, fused per dtype) through
+  the communicator the startup's ``gen_nccl_id`` left in the scope, then the optimize ops
+  (:mod:`dask_fluid.distributed.collective.data_parallel`, imported only then); the first run
+  replaces every trainer's persistables by trainer 0's, as Fluid's ParallelExecutor does;
+* more than one place raises NotImplementedError saying so;
 * strategy fields that only tune Fluid's graph executor (fusions, inplace, memory_optimize,
   num_threads) are kept and have no effect; fields that would change results here
   (``GradientScaleStrategy.Customized``, ``num_iteration_per_run > 1``) raise.
@@ -185,7 +190,9 @@ class BuildStrategy:
         ``CoeffNumDevice`` (default) and ``One`` both scale ``loss@GRAD`` by 1 on one place;
         ``Customized`` (the user feeds ``loss@GRAD``) raises at run time.
     num_trainers, trainer_id, trainers_endpoints
-        NCCL2 multi-trainer all-reduce; ``num_trainers > 1`` raises at run time (not wired yet).
+        NCCL2 multi-trainer all-reduce: with ``num_trainers > 1`` gradients are all-reduced
+        across the trainer processes (they must agree with the transpiled trainers);
+        ``trainers_endpoints`` is not needed (the transpiled startup program has them).
     debug_graphviz_path : str
         Raises at run time when set: dask_fluid builds no SSA graph (print the program).
     enable_inplace, memory_optimize, fuse_*, enable_sequential_execution,
@@ -288,6 +295,7 @@ class CompiledProgram:
         self._compiled = False
         self._scope: Scope | None = None
         self._place: Place | None = None
+        self._to_run: Program = program_or_graph
 
     def with_data_parallel(self, loss_name: str | None = None,
                            build_strategy: BuildStrategy | None = None,
@@ -352,6 +360,15 @@ class CompiledProgram:
         places = self._get_places(place) if self._is_data_parallel else [place]
         self._check_supported(places, place)
         self._resolve_strategies(places, place)
+        build = self._build_strategy
+        if self._is_data_parallel and build.num_trainers > 1:
+            # imported here: only multi-trainer programs need the distributed layer
+            from .distributed.collective.ops import compile_for_trainers
+
+            self._to_run = compile_for_trainers(
+                self._program, scope, place, num_trainers=build.num_trainers,
+                trainer_id=build.trainer_id,
+                average=build.gradient_scale_strategy == _GradientScaleStrategy.CoeffNumDevice)
         self._places, self._scope, self._place = places, scope, place
         self._compiled = True
         return self
@@ -370,8 +387,8 @@ class CompiledProgram:
         return places
 
     def _check_supported(self, places: list[Place], place: Place) -> None:
-        # The one place where the not-yet-implemented multi-device and multi-trainer paths are
-        # refused; the NCCL2 runtime will take over the num_trainers > 1 branch.
+        # The one place where the not-yet-implemented paths (several places per process) and
+        # the strategies that would change results here are refused.
         build = self._build_strategy or BuildStrategy()
         execs = self._exec_strategy or ExecutionStrategy()
         if len(places) > 1:
@@ -381,11 +398,9 @@ class CompiledProgram:
                 f"CompiledProgram.with_data_parallel over {len(places)} places ({how}) is not "
                 "implemented yet: dask_fluid runs one place per process; set CPU_NUM=1 (or "
                 "FLAGS_selected_gpus to one GPU) and run one trainer process per device")
-        if build.num_trainers > 1:
-            raise NotImplementedError(
-                f"CompiledProgram.with_data_parallel with build_strategy.num_trainers="
-                f"{build.num_trainers} (NCCL2 multi-trainer all-reduce) is not implemented "
-                "yet in dask_fluid")
+        if not 0 <= build.trainer_id < max(build.num_trainers, 1):
+            raise ValueError(f"build_strategy.trainer_id={build.trainer_id} is out of range for "
+                             f"num_trainers={build.num_trainers}")
         if build.gradient_scale_strategy == _GradientScaleStrategy.Customized:
             raise NotImplementedError(
                 "BuildStrategy.GradientScaleStrategy.Customized is not implemented in "
@@ -430,7 +445,7 @@ class CompiledProgram:
             if not all(isinstance(each, dict) for each in feed):
                 raise TypeError("Each element of feed list should be a dict")
             feed = feed[0]
-        return self._program, feed
+        return self._to_run, feed
 
     def __repr__(self) -> str:
         mode = "data parallel" if self._is_data_parallel else "single place"

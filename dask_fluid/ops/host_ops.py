@@ -1,9 +1,11 @@
 """Signatures of the ops a host runs: RPC (send, recv, barriers, prefetch, listen_and_serv),
-NCCL id exchange, control flow, checkpointing and the pserver's sparse table lookup.
+NCCL id exchange and gradient all-reduce, control flow, checkpointing and the pserver's sparse
+table lookup.
 
 They have no kernel here; the executor or the distributed runtime supplies one with
-:func:`dask_fluid.ops.registry.set_kernel`, the RPC ops' from the module named as their
-``provider`` (imported when a program first needs it). Attr defaults follow Fluid 1.x (v1.6+).
+:func:`dask_fluid.ops.registry.set_kernel`, the RPC and collective ops' from the module named
+as their ``provider`` (imported when a program first needs it). Attr defaults follow Fluid
+1.x (v1.6+).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from .registry import register_signature
 
 _PSERVER_OPS = "dask_fluid.distributed.pserver.ops"
+_COLLECTIVE_OPS = "dask_fluid.distributed.collective.ops"
 
 register_signature("send", ("X",), ("Out",),
                    {"epmap": [], "sections": [], "send_varnames": [], "sync_mode": True,
@@ -38,7 +41,12 @@ register_signature("prefetch", ("X",), ("Out",),
                    {"epmap": [], "table_names": [], "trainer_id": 0}, provider=_PSERVER_OPS)
 register_signature("gen_nccl_id", (), ("NCCLID",),
                    {"trainers": [], "trainer_id": 0, "nccl_comm_num": 1, "endpoint": "",
-                    "endpoint_list": [], "use_hierarchical_allreduce": False})
+                    "endpoint_list": [], "use_hierarchical_allreduce": False},
+                   provider=_COLLECTIVE_OPS)
+# what a CompiledProgram with num_trainers > 1 runs between backward and optimize: every
+# gradient X all-reduced (mean, or sum without ``average``) through the communicator in Comm
+register_signature("fused_allreduce", ("X", "Comm"), ("Out",), {"average": True},
+                   provider=_COLLECTIVE_OPS)
 register_signature("conditional_block", ("Cond", "Input"), ("Out", "Scope"),
                    {"sub_block": -1, "is_scalar_condition": True},
                    optional=("Input",))

@@ -96,8 +96,6 @@ def test_share_vars_from_must_have_run():
 @pytest.mark.parametrize("setup, match", [
     (lambda b, e, env: env.setenv("CPU_NUM", "2"),
      r"over 2 places \(CPU_NUM=2\) is not implemented yet"),
-    (lambda b, e, env: setattr(b, "num_trainers", 2),
-     r"num_trainers=2 \(NCCL2 multi-trainer all-reduce\) is not implemented yet"),
     (lambda b, e, env: setattr(b, "gradient_scale_strategy",
                                BuildStrategy.GradientScaleStrategy.Customized),
      "GradientScaleStrategy.Customized is not implemented"),

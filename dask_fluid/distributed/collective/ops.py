@@ -1,0 +1,147 @@
+"""Kernels of the NCCL2-mode ops, so that a Fluid 1.8 nccl2 script runs as it is.
+
+- ``gen_nccl_id`` (the last op of a startup program transpiled with ``config.mode = "nccl2"``)
+  connects this trainer to the others (:func:`.trainers.connect_trainers`: a TCP ring between
+  the trainer endpoints on CPUs, NCCL on GPUs) and stores the resulting
+  :class:`.trainers.TrainerComm` in the scope's ``NCCLID`` variables, where Fluid keeps the
+  NCCL id; ``exe.close()`` of that executor closes it.
+- ``fused_allreduce`` (inserted by a ``CompiledProgram`` with ``num_trainers > 1`` between
+  backward and optimize, :func:`.data_parallel.with_allreduce`) all-reduces the gradients
+  through the communicator it finds there.
+
+:func:`compile_for_trainers` is what ``CompiledProgram`` calls at its first run. The op
+registry imports this module the first time a program needs one of these kernels.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ...executor import CUDAPlace, RunContext
+from ...flags import RPCFlags
+from ...ops import registry
+from ..comm.auth import env_secret
+from ..errors import DistributedTrainingError
+from . import data_parallel
+from .trainers import TrainerComm, connect_trainers
+
+__all__ = ["COMM_VAR", "compile_for_trainers", "find_comm"]
+
+#: the scope variable that holds the trainer's communicator (Fluid's NCCL id variable)
+COMM_VAR = "NCCLID"
+#: ``executor.host_context`` key of the communicator that ``exe.close()`` closes
+_CLOSE_KEY = "dask_fluid.collective.comm"
+
+_MISSING = (
+    "there is no NCCL2 communicator in the scope (variable {var}): transpile with "
+    "config.mode = 'nccl2' (DistributeTranspiler.transpile(trainer_id, trainers=..., "
+    "current_endpoint=..., startup_program=startup)) and run exe.run(startup) on this scope "
+    "before the CompiledProgram; its gen_nccl_id op connects the trainers")
+
+
+def _passthrough(err: DistributedTrainingError) -> DistributedTrainingError:
+    err._dask_fluid_passthrough = True  # the executor re-raises it as is: it names the peer
+    return err
+
+
+def _gen_nccl_id(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    endpoints = [str(e) for e in attrs.get("trainers") or ()]
+    rank = int(attrs.get("trainer_id", 0))
+    if not endpoints:
+        raise ValueError("gen_nccl_id has no trainer endpoints (attr 'trainers'); transpile "
+                         "with trainers='ip:port,ip:port'")
+    if not 0 <= rank < len(endpoints):
+        raise ValueError(f"gen_nccl_id: trainer_id {rank} is out of range for "
+                         f"{len(endpoints)} trainers")
+    mine = attrs.get("endpoint") or os.environ.get("PADDLE_CURRENT_ENDPOINT", "")
+    if mine and mine != endpoints[rank]:
+        raise ValueError(f"gen_nccl_id: trainer {rank}'s endpoint is {endpoints[rank]} in "
+                         f"trainers={endpoints}, not {mine}; pass current_endpoint = "
+                         "trainers[trainer_id] to transpile()")
+    names = ctx.op.output("NCCLID")
+    old = ctx.scope.vars.get(names[0]) if names else None
+    if isinstance(old, TrainerComm):  # the startup program ran again: start afresh
+        old.close()
+    place = ctx.executor.place
+    on_gpu = isinstance(place, CUDAPlace)
+    try:
+        handle = connect_trainers(
+            rank, endpoints, RPCFlags.current().deadline_s, secret=env_secret(),
+            on_gpu=on_gpu, device=place.device_id if on_gpu else 0,
+            scheduler=os.environ.get("DASK_SCHEDULER_ADDRESS") or None)
+    except DistributedTrainingError as err:
+        raise _passthrough(err) from None
+    ctx.executor.host_context[_CLOSE_KEY] = handle
+    # Fluid keeps one NCCL id per communicator (nccl_comm_num, hierarchical rings); one
+    # communicator serves them all here, with the same result
+    return {"NCCLID": [handle] * len(names)}
+
+
+def _fused_allreduce(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    handle = (ins.get("Comm") or [None])[0]
+    var = (ctx.op.input("Comm") or [COMM_VAR])[0]
+    if not isinstance(handle, TrainerComm):
+        raise RuntimeError(_MISSING.format(var=var))
+    if handle.closed:
+        raise RuntimeError(f"the NCCL2 communicator in {var} was closed (exe.close()); run the "
+                           "startup program again to reconnect the trainers")
+    grads = ctx.op.input("X")
+    missing = [g for g, v in zip(grads, ins["X"], strict=True) if v is None]
+    if missing:
+        raise ValueError(f"fused_allreduce: the gradients {missing} were not computed before "
+                         "it; every trainer must run the same program")
+    step, handle.steps = handle.steps, handle.steps + 1
+    try:
+        data_parallel.reduce_gradients(handle.comm, ctx.scope, grads, ctx.executor._xp,
+                                       host=handle.host_staged,
+                                       op="mean" if attrs.get("average", True) else "sum",
+                                       step=step)
+    except DistributedTrainingError as err:
+        raise _passthrough(err) from None
+    return {"Out": [ctx.scope.vars[g] for g in grads]}
+
+
+def find_comm(scope: Any, var: str = COMM_VAR) -> TrainerComm:
+    """The trainer communicator in ``scope``; RuntimeError saying how to get one."""
+    handle = scope.vars.get(var)
+    if not isinstance(handle, TrainerComm):
+        raise RuntimeError(_MISSING.format(var=var))
+    if handle.closed:
+        raise RuntimeError(f"the NCCL2 communicator in {var} was closed (exe.close()); run the "
+                           "startup program again to reconnect the trainers")
+    return handle
+
+
+def compile_for_trainers(program: Any, scope: Any, place: Any, *, num_trainers: int,
+                         trainer_id: int, average: bool) -> Any:
+    """What a ``CompiledProgram`` with ``num_trainers > 1`` runs: ``program`` with one fused
+    all-reduce of its gradients before its optimize ops, after rank 0's persistables replaced
+    every trainer's (as Fluid's ParallelExecutor broadcasts them at its start).
+
+    Raises
+    ------
+    RuntimeError
+        No communicator in the scope (startup not run, or not transpiled in nccl2 mode).
+    ValueError
+        The build strategy's trainers disagree with the communicator's.
+    """
+    handle = find_comm(scope)
+    if handle.nranks != num_trainers or handle.rank != trainer_id:
+        raise ValueError(
+            f"build_strategy says trainer {trainer_id} of {num_trainers}, but the startup "
+            f"program connected trainer {handle.rank} of {handle.nranks} "
+            f"({', '.join(handle.endpoints)}); set build_strategy.num_trainers = "
+            "len(trainer endpoints) and build_strategy.trainer_id = the transpiled trainer_id")
+    xp = np
+    if isinstance(place, CUDAPlace):
+        import cupy as xp  # noqa: PLC0415 - only on GPUs
+    names = [n for n in data_parallel.persistable_names(program) if n in scope.vars]
+    data_parallel.broadcast_persistables(handle.comm, scope, names, xp, host=handle.host_staged)
+    return data_parallel.with_allreduce(program, COMM_VAR, average=average)
+
+
+registry.set_kernel("gen_nccl_id", _gen_nccl_id)
+registry.set_kernel(data_parallel.ALLREDUCE_OP, _fused_allreduce)
