@@ -3,8 +3,12 @@ file runs as every role, the role and the cluster come from PADDLE_* environment
 pserver runs ``exe.run(pserver_program)``, a trainer runs its program step after step and
 ``exe.close()`` at the end. Without PADDLE_TRAINING_ROLE it trains locally on the whole batch.
 
-Usage: ``python fluid_script.py OUT.json [sync|async] [slice|noslice]``; the per-step losses of
-this process are written to OUT.json.
+Usage: ``python fluid_script.py OUT.json MODE [slice|noslice]``; the per-step losses of this
+process are written to OUT.json. MODE is ``sync`` or ``async`` (``transpile(sync_mode=...)``
+with the default config), or one of Fluid 1.8's config-driven modes: ``sync_split``
+(completely_not_async, fleet's SyncStrategy), ``half_async`` and ``async_split``
+(runtime_split_send_recv with and without half_async), ``geo`` (GEO-SGD, pushing every
+SCRIPT_GEO_PUSH steps). SCRIPT_WAIT_PORT=0 makes the trainer program with wait_port=False.
 """
 
 import json
@@ -58,6 +62,15 @@ def main():
         trainer_id = int(os.getenv("PADDLE_TRAINER_ID", "0"))
         config = fluid.DistributeTranspilerConfig()
         config.slice_var_up = slicing == "slice"
+        wait_port = os.getenv("SCRIPT_WAIT_PORT") != "0"
+        config.wait_port = wait_port  # the startup's pull runs before get_trainer_program
+        if mode not in ("sync", "async"):  # Fluid 1.8: sync_mode=False before the rest
+            config.sync_mode = False
+            config.runtime_split_send_recv = True
+            config.half_async = mode in ("half_async", "sync_split")
+            config.completely_not_async = mode == "sync_split"
+            config.geo_sgd_mode = mode == "geo"
+            config.geo_sgd_need_push_nums = int(os.getenv("SCRIPT_GEO_PUSH", "4"))
         t = fluid.DistributeTranspiler(config=config)
         t.transpile(trainer_id, pservers=endpoints, trainers=trainers,
                     sync_mode=mode == "sync")
@@ -69,7 +82,7 @@ def main():
             exe.run(pserver_program)  # serves until every trainer has closed
         else:
             exe.run(fluid.default_startup_program())
-            program = t.get_trainer_program()
+            program = t.get_trainer_program(wait_port=wait_port)
             for step in range(STEPS):
                 x, y = global_batch(step, trainers * BATCH)
                 mine = slice(trainer_id * BATCH, (trainer_id + 1) * BATCH)

@@ -21,6 +21,18 @@ Two kinds of client, one round trip:
 
 A round trip sends to every remote pserver, starts the Dask calls, pushes to the local shard,
 and only then waits for replies, so that no pserver waits on a trainer that is itself waiting.
+
+The training modes of Fluid 1.8 (``distributed_mode`` on the RPC ops, :mod:`...transpiler.modes`)
+differ only here, on the trainer side:
+
+- sync and half-async: each step's exchange is waited for (sync: after the pservers' round);
+- async with the runtime split (Fluid's Communicator): the exchange of a step is started and
+  left in flight; the step goes on with the parameters of the previous step's exchange, which
+  is finished first (:meth:`PServerClient.exchange_in_background`). One exchange at most is in
+  flight; any other request, and :meth:`~PServerClient.complete`, finishes it first;
+- GEO-SGD: :class:`GeoState` keeps, per parameter, the value last merged with the pservers;
+  every ``geo_sgd_need_push_nums`` steps the parameter's change since then, divided by the
+  number of trainers, is sent and the pservers' values are merged back.
 """
 
 from __future__ import annotations
@@ -38,6 +50,8 @@ from typing import Any
 import numpy as np
 
 from ...flags import RPCFlags
+from ...ops.selected_rows import SelectedRows
+from ...ops.split_ops import split_byref, split_selected_rows
 from ..comm import rpc
 from ..comm.rpc import pack_arrays, unpack_arrays
 from ..comm.wire import Connection, PeerClosed, WireTimeout, connect
@@ -72,6 +86,111 @@ class _Call:
     arrays: dict[str, Any]
 
 
+@dataclass
+class _Started:
+    """A round trip whose requests are out: what :meth:`PServerClient._finish` needs."""
+
+    calls: list[_Call]
+    links: list[Any]
+    futures: dict[int, concurrent.futures.Future]
+    finishers: dict[int, Any]
+
+
+#: a reply that is not there yet (the first step of the pipelined async mode): the ``recv``
+#: keeps the parameter's current value
+NOT_YET = object()
+
+
+@dataclass
+class GeoParam:
+    """GEO-SGD bookkeeping of one parameter on a trainer."""
+
+    #: the value last merged with the pservers (Fluid's "old" scope)
+    old: np.ndarray
+    steps: int = 0
+    #: the parameter after the latest step (what the final push at ``complete`` sends)
+    latest: Any = None
+    #: where its deltas go: (endpoints, delta names, rows per block) of its ``send``
+    route: tuple[list[str], list[str], list[int]] | None = None
+    #: whether the latest step exchanges with the pservers
+    due: bool = False
+
+
+class GeoState:
+    """A trainer's GEO-SGD state (Fluid's GeoSgdCommunicator), keyed by parameter name.
+
+    Per parameter ``x`` with last merged value ``old``: every ``push_nums`` steps
+    ``delta = (x - old) / trainers`` is sent (the pservers add it) and ``old += delta``; then
+    the pservers' value ``z`` is received and merged, ``x += z - old``, ``old = z``.
+    """
+
+    def __init__(self, trainers: int, push_nums: int) -> None:
+        self.trainers = int(trainers)
+        self.push_nums = int(push_nums)
+        self.params: dict[str, GeoParam] = {}
+
+    def init(self, names: list[str], values: list[Any]) -> None:
+        for name, value in zip(names, values, strict=True):
+            self.params[name] = GeoParam(np.array(value, copy=True))
+
+    def param(self, name: str) -> GeoParam:
+        state = self.params.get(name)
+        if state is None:
+            raise geo_not_initialised(name)
+        return state
+
+    def step(self, name: str, value: Any, route: tuple) -> dict[str, Any] | None:
+        """Count a step of ``name``; the delta blocks to send when an exchange is due."""
+        state = self.param(name)
+        state.steps += 1
+        state.latest, state.route = value, route
+        state.due = state.steps % self.push_nums == 0
+        return self.take_delta(name) if state.due else None
+
+    def take_delta(self, name: str) -> dict[str, Any]:
+        """``(x - old) / trainers`` cut into the parameter's delta blocks; ``old += delta``."""
+        state = self.params[name]
+        delta = (np.asarray(state.latest) - state.old) / np.asarray(self.trainers,
+                                                                      state.old.dtype)
+        state.old = state.old + delta
+        _, names, sections = state.route
+        return dict(zip(names, split_rows(delta, sections), strict=True))
+
+    def merge(self, name: str, current: Any, pulled: Any) -> Any:
+        """The trainer's parameter after an exchange: ``x + (z - old)``; ``old = z``."""
+        state = self.params[name]
+        merged = np.asarray(current) + (np.asarray(pulled) - state.old)
+        state.old = np.array(pulled, copy=True)
+        return merged.astype(state.old.dtype, copy=False)
+
+    def unsent(self) -> list[str]:
+        """Parameters with steps since their last exchange (pushed by ``complete``)."""
+        return [n for n, s in self.params.items() if s.route is not None and
+                s.steps % self.push_nums]
+
+
+def geo_not_initialised(name: str) -> ValueError:
+    return ValueError(f"GEO-SGD: parameter {name!r} was never initialised: run the trainer "
+                      "startup program the transpiler produced (its last op, send(param_init), "
+                      "records the starting values) with the same Executor before the trainer "
+                      "program")
+
+
+def split_rows(value: Any, sections: list[int]) -> list[Any]:
+    """``value`` cut along dim 0 into blocks of ``sections`` rows (views; a SelectedRows is
+    cut by row id and rebased, as ``split_selected_rows``)."""
+    if len(sections) <= 1:
+        return [value]
+    if isinstance(value, SelectedRows):
+        return split_selected_rows({"X": [value]}, {"height_sections": sections}, ())["Out"]
+    return split_byref({"X": [value]}, {"sections": sections}, ())["Out"]
+
+
+def join_rows(blocks: list[Any]) -> Any:
+    """Inverse of :func:`split_rows` for dense blocks."""
+    return blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=0)
+
+
 class PServerClient:
     """What every trainer does with its pservers; subclasses say how to reach one.
 
@@ -98,6 +217,13 @@ class PServerClient:
         self._aborted: str | None = None
         #: seconds spent waiting for pservers (requests in flight), for the summary
         self.rpc_s = 0.0
+        #: wait for a pserver that does not accept connections yet (the ops' ``wait_port``)
+        self.wait_port = True
+        #: the exchange left in flight by the pipelined async mode, and the replies of one
+        #: that another request had to finish first (they are the next step's parameters)
+        self._in_flight: _Started | None = None
+        self._in_flight_replies: dict[str, Any] = {}
+        self.geo: GeoState | None = None
 
     # -- step bookkeeping -----------------------------------------------------------------------
     def begin_step(self, round_index: int) -> None:
@@ -135,6 +261,41 @@ class PServerClient:
     # -- requests -------------------------------------------------------------------------------
     def exchange(self, want: dict[str, list[str]], push: bool) -> None:
         """One request per pserver: staged gradients (if ``push``) and the blocks ``want``."""
+        for reply in self._round_trip(self._exchange_calls(want, push)):
+            self._replies.update(reply)
+        if push and self.sync_mode:
+            self.round += 1  # the next push is the next round (begin_step may set it too)
+
+    def exchange_in_background(self, want: dict[str, list[str]]) -> None:
+        """The async Communicator's step: finish the exchange in flight (its parameters are
+        this step's replies), start this step's push and pull, and leave it in flight. On the
+        first step nothing was in flight: every wanted block is :data:`NOT_YET`."""
+        if self._in_flight is not None:
+            self._finish_in_flight()
+        if self._in_flight_replies:
+            self._replies.update(self._in_flight_replies)
+            self._in_flight_replies.clear()
+        else:
+            self._replies.update({n: NOT_YET for names in want.values() for n in names})
+        calls = self._exchange_calls(want, push=True)
+        t0 = time.perf_counter()
+        try:
+            self._in_flight = self._guarded(self._start, calls)
+        finally:
+            self.rpc_s += time.perf_counter() - t0
+
+    def _finish_in_flight(self) -> None:
+        started, self._in_flight = self._in_flight, None
+        t0 = time.perf_counter()
+        try:
+            replies = self._guarded(self._finish, started)
+        finally:
+            self.rpc_s += time.perf_counter() - t0
+        for reply in replies:
+            # kept apart: a recv must not take them for replies to this step's push
+            self._in_flight_replies.update(reply)
+
+    def _exchange_calls(self, want: dict[str, list[str]], push: bool) -> list[_Call]:
         endpoints = sorted(set(want) | (set(self._staged) if push else set()))
         if push and self.sync_mode:
             endpoints = sorted(self.endpoints)  # every pserver counts this trainer's step
@@ -151,10 +312,7 @@ class PServerClient:
             calls.append(_Call(ep, header["method"], header, arrays))
         if push:
             self._staged.clear()
-        for reply in self._round_trip(calls):
-            self._replies.update(reply)
-        if push and self.sync_mode:
-            self.round += 1  # the next push is the next round (begin_step may set it too)
+        return calls
 
     def prefetch(self, epmap: list[str], ids: list[Any]) -> list[Any]:
         calls = [_Call(ep, "prefetch", {"method": "prefetch"}, {"ids": np.asarray(i)})
@@ -162,12 +320,47 @@ class PServerClient:
         return [reply["rows"] for reply in self._round_trip(calls)]
 
     def complete(self) -> None:
-        """Tell every pserver this trainer is done (Fluid's COMPLETE)."""
+        """Tell every pserver this trainer is done (Fluid's COMPLETE), after the exchange in
+        flight (async) and the GEO-SGD progress not sent yet: Fluid's Communicator drops the
+        last steps' progress when it stops; here the pservers' final parameters include it."""
+        if self._in_flight is not None:
+            self._finish_in_flight()
+            self._in_flight_replies.clear()
+        if self.geo is not None:
+            for name in self.geo.unsent():
+                eps, _, _ = self.geo.params[name].route
+                delta = self.geo.take_delta(name)
+                self.stage(eps, list(delta), list(delta.values()))
+            if self._staged:
+                self.exchange({}, push=True)
         self._round_trip([_Call(ep, "complete", {"method": "complete"}, {})
                           for ep in sorted(self.endpoints | set(self._links))])
 
     def take(self, names: list[str]) -> list[Any]:
         return [self._replies.pop(n) for n in names]
+
+    # -- GEO-SGD --------------------------------------------------------------------------------
+    def geo_init(self, trainers: int, push_nums: int, names: list[str],
+                 values: list[Any]) -> None:
+        """The GEO trainer startup's ``send(param_init)``: the values deltas start from."""
+        if self.geo is None:
+            self.geo = GeoState(trainers, push_nums)
+        self.geo.init(names, values)
+
+    def geo_send(self, name: str, value: Any, epmap: list[str], delta_names: list[str],
+                 sections: list[int]) -> None:
+        """A GEO step of parameter ``name``: stage its delta blocks when an exchange is due."""
+        if self.geo is None:
+            raise geo_not_initialised(name)
+        delta = self.geo.step(name, value, (list(epmap), list(delta_names), list(sections)))
+        if delta is not None:
+            self.stage(list(epmap), list(delta), list(delta.values()))
+
+    def geo_due(self, name: str) -> bool:
+        """Whether this step of parameter ``name`` exchanges with the pservers."""
+        if self.geo is None:
+            raise geo_not_initialised(name)
+        return self.geo.param(name).due
 
     # -- how to reach a pserver (subclasses) ----------------------------------------------------
     def _link(self, ep: str) -> Any:
@@ -185,43 +378,62 @@ class PServerClient:
     def _round_trip(self, calls: list[_Call]) -> list[dict[str, Any]]:
         """Send every call, then collect the replies (name -> array dicts, in call order).
 
-        The first failure is raised as a :class:`DistributedTrainingError` naming the pserver.
+        An exchange left in flight is finished first (its replies are kept): a connection
+        carries one request at a time. The first failure is raised as a
+        :class:`DistributedTrainingError` naming the pserver.
         """
+        if self._in_flight is not None:
+            self._finish_in_flight()
         t0 = time.perf_counter()
         try:
-            links = [self._link(c.endpoint) for c in calls]
-            deadline = time.monotonic() + self._deadline_s
-            results: list[Any] = [None] * len(calls)
-            started = {}
-            for i, (c, link) in enumerate(zip(calls, links, strict=True)):
-                if isinstance(link, Connection):
-                    self._wire(c, lambda c=c, link=link: link.send(
-                        c.header, c.arrays, deadline=deadline, stop=self._stopped))
-                elif link is None:
-                    started[i] = self._start_dask(c)
-            finishers = {i: self._local(c, link) for i, (c, link) in
-                         enumerate(zip(calls, links, strict=True))
-                         if isinstance(link, PServerShard)}
-            # remote replies first: a reply larger than the socket buffers only moves while
-            # this thread reads it, and the local reply costs nothing once its round is done
-            for i, (c, link) in enumerate(zip(calls, links, strict=True)):
-                if isinstance(link, Connection):
-                    # copied out of shared memory: the parameters it holds outlive the message
-                    header, buf = self._wire(c, lambda link=link: link.recv(
-                        deadline=deadline, stop=self._stopped, copy=True))
-                    results[i] = self._unwrap(c, header, buf)
-            for i, fut in started.items():
-                header, meta, buf = _future_result(fut, self._deadline_s, calls[i], self.round)
-                results[i] = self._unwrap(calls[i], {"ok": True, **header, "meta": meta}, buf)
-            for i, finish in finishers.items():
-                results[i] = finish()
-            return results
+            return self._guarded(lambda: self._finish(self._start(calls)))
+        finally:
+            self.rpc_s += time.perf_counter() - t0
+
+    def _guarded(self, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
         except DistributedTrainingError as err:
             err._dask_fluid_passthrough = True  # the executor re-raises it as is
             self._on_failure(err)
             raise
-        finally:
-            self.rpc_s += time.perf_counter() - t0
+
+    def _start(self, calls: list[_Call]) -> _Started:
+        """Put every request on its way (sockets, Dask calls, the local shard's push)."""
+        links = [self._link(c.endpoint) for c in calls]
+        deadline = time.monotonic() + self._deadline_s
+        futures = {}
+        for i, (c, link) in enumerate(zip(calls, links, strict=True)):
+            if isinstance(link, Connection):
+                self._wire(c, lambda c=c, link=link: link.send(
+                    c.header, c.arrays, deadline=deadline, stop=self._stopped))
+            elif link is None:
+                futures[i] = self._start_dask(c)
+        finishers = {i: self._local(c, link) for i, (c, link) in
+                     enumerate(zip(calls, links, strict=True))
+                     if isinstance(link, PServerShard)}
+        return _Started(calls, links, futures, finishers)
+
+    def _finish(self, started: _Started) -> list[dict[str, Any]]:
+        """Collect the replies of :meth:`_start`'s requests, in call order."""
+        calls = started.calls
+        # the deadline counts from here: a pipelined exchange waits for a whole step first
+        deadline = time.monotonic() + self._deadline_s
+        results: list[Any] = [None] * len(calls)
+        # remote replies first: a reply larger than the socket buffers only moves while
+        # this thread reads it, and the local reply costs nothing once its round is done
+        for i, (c, link) in enumerate(zip(calls, started.links, strict=True)):
+            if isinstance(link, Connection):
+                # copied out of shared memory: the parameters it holds outlive the message
+                header, buf = self._wire(c, lambda link=link: link.recv(
+                    deadline=deadline, stop=self._stopped, copy=True))
+                results[i] = self._unwrap(c, header, buf)
+        for i, fut in started.futures.items():
+            header, meta, buf = _future_result(fut, self._deadline_s, calls[i], self.round)
+            results[i] = self._unwrap(calls[i], {"ok": True, **header, "meta": meta}, buf)
+        for i, finish in started.finishers.items():
+            results[i] = finish()
+        return results
 
     def _on_failure(self, err: DistributedTrainingError) -> None:
         """A round trip failed for good (the subclass may tell the other pservers)."""
@@ -358,7 +570,8 @@ class DirectClient(PServerClient):
         return link
 
     def _wait_and_connect(self, ep: str) -> Connection:
-        """Connect, retrying while nothing listens there yet (until FLAGS_rpc_deadline)."""
+        """Connect, retrying while nothing listens there yet (until FLAGS_rpc_deadline); with
+        ``wait_port`` off, once (Fluid's trainer then does not wait for its pservers)."""
         host, port = split_endpoint(ep)
         give_up = time.monotonic() + self.flags.deadline_s
         said = False
@@ -366,6 +579,13 @@ class DirectClient(PServerClient):
             try:
                 return self._connect(ep, host, port, self.secret)
             except OSError as exc:  # refused (not listening yet), unreachable, timed out
+                if not self.wait_port:
+                    raise DistributedTrainingError(
+                        f"pserver {ep} did not accept trainer {self.trainer_id}'s connection "
+                        f"({type(exc).__name__}: {exc}), and the trainer program was made "
+                        "with wait_port=False, so the trainer does not wait for it: start the "
+                        "pservers first, or use get_trainer_program(wait_port=True) to wait "
+                        "up to FLAGS_rpc_deadline", "pserver", ep, self.round) from None
                 if time.monotonic() > give_up:
                     raise DeadlineExceededError(
                         f"pserver {ep} did not accept trainer {self.trainer_id}'s connection "

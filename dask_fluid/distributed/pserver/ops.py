@@ -15,6 +15,22 @@ executor's :class:`.client.PServerClient`:
 - ``fetch_barrier`` has nothing left to wait for;
 - ``prefetch`` asks every pserver at once for its rows of the distributed lookup table.
 
+The ``distributed_mode`` attr of the trainer's RPC ops (Fluid 1.8's enum, as on
+``listen_and_serv``; :mod:`...transpiler.modes`) says how they run:
+
+- a ``send`` with one whole variable and several ``send_varnames`` (``runtime_split_send_recv``)
+  cuts it into the blocks by ``sections``; a ``recv`` with one output and several
+  ``recv_varnames`` joins the blocks into it;
+- ``ASYNC`` (1) without a ``send_barrier``: the first ``recv`` of a step finishes the previous
+  step's exchange, takes its parameters, and leaves this step's exchange in flight (Fluid's
+  async Communicator: the trainer never waits for the pservers within a step);
+- ``GEO`` (3): ``send`` counts the parameter's steps and, when an exchange is due, stages its
+  delta; ``recv`` merges the pservers' values into the parameter on those steps and leaves it
+  as it is on the others; the startup's ``send(param_init)`` records the starting values.
+
+Every RPC op also sets the client's ``wait_port`` (whether connecting to a pserver that does
+not listen yet is retried until ``FLAGS_rpc_deadline``).
+
 Where the client and the serving options come from: the Dask launchers put them into
 ``executor.host_context`` (:data:`CLIENT_KEY`, :data:`SERVE_KEY`); otherwise (a process started
 by hand, Fluid's launch style) the first RPC op of an executor creates a
@@ -30,9 +46,11 @@ import numpy as np
 from ...executor import RunContext
 from ...flags import RPCFlags
 from ...ops import registry
+from ...transpiler.modes import DistributedMode
+from ...transpiler.trainer_rewrite import GEO_PARAM_INIT
 from ..comm.auth import env_secret
 from ..errors import DistributedTrainingError
-from .client import DirectClient, PServerClient
+from .client import NOT_YET, DirectClient, PServerClient, join_rows, split_rows
 from .shard import PServerShard, ServeOptions, TableShard
 
 __all__ = ["CLIENT_KEY", "SERVE_KEY", "table_shard"]
@@ -61,7 +79,14 @@ def _client(ctx: RunContext) -> PServerClient:
         client = DirectClient(int(attrs.get("trainer_id", 0)), RPCFlags.current(),
                               bool(attrs.get("sync_mode", True)), secret=env_secret())
         ctx.executor.host_context[CLIENT_KEY] = client
+    client.wait_port = bool(ctx.op.attrs.get("wait_port", True))
     return client
+
+
+def _mode(attrs: dict) -> DistributedMode | None:
+    """The op's ``distributed_mode`` (None on the startup's pull, the same in every mode)."""
+    mode = attrs.get("distributed_mode")
+    return None if mode is None else DistributedMode(int(mode))
 
 
 def _dummies(ctx: RunContext, outs: tuple) -> dict:
@@ -72,11 +97,23 @@ def _send(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     client = _client(ctx)
     epmap = list(attrs["epmap"])
     client.endpoints.update(epmap)
-    missing = [n for n, v in zip(ctx.op.input("X"), ins["X"], strict=True) if v is None]
+    inputs = ctx.op.input("X")
+    missing = [n for n, v in zip(inputs, ins["X"], strict=True) if v is None]
     if missing:
         raise ValueError(f"send: {missing} were not computed before this op; run the trainer "
                          "program the transpiler produced, with every data layer fed")
-    client.stage(epmap, list(attrs.get("send_varnames") or ctx.op.input("X")), ins["X"])
+    names = list(attrs.get("send_varnames") or inputs)
+    values = list(ins["X"])
+    if _mode(attrs) == DistributedMode.GEO:
+        if names == [GEO_PARAM_INIT]:
+            client.geo_init(int(attrs["trainers"]), int(attrs["geo_sgd_need_push_nums"]),
+                            inputs, values)
+        else:
+            client.geo_send(inputs[0], values[0], epmap, names, list(attrs["sections"]))
+        return _dummies(ctx, outs)
+    if len(values) == 1 and len(names) > 1:  # runtime split: the whole gradient came in
+        values = split_rows(values[0], [int(r) for r in attrs["sections"]])
+    client.stage(epmap, names, values)
     return _dummies(ctx, outs)
 
 
@@ -91,10 +128,35 @@ def _recv(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     client = _client(ctx)
     client.endpoints.update(attrs["epmap"])
     names = list(attrs.get("recv_varnames") or ctx.op.output("Out"))
+    out = ctx.op.output("Out")
+    mode = _mode(attrs)
+    if mode == DistributedMode.GEO:
+        return {"Out": [_geo_recv(client, names, out[0], ctx)]}
     if not client.has_replies(names):
-        # no barrier before: async step (push what is staged) or the startup (pull only)
+        want = client.wanted(ctx.block, ctx.op)
+        if mode == DistributedMode.ASYNC:  # the Communicator: never wait within a step
+            client.exchange_in_background(want)
+        else:  # no barrier before: half-async step (push what is staged) or the startup
+            client.exchange(want, push=client.staged)
+    values = client.take(names)
+    if len(out) == len(values):
+        if any(v is NOT_YET for v in values):
+            values = [ctx.scope.get(n) for n in out]
+        return {"Out": values}
+    # runtime split: the blocks make the one output
+    if any(v is NOT_YET for v in values):  # the first async step: nothing came back yet
+        return {"Out": [ctx.scope.get(out[0])]}
+    return {"Out": [join_rows(values)]}
+
+
+def _geo_recv(client: PServerClient, names: list[str], param: str, ctx: RunContext) -> object:
+    """The parameter after a GEO step: merged with the pservers' values when due."""
+    current = ctx.scope.get(param)
+    if not client.geo_due(param):
+        return current
+    if not client.has_replies(names):  # the step's first recv: one exchange for all of them
         client.exchange(client.wanted(ctx.block, ctx.op), push=client.staged)
-    return {"Out": client.take(names)}
+    return client.geo.merge(param, current, join_rows(client.take(names)))
 
 
 def _fetch_barrier(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:

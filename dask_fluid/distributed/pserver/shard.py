@@ -91,6 +91,9 @@ __all__ = ["PServerShard", "Schedule", "ServeOptions", "TableShard", "decode_ten
 logger = logging.getLogger(__name__)
 
 _ROWS, _VALUE = "@@rows", "@@value"
+#: listen_and_serv's distributed_mode (Fluid 1.8) as the log names it; the shard itself only
+#: knows sync rounds and applying each received variable's block at once (every other mode)
+_MODE_NAMES = {0: "sync", 1: "async", 2: "half-async", 3: "GEO-SGD"}
 _POLL_S = 0.5  # a waiter re-checks for failures at least this often
 #: after a failure, the trainers' requests in flight get this long to receive their error reply
 DRAIN_S = 2.0
@@ -542,11 +545,18 @@ class PServerShard(Service):
 
     # -- async ----------------------------------------------------------------------------------
     def _param_blocks(self) -> dict[str, int]:
+        """Parameter block -> the optimize block that updates it (whose lock its reads take):
+        an optimizer's ``Param``, or (GEO-SGD's ``sum(P, P.delta) -> P``) an output that is a
+        parameter of this pserver."""
+        params = set(self.param_names)
         out = {}
         for idx in self.attrs["optimize_blocks"]:
             for op in self.program.block(idx).ops:
                 if "Param" in op.inputs:
                     out[op.input("Param")[0]] = idx
+                for name in op.output_arg_names:
+                    if name in params:
+                        out.setdefault(name, idx)
         return out
 
     def _apply_async(self, trainer_id: int, grads: dict[str, Any]) -> None:
@@ -757,7 +767,8 @@ class PServerShard(Service):
             if self.options.on_start is not None:
                 self.options.on_start(self)
             logger.info("pserver %s serving %d trainer(s), %s mode%s", self.endpoint,
-                        self.trainer_num, "sync" if self.sync_mode else "async",
+                        self.trainer_num, _MODE_NAMES.get(int(self.attrs.get(
+                            "distributed_mode", 0 if self.sync_mode else 1)), "async"),
                         f", listening on {self.server.address}" if self.server else "")
             self.serve()
             if self.server is not None:
