@@ -2,8 +2,9 @@
 gets the NCCL unique-id variables and a final ``gen_nccl_id`` op.
 
 Fluid's trainer 0 waits inside ``transpile()`` until every peer's port accepts TCP
-(``wait_port``). dask_fluid does not: the Dask runtime creates the NCCL id on the scheduler
-and hands it to the ranks (rendezvous through the scheduler), so no port is ever opened.
+(``wait_port``). ``transpile()`` never blocks here: ``config.wait_port`` is recorded as the
+``wait_port`` attr of ``gen_nccl_id``, for the runtime that exchanges the id (under Dask the
+id is created on the scheduler and handed to the ranks, and no port is opened for it).
 """
 
 from __future__ import annotations
@@ -62,6 +63,6 @@ def transpile_nccl2(program: Program, startup: Program, trainer_id: int, trainer
                            "endpoint_list": [e for e in endpoints if e != current_endpoint],
                            "use_hierarchical_allreduce": config.use_hierarchical_allreduce,
                            "hierarchical_allreduce_inter_nranks": inter,
-                           OP_ROLE_KEY: OpRole.Forward})
+                           "wait_port": config.wait_port, OP_ROLE_KEY: OpRole.Forward})
     log("nccl2: trainer %d of %s, ids %s", trainer_id, endpoints, ids)
     return endpoints

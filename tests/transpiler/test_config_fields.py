@@ -268,6 +268,15 @@ def test_geo_sgd_programs():
     assert t.training_mode.name == "geo-sgd (every 4 steps)"
 
 
+def test_nccl2_records_wait_port_on_gen_nccl_id():
+    for wait_port in (True, False):
+        main, startup = fluid_test_net()
+        t = DistributeTranspiler(config(mode="nccl2", wait_port=wait_port))
+        t.transpile(0, program=main, startup_program=startup, trainers=PSERVERS,
+                    current_endpoint=A)
+        assert startup.global_block().ops[-1].attrs["wait_port"] is wait_port
+
+
 def test_wait_port_is_recorded_on_every_rpc_op():
     main, startup = fluid_test_net()
     t = transpile(main, startup)
@@ -304,6 +313,8 @@ def _run_in_process(fields: dict, sync_mode: bool, steps: int = 3) -> dict:
 @pytest.mark.parametrize("fields,twin,sync_mode", [
     (SYNC_SPLIT, {}, True),                          # the Communicator's sync = sync mode
     (HALF_ASYNC_SPLIT, {"sync_mode": False}, False),  # same updates, cut by the runtime
+    ({**HALF_ASYNC_SPLIT, "enable_dc_asgd": True}, {"sync_mode": False, "enable_dc_asgd": True},
+     False),
 ])
 def test_runtime_split_variants_train_like_their_program_split_twins(fields, twin, sync_mode):
     split, plain = _run_in_process(fields, False), _run_in_process(twin, sync_mode)
