@@ -140,8 +140,11 @@ class Listener:
                 reason = _read_exactly(conn, min(size, 4096)).decode(errors="replace")
             except (OSError, struct.error):
                 reason = f"rank {rank} failed (its notice was cut off)"
-            conn.close()
-            self.on_abort(rank, reason)
+            try:
+                self.on_abort(rank, reason)
+                conn.sendall(_ACK)  # handled: the sender may now close its ring sockets
+            finally:
+                conn.close()
             return
         conn.settimeout(None)
         with self._cond:
@@ -152,8 +155,10 @@ class Listener:
             old.close()
 
     def take(self, purpose: str, rank: int, deadline_s: float, peer: str,
-             stop: Callable[[], str | None] = lambda: None) -> socket.socket:
-        """The ``purpose`` link that rank ``rank`` (labelled ``peer``) dialled.
+             stop: Callable[[], str | None] = lambda: None,
+             role: str = "rank") -> socket.socket:
+        """The ``purpose`` link that rank ``rank`` (labelled ``peer``) dialled; errors call the
+        ranks ``role``.
 
         Raises
         ------
@@ -167,12 +172,12 @@ class Listener:
             while (purpose, rank) not in self._inbox:
                 reason = stop()
                 if reason is not None:
-                    raise JobAbortedError(f"job aborted: {reason}", "rank", self.label)
+                    raise JobAbortedError(f"job aborted: {reason}", role, self.label)
                 remaining = give_up - time.monotonic()
                 if remaining <= 0 or self._closed:
                     raise DeadlineExceededError(
-                        f"rank {rank} never connected to {self.label} ({purpose} link); is it "
-                        f"running, and is {peer} its endpoint?", "rank", peer,
+                        f"{role} {rank} never connected to {self.label} ({purpose} link); is it "
+                        f"running, and is {peer} its endpoint?", role, peer,
                         deadline_ms=deadline_s * 1000)
                 self._cond.wait(min(remaining, _ACCEPT_POLL_S))
             return self._inbox.pop((purpose, rank))
@@ -183,13 +188,23 @@ class Listener:
             self._closed = True
             left, self._inbox = list(self._inbox.values()), {}
             self._cond.notify_all()
+        try:
+            # stop listening now: a bare close() leaves the socket listening until the accept
+            # thread's poll returns, and a connection queued meanwhile would be reset, which its
+            # dialler would take for a refusal
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(2 * _ACCEPT_POLL_S)
         for conn in left:
             conn.close()
 
 
 def dial(host: str, port: int, greet: bytes, deadline_s: float, *, peer: str, me: str,
-         retry: bool = True, stop: Callable[[], str | None] = lambda: None) -> socket.socket:
+         retry: bool = True, stop: Callable[[], str | None] = lambda: None,
+         role: str = "rank") -> socket.socket:
     """A greeted, acknowledged connection to the listener at ``host:port``.
 
     Parameters
@@ -204,6 +219,8 @@ def dial(host: str, port: int, greet: bytes, deadline_s: float, *, peer: str, me
         The peer's and this rank's labels, for errors.
     stop : callable
         Returns an abort reason to give up early.
+    role : str
+        What errors call the ranks ("rank", "trainer").
 
     Raises
     ------
@@ -220,12 +237,18 @@ def dial(host: str, port: int, greet: bytes, deadline_s: float, *, peer: str, me
         except OSError as exc:  # refused (not listening yet), unreachable, timed out
             reason = stop()
             if reason is not None:
-                raise JobAbortedError(f"job aborted: {reason}", "rank", me) from None
+                raise JobAbortedError(f"job aborted: {reason}", role, me) from None
             if not retry or time.monotonic() + CONNECT_RETRY_S > give_up:
                 raise DeadlineExceededError(
-                    f"rank {peer} did not accept the connection of {me} ({type(exc).__name__}: "
-                    f"{exc}); is it running, and is {peer} its endpoint?", "rank", peer,
+                    f"{role} {peer} did not accept the connection of {me} ({type(exc).__name__}"
+                    f": {exc}); is it running, and is {peer} its endpoint?", role, peer,
                     deadline_ms=deadline_s * 1000) from None
+            time.sleep(CONNECT_RETRY_S)
+            continue
+        if sock.getsockname() == sock.getpeername():
+            # nothing listened there and the kernel picked the target port as the source port:
+            # a TCP self-connect (the endpoint is in the ephemeral range); try again
+            sock.close()
             time.sleep(CONNECT_RETRY_S)
             continue
         try:
@@ -240,20 +263,23 @@ def dial(host: str, port: int, greet: bytes, deadline_s: float, *, peer: str, me
         sock.close()
         raise DistributedTrainingError(
             f"{peer} refused the greeting of {me}: is it a trainer of this job, with the same "
-            "job secret (DASK_FLUID_JOB_SECRET) and the same trainer endpoints?", "rank", peer)
+            "job secret (DASK_FLUID_JOB_SECRET) and the same trainer endpoints?", role, peer)
 
 
 def send_notice(host: str, port: int, greet: bytes, reason: str, timeout_s: float, *,
-                peer: str, me: str) -> bool:
+                peer: str, me: str, role: str = "rank") -> bool:
     """Tell the rank at ``host:port`` why this job stops; False when it could not be told."""
     try:
-        sock = dial(host, port, greet, timeout_s, peer=peer, me=me, retry=False)
+        sock = dial(host, port, greet, timeout_s, peer=peer, me=me, retry=False, role=role)
     except DistributedTrainingError:
         return False
     try:
         data = reason.encode()[:4096]
+        sock.settimeout(timeout_s)
         sock.sendall(_LENGTH.pack(len(data)) + data)
-        return True
+        # wait until the rank has taken the notice in, so that it learns why before it sees
+        # this rank's ring connections close
+        return _read_exactly(sock, 1) == _ACK
     except OSError:
         return False
     finally:

@@ -78,6 +78,9 @@ class _SocketRing(Communicator):
         Deadline of connecting and of every exchange.
     """
 
+    #: what errors call a rank (a Dask job's "rank", a Fluid job's "trainer")
+    role = "rank"
+
     def __init__(self, rank: int, labels: Sequence[str], deadline_s: float) -> None:
         self.rank = rank
         self.addresses = list(labels)
@@ -97,12 +100,12 @@ class _SocketRing(Communicator):
             self._send = links.dial(*right, links.hello(secret, "ring", self.addresses[self.right],
                                                         self.rank),
                                     self.deadline_s, peer=self.addresses[self.right], me=me,
-                                    stop=stop)
+                                    stop=stop, role=self.role)
             self._recv = listener.take("ring", self.left, self.deadline_s,
-                                       self.addresses[self.left], stop=stop)
+                                       self.addresses[self.left], stop=stop, role=self.role)
         except OSError as exc:
-            raise WorkerLostError(f"could not connect to rank {self.right} at "
-                                  f"{right[0]}:{right[1]}: {exc}", "rank",
+            raise WorkerLostError(f"could not connect to {self.role} {self.right} at "
+                                  f"{right[0]}:{right[1]}: {exc}", self.role,
                                   self.addresses[self.right]) from exc
         for sock in (self._send, self._recv):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -178,7 +181,7 @@ class _SocketRing(Communicator):
             while (send is not None and sent < len(send)) or (recv is not None and
                                                              got < len(recv)):
                 if self._aborted is not None:
-                    raise JobAbortedError(f"job aborted: {self._aborted}", "rank",
+                    raise JobAbortedError(f"job aborted: {self._aborted}", self.role,
                                           self.addresses[self.rank], step)
                 if send is not None and sent < len(send):
                     try:
@@ -205,7 +208,7 @@ class _SocketRing(Communicator):
                 if remaining <= 0:
                     peer = self.left if not done_recv else self.right
                     raise DeadlineExceededError(
-                        "the ring exchange did not complete", "rank", self.addresses[peer], step,
+                        "the ring exchange did not complete", self.role, self.addresses[peer], step,
                         deadline_ms=self.deadline_s * 1000)
                 want = ([(self._send, selectors.EVENT_WRITE)] if not done_send else []) + \
                     ([(self._recv, selectors.EVENT_READ)] if not done_recv else [])
@@ -217,10 +220,10 @@ class _SocketRing(Communicator):
 
     def _lost(self, peer: int, exc: BaseException, step: int | None) -> None:
         if self._aborted is not None:  # our own abort closed the socket
-            raise JobAbortedError(f"job aborted: {self._aborted}", "rank",
+            raise JobAbortedError(f"job aborted: {self._aborted}", self.role,
                                   self.addresses[self.rank], step)
-        raise WorkerLostError(f"the connection to rank {peer} broke: {type(exc).__name__}: "
-                              f"{exc}", "rank", self.addresses[peer], step) from exc
+        raise WorkerLostError(f"the connection to {self.role} {peer} broke: {type(exc).__name__}: "
+                              f"{exc}", self.role, self.addresses[peer], step) from exc
 
     def _guard(self, step: int | None, body: Any, *args: Any) -> None:
         """Run one collective; on failure abort every rank, so nobody stays blocked."""
@@ -229,12 +232,12 @@ class _SocketRing(Communicator):
         except JobAbortedError:
             raise
         except Exception as exc:
-            self.abort(_reason(self.rank, self.addresses[self.rank], exc))
+            self.abort(_reason(f"{self.role} {self.rank}", self.addresses[self.rank], exc))
             raise
 
     def _check_usable(self, step: int | None) -> None:
         if self._aborted is not None:
-            raise JobAbortedError(f"job aborted: {self._aborted}", "rank",
+            raise JobAbortedError(f"job aborted: {self._aborted}", self.role,
                                   self.addresses[self.rank], step)
         if self._closed:
             raise RuntimeError(f"this {type(self).__name__} is closed; create a new one")
@@ -266,12 +269,12 @@ class _SocketRing(Communicator):
                 sock.close()
 
 
-def _reason(rank: int, label: str, exc: Exception) -> str:
+def _reason(who: str, label: str, exc: Exception) -> str:
     if isinstance(exc, DistributedTrainingError):  # the detail without the hint
         what = f"{type(exc).__name__} from {exc.role} {exc.endpoint}: {exc.detail}"
     else:
         what = f"{type(exc).__name__}: {exc}"
-    return f"rank {rank} ({label}) failed with {what}"[:_MAX_REASON]
+    return f"{who} ({label}) failed with {what}"[:_MAX_REASON]
 
 
 class _Hook(rpc.Service):
@@ -356,6 +359,8 @@ class EndpointRingCommunicator(_SocketRing):
         If a neighbour did not come up within ``deadline_s`` (the error names its endpoint).
     """
 
+    role = "trainer"
+
     def __init__(self, rank: int, endpoints: Sequence[str], deadline_s: float, *,
                  secret: bytes = b"") -> None:
         endpoints = list(endpoints)
@@ -382,11 +387,18 @@ class EndpointRingCommunicator(_SocketRing):
     def _noticed(self, rank: int, reason: str) -> None:
         self._abort_local(reason)
 
+    def abort(self, reason: str) -> None:
+        # the others first: were our sockets shut first, our neighbours would fail with "the
+        # connection broke" before the notice that says why arrived
+        self._abort_others(reason)
+        self._abort_local(reason)
+
     def _abort_others(self, reason: str) -> None:
         me = self.addresses[self.rank]
         threads = [threading.Thread(target=links.send_notice, daemon=True, args=(
             *self._where[k], links.hello(self.secret, "abort", self.addresses[k], self.rank),
-            reason, ABORT_NOTICE_S), kwargs={"peer": self.addresses[k], "me": me})
+            reason, ABORT_NOTICE_S), kwargs={"peer": self.addresses[k], "me": me,
+                                            "role": self.role})
             for k in range(self.nranks) if k != self.rank]
         for t in threads:
             t.start()

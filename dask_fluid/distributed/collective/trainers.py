@@ -126,7 +126,7 @@ def exchange_unique_id(rank: int, endpoints: Sequence[str], deadline_s: float, *
                                   secret, endpoints[0], len(endpoints))
         try:
             for k in range(1, len(endpoints)):
-                conn = listener.take("ncclid", k, deadline_s, endpoints[k])
+                conn = listener.take("ncclid", k, deadline_s, endpoints[k], role="trainer")
                 try:
                     conn.sendall(_UID.pack(*uid))
                 finally:
@@ -136,7 +136,7 @@ def exchange_unique_id(rank: int, endpoints: Sequence[str], deadline_s: float, *
         return uid
     host, port = links.split_endpoint(endpoints[0])
     conn = links.dial(host, port, links.hello(secret, "ncclid", endpoints[0], rank), deadline_s,
-                      peer=endpoints[0], me=endpoints[rank])
+                      peer=endpoints[0], me=endpoints[rank], role="trainer")
     try:
         conn.settimeout(deadline_s)
         data = b""
@@ -145,7 +145,7 @@ def exchange_unique_id(rank: int, endpoints: Sequence[str], deadline_s: float, *
     finally:
         conn.close()
     if len(data) != _UID.size:
-        raise WorkerLostError("trainer 0 hung up before sending the NCCL unique id", "rank",
+        raise WorkerLostError("trainer 0 hung up before sending the NCCL unique id", "trainer",
                               endpoints[0])
     return tuple(_UID.unpack(data))
 
