@@ -92,13 +92,14 @@ class TrainingMode:
 
     @property
     def name(self) -> str:
+        """``sync`` or ``async``, then the variant (summaries and logs)."""
         if self.geo:
-            return f"geo-sgd (every {self.geo_push_nums} steps)"
+            return f"async (GEO-SGD, every {self.geo_push_nums} steps)"
         if self.sync:
             return "sync (runtime split)" if self.runtime_split else "sync"
         if self.pipelined:
             return "async (runtime split)"
-        return "half-async (runtime split)" if self.runtime_split else "half-async"
+        return "async (half-async, runtime split)" if self.runtime_split else "async (half-async)"
 
 
 def resolve_mode(config: DistributeTranspilerConfig, sync_mode: object) -> TrainingMode:

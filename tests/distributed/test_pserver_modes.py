@@ -95,7 +95,7 @@ def test_half_async_runtime_split_one_trainer_waits_for_its_exchange(client):
     data = _data(6)
     result = _train(client, [data], {**ASYNC_SPLIT, "half_async": True}, MOMENTUM)
     _assert_close(result.params, _local(data, MOMENTUM))
-    assert "half-async (runtime split)" in result.summary
+    assert "async (half-async, runtime split)" in result.summary
 
 
 def _one_step_stale(data: dict, lr: float = 0.1) -> tuple[dict, list[float]]:
@@ -137,7 +137,7 @@ def test_geo_one_trainer_equals_local(client, steps):
     fields = {**ASYNC_SPLIT, "geo_sgd_mode": True, "geo_sgd_need_push_nums": 3}
     result = _train(client, [data], fields, MOMENTUM)
     _assert_close(result.params, _local(data, MOMENTUM))
-    assert "geo-sgd (every 3 steps)" in result.summary
+    assert "async (GEO-SGD, every 3 steps)" in result.summary
 
 
 def test_geo_two_trainers_one_exchange_average_their_models(client):

@@ -208,7 +208,7 @@ def test_half_async_runtime_split_program():
     assert barrier.input("X") == [s.output("Out")[0] for s in _ops(trainer, "send")]
     assert {tuple(r.input("X")) for r in _ops(trainer, "recv")} == {tuple(barrier.output("Out"))}
     assert _serv(t, A).attrs["distributed_mode"] == 1  # Fluid 1.8: ASYNC on the pserver
-    assert t.training_mode.name == "half-async (runtime split)"
+    assert t.training_mode.name == "async (half-async, runtime split)"
 
 
 def test_completely_not_async_is_sync_through_the_runtime_split():
@@ -265,7 +265,7 @@ def test_geo_sgd_programs():
     assert prog_a.global_block().var("fc_w.block1.delta").shape == (500, 1000)
     # only the parameter blocks are initialised on the pserver: no learning rate, no deltas
     assert op_types(start_a.global_block()) == ["fill_constant", "uniform_random"]
-    assert t.training_mode.name == "geo-sgd (every 4 steps)"
+    assert t.training_mode.name == "async (GEO-SGD, every 4 steps)"
 
 
 def test_nccl2_records_wait_port_on_gen_nccl_id():
