@@ -7,11 +7,13 @@ mean of the trainers' losses equals the local loss of the whole batch.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -23,7 +25,11 @@ from distributed import Client, LocalCluster
 import dask_fluid as fluid
 from dask_fluid import unique_name
 from dask_fluid.distributed.collective.tcp_ring import EndpointRingCommunicator
-from dask_fluid.distributed.collective.trainers import exchange_unique_id, nccl_usable
+from dask_fluid.distributed.collective.trainers import (
+    connect_trainers,
+    exchange_unique_id,
+    nccl_usable,
+)
 from dask_fluid.distributed.errors import (
     DeadlineExceededError,
     DistributedTrainingError,
@@ -337,6 +343,10 @@ def _train_two_in_threads(scale=None, steps: int = 4):
                     fetch_list=[loss], scope=scope)
         params = {p.name: np.array(scope.get(p.name)) for p in main.all_parameters()}
         assert "fused_allreduce" in [op.type for op in binary._to_run.global_block().ops]
+        if i == 0:  # evaluating on one trainer alone needs no collective (it would hang)
+            test = fluid.CompiledProgram(main.clone(for_test=True)).with_data_parallel(
+                build_strategy=binary._build_strategy, share_vars_from=binary)
+            exe.run(test, feed={"x": x, "y": y}, fetch_list=[loss], scope=scope)
         exe.close()  # closes the communicator
         assert scope.get("NCCLID").closed
         with pytest.raises(RuntimeError, match="communicator in NCCLID was closed"):
@@ -347,7 +357,8 @@ def _train_two_in_threads(scale=None, steps: int = 4):
 
 
 @pytest.mark.parametrize("scale", [None, "One"])
-def test_compiled_program_of_two_trainers_equals_local(scale):
+def test_compiled_program_of_two_trainers_equals_local(scale, monkeypatch):
+    monkeypatch.setenv("FLAGS_rpc_deadline", "10000")  # a bug fails, not hangs
     strategy = None if scale is None else fluid.BuildStrategy.GradientScaleStrategy.One
     local = _train_local(2.0 if scale == "One" else 1.0)
     for params in _train_two_in_threads(strategy):
@@ -383,6 +394,41 @@ def test_build_strategy_must_agree_with_the_transpiled_trainers():
 
 
 # -- on GPUs ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_cupy(monkeypatch):
+    """test_nccl.py's fake cupy: NCCL as threads of this process sharing memory."""
+    from tests.distributed.test_nccl import _fake_cupy
+
+    for name, module in _fake_cupy().items():
+        monkeypatch.setitem(sys.modules, name, module)
+
+
+@pytest.mark.parametrize("through", ["endpoint", "scheduler"])
+def test_gpu_trainers_get_nccl_with_the_id_from_trainer_0_or_the_scheduler(fake_cupy, through):
+    eps = _endpoints(2)
+    with contextlib.ExitStack() as stack:
+        scheduler = None
+        if through == "scheduler":  # dask-fluid launch: DASK_SCHEDULER_ADDRESS
+            lc = stack.enter_context(LocalCluster(n_workers=0, processes=False,
+                                                  dashboard_address=":0", silence_logs=40))
+            scheduler = lc.scheduler_address
+
+        def trainer(i):
+            handle = connect_trainers(i, eps, 20.0, secret=b"k", on_gpu=True,
+                                      scheduler=scheduler)
+            try:
+                arrays = [np.full(3, i + 1, dtype=np.float32)]
+                handle.comm.allreduce(arrays, op="mean")
+                return handle.backend, arrays[0].tolist()
+            finally:
+                handle.close()
+
+        assert _in_threads(2, trainer) == [("nccl", [1.5] * 3)] * 2
+        if scheduler is not None:  # trainer 0 deleted the session once every trainer joined
+            assert lc.scheduler.__dict__.get("_dask_fluid_nccl", {}) == {}
+
 
 
 def _gpus() -> int:

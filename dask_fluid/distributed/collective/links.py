@@ -252,9 +252,15 @@ def dial(host: str, port: int, greet: bytes, deadline_s: float, *, peer: str, me
             time.sleep(CONNECT_RETRY_S)
             continue
         try:
-            sock.settimeout(max(0.05, min(give_up - time.monotonic(), _GREET_S)))
+            # the whole deadline: a busy peer's accept thread may be slow to answer
+            sock.settimeout(max(0.05, give_up - time.monotonic()))
             sock.sendall(greet)
             ack = _read_exactly(sock, 1)
+        except TimeoutError:
+            sock.close()
+            raise DeadlineExceededError(
+                f"{role} {peer} accepted the connection of {me} but never answered its "
+                "greeting", role, peer, deadline_ms=deadline_s * 1000) from None
         except OSError:
             ack = b""
         if ack == _ACK:

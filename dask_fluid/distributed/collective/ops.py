@@ -119,7 +119,8 @@ def compile_for_trainers(program: Any, scope: Any, place: Any, *, num_trainers: 
                          trainer_id: int, average: bool) -> Any:
     """What a ``CompiledProgram`` with ``num_trainers > 1`` runs: ``program`` with one fused
     all-reduce of its gradients before its optimize ops, after rank 0's persistables replaced
-    every trainer's (as Fluid's ParallelExecutor broadcasts them at its start).
+    every trainer's (as Fluid's ParallelExecutor broadcasts them at its start). A program
+    without optimize ops (evaluation) runs as it is, with no collective.
 
     Raises
     ------
@@ -135,12 +136,15 @@ def compile_for_trainers(program: Any, scope: Any, place: Any, *, num_trainers: 
             f"program connected trainer {handle.rank} of {handle.nranks} "
             f"({', '.join(handle.endpoints)}); set build_strategy.num_trainers = "
             "len(trainer endpoints) and build_strategy.trainer_id = the transpiled trainer_id")
+    to_run = data_parallel.with_allreduce(program, COMM_VAR, average=average)
+    if to_run is program:  # nothing to train (an evaluation program): no collective at all
+        return program
     xp = np
     if isinstance(place, CUDAPlace):
         import cupy as xp  # noqa: PLC0415 - only on GPUs
     names = [n for n in data_parallel.persistable_names(program) if n in scope.vars]
     data_parallel.broadcast_persistables(handle.comm, scope, names, xp, host=handle.host_staged)
-    return data_parallel.with_allreduce(program, COMM_VAR, average=average)
+    return to_run
 
 
 registry.set_kernel("gen_nccl_id", _gen_nccl_id)
