@@ -30,6 +30,7 @@ import numpy as np
 from ..executor import Executor, Scope
 from ..framework import Program
 from ..ops.selected_rows import SelectedRows
+from ..ops.split_ops import split_byref, split_selected_rows
 from .config import DistributeTranspilerConfig, parse_endpoints
 from .distribute_transpiler import DistributeTranspiler
 from .plan import RPC_OP_TYPES, TRAINER_ID_VAR
@@ -39,6 +40,13 @@ def _copy(value: Any) -> Any:
     if isinstance(value, SelectedRows):
         return SelectedRows(value.rows.copy(), value.value.copy(), value.height)
     return np.array(value, copy=True)
+
+
+def _split_rows(value: Any, sections: list[int]) -> list[Any]:
+    """What the runtime does with a runtime-split ``send``: the blocks of a whole gradient."""
+    if isinstance(value, SelectedRows):
+        return split_selected_rows({"X": [value]}, {"height_sections": sections}, ())["Out"]
+    return split_byref({"X": [value]}, {"sections": sections}, ())["Out"]
 
 
 def _segments(program: Program) -> list[Any]:
@@ -138,7 +146,7 @@ class InProcessCluster:
                 names = op.attrs["send_varnames"]
                 values = [scope.get(x) for x in op.input("X")]
                 if len(values) == 1 and len(names) > 1:  # runtime split
-                    values = np.split(np.asarray(values[0]), np.cumsum(op.attrs["sections"])[:-1])
+                    values = _split_rows(values[0], op.attrs["sections"])
                 for value, ep, name in zip(values, op.attrs["epmap"], names, strict=True):
                     self.ps_scopes[ep].set(name, _copy(value))
                     if not self.sync_mode:

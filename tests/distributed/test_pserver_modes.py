@@ -51,7 +51,7 @@ def _data(steps: int, seed: int = 0) -> dict:
 
 
 def _batches(data: dict) -> list[dict]:
-    n = len(data["x"]) // BATCH
+    n = len(next(iter(data.values()))) // BATCH
     return [{k: v[s * BATCH:(s + 1) * BATCH] for k, v in data.items()} for s in range(n)]
 
 
@@ -198,3 +198,22 @@ def test_async_runtime_split_prefetches_with_an_exchange_in_flight(client):
     # every step's gradients were pushed, to both pservers (each holds a table shard)
     lines = [ln for ln in result.summary.splitlines() if ln.startswith("pserver ")]
     assert len(lines) == 2 and all(f" {steps} pushes, " in ln for ln in lines), lines
+
+
+def test_runtime_split_cuts_a_sparse_gradient_by_row(client):
+    # a local table of 1000 rows on 2 pservers: the SelectedRows gradient is cut by the runtime
+    steps, rng = 5, np.random.default_rng(1)
+    data = {"ids_a": rng.integers(0, 1000, size=(steps * BATCH, 1)),
+            "ids_b": rng.integers(0, 1000, size=(steps * BATCH, 1)),
+            "label": rng.integers(0, 2, size=(steps * BATCH, 1))}
+    sgd = lambda: fluid.optimizer.SGD(0.5)  # noqa: E731
+    main, startup = table_net(is_distributed=False, optimizer=sgd)
+    result = train_pserver(client, main, startup, [data],
+                           config=config(**ASYNC_SPLIT, half_async=True), pservers=2,
+                           batch_size=BATCH, shuffle=False)
+    lmain, lstartup = table_net(is_distributed=False, optimizer=sgd)
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(lstartup, scope=scope)
+    for feed in _batches(data):
+        exe.run(lmain, feed=feed, scope=scope)
+    _assert_close(result.params, {n: np.array(scope.get(n)) for n in result.params}, 1e-6)

@@ -14,6 +14,7 @@ import copy
 import numpy as np
 import pytest
 
+import dask_fluid as fluid
 from dask_fluid.transpiler import DistributeTranspiler, DistributeTranspilerConfig
 from dask_fluid.transpiler.modes import DistributedMode
 from dask_fluid.transpiler.simulate import InProcessCluster
@@ -319,5 +320,27 @@ def _run_in_process(fields: dict, sync_mode: bool, steps: int = 3) -> dict:
 def test_runtime_split_variants_train_like_their_program_split_twins(fields, twin, sync_mode):
     split, plain = _run_in_process(fields, False), _run_in_process(twin, sync_mode)
     assert split.keys() == plain.keys()
+    for name, value in split.items():
+        np.testing.assert_array_equal(value, plain[name], err_msg=name)
+
+
+def test_runtime_split_cuts_sparse_gradients_like_split_selected_rows():
+    # a local (not distributed) table: its SelectedRows gradient is cut by row in the runtime
+    def run(fields):
+        main, startup = table_net(is_distributed=False, optimizer=lambda: fluid.optimizer.SGD(
+            0.5))
+        cluster = InProcessCluster(main, startup, PSERVERS, 2, config(**fields),
+                                   sync_mode=False)
+        rng = np.random.default_rng(0)
+        for _ in range(3):
+            feed = {"ids_a": rng.integers(0, 1000, (32, 1)),
+                    "ids_b": rng.integers(0, 1000, (32, 1)),
+                    "label": rng.integers(0, 2, (32, 1))}
+            cluster.step([{k: v[:16] for k, v in feed.items()},
+                          {k: v[16:] for k, v in feed.items()}])
+        return cluster.parameters()
+
+    split, plain = run(HALF_ASYNC_SPLIT), run({"sync_mode": False})
+    assert len(split["shared_w"]) == 1000
     for name, value in split.items():
         np.testing.assert_array_equal(value, plain[name], err_msg=name)
