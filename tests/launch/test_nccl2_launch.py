@@ -201,6 +201,53 @@ def test_launch_nccl2_on_dask_equals_local(tmp_path, local_losses, monkeypatch):
     assert "DASK_FLUID_JOB_SECRET is not set" not in err.getvalue()  # launch sets one
 
 
+# -- Paddle 1.8's own runner: test_dist_base.py's check_with_place in nccl2 mode ---------------
+
+UNITTESTS = Path("/work/shared/reference/paddle-1.8/unittests")
+
+_NCCL2_CASE = """
+import unittest
+from test_dist_base import TestDistBase
+
+
+class TestDistW2V2x2Nccl2(TestDistBase):
+    def _setup_config(self):
+        self._sync_mode = True
+        self._enforce_place = "CPU"
+        self._nccl2_mode = True
+
+    def test_dist_train(self):
+        self.check_with_place("dist_word2vec.py", delta=1e-4,
+                              need_envs={"DASK_FLUID_DATA_HOME": DATA_HOME})
+
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not UNITTESTS.is_dir(), reason=f"{UNITTESTS} (Paddle 1.8's unittests) is "
+                                                   "not in this checkout")
+def test_paddle_18_check_with_place_nccl2_on_dist_word2vec(tmp_path):
+    # Paddle's runner starts the local run and 2 trainers (--update_method nccl2, CPU_NUM=1)
+    # and asserts per step local ~= mean of the trainers to 1e-4, as test_dist_word2vec.py
+    pytest.importorskip("six", reason="test_dist_base.py imports six")
+    from tests.compat import synthetic_data
+
+    data_home = tmp_path / "data"
+    synthetic_data.write_imikolov(data_home)
+    for name in ("test_dist_base.py", "dist_word2vec.py"):
+        (tmp_path / name).write_text((UNITTESTS / name).read_text())
+    case = tmp_path / "test_dist_word2vec_nccl2.py"
+    case.write_text(_NCCL2_CASE.replace("DATA_HOME", repr(str(data_home))))
+    proc = subprocess.run([sys.executable, "-m", "dask_fluid.cli", "run", str(case)],
+                          cwd=tmp_path, capture_output=True, timeout=TIMEOUT_S)
+    err = proc.stderr.decode(errors="replace")  # the runner logs pickles to stderr
+    assert proc.returncode == 0, err[-3000:]
+    assert "Ran 1 test" in err and "\nOK" in err, err[-3000:]
+
+
 # -- in one process: the ring between endpoints, the id exchange, the compiled program ---------
 
 
