@@ -188,7 +188,8 @@ class BuildStrategy:
         ``AllReduce`` (default) or ``Reduce``: the same result on one place.
     gradient_scale_strategy : BuildStrategy.GradientScaleStrategy
         ``CoeffNumDevice`` (default) and ``One`` both scale ``loss@GRAD`` by 1 on one place;
-        ``Customized`` (the user feeds ``loss@GRAD``) raises at run time.
+        across ``num_trainers > 1`` trainers the gradients are averaged (``CoeffNumDevice``) or
+        summed (``One``); ``Customized`` (the user feeds ``loss@GRAD``) raises at run time.
     num_trainers, trainer_id, trainers_endpoints
         NCCL2 multi-trainer all-reduce: with ``num_trainers > 1`` gradients are all-reduced
         across the trainer processes (they must agree with the transpiled trainers);
