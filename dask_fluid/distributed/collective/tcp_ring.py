@@ -62,6 +62,8 @@ _SELECT_S = 0.5  # wake-up interval of a wait, to notice aborts and deadlines
 _SEND_CHUNK = 1 << 22
 #: how long a failing rank spends telling the other ranks why (all of them at once)
 ABORT_NOTICE_S = 2.0
+#: how long a rank whose neighbour hung up waits for the abort that may explain it
+_NEWS_GRACE_S = 1.0
 _MAX_REASON = 500
 
 
@@ -219,7 +221,13 @@ class _SocketRing(Communicator):
                     sel.unregister(sock)
 
     def _lost(self, peer: int, exc: BaseException, step: int | None) -> None:
-        if self._aborted is not None:  # our own abort closed the socket
+        # A neighbour that stopped because it was told why (an abort) closes its sockets, and
+        # that is often seen here before the same news reaches this rank; wait a moment for it,
+        # so that this rank, too, fails with the cause rather than "the connection broke".
+        give_up = time.monotonic() + _NEWS_GRACE_S
+        while self._aborted is None and time.monotonic() < give_up:
+            time.sleep(0.01)
+        if self._aborted is not None:  # the job's abort (or our own) closed the socket
             raise JobAbortedError(f"job aborted: {self._aborted}", self.role,
                                   self.addresses[self.rank], step)
         raise WorkerLostError(f"the connection to {self.role} {peer} broke: {type(exc).__name__}: "
