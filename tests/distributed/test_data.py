@@ -155,3 +155,37 @@ def test_batch_indices_are_seeded_per_epoch_and_keep_the_last_partial_batch():
     assert batch_indices(0, 2, epoch=0, seed=0) == []
     with pytest.raises(ValueError, match="batch_size = 0"):
         batch_indices(5, 0, epoch=0, seed=0)
+
+
+def test_group_chunks_is_contiguous_balanced_and_pure():
+    from dask_fluid.distributed.launch.data import group_chunks
+
+    assert group_chunks([100] * 10, 3) == [[0, 1, 2], [3, 4, 5, 6], [7, 8, 9]]
+    assert group_chunks([5, 0, 100, 3], 3) == [[0], [2], [3]]  # empty chunks train nowhere
+    assert group_chunks([90] * 11 + [10], 2) == [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11]]
+    with pytest.raises(ValueError, match="1 non-empty row chunk.* for 2 trainer"):
+        group_chunks([7, 0], 2)
+
+
+def test_assign_trainers_moves_only_what_is_held_elsewhere(dist_client, workers):
+    from dask_fluid.distributed.launch.data import assign_trainers
+
+    x = da.from_array(X_NP, chunks=(100, 5))
+    y = da.from_array(Y_NP, chunks=100)
+    x, y = dist_client.persist([x, y], workers=workers[:1])  # all on one worker
+    partition = partition_by_worker(dist_client, {"X": x, "y": y}, workers=workers[:1])
+    assert partition.workers == workers[:1]
+    a = assign_trainers(dist_client, partition, 3, workers)
+    assert a.chunks == [[0, 1, 2], [3, 4, 5, 6], [7, 8, 9]] and a.rows == [300, 400, 300]
+    assert sorted(a.workers) == workers and a.workers[1] == workers[0]  # largest stays put
+    for rank, (w, futures) in enumerate(zip(a.workers, a.parts, strict=True)):
+        holders = dist_client.who_has(futures)
+        assert all(w in h for h in holders.values())
+
+        def rows_here(parts):
+            return local_arrays(parts)["y"]
+
+        got = dist_client.submit(rows_here, futures, workers=[w], allow_other_workers=False,
+                                 pure=False).result()
+        lo = [0, 300, 700][rank]
+        np.testing.assert_array_equal(got, Y_NP[lo:lo + a.rows[rank]])

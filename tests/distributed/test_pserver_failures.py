@@ -167,3 +167,27 @@ def test_thread_flags_size_the_pserver_pools(client, monkeypatch):
         used = line.split("(used ")[1].split(")")[0].split("/")
         send, get, prefetch = (int(u) for u in used)
         assert 1 <= send <= 3 and 1 <= get <= 4 and 1 <= prefetch <= 2, line
+
+
+def test_silent_input_is_refused(client):
+    # float labels for an int64 layer would be truncated; an unknown key would train on nothing
+    spec = mlp()
+    rows = _parts()
+    bad = [dict(p, y=p["y"].astype(np.float64) + 0.5) for p in rows]
+    with pytest.raises(DistributedTrainingError, match="'y' is int64, but its data has "
+                       "non-integer values"):
+        train_pserver(client, spec.main, spec.startup, bad, trainers=2, pservers=1)
+    whole = [dict(p, y=p["y"].astype(np.float64)) for p in rows]  # 3.0 is fine
+    train_pserver(client, spec.main, spec.startup, whole, trainers=2, pservers=1,
+                  steps_per_epoch=1)
+    with pytest.raises(ValueError, match=r"data has keys \['lables'\] that are not data layers"):
+        train_pserver(client, spec.main, spec.startup, [dict(p, lables=p["y"]) for p in rows],
+                      trainers=2, pservers=1)
+
+
+def test_a_diverging_loss_stops_the_job_naming_the_step(client):
+    spec = mlp(opt=fluid.optimizer.SGD(1e12))
+    with pytest.raises(DistributedTrainingError, match=r"became (nan|inf) at step \d+ "
+                       r"\(epoch 0\): training diverged"):
+        train_pserver(client, spec.main, spec.startup, _parts(), trainers=2, pservers=1,
+                      fetch_list=[spec.loss], batch_size=16)

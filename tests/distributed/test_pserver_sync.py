@@ -221,3 +221,23 @@ def test_data_is_required_and_transpiler_trainer_count_must_match(client):
                 trainers=3)
     with pytest.raises(ValueError, match="transpiler was run for 3 trainers"):
         train_pserver(client, data=[_data(16, np.float32)], transpiler=t)
+
+
+def test_two_identical_fits_on_dask_arrays_are_bit_identical(client):
+    # the chunk -> trainer assignment depends on the data alone, not on where Dask put the
+    # chunks: scatter them to different workers in each run and get the same parameters
+    rows = _data(240, np.float32)
+    spec = mlp()
+    results = []
+    workers = sorted(client.scheduler_info()["workers"])
+    for run in range(2):
+        order = workers if run == 0 else workers[::-1]
+        X = da.from_array(rows["x"], chunks=(40, 64))
+        y = da.from_array(rows["y"].ravel(), chunks=40)
+        X, y = client.persist([X, y], workers=order[:1])  # every chunk on one, another worker
+        results.append(train_pserver(client, spec.main, spec.startup, {"x": X, "y": y},
+                                     pservers=2, batch_size=16, epochs=2, seed=3))
+    assert results[0].params.keys() == results[1].params.keys()
+    for name, value in results[0].params.items():
+        np.testing.assert_array_equal(results[1].params[name], value, err_msg=name)
+    assert len({r["rank"] for r in results[0].history}) == 3  # one trainer per worker

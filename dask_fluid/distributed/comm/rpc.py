@@ -685,12 +685,13 @@ async def abort_job(
     reason: str,
     *,
     timeout_s: float = 5.0,
-) -> None:
+) -> list[str]:
     """Abort ``job`` on ``workers``: every service of the job wakes its waiters with an error.
 
-    Best effort and bounded: unreachable or dead workers are skipped after ``timeout_s``. From a
-    worker the messages go directly to the other workers; from a client they go through the
-    scheduler's ``broadcast`` (a client may not be able to reach workers directly).
+    Best effort and bounded: unreachable, dead or frozen workers are skipped after
+    ``timeout_s``. From a worker the messages go directly to the other workers; from a client
+    they go through the scheduler's ``broadcast``, one per worker (a client may not be able to
+    reach workers directly).
 
     Parameters
     ----------
@@ -704,19 +705,36 @@ async def abort_job(
         Why, in a sentence; waiters raise ``JobAbortedError`` quoting it.
     timeout_s : float
         How long to wait for the workers to acknowledge.
+
+    Returns
+    -------
+    list of str
+        The workers that acknowledged (from a client; every reachable one from a worker).
     """
     addresses = sorted(set(workers))
     if not addresses:
-        return
+        return []
     msg = {"op": ABORT_HANDLER, "job": job, "reason": reason}
-    if isinstance(client_or_worker, Client):
-        coro = client_or_worker.scheduler.broadcast(msg=msg, workers=addresses, on_error="ignore")
-    else:
-        coro = _abort_direct(client_or_worker, addresses, job, reason)
-    try:
-        await asyncio.wait_for(coro, timeout_s)
-    except (asyncio.TimeoutError, OSError) as exc:
-        logger.info("abort of job %s not acknowledged by every worker: %r", job, exc)
+    if not isinstance(client_or_worker, Client):
+        try:
+            await asyncio.wait_for(_abort_direct(client_or_worker, addresses, job, reason),
+                                   timeout_s)
+        except (asyncio.TimeoutError, OSError) as exc:
+            logger.info("abort of job %s not acknowledged by every worker: %r", job, exc)
+        return addresses
+    scheduler = client_or_worker.scheduler
+    pending = {asyncio.ensure_future(scheduler.broadcast(msg=msg, workers=[a],
+                                                         on_error="ignore")): a
+               for a in addresses}
+    done, late = await asyncio.wait(pending, timeout=timeout_s)
+    for task in late:
+        task.cancel()
+    acked = sorted(pending[t] for t in done if not t.cancelled() and t.exception() is None
+                   and t.result())
+    if len(acked) < len(addresses):
+        logger.info("abort of job %s not acknowledged by %s", job,
+                    sorted(set(addresses) - set(acked)))
+    return acked
 
 
 async def _abort_direct(worker: Any, addresses: Sequence[str], job: str, reason: str) -> None:
@@ -739,15 +757,14 @@ def abort_job_sync(
     reason: str,
     *,
     timeout_s: float = 5.0,
-) -> None:
+) -> list[str]:
     """:func:`abort_job` from synchronous code: a client's thread or a worker's task thread."""
     if isinstance(client_or_worker, Client):
-        client_or_worker.sync(
+        return client_or_worker.sync(
             abort_job, client_or_worker, workers, job, reason, timeout_s=timeout_s
         )
-    else:
-        coro = abort_job(client_or_worker, workers, job, reason, timeout_s=timeout_s)
-        run_in_loop(client_or_worker, coro, timeout_s + _SYNC_GRACE_S)
+    coro = abort_job(client_or_worker, workers, job, reason, timeout_s=timeout_s)
+    return run_in_loop(client_or_worker, coro, timeout_s + _SYNC_GRACE_S)
 
 
 # --------------------------------------------------------------------------------------------

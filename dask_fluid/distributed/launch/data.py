@@ -2,10 +2,13 @@
 
 :func:`partition_by_worker` persists the inputs, pairs chunk ``i`` of every input into one part
 that lives on one worker, asks the scheduler who holds each part, and returns a
-:class:`DataPartition` mapping each worker to its parts. The trainer for a worker is then
-submitted to that worker with its parts as arguments, so the data never moves again; inside the
-task :func:`local_arrays` concatenates the parts and :func:`batch_indices` draws that epoch's
-batches. Nothing is ever computed on the client.
+:class:`DataPartition` mapping each worker to its parts. :func:`assign_trainers` then decides
+which rows each trainer rank trains on as a pure function of the data (contiguous runs of
+chunks, balanced by rows), so that two runs with the same data and seeds are bit-identical
+wherever Dask happened to put the chunks; each rank runs on the worker that holds most of its
+rows, and only the chunks held elsewhere move (worker to worker). The trainer task gets its parts
+as arguments; inside it :func:`local_arrays` concatenates them and :func:`batch_indices` draws
+that epoch's batches. Nothing is ever computed on the client.
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ from dask.base import is_dask_collection
 from distributed import Future, futures_of, wait
 
 from dask_fluid.distributed.comm.rpc import _array_module
+from dask_fluid.distributed.errors import DeadlineExceededError
 
-__all__ = ["DataPartition", "batch_indices", "local_arrays", "partition_by_worker",
-           "partition_by_worker_async"]
+__all__ = ["Assignment", "DataPartition", "assign_trainers", "batch_indices", "group_chunks",
+           "local_arrays", "partition_by_worker", "partition_by_worker_async"]
 
 
 @dataclass(frozen=True)
@@ -65,11 +69,39 @@ class DataPartition:
         return [future for _, future in self.parts.get(worker, [])]
 
 
+async def _bounded_wait(client: Any, futures: list[Future], timeout_s: float | None,
+                        what: str) -> None:
+    """``wait(futures)``, at most ``timeout_s``: a frozen worker must not hold the job for
+    ever. The error names the workers the unfinished tasks wait on."""
+    with client.as_current():  # wait() otherwise uses the newest client, which may not be ours
+        try:
+            await wait(futures, timeout=timeout_s)
+        except TimeoutError:
+            pending = [f.key for f in futures if not f.done()]
+            where = await client.run_on_scheduler(_processing_on, pending)
+            raise DeadlineExceededError(
+                f"{what} did not finish: {len(pending)} task(s) still running or waiting on "
+                f"{where or 'no worker'}", "worker", ", ".join(where) or "?",
+                deadline_ms=(timeout_s or 0) * 1000) from None
+
+
+def _processing_on(keys: list[str], dask_scheduler: Any = None) -> list[str]:
+    out = set()
+    for key in keys:
+        ts = dask_scheduler.tasks.get(key)
+        if ts is not None and ts.processing_on is not None:
+            out.add(ts.processing_on.address)
+        for dep in getattr(ts, "dependencies", ()) or ():
+            out.update(ws.address for ws in dep.who_has or ())
+    return sorted(out)
+
+
 async def partition_by_worker_async(
     client: Any,
     arrays: Mapping[str, Any],
     *,
     workers: Sequence[str] | None = None,
+    timeout_s: float | None = None,
 ) -> DataPartition:
     """Asynchronous :func:`partition_by_worker`: with an asynchronous client, or via client.sync."""
     if not arrays:
@@ -90,8 +122,7 @@ async def partition_by_worker_async(
         )
         for i in range(len(row_chunks))
     ]
-    with client.as_current():  # wait() otherwise uses the newest client, which may not be ours
-        await wait(part_futures)
+    await _bounded_wait(client, part_futures, timeout_s, "placing the training data")
     who_has = await client.who_has(part_futures)
     return _build_partition(names, part_futures, row_chunks, who_has)
 
@@ -101,6 +132,7 @@ def partition_by_worker(
     arrays: Mapping[str, Any],
     *,
     workers: Sequence[str] | None = None,
+    timeout_s: float | None = None,
 ) -> DataPartition:
     """Persist ``arrays`` on the cluster with chunk ``i`` of every input on one worker.
 
@@ -114,6 +146,9 @@ def partition_by_worker(
         scattered; dask DataFrames get their partition lengths computed on the cluster.
     workers : sequence of str, optional
         Keep the data on these workers only (default: any worker).
+    timeout_s : float, optional
+        Give up (``DeadlineExceededError`` naming the workers) when the parts are not in
+        memory after this long (the runtimes pass ``FLAGS_rpc_deadline``).
 
     Returns
     -------
@@ -126,7 +161,140 @@ def partition_by_worker(
     TypeError
         If an input is not array-like.
     """
-    return client.sync(partition_by_worker_async, client, arrays, workers=workers)
+    return client.sync(partition_by_worker_async, client, arrays, workers=workers,
+                       timeout_s=timeout_s)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Which rows each trainer rank trains on, and where it runs.
+
+    Attributes
+    ----------
+    workers : list of str
+        Rank -> the worker that runs it (holds its parts).
+    chunks : list of list of int
+        Rank -> the chunk indices it trains on, in order (a pure function of the data).
+    parts : list of list of Future
+        Rank -> the futures of its parts, on its worker, in chunk order.
+    rows : list of int
+        Rank -> number of rows.
+    """
+
+    workers: list[str]
+    chunks: list[list[int]]
+    parts: list[list[Future]]
+    rows: list[int]
+
+
+def group_chunks(chunk_rows: Sequence[int], n: int) -> list[list[int]]:
+    """Split the non-empty chunks, in order, into ``n`` contiguous runs of about equal rows.
+
+    Parameters
+    ----------
+    chunk_rows : sequence of int
+        Rows of each chunk, in chunk order.
+    n : int
+        Number of trainers.
+
+    Returns
+    -------
+    list of list of int
+        Rank -> chunk indices.
+
+    Raises
+    ------
+    ValueError
+        Fewer non-empty chunks than trainers.
+    """
+    chunks = [i for i, r in enumerate(chunk_rows) if r > 0]
+    if n < 1 or len(chunks) < n:
+        raise ValueError(f"the data has {len(chunks)} non-empty row chunk(s) for {n} "
+                         "trainer(s); rechunk it into at least one chunk per trainer (e.g. "
+                         "X.rechunk({0: len(X) // n_trainers})), or use fewer trainers")
+    total = sum(chunk_rows[i] for i in chunks)
+    groups: list[list[int]] = []
+    k, done = 0, 0
+    for g in range(n):
+        goal = done + (total - done) / (n - g)
+        group = [chunks[k]]
+        done += chunk_rows[chunks[k]]
+        k += 1
+        # take more while under the goal, leaving at least one chunk for each later rank
+        while (k < len(chunks) and len(chunks) - k > n - g - 1
+               and done + chunk_rows[chunks[k]] / 2 <= goal):
+            done += chunk_rows[chunks[k]]
+            group.append(chunks[k])
+            k += 1
+        groups.append(group)
+    groups[-1].extend(chunks[k:])
+    return groups
+
+
+def _identity(part: Any) -> Any:
+    return part
+
+
+async def assign_trainers_async(client: Any, partition: DataPartition, n: int,
+                                workers: Sequence[str],
+                                timeout_s: float | None = None) -> Assignment:
+    """Asynchronous :func:`assign_trainers`."""
+    groups = group_chunks(partition.chunk_rows, n)
+    future_of = {i: f for parts in partition.parts.values() for i, f in parts}
+    holder_of = {i: w for w, parts in partition.parts.items() for i, _ in parts}
+    free = sorted(workers)
+    if len(free) < n:
+        raise ValueError(f"{n} trainers need {n} workers; {len(free)} are allowed ({free})")
+    local = [{w: sum(partition.chunk_rows[i] for i in g if holder_of[i] == w) for w in free}
+             for g in groups]
+    where: dict[int, str] = {}
+    # the largest groups choose first: the worker holding most of their rows
+    for g in sorted(range(n), key=lambda g: (-sum(partition.chunk_rows[i] for i in groups[g]),
+                                             g)):
+        best = max(free, key=lambda w: (local[g][w], -free.index(w)))
+        where[g] = best
+        free.remove(best)
+    token = uuid.uuid4().hex
+    parts: list[list[Future]] = []
+    moved = []
+    for g, group in enumerate(groups):
+        mine = []
+        for i in group:
+            f = future_of[i]
+            if holder_of[i] != where[g]:  # held elsewhere: copied worker to worker
+                f = client.submit(_identity, f, workers=[where[g]], allow_other_workers=False,
+                                  pure=False, key=f"dask-fluid-move-{token}-{i}")
+                moved.append(f)
+            mine.append(f)
+        parts.append(mine)
+    if moved:
+        await _bounded_wait(client, moved, timeout_s, "moving data to its trainers")
+    return Assignment([where[g] for g in range(n)], groups, parts,
+                      [sum(partition.chunk_rows[i] for i in g) for g in groups])
+
+
+def assign_trainers(client: Any, partition: DataPartition, n: int,
+                    workers: Sequence[str], timeout_s: float | None = None) -> Assignment:
+    """Give ``n`` trainer ranks their rows: rank ``r`` trains on the ``r``-th of
+    :func:`group_chunks`' runs, on the allowed worker that holds most of them; chunks held
+    elsewhere are copied there.
+
+    Parameters
+    ----------
+    client : distributed.Client
+    partition : DataPartition
+    n : int
+        Number of trainers.
+    workers : sequence of str
+        The workers trainers may run on (at least ``n``).
+    timeout_s : float, optional
+        Bound on the copies (``DeadlineExceededError``).
+
+    Returns
+    -------
+    Assignment
+    """
+    return client.sync(assign_trainers_async, client, partition, n, workers, timeout_s)
 
 
 # --------------------------------------------------------------------------------------------

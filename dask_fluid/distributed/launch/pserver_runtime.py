@@ -26,11 +26,11 @@ from ...framework import Program, Variable, default_main_program, default_startu
 from ...transpiler import DistributeTranspiler, DistributeTranspilerConfig, summarize
 from ..comm import transport
 from ..comm.rpc import ensure_plugin
-from ..errors import DistributedTrainingError, WorkerLostError
+from ..errors import DeadlineExceededError, DistributedTrainingError, WorkerLostError
 from ..pserver import checkpoint as ckpt
 from ..pserver.shard import Schedule
 from . import malloc
-from .data import partition_by_worker
+from .data import assign_trainers, partition_by_worker
 from .events import Callback, TrainResult
 from .placement import Placement, place_pservers
 from .pserver_tasks import ShardSpec, TrainerSpec, run_pserver, run_trainer
@@ -69,7 +69,8 @@ def _check_args(data: Any, epochs: int, batch_size: int, checkpoint_dir: Any,
 
 
 def _place_data(client: Any, data: Any, trainers: int | Sequence[str] | None,
-                workers: list[str]) -> tuple[list[str], list[list[Any]], list[int]]:
+                workers: list[str], timeout_s: float
+                ) -> tuple[list[str], list[list[Any]], list[int]]:
     """(trainer workers, parts per trainer, rows per trainer)."""
     if isinstance(trainers, int) and not isinstance(trainers, bool):
         if not 1 <= trainers <= len(workers):
@@ -101,22 +102,41 @@ def _place_data(client: Any, data: Any, trainers: int | Sequence[str] | None,
             if len(lengths) != 1 or 0 in lengths:
                 raise ValueError("every per-trainer data dict needs arrays of the same, non-zero "
                                  "number of rows")
-            [future] = client.scatter([part], workers=[w], broadcast=False, hash=False)
+            try:
+                [future] = client.scatter([part], workers=[w], broadcast=False, hash=False,
+                                          timeout=timeout_s)
+            except TimeoutError:
+                raise DeadlineExceededError(f"worker {w} did not take trainer {len(parts)}'s "
+                                            "data", "trainer", w,
+                                            deadline_ms=timeout_s * 1000) from None
             parts.append([future])
             rows.append(lengths.pop())
         return list(wanted), parts, rows
     if not isinstance(data, Mapping):
         raise TypeError(f"data must be a dict of name -> array or a list of such dicts, got "
                         f"{type(data).__name__}")
-    partition = partition_by_worker(client, data, workers=wanted)
-    holders = partition.workers
-    if wanted is not None and sorted(wanted) != holders:
-        empty = sorted(set(wanted) - set(holders))
-        raise ValueError(f"trainers {empty} hold no rows of the data (it has "
-                         f"{len(partition.chunk_rows)} row chunks); rechunk the data into at "
-                         "least one chunk per trainer, or pass fewer trainers")
-    return (holders, [partition.futures(w) for w in holders],
-            [partition.rows_per_worker[w] for w in holders])
+    partition = partition_by_worker(client, data, workers=wanted, timeout_s=timeout_s)
+    allowed = wanted if wanted is not None else workers
+    # rank r's rows depend on the data only (not on where Dask put the chunks): runs repeat
+    n = len(wanted) if wanted is not None else min(
+        len(workers), sum(1 for r in partition.chunk_rows if r > 0))
+    assignment = assign_trainers(client, partition, n, allowed, timeout_s)
+    return assignment.workers, assignment.parts, assignment.rows
+
+
+def _feed_names(program: Program) -> list[str]:
+    return [v.name for v in program.global_block().vars.values() if v.is_data]
+
+
+def _check_data_keys(data: Any, feed_names: list[str]) -> None:
+    """Every data key must be a data layer of the program (a typo would otherwise train on
+    nothing, silently)."""
+    dicts = data if isinstance(data, (list, tuple)) else [data]
+    for d in dicts:
+        extra = sorted(set(d) - set(feed_names))
+        if extra:
+            raise ValueError(f"data has keys {extra} that are not data layers of the program; "
+                             f"its data layers are {feed_names}")
 
 
 def _transpile_all(origin: Program, origin_startup: Program, config: DistributeTranspilerConfig,
@@ -205,9 +225,9 @@ def train_pserver(client: Any, main_program: Program | None = None,
         The single-process programs after ``optimizer.minimize`` (default: the default
         programs). Ignored when ``transpiler`` is given.
     data : dict or list of dict
-        Data-layer name -> dask array, dask DataFrame column or numpy array (rows aligned): the
-        rows stay on the workers that hold them, one trainer per data-holding worker (chunk
-        ``i`` of every input is paired on one worker). A **list** of such dicts (numpy) gives
+        Data-layer name -> dask array, dask DataFrame column or numpy array (rows aligned):
+        chunk ``i`` of every input is paired on one worker, and the trainers run where their
+        rows are (see ``trainers``). A **list** of such dicts (numpy) gives
         trainer ``r`` exactly ``data[r]``: ``[{k: v[r::W] for k, v in d.items()} for r in
         range(W)]`` makes trainer ``r`` take rows ``r::W``.
     transpiler : DistributeTranspiler, optional
@@ -218,8 +238,11 @@ def train_pserver(client: Any, main_program: Program | None = None,
     pservers : int, str or list of str
         A count, worker addresses, or Fluid endpoints (see :mod:`.placement`).
     trainers : int or list of str, optional
-        Default: the workers holding data. An int takes the first workers in address order; a
-        list names the workers.
+        Default: one per worker, at most one per non-empty row chunk. An int takes the first
+        workers in address order; a list names the workers. Trainer ``r`` trains on the
+        ``r``-th contiguous run of row chunks (balanced by rows): a function of the data alone,
+        so identical runs are bit-identical; it runs on the allowed worker that holds most of
+        those rows, and chunks held elsewhere are copied there first.
     sync_mode : bool
         Synchronous training (gradients averaged over the trainers each step) or asynchronous.
     epochs, batch_size : int
@@ -257,12 +280,15 @@ def train_pserver(client: Any, main_program: Program | None = None,
         Training failed; the error names the role, the endpoint and the step.
     """
     _check_args(data, epochs, batch_size, checkpoint_dir, checkpoint_every, steps_per_epoch)
+    _check_data_keys(data, _feed_names(transpiler.plan.origin if transpiler is not None else
+                                       main_program or default_main_program()))
     flags = flags or RPCFlags.current()
     ensure_plugin(client)
     workers = sorted(live_workers(client))
     data_path = transport.choose(transport.PSERVER_KEY, workers, ("tcp://", "inproc://"))
     tune_malloc = malloc.enabled()
-    trainer_workers, parts, rows = _place_data(client, data, trainers, workers)
+    trainer_workers, parts, rows = _place_data(client, data, trainers, workers,
+                                               flags.deadline_s)
     n = len(trainer_workers)
     schedule = [math.ceil(r / batch_size) for r in rows]
     if steps_per_epoch is not None:
@@ -310,7 +336,7 @@ def train_pserver(client: Any, main_program: Program | None = None,
     if first.plan.table is not None:
         on_pservers.add(first.plan.table.name)
     keep = [p.name for p in origin.global_block().all_parameters() if p.name not in on_pservers]
-    feed_names = [v.name for v in origin.global_block().vars.values() if v.is_data]
+    feed_names = _feed_names(origin)
     workers_of = dict(placement.items())
     for rank, (w, (prog, startup)) in enumerate(zip(trainer_workers, trainer_programs,
                                                     strict=True)):

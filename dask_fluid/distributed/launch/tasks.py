@@ -26,8 +26,16 @@ from .events import Callback, Subscription
 
 logger = logging.getLogger(__name__)
 
-#: how long tasks get to notice an abort before the job gives up on them
-ABORT_GRACE_S = 10.0
+#: how long tasks get to notice an abort (they check every 0.5 s) before the job gives up on
+#: them, counted from the abort
+ABORT_GRACE_S = 5.0
+#: how long the abort message waits for the workers' acknowledgement
+ABORT_ACK_S = 2.0
+#: how long the clean-up waits for the workers to detach the job's services. A frozen worker
+#: (SIGSTOP, a hung machine) never answers, and the job must still end: its services end
+#: themselves at their own deadline once it runs again. With these bounds a job ends at most
+#: ABORT_GRACE_S + DETACH_TIMEOUT_S after its first error.
+DETACH_TIMEOUT_S = 3.0
 
 
 @dataclass
@@ -141,6 +149,7 @@ def run_tasks(client: Any, job: str, tasks: Sequence[TaskSpec], *,
     workers = sorted({t.worker for t in tasks})
     check_workers_alive(client, workers)
     pairs: list[tuple[Any, TaskSpec]] = []
+    reachable = set(workers)  # an abort that a worker did not acknowledge drops it
     try:
         # as_current: distributed.wait() otherwise goes through the newest client of the process
         with client.as_current(), Subscription(client, job, callbacks):
@@ -152,25 +161,31 @@ def run_tasks(client: Any, job: str, tasks: Sequence[TaskSpec], *,
                 pairs.append((future, spec))
             error = _watch(client, pairs, poll_s)
             if error is not None:
-                _abort(client, job, workers, pairs, error)
+                reachable = _abort(client, job, workers, pairs, error)
                 raise error
             return client.gather([f for f, _ in pairs])
     finally:
-        alive = sorted(live_workers(client) & set(workers))
+        alive = sorted(live_workers(client) & reachable)
         try:
-            client.run(_detach, job, workers=alive)
-        except Exception:  # a worker may die during clean-up; the rest are detached
-            logger.warning("detaching job %s from %s failed", job, alive, exc_info=True)
+            client.run(_detach, job, workers=alive, on_error="ignore",
+                       callback_timeout=DETACH_TIMEOUT_S)
+        except Exception:  # a worker may die or freeze during clean-up; the rest are detached
+            logger.warning("detaching job %s from %s failed or timed out", job, alive,
+                           exc_info=True)
         client.cancel([f for f, _ in pairs])
 
 
 def _abort(client: Any, job: str, workers: list[str], pairs: list[tuple[Any, TaskSpec]],
-           error: BaseException) -> None:
+           error: BaseException) -> set[str]:
+    """Abort the job everywhere; wait a little for the tasks of the workers that heard it.
+    Returns those workers."""
     logger.info("aborting job %s: %s", job, error)
     alive = sorted(live_workers(client) & set(workers))
-    rpc.abort_job_sync(client, alive, job, f"{type(error).__name__}: {error}")
     deadline = time.monotonic() + ABORT_GRACE_S
-    running = [f for f, spec in pairs if not f.done() and spec.worker in alive]
+    # wait only for the tasks of workers that heard the abort: a frozen one will not stop
+    acked = set(rpc.abort_job_sync(client, alive, job, f"{type(error).__name__}: {error}",
+                                   timeout_s=ABORT_ACK_S))
+    running = [f for f, spec in pairs if not f.done() and spec.worker in acked]
     while running and time.monotonic() < deadline:
         try:
             wait(running, timeout=max(0.01, deadline - time.monotonic()))
@@ -180,3 +195,4 @@ def _abort(client: Any, job: str, workers: list[str], pairs: list[tuple[Any, Tas
     if running:
         logger.warning("job %s: %d task(s) did not stop within %.0f s of the abort", job,
                        len(running), ABORT_GRACE_S)
+    return acked

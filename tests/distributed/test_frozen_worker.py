@@ -1,0 +1,75 @@
+"""A frozen worker (SIGSTOP: alive, not answering — what FLAGS_rpc_deadline is for) ends the
+job with DeadlineExceededError within the deadline and a bounded clean-up, and the cluster
+takes the next job once the worker runs again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+from distributed import Client
+
+from dask_fluid.distributed import DeadlineExceededError, DistributedTrainingError, train_pserver
+from dask_fluid.models import mlp
+
+from .conftest import make_cluster
+
+pytestmark = pytest.mark.slow
+
+DEADLINE_MS = 3000
+#: what the clean-up may add: abort acknowledgement, grace and detach bounds (launch/tasks.py)
+GRACE_S = 10.0
+
+
+@pytest.fixture(scope="module")
+def client():
+    with make_cluster(3) as cluster, Client(cluster) as c:
+        yield c
+
+
+def _workers(client) -> list[str]:
+    client.wait_for_workers(3, timeout=60)
+    return sorted(client.scheduler_info(n_workers=-1)["workers"])
+
+
+def _parts(n: int = 256) -> list[dict]:
+    rng = np.random.default_rng(0)
+    return [{"x": rng.normal(size=(n, 64)).astype(np.float32),
+             "y": rng.integers(0, 10, (n, 1))} for _ in range(2)]
+
+
+@pytest.mark.parametrize("sync,victim", [(True, "trainer"), (True, "pserver"),
+                                         (False, "pserver")])
+def test_a_frozen_worker_ends_the_job_within_the_deadline(client, monkeypatch, sync, victim):
+    monkeypatch.setenv("FLAGS_rpc_deadline", str(DEADLINE_MS))
+    w = _workers(client)
+    frozen_worker = w[1] if victim == "trainer" else w[2]
+    pid = client.run(os.getpid, workers=[frozen_worker])[frozen_worker]
+    frozen_at: list[float] = []
+    lock = threading.Lock()
+
+    def on_event(event):
+        with lock:
+            if event.get("type") == "step" and event["step"] >= 3 and not frozen_at:
+                os.kill(pid, signal.SIGSTOP)
+                frozen_at.append(time.monotonic())
+
+    spec = mlp()
+    try:
+        with pytest.raises(DistributedTrainingError) as info:
+            train_pserver(client, spec.main, spec.startup, _parts(), trainers=w[:2],
+                          pservers=[w[2]], batch_size=16, epochs=1000, sync_mode=sync,
+                          callbacks=[on_event])
+        took = time.monotonic() - frozen_at[0]
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert isinstance(info.value, DeadlineExceededError), info.value
+    assert took < DEADLINE_MS / 1000 + GRACE_S, took
+    # the worker runs again: the cluster takes the next job
+    result = train_pserver(client, spec.main, spec.startup, _parts(64), trainers=w[:2],
+                           pservers=[w[2]], batch_size=32)
+    assert result.steps == 2
