@@ -7,6 +7,8 @@ trainer), so each class implements ``__reduce__`` with its own constructor argum
 from __future__ import annotations
 
 __all__ = [
+    "error_fields",
+    "error_from_fields",
     "DeadlineExceededError",
     "DistributedTrainingError",
     "JobAbortedError",
@@ -176,3 +178,34 @@ class ServiceNotFoundError(LookupError):
 
     def __reduce__(self):
         return (type(self), (self.job, self.service, self.worker))
+
+
+def _classes() -> dict[str, type[DistributedTrainingError]]:
+    return {c.__name__: c for c in (DistributedTrainingError, DeadlineExceededError,
+                                    WorkerLostError, JobAbortedError, RemoteError)}
+
+
+def error_fields(exc: BaseException) -> dict | None:
+    """A training error as plain values (what the direct wire carries instead of a pickle);
+    None for other exceptions."""
+    if type(exc).__name__ not in _classes() or not isinstance(exc, DistributedTrainingError):
+        return None
+    args = exc.__reduce__()[1]
+    return {"class": type(exc).__name__, "args": [a if isinstance(a, (str, int, float))
+                                                  or a is None else str(a) for a in args]}
+
+
+def error_from_fields(fields: object) -> DistributedTrainingError | None:
+    """The inverse of :func:`error_fields` for the known classes; None for anything else
+    (bytes from a socket never choose what code runs beyond these constructors)."""
+    if not isinstance(fields, dict):
+        return None
+    cls = _classes().get(fields.get("class"))  # type: ignore[arg-type]
+    args = fields.get("args")
+    if cls is None or not isinstance(args, list) or not all(
+            isinstance(a, (str, int, float)) or a is None for a in args):
+        return None
+    try:
+        return cls(*args)
+    except TypeError:
+        return None

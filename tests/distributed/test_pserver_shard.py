@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from dask_fluid.distributed.comm import wire
+from dask_fluid.distributed.comm.auth import client_handshake
 from dask_fluid.distributed.comm.rpc import pack_arrays, unpack_arrays
 from dask_fluid.distributed.errors import JobAbortedError
 from dask_fluid.distributed.pserver.shard import PServerShard, Schedule, ServeOptions
-from dask_fluid.distributed.pserver.shard_server import greeting
 from dask_fluid.executor import Executor, Scope
 from dask_fluid.flags import RPCFlags
 from dask_fluid.transpiler import DistributeTranspiler
@@ -124,10 +124,11 @@ def test_direct_data_path_serves_greeted_trainers_and_drops_strangers():
     shard.start_server()
     host, port = shard.endpoint_info()["host"], shard.endpoint_info()["port"]
     stranger = socket.create_connection((host, port), timeout=5)
-    stranger.sendall(b"\0" * 36)
+    assert len(stranger.recv(16)) == 16  # the challenge
+    stranger.sendall(b"\0" * 52)
     assert stranger.recv(1) == b""  # the shard hung up on it
     stranger.close()
-    conn = wire.connect(host, port, greeting(b"job", EP, 0), 5)
+    conn = wire.connect(host, port, lambda s: client_handshake(s, b"job", EP, 0), 5)
     try:
         g = _grads(grads, "", 1.0)
         before = shard.scope.get("fc_2.b_0").copy()

@@ -56,7 +56,7 @@ def test_large_payloads_go_through_shared_memory_and_small_ones_over_the_socket(
     before = _segments()
     seen: list = []
     port, thread = _echo_server(b"hello", seen)
-    conn = wire.connect("127.0.0.1", port, b"hello", 5)
+    conn = wire.connect("127.0.0.1", port, lambda sock: sock.sendall(b"hello"), 5)
     try:
         assert conn.shared and seen == [True]
         rng = np.random.default_rng(0)

@@ -6,7 +6,7 @@ links made here, so that greeting, retrying and their errors are written once.
 
 A link starts with a greeting: the dialling rank (4 bytes) and an HMAC of the link's purpose,
 the listener's label (its endpoint or worker address) and that rank, keyed by the job secret
-(the pservers' :func:`~dask_fluid.distributed.pserver.shard_server.greeting`, with the purpose
+(:func:`~dask_fluid.distributed.comm.auth.greeting`, with the purpose
 in the message so that a greeting for one purpose, or for a pserver, never opens another).
 The listener answers one byte when the greeting is right and hangs up otherwise, so a rank with
 another secret fails at once with an error saying so instead of waiting for its deadline.
@@ -22,12 +22,12 @@ import threading
 import time
 from collections.abc import Callable
 
+from dask_fluid.distributed.comm.auth import GREETING_BYTES, greeting, split_endpoint
 from dask_fluid.distributed.errors import (
     DeadlineExceededError,
     DistributedTrainingError,
     JobAbortedError,
 )
-from dask_fluid.distributed.pserver.shard_server import GREETING_BYTES, greeting, split_endpoint
 
 __all__ = ["PURPOSES", "Listener", "bind", "dial", "hello", "send_notice", "split_endpoint"]
 

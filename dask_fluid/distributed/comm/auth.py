@@ -4,16 +4,28 @@ Under ``dask-fluid launch`` and the Dask launchers every job gets 32 random byte
 Processes started by hand (Fluid's launch style) read it from :data:`SECRET_ENV`; without one
 they run as Fluid 1.8 did, unauthenticated: anyone who can reach an endpoint can train against
 it. That is said once per process, at start-up.
+
+A connection to a pserver starts with a challenge-response in both directions
+(:func:`server_handshake`, :func:`client_handshake`): the server sends a fresh nonce, the client
+answers with its id, a nonce of its own and an HMAC over both nonces, and the server proves it
+knows the secret too with an HMAC over them in the other order. Nothing is decoded before it,
+a recorded handshake cannot be replayed (the server's nonce differs each time), and a trainer
+cannot be fooled by a process that only listens on the pserver's port. The rings use the
+static :func:`greeting` (one HMAC of rank and label).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import os
 import secrets
+import socket
 import sys
 
-__all__ = ["SECRET_ENV", "env_secret", "new_secret"]
+__all__ = ["GREETING_BYTES", "HandshakeError", "SECRET_ENV", "client_handshake", "env_secret",
+           "greeting", "new_secret", "server_handshake", "split_endpoint"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,3 +53,81 @@ def env_secret() -> bytes:
               "process of the job (dask-fluid launch does) to authenticate them",
               file=sys.stderr)
     return value.encode()
+
+
+#: a greeting is the sender's id (4 bytes) and a SHA-256 HMAC
+GREETING_BYTES = 36
+NONCE_BYTES = 16
+_MAC_BYTES = 32
+
+
+class HandshakeError(ConnectionError):
+    """The peer did not prove it knows the job secret (or hung up while it should have)."""
+
+
+def greeting(secret: bytes, label: str, who: int) -> bytes:
+    """A static greeting: ``who`` (4 bytes) and an HMAC of ``label`` and ``who``."""
+    mac = hmac.new(secret, f"{label}/{who}".encode(), hashlib.sha256).digest()
+    return int(who).to_bytes(4, "big") + mac
+
+
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    """``"host:port"`` (``"[::1]:port"`` for IPv6) as ``(host, port)``."""
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"endpoint {endpoint!r} is not host:port (e.g. 127.0.0.1:6170)")
+    return host.strip("[]"), int(port)
+
+
+def _mac(secret: bytes, role: bytes, label: str, who: int, first: bytes, second: bytes) -> bytes:
+    msg = b"\0".join([b"dask-fluid-handshake", role, label.encode(),
+                      int(who).to_bytes(4, "big"), first, second])
+    return hmac.new(secret, msg, hashlib.sha256).digest()
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        piece = sock.recv(n - len(data))
+        if not piece:
+            raise HandshakeError("the peer hung up during the handshake")
+        data += piece
+    return data
+
+
+def server_handshake(sock: socket.socket, secret: bytes, label: str, n_ids: int) -> int:
+    """The accepting side; returns the client's id (``0 <= id < n_ids``). The socket's timeout
+    bounds every read.
+
+    Raises
+    ------
+    HandshakeError
+        The client did not prove it knows ``secret`` (or names an id out of range).
+    """
+    nonce = secrets.token_bytes(NONCE_BYTES)
+    sock.sendall(nonce)
+    got = _read_exactly(sock, 4 + NONCE_BYTES + _MAC_BYTES)
+    who, theirs, mac = int.from_bytes(got[:4], "big"), got[4:4 + NONCE_BYTES], got[-_MAC_BYTES:]
+    if not 0 <= who < n_ids or not hmac.compare_digest(
+            mac, _mac(secret, b"client", label, who, nonce, theirs)):
+        raise HandshakeError(f"a connection to {label} did not prove it knows the job secret")
+    sock.sendall(_mac(secret, b"server", label, who, theirs, nonce))
+    return who
+
+
+def client_handshake(sock: socket.socket, secret: bytes, label: str, who: int) -> None:
+    """The connecting side, as client ``who`` of the server labelled ``label``.
+
+    Raises
+    ------
+    HandshakeError
+        The server refused (hung up), or could not prove it knows ``secret``.
+    """
+    nonce = _read_exactly(sock, NONCE_BYTES)
+    mine = secrets.token_bytes(NONCE_BYTES)
+    sock.sendall(int(who).to_bytes(4, "big") + mine
+                 + _mac(secret, b"client", label, who, nonce, mine))
+    proof = _read_exactly(sock, _MAC_BYTES)
+    if not hmac.compare_digest(proof, _mac(secret, b"server", label, who, mine, nonce)):
+        raise HandshakeError(f"the process listening at {label} does not know the job secret: "
+                             "it is not this job's pserver")

@@ -57,6 +57,8 @@ from dask_fluid.distributed.errors import (
     RemoteError,
     ServiceNotFoundError,
     WorkerLostError,
+    error_fields,
+    error_from_fields,
 )
 
 __all__ = [
@@ -289,6 +291,7 @@ def _error(exc: BaseException) -> dict[str, Any]:
     return {
         "status": "error",
         "exception": blob,
+        "fields": error_fields(exc),
         "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
         "text": str(exc),
         "traceback": "".join(traceback.format_exception(exc)),
@@ -386,11 +389,23 @@ def ensure_plugin(client: Any) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
+def wire_error(exc: BaseException) -> dict[str, Any]:
+    """:func:`_error` for the direct wire: no pickle, the training errors as plain fields."""
+    out = _error(exc)
+    out.pop("exception")
+    return out
+
+
 def _remote_exception(
-    reply: Mapping[str, Any], *, role: str, endpoint: str, step: int | None, what: str
+    reply: Mapping[str, Any], *, role: str, endpoint: str, step: int | None, what: str,
+    trusted: bool = True,
 ) -> BaseException:
+    """The exception a reply carries. ``trusted=False`` (bytes from a socket): never unpickle,
+    rebuild only the training errors from their plain fields."""
     exc: BaseException | None = None
-    blob = reply.get("exception")
+    blob = reply.get("exception") if trusted else None
+    if not trusted:
+        exc = error_from_fields(reply.get("fields"))
     if isinstance(blob, (bytes, bytearray)):
         try:
             exc = pickle.loads(blob)

@@ -1,6 +1,7 @@
 """Framed messages over plain blocking sockets: the direct data path of pserver mode.
 
-A message is a small pickled header plus one byte buffer laid out as :func:`.rpc.pack_arrays`
+A message is a small msgpack header (plain values only: nothing in it can run code when it is
+decoded, whoever sent it) plus one byte buffer laid out as :func:`.rpc.pack_arrays`
 lays it out (each array at a 64-byte aligned offset), so the receiver reads the whole buffer into
 one array with a single ``recv_into`` loop and unpacks zero-copy views. The sender never packs:
 :func:`send_message` gathers the arrays themselves (and the alignment padding) with
@@ -26,14 +27,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+import msgpack
 import numpy as np
-from distributed.protocol import pickle
 
 from dask_fluid.distributed.comm import shared_payload
 from dask_fluid.distributed.comm.rpc import _PACK_ALIGN
 
-__all__ = ["POLL_S", "SHM_MIN_BYTES", "Connection", "PeerClosed", "WireTimeout", "accept",
-           "connect", "layout", "recv_message", "send_message", "token", "worker_host"]
+__all__ = ["MAX_HEADER_BYTES", "MAX_PAYLOAD_BYTES", "POLL_S", "SHM_MIN_BYTES", "Connection",
+           "PeerClosed", "WireTimeout", "accept", "connect", "layout", "recv_message",
+           "send_message", "token", "worker_host"]
 
 POLL_S = 0.5
 _PREFIX = struct.Struct("!QQ")  # header bytes, buffer bytes
@@ -43,6 +45,24 @@ _IOV_BATCH = 512
 #: smaller payloads go over the socket even between processes of one machine: below this the
 #: socket costs no more than touching the segment
 SHM_MIN_BYTES = 1 << 16
+#: a header larger than this is not one of ours: the connection is dropped before allocating it
+MAX_HEADER_BYTES = 1 << 20
+#: nor is a payload larger than this (1 TiB)
+MAX_PAYLOAD_BYTES = 1 << 40
+
+
+def _encode(header: Mapping[str, Any]) -> bytes:
+    return msgpack.packb(header, use_bin_type=True)
+
+
+def _decode(head: bytes | bytearray) -> dict[str, Any]:
+    try:
+        header = msgpack.unpackb(head, raw=False, strict_map_key=True)
+    except Exception as exc:  # any malformed header ends that connection, nothing else
+        raise PeerClosed(f"the peer sent a header that is not one of ours ({exc})") from None
+    if not isinstance(header, dict):
+        raise PeerClosed("the peer sent a header that is not a map")
+    return header
 
 
 class PeerClosed(ConnectionError):
@@ -100,8 +120,8 @@ def send_message(sock: socket.socket, header: Mapping[str, Any],
     """
     arrays = arrays or {}
     meta, total = layout(arrays)
-    _send_frames(sock, pickle.dumps({**header, "meta": meta}), total, _pieces(arrays),
-                 deadline, stop)
+    _send_frames(sock, _encode({**header, "meta": meta}), total, _pieces(arrays), deadline,
+                 stop)
 
 
 def _poll(call: Callable[..., int], arg: Any, deadline: float, stop: Callable[[], bool],
@@ -153,12 +173,15 @@ def recv_message(sock: socket.socket, *, deadline: float,
     prefix = bytearray(_PREFIX.size)
     _recv_into(sock, memoryview(prefix), deadline, stop)
     head_len, total = _PREFIX.unpack(prefix)
+    if head_len > MAX_HEADER_BYTES or total > MAX_PAYLOAD_BYTES:
+        raise PeerClosed(f"the peer announced a {head_len}-byte header and a {total}-byte "
+                         "payload: not a message of ours")
     head = bytearray(head_len)
     _recv_into(sock, memoryview(head), deadline, stop)
     buf = np.empty(total, np.uint8)
     if total:
         _recv_into(sock, memoryview(buf), deadline, stop)
-    return pickle.loads(head), buf
+    return _decode(head), buf
 
 
 class Connection:
@@ -189,9 +212,9 @@ class Connection:
         if self._out is not None and total >= SHM_MIN_BYTES:
             entry = self._out.write(arrays, meta, total)
         if entry is None:
-            _send_frames(self.sock, pickle.dumps(head), total, _pieces(arrays), deadline, stop)
+            _send_frames(self.sock, _encode(head), total, _pieces(arrays), deadline, stop)
         else:
-            _send_frames(self.sock, pickle.dumps({**head, "shm": entry}), 0, [], deadline, stop)
+            _send_frames(self.sock, _encode({**head, "shm": entry}), 0, [], deadline, stop)
 
     def recv(self, *, deadline: float, stop: Callable[[], bool] = lambda: False,
              copy: bool = False) -> tuple[dict[str, Any], np.ndarray]:
@@ -205,6 +228,8 @@ class Connection:
                                  "connection")
             try:
                 buf = self._in.read(entry)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise PeerClosed(f"the peer sent a bad shared-memory entry ({exc})") from None
             except OSError as exc:
                 raise PeerClosed(f"the peer's shared-memory segment is gone: {exc}") from exc
             if copy:
@@ -224,14 +249,16 @@ class Connection:
             self._out.close()
 
 
-def connect(host: str, port: int, greeting: bytes, timeout_s: float) -> Connection:
-    """Open a connection, send ``greeting``, agree with the peer on shared memory (a probe file
-    it must be able to read), and leave the socket polling every :data:`POLL_S`."""
+def connect(host: str, port: int, handshake: Callable[[socket.socket], None],
+            timeout_s: float) -> Connection:
+    """Open a connection, run ``handshake`` on it (:func:`.auth.client_handshake`), agree with
+    the peer on shared memory (a probe file it must be able to read), and leave the socket
+    polling every :data:`POLL_S`."""
     sock = socket.create_connection((host, port), timeout=timeout_s)
     probe = None
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.sendall(greeting)
+        handshake(sock)
         sock.settimeout(POLL_S)
         deadline = time.monotonic() + timeout_s
         if shared_payload.available():
@@ -249,10 +276,13 @@ def connect(host: str, port: int, greeting: bytes, timeout_s: float) -> Connecti
 
 
 def accept(sock: socket.socket, timeout_s: float) -> Connection:
-    """The server's side of :func:`connect`, after the greeting was checked."""
+    """The server's side of :func:`connect`, after the handshake."""
     deadline = time.monotonic() + timeout_s
     hello, _ = recv_message(sock, deadline=deadline)
     probe = hello.get("shm_probe")
+    if probe is not None and not (isinstance(probe, list) and len(probe) == 2 and isinstance(
+            probe[0], str) and isinstance(probe[1], bytes)):
+        raise PeerClosed(f"the peer's hello has a malformed shm_probe {probe!r}")
     shared = probe is not None and shared_payload.available() and \
         shared_payload.check_probe(*probe)
     send_message(sock, {"shm": shared}, deadline=deadline)

@@ -53,6 +53,7 @@ from ...flags import RPCFlags
 from ...ops.selected_rows import SelectedRows
 from ...ops.split_ops import split_byref, split_selected_rows
 from ..comm import rpc
+from ..comm.auth import HandshakeError, client_handshake, split_endpoint
 from ..comm.rpc import pack_arrays, unpack_arrays
 from ..comm.wire import Connection, PeerClosed, WireTimeout, connect
 from ..errors import (
@@ -64,7 +65,6 @@ from ..errors import (
     WorkerLostError,
 )
 from .shard import PServerShard, flatten_tensors, service_name, unflatten_tensors
-from .shard_server import greeting, split_endpoint
 
 __all__ = ["DaskClient", "DirectClient", "PServerClient"]
 
@@ -464,9 +464,12 @@ class PServerClient:
 
     def _unwrap(self, c: _Call, header: dict, buf: Any) -> dict[str, Any]:
         if not header.get("ok"):
-            raise rpc._remote_exception(header["error"], role="pserver", endpoint=c.endpoint,
-                                        step=self.round,
-                                        what=f"{service_name(c.endpoint)}.{c.method}")
+            # bytes from a socket: the error is rebuilt from plain fields, never unpickled
+            error = header.get("error")
+            raise rpc._remote_exception(error if isinstance(error, dict) else {},
+                                        role="pserver", endpoint=c.endpoint, step=self.round,
+                                        what=f"{service_name(c.endpoint)}.{c.method}",
+                                        trusted=False)
         meta = header["meta"]
         return unpack_arrays(meta, buf) if meta["names"] else {}
 
@@ -489,9 +492,10 @@ class PServerClient:
     def _connect(self, ep: str, host: str, port: int, secret: bytes) -> Connection:
         """A greeted connection to the pserver listening at ``host:port``."""
         try:
-            return connect(host, port, greeting(secret, ep, self.trainer_id),
+            return connect(host, port, lambda sock: client_handshake(sock, secret, ep,
+                                                                     self.trainer_id),
                            self.flags.deadline_s)
-        except PeerClosed as exc:  # it hung up on the greeting
+        except (PeerClosed, HandshakeError) as exc:  # it hung up on the handshake
             raise WorkerLostError(f"{self._where(ep)} at {host}:{port} refused trainer "
                                   f"{self.trainer_id}: is it a pserver of this job (same job "
                                   "secret, same number of trainers)?", "pserver", ep,
@@ -612,8 +616,8 @@ class DirectClient(PServerClient):
                 continue
             try:
                 host, port = split_endpoint(ep)
-                conn = connect(host, port, greeting(self.secret, ep, self.trainer_id),
-                               ABORT_NOTICE_S)
+                conn = connect(host, port, lambda sock, ep=ep: client_handshake(
+                    sock, self.secret, ep, self.trainer_id), ABORT_NOTICE_S)
                 try:
                     conn.send({"method": "abort", "reason": reason}, None,
                               deadline=time.monotonic() + ABORT_NOTICE_S)
@@ -694,7 +698,7 @@ class DaskClient(PServerClient):
     worker : distributed.Worker
     job : str
     secret : bytes
-        What the shards' direct data paths check (:func:`.shard_server.greeting`).
+        What the shards' direct data paths check (:func:`..comm.auth.server_handshake`).
     trainer_id : int
     workers_of : dict of str to str
         Fluid endpoint -> Dask worker address of each pserver.

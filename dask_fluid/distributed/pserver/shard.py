@@ -78,12 +78,13 @@ from ...flags import RPCFlags
 from ...framework import Program, VarType
 from ...ops.selected_rows import SelectedRows
 from ...transpiler.plan import TRAINER_ID_VAR
+from ..comm.auth import split_endpoint
 from ..comm.rpc import Service, pack_arrays, unpack_arrays
 from ..errors import DeadlineExceededError, JobAbortedError, WorkerLostError
 from . import checkpoint as ckpt
 from .fused_update import FusedUpdate
 from .fused_update import plan as plan_fused
-from .shard_server import ShardServer, split_endpoint
+from .shard_server import ShardServer
 
 __all__ = ["PServerShard", "Schedule", "ServeOptions", "TableShard", "decode_tensors",
            "encode_tensors", "service_name"]
@@ -175,7 +176,7 @@ class ServeOptions:
     launcher sets the rest (:mod:`dask_fluid.distributed.launch.pserver_tasks`).
     """
 
-    #: what trainers prove they know when they connect (:func:`.shard_server.greeting`)
+    #: what trainers prove they know when they connect (:func:`..comm.auth.server_handshake`)
     secret: bytes = b""
     flags: RPCFlags = field(default_factory=RPCFlags)
     #: (host, port) the direct data path binds; None: the endpoint itself; port 0: any free port

@@ -19,42 +19,28 @@ is decoded.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import socket
 import threading
 import time
 from typing import Any
 
-from ..comm.rpc import _error, unpack_arrays
+from ..comm.auth import HandshakeError, server_handshake
+from ..comm.rpc import unpack_arrays, wire_error
 from ..comm.wire import POLL_S, Connection, PeerClosed, WireTimeout, accept
 from ..errors import DistributedTrainingError
 
-__all__ = ["GREETING_BYTES", "ShardServer", "greeting", "split_endpoint"]
+__all__ = ["HANDSHAKE_TIMEOUT_S", "MAX_PENDING_HANDSHAKES", "ShardServer"]
 
 logger = logging.getLogger(__name__)
 
-#: a greeting is the trainer id (4 bytes) and a SHA-256 HMAC
-GREETING_BYTES = 36
 #: binding an endpoint whose port is still held (a pserver restarted at once) is retried this
 #: long before the error
 BIND_RETRY_S = 5.0
-
-
-def greeting(secret: bytes, endpoint: str, trainer_id: int) -> bytes:
-    """What trainer ``trainer_id`` sends first on a connection to pserver ``endpoint``: its id
-    (4 bytes) and an HMAC only holders of the job's ``secret`` can compute."""
-    mac = hmac.new(secret, f"{endpoint}/{trainer_id}".encode(), hashlib.sha256).digest()
-    return int(trainer_id).to_bytes(4, "big") + mac
-
-
-def split_endpoint(endpoint: str) -> tuple[str, int]:
-    """``"host:port"`` (``"[::1]:port"`` for IPv6) as ``(host, port)``."""
-    host, sep, port = endpoint.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"endpoint {endpoint!r} is not host:port (e.g. 127.0.0.1:6170)")
-    return host.strip("[]"), int(port)
+#: a connection that has not finished its handshake and hello by then is dropped (slow-loris)
+HANDSHAKE_TIMEOUT_S = 5.0
+#: connections still shaking hands at once; more are dropped at once (a flood of strangers)
+MAX_PENDING_HANDSHAKES = 64
 
 
 def _bind(host: str, port: int, endpoint: str) -> socket.socket:
@@ -93,52 +79,63 @@ class ShardServer:
         self._conns: dict[int, Connection] = {}
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
+        self._pending = 0
         self._stopped = False
         self._accept_thread = threading.Thread(
             target=self._accept, name=f"pserver-accept-{shard.pserver_id}", daemon=True)
         self._accept_thread.start()
 
     def _accept(self) -> None:
-        shard = self.shard
+        """Take connections; each shakes hands in its own thread, so that a slow or hostile
+        peer delays nobody else."""
         while not self._stopped:
             try:
-                conn, _ = self._listener.accept()
+                conn, peer = self._listener.accept()
             except TimeoutError:
                 continue
             except OSError:
                 return  # closed
-            try:
-                conn.settimeout(POLL_S * 4)
-                hello = b""
-                while len(hello) < GREETING_BYTES and (
-                        piece := conn.recv(GREETING_BYTES - len(hello))):
-                    hello += piece
-                tid = int.from_bytes(hello[:4], "big") if len(hello) == GREETING_BYTES else -1
-                if not 0 <= tid < shard.trainer_num or not hmac.compare_digest(
-                        hello, greeting(shard.options.secret, shard.endpoint, tid)):
-                    logger.warning("pserver %s: dropped a connection that did not greet as a "
-                                   "trainer of this job", shard.endpoint)
-                    conn.close()  # a stranger on our port
-                    continue
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                conn.settimeout(POLL_S)
-                link = accept(conn, POLL_S * 4)
-            except (OSError, PeerClosed, WireTimeout):
+            with self._lock:
+                crowded = self._pending >= MAX_PENDING_HANDSHAKES
+                if not crowded:
+                    self._pending += 1
+            if crowded:
                 conn.close()
                 continue
+            threading.Thread(target=self._greet, args=(conn, peer), daemon=True,
+                             name=f"pserver-{self.shard.pserver_id}-greet").start()
+
+    def _greet(self, conn: socket.socket, peer: Any) -> None:
+        shard = self.shard
+        try:
+            conn.settimeout(HANDSHAKE_TIMEOUT_S)
+            tid = server_handshake(conn, shard.options.secret, shard.endpoint, shard.trainer_num)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.settimeout(POLL_S)
+            link = accept(conn, HANDSHAKE_TIMEOUT_S)
+        except HandshakeError:
+            logger.warning("pserver %s: dropped a connection from %s that did not prove it is "
+                           "a trainer of this job", shard.endpoint, peer)
+            conn.close()
+            return
+        except (OSError, PeerClosed, WireTimeout, ValueError, TypeError) as exc:
+            logger.warning("pserver %s: dropped a connection from %s: %s", shard.endpoint, peer,
+                           exc)
+            conn.close()
+            return
+        finally:
             with self._lock:
-                if self._stopped:
-                    link.close()
-                    return
-                old = self._conns.pop(tid, None)
-                self._conns[tid] = link
-            if old is not None:
-                old.shutdown()
-            thread = threading.Thread(target=self._serve, args=(tid, link), daemon=True,
-                                      name=f"pserver-{shard.pserver_id}-trainer-{tid}")
-            thread.start()
-            with self._lock:
-                self._threads.append(thread)
+                self._pending -= 1
+        with self._lock:
+            if self._stopped:
+                link.close()
+                return
+            old = self._conns.pop(tid, None)
+            self._conns[tid] = link
+            self._threads.append(threading.current_thread())
+        if old is not None:
+            old.shutdown()
+        self._serve(tid, link)
 
     def _serve(self, tid: int, conn: Connection) -> None:
         """Answer trainer ``tid``'s requests, one at a time, until it hangs up.
@@ -164,7 +161,7 @@ class ShardServer:
             except Exception as exc:
                 if not isinstance(exc, DistributedTrainingError):
                     logger.debug("pserver request failed", exc_info=True)
-                reply, out = {"ok": False, "error": _error(exc)}, None
+                reply, out = {"ok": False, "error": wire_error(exc)}, None
             deadline = time.monotonic() + self.shard.flags.deadline_s
             try:
                 conn.send(reply, out, deadline=deadline, stop=stop)
