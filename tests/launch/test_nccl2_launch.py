@@ -219,7 +219,7 @@ class TestDistW2V2x2Nccl2(TestDistBase):
 
     def test_dist_train(self):
         self.check_with_place("dist_word2vec.py", delta=1e-4,
-                              need_envs={"DASK_FLUID_DATA_HOME": DATA_HOME})
+                              need_envs={"DASK_FLUID_DATA_HOME": __DATA_HOME__})
 
 
 if __name__ == "__main__":
@@ -241,7 +241,7 @@ def test_paddle_18_check_with_place_nccl2_on_dist_word2vec(tmp_path):
     for name in ("test_dist_base.py", "dist_word2vec.py"):
         (tmp_path / name).write_text((UNITTESTS / name).read_text())
     case = tmp_path / "test_dist_word2vec_nccl2.py"
-    case.write_text(_NCCL2_CASE.replace("DATA_HOME", repr(str(data_home))))
+    case.write_text(_NCCL2_CASE.replace("__DATA_HOME__", repr(str(data_home))))
     proc = subprocess.run([sys.executable, "-m", "dask_fluid.cli", "run", str(case)],
                           cwd=tmp_path, capture_output=True, timeout=TIMEOUT_S)
     err = proc.stderr.decode(errors="replace")  # the runner logs pickles to stderr
