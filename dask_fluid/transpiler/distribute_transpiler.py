@@ -245,7 +245,10 @@ class DistributeTranspiler:
         control = trainer_rewrite.ControlVars()
         if plan.mode.geo:  # the trainer keeps its optimizer: nothing to cut out of the step
             trainer_rewrite.append_geo_exchange(program, plan, control)
-            trainer_rewrite.append_param_fetch(self._startup, plan, control, None)
+            # no pull at start-up: a trainer starting after another's first exchange would
+            # start from that trainer's progress. Its own initial values are the pservers'
+            # (pserver blocks are slices of the same seeded initialisation), as each GEO
+            # trainer of Fluid starts from its own startup program.
             trainer_rewrite.append_geo_param_init(self._startup, plan, control)
             return
         trainer_rewrite.create_trainer_vars(program, plan)
