@@ -8,6 +8,10 @@ from collections.abc import Iterator, Sequence
 from ..framework import Variable, VarType, default_main_program
 from .tensor import logical_and, logical_not
 
+__all__ = [
+    "ConditionalBlock", "Switch",
+]
+
 
 class ConditionalBlock:
     """Ops appended inside :meth:`block` run only when ``inputs[0]`` is true."""

@@ -11,6 +11,10 @@ from . import tensor
 from .control_flow import Switch
 from .nn import floor
 
+__all__ = [
+    "autoincreased_step_counter", "exponential_decay", "piecewise_decay",
+]
+
 LR_COUNTER = "@LR_DECAY_COUNTER@"
 
 

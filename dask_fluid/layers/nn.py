@@ -12,6 +12,13 @@ from ..layer_helper import LayerHelper
 from ..param_attr import ParamAttr
 from .tensor import _check_var, fill_constant
 
+__all__ = [
+    "_binary_op", "accuracy", "clip", "cross_entropy", "dropout", "elementwise_add",
+    "elementwise_div", "elementwise_mul", "elementwise_pow", "elementwise_sub", "embedding",
+    "fc", "floor", "mean", "reduce_mean", "reduce_sum", "relu", "scale", "sigmoid",
+    "softmax", "softmax_with_cross_entropy", "square", "square_error_cost", "tanh", "topk",
+]
+
 _ACTIVATIONS = ("relu", "sigmoid", "tanh", "softmax", "exp", "sqrt", "abs", "square")
 
 

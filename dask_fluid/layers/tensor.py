@@ -10,6 +10,11 @@ from ..framework import Variable, convert_dtype, default_main_program
 from ..initializer import ConstantInitializer
 from ..layer_helper import LayerHelper
 
+__all__ = [
+    "assign", "cast", "concat", "create_global_var", "data", "fill_constant", "increment",
+    "less_than", "logical_and", "logical_not", "ones", "reshape", "sums", "zeros",
+]
+
 
 def _check_var(x: Any, arg: str, layer: str) -> Variable:
     if not isinstance(x, Variable):

@@ -15,9 +15,11 @@ Conventions the executor follows when it runs a kernel ``kernel(ins, attrs, outs
 """
 
 from . import (  # noqa: F401  (imported for their registrations)
+    conv_ops,
     host_ops,
     math_ops,
     nn_ops,
+    norm_ops,
     optimizer_ops,
     random_ops,
     registry,

@@ -1,0 +1,1 @@
+"""Convolution and pooling kernels (``conv2d``, ``conv2d_transpose``, ``pool2d``)."""

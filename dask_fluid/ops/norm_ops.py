@@ -1,0 +1,1 @@
+"""Normalisation kernels (``batch_norm``, ``layer_norm``)."""
