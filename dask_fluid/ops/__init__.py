@@ -16,6 +16,7 @@ Conventions the executor follows when it runs a kernel ``kernel(ins, attrs, outs
 
 from . import (  # noqa: F401  (imported for their registrations)
     conv_ops,
+    dense_ops,
     host_ops,
     math_ops,
     nn_ops,
@@ -23,6 +24,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     optimizer_ops,
     random_ops,
     registry,
+    schedule_ops,
     split_ops,
     tensor_ops,
 )

@@ -1,0 +1,1 @@
+"""Dense-network kernels of Fluid 1.8 beyond the basics: matmul, shape ops, activations."""

@@ -1,0 +1,1 @@
+"""Kernels the learning-rate schedules of ``fluid.layers`` need (their elementary math ops)."""
