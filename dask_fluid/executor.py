@@ -53,15 +53,18 @@ class CUDAPlace:
     __hash__ = object.__hash__
 
 
-def _cupy():
+def _cupy(place: CUDAPlace):
     try:
         import cupy
 
-        cupy.cuda.runtime.getDeviceCount()
+        count = cupy.cuda.runtime.getDeviceCount()
     except Exception as err:  # ImportError, CUDARuntimeError: both mean "no usable GPU"
         raise RuntimeError(
             "CUDAPlace needs CuPy and a CUDA GPU: install the 'gpu' extra "
             f"(pip install 'dask-fluid[gpu]') on a machine with a GPU ({err})") from err
+    if not 0 <= place.device_id < count:
+        raise ValueError(f"{place!r}: this process sees {count} CUDA device(s), numbered "
+                         f"0..{count - 1} (CUDA_VISIBLE_DEVICES renumbers them)")
     return cupy
 
 
@@ -184,7 +187,7 @@ class Executor:
 
     def __init__(self, place: CPUPlace | CUDAPlace | None = None) -> None:
         self.place = place or CPUPlace()
-        self._xp = _cupy() if isinstance(self.place, CUDAPlace) else np
+        self._xp = _cupy(self.place) if isinstance(self.place, CUDAPlace) else np
         self._cache: dict[tuple, _Compiled] = {}
         #: hooks the distributed runtimes install for host ops (send, recv, ...)
         self.host_context: dict[str, Any] = {}
@@ -356,6 +359,19 @@ class Executor:
         list of numpy.ndarray
             One array per fetched variable.
         """
+        with self._on_device():
+            return self._run(program, feed, fetch_list, scope, return_numpy)
+
+    def _on_device(self) -> contextlib.AbstractContextManager:
+        """``CUDAPlace(i)``: device i is current while this executor runs (kernels, feeds,
+        fetches and the collectives of a CompiledProgram all allocate there)."""
+        if self._xp is np:
+            return contextlib.nullcontext()
+        return self._xp.cuda.Device(self.place.device_id)
+
+    def _run(self, program: Program | None, feed: dict | None,
+             fetch_list: Sequence[Variable | str] | None, scope: Scope | None,
+             return_numpy: bool) -> list:
         program = program if program is not None else default_main_program()
         scope = scope if scope is not None else global_scope()
         if not isinstance(program, Program):

@@ -2,18 +2,19 @@
 
 Two halves:
 
-- on any machine, the backend's logic (session on the scheduler, check-in, fused buffers, the
-  mean, teardown, errors) runs against a fake ``cupy`` whose NCCL communicator reduces through
-  shared memory between the threads of an in-process cluster;
+- on any machine, the backend's logic (the id's forms, session on the scheduler, check-in,
+  device selection, fused buffers and stream ordering, the mean, aborts, teardown, errors) runs
+  against ``fake_cupy`` imitating CuPy 13 and CuPy 14 (every test runs under both): NCCL as
+  threads of an in-process cluster sharing memory, with CuPy's argument types and asynchronous
+  streams;
 - on a machine with a CUDA GPU, CuPy and NCCL, the real thing: world size 1 on one GPU, and
   one rank per GPU when there are more. Skipped with the reason otherwise.
 """
 
-import ctypes
-import itertools
+import logging
 import sys
 import threading
-import types
+import time
 import uuid
 
 import numpy as np
@@ -22,128 +23,22 @@ from distributed import Client, LocalCluster, get_worker
 
 import dask_fluid as fluid
 from dask_fluid.datasets import reference_blobs
-from dask_fluid.distributed import DeadlineExceededError, train_collective
+from dask_fluid.distributed import DeadlineExceededError, JobAbortedError, train_collective
 from dask_fluid.distributed.collective import nccl as nccl_backend
+from dask_fluid.distributed.collective import nccl_setup
 from dask_fluid.distributed.collective.nccl import GpuInfo, NcclCommunicator, NcclUnavailableError
+from dask_fluid.distributed.comm.rpc import abort_job_sync
 from dask_fluid.models import mlp
+from tests.distributed import fake_cupy
 
-# -- a fake cupy: numpy arrays with device pointers, NCCL as threads sharing memory ------------
-
-_DTYPES = {1: np.float16, 2: np.float32, 3: np.float64, 4: np.int32, 5: np.int64, 6: np.uint8,
-           7: np.int8}
+# -- the fake: CuPy 13 and 14 ---------------------------------------------------------------------
 
 
-class _FakeDeviceArray(np.ndarray):
-    @property
-    def data(self):  # cupy's MemoryPointer
-        return types.SimpleNamespace(ptr=self.ctypes.data)
-
-
-def _view(ptr, count, dtype):
-    dtype = np.dtype(_DTYPES[dtype])
-    raw = (ctypes.c_char * (count * dtype.itemsize)).from_address(ptr)
-    return np.frombuffer(raw, dtype=dtype)
-
-
-class _Clique:
-    def __init__(self, n):
-        self.barrier = threading.Barrier(n, timeout=20)
-        self.slots = {}
-
-
-class _FakeComm:
-    cliques: dict = {}
-    lock = threading.Lock()
-    destroyed = 0
-
-    def __init__(self, n, uid, rank):
-        assert isinstance(uid, tuple) and len(uid) == 128, "the uid must be a tuple again"
-        with self.lock:
-            self.clique = self.cliques.setdefault(uid, _Clique(n))
-        self.n, self.rank, self.calls = n, rank, 0
-        self.clique.barrier.wait()  # ncclCommInitRank returns once every rank joined
-
-    def _collective(self, contribution, combine, recv, count, dtype):
-        key, self.calls = self.calls, self.calls + 1
-        self.clique.slots[(key, self.rank)] = contribution.copy()
-        self.clique.barrier.wait()
-        result = combine([self.clique.slots[(key, r)] for r in range(self.n)])
-        self.clique.barrier.wait()
-        _view(recv, count, dtype)[:] = result
-
-    def allReduce(self, send, recv, count, dtype, op, stream):  # noqa: N802 - cupy's name
-        self._collective(_view(send, count, dtype), lambda parts: sum(parts[1:], parts[0]),
-                         recv, count, dtype)
-
-    def broadcast(self, send, recv, count, dtype, root, stream):
-        self._collective(_view(send, count, dtype), lambda parts: parts[root], recv, count,
-                         dtype)
-
-    def check_async_error(self):
-        pass
-
-    def destroy(self):
-        type(self).destroyed += 1
-
-    def abort(self):
-        self.clique.barrier.abort()
-
-
-def _fake_cupy():
-    counter = itertools.count()
-    cupy = types.ModuleType("cupy")
-    cuda = types.ModuleType("cupy.cuda")
-    nccl = types.ModuleType("cupy.cuda.nccl")
-    nccl.available = True
-    nccl.get_unique_id = lambda: tuple(int(v) for v in np.random.randint(-128, 128, 128))
-    nccl.NcclCommunicator = _FakeComm
-    nccl.groupStart = nccl.groupEnd = lambda: None
-    for code, dtype in _DTYPES.items():
-        setattr(nccl, f"NCCL_{np.dtype(dtype).name.upper()}", code)
-    nccl.NCCL_SUM = 0
-
-    class Device:
-        def __init__(self, index=0):
-            self.pci_bus_id = f"fake:{next(counter)}"  # one fake GPU per worker
-
-        def use(self):
-            pass
-
-    class Stream:
-        ptr, done = 0, True
-
-        def __init__(self, non_blocking=False):
-            pass
-
-        def wait_event(self, event):
-            pass
-
-        def synchronize(self):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-    cuda.Device, cuda.Stream = Device, Stream
-    cuda.Event = lambda: types.SimpleNamespace(record=lambda stream=None: None)
-    cuda.runtime = types.SimpleNamespace(getDeviceCount=lambda: 1)
-    cuda.nccl = nccl
-    cupy.cuda = cuda
-    cupy.asarray = lambda a: a if isinstance(a, _FakeDeviceArray) else \
-        np.array(a, copy=True).view(_FakeDeviceArray)
-    cupy.concatenate = lambda parts: np.concatenate(parts).view(_FakeDeviceArray)
-    cupy.asnumpy = lambda a: np.array(a, copy=True).view(np.ndarray)
-    return {"cupy": cupy, "cupy.cuda": cuda, "cupy.cuda.nccl": nccl}
-
-
-@pytest.fixture(scope="module")
-def fake_client():
-    """An in-process cluster of 2 workers (threads share the fake NCCL) with the fake cupy."""
+@pytest.fixture(scope="module", params=["13.6.0", "14.2.0"])
+def fake_client(request):
+    """An in-process cluster of 2 workers (threads share the fake NCCL) with a fake CuPy."""
     mp = pytest.MonkeyPatch()
-    for name, module in _fake_cupy().items():
+    for name, module in fake_cupy.modules(request.param, gpus=2).items():
         mp.setitem(sys.modules, name, module)
     try:
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
@@ -153,11 +48,48 @@ def fake_client():
         mp.undo()
 
 
+@pytest.fixture
+def world(fake_client):
+    """The fake's state; after each test: nothing leaked, NCCL's rules kept."""
+    w = fake_cupy.world()
+    w.violations.clear()
+    w.aborts.clear()
+    yield w
+    fake_cupy.check_released()
+    w.sticky.clear()
+    w.fail_next.clear()
+    w.nccl_version = 23203
+
+
 def _small():
     return mlp(n_features=8, hidden=(16,), n_classes=3, seed=5)
 
 
-def test_fake_nccl_training_equals_the_ring_and_cleans_up(fake_client):
+def _submit(client, fn, *args):
+    addresses = sorted(client.scheduler_info()["workers"])
+    return [client.submit(fn, *args, r, addresses, workers=[w], pure=False)
+            for r, w in enumerate(addresses)]
+
+
+def test_the_id_travels_as_bytes_and_reaches_cupy_in_its_own_form(world):
+    raw = bytes(range(0, 256, 2))  # 0..254: half of them are negative chars
+    as13 = nccl_setup._SIGNED.unpack(raw)
+    assert nccl_setup.uid_bytes(raw) == raw and nccl_setup.uid_bytes(as13) == raw
+    assert nccl_setup.uid_bytes(list(as13)) == raw  # msgpack's list of a tuple
+    wanted = nccl_setup.uid_for_cupy(raw)
+    if world.major >= 14:
+        assert wanted == raw
+    else:
+        assert wanted == as13 and min(wanted) == -128 and max(wanted) == 126
+    # the fake takes exactly the installed CuPy's form, with CuPy's message otherwise
+    other = as13 if world.major >= 14 else raw
+    with pytest.raises(TypeError, match="Argument 'commId' has incorrect type"):
+        sys.modules["cupy.cuda.nccl"].NcclCommunicator(1, other, 0)
+    with pytest.raises(ValueError, match="128 bytes"):
+        nccl_setup.uid_bytes(b"short")
+
+
+def test_fake_nccl_training_equals_the_ring_and_cleans_up(fake_client, world):
     x, y = reference_blobs(256, n_features=8, n_classes=3, seed=2)
     results = {}
     for backend in ("ring", "auto"):
@@ -172,54 +104,256 @@ def test_fake_nccl_training_equals_the_ring_and_cleans_up(fake_client):
     sessions = fake_client.run_on_scheduler(
         lambda dask_scheduler: dict(getattr(dask_scheduler, "_dask_fluid_nccl", {})))
     assert sessions == {}  # the session was deleted
-    assert _FakeComm.destroyed >= 2
+    assert world.aborts == []  # destroyed, not aborted
 
 
-def _rank(job, rank, addresses, session, deadline_s, arrays):
+def _fused(job, session, rank, addresses):
+    import cupy
+
     worker = get_worker()
-    with NcclCommunicator(worker, job, rank, addresses, deadline_s, session=session) as comm:
-        comm.allreduce(arrays, op="mean", step=1)
+    with cupy.cuda.Device(rank):  # the caller's device arrays live on the rank's device
+        device = [cupy.asarray(np.arange(5, dtype=np.float32) * (rank + 1)),
+                  cupy.asarray(np.full(3, rank + 10, dtype=np.uint64))]
+    host = [np.full(3, rank + 1, dtype=np.float32), np.arange(4.0) * rank,
+            np.full((2, 2), 2 * rank, dtype=np.float32), np.full(2, rank, dtype=np.uint32)]
+    with NcclCommunicator(worker, job, rank, addresses, 20.0, session=session,
+                          device=rank) as comm:
+        comm.allreduce(host[:3], op="mean", step=1)
+        comm.allreduce(host[3:] + device, op="sum")
         marker = [np.full(2, rank, dtype=np.int64)]
         comm.broadcast(marker, root=1)
         comm.barrier()
-    return arrays + marker
+    return host + [cupy.asnumpy(a) for a in device] + marker
 
 
-def test_fake_nccl_fused_dtypes_and_broadcast(fake_client):
-    addresses = sorted(fake_client.scheduler_info()["workers"])
-    session, job = nccl_backend.create_session(fake_client), uuid.uuid4().hex
-    inputs = [[np.full(3, r + 1, dtype=np.float32), np.arange(4.0) * r,
-               np.full((2, 2), 2 * r, dtype=np.float32)] for r in range(2)]
-    futures = [fake_client.submit(_rank, job, r, addresses, session, 20.0, inputs[r],
-                                  workers=[w], pure=False) for r, w in enumerate(addresses)]
-    outputs = fake_client.gather(futures)
-    nccl_backend.destroy_session(fake_client, session)
+def test_fused_dtypes_device_arrays_and_broadcast_on_each_ranks_device(fake_client, world):
+    session = nccl_backend.create_session(fake_client)
+    try:
+        outputs = fake_client.gather(_submit(fake_client, _fused, uuid.uuid4().hex, session))
+    finally:
+        nccl_backend.destroy_session(fake_client, session)
     for out in outputs:
         np.testing.assert_array_equal(out[0], np.full(3, 1.5, dtype=np.float32))
         np.testing.assert_array_equal(out[1], np.arange(4.0) * 0.5)
         np.testing.assert_array_equal(out[2], np.ones((2, 2), dtype=np.float32))
         assert [a.dtype for a in out[:3]] == [np.float32, np.float64, np.float32]
-        assert out[3].tolist() == [1, 1]  # broadcast from rank 1
+        assert out[3].tolist() == [1, 1] and out[3].dtype == np.uint32
+        np.testing.assert_array_equal(out[4], np.arange(5, dtype=np.float32) * 3)
+        assert out[5].tolist() == [21, 21, 21] and out[5].dtype == np.uint64
+        assert out[6].tolist() == [1, 1]  # broadcast from rank 1
+    assert world.aborts == []
 
 
-def test_fake_nccl_missing_peer_hits_the_deadline(fake_client):
+def _rank(job, session, deadline_s, rank, addresses):
+    with NcclCommunicator(get_worker(), job, rank, addresses, deadline_s,
+                          session=session) as comm:
+        comm.allreduce([np.ones(2)])
+
+
+def test_missing_peer_hits_the_deadline(fake_client, world):
     addresses = sorted(fake_client.scheduler_info()["workers"])
     session = nccl_backend.create_session(fake_client)
-    future = fake_client.submit(_rank, uuid.uuid4().hex, 0, addresses, session, 0.5,
-                                [np.ones(2)], workers=[addresses[0]], pure=False)
+    future = fake_client.submit(_rank, uuid.uuid4().hex, session, 0.5, 0, addresses,
+                                workers=[addresses[0]], pure=False)
     with pytest.raises(DeadlineExceededError, match="only 1 of 2 ranks checked in"):
         future.result(timeout=30)
     nccl_backend.destroy_session(fake_client, session)
 
 
-def test_check_nccl_names_what_is_missing(fake_client):
+def test_a_different_nccl_version_than_the_ids_is_a_clear_error(fake_client, world):
+    session = nccl_backend.create_session(fake_client)  # made with NCCL 2.32.3
+    world.nccl_version = 21805  # ... the workers have another one
+    try:
+        futures = _submit(fake_client, _rank, uuid.uuid4().hex, session, 10.0)
+        with pytest.raises(NcclUnavailableError, match=r"NCCL 2\.18\.5 but the process that "
+                                                       r"made the unique id has NCCL 2\.32\.3"):
+            fake_client.gather(futures)
+    finally:
+        nccl_backend.destroy_session(fake_client, session)
+
+
+def test_check_nccl_identifies_gpus_by_host_and_uuid(fake_client, world):
     a, b = sorted(fake_client.scheduler_info()["workers"])
-    same = GpuInfo(cupy=True, nccl=True, gpus=1, device="0000:01:00.0")
-    with pytest.raises(NcclUnavailableError, match="share the GPU 0000:01:00.0"):
+    gpu = dict(cupy=True, nccl=True, gpus=1, bus_id="0000:01:00.0", nccl_version=23203)
+    same = GpuInfo(host="node1", uuid="GPU-1111", **gpu)
+    with pytest.raises(NcclUnavailableError, match="share the GPU GPU-1111 on host node1"):
         nccl_backend.check_nccl(fake_client, [a, b], {a: same, b: same})
+    # two identical machines: the same bus id, different GPUs
+    nccl_backend.check_nccl(fake_client, [a, b], {a: same, b: GpuInfo(
+        host="node2", uuid="GPU-2222", **gpu)})
     missing = GpuInfo(problem="CuPy is not importable (ImportError)")
     with pytest.raises(NcclUnavailableError, match=f"worker {b}: CuPy is not importable"):
         nccl_backend.check_nccl(fake_client, [a, b], {a: same, b: missing})
+    old = GpuInfo(host="node2", uuid="GPU-2222", **dict(gpu, nccl_version=21805))
+    with pytest.raises(NcclUnavailableError, match=rf"NCCL versions differ \(worker {a} "
+                                                   rf"2\.32\.3, worker {b} 2\.18\.5"):
+        nccl_backend.check_nccl(fake_client, [a, b], {a: same, b: old})
+
+
+def test_probe_reports_host_uuid_and_versions(fake_client, world):
+    infos = nccl_backend.probe_gpus(fake_client)
+    for info in infos.values():
+        assert info.problem == "" and info.gpus == 2 and info.bus_id == "0000:01:00.0"
+        assert info.uuid.startswith("GPU-") and len(info.uuid) == 40
+        assert info.nccl_version == 23203 and info.cupy_version == world.version
+    world.shared_gpu = True  # two workers handed the same GPU
+    try:
+        with pytest.raises(NcclUnavailableError, match="share the GPU"):
+            train_collective(fake_client, _small().main, _small().startup,
+                             reference_blobs(64, n_features=8, n_classes=3), backend="nccl")
+    finally:
+        world.shared_gpu = False
+
+
+# -- aborts, kernel errors, close ---------------------------------------------------------------
+
+
+def _waits_in_a_collective(job, session, rank, addresses):
+    worker = get_worker()
+    with NcclCommunicator(worker, job, rank, addresses, 30.0, session=session) as comm:
+        if rank == 1:
+            time.sleep(1.5)  # never joins the collective: rank 0 waits until aborted
+            return threading.get_ident(), None
+        start = time.monotonic()
+        try:
+            comm.allreduce([np.ones(4)], step=3)
+        except JobAbortedError as exc:
+            return threading.get_ident(), (time.monotonic() - start, str(exc))
+    raise AssertionError("rank 0's collective completed without its peer")
+
+
+def test_an_abort_is_flagged_by_the_handler_and_acted_on_by_the_task_thread(fake_client,
+                                                                            world):
+    job = uuid.uuid4().hex
+    session = nccl_backend.create_session(fake_client)
+    addresses = sorted(fake_client.scheduler_info()["workers"])
+    try:
+        futures = _submit(fake_client, _waits_in_a_collective, job, session)
+        time.sleep(0.7)
+        abort_job_sync(fake_client, [addresses[0]], job, "stopped by the test")
+        (ident0, (waited, message)), _ = fake_client.gather(futures)
+    finally:
+        nccl_backend.destroy_session(fake_client, session)
+    assert "stopped by the test" in message and "step 3" in message and waited < 1.5
+    # ncclCommAbort ran once, on rank 0's task thread (never on the event loop, and never while
+    # that thread was inside the communicator: no violations)
+    assert len(world.aborts) == 1 and world.aborts[0][1] == ident0
+
+
+def _blocks_in_init(job, raw, deadline_s, rank, addresses):
+    """Rank 0 only: the id came from elsewhere and rank 1 has not joined."""
+    with NcclCommunicator(get_worker(), job, rank, addresses, deadline_s, unique_id=raw,
+                          nccl_version=23203):
+        pass
+
+
+@pytest.mark.parametrize("how", ["deadline", "abort"])
+def test_a_communicator_created_after_the_task_gave_up_is_aborted(fake_client, world, how):
+    addresses = sorted(fake_client.scheduler_info()["workers"])
+    job, raw = uuid.uuid4().hex, nccl_setup.uid_bytes(sys.modules["cupy.cuda.nccl"]
+                                                      .get_unique_id())
+    future = fake_client.submit(_blocks_in_init, job, raw, 0.6 if how == "deadline" else 30.0,
+                                0, addresses, workers=[addresses[0]], pure=False)
+    start = time.monotonic()
+    if how == "abort":
+        time.sleep(0.3)
+        abort_job_sync(fake_client, [addresses[0]], job, "stopped during the init")
+    expected = DeadlineExceededError if how == "deadline" else JobAbortedError
+    with pytest.raises(expected, match="ncclCommInitRank did not complete|during the init"):
+        future.result(timeout=30)
+    assert time.monotonic() - start < 5
+    # now the peer joins, as a rank does (init, then the warm-up all-reduce): rank 0's init
+    # completes in its helper thread, which finds the task gone and aborts the communicator
+    cupy, nccl = sys.modules["cupy"], sys.modules["cupy.cuda.nccl"]
+    peer = nccl.NcclCommunicator(2, nccl_setup.uid_for_cupy(raw), 1)
+    buf, stream = cupy.zeros(1, dtype=np.float32), cupy.cuda.Stream(non_blocking=True)
+    peer.allReduce(buf.data.ptr, buf.data.ptr, 1, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, stream.ptr)
+    stream.synchronize()
+    peer.abort()
+    fake_cupy.check_released()
+    assert any(name.startswith("nccl-init-") for name, _ in world.aborts), world.aborts
+
+
+def _fails_in_a_kernel(job, session, rank, addresses):
+    worker = get_worker()
+    with NcclCommunicator(worker, job, rank, addresses, 30.0, session=session) as comm:
+        if rank == 1:
+            fake_cupy.world().inject_kernel_error(0)
+        start = time.monotonic()
+        try:
+            comm.allreduce([np.ones(4)], step=5)
+        except Exception as exc:  # noqa: BLE001 - returned to the test
+            return type(exc).__name__, str(exc), time.monotonic() - start
+    return None
+
+
+def test_a_kernel_error_surfaces_as_itself_at_once(fake_client, world):
+    # both fake workers are device 0 of one process: the sticky error hits both ranks' streams,
+    # so either may see it first; the other learns it from the abort notice
+    session = nccl_backend.create_session(fake_client)
+    try:
+        results = fake_client.gather(_submit(fake_client, _fails_in_a_kernel,
+                                             uuid.uuid4().hex, session))
+    finally:
+        nccl_backend.destroy_session(fake_client, session)
+    names = sorted(r[0] for r in results)
+    assert "CUDARuntimeError" in names, results
+    assert set(names) <= {"CUDARuntimeError", "JobAbortedError"}
+    for _, message, waited in results:
+        assert waited < 10, results  # not the 30 s deadline
+        assert "cudaErrorIllegalAddress" in message
+
+
+def _solo(deadline_s=5.0):
+    raw = nccl_setup.uid_bytes(sys.modules["cupy.cuda.nccl"].get_unique_id())
+    return NcclCommunicator(None, "solo", 0, ["me"], deadline_s, unique_id=raw,
+                            nccl_version=23203)
+
+
+def test_close_never_masks_the_first_error(world, caplog, monkeypatch):
+    def broken(self):
+        raise fake_cupy.NcclError(3)
+
+    monkeypatch.setattr(fake_cupy.NcclCommunicator, "destroy", broken)
+    with caplog.at_level(logging.WARNING):
+        with pytest.raises(KeyError, match="the user's error"):
+            with _solo() as comm:
+                raise KeyError("the user's error")
+    assert isinstance(comm.close_error, fake_cupy.NcclError)
+    assert "closing the NCCL communicator failed" in caplog.text
+    with pytest.raises(fake_cupy.NcclError, match="NCCL_ERROR_INTERNAL_ERROR"):
+        with _solo():
+            pass  # nothing else went wrong: the close error is the error
+    monkeypatch.undo()
+    fake_cupy.check_released()  # the failed destroys were followed by aborts
+
+
+def test_world_size_one_all_ops(world):
+    with _solo() as comm:
+        import cupy
+
+        dev = cupy.asarray(np.array([1.0, 2.0]))
+        comm.allreduce([dev], op="mean")
+        np.testing.assert_array_equal(cupy.asnumpy(dev), [1.0, 2.0])
+        with pytest.raises(TypeError, match="NCCL cannot reduce dtype complex128"):
+            comm.allreduce([np.ones(2, dtype=np.complex128)])
+        with pytest.raises(ValueError, match="root=1 is not a rank"):
+            comm.broadcast([np.ones(1)], root=1)
+
+
+# -- the executor selects CUDAPlace's device -------------------------------------------------------
+
+
+def test_cuda_place_runs_on_its_device(world):
+    spec = _small()
+    exe, scope = fluid.Executor(fluid.CUDAPlace(1)), fluid.Scope()
+    exe.run(spec.startup, scope=scope)
+    devices = {name: scope.vars[name].device.id for name in scope.vars
+               if isinstance(scope.vars[name], fake_cupy.ndarray)}
+    assert devices and set(devices.values()) == {1}, devices
+    assert world.device == 0  # restored for the calling thread
+    with pytest.raises(ValueError, match=r"CUDAPlace\(2\): this process sees 2 CUDA device"):
+        fluid.Executor(fluid.CUDAPlace(2))
 
 
 # -- the real thing -----------------------------------------------------------------------------
@@ -254,7 +388,7 @@ def _gpu_cluster(n):
         "dashboard_address": ":0"}}, silence_logs=40)
 
 
-def _gpu_rank(job, rank, addresses, session):
+def _gpu_rank(job, session, rank, addresses):
     import cupy
 
     worker = get_worker()
@@ -268,33 +402,30 @@ def _gpu_rank(job, rank, addresses, session):
 
 @pytest.mark.gpu
 @needs_gpu
-@pytest.mark.parametrize("world", sorted({1, GPUS}))
-def test_real_nccl_allreduce(world):
-    with _gpu_cluster(world) as cluster, Client(cluster) as client:
-        client.wait_for_workers(world, timeout=120)
-        addresses = sorted(client.scheduler_info()["workers"])
-        session, job = nccl_backend.create_session(client), uuid.uuid4().hex
+@pytest.mark.parametrize("world_size", sorted({1, GPUS}))
+def test_real_nccl_allreduce(world_size):
+    with _gpu_cluster(world_size) as cluster, Client(cluster) as client:
+        client.wait_for_workers(world_size, timeout=120)
+        session = nccl_backend.create_session(client)
         try:
-            futures = [client.submit(_gpu_rank, job, r, addresses, session, workers=[w],
-                                     pure=False) for r, w in enumerate(addresses)]
-            outputs = client.gather(futures)
+            outputs = client.gather(_submit(client, _gpu_rank, uuid.uuid4().hex, session))
         finally:
             nccl_backend.destroy_session(client, session)
-    total = world * (world + 1) / 2
+    total = world_size * (world_size + 1) / 2
     for out in outputs:
         assert np.all(out[0] == total)
-        np.testing.assert_array_equal(out[1], np.arange(7.0) * world * (world - 1) / 2)
-        np.testing.assert_array_equal(out[2], np.full(5, world * (world - 1) / 2))
+        np.testing.assert_array_equal(out[1], np.arange(7.0) * world_size * (world_size - 1) / 2)
+        np.testing.assert_array_equal(out[2], np.full(5, world_size * (world_size - 1) / 2))
 
 
 @pytest.mark.gpu
 @needs_gpu
 def test_real_nccl_training_equals_local():
-    world = min(GPUS, 2)
+    world_size = min(GPUS, 2)
     batch = 16
-    x, y = reference_blobs(world * batch * 5, n_features=8, n_classes=3, seed=4)
-    with _gpu_cluster(world) as cluster, Client(cluster) as client:
-        client.wait_for_workers(world, timeout=120)
+    x, y = reference_blobs(world_size * batch * 5, n_features=8, n_classes=3, seed=4)
+    with _gpu_cluster(world_size) as cluster, Client(cluster) as client:
+        client.wait_for_workers(world_size, timeout=120)
         spec = _small()
         result = train_collective(client, spec.main, spec.startup, (x, y), backend="nccl",
                                   device="gpu", batch_size=batch, shuffle=False)
@@ -303,7 +434,7 @@ def test_real_nccl_training_equals_local():
     ref = _small()
     scope, exe = fluid.Scope(), fluid.Executor()
     exe.run(ref.startup, scope=scope)
-    blocks = np.array_split(np.arange(len(x)), world)
+    blocks = np.array_split(np.arange(len(x)), world_size)
     for s in range(5):
         idx = np.concatenate([b[s * batch:(s + 1) * batch] for b in blocks])
         exe.run(ref.main, feed={"x": x[idx], "y": y[idx, None]}, scope=scope)

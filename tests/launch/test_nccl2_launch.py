@@ -321,10 +321,11 @@ def test_an_aborting_trainer_tells_every_other_why():
 
 def test_unique_id_served_by_trainer_0():
     eps = _endpoints(3)
-    uid = tuple(range(-64, 64))
+    uid = tuple(range(-64, 64))  # CuPy 13's form: signed chars; the raw bytes travel
+    raw = bytes(v & 0xFF for v in uid)
     got = _in_threads(3, lambda i: exchange_unique_id(i, eps, 20.0, secret=b"k",
-                                                      make_id=lambda: uid))
-    assert got == [uid] * 3
+                                                      make_id=lambda: uid, nccl_version=23203))
+    assert got == [(raw, 23203)] * 3
     with pytest.raises(DeadlineExceededError, match=f"trainer {eps[0]} did not accept"):
         exchange_unique_id(1, eps, 0.5, secret=b"k", make_id=lambda: uid)
 
@@ -444,13 +445,15 @@ def test_build_strategy_must_agree_with_the_transpiled_trainers():
 # -- on GPUs ------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def fake_cupy(monkeypatch):
-    """test_nccl.py's fake cupy: NCCL as threads of this process sharing memory."""
-    from tests.distributed.test_nccl import _fake_cupy
+@pytest.fixture(params=["13.6.0", "14.2.0"])
+def fake_cupy(monkeypatch, request):
+    """tests/distributed/fake_cupy.py, imitating CuPy 13 and 14: NCCL as threads sharing memory."""
+    from tests.distributed import fake_cupy as fake
 
-    for name, module in _fake_cupy().items():
+    for name, module in fake.modules(request.param).items():
         monkeypatch.setitem(sys.modules, name, module)
+    yield fake
+    fake.check_released()
 
 
 @pytest.mark.parametrize("through", ["endpoint", "scheduler"])

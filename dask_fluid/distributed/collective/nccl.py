@@ -1,39 +1,58 @@
-"""NCCL backend of the collective mode: CuPy's ``NcclCommunicator`` set up through the scheduler.
+"""NCCL backend of the collective mode: CuPy's ``NcclCommunicator``, one per rank.
 
-The recipe is raft-dask's (shared/reference/dask-peers.md §3), with the fixes its users asked for:
+The communicator is created inside the trainer task after the client set up the unique id on
+the scheduler (:mod:`.nccl_setup`: probing, sessions, the id's forms), or, in a process started
+Fluid's way, from the id trainer 0 handed out (:mod:`.trainers`).
 
-1. the client creates a *session* on the scheduler (:func:`create_session`): the scheduler process
-   calls ``ncclGetUniqueId`` and keeps the id in a dict keyed by a uuid session id. The process that
-   creates the id hosts NCCL's bootstrap listener, and the scheduler is the one process every
-   worker can reach;
-2. each trainer task fetches the id from the scheduler (``get_client().run_on_scheduler``, from
-   the task thread), converts it back to a tuple (it travels as a list), waits until every rank
-   has checked in, and only then calls ``NcclCommunicator(nranks, uid, rank)``. The init blocks
-   until all ranks join, so it runs inside the trainer task (never in ``client.run``, which would
-   stall the worker's event loop and its heartbeats, cuml#3261) and in a helper thread bounded
-   by the job's deadline;
-3. the communicator is torn down at the end of the task (``destroy``) or on failure
-   (``ncclCommAbort``, also when the job is aborted from elsewhere), and the client deletes the
-   session (:func:`destroy_session`).
+What NCCL allows, and how this module keeps to it:
 
-Collectives fuse the arrays into one flat device buffer per dtype and run on a dedicated CUDA
-stream; the calling thread polls that stream instead of blocking in ``synchronize`` so that a
-dead peer turns into ``DeadlineExceededError`` (and an abort) instead of a hang.
+- ``ncclCommInitRank`` blocks until every rank joined and cannot be cancelled. It runs in a
+  helper thread (after selecting this rank's device there: the current device is per thread)
+  which the task thread polls, so that the deadline and an abort of the job end the wait. The
+  helper also runs a one-element all-reduce, and ``NCCL_RUNTIME_CONNECT=0`` is set, so that the
+  peers' connections are made inside that bounded wait rather than in the first collective's
+  ``groupEnd``. A communicator whose init completes after the task gave up is aborted by the
+  helper itself: none is left behind.
+- A communicator must not be used by two threads at once. Only the task thread calls it:
+  an abort of the job arriving from elsewhere (the worker's event loop, through the job's
+  service) only sets a flag, and the task thread, which polls it while it waits for a
+  collective, calls ``ncclCommAbort``.
+- Collectives fuse the arrays into one flat device buffer per dtype, written on the current
+  stream; the communicator's own stream waits for an event recorded after those writes, runs the
+  collectives, and the task thread polls that stream (``cudaStreamQuery``) instead of blocking in
+  ``synchronize``: a dead peer becomes ``DeadlineExceededError``, an abort ``JobAbortedError``, a
+  CUDA or NCCL error (``cudaStreamQuery``, ``ncclCommGetAsyncError``) is raised as itself at
+  once, and the other ranks are told.
+- ``close`` destroys the communicator when its stream drained within the deadline and aborts it
+  otherwise; it never raises (an error there is logged and kept in ``close_error``), so the
+  error that ended the job is the one the user sees.
 
 CuPy is optional: it is imported inside the functions that need it, never at module import.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import time
-import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from dask_fluid.distributed.collective.nccl_setup import (
+    GpuInfo,
+    NcclUnavailableError,
+    check_nccl,
+    check_nccl_version,
+    create_session,
+    destroy_session,
+    fetch_unique_id,
+    probe_gpus,
+    uid_bytes,
+    uid_for_cupy,
+)
 from dask_fluid.distributed.collective.ring import Communicator
 from dask_fluid.distributed.comm import rpc
 from dask_fluid.distributed.errors import DeadlineExceededError, JobAbortedError
@@ -49,265 +68,59 @@ __all__ = [
     "probe_gpus",
 ]
 
+logger = logging.getLogger(__name__)
+
 _OPS = ("sum", "mean")
-_STORE = "_dask_fluid_nccl"  # attribute of the Scheduler object holding the sessions
 _POLL_S = 20e-6  # stream polling pause: a collective of a small model takes ~100 µs
-_CHECKIN_POLL_S = 0.01
+_INIT_POLL_S = 0.05  # how often the task thread looks at the init helper (abort, deadline)
+_NOTICE_S = 2.0  # how long a rank that saw a peer's connection break waits for its abort notice
 
-
-class NcclUnavailableError(RuntimeError):
-    """The nccl backend cannot run: CuPy, NCCL or a GPU is missing somewhere (named)."""
-
-
-# --------------------------------------------------------------------------------------------
-# Probing (client side, before anything is launched)
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    """What one process offers to the nccl backend.
-
-    Attributes
-    ----------
-    cupy : bool
-        CuPy imports.
-    nccl : bool
-        ``cupy.cuda.nccl.available``.
-    gpus : int
-        CUDA devices visible to the process.
-    device : str
-        Identity of device 0 (PCI bus id, else host and index): NCCL refuses two ranks on one GPU.
-    problem : str
-        Why the backend cannot run there, empty when it can.
-    """
-
-    cupy: bool = False
-    nccl: bool = False
-    gpus: int = 0
-    device: str = ""
-    problem: str = ""
-
-
-def _probe(*, need_gpu: bool = True) -> dict[str, Any]:
-    # Runs in client.run (the worker's event loop): only quick calls, no cupy.is_available(),
-    # which can take seconds (cupy#8152).
-    import socket
-
-    try:
-        import cupy  # noqa: PLC0415
-        from cupy.cuda import nccl  # noqa: PLC0415
-    except Exception as exc:  # ImportError, or a wheel missing its CUDA libraries (cupy#8108)
-        return {"problem": f"CuPy is not importable ({type(exc).__name__}: {exc}); install the "
-                           "'gpu' extra (pip install 'dask-fluid[gpu]')"}
-    info: dict[str, Any] = {"cupy": True, "nccl": bool(getattr(nccl, "available", False))}
-    if not info["nccl"]:
-        info["problem"] = ("CuPy cannot load the NCCL library (cupy.cuda.nccl.available is "
-                           "False); install NCCL, e.g. pip install nvidia-nccl-cu12")
-        return info
-    if not need_gpu:
-        return info
-    try:
-        info["gpus"] = int(cupy.cuda.runtime.getDeviceCount())
-    except Exception as exc:
-        info["problem"] = f"no usable CUDA GPU ({type(exc).__name__}: {exc})"
-        return info
-    if info["gpus"] == 0:
-        info["problem"] = "no CUDA GPU is visible (CUDA_VISIBLE_DEVICES?)"
-        return info
-    try:
-        info["device"] = cupy.cuda.Device(0).pci_bus_id
-    except Exception:
-        info["device"] = f"{socket.gethostname()}:0"
-    return info
-
-
-def probe_gpus(client: Any, workers: Sequence[str] | None = None) -> dict[str, GpuInfo]:
-    """Ask each worker (default: all) whether it can run an NCCL rank.
-
-    Runs quick checks through ``client.run``; nothing is launched and CuPy stays optional.
-
-    Returns
-    -------
-    dict of str to GpuInfo
-        Worker address -> what it offers.
-    """
-    kwargs = {} if workers is None else {"workers": list(workers)}
-    replies = client.run(_probe, **kwargs)
-    return {addr: GpuInfo(**reply) for addr, reply in replies.items()}
-
-
-def _probe_scheduler(dask_scheduler: Any = None) -> dict[str, Any]:
-    return _probe(need_gpu=False)
-
-
-def check_nccl(client: Any, workers: Sequence[str],
-               infos: dict[str, GpuInfo] | None = None) -> None:
-    """Raise :class:`NcclUnavailableError` unless ``workers`` can form an NCCL clique.
-
-    Checks that every worker has CuPy, NCCL and a GPU, that no two workers share a GPU, and
-    that the scheduler (which creates the unique id) has CuPy with NCCL.
-
-    Parameters
-    ----------
-    client : distributed.Client
-    workers : sequence of str
-        The trainer workers.
-    infos : dict, optional
-        The result of :func:`probe_gpus`, to avoid probing twice.
-    """
-    infos = infos if infos is not None else probe_gpus(client, workers)
-    problems = [f"worker {w}: {infos[w].problem}" if w in infos else f"worker {w}: not found"
-                for w in workers if w not in infos or infos[w].problem]
-    seen: dict[str, str] = {}
-    for w in workers:
-        device = infos.get(w, GpuInfo()).device
-        if device and device in seen:
-            problems.append(f"workers {seen[device]} and {w} share the GPU {device} (NCCL "
-                            "needs one GPU per rank: start one worker per GPU, e.g. with "
-                            "dask_cuda.LocalCUDACluster)")
-        seen.setdefault(device, w)
-    scheduler = client.run_on_scheduler(_probe_scheduler)
-    if scheduler.get("problem"):
-        problems.append(f"the scheduler (it creates the NCCL unique id): {scheduler['problem']}")
-    if problems:
-        raise NcclUnavailableError(
-            "backend='nccl' cannot run here: " + "; ".join(problems)
-            + ". Use backend='ring' (CPU) or backend='auto'.")
-
-
-# --------------------------------------------------------------------------------------------
-# Sessions on the scheduler
-# --------------------------------------------------------------------------------------------
-
-
-def _scheduler_create(session: str, dask_scheduler: Any = None) -> None:
-    from cupy.cuda import nccl  # noqa: PLC0415
-
-    store = dask_scheduler.__dict__.setdefault(_STORE, {})
-    store[session] = {"uid": tuple(nccl.get_unique_id()), "arrived": set()}
-
-
-def _scheduler_checkin(session: str, rank: int, dask_scheduler: Any = None) -> list[int] | None:
-    state = getattr(dask_scheduler, _STORE, {}).get(session)
-    if state is None:
-        return None
-    state["arrived"].add(rank)
-    return list(state["uid"])
-
-
-def _scheduler_arrived(session: str, dask_scheduler: Any = None) -> int:
-    state = getattr(dask_scheduler, _STORE, {}).get(session)
-    return -1 if state is None else len(state["arrived"])
-
-
-def _scheduler_delete(session: str, dask_scheduler: Any = None) -> None:
-    getattr(dask_scheduler, _STORE, {}).pop(session, None)
-
-
-def create_session(client: Any) -> str:
-    """Create an NCCL unique id on the scheduler; return the session id that names it."""
-    session = uuid.uuid4().hex
-    client.run_on_scheduler(_scheduler_create, session)
-    return session
-
-
-def destroy_session(client: Any, session: str) -> None:
-    """Forget the session on the scheduler (idempotent)."""
-    client.run_on_scheduler(_scheduler_delete, session)
-
-
-def fetch_unique_id(session: str, rank: int, nranks: int, deadline_s: float, *,
-                    address: str = "", aborted: Any = None, client: Any = None,
-                    wait_for_session: bool = False) -> tuple[int, ...]:
-    """From a trainer: check in with the scheduler, wait for every rank, return the id.
-
-    Waiting for all ranks before ``ncclCommInitRank`` keeps the one call that cannot be
-    interrupted from starting while a peer is missing.
-
-    Parameters
-    ----------
-    session : str
-    rank, nranks : int
-    deadline_s : float
-    address : str
-        This rank's label, for errors.
-    aborted : callable, optional
-        Returns an abort reason to stop waiting.
-    client : distributed.Client, optional
-        Default: the worker's client (``get_client()``, inside a task).
-    wait_for_session : bool
-        Wait (until the deadline) for another rank to create the session, instead of failing
-        when it does not exist yet (trainers started by ``dask-fluid launch``: trainer 0
-        creates it).
-
-    Raises
-    ------
-    DeadlineExceededError
-        If not every rank checked in within ``deadline_s``.
-    JobAbortedError
-        If ``aborted()`` returns a reason while waiting.
-    RuntimeError
-        If the session does not exist (already destroyed).
-    """
-    if client is None:
-        from distributed import get_client  # noqa: PLC0415
-
-        client = get_client()
-    give_up = time.monotonic() + deadline_s
-    while (uid := client.run_on_scheduler(_scheduler_checkin, session, rank)) is None:
-        if not wait_for_session:
-            raise RuntimeError(f"NCCL session {session} does not exist on the scheduler (the "
-                               "job ended or was never set up)")
-        if time.monotonic() > give_up:
-            raise DeadlineExceededError("trainer 0 never created the NCCL session on the "
-                                        "scheduler", "rank", address,
-                                        deadline_ms=deadline_s * 1000)
-        time.sleep(_CHECKIN_POLL_S)
-    while (arrived := client.run_on_scheduler(_scheduler_arrived, session)) < nranks:
-        reason = aborted() if aborted is not None else None
-        if reason:
-            raise JobAbortedError(f"job aborted: {reason}", "rank", address)
-        if time.monotonic() > give_up:
-            raise DeadlineExceededError(
-                f"only {max(arrived, 0)} of {nranks} ranks checked in for the NCCL rendezvous",
-                "rank", address, deadline_ms=deadline_s * 1000)
-        time.sleep(_CHECKIN_POLL_S)
-    return tuple(int(v) for v in uid)  # msgpack turned the tuple into a list
-
-
-# --------------------------------------------------------------------------------------------
-# The communicator (worker side, in the trainer task)
-# --------------------------------------------------------------------------------------------
+#: numpy dtype name -> NCCL datatype constant (bfloat16 needs ml_dtypes' numpy dtype)
+_DTYPES = {"float16": "NCCL_FLOAT16", "float32": "NCCL_FLOAT32", "float64": "NCCL_FLOAT64",
+           "bfloat16": "NCCL_BFLOAT16", "int8": "NCCL_INT8", "uint8": "NCCL_UINT8",
+           "int32": "NCCL_INT32", "uint32": "NCCL_UINT32", "int64": "NCCL_INT64",
+           "uint64": "NCCL_UINT64"}
 
 
 class _AbortHook(rpc.Service):
-    """The service attached for the job: exports nothing but lets ``abort_job`` reach the comm."""
+    """The service attached for the job: lets ``abort_job`` reach the communicator.
+
+    It runs on the worker's event loop, possibly while the task thread is inside an NCCL call,
+    so it only flags the abort; the task thread acts on it.
+    """
 
     def __init__(self, comm: NcclCommunicator) -> None:
         self._comm = comm
 
     def abort(self, reason: str) -> None:
-        self._comm._abort_local(reason)
+        self._comm._flag(reason)
 
 
 def _nccl_dtype(nccl: Any, dtype: np.dtype) -> int:
-    table = {"float16": "NCCL_FLOAT16", "float32": "NCCL_FLOAT32", "float64": "NCCL_FLOAT64",
-             "int32": "NCCL_INT32", "int64": "NCCL_INT64", "uint8": "NCCL_UINT8",
-             "int8": "NCCL_INT8"}
-    try:
-        return getattr(nccl, table[np.dtype(dtype).name])
-    except KeyError:
-        raise TypeError(f"NCCL cannot reduce dtype {dtype}; use one of {sorted(table)}") from None
+    name = np.dtype(dtype).name
+    code = getattr(nccl, _DTYPES.get(name, ""), None)
+    if code is None:
+        known = sorted(n for n, c in _DTYPES.items() if hasattr(nccl, c))
+        raise TypeError(f"NCCL cannot reduce dtype {name}; use one of {known}")
+    return code
+
+
+class _Init:
+    """What the init helper thread hands to the task thread, under a lock."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.comm: Any = None
+        self.stream: Any = None
+        self.error: BaseException | None = None
+        self.abandoned = False
 
 
 class NcclCommunicator(Communicator):
     """A :class:`~dask_fluid.distributed.collective.ring.Communicator` on ``cupy.cuda.nccl``.
 
-    Create it inside the trainer task, one per rank, after the client called
-    :func:`create_session`; or, in a process started Fluid's way, with ``worker=None`` and the
-    ``unique_id`` trainer 0 handed out (:mod:`.trainers`). Arrays may be cupy (reduced in place
-    on the device) or numpy (staged through the device and copied back).
+    Arrays may be cupy (reduced in place on the device) or numpy (staged through the device and
+    copied back).
 
     Parameters
     ----------
@@ -324,17 +137,25 @@ class NcclCommunicator(Communicator):
         Bound of the rendezvous, the init and every collective.
     session : str, optional
         From :func:`create_session`.
-    unique_id : tuple of int, optional
-        The NCCL unique id, when it came another way than a session.
+    unique_id : bytes, optional
+        The NCCL unique id (128 bytes, or CuPy's form of it), when it came another way than a
+        session.
+    nccl_version : int, optional
+        The NCCL version of the process that made ``unique_id``; checked against this one.
     device : int
         CUDA device of this rank (0 with one worker per GPU and ``CUDA_VISIBLE_DEVICES``).
     name : str
         Service name of the abort hook.
+
+    Attributes
+    ----------
+    close_error : Exception or None
+        What went wrong while closing, if anything (``close`` never raises).
     """
 
     def __init__(self, worker: Any, job: str, rank: int, addresses: Sequence[str],
                  deadline_s: float, *, session: str | None = None,
-                 unique_id: Sequence[int] | None = None, device: int = 0,
+                 unique_id: Any = None, nccl_version: int | None = None, device: int = 0,
                  name: str = "nccl") -> None:
         if (session is None) == (unique_id is None):
             raise ValueError("give NcclCommunicator either a session or a unique_id")
@@ -348,19 +169,23 @@ class NcclCommunicator(Communicator):
         self.deadline_s = float(deadline_s)
         self.name = name
         self.device = int(device)
-        self._aborted: str | None = None
+        self.close_error: BaseException | None = None
+        self._aborted: str | None = None  # set by any thread; acted on by the task thread
         self._comm: Any = None
+        self._stream: Any = None
+        self._comm_aborted = False
         self._closed = False
         self._lock = threading.Lock()
-        cupy.cuda.Device(self.device).use()
         if worker is not None:
             rpc.attach_service(worker, job, name, _AbortHook(self))
         try:
-            uid = tuple(int(v) for v in unique_id) if unique_id is not None else \
-                fetch_unique_id(session, rank, self.nranks, self.deadline_s,
-                                address=self.address, aborted=lambda: self._aborted)
-            self._comm = self._init_bounded(uid)
-            self._stream = cupy.cuda.Stream(non_blocking=True)
+            if unique_id is None:
+                unique_id, nccl_version = fetch_unique_id(
+                    session, rank, self.nranks, self.deadline_s, address=self.address,
+                    aborted=lambda: self._aborted)
+            if nccl_version is not None:
+                check_nccl_version(nccl_version, "the process that made the unique id")
+            self._comm, self._stream = self._init_bounded(uid_bytes(unique_id))
         except BaseException:
             self.close()
             raise
@@ -369,28 +194,60 @@ class NcclCommunicator(Communicator):
     def address(self) -> str:
         return self.addresses[self.rank]
 
-    def _init_bounded(self, uid: tuple[int, ...]) -> Any:
-        # ncclCommInitRank releases the GIL but cannot be cancelled: run it in a helper thread and
-        # give up (leaking that thread) at the deadline rather than hang the task.
-        box: dict[str, Any] = {}
+    def _init_bounded(self, uid: bytes) -> tuple[Any, Any]:
+        cp, nccl = self._cupy, self._nccl
+        # connect every peer during the init (NCCL >= 2.22 connects lazily by default, i.e.
+        # in the first collective's groupEnd, outside any bound); a user's setting wins
+        os.environ.setdefault("NCCL_RUNTIME_CONNECT", "0")
+        state = _Init()
 
         def init() -> None:
+            comm = None
             try:
-                self._cupy.cuda.Device(self.device).use()
-                box["comm"] = self._nccl.NcclCommunicator(self.nranks, uid, self.rank)
+                cp.cuda.Device(self.device).use()  # the current device is per thread
+                comm = nccl.NcclCommunicator(self.nranks, uid_for_cupy(uid), self.rank)
+                stream = cp.cuda.Stream(non_blocking=True)
+                probe = cp.zeros(1, dtype=cp.float32)
+                comm.allReduce(probe.data.ptr, probe.data.ptr, 1, nccl.NCCL_FLOAT32,
+                               nccl.NCCL_SUM, stream.ptr)
+                while not stream.done and not state.abandoned:  # no unbounded synchronize
+                    time.sleep(_POLL_S * 50)
             except BaseException as exc:  # noqa: BLE001 - handed to the task thread
-                box["error"] = exc
+                with state.lock:
+                    state.error = exc
+                if comm is not None:
+                    _quiet_abort(comm)
+                return
+            with state.lock:
+                if not state.abandoned:
+                    state.comm, state.stream = comm, stream
+                    return
+            _quiet_abort(comm)  # the task gave up meanwhile: nobody else will release it
 
         thread = threading.Thread(target=init, name=f"nccl-init-{self.job}", daemon=True)
         thread.start()
-        thread.join(self.deadline_s)
-        if thread.is_alive():
+        give_up = time.monotonic() + self.deadline_s
+        while True:
+            thread.join(_INIT_POLL_S)
+            if not thread.is_alive():
+                break
+            reason = self._aborted
+            late = time.monotonic() > give_up
+            if reason is None and not late:
+                continue
+            with state.lock:
+                state.abandoned = True
+                comm = state.comm
+            if comm is not None:  # finished between the join and the lock
+                _quiet_abort(comm)
+            if reason is not None:
+                raise JobAbortedError(f"job aborted: {reason}", "rank", self.address)
             raise DeadlineExceededError("ncclCommInitRank did not complete (a peer never "
                                         "joined)", "rank", self.address,
                                         deadline_ms=self.deadline_s * 1000)
-        if "error" in box:
-            raise box["error"]
-        return box["comm"]
+        if state.error is not None:
+            raise state.error
+        return state.comm, state.stream
 
     # -- collectives ----------------------------------------------------------------------------
 
@@ -420,19 +277,28 @@ class NcclCommunicator(Communicator):
         self._check_usable(step)
         if not arrays:
             return
+        # this rank's device is current for the fused buffers (and only during the call: the
+        # task thread is the worker's, and runs other tasks afterwards)
+        with self._cupy.cuda.Device(self.device):
+            self._run_on_device(arrays, step, collective, scale)
+
+    def _run_on_device(self, arrays: list[Any], step: int | None, collective: Any,
+                       scale: float | None) -> None:
         cp = self._cupy
         groups: dict[str, list[int]] = {}
         for i, a in enumerate(arrays):
             groups.setdefault(np.dtype(a.dtype).str, []).append(i)
+        for key in groups:
+            _nccl_dtype(self._nccl, np.dtype(key))  # before anything is enqueued
         flats = []
         for key in sorted(groups):  # the same order on every rank
             parts = [cp.asarray(arrays[i]).reshape(-1) for i in groups[key]]
             flats.append(parts[0].copy() if len(parts) == 1 else cp.concatenate(parts))
-        # the fused buffers were written on the current stream: NCCL's stream must wait for them
-        ready = cp.cuda.Event()
-        ready.record()
-        self._stream.wait_event(ready)
         try:
+            # the fused buffers are written on the current stream: NCCL's stream waits for them
+            ready = cp.cuda.Event()
+            ready.record()
+            self._stream.wait_event(ready)
             self._nccl.groupStart()
             try:
                 for flat in flats:
@@ -446,10 +312,11 @@ class NcclCommunicator(Communicator):
             self._wait(step)
         except (JobAbortedError, DeadlineExceededError):
             raise
-        except Exception as exc:
+        except Exception as exc:  # CUDA or NCCL error: it is the cause, raise it as itself
             self.abort(f"rank {self.rank} ({self.address}) failed in an NCCL collective: "
                        f"{type(exc).__name__}: {exc}"[:500])
             raise
+        # the results are read on the current stream, which the wait above ordered after them
         for key, flat in zip(sorted(groups), flats, strict=True):
             offset = 0
             for i in groups[key]:
@@ -462,11 +329,11 @@ class NcclCommunicator(Communicator):
                     a[...] = part
 
     def _wait(self, step: int | None) -> None:
-        """Poll the stream: returns when it is done, raises on abort, deadline or NCCL error."""
+        """Poll the stream: returns when it is done, raises on abort, deadline or error."""
         give_up = time.monotonic() + self.deadline_s
-        check = getattr(self._comm, "check_async_error", None)
-        while not self._stream.done:
+        while not self._stream.done:  # cudaStreamQuery: raises a kernel's error
             if self._aborted is not None:
+                self._abort_comm()
                 raise JobAbortedError(f"job aborted: {self._aborted}", "rank", self.address, step)
             if time.monotonic() > give_up:
                 self.abort(f"rank {self.rank} ({self.address}): an NCCL collective did not "
@@ -474,33 +341,54 @@ class NcclCommunicator(Communicator):
                 raise DeadlineExceededError("an NCCL collective did not finish (a peer is dead "
                                             "or stuck)", "rank", self.address, step,
                                             deadline_ms=self.deadline_s * 1000)
-            if check is not None:
-                check()  # raises NcclError when a peer's connection broke
+            try:
+                self._comm.check_async_error()  # NcclError when a peer's connection broke
+            except Exception:
+                # a peer that failed is telling every rank why (abort of the job): give its
+                # notice a moment, so that this rank reports the cause, not the symptom
+                self._await_notice()
+                if self._aborted is not None:
+                    self._abort_comm()
+                    raise JobAbortedError(f"job aborted: {self._aborted}", "rank",
+                                          self.address, step) from None
+                raise
             time.sleep(_POLL_S)
+
+    def _await_notice(self) -> None:
+        give_up = time.monotonic() + min(_NOTICE_S, self.deadline_s)
+        while self._aborted is None and time.monotonic() < give_up:
+            time.sleep(_INIT_POLL_S / 5)
 
     def _check_usable(self, step: int | None) -> None:
         if self._aborted is not None:
+            self._abort_comm()
             raise JobAbortedError(f"job aborted: {self._aborted}", "rank", self.address, step)
         if self._closed or self._comm is None:
             raise RuntimeError("this NcclCommunicator is closed; create a new one")
 
     # -- ending ---------------------------------------------------------------------------------
 
-    def _abort_local(self, reason: str) -> None:
+    def _flag(self, reason: str) -> bool:
+        """Record the abort (any thread); True if it is the first."""
         with self._lock:
             if self._aborted is not None:
-                return
+                return False
             self._aborted = reason
-            comm = self._comm
-        if comm is not None:
-            try:
-                comm.abort()  # ncclCommAbort: kernels waiting on dead peers return
-            except Exception:  # noqa: BLE001 - best effort while failing anyway
-                pass
+            return True
+
+    def _abort_comm(self) -> None:
+        """``ncclCommAbort`` (task thread only): kernels waiting on dead peers return."""
+        with self._lock:
+            if self._comm is None or self._comm_aborted:
+                return
+            self._comm_aborted = True
+        _quiet_abort(self._comm)
 
     def abort(self, reason: str) -> None:
-        self._abort_local(reason)
-        if self.worker is None:
+        """Abort this rank's communicator and tell the other ranks (from the task thread)."""
+        first = self._flag(reason)
+        self._abort_comm()
+        if self.worker is None or not first:
             return
         rpc.abort_local(self.worker, self.job, reason)
         others = [a for i, a in enumerate(self.addresses) if i != self.rank]
@@ -509,17 +397,44 @@ class NcclCommunicator(Communicator):
         except Exception:  # noqa: BLE001 - the error this rank raises matters more
             pass
 
+    def _drained(self) -> bool:
+        give_up = time.monotonic() + self.deadline_s
+        while not self._stream.done:
+            if time.monotonic() > give_up:
+                return False
+            time.sleep(_POLL_S)
+        return True
+
     def close(self) -> None:
+        """Destroy the communicator (abort it if it is not idle); never raises."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            comm, aborted = self._comm, self._aborted
-        if comm is not None and aborted is None:
-            try:
-                self._stream.synchronize()
-                comm.destroy()
-            except Exception:  # noqa: BLE001
-                comm.abort()
-        if self.worker is not None:
-            rpc.detach_service(self.worker, self.job, self.name)
+        try:
+            if self._comm is not None:
+                if self._aborted is None and not self._comm_aborted and self._drained():
+                    self._comm.destroy()
+                    self._comm_aborted = True  # nothing left to abort
+                else:
+                    self._abort_comm()
+        except Exception as exc:  # noqa: BLE001 - never mask the error that ended the job
+            self.close_error = exc
+            logger.warning("rank %d (%s): closing the NCCL communicator failed: %s: %s",
+                           self.rank, self.address, type(exc).__name__, exc)
+            self._abort_comm()
+        finally:
+            if self.worker is not None:
+                rpc.detach_service(self.worker, self.job, self.name)
+
+    def __exit__(self, exc_type: Any, *rest: object) -> None:
+        self.close()
+        if exc_type is None and self.close_error is not None:
+            raise self.close_error
+
+
+def _quiet_abort(comm: Any) -> None:
+    try:
+        comm.abort()
+    except Exception as exc:  # noqa: BLE001 - best effort while failing anyway
+        logger.warning("ncclCommAbort failed: %s: %s", type(exc).__name__, exc)

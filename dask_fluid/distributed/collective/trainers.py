@@ -26,8 +26,9 @@ import logging
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from dask_fluid.distributed.collective import links
+from dask_fluid.distributed.collective import links, nccl_setup
 from dask_fluid.distributed.collective.ring import Communicator
 from dask_fluid.distributed.collective.tcp_ring import EndpointRingCommunicator
 from dask_fluid.distributed.errors import WorkerLostError
@@ -36,7 +37,8 @@ __all__ = ["TrainerComm", "connect_trainers", "exchange_unique_id", "nccl_usable
 
 logger = logging.getLogger(__name__)
 
-_UID = struct.Struct("128b")  # ncclUniqueId: 128 chars; CuPy hands them out as ints
+#: what trainer 0 sends each trainer: the id's 128 bytes and its NCCL version
+_ID_MESSAGE = struct.Struct(f"!{nccl_setup.UID_SIZE}sQ")
 
 
 @dataclass
@@ -95,8 +97,8 @@ def nccl_usable() -> bool:
 
 
 def exchange_unique_id(rank: int, endpoints: Sequence[str], deadline_s: float, *,
-                       secret: bytes, make_id: Callable[[], Sequence[int]]
-                       ) -> tuple[int, ...]:
+                       secret: bytes, make_id: Callable[[], Any], nccl_version: int = 0
+                       ) -> tuple[bytes, int]:
     """Fluid's ``gen_nccl_id``: trainer 0 creates the id and serves it at its endpoint.
 
     Trainer 0 listens on ``endpoints[0]`` until every other trainer has fetched the id (each
@@ -110,7 +112,14 @@ def exchange_unique_id(rank: int, endpoints: Sequence[str], deadline_s: float, *
     deadline_s : float
     secret : bytes
     make_id : callable
-        Creates the id on trainer 0 (``cupy.cuda.nccl.get_unique_id``).
+        Creates the id on trainer 0 (``cupy.cuda.nccl.get_unique_id``: bytes or a tuple).
+    nccl_version : int
+        Trainer 0's NCCL version, sent along with the id.
+
+    Returns
+    -------
+    (bytes, int)
+        The id's 128 bytes and trainer 0's NCCL version.
 
     Raises
     ------
@@ -119,35 +128,36 @@ def exchange_unique_id(rank: int, endpoints: Sequence[str], deadline_s: float, *
     """
     endpoints = list(endpoints)
     if rank == 0:
-        uid = tuple(int(v) for v in make_id())
+        uid = nccl_setup.uid_bytes(make_id())
         if len(endpoints) == 1:
-            return uid
+            return uid, nccl_version
         listener = links.Listener(links.bind(*links.split_endpoint(endpoints[0]), endpoints[0]),
                                   secret, endpoints[0], len(endpoints))
         try:
             for k in range(1, len(endpoints)):
                 conn = listener.take("ncclid", k, deadline_s, endpoints[k], role="trainer")
                 try:
-                    conn.sendall(_UID.pack(*uid))
+                    conn.sendall(_ID_MESSAGE.pack(uid, nccl_version))
                 finally:
                     conn.close()
         finally:
             listener.close()
-        return uid
+        return uid, nccl_version
     host, port = links.split_endpoint(endpoints[0])
     conn = links.dial(host, port, links.hello(secret, "ncclid", endpoints[0], rank), deadline_s,
                       peer=endpoints[0], me=endpoints[rank], role="trainer")
     try:
         conn.settimeout(deadline_s)
         data = b""
-        while len(data) < _UID.size and (piece := conn.recv(_UID.size - len(data))):
+        while len(data) < _ID_MESSAGE.size and (piece := conn.recv(_ID_MESSAGE.size - len(data))):
             data += piece
     finally:
         conn.close()
-    if len(data) != _UID.size:
+    if len(data) != _ID_MESSAGE.size:
         raise WorkerLostError("trainer 0 hung up before sending the NCCL unique id", "trainer",
                               endpoints[0])
-    return tuple(_UID.unpack(data))
+    uid, version = _ID_MESSAGE.unpack(data)
+    return uid, int(version)
 
 
 def _session_name(secret: bytes, endpoints: Sequence[str]) -> str:
@@ -164,13 +174,13 @@ def _nccl_through_scheduler(rank: int, endpoints: list[str], deadline_s: float, 
     session = _session_name(secret, endpoints)
     with Client(scheduler, set_as_default=False, timeout=deadline_s) as client:
         if rank == 0:
-            client.run_on_scheduler(nccl._scheduler_create, session)
+            nccl.create_session(client, session)
         try:
-            uid = nccl.fetch_unique_id(session, rank, len(endpoints), deadline_s,
-                                       address=endpoints[rank], client=client,
-                                       wait_for_session=True)
+            uid, version = nccl.fetch_unique_id(session, rank, len(endpoints), deadline_s,
+                                                address=endpoints[rank], client=client,
+                                                wait_for_session=True)
             return nccl.NcclCommunicator(None, session, rank, endpoints, deadline_s,
-                                         unique_id=uid, device=device)
+                                         unique_id=uid, nccl_version=version, device=device)
         finally:
             if rank == 0:  # every rank checked in before the init: nobody needs it any more
                 nccl.destroy_session(client, session)
@@ -211,10 +221,12 @@ def connect_trainers(rank: int, endpoints: Sequence[str], deadline_s: float, *,
 
             from dask_fluid.distributed.collective.nccl import NcclCommunicator  # noqa: PLC0415
 
-            uid = exchange_unique_id(rank, endpoints, deadline_s, secret=secret,
-                                     make_id=cupy_nccl.get_unique_id)
+            uid, version = exchange_unique_id(rank, endpoints, deadline_s, secret=secret,
+                                              make_id=cupy_nccl.get_unique_id,
+                                              nccl_version=int(cupy_nccl.get_version()))
             comm = NcclCommunicator(None, _session_name(secret, endpoints), rank, endpoints,
-                                    deadline_s, unique_id=uid, device=device)
+                                    deadline_s, unique_id=uid, nccl_version=version,
+                                    device=device)
         return TrainerComm(comm, "nccl", rank, len(endpoints), endpoints)
     if on_gpu:
         logger.warning("trainer %d runs on a GPU but CuPy has no NCCL here: gradients are "
