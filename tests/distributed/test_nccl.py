@@ -11,7 +11,10 @@ Two halves:
   one rank per GPU when there are more. Skipped with the reason otherwise.
 """
 
+import json
 import logging
+import pathlib
+import subprocess
 import sys
 import threading
 import time
@@ -440,3 +443,31 @@ def test_real_nccl_training_equals_local():
         exe.run(ref.main, feed={"x": x[idx], "y": y[idx, None]}, scope=scope)
     for name, value in result.params.items():
         np.testing.assert_allclose(value, np.asarray(scope.get(name)), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(GPUS > 0, reason="a GPU is present: gpu_check.py runs its checks instead")
+def test_gpu_check_skips_saying_why_without_a_gpu(tmp_path):
+    root = pathlib.Path(__file__).resolve().parents[2]
+    report = tmp_path / "gpu_check.json"
+    proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--json", str(report)],
+                          cwd=root, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("skipped: no GPU (") and NO_GPU_REASON.split(" (")[0] in \
+        proc.stdout
+    assert "skipped" in json.loads(report.read_text())
+
+
+@pytest.mark.parametrize("version", ["13.6.0", "14.2.0"])
+def test_gpu_check_raw_calls_match_the_cupy_api(version, monkeypatch):
+    # the GPU-only script's own CuPy calls, against the fake's signatures (both versions)
+    for name, module in fake_cupy.modules(version, gpus=1).items():
+        monkeypatch.setitem(sys.modules, name, module)
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import gpu_check
+    finally:
+        sys.path.pop(0)
+    report = gpu_check._raw_cupy()
+    assert report["ok"] and len(report["calls"]) == 2, report
+    assert report["unique_id_type"] == ("bytes" if version.startswith("14") else "tuple")
+    fake_cupy.check_released()

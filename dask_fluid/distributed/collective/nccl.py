@@ -55,11 +55,16 @@ from dask_fluid.distributed.collective.nccl_setup import (
 )
 from dask_fluid.distributed.collective.ring import Communicator
 from dask_fluid.distributed.comm import rpc
-from dask_fluid.distributed.errors import DeadlineExceededError, JobAbortedError
+from dask_fluid.distributed.errors import (
+    DeadlineExceededError,
+    DistributedTrainingError,
+    JobAbortedError,
+)
 
 __all__ = [
     "GpuInfo",
     "NcclCommunicator",
+    "NcclInitError",
     "NcclUnavailableError",
     "check_nccl",
     "create_session",
@@ -80,6 +85,13 @@ _DTYPES = {"float16": "NCCL_FLOAT16", "float32": "NCCL_FLOAT32", "float64": "NCC
            "bfloat16": "NCCL_BFLOAT16", "int8": "NCCL_INT8", "uint8": "NCCL_UINT8",
            "int32": "NCCL_INT32", "uint32": "NCCL_UINT32", "int64": "NCCL_INT64",
            "uint64": "NCCL_UINT64"}
+
+
+class NcclInitError(DistributedTrainingError):
+    """``ncclCommInitRank`` (or the warm-up collective right after it) failed on one rank."""
+
+    hint = ("NCCL_ERROR_UNHANDLED_CUDA_ERROR means NCCL could not use the GPU (driver, "
+            "CUDA_VISIBLE_DEVICES); run with NCCL_DEBUG=INFO for NCCL's own account.")
 
 
 class _AbortHook(rpc.Service):
@@ -246,7 +258,11 @@ class NcclCommunicator(Communicator):
                                         "joined)", "rank", self.address,
                                         deadline_ms=self.deadline_s * 1000)
         if state.error is not None:
-            raise state.error
+            exc = state.error
+            raise NcclInitError(
+                f"creating the NCCL communicator failed on rank {self.rank} of {self.nranks} "
+                f"(CUDA device {self.device}): {type(exc).__name__}: {exc}", "rank",
+                self.address) from exc
         return state.comm, state.stream
 
     # -- collectives ----------------------------------------------------------------------------
