@@ -30,7 +30,7 @@ from dask_fluid.distributed import DeadlineExceededError, JobAbortedError, train
 from dask_fluid.distributed.collective import nccl as nccl_backend
 from dask_fluid.distributed.collective import nccl_setup
 from dask_fluid.distributed.collective.nccl import GpuInfo, NcclCommunicator, NcclUnavailableError
-from dask_fluid.distributed.comm.rpc import abort_job_sync
+from dask_fluid.distributed.comm.rpc import abort_job_sync, ensure_plugin
 from dask_fluid.models import mlp
 from tests.distributed import fake_cupy
 
@@ -54,6 +54,7 @@ def fake_client(request):
 @pytest.fixture
 def world(fake_client):
     """The fake's state; after each test: nothing leaked, NCCL's rules kept."""
+    ensure_plugin(fake_client)  # the workers' abort handler, as train_* installs it
     w = fake_cupy.world()
     w.violations.clear()
     w.aborts.clear()
@@ -215,7 +216,9 @@ def _waits_in_a_collective(job, session, rank, addresses):
     worker = get_worker()
     with NcclCommunicator(worker, job, rank, addresses, 30.0, session=session) as comm:
         if rank == 1:
-            time.sleep(1.5)  # never joins the collective: rank 0 waits until aborted
+            give_up = time.monotonic() + 10  # never joins the collective: rank 0 waits
+            while not fake_cupy.world().aborts and time.monotonic() < give_up:  # until aborted
+                time.sleep(0.01)
             return threading.get_ident(), None
         start = time.monotonic()
         try:
@@ -231,13 +234,18 @@ def test_an_abort_is_flagged_by_the_handler_and_acted_on_by_the_task_thread(fake
     session = nccl_backend.create_session(fake_client)
     addresses = sorted(fake_client.scheduler_info()["workers"])
     try:
+        raw = fake_client.run_on_scheduler(
+            lambda dask_scheduler: dask_scheduler._dask_fluid_nccl[session]["uid"])
         futures = _submit(fake_client, _waits_in_a_collective, job, session)
-        time.sleep(0.7)
+        start = time.monotonic()  # abort once rank 0 waits in its first collective (after the
+        while 0 not in getattr(world.cliques.get(raw), "contributions", {}).get(1, {}):  # warm-up)
+            assert time.monotonic() - start < 20, "rank 0 never reached its collective"
+            time.sleep(0.01)
         abort_job_sync(fake_client, [addresses[0]], job, "stopped by the test")
         (ident0, (waited, message)), _ = fake_client.gather(futures)
     finally:
         nccl_backend.destroy_session(fake_client, session)
-    assert "stopped by the test" in message and "step 3" in message and waited < 1.5
+    assert "stopped by the test" in message and "step 3" in message and waited < 10
     # ncclCommAbort ran once, on rank 0's task thread (never on the event loop, and never while
     # that thread was inside the communicator: no violations)
     assert len(world.aborts) == 1 and world.aborts[0][1] == ident0
@@ -258,13 +266,15 @@ def test_a_communicator_created_after_the_task_gave_up_is_aborted(fake_client, w
     future = fake_client.submit(_blocks_in_init, job, raw, 0.6 if how == "deadline" else 30.0,
                                 0, addresses, workers=[addresses[0]], pure=False)
     start = time.monotonic()
-    if how == "abort":
-        time.sleep(0.3)
+    if how == "abort":  # once rank 0 is inside ncclCommInitRank
+        while 0 not in getattr(world.cliques.get(raw), "members", {}):
+            assert time.monotonic() - start < 20, "rank 0 never began its init"
+            time.sleep(0.01)
         abort_job_sync(fake_client, [addresses[0]], job, "stopped during the init")
     expected = DeadlineExceededError if how == "deadline" else JobAbortedError
     with pytest.raises(expected, match="ncclCommInitRank did not complete|during the init"):
         future.result(timeout=30)
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 15  # far from the 30 s deadline of the abort case
     # now the peer joins, as a rank does (init, then the warm-up all-reduce): rank 0's init
     # completes in its helper thread, which finds the task gone and aborts the communicator
     cupy, nccl = sys.modules["cupy"], sys.modules["cupy.cuda.nccl"]

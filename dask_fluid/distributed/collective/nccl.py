@@ -211,6 +211,8 @@ class NcclCommunicator(Communicator):
         # connect every peer during the init (NCCL >= 2.22 connects lazily by default, i.e.
         # in the first collective's groupEnd, outside any bound); a user's setting wins
         os.environ.setdefault("NCCL_RUNTIME_CONNECT", "0")
+        if self._aborted is not None:  # aborted before the init began: do not begin it
+            raise JobAbortedError(f"job aborted: {self._aborted}", "rank", self.address)
         state = _Init()
 
         def init() -> None:
