@@ -19,7 +19,7 @@ from dask_fluid.distributed.collective.nccl import NcclUnavailableError
 from dask_fluid.distributed.collective.ring import RingCommunicator, ring_addresses
 from dask_fluid.distributed.collective.runtime import rank_seed, split_program, steps_per_epoch_for
 from dask_fluid.distributed.collective.tcp_ring import TcpRingCommunicator
-from dask_fluid.distributed.launch.data import batch_indices, partition_by_worker
+from dask_fluid.distributed.launch.data import batch_indices, group_chunks, partition_by_worker
 from dask_fluid.flags import RPCFlags
 from dask_fluid.models import mlp
 from dask_fluid.transpiler import DistributeTranspiler, DistributeTranspilerConfig
@@ -43,13 +43,11 @@ def _small(opt=None):
 
 
 def _local_reference(spec, partition, x, y, batch, epochs, steps, seed):
-    """Local training where step s takes the union, in rank order, of every rank's batch s."""
+    """Local training where step s takes the union, in rank order, of every rank's batch s
+    (rank r trains on the r-th contiguous run of chunks: group_chunks)."""
     bounds = np.cumsum((0, *partition.chunk_rows))
-    ranks = []
-    for w in partition.workers:
-        rows = np.concatenate([np.arange(bounds[i], bounds[i + 1])
-                               for i, _ in sorted(partition.parts[w], key=lambda p: p[0])])
-        ranks.append(rows)
+    ranks = [np.concatenate([np.arange(bounds[i], bounds[i + 1]) for i in group])
+             for group in group_chunks(partition.chunk_rows, len(partition.workers))]
     scope, exe = fluid.Scope(), fluid.Executor()
     exe.run(spec.startup, scope=scope)
     losses = []
@@ -278,3 +276,22 @@ def test_killed_rank_ends_the_job_within_the_deadline_and_the_next_job_runs(kill
     result = train_collective(client, spec.main, spec.startup, (x, y), trainers=2,
                               batch_size=8, flags=RPCFlags(deadline_ms=10_000))
     assert result.steps == 16 and len({r["digest"] for r in result.ranks}) == 1
+
+
+def test_identical_fits_on_dask_arrays_are_bit_identical_wherever_the_chunks_are(dist_client,
+                                                                                 workers):
+    import dask.array as da
+
+    x, y = reference_blobs(960, n_features=8, n_classes=3, seed=2)
+    results = []
+    for placement in (None, [workers[2]], [workers[1], workers[0]]):
+        xd = da.from_array(x, chunks=(120, 8), name=f"x-{placement}")
+        yd = da.from_array(y, chunks=120, name=f"y-{placement}")
+        if placement is not None:  # Dask put the chunks elsewhere this time
+            xd, yd = dist_client.persist([xd, yd], workers=placement)
+        spec = _small()
+        results.append(train_collective(dist_client, spec.main, spec.startup,
+                                        {"x": xd, "y": yd}, trainers=3, backend="ring",
+                                        batch_size=16, epochs=2))
+    assert len({r.ranks[0]["digest"] for r in results}) == 1
+    assert [r["rows"] for r in results[0].ranks] == [360, 360, 240]  # 8 chunks of 120

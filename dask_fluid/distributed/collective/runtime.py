@@ -64,6 +64,7 @@ from dask_fluid.distributed.errors import WorkerLostError
 from dask_fluid.distributed.launch import malloc
 from dask_fluid.distributed.launch.data import (
     DataPartition,
+    assign_trainers,
     batch_indices,
     local_arrays,
     partition_by_worker,
@@ -322,15 +323,25 @@ def train_collective(client: Any, main_program: Program | None = None,
             check_nccl(client, candidates or sorted(infos), infos)
     partition = data if isinstance(data, DataPartition) else partition_by_worker(
         client, _as_arrays(data, feeds), workers=candidates)
-    ranks = [w for w in (candidates or partition.workers) if partition.rows_per_worker.get(w)]
-    if not ranks:
+    holders = [w for w in partition.workers if partition.rows_per_worker.get(w)]
+    if not holders:
         raise ValueError("no worker holds any rows of data")
-    dropped = sorted(set(candidates or ()) - set(ranks))
+    allowed = candidates or sorted(holders)
+    n = min(len(allowed), sum(1 for r in partition.chunk_rows if r > 0))
+    dropped = allowed[n:]
     if dropped:
-        logger.warning("workers %s hold no rows and do not train (a rank without data would "
-                       "stall every collective)", dropped)
+        logger.warning("workers %s get no rows and do not train (the data has %d non-empty "
+                       "chunk(s); a rank without data would stall every collective)", dropped, n)
+    # rank r trains on the r-th run of chunks, a function of the data alone (not of where Dask
+    # put them), so identical fits are bit-identical; ranks bound to endpoints, or to workers
+    # the caller listed, keep their worker
+    in_order = bool(labels) or (trainers is not None and not isinstance(
+        trainers, (int, np.integer)))
+    assignment = assign_trainers(client, partition, n, allowed[:n] if in_order else allowed,
+                                 flags.deadline_s, in_order=in_order)
+    ranks = assignment.workers
     backend = _choose_backend(client, backend, ranks, infos)
-    rows = [partition.rows_per_worker[w] for w in ranks]
+    rows = assignment.rows
     steps = steps_per_epoch_for(rows, batch_size, steps_per_epoch)
 
     job = new_job_id()
@@ -342,7 +353,7 @@ def train_collective(client: Any, main_program: Program | None = None,
            "transport": transport.choose(transport.COLLECTIVE_KEY, ranks, ("tcp://",))}
     session = create_session(client) if backend == "nccl" else None
     cfg["session"] = session
-    tasks = [TaskSpec(w, _trainer_task, args=(cfg, r, partition.futures(w)), role="trainer",
+    tasks = [TaskSpec(w, _trainer_task, args=(cfg, r, assignment.parts[r]), role="trainer",
                       endpoint=labels.get(w)) for r, w in enumerate(ranks)]
     try:
         results = run_tasks(client, job, tasks, callbacks=callbacks)

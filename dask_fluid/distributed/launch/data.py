@@ -237,20 +237,25 @@ def _identity(part: Any) -> Any:
 
 async def assign_trainers_async(client: Any, partition: DataPartition, n: int,
                                 workers: Sequence[str],
-                                timeout_s: float | None = None) -> Assignment:
+                                timeout_s: float | None = None, *,
+                                in_order: bool = False) -> Assignment:
     """Asynchronous :func:`assign_trainers`."""
     groups = group_chunks(partition.chunk_rows, n)
     future_of = {i: f for parts in partition.parts.values() for i, f in parts}
     holder_of = {i: w for w, parts in partition.parts.items() for i, _ in parts}
-    free = sorted(workers)
+    free = list(workers) if in_order else sorted(workers)
     if len(free) < n:
         raise ValueError(f"{n} trainers need {n} workers; {len(free)} are allowed ({free})")
+    where: dict[int, str] = {}
+    if in_order:
+        where = dict(enumerate(free[:n]))
     local = [{w: sum(partition.chunk_rows[i] for i in g if holder_of[i] == w) for w in free}
              for g in groups]
-    where: dict[int, str] = {}
     # the largest groups choose first: the worker holding most of their rows
     for g in sorted(range(n), key=lambda g: (-sum(partition.chunk_rows[i] for i in groups[g]),
                                              g)):
+        if g in where:
+            continue
         best = max(free, key=lambda w: (local[g][w], -free.index(w)))
         where[g] = best
         free.remove(best)
@@ -274,7 +279,8 @@ async def assign_trainers_async(client: Any, partition: DataPartition, n: int,
 
 
 def assign_trainers(client: Any, partition: DataPartition, n: int,
-                    workers: Sequence[str], timeout_s: float | None = None) -> Assignment:
+                    workers: Sequence[str], timeout_s: float | None = None, *,
+                    in_order: bool = False) -> Assignment:
     """Give ``n`` trainer ranks their rows: rank ``r`` trains on the ``r``-th of
     :func:`group_chunks`' runs, on the allowed worker that holds most of them; chunks held
     elsewhere are copied there.
@@ -289,12 +295,16 @@ def assign_trainers(client: Any, partition: DataPartition, n: int,
         The workers trainers may run on (at least ``n``).
     timeout_s : float, optional
         Bound on the copies (``DeadlineExceededError``).
+    in_order : bool
+        Rank ``r`` runs on ``workers[r]`` (ranks bound to workers, e.g. Fluid endpoints); its
+        chunks are copied there.
 
     Returns
     -------
     Assignment
     """
-    return client.sync(assign_trainers_async, client, partition, n, workers, timeout_s)
+    return client.sync(assign_trainers_async, client, partition, n, workers, timeout_s,
+                       in_order=in_order)
 
 
 # --------------------------------------------------------------------------------------------
