@@ -333,12 +333,10 @@ def train_collective(client: Any, main_program: Program | None = None,
         logger.warning("workers %s get no rows and do not train (the data has %d non-empty "
                        "chunk(s); a rank without data would stall every collective)", dropped, n)
     # rank r trains on the r-th run of chunks, a function of the data alone (not of where Dask
-    # put them), so identical fits are bit-identical; ranks bound to endpoints, or to workers
-    # the caller listed, keep their worker
-    in_order = bool(labels) or (trainers is not None and not isinstance(
-        trainers, (int, np.integer)))
-    assignment = assign_trainers(client, partition, n, allowed[:n] if in_order else allowed,
-                                 flags.deadline_s, in_order=in_order)
+    # put them), so identical fits are bit-identical; when the caller chose the trainers
+    # (a count, a list, endpoints), rank r runs on the r-th of them, else where its rows are
+    assignment = assign_trainers(client, partition, n, allowed, flags.deadline_s,
+                                 in_order=candidates is not None)
     ranks = assignment.workers
     backend = _choose_backend(client, backend, ranks, infos)
     rows = assignment.rows
