@@ -36,6 +36,7 @@ destroy/abort, and communicators never released.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import os
@@ -44,6 +45,7 @@ import time
 import types
 import weakref
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -561,18 +563,20 @@ class NcclCommunicator:
         with w.lock:
             w.live.add(self)
 
-    # every method: one thread at a time, and not after destroy/abort
-    def _enter(self, what: str) -> None:
+    @contextlib.contextmanager
+    def _inside(self, what: str) -> Iterator[None]:
+        """Every method: one thread at a time, and not after destroy/abort (else a violation)."""
         if not self._inuse.acquire(blocking=False):
             self._world.violations.append(f"{what} called while another thread was inside "
                                           f"rank {self._rank}'s communicator")
             self._inuse.acquire()
-        if self._state != "open" and what not in ("abort", "destroy", "check_async_error"):
-            self._world.violations.append(f"{what} on a communicator after {self._state}")
-        time.sleep(API_S)
-
-    def _leave(self) -> None:
-        self._inuse.release()
+        try:
+            if self._state != "open" and what not in ("abort", "destroy", "check_async_error"):
+                self._world.violations.append(f"{what} on a communicator after {self._state}")
+            time.sleep(API_S)
+            yield
+        finally:
+            self._inuse.release()
 
     def _buffer(self, ptr: Any, count: int, dtype: int, name: str) -> np.ndarray:
         ptr = _int_arg(name, ptr)
@@ -624,8 +628,7 @@ class NcclCommunicator:
 
     def allReduce(self, sendbuf: Any, recvbuf: Any, count: Any, datatype: Any, op: Any,  # noqa: N802
                   stream: Any) -> None:
-        self._enter("allReduce")
-        try:
+        with self._inside("allReduce"):
             count, datatype, op = (_int_arg(n, v) for n, v in
                                    (("count", count), ("datatype", datatype), ("op", op)))
             send = self._buffer(sendbuf, count, datatype, "sendbuf")
@@ -639,13 +642,10 @@ class NcclCommunicator:
                        p[0].dtype)}
             self._launch(self._stream(stream), lambda seq: self._collective(
                 seq, send, lambda parts: ops[op](np.stack(parts)), recv))
-        finally:
-            self._leave()
 
     def broadcast(self, sendbuff: Any, recvbuff: Any, count: Any, datatype: Any, root: Any,
                   stream: Any) -> None:
-        self._enter("broadcast")
-        try:
+        with self._inside("broadcast"):
             count, datatype, root = (_int_arg(n, v) for n, v in
                                      (("count", count), ("datatype", datatype), ("root", root)))
             send = self._buffer(sendbuff, count, datatype, "sendbuff")
@@ -654,23 +654,17 @@ class NcclCommunicator:
                 raise NcclError(4)
             self._launch(self._stream(stream), lambda seq: self._collective(
                 seq, send, lambda parts: parts[root], recv))
-        finally:
-            self._leave()
 
     def bcast(self, buff: Any, count: Any, datatype: Any, root: Any, stream: Any) -> None:
         self.broadcast(buff, buff, count, datatype, root, stream)
 
     def check_async_error(self) -> None:
-        self._enter("check_async_error")
-        try:
+        with self._inside("check_async_error"):
             if self.async_error is not None:
                 raise NcclError(self.async_error)
-        finally:
-            self._leave()
 
     def _end(self, how: str) -> None:
-        self._enter(how)
-        try:
+        with self._inside(how):
             if how == "abort":
                 thread = threading.current_thread()
                 self._world.aborts.append((thread.name, thread.ident))
@@ -680,8 +674,6 @@ class NcclCommunicator:
                 self._world.live.discard(self)
             with self._clique.cv:
                 self._clique.cv.notify_all()
-        finally:
-            self._leave()
 
     def destroy(self) -> None:
         self._end("destroy")

@@ -306,8 +306,8 @@ class NcclCommunicator(Communicator):
         groups: dict[str, list[int]] = {}
         for i, a in enumerate(arrays):
             groups.setdefault(np.dtype(a.dtype).str, []).append(i)
-        for key in groups:
-            _nccl_dtype(self._nccl, np.dtype(key))  # before anything is enqueued
+        # an unsupported dtype is refused before anything is enqueued
+        codes = {key: _nccl_dtype(self._nccl, np.dtype(key)) for key in groups}
         flats = []
         for key in sorted(groups):  # the same order on every rank
             parts = [cp.asarray(arrays[i]).reshape(-1) for i in groups[key]]
@@ -319,8 +319,8 @@ class NcclCommunicator(Communicator):
             self._stream.wait_event(ready)
             self._nccl.groupStart()
             try:
-                for flat in flats:
-                    collective(flat, _nccl_dtype(self._nccl, flat.dtype))
+                for key, flat in zip(sorted(groups), flats, strict=True):
+                    collective(flat, codes[key])
             finally:
                 self._nccl.groupEnd()
             if scale is not None:
@@ -351,8 +351,7 @@ class NcclCommunicator(Communicator):
         give_up = time.monotonic() + self.deadline_s
         while not self._stream.done:  # cudaStreamQuery: raises a kernel's error
             if self._aborted is not None:
-                self._abort_comm()
-                raise JobAbortedError(f"job aborted: {self._aborted}", "rank", self.address, step)
+                raise self._aborted_error(step)
             if time.monotonic() > give_up:
                 self.abort(f"rank {self.rank} ({self.address}): an NCCL collective did not "
                            f"finish within {self.deadline_s:g} s")
@@ -366,9 +365,7 @@ class NcclCommunicator(Communicator):
                 # notice a moment, so that this rank reports the cause, not the symptom
                 self._await_notice()
                 if self._aborted is not None:
-                    self._abort_comm()
-                    raise JobAbortedError(f"job aborted: {self._aborted}", "rank",
-                                          self.address, step) from None
+                    raise self._aborted_error(step) from None
                 raise
             time.sleep(_POLL_S)
 
@@ -377,10 +374,14 @@ class NcclCommunicator(Communicator):
         while self._aborted is None and time.monotonic() < give_up:
             time.sleep(_INIT_POLL_S / 5)
 
+    def _aborted_error(self, step: int | None) -> JobAbortedError:
+        """Act on a flagged abort (task thread): ncclCommAbort, and the error to raise."""
+        self._abort_comm()
+        return JobAbortedError(f"job aborted: {self._aborted}", "rank", self.address, step)
+
     def _check_usable(self, step: int | None) -> None:
         if self._aborted is not None:
-            self._abort_comm()
-            raise JobAbortedError(f"job aborted: {self._aborted}", "rank", self.address, step)
+            raise self._aborted_error(step)
         if self._closed or self._comm is None:
             raise RuntimeError("this NcclCommunicator is closed; create a new one")
 

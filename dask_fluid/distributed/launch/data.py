@@ -235,6 +235,21 @@ def _identity(part: Any) -> Any:
     return part
 
 
+def _by_locality(chunk_rows: Sequence[int], groups: list[list[int]], holder_of: dict[int, str],
+                 free: list[str]) -> dict[int, str]:
+    """Group -> worker: the largest groups choose first, the worker holding most of their rows."""
+    free = list(free)
+    local = [{w: sum(chunk_rows[i] for i in g if holder_of[i] == w) for w in free}
+             for g in groups]
+    where: dict[int, str] = {}
+    for g in sorted(range(len(groups)), key=lambda g: (-sum(chunk_rows[i] for i in groups[g]),
+                                                       g)):
+        best = max(free, key=lambda w: (local[g][w], -free.index(w)))
+        where[g] = best
+        free.remove(best)
+    return where
+
+
 async def assign_trainers_async(client: Any, partition: DataPartition, n: int,
                                 workers: Sequence[str],
                                 timeout_s: float | None = None, *,
@@ -246,19 +261,8 @@ async def assign_trainers_async(client: Any, partition: DataPartition, n: int,
     free = list(workers) if in_order else sorted(workers)
     if len(free) < n:
         raise ValueError(f"{n} trainers need {n} workers; {len(free)} are allowed ({free})")
-    where: dict[int, str] = {}
-    if in_order:
-        where = dict(enumerate(free[:n]))
-    local = [{w: sum(partition.chunk_rows[i] for i in g if holder_of[i] == w) for w in free}
-             for g in groups]
-    # the largest groups choose first: the worker holding most of their rows
-    for g in sorted(range(n), key=lambda g: (-sum(partition.chunk_rows[i] for i in groups[g]),
-                                             g)):
-        if g in where:
-            continue
-        best = max(free, key=lambda w: (local[g][w], -free.index(w)))
-        where[g] = best
-        free.remove(best)
+    where = dict(enumerate(free[:n])) if in_order else \
+        _by_locality(partition.chunk_rows, groups, holder_of, free)
     token = uuid.uuid4().hex
     parts: list[list[Future]] = []
     moved = []
