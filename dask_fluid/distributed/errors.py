@@ -15,6 +15,7 @@ __all__ = [
     "RemoteError",
     "ServiceNotFoundError",
     "WorkerLostError",
+    "with_step",
 ]
 
 
@@ -209,3 +210,19 @@ def error_from_fields(fields: object) -> DistributedTrainingError | None:
         return cls(*args)
     except TypeError:
         return None
+
+
+def with_step(err: DistributedTrainingError, step: int | None) -> DistributedTrainingError:
+    """``err`` with ``step`` filled in when the failing role could not know it (a lost or frozen
+    worker, seen by the launcher); ``err`` itself otherwise."""
+    if err.step is not None or step is None:
+        return err
+    cls, args = err.__reduce__()
+    args = list(args)
+    args[3] = step
+    try:
+        new = cls(*args)
+    except Exception:
+        return err
+    new.__cause__ = err.__cause__ or err
+    return new

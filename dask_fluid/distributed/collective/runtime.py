@@ -354,7 +354,7 @@ def train_collective(client: Any, main_program: Program | None = None,
     tasks = [TaskSpec(w, _trainer_task, args=(cfg, r, assignment.parts[r]), role="trainer",
                       endpoint=labels.get(w)) for r, w in enumerate(ranks)]
     try:
-        results = run_tasks(client, job, tasks, callbacks=callbacks)
+        results = run_tasks(client, job, tasks, callbacks=callbacks, deadline_s=flags.deadline_s)
     except concurrent.futures.CancelledError as exc:
         raise _lost_worker_error(client, job, tasks) from exc
     finally:

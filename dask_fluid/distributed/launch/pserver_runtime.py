@@ -34,7 +34,7 @@ from .data import assign_trainers, partition_by_worker
 from .events import Callback, TrainResult
 from .placement import Placement, place_pservers
 from .pserver_tasks import ShardSpec, TrainerSpec, run_pserver, run_trainer
-from .tasks import TaskSpec, live_workers, new_job_id, run_tasks
+from .tasks import LastStep, TaskSpec, live_workers, new_job_id, run_tasks
 
 __all__ = ["train_pserver"]
 
@@ -188,21 +188,6 @@ def _lost_worker_error(client: Any, tasks: list[TaskSpec], step: int | None
                            f"{t.role} task (its data went with it)", t.role, t.where, step)
 
 
-def _with_step(err: DistributedTrainingError, last_step: int | None) -> BaseException:
-    """The same error with the last reported step when the launcher could not know it."""
-    if err.step is not None or last_step is None:
-        return err
-    cls, args = err.__reduce__()
-    args = list(args)
-    args[3] = last_step
-    try:
-        new = cls(*args)
-    except Exception:
-        return err
-    new.__cause__ = err.__cause__ or err
-    return new
-
-
 def train_pserver(client: Any, main_program: Program | None = None,
                   startup_program: Program | None = None, data: Any = None, *,
                   transpiler: DistributeTranspiler | None = None,
@@ -347,21 +332,15 @@ def train_pserver(client: Any, main_program: Program | None = None,
         tasks.append(TaskSpec(w, run_trainer, (spec, parts[rank]), role="trainer",
                               endpoint=w))
 
-    last_step: dict[str, int] = {}
-
-    def track(event: dict) -> None:
-        if event.get("type") == "step":
-            last_step["step"] = max(last_step.get("step", -1), int(event["step"]))
-
+    last_step = LastStep()
     try:
-        results = run_tasks(client, job, tasks, callbacks=[track, *callbacks])
-    except DistributedTrainingError as err:
-        raise _with_step(err, last_step.get("step")) from err.__cause__
+        results = run_tasks(client, job, tasks, callbacks=callbacks,
+                            deadline_s=flags.deadline_s, last_step=last_step)
     except concurrent.futures.CancelledError as err:
         # A dead worker took the only copy of a task's data with it: Dask cancels the task
         # instead of failing it. Name the lost worker (the launcher detached the job's
         # services, which wakes every remaining waiter).
-        raise _lost_worker_error(client, tasks, last_step.get("step")) from err
+        raise _lost_worker_error(client, tasks, last_step.step) from err
     n_ps = len(placement.endpoints)
     ps_results, tr_results = results[:n_ps], results[n_ps:]
     params = _assemble(first, ps_results, tr_results[0]["vars"])

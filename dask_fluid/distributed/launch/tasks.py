@@ -2,9 +2,15 @@
 
 The recipe of xgboost.dask and lightgbm.dask: check the workers are alive, submit one task per
 worker with ``workers=[addr]`` and no fallback, then watch. What this adds is the ending: the
-first failed task, or a job worker that leaves the cluster (its pinned task would otherwise sit
-in ``no-worker`` for ever, distributed#7346), aborts the job on every worker so that no rank
-stays blocked, and the job's services are always detached afterwards.
+first failed task, a job worker that leaves the cluster (its pinned task would otherwise sit
+in ``no-worker`` for ever, distributed#7346), or a job worker that is frozen (alive but silent:
+its scheduler heartbeats, sent every 0.5–2 s, stopped for longer than ``FLAGS_rpc_deadline``)
+aborts the job on every worker so that no rank stays blocked, and the job's services are always
+detached afterwards.
+
+The heartbeat check is what ends a job whose frozen worker nobody waits on: an async trainer
+(its pservers do not wait for it), or a rank that froze between two collectives. The ranks'
+own deadlines catch the rest, often sooner.
 """
 
 from __future__ import annotations
@@ -20,8 +26,15 @@ from typing import Any
 
 from distributed import wait
 
+from ...flags import RPCFlags
 from ..comm import rpc
-from ..errors import DistributedTrainingError, JobAbortedError, WorkerLostError
+from ..errors import (
+    DeadlineExceededError,
+    DistributedTrainingError,
+    JobAbortedError,
+    WorkerLostError,
+    with_step,
+)
 from .events import Callback, Subscription
 
 logger = logging.getLogger(__name__)
@@ -54,6 +67,18 @@ class TaskSpec:
         return self.endpoint or self.worker
 
 
+class LastStep:
+    """An event callback that keeps the highest step the job's tasks reported (``step``, None
+    before the first)."""
+
+    def __init__(self) -> None:
+        self.step: int | None = None
+
+    def __call__(self, event: dict) -> None:
+        if event.get("type") == "step":
+            self.step = max(self.step if self.step is not None else -1, int(event["step"]))
+
+
 def new_job_id() -> str:
     """A short random job id (also the session id of the job's services)."""
     return uuid.uuid4().hex[:12]
@@ -61,11 +86,19 @@ def new_job_id() -> str:
 
 def live_workers(client: Any) -> set[str]:
     """Addresses of the workers the scheduler knows now (a scheduler round trip)."""
-    return set(client.run_on_scheduler(_scheduler_workers))
+    return set(worker_silence(client))
 
 
-def _scheduler_workers(dask_scheduler: Any) -> list[str]:
-    return list(dask_scheduler.workers)
+def worker_silence(client: Any) -> dict[str, float]:
+    """Seconds since the scheduler last heard each of its workers' heartbeats."""
+    return client.run_on_scheduler(_scheduler_silence)
+
+
+def _scheduler_silence(dask_scheduler: Any) -> dict[str, float]:
+    from distributed.metrics import time
+
+    now = time()
+    return {addr: max(0.0, now - ws.last_seen) for addr, ws in dask_scheduler.workers.items()}
 
 
 def check_workers_alive(client: Any, workers: Iterable[str]) -> None:
@@ -101,7 +134,7 @@ def _first_error(done: Sequence[tuple[Any, TaskSpec]]) -> BaseException | None:
     return _as_training_error(*errors[0]) if errors else None
 
 
-def _watch(client: Any, pairs: list[tuple[Any, TaskSpec]], poll_s: float
+def _watch(client: Any, pairs: list[tuple[Any, TaskSpec]], poll_s: float, deadline_s: float
            ) -> BaseException | None:
     pending = {f for f, _ in pairs}
     while pending:
@@ -114,17 +147,26 @@ def _watch(client: Any, pairs: list[tuple[Any, TaskSpec]], poll_s: float
         err = _first_error([(f, s) for f, s in pairs if f.done()])
         if err is not None:
             return err
-        alive = live_workers(client)
+        silence = worker_silence(client)
         for f, spec in pairs:
-            if not f.done() and spec.worker not in alive:
+            if f.done():
+                continue
+            if spec.worker not in silence:
                 return WorkerLostError(
                     f"worker {spec.worker} left the cluster while running the job's "
                     f"{spec.role} task", spec.role, spec.where)
+            if silence[spec.worker] > deadline_s:
+                return DeadlineExceededError(
+                    f"worker {spec.worker} has not answered the scheduler for "
+                    f"{silence[spec.worker]:.1f} s while running the job's {spec.role} task: "
+                    "it is frozen (stopped, swapping, or its event loop blocked)",
+                    spec.role, spec.where, deadline_ms=deadline_s * 1000)
     return None
 
 
 def run_tasks(client: Any, job: str, tasks: Sequence[TaskSpec], *,
-              callbacks: Iterable[Callback] = (), poll_s: float = 0.2) -> list:
+              callbacks: Iterable[Callback] = (), poll_s: float = 0.2,
+              deadline_s: float | None = None, last_step: LastStep | None = None) -> list:
     """Run ``tasks`` (one pinned task each) and return their results in order.
 
     Parameters
@@ -138,13 +180,23 @@ def run_tasks(client: Any, job: str, tasks: Sequence[TaskSpec], *,
         Called on the client with every event the tasks publish while they run.
     poll_s : float
         How often the liveness of the job's workers is checked.
+    deadline_s : float, optional
+        A job worker whose heartbeats stop for this long is taken for frozen (default:
+        ``FLAGS_rpc_deadline``, read now).
+    last_step : LastStep, optional
+        Follows the steps the tasks report (a fresh one by default).
 
     Raises
     ------
     DistributedTrainingError
-        The first task failure (``RemoteError``, ``DeadlineExceededError``...) or
-        ``WorkerLostError`` when a job worker leaves; every other task is aborted first.
+        The first task failure (``RemoteError``, ``DeadlineExceededError``...),
+        ``WorkerLostError`` when a job worker leaves, or ``DeadlineExceededError`` when one
+        freezes; every other task is aborted first. An error that the launcher found (a lost
+        or frozen worker) carries the last step any task reported.
     """
+    if deadline_s is None:
+        deadline_s = RPCFlags.current().deadline_s
+    last_step = last_step or LastStep()
     rpc.ensure_plugin(client)
     workers = sorted({t.worker for t in tasks})
     check_workers_alive(client, workers)
@@ -152,16 +204,18 @@ def run_tasks(client: Any, job: str, tasks: Sequence[TaskSpec], *,
     reachable = set(workers)  # an abort that a worker did not acknowledge drops it
     try:
         # as_current: distributed.wait() otherwise goes through the newest client of the process
-        with client.as_current(), Subscription(client, job, callbacks):
+        with client.as_current(), Subscription(client, job, [last_step, *callbacks]):
             for i, spec in enumerate(tasks):
                 fn = functools.partial(spec.fn, **spec.kwargs) if spec.kwargs else spec.fn
                 future = client.submit(fn, *spec.args, key=f"dask-fluid-{spec.role}-{i}-{job}",
                                        workers=[spec.worker], allow_other_workers=False,
                                        pure=False, retries=0)
                 pairs.append((future, spec))
-            error = _watch(client, pairs, poll_s)
+            error = _watch(client, pairs, poll_s, deadline_s)
             if error is not None:
                 reachable = _abort(client, job, workers, pairs, error)
+                if isinstance(error, DistributedTrainingError):
+                    error = with_step(error, last_step.step)
                 raise error
             return client.gather([f for f, _ in pairs])
     finally:
