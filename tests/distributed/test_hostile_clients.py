@@ -1,7 +1,8 @@
-"""Hostile clients against a pserver serving a real training job over its direct data path:
-garbage, oversize lengths, malicious pickles, replayed handshakes, slow-loris, a valid-looking
-hello with bad fields. Nothing executes, no connection but the bad one is dropped, and the job
-finishes with the parameters of local training."""
+"""Hostile clients against a pserver serving a real training job over its direct data path, and
+against a collective ring's links: garbage, oversize lengths, malicious pickles, replayed
+handshakes, slow-loris, wrong secrets, forged abort notices, a valid-looking hello with bad
+fields, an impostor listening on a neighbour's endpoint. Nothing executes, no connection but the
+bad one is dropped, and the job finishes with the parameters of local training."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ import numpy as np
 import pytest
 
 import dask_fluid as fluid
+from dask_fluid.distributed import DistributedTrainingError
+from dask_fluid.distributed.collective import links
+from dask_fluid.distributed.collective.tcp_ring import EndpointRingCommunicator
 from dask_fluid.distributed.comm import wire
 from dask_fluid.distributed.comm.auth import HandshakeError, client_handshake
 from dask_fluid.distributed.pserver.client import DirectClient
@@ -201,3 +205,108 @@ def test_wire_refuses_oversize_and_non_map_headers():
     finally:
         a.close()
         b.close()
+
+
+def _listening(port: int) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"nothing listens on {port}"
+            time.sleep(0.05)
+
+
+def _ring_rank(rank: int, eps: list[str], out: dict) -> threading.Thread:
+    def run():
+        try:
+            comm = EndpointRingCommunicator(rank, eps, 20.0, secret=SECRET)
+            try:
+                value = np.full(1000, rank + 1.0, np.float32)
+                comm.allreduce([value])  # in place
+                out[rank] = value
+            finally:
+                comm.close()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            out[f"error{rank}"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.slow
+def test_hostile_clients_change_nothing_on_a_ring():
+    eps = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
+    port0 = int(eps[0].rsplit(":", 1)[1])
+    out: dict = {}
+    rank0 = _ring_rank(0, eps, out)  # listens, and waits for rank 1
+    _listening(port0)
+
+    # slow-loris: three connections that send nothing. Greetings are handled concurrently, so
+    # the next connection gets its challenge at once, not after 3 x the 2 s greeting timeout
+    lorises = [socket.create_connection(("127.0.0.1", port0)) for _ in range(3)]
+    s = socket.create_connection(("127.0.0.1", port0))
+    s.settimeout(5)
+    assert len(s.recv(16)) == 16
+    s.sendall(os.urandom(52))
+    assert _hung_up(s)
+    s = socket.create_connection(("127.0.0.1", port0))
+    s.sendall(pickle.dumps(_Boom("/nonexistent/x")) + struct.pack("!QQ", 1 << 62, 1 << 62))
+    assert _hung_up(s)
+    # a handshake sniffed from an earlier connection (to another listener with the same label
+    # and secret), replayed to a fresh challenge
+    side = links.Listener(links.bind("127.0.0.1", 0, eps[0]), SECRET, eps[0], 2)
+    try:
+        s = socket.create_connection(side.address)
+        rec = _Recorder(s)
+        client_handshake(rec, SECRET, f"ring:{eps[0]}", 1)
+        s.close()
+    finally:
+        side.close()
+    s = socket.create_connection(("127.0.0.1", port0))
+    s.recv(16)
+    s.sendall(rec.sent)
+    assert _hung_up(s)
+    # the wrong secret, a rank out of range, a forged abort notice: refused, nothing changes
+    for greet in (links.hello(b"guess", "ring", eps[0], 1), links.hello(SECRET, "ring", eps[0], 5),
+                  links.hello(b"guess", "abort", eps[0], 1)):
+        with pytest.raises(DistributedTrainingError, match="refused the greeting"):
+            links.dial("127.0.0.1", port0, greet, 5, peer=eps[0], me="attacker", retry=False)
+    assert not links.send_notice("127.0.0.1", port0, links.hello(b"guess", "abort", eps[0], 1),
+                                 "stop now", 5, peer=eps[0], me="attacker")
+
+    rank1 = _ring_rank(1, eps, out)
+    rank0.join(30)
+    rank1.join(30)
+    assert "error0" not in out and "error1" not in out, out
+    np.testing.assert_array_equal(out[0], np.full(1000, 3.0, np.float32))
+    np.testing.assert_array_equal(out[1], out[0])
+    for loris in lorises:
+        loris.close()
+
+
+def test_a_rank_refuses_a_listener_that_does_not_know_the_secret():
+    """The dialling rank checks the listener too: a process that merely listens on its
+    neighbour's endpoint (and echoes whatever it is sent) cannot pose as that neighbour."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def impostor():
+        conn, _ = server.accept()
+        conn.sendall(os.urandom(16))  # a nonce
+        conn.recv(52)
+        conn.sendall(os.urandom(32))  # a proof it cannot compute
+        time.sleep(1)
+        conn.close()
+
+    t = threading.Thread(target=impostor, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(DistributedTrainingError, match="does not know the job secret"):
+            links.dial("127.0.0.1", port, links.hello(SECRET, "ring", f"127.0.0.1:{port}", 0), 5,
+                       peer=f"127.0.0.1:{port}", me="rank 0", retry=False)
+    finally:
+        t.join(5)
+        server.close()

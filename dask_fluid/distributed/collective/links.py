@@ -4,32 +4,41 @@ The TCP ring's data connections, the abort notices of ranks started as plain pro
 NCCL unique id that trainer 0 serves at its endpoint (Fluid's ``gen_nccl_id``) all travel over
 links made here, so that greeting, retrying and their errors are written once.
 
-A link starts with a greeting: the dialling rank (4 bytes) and an HMAC of the link's purpose,
-the listener's label (its endpoint or worker address) and that rank, keyed by the job secret
-(:func:`~dask_fluid.distributed.comm.auth.greeting`, with the purpose
-in the message so that a greeting for one purpose, or for a pserver, never opens another).
-The listener answers one byte when the greeting is right and hangs up otherwise, so a rank with
-another secret fails at once with an error saying so instead of waiting for its deadline.
+A link starts with the challenge-response of :mod:`~dask_fluid.distributed.comm.auth`, keyed by
+the job secret, over the label ``"<purpose>:<listener's label>"`` (its endpoint or worker
+address): the listener sends a fresh nonce, the dialling rank answers with its rank, a nonce of
+its own and an HMAC over both, and the listener proves it knows the secret in return. So a
+recorded greeting cannot be replayed, a handshake for one purpose (or for a pserver) never
+opens another, and a rank cannot be fooled by a process that only listens on its neighbour's
+port. A listener hangs up on a wrong handshake, so a rank with another secret fails at once
+with an error saying so instead of waiting for its deadline. Greetings are handled each in a
+thread of its own with a short timeout, so a slow stranger delays nobody.
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 import socket
 import struct
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from dask_fluid.distributed.comm.auth import GREETING_BYTES, greeting, split_endpoint
+from dask_fluid.distributed.comm.auth import (
+    HandshakeError,
+    accept_handshake,
+    client_handshake,
+    split_endpoint,
+)
 from dask_fluid.distributed.errors import (
     DeadlineExceededError,
     DistributedTrainingError,
     JobAbortedError,
 )
 
-__all__ = ["PURPOSES", "Listener", "bind", "dial", "hello", "send_notice", "split_endpoint"]
+__all__ = ["PURPOSES", "Hello", "Listener", "bind", "dial", "hello", "send_notice",
+           "split_endpoint"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +47,11 @@ PURPOSES = ("ring", "abort", "ncclid")
 _ACK = b"\x01"
 #: a listener wakes this often to notice that it was closed
 _ACCEPT_POLL_S = 0.2
-#: how long a stranger may take to greet before it is dropped (it blocks the accept loop)
+#: how long a stranger may take to greet before it is dropped
 _GREET_S = 2.0
+#: greetings handled at once; connections beyond these are dropped unread (a flood of
+#: strangers costs threads only up to here)
+_MAX_GREETING = 64
 #: connecting to a rank that is not listening yet is retried this often
 CONNECT_RETRY_S = 0.05
 #: binding an endpoint whose port is still held (a trainer restarted at once) is retried this
@@ -48,9 +60,30 @@ BIND_RETRY_S = 5.0
 _LENGTH = struct.Struct("!I")
 
 
-def hello(secret: bytes, purpose: str, label: str, rank: int) -> bytes:
-    """The greeting of rank ``rank`` on a ``purpose`` link to the rank labelled ``label``."""
-    return greeting(secret, f"{purpose}:{label}", rank)
+@dataclass(frozen=True)
+class Hello:
+    """What rank ``rank`` proves when it dials a ``purpose`` link to the rank labelled
+    ``label``."""
+
+    secret: bytes
+    purpose: str
+    label: str
+    rank: int
+
+    @property
+    def auth_label(self) -> str:
+        return _auth_label(self.purpose, self.label)
+
+
+def _auth_label(purpose: str, label: str) -> str:
+    return f"{purpose}:{label}"
+
+
+def hello(secret: bytes, purpose: str, label: str, rank: int) -> Hello:
+    """The handshake of rank ``rank`` on a ``purpose`` link to the rank labelled ``label``."""
+    if purpose not in PURPOSES:
+        raise ValueError(f"unknown link purpose {purpose!r}: one of {PURPOSES}")
+    return Hello(secret, purpose, label, int(rank))
 
 
 def bind(host: str, port: int, label: str) -> socket.socket:
@@ -103,6 +136,9 @@ class Listener:
         self.address = sock.getsockname()[:2]
         self._inbox: dict[tuple[str, int], socket.socket] = {}
         self._cond = threading.Condition()
+        self._greeting = threading.BoundedSemaphore(_MAX_GREETING)
+        purposes = [p for p in PURPOSES if p != "abort" or on_abort is not None]
+        self._labels = {_auth_label(p, label): p for p in purposes}
         self._closed = False
         sock.settimeout(_ACCEPT_POLL_S)
         self._thread = threading.Thread(target=self._accept, daemon=True,
@@ -117,23 +153,31 @@ class Listener:
                 continue
             except OSError:
                 return  # closed
-            try:
-                self._greeted(conn)
-            except OSError:
+            if not self._greeting.acquire(blocking=False):
+                logger.warning("%s: dropped a connection: %d others are still greeting",
+                               self.label, _MAX_GREETING)
                 conn.close()
+                continue
+            threading.Thread(target=self._greet, args=(conn,), daemon=True,
+                             name=f"dask-fluid-greet-{self.label}").start()
+
+    def _greet(self, conn: socket.socket) -> None:
+        try:
+            self._greeted(conn)
+        except (OSError, ValueError, struct.error):
+            conn.close()  # a stranger, a rank of another job (another secret), a broken peer
+        finally:
+            self._greeting.release()
 
     def _greeted(self, conn: socket.socket) -> None:
         conn.settimeout(_GREET_S)
-        got = _read_exactly(conn, GREETING_BYTES)
-        rank = int.from_bytes(got[:4], "big") if len(got) == GREETING_BYTES else -1
-        purpose = next((p for p in PURPOSES if 0 <= rank < self.nranks and hmac.compare_digest(
-            got, hello(self.secret, p, self.label, rank))), None)
-        if purpose is None or (purpose == "abort" and self.on_abort is None):
-            logger.warning("%s: dropped a connection that did not greet as a rank of this job",
-                           self.label)
-            conn.close()  # a stranger, or a rank of another job (another secret)
-            return
-        conn.sendall(_ACK)
+        try:
+            label, rank = accept_handshake(conn, self.secret, list(self._labels), self.nranks)
+        except HandshakeError:
+            logger.warning("%s: dropped a connection that did not prove it is a rank of this "
+                           "job", self.label)
+            raise
+        purpose = self._labels[label]
         if purpose == "abort":
             try:
                 (size,) = _LENGTH.unpack(_read_exactly(conn, _LENGTH.size))
@@ -148,6 +192,9 @@ class Listener:
             return
         conn.settimeout(None)
         with self._cond:
+            if self._closed:
+                conn.close()
+                return
             old = self._inbox.pop((purpose, rank), None)
             self._inbox[(purpose, rank)] = conn  # a re-dial replaces a stale connection
             self._cond.notify_all()
@@ -202,7 +249,7 @@ class Listener:
             conn.close()
 
 
-def dial(host: str, port: int, greet: bytes, deadline_s: float, *, peer: str, me: str,
+def dial(host: str, port: int, greet: Hello, deadline_s: float, *, peer: str, me: str,
          retry: bool = True, stop: Callable[[], str | None] = lambda: None,
          role: str = "rank") -> socket.socket:
     """A greeted, acknowledged connection to the listener at ``host:port``.
@@ -211,7 +258,7 @@ def dial(host: str, port: int, greet: bytes, deadline_s: float, *, peer: str, me
     ----------
     host, port
         Where the peer listens.
-    greet : bytes
+    greet : Hello
         From :func:`hello`.
     deadline_s : float
         Connecting is retried (``retry``) while nothing listens there, until this deadline.
@@ -252,27 +299,25 @@ def dial(host: str, port: int, greet: bytes, deadline_s: float, *, peer: str, me
             time.sleep(CONNECT_RETRY_S)
             continue
         try:
-            # the whole deadline: a busy peer's accept thread may be slow to answer
+            # the whole deadline: a busy peer may be slow to answer
             sock.settimeout(max(0.05, give_up - time.monotonic()))
-            sock.sendall(greet)
-            ack = _read_exactly(sock, 1)
+            client_handshake(sock, greet.secret, greet.auth_label, greet.rank)
         except TimeoutError:
             sock.close()
             raise DeadlineExceededError(
                 f"{role} {peer} accepted the connection of {me} but never answered its "
                 "greeting", role, peer, deadline_ms=deadline_s * 1000) from None
-        except OSError:
-            ack = b""
-        if ack == _ACK:
-            sock.settimeout(None)
-            return sock
-        sock.close()
-        raise DistributedTrainingError(
-            f"{peer} refused the greeting of {me}: is it a trainer of this job, with the same "
-            "job secret (DASK_FLUID_JOB_SECRET) and the same trainer endpoints?", role, peer)
+        except OSError as exc:  # HandshakeError included: a hang-up or a wrong proof
+            sock.close()
+            raise DistributedTrainingError(
+                f"{peer} refused the greeting of {me} ({exc}): is it a trainer of this job, "
+                "with the same job secret (DASK_FLUID_JOB_SECRET) and the same trainer "
+                "endpoints?", role, peer) from None
+        sock.settimeout(None)
+        return sock
 
 
-def send_notice(host: str, port: int, greet: bytes, reason: str, timeout_s: float, *,
+def send_notice(host: str, port: int, greet: Hello, reason: str, timeout_s: float, *,
                 peer: str, me: str, role: str = "rank") -> bool:
     """Tell the rank at ``host:port`` why this job stops; False when it could not be told."""
     try:

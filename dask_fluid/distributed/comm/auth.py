@@ -10,8 +10,9 @@ A connection to a pserver starts with a challenge-response in both directions
 answers with its id, a nonce of its own and an HMAC over both nonces, and the server proves it
 knows the secret too with an HMAC over them in the other order. Nothing is decoded before it,
 a recorded handshake cannot be replayed (the server's nonce differs each time), and a trainer
-cannot be fooled by a process that only listens on the pserver's port. The rings use the
-static :func:`greeting` (one HMAC of rank and label).
+cannot be fooled by a process that only listens on the pserver's port. The collective links
+(ring connections, abort notices, the NCCL id) use the same exchange with one label per purpose
+(:func:`accept_handshake`), so a handshake for one purpose never opens another.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ import os
 import secrets
 import socket
 import sys
+from collections.abc import Sequence
 
-__all__ = ["GREETING_BYTES", "HandshakeError", "SECRET_ENV", "client_handshake", "env_secret",
-           "greeting", "new_secret", "server_handshake", "split_endpoint"]
+__all__ = ["HandshakeError", "SECRET_ENV", "accept_handshake", "client_handshake", "env_secret",
+           "new_secret", "server_handshake", "split_endpoint"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,20 +57,12 @@ def env_secret() -> bytes:
     return value.encode()
 
 
-#: a greeting is the sender's id (4 bytes) and a SHA-256 HMAC
-GREETING_BYTES = 36
 NONCE_BYTES = 16
 _MAC_BYTES = 32
 
 
 class HandshakeError(ConnectionError):
     """The peer did not prove it knows the job secret (or hung up while it should have)."""
-
-
-def greeting(secret: bytes, label: str, who: int) -> bytes:
-    """A static greeting: ``who`` (4 bytes) and an HMAC of ``label`` and ``who``."""
-    mac = hmac.new(secret, f"{label}/{who}".encode(), hashlib.sha256).digest()
-    return int(who).to_bytes(4, "big") + mac
 
 
 def split_endpoint(endpoint: str) -> tuple[str, int]:
@@ -104,15 +98,31 @@ def server_handshake(sock: socket.socket, secret: bytes, label: str, n_ids: int)
     HandshakeError
         The client did not prove it knows ``secret`` (or names an id out of range).
     """
+    return accept_handshake(sock, secret, [label], n_ids)[1]
+
+
+def accept_handshake(sock: socket.socket, secret: bytes, labels: Sequence[str], n_ids: int
+                     ) -> tuple[str, int]:
+    """:func:`server_handshake` for a client that may use any of ``labels``: returns the label
+    it proved and its id.
+
+    Raises
+    ------
+    HandshakeError
+        The client did not prove it knows ``secret`` for one of ``labels``, or names an id out
+        of range.
+    """
     nonce = secrets.token_bytes(NONCE_BYTES)
     sock.sendall(nonce)
     got = _read_exactly(sock, 4 + NONCE_BYTES + _MAC_BYTES)
     who, theirs, mac = int.from_bytes(got[:4], "big"), got[4:4 + NONCE_BYTES], got[-_MAC_BYTES:]
-    if not 0 <= who < n_ids or not hmac.compare_digest(
-            mac, _mac(secret, b"client", label, who, nonce, theirs)):
-        raise HandshakeError(f"a connection to {label} did not prove it knows the job secret")
+    label = next((lb for lb in labels if 0 <= who < n_ids and hmac.compare_digest(
+        mac, _mac(secret, b"client", lb, who, nonce, theirs))), None)
+    if label is None:
+        raise HandshakeError(f"a connection to {labels[0]} did not prove it knows the job "
+                             "secret")
     sock.sendall(_mac(secret, b"server", label, who, theirs, nonce))
-    return who
+    return label, who
 
 
 def client_handshake(sock: socket.socket, secret: bytes, label: str, who: int) -> None:

@@ -19,7 +19,6 @@ payloads of :data:`SHM_MIN_BYTES` or more go through shared memory.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import socket
 import struct
 import time
@@ -35,7 +34,7 @@ from dask_fluid.distributed.comm.rpc import _PACK_ALIGN
 
 __all__ = ["MAX_HEADER_BYTES", "MAX_PAYLOAD_BYTES", "POLL_S", "SHM_MIN_BYTES", "Connection",
            "PeerClosed", "WireTimeout", "accept", "connect", "layout", "recv_message",
-           "send_message", "token", "worker_host"]
+           "send_message", "worker_host"]
 
 POLL_S = 0.5
 _PREFIX = struct.Struct("!QQ")  # header bytes, buffer bytes
@@ -76,11 +75,6 @@ class WireTimeout(TimeoutError):
 def worker_host(address: str) -> str:
     """The host part of a Dask address (127.0.0.1 for in-process workers)."""
     return urlsplit(address).hostname or "127.0.0.1"
-
-
-def token(job: str, who: str) -> bytes:
-    """The 32-byte greeting that proves a connecting peer belongs to ``job``."""
-    return hashlib.sha256(f"{job}/{who}".encode()).digest()
 
 
 def layout(arrays: Mapping[str, np.ndarray]) -> tuple[dict[str, Any], int]:
