@@ -191,11 +191,15 @@ def test_nccl_without_gpu_is_a_clear_error_before_any_work(dist_client):
     assert events == []
 
 
+SECRET = bytes(range(32))
+
+
 # -- the ring through the fused multi-array path: sizes the tests of ring.py don't cover --------
 
 
 def _ring_rank(kind, job, rank, addresses, arrays):
-    with kind(get_worker(), job, rank, addresses, 30.0) as comm:
+    extra = {"secret": SECRET} if kind is TcpRingCommunicator else {}
+    with kind(get_worker(), job, rank, addresses, 30.0, **extra) as comm:
         comm.allreduce(arrays, op="mean")
     return arrays
 
@@ -221,7 +225,7 @@ def test_ring_fused_mixed_dtypes_with_fewer_elements_than_ranks(dist_client, wor
 
 
 def _tcp_broadcast_rank(job, rank, addresses):
-    with TcpRingCommunicator(get_worker(), job, rank, addresses, 30.0) as comm:
+    with TcpRingCommunicator(get_worker(), job, rank, addresses, 30.0, secret=SECRET) as comm:
         arrays = [np.full(5, rank, dtype=np.float32), np.arange(3) * rank]
         comm.broadcast(arrays, root=1)
         comm.barrier()

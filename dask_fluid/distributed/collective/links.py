@@ -31,6 +31,7 @@ from dask_fluid.distributed.comm.auth import (
     client_handshake,
     split_endpoint,
 )
+from dask_fluid.distributed.comm.tls import TlsContexts, client_side, server_side
 from dask_fluid.distributed.errors import (
     DeadlineExceededError,
     DistributedTrainingError,
@@ -124,11 +125,15 @@ class Listener:
         Greetings from ranks outside ``0..nranks-1`` are dropped.
     on_abort : callable, optional
         ``on_abort(rank, reason)`` for an abort notice; without it notices are refused.
+    tls : TlsContexts, optional
+        Accept TLS connections only (a ``tls://`` cluster's certificates).
     """
 
     def __init__(self, sock: socket.socket, secret: bytes, label: str, nranks: int,
-                 on_abort: Callable[[int, str], None] | None = None) -> None:
+                 on_abort: Callable[[int, str], None] | None = None,
+                 tls: TlsContexts | None = None) -> None:
         self.sock = sock
+        self.tls = tls
         self.secret = secret
         self.label = label
         self.nranks = nranks
@@ -171,6 +176,7 @@ class Listener:
 
     def _greeted(self, conn: socket.socket) -> None:
         conn.settimeout(_GREET_S)
+        conn = server_side(conn, self.tls)
         try:
             label, rank = accept_handshake(conn, self.secret, list(self._labels), self.nranks)
         except HandshakeError:
@@ -251,7 +257,7 @@ class Listener:
 
 def dial(host: str, port: int, greet: Hello, deadline_s: float, *, peer: str, me: str,
          retry: bool = True, stop: Callable[[], str | None] = lambda: None,
-         role: str = "rank") -> socket.socket:
+         role: str = "rank", tls: TlsContexts | None = None) -> socket.socket:
     """A greeted, acknowledged connection to the listener at ``host:port``.
 
     Parameters
@@ -268,6 +274,8 @@ def dial(host: str, port: int, greet: Hello, deadline_s: float, *, peer: str, me
         Returns an abort reason to give up early.
     role : str
         What errors call the ranks ("rank", "trainer").
+    tls : TlsContexts, optional
+        Connect with TLS (a ``tls://`` cluster's certificates).
 
     Raises
     ------
@@ -301,6 +309,7 @@ def dial(host: str, port: int, greet: Hello, deadline_s: float, *, peer: str, me
         try:
             # the whole deadline: a busy peer may be slow to answer
             sock.settimeout(max(0.05, give_up - time.monotonic()))
+            sock = client_side(sock, tls)
             client_handshake(sock, greet.secret, greet.auth_label, greet.rank)
         except TimeoutError:
             sock.close()

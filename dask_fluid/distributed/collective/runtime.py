@@ -38,6 +38,7 @@ import hashlib
 import logging
 import math
 import os
+import secrets
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -347,8 +348,8 @@ def train_collective(client: Any, main_program: Program | None = None,
            "addresses": ranks, "deadline_s": flags.deadline_s, "epochs": int(epochs),
            "batch_size": int(batch_size), "steps": steps, "fetch": fetch_names,
            "shuffle": bool(shuffle), "seed": int(seed), "device": device, "session": None,
-           "tune_malloc": malloc.enabled(),
-           "transport": transport.choose(transport.COLLECTIVE_KEY, ranks, ("tcp://",))}
+           "tune_malloc": malloc.enabled(), "secret": secrets.token_bytes(32),
+           "transport": transport.choose(transport.COLLECTIVE_KEY, ranks, ("tcp://", "tls://"))}
     session = create_session(client) if backend == "nccl" else None
     cfg["session"] = session
     tasks = [TaskSpec(w, _trainer_task, args=(cfg, r, assignment.parts[r]), role="trainer",
@@ -360,7 +361,9 @@ def train_collective(client: Any, main_program: Program | None = None,
     finally:
         if session is not None:
             destroy_session(client, session)
-    path = f"{backend} ({cfg['transport']} data path)" if backend == "ring" else backend
+    tls = cfg["transport"] == "tcp" and all(r.startswith("tls://") for r in ranks)
+    path = f"{backend} ({'tls' if tls else cfg['transport']} data path)" if backend == "ring" \
+        else backend
     return _result(results, fetch_names, path, steps, labels)
 
 
@@ -423,8 +426,10 @@ def _make_comm(cfg: dict, worker: Any, rank: int) -> Any:
     from dask_fluid.distributed.collective.ring import RingCommunicator  # noqa: PLC0415
 
     # direct sockets between neighbours unless the job asked for Dask comms (see tcp_ring for why)
-    kind = tcp_ring.TcpRingCommunicator if cfg["transport"] == "tcp" else RingCommunicator
-    return kind(worker, cfg["job"], rank, cfg["addresses"], cfg["deadline_s"])
+    if cfg["transport"] == "tcp":
+        return tcp_ring.TcpRingCommunicator(worker, cfg["job"], rank, cfg["addresses"],
+                                            cfg["deadline_s"], secret=cfg["secret"])
+    return RingCommunicator(worker, cfg["job"], rank, cfg["addresses"], cfg["deadline_s"])
 
 
 def _trainer_task(cfg: dict, rank: int, parts: list) -> dict:

@@ -21,8 +21,9 @@ One ring, two control planes (how the ranks find each other and how a failure re
 
 Either way the data never goes through the scheduler or an event loop, and the algorithm is the
 ring's (reduce-scatter, then all-gather, per dtype), so every rank ends with bit-identical
-results. The Dask flavour only serves ``tcp://`` workers: with TLS, UCX or in-process workers the
-collective mode uses the plain
+results. The Dask flavour serves ``tcp://`` workers, and ``tls://`` workers with TLS from the
+cluster's certificates (:mod:`~dask_fluid.distributed.comm.tls`); with UCX or in-process
+workers the collective mode uses the plain
 :class:`~dask_fluid.distributed.collective.ring.RingCommunicator`.
 """
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 import abc
 import selectors
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Sequence
@@ -47,6 +49,7 @@ from dask_fluid.distributed.collective.ring import (
     _unfuse,
 )
 from dask_fluid.distributed.comm import rpc
+from dask_fluid.distributed.comm.tls import TlsContexts, worker_contexts
 from dask_fluid.distributed.comm.wire import worker_host
 from dask_fluid.distributed.errors import (
     DeadlineExceededError,
@@ -65,6 +68,8 @@ ABORT_NOTICE_S = 2.0
 #: how long a rank whose neighbour hung up waits for the abort that may explain it
 _NEWS_GRACE_S = 1.0
 _MAX_REASON = 500
+#: a non-blocking socket that cannot go on now (TLS may need to read or write a record first)
+_AGAIN = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
 class _SocketRing(Communicator):
@@ -94,7 +99,8 @@ class _SocketRing(Communicator):
         self._send: socket.socket | None = None
         self._recv: socket.socket | None = None
 
-    def _link(self, listener: links.Listener, right: tuple[str, int], secret: bytes) -> None:
+    def _link(self, listener: links.Listener, right: tuple[str, int], secret: bytes,
+              tls: TlsContexts | None = None) -> None:
         """Dial the right neighbour at ``right``, take the left one's link from ``listener``."""
         me = self.addresses[self.rank]
         stop = self._abort_reason
@@ -102,7 +108,7 @@ class _SocketRing(Communicator):
             self._send = links.dial(*right, links.hello(secret, "ring", self.addresses[self.right],
                                                         self.rank),
                                     self.deadline_s, peer=self.addresses[self.right], me=me,
-                                    stop=stop, role=self.role)
+                                    stop=stop, role=self.role, tls=tls)
             self._recv = listener.take("ring", self.left, self.deadline_s,
                                        self.addresses[self.left], stop=stop, role=self.role)
         except OSError as exc:
@@ -188,14 +194,14 @@ class _SocketRing(Communicator):
                 if send is not None and sent < len(send):
                     try:
                         sent += self._send.send(send[sent: sent + _SEND_CHUNK])
-                    except BlockingIOError:
+                    except _AGAIN:
                         pass
                     except OSError as exc:
                         self._lost(self.right, exc, step)
                 if recv is not None and got < len(recv):
                     try:
                         k = self._recv.recv_into(recv[got:], len(recv) - got)
-                    except BlockingIOError:
+                    except _AGAIN:
                         k = -1
                     except OSError as exc:
                         self._lost(self.left, exc, step)
@@ -206,6 +212,9 @@ class _SocketRing(Communicator):
                 done_recv = recv is None or got >= len(recv)
                 if done_send and done_recv:
                     return
+                if not done_recv and isinstance(self._recv, ssl.SSLSocket) and \
+                        self._recv.pending():
+                    continue  # decrypted bytes wait in TLS's buffer, not on the socket
                 remaining = give_up - time.monotonic()
                 if remaining <= 0:
                     peer = self.left if not done_recv else self.right
@@ -299,14 +308,24 @@ class TcpRingCommunicator(_SocketRing):
     """Ring all-reduce with direct sockets between the Dask workers of the ranks; same interface
     and arguments as :class:`~dask_fluid.distributed.collective.ring.RingCommunicator`.
 
-    The greeting is keyed by the job id: the Dask job has no secret of its own, and the port is
-    only ever told to the left neighbour, through the worker's comms.
+    Parameters
+    ----------
+    worker, job, rank, addresses, deadline_s, name
+        As :class:`~dask_fluid.distributed.collective.ring.RingCommunicator`.
+    secret : bytes
+        The job secret (32 random bytes the launcher made for this job, never in a task key or
+        name); each link's handshake proves it. On ``tls://`` workers the links use TLS with the
+        cluster's certificates as well.
     """
 
     def __init__(self, worker: Any, job: str, rank: int, addresses: Sequence[str],
-                 deadline_s: float, *, name: str = "tcp-ring") -> None:
+                 deadline_s: float, *, secret: bytes, name: str = "tcp-ring") -> None:
+        if len(secret) < 16:
+            raise ValueError("a TcpRingCommunicator needs the job's secret (at least 16 random "
+                             "bytes, the same on every rank)")
         super().__init__(rank, addresses, deadline_s)
         self.worker, self.job, self.name = worker, job, name
+        self.secret = secret
         self._control = RingCommunicator(worker, job, rank, addresses, deadline_s,
                                          name=f"{name}-control")
         try:
@@ -318,16 +337,17 @@ class TcpRingCommunicator(_SocketRing):
             raise
 
     def _connect(self) -> None:
-        ctl, secret = self._control, self.job.encode()
+        ctl, secret = self._control, self.secret
+        tls = worker_contexts(self.worker)
         host = worker_host(self.worker.address)
         listener = links.Listener(links.bind(host, 0, self.addresses[self.rank]), secret,
-                                  self.addresses[self.rank], self.nranks)
+                                  self.addresses[self.rank], self.nranks, tls=tls)
         try:
             # the left neighbour sends to us, so it needs our port; we need our right's
             sent = ctl._send(self.left, ("tcp", "port"), list(listener.address), None)
             right_host, right_port = ctl._recv(self.right, ("tcp", "port"), None)
             ctl._wait_sent(sent, self.left, None)
-            self._link(listener, (right_host, int(right_port)), secret)
+            self._link(listener, (right_host, int(right_port)), secret, tls)
         finally:
             listener.close()  # aborts travel through Dask: nothing more to accept
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Callable, Mapping
@@ -31,6 +32,7 @@ import numpy as np
 
 from dask_fluid.distributed.comm import shared_payload
 from dask_fluid.distributed.comm.rpc import _PACK_ALIGN
+from dask_fluid.distributed.comm.tls import TlsContexts, client_side
 
 __all__ = ["MAX_HEADER_BYTES", "MAX_PAYLOAD_BYTES", "POLL_S", "SHM_MIN_BYTES", "Connection",
            "PeerClosed", "WireTimeout", "accept", "connect", "layout", "recv_message",
@@ -41,6 +43,8 @@ _PREFIX = struct.Struct("!QQ")  # header bytes, buffer bytes
 _ZEROS = bytes(_PACK_ALIGN)
 #: sendmsg takes at most IOV_MAX (1024 on Linux) buffers per call
 _IOV_BATCH = 512
+#: a TLS socket has no sendmsg: it writes one buffer (at most this much) per call
+_TLS_CHUNK = 1 << 20
 #: smaller payloads go over the socket even between processes of one machine: below this the
 #: socket costs no more than touching the segment
 SHM_MIN_BYTES = 1 << 16
@@ -134,12 +138,18 @@ def _poll(call: Callable[..., int], arg: Any, deadline: float, stop: Callable[[]
         raise PeerClosed(f"{type(exc).__name__}: {exc}") from exc
 
 
+def _tls_send(sock: ssl.SSLSocket) -> Callable[[list[memoryview]], int]:
+    # a write that timed out is retried with the same buffer, as OpenSSL requires
+    return lambda views: sock.send(views[0][:_TLS_CHUNK])
+
+
 def _send_frames(sock: socket.socket, head: bytes, total: int, pieces: list[memoryview],
                  deadline: float, stop: Callable[[], bool]) -> None:
     views = [memoryview(_PREFIX.pack(len(head), total)), memoryview(head), *pieces]
+    write = _tls_send(sock) if isinstance(sock, ssl.SSLSocket) else sock.sendmsg
     i = 0
     while i < len(views):
-        sent = _poll(sock.sendmsg, views[i:i + _IOV_BATCH], deadline, stop, "sending",
+        sent = _poll(write, views[i:i + _IOV_BATCH], deadline, stop, "sending",
                      "the peer did not take the message in time")
         while sent and i < len(views):  # drop what went out, keep the rest of a partial view
             if sent >= len(views[i]):
@@ -244,14 +254,15 @@ class Connection:
 
 
 def connect(host: str, port: int, handshake: Callable[[socket.socket], None],
-            timeout_s: float) -> Connection:
-    """Open a connection, run ``handshake`` on it (:func:`.auth.client_handshake`), agree with
-    the peer on shared memory (a probe file it must be able to read), and leave the socket
-    polling every :data:`POLL_S`."""
+            timeout_s: float, tls: TlsContexts | None = None) -> Connection:
+    """Open a connection (TLS with ``tls``'s client context), run ``handshake`` on it
+    (:func:`.auth.client_handshake`), agree with the peer on shared memory (a probe file it
+    must be able to read), and leave the socket polling every :data:`POLL_S`."""
     sock = socket.create_connection((host, port), timeout=timeout_s)
     probe = None
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = client_side(sock, tls)
         handshake(sock)
         sock.settimeout(POLL_S)
         deadline = time.monotonic() + timeout_s

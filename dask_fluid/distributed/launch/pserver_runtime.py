@@ -270,7 +270,8 @@ def train_pserver(client: Any, main_program: Program | None = None,
     flags = flags or RPCFlags.current()
     ensure_plugin(client)
     workers = sorted(live_workers(client))
-    data_path = transport.choose(transport.PSERVER_KEY, workers, ("tcp://", "inproc://"))
+    data_path = transport.choose(transport.PSERVER_KEY, workers,
+                                 ("tcp://", "tls://", "inproc://"))
     tune_malloc = malloc.enabled()
     trainer_workers, parts, rows = _place_data(client, data, trainers, workers,
                                                flags.deadline_s)

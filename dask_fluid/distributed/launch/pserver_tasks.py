@@ -21,6 +21,7 @@ from ...executor import Executor, Scope
 from ...flags import RPCFlags
 from ...framework import Program
 from ..comm.rpc import attach_service
+from ..comm.tls import worker_contexts
 from ..comm.wire import worker_host
 from ..errors import DistributedTrainingError
 from ..pserver.client import DaskClient
@@ -88,7 +89,8 @@ def run_pserver(spec: ShardSpec) -> dict:
         serv = program.global_block().ops[-1]
         exe.host_context[SERVE_KEY] = ServeOptions(
             secret=spec.secret, flags=spec.flags, bind=(worker_host(worker.address), 0),
-            serve_socket=spec.transport == "tcp", schedule=spec.schedule,
+            serve_socket=spec.transport == "tcp", tls=worker_contexts(worker),
+            schedule=spec.schedule,
             trainer_names=list(spec.trainer_workers), table=table_shard(serv.attrs),
             n_pservers=spec.n_pservers, checkpoint_dir=spec.checkpoint_dir,
             checkpoint_every=spec.checkpoint_every, resume_path=spec.resume_path,

@@ -55,6 +55,7 @@ from ...ops.split_ops import split_byref, split_selected_rows
 from ..comm import rpc
 from ..comm.auth import HandshakeError, client_handshake, split_endpoint
 from ..comm.rpc import pack_arrays, unpack_arrays
+from ..comm.tls import TlsContexts, worker_contexts
 from ..comm.wire import Connection, PeerClosed, WireTimeout, connect
 from ..errors import (
     DeadlineExceededError,
@@ -215,6 +216,8 @@ class PServerClient:
         self._recv_plans: dict[tuple, dict[str, list[str]]] = {}
         self._links: dict[str, Any] = {}  # endpoint -> local shard | Connection | None (Dask)
         self._aborted: str | None = None
+        #: the direct connections' TLS (on a ``tls://`` Dask cluster); None: plain TCP
+        self.tls: TlsContexts | None = None
         #: seconds spent waiting for pservers (requests in flight), for the summary
         self.rpc_s = 0.0
         #: wait for a pserver that does not accept connections yet (the ops' ``wait_port``)
@@ -494,7 +497,7 @@ class PServerClient:
         try:
             return connect(host, port, lambda sock: client_handshake(sock, secret, ep,
                                                                      self.trainer_id),
-                           self.flags.deadline_s)
+                           self.flags.deadline_s, self.tls)
         except (PeerClosed, HandshakeError) as exc:  # it hung up on the handshake
             raise WorkerLostError(f"{self._where(ep)} at {host}:{port} refused trainer "
                                   f"{self.trainer_id}: is it a pserver of this job (same job "
@@ -617,7 +620,7 @@ class DirectClient(PServerClient):
             try:
                 host, port = split_endpoint(ep)
                 conn = connect(host, port, lambda sock, ep=ep: client_handshake(
-                    sock, self.secret, ep, self.trainer_id), ABORT_NOTICE_S)
+                    sock, self.secret, ep, self.trainer_id), ABORT_NOTICE_S, self.tls)
                 try:
                     conn.send({"method": "abort", "reason": reason}, None,
                               deadline=time.monotonic() + ABORT_NOTICE_S)
@@ -713,6 +716,7 @@ class DaskClient(PServerClient):
         self.job = job
         self.secret = secret
         self.workers_of = dict(workers_of)
+        self.tls = worker_contexts(worker)
         self._hook = f"trainer/{trainer_id}"
         rpc.attach_service(worker, job, self._hook, _Hook(self))
 

@@ -80,6 +80,7 @@ from ...ops.selected_rows import SelectedRows
 from ...transpiler.plan import TRAINER_ID_VAR
 from ..comm.auth import split_endpoint
 from ..comm.rpc import Service, pack_arrays, unpack_arrays
+from ..comm.tls import TlsContexts
 from ..errors import DeadlineExceededError, JobAbortedError, WorkerLostError
 from . import checkpoint as ckpt
 from .fused_update import FusedUpdate
@@ -183,6 +184,8 @@ class ServeOptions:
     bind: tuple[str, int] | None = None
     #: False: no socket at all (the Dask RPC data path and same-worker calls only)
     serve_socket: bool = True
+    #: the socket's TLS (a ``tls://`` Dask cluster's certificates); None: plain TCP
+    tls: TlsContexts | None = None
     schedule: Schedule | None = None
     #: what error messages call each trainer (Dask: its worker address)
     trainer_names: list[str] | None = None
@@ -459,7 +462,8 @@ class PServerShard(Service):
                 "threads_used": {k: len(v) for k, v in self._threads_used.items()},
                 "inline": self.param_bytes < self.inline_bytes,
                 "param_bytes": self.param_bytes,
-                "transport": "tcp" if self.server is not None else "dask"}
+                "transport": "dask" if self.server is None else
+                "tls" if self.options.tls is not None else "tcp"}
 
     # -- sync rounds (under self._cond) ---------------------------------------------------------
     def _advance(self) -> None:

@@ -12,9 +12,10 @@ trainers connect to directly; under Dask it binds any free port of its worker's 
 trainers learn it from the shard's job service (Dask stays the control plane there: aborts
 arrive as job-service aborts, which close these sockets).
 
-Who may connect: a trainer greets with its id and an HMAC of the endpoint and its id, keyed by
-the job's secret (:func:`greeting`); a connection that does not is closed before anything of it
-is decoded.
+Who may connect: a trainer proves it knows the job's secret in the challenge-response of
+:mod:`..comm.auth` (and the pserver proves it back); a connection that does not is closed before
+anything of it is decoded. On a ``tls://`` cluster that exchange runs inside TLS with the
+cluster's certificates (:mod:`..comm.tls`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 from ..comm.auth import HandshakeError, server_handshake
 from ..comm.rpc import unpack_arrays, wire_error
+from ..comm.tls import server_side
 from ..comm.wire import POLL_S, Connection, PeerClosed, WireTimeout, accept
 from ..errors import DistributedTrainingError
 
@@ -109,6 +111,7 @@ class ShardServer:
         shard = self.shard
         try:
             conn.settimeout(HANDSHAKE_TIMEOUT_S)
+            conn = server_side(conn, shard.options.tls)
             tid = server_handshake(conn, shard.options.secret, shard.endpoint, shard.trainer_num)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn.settimeout(POLL_S)
