@@ -144,3 +144,36 @@ def test_a_tls_listener_refuses_a_plain_dialler_and_takes_a_tls_one(security):
         conn.close()
     finally:
         listener.close()
+
+
+def _export(directory, dask_worker=None):
+    from dask_fluid.distributed.comm.tls import export_env
+
+    return export_env(dask_worker, directory)
+
+
+def test_a_launched_role_gets_its_workers_tls_identity(tls_client, tmp_path, monkeypatch):
+    """What ``dask-fluid launch`` hands a role's process: files of the worker's certificate,
+    key and CA, 0600, from which the process's own listeners and dialers build TLS."""
+    from dask_fluid.distributed.comm.tls import TLS_ENV, env_contexts
+
+    w = _workers(tls_client)[0]
+    env = tls_client.run(_export, str(tmp_path), workers=[w])[w]
+    assert sorted(env) == sorted(TLS_ENV)
+    for path in env.values():
+        assert (tmp_path / path.rsplit("/", 1)[1]).stat().st_mode & 0o077 == 0
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    tls = env_contexts()
+    listener = links.Listener(links.bind("127.0.0.1", 0, "r0"), SECRET, "r0", 2, tls=tls)
+    try:
+        sock = links.dial(*listener.address, links.hello(SECRET, "ring", "r0", 1), 5, peer="r0",
+                          me="r1", retry=False, tls=tls)
+        assert isinstance(sock, ssl.SSLSocket)
+        sock.close()
+        listener.take("ring", 1, 5, "r1").close()
+    finally:
+        listener.close()
+    monkeypatch.delenv(TLS_ENV[2])
+    with pytest.raises(ValueError, match="DASK_FLUID_TLS_KEY"):
+        env_contexts()

@@ -92,7 +92,8 @@ def main():
                 time.sleep(STEP_SLEEP_S)
             exe.close()
     with open(out, "w") as f:
-        json.dump({"role": role or "LOCAL", "losses": losses}, f)
+        json.dump({"role": role or "LOCAL", "losses": losses,
+                   "tls": sorted(k for k in os.environ if k.startswith("DASK_FLUID_TLS_"))}, f)
 
 
 if __name__ == "__main__":

@@ -111,3 +111,25 @@ def test_dask_fluid_launch_exits_non_zero_when_a_role_fails(tmp_path):
          "--trainers", "1", str(bad)], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "trainer0" in proc.stderr and "trainer gave up" in proc.stderr
+
+
+def test_launch_on_a_tls_cluster_gives_the_roles_tls_and_equals_local(tmp_path, local_losses):
+    pytest.importorskip("cryptography", reason="Security.temporary() needs cryptography")
+    from distributed.security import Security
+
+    security = Security.temporary()
+    with LocalCluster(n_workers=4, threads_per_worker=1, processes=False, security=security,
+                      dashboard_address=":0", silence_logs=40) as lc, \
+            Client(lc, security=security) as c:
+        assert all(w.startswith("tls://") for w in c.scheduler_info()["workers"])
+        results = launch_script(c, str(cluster.SCRIPT),
+                                [str(tmp_path / "{role}{trainer_id}.json"), "sync", "slice"],
+                                pservers=2, trainers=2, out=io.StringIO(), err=io.StringIO())
+    assert [r["returncode"] for r in results] == [0, 0, 0, 0]
+    t0 = json.loads((tmp_path / "trainer0.json").read_text())
+    t1 = json.loads((tmp_path / "trainer1.json").read_text())
+    np.testing.assert_allclose((np.array(t0["losses"]) + np.array(t1["losses"])) / 2,
+                               local_losses, atol=1e-5, rtol=0)
+    # every role had its worker's certificate (its pservers, trainers and links use TLS)
+    assert t0["tls"] == t1["tls"] == ["DASK_FLUID_TLS_CA_FILE", "DASK_FLUID_TLS_CERT",
+                                      "DASK_FLUID_TLS_KEY"]

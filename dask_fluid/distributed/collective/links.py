@@ -327,10 +327,11 @@ def dial(host: str, port: int, greet: Hello, deadline_s: float, *, peer: str, me
 
 
 def send_notice(host: str, port: int, greet: Hello, reason: str, timeout_s: float, *,
-                peer: str, me: str, role: str = "rank") -> bool:
+                peer: str, me: str, role: str = "rank", tls: TlsContexts | None = None) -> bool:
     """Tell the rank at ``host:port`` why this job stops; False when it could not be told."""
     try:
-        sock = dial(host, port, greet, timeout_s, peer=peer, me=me, retry=False, role=role)
+        sock = dial(host, port, greet, timeout_s, peer=peer, me=me, retry=False, role=role,
+                    tls=tls)
     except DistributedTrainingError:
         return False
     try:

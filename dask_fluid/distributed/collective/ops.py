@@ -24,6 +24,7 @@ from ...executor import CUDAPlace, RunContext
 from ...flags import RPCFlags
 from ...ops import registry
 from ..comm.auth import env_secret
+from ..comm.tls import env_contexts
 from ..errors import DistributedTrainingError
 from . import data_parallel
 from .trainers import TrainerComm, connect_trainers
@@ -69,7 +70,7 @@ def _gen_nccl_id(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     on_gpu = isinstance(place, CUDAPlace)
     try:
         handle = connect_trainers(
-            rank, endpoints, RPCFlags.current().deadline_s, secret=env_secret(),
+            rank, endpoints, RPCFlags.current().deadline_s, secret=env_secret(), tls=env_contexts(),
             on_gpu=on_gpu, device=place.device_id if on_gpu else 0,
             scheduler=os.environ.get("DASK_SCHEDULER_ADDRESS") or None)
     except DistributedTrainingError as err:

@@ -378,6 +378,8 @@ class EndpointRingCommunicator(_SocketRing):
         exchange.
     secret : bytes
         The job secret (``DASK_FLUID_JOB_SECRET``); every trainer must hold the same one.
+    tls : TlsContexts, optional
+        TLS for the links and the abort notices (:func:`..comm.tls.env_contexts`).
 
     Raises
     ------
@@ -390,7 +392,7 @@ class EndpointRingCommunicator(_SocketRing):
     role = "trainer"
 
     def __init__(self, rank: int, endpoints: Sequence[str], deadline_s: float, *,
-                 secret: bytes = b"") -> None:
+                 secret: bytes = b"", tls: TlsContexts | None = None) -> None:
         endpoints = list(endpoints)
         if len(set(endpoints)) != len(endpoints):
             raise ValueError(f"trainer endpoints repeat: {endpoints}; each trainer needs its own")
@@ -399,6 +401,7 @@ class EndpointRingCommunicator(_SocketRing):
                              "endpoints")
         super().__init__(rank, endpoints, deadline_s)
         self.secret = secret
+        self.tls = tls
         self._where = [links.split_endpoint(ep) for ep in endpoints]
         self._listener: links.Listener | None = None
         if self.nranks == 1:
@@ -406,8 +409,8 @@ class EndpointRingCommunicator(_SocketRing):
         try:
             self._listener = links.Listener(
                 links.bind(*self._where[rank], endpoints[rank]), secret, endpoints[rank],
-                self.nranks, on_abort=self._noticed)
-            self._link(self._listener, self._where[self.right], secret)
+                self.nranks, on_abort=self._noticed, tls=tls)
+            self._link(self._listener, self._where[self.right], secret, tls)
         except BaseException:
             self.close()
             raise
@@ -426,7 +429,7 @@ class EndpointRingCommunicator(_SocketRing):
         threads = [threading.Thread(target=links.send_notice, daemon=True, args=(
             *self._where[k], links.hello(self.secret, "abort", self.addresses[k], self.rank),
             reason, ABORT_NOTICE_S), kwargs={"peer": self.addresses[k], "me": me,
-                                            "role": self.role})
+                                            "role": self.role, "tls": self.tls})
             for k in range(self.nranks) if k != self.rank]
         for t in threads:
             t.start()

@@ -31,6 +31,7 @@ from typing import Any
 from dask_fluid.distributed.collective import links, nccl_setup
 from dask_fluid.distributed.collective.ring import Communicator
 from dask_fluid.distributed.collective.tcp_ring import EndpointRingCommunicator
+from dask_fluid.distributed.comm.tls import TlsContexts
 from dask_fluid.distributed.errors import WorkerLostError
 
 __all__ = ["TrainerComm", "connect_trainers", "exchange_unique_id", "nccl_usable"]
@@ -97,8 +98,8 @@ def nccl_usable() -> bool:
 
 
 def exchange_unique_id(rank: int, endpoints: Sequence[str], deadline_s: float, *,
-                       secret: bytes, make_id: Callable[[], Any], nccl_version: int = 0
-                       ) -> tuple[bytes, int]:
+                       secret: bytes, make_id: Callable[[], Any], nccl_version: int = 0,
+                       tls: TlsContexts | None = None) -> tuple[bytes, int]:
     """Fluid's ``gen_nccl_id``: trainer 0 creates the id and serves it at its endpoint.
 
     Trainer 0 listens on ``endpoints[0]`` until every other trainer has fetched the id (each
@@ -115,6 +116,8 @@ def exchange_unique_id(rank: int, endpoints: Sequence[str], deadline_s: float, *
         Creates the id on trainer 0 (``cupy.cuda.nccl.get_unique_id``: bytes or a tuple).
     nccl_version : int
         Trainer 0's NCCL version, sent along with the id.
+    tls : TlsContexts, optional
+        The links' TLS.
 
     Returns
     -------
@@ -132,7 +135,7 @@ def exchange_unique_id(rank: int, endpoints: Sequence[str], deadline_s: float, *
         if len(endpoints) == 1:
             return uid, nccl_version
         listener = links.Listener(links.bind(*links.split_endpoint(endpoints[0]), endpoints[0]),
-                                  secret, endpoints[0], len(endpoints))
+                                  secret, endpoints[0], len(endpoints), tls=tls)
         try:
             for k in range(1, len(endpoints)):
                 conn = listener.take("ncclid", k, deadline_s, endpoints[k], role="trainer")
@@ -145,7 +148,7 @@ def exchange_unique_id(rank: int, endpoints: Sequence[str], deadline_s: float, *
         return uid, nccl_version
     host, port = links.split_endpoint(endpoints[0])
     conn = links.dial(host, port, links.hello(secret, "ncclid", endpoints[0], rank), deadline_s,
-                      peer=endpoints[0], me=endpoints[rank], role="trainer")
+                      peer=endpoints[0], me=endpoints[rank], role="trainer", tls=tls)
     try:
         conn.settimeout(deadline_s)
         data = b""
@@ -188,7 +191,8 @@ def _nccl_through_scheduler(rank: int, endpoints: list[str], deadline_s: float, 
 
 def connect_trainers(rank: int, endpoints: Sequence[str], deadline_s: float, *,
                      secret: bytes = b"", on_gpu: bool = False, device: int = 0,
-                     scheduler: str | None = None) -> TrainerComm:
+                     scheduler: str | None = None, tls: TlsContexts | None = None
+                     ) -> TrainerComm:
     """The communicator of trainer ``rank`` of the job whose trainers are ``endpoints``.
 
     Parameters
@@ -206,6 +210,8 @@ def connect_trainers(rank: int, endpoints: Sequence[str], deadline_s: float, *,
         CUDA device of this trainer.
     scheduler : str, optional
         The Dask scheduler (``DASK_SCHEDULER_ADDRESS``): the NCCL id goes through it.
+    tls : TlsContexts, optional
+        TLS for the ring's links and the NCCL id's (:func:`..comm.tls.env_contexts`).
 
     Returns
     -------
@@ -223,7 +229,8 @@ def connect_trainers(rank: int, endpoints: Sequence[str], deadline_s: float, *,
 
             uid, version = exchange_unique_id(rank, endpoints, deadline_s, secret=secret,
                                               make_id=cupy_nccl.get_unique_id,
-                                              nccl_version=int(cupy_nccl.get_version()))
+                                              nccl_version=int(cupy_nccl.get_version()),
+                                              tls=tls)
             comm = NcclCommunicator(None, _session_name(secret, endpoints), rank, endpoints,
                                     deadline_s, unique_id=uid, nccl_version=version,
                                     device=device)
@@ -231,5 +238,5 @@ def connect_trainers(rank: int, endpoints: Sequence[str], deadline_s: float, *,
     if on_gpu:
         logger.warning("trainer %d runs on a GPU but CuPy has no NCCL here: gradients are "
                        "all-reduced through host memory over a TCP ring", rank)
-    comm = EndpointRingCommunicator(rank, endpoints, deadline_s, secret=secret)
+    comm = EndpointRingCommunicator(rank, endpoints, deadline_s, secret=secret, tls=tls)
     return TrainerComm(comm, "ring", rank, len(endpoints), endpoints)

@@ -42,10 +42,12 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -53,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
-from ..comm import rpc
+from ..comm import rpc, tls
 from ..comm.auth import SECRET_ENV, new_secret
 from ..errors import DistributedTrainingError, JobAbortedError
 from . import events
@@ -275,7 +277,8 @@ def run_role(job: str, role: Role, script: str, script_text: str | None) -> dict
         with open(path, "w") as f:
             f.write(script_text)
     command = [sys.executable, "-m", "dask_fluid.cli", "run", path, *role.args]
-    env = {**os.environ, **role.env, "PYTHONUNBUFFERED": "1"}
+    private = tempfile.mkdtemp(prefix=f"dask-fluid-{job}-{role.name}-")  # 0700
+    env = {**os.environ, **role.env, **tls.export_env(worker, private), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             cwd=os.path.dirname(os.path.abspath(path)), start_new_session=True)
     service = rpc.attach_service(worker, job, f"role/{role.name}", _RoleProcess(proc))
@@ -310,6 +313,7 @@ def run_role(job: str, role: Role, script: str, script_text: str | None) -> dict
     finally:
         if proc.poll() is None:
             _terminate(proc)
+        shutil.rmtree(private, ignore_errors=True)  # the key files live no longer than the role
     code = proc.returncode
     if code != 0:
         if service.aborted is not None:

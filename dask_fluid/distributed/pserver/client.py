@@ -559,12 +559,16 @@ class DirectClient(PServerClient):
         As :class:`PServerClient`.
     secret : bytes
         The job secret (:func:`..comm.auth.env_secret`).
+    tls : TlsContexts, optional
+        Connect with TLS (:func:`..comm.tls.env_contexts`).
     """
 
     def __init__(self, trainer_id: int, flags: RPCFlags, sync_mode: bool,
-                 endpoints: Iterable[str] = (), *, secret: bytes = b"") -> None:
+                 endpoints: Iterable[str] = (), *, secret: bytes = b"",
+                 tls: TlsContexts | None = None) -> None:
         super().__init__(trainer_id, flags, sync_mode, endpoints)
         self.secret = secret
+        self.tls = tls
         self._done = False
         _install_exit_hooks()
         with _open_lock:

@@ -49,6 +49,7 @@ from ...ops import registry
 from ...transpiler.modes import DistributedMode
 from ...transpiler.trainer_rewrite import GEO_PARAM_INIT
 from ..comm.auth import env_secret
+from ..comm.tls import env_contexts
 from ..errors import DistributedTrainingError
 from .client import NOT_YET, DirectClient, PServerClient, join_rows, split_rows
 from .shard import PServerShard, ServeOptions, TableShard
@@ -77,7 +78,8 @@ def _client(ctx: RunContext) -> PServerClient:
     if client is None:  # a trainer started by hand: the program says who it is
         attrs = ctx.op.attrs
         client = DirectClient(int(attrs.get("trainer_id", 0)), RPCFlags.current(),
-                              bool(attrs.get("sync_mode", True)), secret=env_secret())
+                              bool(attrs.get("sync_mode", True)), secret=env_secret(),
+                              tls=env_contexts())
         ctx.executor.host_context[CLIENT_KEY] = client
     client.wait_port = bool(ctx.op.attrs.get("wait_port", True))
     return client
@@ -172,7 +174,7 @@ def _prefetch(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
 def _listen_and_serv(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     options = ctx.executor.host_context.get(SERVE_KEY)
     if options is None:  # a pserver started by hand: bind the endpoint, open-ended rounds
-        options = ServeOptions(secret=env_secret(), flags=RPCFlags.current(),
+        options = ServeOptions(secret=env_secret(), flags=RPCFlags.current(), tls=env_contexts(),
                                table=table_shard(attrs))
     try:
         PServerShard(ctx.program, ctx.scope, options).run()
