@@ -299,3 +299,22 @@ def test_identical_fits_on_dask_arrays_are_bit_identical_wherever_the_chunks_are
                                         batch_size=16, epochs=2))
     assert len({r.ranks[0]["digest"] for r in results}) == 1
     assert [r["rows"] for r in results[0].ranks] == [360, 360, 240]  # 8 chunks of 120
+
+
+def test_collective_refuses_silent_input_and_stops_a_diverging_loss(dist_client, workers):
+    # the same checks as pserver mode (launch/feeds.py): nothing truncated, nothing ignored
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(128, 64)).astype(np.float32)
+    y = rng.integers(0, 10, (128, 1))
+    spec = mlp()
+    with pytest.raises(ValueError, match="'y' is int64, but its data has non-integer values"):
+        train_collective(dist_client, spec.main, spec.startup, {"x": x, "y": y + 0.5},
+                         trainers=workers[:2], backend="ring")
+    with pytest.raises(ValueError, match=r"\['lables'\]"):
+        train_collective(dist_client, spec.main, spec.startup, {"x": x, "y": y, "lables": y},
+                         trainers=workers[:2], backend="ring")
+    wild = mlp(opt=fluid.optimizer.SGD(1e12))
+    with pytest.raises(DistributedTrainingError, match=r"became (nan|inf) at step \d+ "
+                       r"\(epoch 0\): training diverged"):
+        train_collective(dist_client, wild.main, wild.startup, {"x": x, "y": y},
+                         trainers=workers[:2], backend="ring", batch_size=16)

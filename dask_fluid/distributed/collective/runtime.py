@@ -71,6 +71,12 @@ from dask_fluid.distributed.launch.data import (
     partition_by_worker,
 )
 from dask_fluid.distributed.launch.events import Callback, TrainResult, publish, step_event
+from dask_fluid.distributed.launch.feeds import (
+    check_data_keys,
+    check_finite,
+    feed_names,
+    prepare_feeds,
+)
 from dask_fluid.distributed.launch.tasks import TaskSpec, live_workers, new_job_id, run_tasks
 from dask_fluid.flags import RPCFlags
 from dask_fluid.framework import (
@@ -116,10 +122,6 @@ def _strip_nccl_id(startup: Program) -> Program:
             block.vars.pop(name, None)
     block.ops = [op for op in block.ops if op.type != "gen_nccl_id"]
     return startup
-
-
-def _feed_vars(main: Program) -> list[Variable]:
-    return [v for v in main.global_block().vars.values() if v.is_data]
 
 
 def _loss_name(main: Program) -> str | None:
@@ -190,9 +192,9 @@ def _candidates(client: Any, trainers: Any, endpoints: Sequence[str]
     return trainers, {}
 
 
-def _as_arrays(data: Any, feeds: Sequence[Variable]) -> dict[str, Any]:
-    names = [v.name for v in feeds]
+def _as_arrays(data: Any, names: Sequence[str]) -> dict[str, Any]:
     if isinstance(data, Mapping):
+        check_data_keys(data, names)
         missing = [n for n in names if n not in data]
         if missing:
             raise ValueError(f"data has no input for the program's data layers {missing}; "
@@ -304,7 +306,7 @@ def train_collective(client: Any, main_program: Program | None = None,
     flags = flags if flags is not None else RPCFlags.current()
     main, startup, endpoints = _resolve_programs(main_program, startup_program, transpiler)
     split_program(main)  # fail here, not on every worker
-    feeds = _feed_vars(main)
+    names = feed_names(main)
     fetch_names = [f.name if isinstance(f, Variable) else str(f) for f in fetch_list]
     if not fetch_names and (loss := _loss_name(main)) is not None:
         fetch_names = [loss]
@@ -323,7 +325,7 @@ def train_collective(client: Any, main_program: Program | None = None,
         if backend == "nccl":  # before any data moves
             check_nccl(client, candidates or sorted(infos), infos)
     partition = data if isinstance(data, DataPartition) else partition_by_worker(
-        client, _as_arrays(data, feeds), workers=candidates)
+        client, _as_arrays(data, names), workers=candidates)
     holders = [w for w in partition.workers if partition.rows_per_worker.get(w)]
     if not holders:
         raise ValueError("no worker holds any rows of data")
@@ -466,7 +468,9 @@ def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list) -> dict:
     host = cfg["backend"] == "ring"  # the ring reduces numpy arrays only
     broadcast_persistables(comm, scope, persist, xp, host=host)
 
-    feeds = _prepare_feeds(main, local_arrays(parts), xp)
+    feeds = prepare_feeds(main, local_arrays(parts), feed_names(main))
+    if xp is not np:
+        feeds = {k: xp.asarray(v) for k, v in feeds.items()}
     n_rows = len(next(iter(feeds.values())))
     steps, bs, fetch = cfg["steps"], cfg["batch_size"], cfg["fetch"]
     seed_r = rank_seed(cfg["seed"], rank)
@@ -482,6 +486,7 @@ def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list) -> dict:
                 idx = xp.asarray(idx)
             fetched = exe.run(compute, feed={k: v[idx] for k, v in feeds.items()},
                               fetch_list=fetch, scope=scope)
+            check_finite(fetch, fetched, epoch, global_step)
             reduce_gradients(comm, scope, grads, xp, host=host, step=global_step)
             exe.run(optimize, scope=scope)
             samples += len(idx)
@@ -504,16 +509,3 @@ def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list) -> dict:
     return {"rank": rank, "address": worker.address, "rows": n_rows, "steps": len(records),
             "samples": samples, "elapsed": elapsed, "digest": digest.hexdigest(),
             "records": records, "params": params if rank == 0 else None}
-
-
-def _prepare_feeds(main: Program, arrays: Mapping[str, Any], xp: Any) -> dict[str, Any]:
-    """Each data layer's local array, with the layer's dtype and rank (``y`` (n,) -> (n, 1))."""
-    out = {}
-    for var in _feed_vars(main):
-        value = arrays[var.name]
-        value = np.asarray(value) if not hasattr(value, "__cuda_array_interface__") else value
-        if var.shape is not None and value.ndim == len(var.shape) - 1:
-            value = value.reshape(*value.shape, 1)
-        value = value.astype(var.dtype, copy=False)
-        out[var.name] = xp.asarray(value) if xp is not np else value
-    return out

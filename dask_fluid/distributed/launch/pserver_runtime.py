@@ -32,6 +32,7 @@ from ..pserver.shard import Schedule
 from . import malloc
 from .data import assign_trainers, partition_by_worker
 from .events import Callback, TrainResult
+from .feeds import check_data_keys, feed_names
 from .placement import Placement, place_pservers
 from .pserver_tasks import ShardSpec, TrainerSpec, run_pserver, run_trainer
 from .tasks import LastStep, TaskSpec, live_workers, new_job_id, run_tasks
@@ -122,21 +123,6 @@ def _place_data(client: Any, data: Any, trainers: int | Sequence[str] | None,
         len(workers), sum(1 for r in partition.chunk_rows if r > 0))
     assignment = assign_trainers(client, partition, n, allowed, timeout_s)
     return assignment.workers, assignment.parts, assignment.rows
-
-
-def _feed_names(program: Program) -> list[str]:
-    return [v.name for v in program.global_block().vars.values() if v.is_data]
-
-
-def _check_data_keys(data: Any, feed_names: list[str]) -> None:
-    """Every data key must be a data layer of the program (a typo would otherwise train on
-    nothing, silently)."""
-    dicts = data if isinstance(data, (list, tuple)) else [data]
-    for d in dicts:
-        extra = sorted(set(d) - set(feed_names))
-        if extra:
-            raise ValueError(f"data has keys {extra} that are not data layers of the program; "
-                             f"its data layers are {feed_names}")
 
 
 def _transpile_all(origin: Program, origin_startup: Program, config: DistributeTranspilerConfig,
@@ -265,7 +251,7 @@ def train_pserver(client: Any, main_program: Program | None = None,
         Training failed; the error names the role, the endpoint and the step.
     """
     _check_args(data, epochs, batch_size, checkpoint_dir, checkpoint_every, steps_per_epoch)
-    _check_data_keys(data, _feed_names(transpiler.plan.origin if transpiler is not None else
+    check_data_keys(data, feed_names(transpiler.plan.origin if transpiler is not None else
                                        main_program or default_main_program()))
     flags = flags or RPCFlags.current()
     ensure_plugin(client)
@@ -322,12 +308,12 @@ def train_pserver(client: Any, main_program: Program | None = None,
     if first.plan.table is not None:
         on_pservers.add(first.plan.table.name)
     keep = [p.name for p in origin.global_block().all_parameters() if p.name not in on_pservers]
-    feed_names = _feed_names(origin)
+    names = feed_names(origin)
     workers_of = dict(placement.items())
     for rank, (w, (prog, startup)) in enumerate(zip(trainer_workers, trainer_programs,
                                                     strict=True)):
         spec = TrainerSpec(job, secret, rank, prog.to_json(), startup.to_json(), workers_of,
-                           feed_names, fetch_names, schedule, epochs, batch_size, shuffle, seed,
+                           names, fetch_names, schedule, epochs, batch_size, shuffle, seed,
                            sync, flags, start_round, keep if rank == 0 else [],
                            tune_malloc)
         tasks.append(TaskSpec(w, run_trainer, (spec, parts[rank]), role="trainer",

@@ -29,6 +29,7 @@ from ..pserver.ops import CLIENT_KEY, SERVE_KEY, table_shard
 from ..pserver.shard import PServerShard, Schedule, ServeOptions, service_name
 from . import events
 from .data import batch_indices, local_arrays
+from .feeds import check_finite, prepare_feeds
 from .malloc import training_malloc
 
 __all__ = ["ShardSpec", "TrainerSpec", "run_pserver", "run_trainer"]
@@ -132,46 +133,6 @@ class TrainerSpec:
     tune_malloc: bool = True
 
 
-def _prepare_feed(program: Program, arrays: dict[str, Any], names: list[str]) -> dict:
-    """Cast to the data layers' dtypes and add the trailing 1 of label columns, once.
-
-    A cast that would change values is refused: floats with a fractional part (or NaN) for an
-    integer layer are a mistake in the data, not something to truncate."""
-    block = program.global_block()
-    out = {}
-    for name in names:
-        if name not in arrays:
-            raise ValueError(f"no data for the data layer {name!r}; data has {sorted(arrays)}")
-        arr = np.asarray(arrays[name])
-        var = block.var(name)
-        target = np.dtype(var.dtype)
-        if arr.dtype != target:
-            if target.kind in "iu" and arr.dtype.kind == "f":
-                bad = ~np.isfinite(arr) | (arr != np.round(arr))
-                if bad.any():
-                    first = int(np.flatnonzero(bad.reshape(-1))[0])
-                    raise ValueError(f"the data layer {name!r} is {var.dtype}, but its data has "
-                                     f"non-integer values (e.g. {arr.reshape(-1)[first]!r} at "
-                                     f"flat index {first}); labels and ids must be whole "
-                                     "numbers: fix the data or cast it yourself")
-            arr = arr.astype(target)
-        if var.shape is not None and arr.ndim == len(var.shape) - 1 and var.shape[-1] == 1:
-            arr = arr.reshape(*arr.shape, 1)
-        out[name] = np.ascontiguousarray(arr)
-    return out
-
-
-def _check_finite(names: list[str], fetched: list[Any], epoch: int, step: int) -> None:
-    """Stop at the first step whose fetched values (the loss) are NaN or infinite: training
-    diverged, and every later step would only spread NaN through the parameters."""
-    for name, value in zip(names, fetched, strict=True):
-        value = np.asarray(value)
-        if value.dtype.kind == "f" and not np.isfinite(value).all():
-            raise FloatingPointError(f"{name} became {value.reshape(-1)[0]} at step {step} "
-                                     f"(epoch {epoch}): training diverged; lower the learning "
-                                     "rate, scale the inputs, or clip the gradients")
-
-
 def run_trainer(spec: TrainerSpec, parts: list[Any]) -> dict:
     """The trainer task: train on this worker's rows against the pservers of the job.
 
@@ -196,7 +157,7 @@ def run_trainer(spec: TrainerSpec, parts: list[Any]) -> dict:
 
 def _train(worker: Any, spec: TrainerSpec, parts: list[Any], state: dict) -> dict:
     program = Program.from_json(spec.program_json)
-    feed_data = _prepare_feed(program, local_arrays(parts), spec.feed_names)
+    feed_data = prepare_feeds(program, local_arrays(parts), spec.feed_names)
     client = DaskClient(worker, spec.job, spec.secret, spec.rank, spec.workers_of, spec.flags,
                         spec.sync_mode)
     try:
@@ -233,7 +194,7 @@ def _loop(worker: Any, spec: TrainerSpec, program: Program, feed_data: dict[str,
             client.begin_step(round_index)
             feed = {name: arr[idx] for name, arr in feed_data.items()}
             fetched = exe.run(program, feed=feed, fetch_list=spec.fetch_names, scope=scope)
-            _check_finite(spec.fetch_names, fetched, epoch, round_index)
+            check_finite(spec.fetch_names, fetched, epoch, round_index)
             steps += 1
             samples += len(idx)
             event = events.step_event(spec.rank, epoch, round_index, len(idx),
