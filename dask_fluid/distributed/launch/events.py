@@ -98,6 +98,10 @@ class TrainResult:
     samples_per_s : float
     summary : str
         What ran where (transpiler summary, workers, backend).
+    recoveries : list of dict
+        Elastic training: the ``{"type": "recovery", ...}`` event of every restart after a
+        lost worker (``lost``, ``start_round``, ``source``, ``message``); the other fields
+        describe the last attempt.
     """
 
     params: dict[str, np.ndarray]
@@ -108,3 +112,4 @@ class TrainResult:
     elapsed_s: float = 0.0
     samples_per_s: float = 0.0
     summary: str = ""
+    recoveries: list[dict] = field(default_factory=list)

@@ -16,6 +16,7 @@ import logging
 import math
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import dask.config
@@ -29,18 +30,20 @@ from ..comm.rpc import ensure_plugin
 from ..errors import DeadlineExceededError, DistributedTrainingError, WorkerLostError
 from ..pserver import checkpoint as ckpt
 from ..pserver.shard import Schedule
-from . import malloc
+from . import elastic, malloc
 from .data import assign_trainers, partition_by_worker
 from .events import Callback, TrainResult
 from .feeds import check_data_keys, feed_names
 from .placement import Placement, place_pservers
 from .pserver_tasks import ShardSpec, TrainerSpec, run_pserver, run_trainer
-from .tasks import LastStep, TaskSpec, live_workers, new_job_id, run_tasks
+from .tasks import DETACH_TIMEOUT_S, LastStep, TaskSpec, live_workers, new_job_id, run_tasks
 
 __all__ = ["train_pserver"]
 
 logger = logging.getLogger(__name__)
 
+#: an elastic job gives up after this many restarts (a cluster losing worker after worker)
+MAX_RECOVERIES = 8
 #: dask.config key: pserver shards with fewer parameter bytes do their numpy work in the
 #: requesting thread instead of the FLAGS_rpc_*_thread_num pools (default 1 MiB)
 INLINE_BYTES_KEY = "dask_fluid.pserver.inline-bytes"
@@ -185,7 +188,8 @@ def train_pserver(client: Any, main_program: Program | None = None,
                   seed: int = 0, callbacks: Iterable[Callback] = (),
                   checkpoint_dir: str | None = None, checkpoint_every: int | str | None = None,
                   resume_from: str | None = None, flags: RPCFlags | None = None,
-                  steps_per_epoch: int | None = None) -> TrainResult:
+                  steps_per_epoch: int | None = None, elastic: bool = False,
+                  min_trainers: int = 1) -> TrainResult:
     """Train a Fluid program in pserver mode on the Dask cluster of ``client``.
 
     Parameters
@@ -237,6 +241,15 @@ def train_pserver(client: Any, main_program: Program | None = None,
         ``dask_fluid.rpc.*`` config keys, read here on the client).
     steps_per_epoch : int, optional
         At most this many steps per trainer and epoch.
+    elastic : bool
+        Carry on when a worker is lost instead of failing (:mod:`.elastic`): a lost trainer's
+        rows go to the trainers that are left and training restarts from the pservers' state
+        (sync: the interrupted step is replayed with the global batch re-split over the
+        remaining trainers); a lost pserver's shards are restored, with every other
+        pserver's, from the latest intact round in ``checkpoint_dir`` onto other workers.
+        Every recovery is an event ``{"type": "recovery", ...}`` and a line of the summary.
+    min_trainers : int
+        With ``elastic``: fail, as without it, when fewer trainers than this would be left.
 
     Returns
     -------
@@ -253,100 +266,305 @@ def train_pserver(client: Any, main_program: Program | None = None,
     _check_args(data, epochs, batch_size, checkpoint_dir, checkpoint_every, steps_per_epoch)
     check_data_keys(data, feed_names(transpiler.plan.origin if transpiler is not None else
                                        main_program or default_main_program()))
+    _check_elastic(elastic, min_trainers, transpiler)
     flags = flags or RPCFlags.current()
     ensure_plugin(client)
-    workers = sorted(live_workers(client))
-    data_path = transport.choose(transport.PSERVER_KEY, workers,
-                                 ("tcp://", "tls://", "inproc://"))
-    tune_malloc = malloc.enabled()
-    trainer_workers, parts, rows = _place_data(client, data, trainers, workers,
-                                               flags.deadline_s)
-    n = len(trainer_workers)
-    schedule = [math.ceil(r / batch_size) for r in rows]
-    if steps_per_epoch is not None:
-        schedule = [min(s, steps_per_epoch) for s in schedule]
-
-    if transpiler is not None:
-        plan = transpiler.plan
-        if plan.trainer_num != n:
-            raise ValueError(f"the transpiler was run for {plan.trainer_num} trainers but the "
-                             f"data gives {n} ({trainer_workers}); transpile with trainers={n} "
-                             "or choose the trainers")
-        placement = place_pservers(plan.endpoints, workers)
-        config, sync = transpiler.config, plan.sync_mode
-        origin, origin_startup = plan.origin, plan.origin_startup
-    else:
+    if transpiler is None:
         main_program = main_program or default_main_program()
         startup_program = startup_program or default_startup_program()
-        placement = place_pservers(pservers, workers, preferred=trainer_workers)
-        config, sync = config or DistributeTranspilerConfig(), sync_mode
-        origin, origin_startup = main_program, startup_program
-    trainer_programs, first = _transpile_all(origin, origin_startup, config,
-                                             placement.endpoints, n, sync)
-    sync = first.sync_mode
-    if checkpoint_every is not None and not sync:
-        raise ValueError("checkpoints are taken at synchronous steps: use sync_mode=True, or "
-                         "leave checkpoint_every unset in async mode")
-    start_round, resume_path = 0, None
-    if resume_from is not None:
-        info = ckpt.find_checkpoint(resume_from)
-        if info.n_pservers != len(placement.endpoints) or list(
-                info.meta.get("steps_per_epoch", [])) != schedule:
-            raise ValueError(f"checkpoint {str(info.path)!r} was written by "
-                             f"{info.n_pservers} pservers with steps per epoch "
-                             f"{info.meta.get('steps_per_epoch')}; this job has "
-                             f"{len(placement.endpoints)} pservers and {schedule}: resume with "
-                             "the same data, batch size and pservers")
-        start_round, resume_path = info.round + 1, str(info.path)
+    req = _Request(main_program, startup_program, data, transpiler, config, pservers, trainers,
+                   sync_mode, epochs, batch_size, list(fetch_list), shuffle, seed,
+                   list(callbacks), checkpoint_dir, checkpoint_every, resume_from, flags,
+                   steps_per_epoch, elastic)
+    restart: _Restart | None = None
+    recoveries: list[dict] = []
+    while True:
+        job = _Job(req, restart)
+        try:
+            result = job.run(client)
+        except DistributedTrainingError as err:
+            restart = _recover(client, req, job, err, min_trainers, recoveries)
+            if restart is None:
+                raise
+            continue
+        if recoveries:
+            result.recoveries = recoveries
+            result.summary += "".join(f"\nrecovered: {r['message']}" for r in recoveries)
+        return result
 
-    job, secret = new_job_id(), secrets.token_bytes(32)
-    fetch_names = _names(fetch_list)
-    tasks = _pserver_tasks(job, secret, first, placement, trainer_workers,
-                           Schedule(tuple(schedule), epochs, start_round), flags, checkpoint_dir,
-                           checkpoint_every, resume_path, data_path, tune_malloc)
-    on_pservers = {pp.param for pp in first.plan.params}
-    if first.plan.table is not None:
-        on_pservers.add(first.plan.table.name)
-    keep = [p.name for p in origin.global_block().all_parameters() if p.name not in on_pservers]
-    names = feed_names(origin)
-    workers_of = dict(placement.items())
-    for rank, (w, (prog, startup)) in enumerate(zip(trainer_workers, trainer_programs,
-                                                    strict=True)):
-        spec = TrainerSpec(job, secret, rank, prog.to_json(), startup.to_json(), workers_of,
-                           names, fetch_names, schedule, epochs, batch_size, shuffle, seed,
-                           sync, flags, start_round, keep if rank == 0 else [],
-                           tune_malloc)
-        tasks.append(TaskSpec(w, run_trainer, (spec, parts[rank]), role="trainer",
-                              endpoint=w))
 
-    last_step = LastStep()
-    try:
-        results = run_tasks(client, job, tasks, callbacks=callbacks,
-                            deadline_s=flags.deadline_s, last_step=last_step)
-    except concurrent.futures.CancelledError as err:
-        # A dead worker took the only copy of a task's data with it: Dask cancels the task
-        # instead of failing it. Name the lost worker (the launcher detached the job's
-        # services, which wakes every remaining waiter).
-        raise _lost_worker_error(client, tasks, last_step.step) from err
-    n_ps = len(placement.endpoints)
-    ps_results, tr_results = results[:n_ps], results[n_ps:]
-    params = _assemble(first, ps_results, tr_results[0]["vars"])
-    return _result(params, ps_results, tr_results, first, placement, trainer_workers,
-                   fetch_names)
+def _check_elastic(elastic: bool, min_trainers: int, transpiler: Any) -> None:
+    if isinstance(min_trainers, bool) or not isinstance(min_trainers, int) or min_trainers < 1:
+        raise ValueError(f"min_trainers = {min_trainers!r} is not allowed: an int >= 1")
+    if elastic and transpiler is not None:
+        raise ValueError("elastic=True re-transpiles the program for the trainers that are "
+                         "left after a loss: pass main_program/startup_program (and config) "
+                         "instead of an already transpiled transpiler")
+
+
+@dataclass
+class _Request:
+    """What the caller of :func:`train_pserver` asked for (every attempt starts from it)."""
+
+    main_program: Program | None
+    startup_program: Program | None
+    data: Any
+    transpiler: DistributeTranspiler | None
+    config: DistributeTranspilerConfig | None
+    pservers: Any
+    trainers: Any
+    sync_mode: bool
+    epochs: int
+    batch_size: int
+    fetch_list: list
+    shuffle: bool
+    seed: int
+    callbacks: list
+    checkpoint_dir: str | None
+    checkpoint_every: Any
+    resume_from: str | None
+    flags: RPCFlags
+    steps_per_epoch: int | None
+    elastic: bool
+
+
+@dataclass
+class _Restart:
+    """How an elastic restart differs from the request: fewer workers, a start round and the
+    pservers' state, and the per-trainer batch that keeps the global batch."""
+
+    lost: set[str]
+    start_round: int
+    #: the data and trainers arguments for the workers that are left
+    data: Any
+    trainers: Any
+    states: dict[int, dict[str, np.ndarray]] | None = None
+    resume_path: str | None = None
+    global_batch: int | None = None
+
+
+class _Job:
+    """One attempt at the request: place, transpile, run, assemble."""
+
+    def __init__(self, req: _Request, restart: _Restart | None) -> None:
+        self.req, self.restart = req, restart
+        self.trainer_workers: list[str] = []
+        self.pserver_workers: list[str] = []
+        self.global_batch: int | None = None
+        self.sync = req.sync_mode
+        self.n_pservers = 0
+        self.job = ""
+        self.last_step = LastStep()
+
+    def run(self, client: Any) -> TrainResult:
+        req, restart = self.req, self.restart
+        flags = req.flags
+        lost = restart.lost if restart is not None else set()
+        workers = sorted(live_workers(client) - lost)
+        data_path = transport.choose(transport.PSERVER_KEY, workers,
+                                     ("tcp://", "tls://", "inproc://"))
+        tune_malloc = malloc.enabled()
+        data, trainers = (req.data, req.trainers) if restart is None else (restart.data,
+                                                                             restart.trainers)
+        trainer_workers, parts, rows = _place_data(client, data, trainers, workers,
+                                                   flags.deadline_s)
+        self.trainer_workers = trainer_workers
+        n = len(trainer_workers)
+        batch_size = req.batch_size
+        if restart is not None and restart.global_batch is not None:
+            batch_size = max(1, math.ceil(restart.global_batch / n))  # the same global batch
+        self.global_batch = batch_size * n
+        schedule = [math.ceil(r / batch_size) for r in rows]
+        if req.steps_per_epoch is not None:
+            schedule = [min(s, req.steps_per_epoch) for s in schedule]
+
+        if req.transpiler is not None:
+            plan = req.transpiler.plan
+            if plan.trainer_num != n:
+                raise ValueError(f"the transpiler was run for {plan.trainer_num} trainers but "
+                                 f"the data gives {n} ({trainer_workers}); transpile with "
+                                 f"trainers={n} or choose the trainers")
+            placement = place_pservers(plan.endpoints, workers)
+            config, sync = req.transpiler.config, plan.sync_mode
+            origin, origin_startup = plan.origin, plan.origin_startup
+        else:
+            pservers = _pservers_without_lost(req.pservers, lost)
+            placement = place_pservers(pservers, workers, preferred=trainer_workers)
+            config, sync = req.config or DistributeTranspilerConfig(), req.sync_mode
+            origin, origin_startup = req.main_program, req.startup_program
+        trainer_programs, first = _transpile_all(origin, origin_startup, config,
+                                                 placement.endpoints, n, sync)
+        sync = self.sync = first.sync_mode
+        self.n_pservers = len(placement.endpoints)
+        self.pserver_workers = [w for _, w in placement.items()]
+        if req.checkpoint_every is not None and not sync:
+            raise ValueError("checkpoints are taken at synchronous steps: use sync_mode=True, "
+                             "or leave checkpoint_every unset in async mode")
+        start_round, resume_path, states = 0, None, None
+        if restart is not None:
+            start_round, resume_path, states = (restart.start_round, restart.resume_path,
+                                                restart.states)
+        elif req.resume_from is not None:
+            info = ckpt.find_checkpoint(req.resume_from)
+            if info.n_pservers != len(placement.endpoints) or list(
+                    info.meta.get("steps_per_epoch", [])) != schedule:
+                raise ValueError(f"checkpoint {str(info.path)!r} was written by "
+                                 f"{info.n_pservers} pservers with steps per epoch "
+                                 f"{info.meta.get('steps_per_epoch')}; this job has "
+                                 f"{len(placement.endpoints)} pservers and {schedule}: resume "
+                                 "with the same data, batch size and pservers")
+            start_round, resume_path = info.round + 1, str(info.path)
+
+        job, secret = new_job_id(), secrets.token_bytes(32)
+        self.job = job
+        fetch_names = _names(req.fetch_list)
+        tasks = _pserver_tasks(job, secret, first, placement, trainer_workers,
+                               Schedule(tuple(schedule), req.epochs, start_round), flags,
+                               req.checkpoint_dir, req.checkpoint_every, resume_path, data_path,
+                               tune_malloc, req.elastic, states)
+        on_pservers = {pp.param for pp in first.plan.params}
+        if first.plan.table is not None:
+            on_pservers.add(first.plan.table.name)
+        keep = [p.name for p in origin.global_block().all_parameters()
+                if p.name not in on_pservers]
+        names = feed_names(origin)
+        workers_of = dict(placement.items())
+        for rank, (w, (prog, startup)) in enumerate(zip(trainer_workers, trainer_programs,
+                                                        strict=True)):
+            spec = TrainerSpec(job, secret, rank, prog.to_json(), startup.to_json(), workers_of,
+                               names, fetch_names, schedule, req.epochs, batch_size,
+                               req.shuffle, req.seed, sync, flags, start_round,
+                               keep if rank == 0 else [], tune_malloc)
+            tasks.append(TaskSpec(w, run_trainer, (spec, parts[rank]), role="trainer",
+                                  endpoint=w))
+
+        try:
+            results = run_tasks(client, job, tasks, callbacks=req.callbacks,
+                                deadline_s=flags.deadline_s, last_step=self.last_step)
+        except concurrent.futures.CancelledError as err:
+            # A dead worker took the only copy of a task's data with it: Dask cancels the task
+            # instead of failing it. Name the lost worker (the launcher detached the job's
+            # services, which wakes every remaining waiter).
+            raise _lost_worker_error(client, tasks, self.last_step.step) from err
+        n_ps = len(placement.endpoints)
+        ps_results, tr_results = results[:n_ps], results[n_ps:]
+        params = _assemble(first, ps_results, tr_results[0]["vars"])
+        return _result(params, ps_results, tr_results, first, placement, trainer_workers,
+                       fetch_names)
+
+
+def _without_lost(data: Any, trainers: Any, trainer_workers: list[str], lost: set[str],
+                  candidates: list[str]) -> tuple[Any, Any, int]:
+    """The data and trainers arguments for the workers that are left, and how many trainers
+    that gives (at most). A list of trainers loses the lost workers; per-trainer dicts of lost
+    trainers go, whole, to the remaining trainers in turn (which keep their workers)."""
+    if isinstance(data, (list, tuple)):
+        keep = [i for i, w in enumerate(trainer_workers) if w not in lost]
+        gone = [i for i, w in enumerate(trainer_workers) if w in lost]
+        merged = [dict(data[i]) for i in keep]
+        for j, i in enumerate(gone):
+            if not merged:
+                break
+            target = merged[j % len(merged)]
+            for key, value in data[i].items():
+                target[key] = np.concatenate([np.asarray(target[key]), np.asarray(value)])
+        return merged, [trainer_workers[i] for i in keep], len(keep)
+    if isinstance(trainers, (list, tuple)):
+        trainers = [t for t in trainers if t not in lost]
+        return data, trainers, len(trainers)
+    if isinstance(trainers, int) and not isinstance(trainers, bool):
+        trainers = min(trainers, len(candidates))
+        return data, trainers, trainers
+    return data, trainers, len(candidates)
+
+
+def _pservers_without_lost(pservers: Any, lost: set[str]) -> Any:
+    """``pservers`` naming lost workers takes the same number of other workers instead."""
+    if isinstance(pservers, (list, tuple)) and any(p in lost for p in pservers):
+        return len(pservers)
+    if isinstance(pservers, str) and pservers in lost:
+        return 1
+    return pservers
+
+
+def _recover(client: Any, req: _Request, job: _Job, err: DistributedTrainingError,
+             min_trainers: int, recoveries: list[dict]) -> _Restart | None:
+    """The restart after a lost worker, or None when the error is not one to recover from
+    (not elastic, no worker lost, too few trainers left, nothing to restart from)."""
+    if not req.elastic or not job.job:
+        return None
+    alive = live_workers(client)
+    lost = {w for w in set(job.trainer_workers) | set(job.pserver_workers) if w not in alive}
+    if not lost:
+        return None  # a failure of the program or the data, not of a worker
+    before = job.restart.lost if job.restart is not None else set()
+    lost |= before
+    candidates = sorted(alive - lost)
+    data, trainers = (req.data, req.trainers) if job.restart is None else (job.restart.data,
+                                                                           job.restart.trainers)
+    data, trainers, n_left = _without_lost(data, trainers, job.trainer_workers, lost,
+                                           candidates)
+    if len(recoveries) >= MAX_RECOVERIES or n_left < min_trainers:
+        logger.warning("elastic: not restarting job %s: %d trainer(s) left, min_trainers=%d",
+                       job.job, n_left, min_trainers)
+        return None
+    lost_pserver = [w for w in job.pserver_workers if w in lost]
+    states = None
+    if not lost_pserver:
+        states = elastic.collect(client, job.job,
+                                 sorted(set(job.pserver_workers) & alive), DETACH_TIMEOUT_S)
+        point = elastic.restart_point(states, job.n_pservers, [
+            r for r, w in enumerate(job.trainer_workers) if w not in lost])
+    else:
+        point = None
+    global_batch = job.global_batch if job.sync else None
+    if point is not None:
+        done, arrays = point
+        restart = _Restart(lost, done + 1, data, trainers, states=arrays,
+                           global_batch=global_batch)
+        source = "the pservers' state"
+    elif req.checkpoint_dir is not None and job.sync:
+        try:
+            info = ckpt.find_checkpoint(req.checkpoint_dir)
+        except (FileNotFoundError, ValueError) as exc:
+            logger.warning("elastic: no checkpoint to restart job %s from: %s", job.job, exc)
+            return None
+        if info.n_pservers != job.n_pservers:
+            return None
+        restart = _Restart(lost, info.round + 1, data, trainers, resume_path=str(info.path),
+                           global_batch=global_batch)
+        source = f"checkpoint {info.path.name}"
+    else:
+        logger.warning("elastic: job %s lost pserver worker(s) %s and has no checkpoint_dir "
+                       "to restore their shards from", job.job, lost_pserver)
+        return None
+    roles = ", ".join(f"{'pserver' if w in lost_pserver else 'trainer'} worker {w}"
+                      for w in sorted(lost - before))
+    event = {"type": "recovery", "lost": sorted(lost - before), "error": str(err),
+             "start_round": restart.start_round, "source": source,
+             "message": f"lost {roles} ({type(err).__name__}); restarted at step "
+                        f"{restart.start_round} from {source}"}
+    logger.warning("elastic: %s", event["message"])
+    recoveries.append(event)
+    for callback in req.callbacks:
+        callback(event)
+    return restart
 
 
 def _pserver_tasks(job: str, secret: bytes, tr: DistributeTranspiler, placement: Placement,
                    trainer_workers: list[str], schedule: Schedule, flags: RPCFlags,
                    checkpoint_dir: str | None, checkpoint_every: Any, resume_path: str | None,
-                   data_path: str, tune_malloc: bool) -> list[TaskSpec]:
+                   data_path: str, tune_malloc: bool, elastic_mode: bool = False,
+                   states: dict[int, dict[str, np.ndarray]] | None = None) -> list[TaskSpec]:
     inline_bytes = dask.config.get(INLINE_BYTES_KEY, None)
     tasks = []
-    for ep, w in placement.items():
+    for k, (ep, w) in enumerate(placement.items()):
         main, startup = tr.get_pserver_programs(ep)
         spec = ShardSpec(job, secret, ep, main.to_json(), startup.to_json(),
                          list(trainer_workers), schedule, len(placement.endpoints), flags,
                          None if checkpoint_dir is None else str(checkpoint_dir),
-                         checkpoint_every, resume_path, inline_bytes, data_path, tune_malloc)
+                         checkpoint_every, resume_path, inline_bytes, data_path, tune_malloc,
+                         elastic_mode, None if states is None else states[k])
         tasks.append(TaskSpec(w, run_pserver, (spec,), role="pserver", endpoint=ep))
     return tasks
 

@@ -27,7 +27,7 @@ from ..errors import DistributedTrainingError
 from ..pserver.client import DaskClient
 from ..pserver.ops import CLIENT_KEY, SERVE_KEY, table_shard
 from ..pserver.shard import PServerShard, Schedule, ServeOptions, service_name
-from . import events
+from . import elastic, events
 from .data import batch_indices, local_arrays
 from .feeds import check_finite, prepare_feeds
 from .malloc import training_malloc
@@ -64,6 +64,10 @@ class ShardSpec:
     #: through Dask RPC handlers
     transport: str = "dask"
     tune_malloc: bool = True
+    #: elastic training: on failure, leave the state for the launcher's restart (:mod:`.elastic`)
+    elastic: bool = False
+    #: an elastic restart's state for this pserver (instead of its startup values)
+    resume_state: dict[str, np.ndarray] | None = None
 
 
 def run_pserver(spec: ShardSpec) -> dict:
@@ -96,10 +100,12 @@ def run_pserver(spec: ShardSpec) -> dict:
             n_pservers=spec.n_pservers, checkpoint_dir=spec.checkpoint_dir,
             checkpoint_every=spec.checkpoint_every, resume_path=spec.resume_path,
             inline_bytes=spec.inline_bytes, loop=worker.loop.asyncio_loop, on_start=on_start,
-            fail_on_hangup=False)
+            fail_on_hangup=False, elastic=spec.elastic, resume_state=spec.resume_state)
         with training_malloc(spec.tune_malloc):
             exe.run(program, scope=scope)
     except DistributedTrainingError:
+        if spec.elastic and started:
+            elastic.stash(spec.job, started[0].elastic_state())
         raise
     except Exception as exc:  # name the role, endpoint and step, keep the cause
         raise DistributedTrainingError(f"{type(exc).__name__}: {exc}", "pserver",

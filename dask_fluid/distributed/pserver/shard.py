@@ -194,6 +194,11 @@ class ServeOptions:
     checkpoint_dir: str | None = None
     checkpoint_every: int | str | None = None
     resume_path: str | None = None
+    #: the state to start from instead (an elastic restart: :meth:`PServerShard.elastic_state`)
+    resume_state: Mapping[str, np.ndarray] | None = None
+    #: elastic training: keep the state before the latest sync round too, so that a restart
+    #: after a lost trainer finds every pserver at one common round
+    elastic: bool = False
     #: numpy work on shards with fewer parameter bytes runs in the calling thread (see
     #: :attr:`PServerShard.inline_bytes`); None keeps the class default
     inline_bytes: int | None = None
@@ -250,6 +255,12 @@ class PServerShard(Service):
             raise ValueError("checkpoint_every='epoch' needs the job's epochs (train_pserver)")
         if options.resume_path:
             self._restore(options.resume_path)
+        if options.resume_state is not None:
+            self._load(options.resume_state, "the state of the elastic restart")
+        #: (round, state arrays) before the latest sync round (elastic only)
+        self._previous: tuple[int, dict[str, np.ndarray]] | None = None
+        #: async: the last round each trainer's gradients were applied for
+        self._pushed: dict[int, int] = {}
         gblock = self.program.global_block()
         self._shapes = {n: (tuple(gblock.var(n).shape), gblock.var(n).dtype,
                             gblock.var(n).type == VarType.SELECTED_ROWS)
@@ -331,6 +342,7 @@ class PServerShard(Service):
         if not self.sync_mode:
             self.stats["pushes"] += 1
             self._run_pool(self.send_pool, self._apply_async, trainer_id, grads)
+            self._pushed[trainer_id] = max(self._pushed.get(trainer_id, -1), int(round))
             return round
         with self._cond:
             self._raise_if_failed()
@@ -473,6 +485,8 @@ class PServerShard(Service):
             if len(pending) < len(self.active(self.round)):
                 return
             round_index = self.round
+            if self.options.elastic:
+                self._previous = (round_index - 1, self._state_copy())
             try:
                 self._run_pool(self.send_pool, self._optimize, round_index,
                                self._pending.pop(round_index))
@@ -650,19 +664,36 @@ class PServerShard(Service):
 
     def _restore(self, path: str) -> None:
         info = ckpt.find_checkpoint(path)
-        saved = ckpt.read_shard(info, self.pserver_id)
+        self._load(ckpt.read_shard(info, self.pserver_id), f"checkpoint {str(info.path)!r}")
+
+    def _load(self, saved: Mapping[str, np.ndarray], source: str) -> None:
         missing = sorted(set(self.state_names()) - set(saved))
         if missing:
-            raise ValueError(f"checkpoint {str(info.path)!r} does not match pserver "
-                             f"{self.pserver_id}: it lacks {missing[:5]}; resume with the "
-                             "same program, pservers and transpiler config")
+            raise ValueError(f"{source} does not match pserver {self.pserver_id}: it lacks "
+                             f"{missing[:5]}; resume with the same program, pservers and "
+                             "transpiler config")
         for name, value in saved.items():
             current = self.scope.vars.get(name)
-            if current is not None and np.shape(current) != value.shape:
-                raise ValueError(f"checkpoint variable {name!r} has shape {list(value.shape)} "
-                                 f"but pserver {self.pserver_id} expects "
-                                 f"{list(np.shape(current))}")
+            if current is not None and np.shape(current) != np.shape(value):
+                raise ValueError(f"variable {name!r} of {source} has shape "
+                                 f"{list(np.shape(value))} but pserver {self.pserver_id} "
+                                 f"expects {list(np.shape(current))}")
             self.scope.vars[name] = np.array(value, copy=True)
+
+    def _state_copy(self) -> dict[str, np.ndarray]:
+        return {n: np.array(self.scope.get(n), copy=True) for n in self.state_names()}
+
+    def elastic_state(self) -> dict[str, Any]:
+        """What an elastic restart needs of this pserver: ``{"pserver_id", "sync", "round",
+        "arrays", "previous", "pushed"}`` — the state after sync round ``round`` (the last one
+        it completed) and, in sync mode with ``elastic``, ``previous = (round - 1, arrays)``:
+        a lost trainer may have pushed its last gradients to some pservers only, so the
+        pservers can be one round apart, and the restart takes the older round. Async:
+        ``pushed`` maps each trainer to the last round of its that this pserver applied."""
+        with self._cond:
+            return {"pserver_id": self.pserver_id, "sync": self.sync_mode,
+                    "round": self.round - 1, "arrays": self._state_copy(),
+                    "previous": self._previous, "pushed": dict(self._pushed)}
 
     # -- plumbing -------------------------------------------------------------------------------
     def _run_pool(self, pool: concurrent.futures.Executor, fn: Any, *args: Any) -> Any:
