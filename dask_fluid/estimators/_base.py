@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from numbers import Integral, Real
 from typing import Any
@@ -93,6 +94,11 @@ class FluidEstimatorBase(BaseEstimator):
         "enable_dc_asgd": ["boolean"],
         "backend": [StrOptions({"auto", "ring", "nccl"})],
         "device": [StrOptions({"cpu", "gpu"})],
+        "elastic": ["boolean"],
+        "min_trainers": [Interval(Integral, 1, None, closed="left")],
+        "checkpoint_dir": [str, os.PathLike, None],
+        "checkpoint_every": [StrOptions({"epoch"}), Interval(Integral, 1, None, closed="left"),
+                             None],
         "client": "no_validation",
     }
 
@@ -144,6 +150,13 @@ class FluidEstimatorBase(BaseEstimator):
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got "
                              f"{self._activation()!r}.")
         self._hidden()
+        if (self.mode != "pserver" or incremental) and (
+                self.elastic or self.checkpoint_dir is not None
+                or self.checkpoint_every is not None):
+            where = "partial_fit" if incremental else f"mode={self.mode!r}"
+            raise NotImplementedError(f"elastic, checkpoint_dir and checkpoint_every are "
+                                      f"implemented for fit with mode='pserver' only, not "
+                                      f"{where}")
         if incremental or self.mode == "local":
             return
         if self.early_stopping:
@@ -387,7 +400,10 @@ class FluidEstimatorBase(BaseEstimator):
                 result = train_pserver(client, net.main, net.startup, feed,
                                        config=self._transpiler_config(),
                                        pservers=self.n_pservers, trainers=self.n_trainers,
-                                       sync_mode=self.sync_mode, **common)
+                                       sync_mode=self.sync_mode, elastic=self.elastic,
+                                       min_trainers=self.min_trainers,
+                                       checkpoint_dir=self.checkpoint_dir,
+                                       checkpoint_every=self.checkpoint_every, **common)
             else:
                 from ..distributed.collective.runtime import train_collective
 

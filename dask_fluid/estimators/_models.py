@@ -81,6 +81,16 @@ _COMMON_PARAMS_DOC = """
         All-reduce of ``mode="collective"``.
     device : {"cpu", "gpu"}, default="cpu"
         Where kernels run (``"gpu"`` needs CuPy and a CUDA GPU).
+    elastic : bool, default=False
+        Pserver mode: carry on within ``fit`` when a worker is lost (a lost trainer's rows go
+        to the others and training restarts from the pservers' state; a lost pserver comes
+        back from the latest round in ``checkpoint_dir``). See docs/reliability.md.
+    min_trainers : int, default=1
+        With ``elastic``: fail when fewer trainers would be left.
+    checkpoint_dir : str or None, default=None
+        Pserver mode, sync: where the pservers write a checkpoint every ``checkpoint_every``
+        steps (what ``elastic`` restores a lost pserver from).
+    checkpoint_every : int, "epoch" or None, default=None
     client : distributed.Client or None, default=None
         Cluster of the distributed modes; None uses the current client
         (``distributed.get_client()``). A distributed mode without any client raises
@@ -146,6 +156,7 @@ class MLPClassifier(_FluidClassifier):
                  n_iter_no_change=10, mode="local", n_pservers=2, n_trainers=None,
                  sync_mode=True, slice_var_up=True, split_method="RoundRobin",
                  min_block_size=8192, enable_dc_asgd=False, backend="auto", device="cpu",
+                 elastic=False, min_trainers=1, checkpoint_dir=None, checkpoint_every=None,
                  client=None):
         _common_init(self, locals())
 
@@ -161,6 +172,7 @@ class MLPRegressor(_FluidRegressor):
                  n_iter_no_change=10, mode="local", n_pservers=2, n_trainers=None,
                  sync_mode=True, slice_var_up=True, split_method="RoundRobin",
                  min_block_size=8192, enable_dc_asgd=False, backend="auto", device="cpu",
+                 elastic=False, min_trainers=1, checkpoint_dir=None, checkpoint_every=None,
                  client=None):
         _common_init(self, locals())
 
@@ -173,7 +185,8 @@ class LinearClassifier(_FluidClassifier):
                  beta_1=0.9, beta_2=0.999, epsilon=1e-8, n_iter_no_change=10, mode="local",
                  n_pservers=2, n_trainers=None, sync_mode=True, slice_var_up=True,
                  split_method="RoundRobin", min_block_size=8192, enable_dc_asgd=False,
-                 backend="auto", device="cpu", client=None):
+                 backend="auto", device="cpu", elastic=False, min_trainers=1,
+                 checkpoint_dir=None, checkpoint_every=None, client=None):
         _common_init(self, locals())
 
 
@@ -185,7 +198,8 @@ class LinearRegressor(_FluidRegressor):
                  beta_1=0.9, beta_2=0.999, epsilon=1e-8, n_iter_no_change=10, mode="local",
                  n_pservers=2, n_trainers=None, sync_mode=True, slice_var_up=True,
                  split_method="RoundRobin", min_block_size=8192, enable_dc_asgd=False,
-                 backend="auto", device="cpu", client=None):
+                 backend="auto", device="cpu", elastic=False, min_trainers=1,
+                 checkpoint_dir=None, checkpoint_every=None, client=None):
         _common_init(self, locals())
 
 

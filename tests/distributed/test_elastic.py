@@ -130,3 +130,52 @@ def test_elastic_arguments_are_checked_before_anything_runs(client):
                 trainers=1)
     with pytest.raises(ValueError, match="elastic=True re-transpiles"):
         train_pserver(client, data=DATA, transpiler=t, elastic=True)
+
+
+def test_an_elastic_estimator_fit_survives_a_lost_trainer_worker(client):
+    from dask_fluid.estimators import MLPClassifier
+
+    pids = client.run(os.getpid)
+    done, victims = threading.Event(), []
+
+    def kill_once_training():
+        # a worker that runs a trainer but not the pserver (whose shards would need a
+        # checkpoint) has trained for a moment: kill it mid-fit
+        while not done.is_set():
+            for worker, keys in client.processing().items():
+                keys = [str(k) for k in keys]
+                if any(k.startswith("dask-fluid-trainer") for k in keys) and not any(
+                        k.startswith("dask-fluid-pserver") for k in keys):
+                    done.wait(0.5)
+                    os.kill(pids[worker], signal.SIGKILL)
+                    victims.append(worker)
+                    return
+            done.wait(0.02)
+
+    est = dict(hidden_layer_sizes=HIDDEN, mode="pserver", n_pservers=1, n_trainers=3,
+               max_iter=6, batch_size=32, solver="sgd", learning_rate_init=0.05, momentum=0.0,
+               random_state=0, client=client)
+    baseline = MLPClassifier(**est).fit(X[:6000], Y[:6000]).score(X_TEST, Y_TEST)
+    killer = threading.Thread(target=kill_once_training, daemon=True)
+    killer.start()
+    try:
+        clf = MLPClassifier(elastic=True, **est).fit(X[:6000], Y[:6000])
+    finally:
+        done.set()
+        killer.join(5)
+    assert victims and victims[0] not in _workers(client)  # killed during the fit
+    assert clf.score(X_TEST, Y_TEST) >= baseline - 0.01
+
+
+def test_elastic_and_checkpoints_outside_pserver_fit_are_refused(client):
+    from dask_fluid.estimators import MLPClassifier
+
+    for kw in ({"mode": "local", "elastic": True},
+               {"mode": "collective", "checkpoint_dir": "/tmp/x", "client": client}):
+        with pytest.raises(NotImplementedError, match="mode='pserver' only"):
+            MLPClassifier(max_iter=1, **kw).fit(X[:100], Y[:100])
+    with pytest.raises(NotImplementedError, match="elastic collective training"):
+        from dask_fluid.distributed import train_collective
+
+        spec = mlp(hidden=HIDDEN)
+        train_collective(client, spec.main, spec.startup, DATA, elastic=True)

@@ -241,7 +241,7 @@ def train_collective(client: Any, main_program: Program | None = None,
                      fetch_list: Iterable[Variable | str] = (), shuffle: bool = True,
                      seed: int = 0, callbacks: Iterable[Callback] = (),
                      flags: RPCFlags | None = None, device: str = "cpu",
-                     steps_per_epoch: int | None = None) -> TrainResult:
+                     steps_per_epoch: int | None = None, elastic: bool = False) -> TrainResult:
     """Train ``main_program`` data-parallel on the workers that hold ``data``.
 
     Parameters
@@ -280,6 +280,9 @@ def train_collective(client: Any, main_program: Program | None = None,
         Where the executor runs (``gpu``: ``CUDAPlace(0)`` of each worker).
     steps_per_epoch : int, optional
         Override the number of steps per epoch (ranks cycle through their batches).
+    elastic : bool
+        Not implemented for collective training: ``True`` raises NotImplementedError (use
+        :func:`~dask_fluid.distributed.train_pserver` with ``elastic=True``).
 
     Returns
     -------
@@ -297,6 +300,9 @@ def train_collective(client: Any, main_program: Program | None = None,
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r}; use one of {BACKENDS}")
+    if elastic:
+        raise NotImplementedError("elastic collective training is not implemented: a lost "
+                                  "rank ends the job; use train_pserver(elastic=True)")
     if device not in _DEVICES:
         raise ValueError(f"device={device!r}; use one of {_DEVICES}")
     if epochs < 1 or batch_size < 1:
