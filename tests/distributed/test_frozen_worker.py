@@ -48,9 +48,10 @@ def _parts(n: int = 256) -> list[dict]:
              "y": rng.integers(0, 10, (n, 1))} for _ in range(2)]
 
 
-def _freeze_at_step_3(pid: int) -> tuple[list[float], Callable[[dict], None]]:
-    """An event callback that stops process ``pid`` at the first event of step 3, and the list
-    it records the time of that in."""
+def _fails_when_frozen(client, worker: str, train: Callable[[Callable], object]) -> None:
+    """Run ``train(callback)`` with ``worker``'s process stopped (SIGSTOP) at the first event
+    of step 3; check that it raises DeadlineExceededError, with a step, in time."""
+    pid = client.run(os.getpid, workers=[worker])[worker]
     frozen_at: list[float] = []
     lock = threading.Lock()
 
@@ -60,7 +61,15 @@ def _freeze_at_step_3(pid: int) -> tuple[list[float], Callable[[dict], None]]:
                 os.kill(pid, signal.SIGSTOP)
                 frozen_at.append(time.monotonic())
 
-    return frozen_at, on_event
+    try:
+        with pytest.raises(DistributedTrainingError) as info:
+            train(on_event)
+        took = time.monotonic() - frozen_at[0]
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert isinstance(info.value, DeadlineExceededError), info.value
+    assert info.value.step is not None, info.value  # the launcher knows the last step
+    assert took < DEADLINE_MS / 1000 + GRACE_S, took
 
 
 @pytest.mark.parametrize("sync,victim", [(True, "trainer"), (True, "pserver"),
@@ -68,21 +77,11 @@ def _freeze_at_step_3(pid: int) -> tuple[list[float], Callable[[dict], None]]:
 def test_a_frozen_worker_ends_the_job_within_the_deadline(client, monkeypatch, sync, victim):
     monkeypatch.setenv("FLAGS_rpc_deadline", str(DEADLINE_MS))
     w = _workers(client)
-    frozen_worker = w[1] if victim == "trainer" else w[2]
-    pid = client.run(os.getpid, workers=[frozen_worker])[frozen_worker]
-    frozen_at, on_event = _freeze_at_step_3(pid)
     spec = mlp()
-    try:
-        with pytest.raises(DistributedTrainingError) as info:
-            train_pserver(client, spec.main, spec.startup, _parts(), trainers=w[:2],
-                          pservers=[w[2]], batch_size=16, epochs=1000, sync_mode=sync,
-                          callbacks=[on_event])
-        took = time.monotonic() - frozen_at[0]
-    finally:
-        os.kill(pid, signal.SIGCONT)
-    assert isinstance(info.value, DeadlineExceededError), info.value
-    assert info.value.step is not None, info.value  # the launcher knows the last step
-    assert took < DEADLINE_MS / 1000 + GRACE_S, took
+    _fails_when_frozen(client, w[1] if victim == "trainer" else w[2], lambda on_event: (
+        train_pserver(client, spec.main, spec.startup, _parts(), trainers=w[:2],
+                      pservers=[w[2]], batch_size=16, epochs=1000, sync_mode=sync,
+                      callbacks=[on_event])))
     # the worker runs again: the cluster takes the next job
     result = train_pserver(client, spec.main, spec.startup, _parts(64), trainers=w[:2],
                            pservers=[w[2]], batch_size=32)
@@ -92,21 +91,12 @@ def test_a_frozen_worker_ends_the_job_within_the_deadline(client, monkeypatch, s
 def test_a_frozen_rank_ends_a_collective_job_within_the_deadline(client, monkeypatch):
     monkeypatch.setenv("FLAGS_rpc_deadline", str(DEADLINE_MS))
     w = _workers(client)
-    pid = client.run(os.getpid, workers=[w[1]])[w[1]]
-    frozen_at, on_event = _freeze_at_step_3(pid)
     spec = mlp()
     x = np.concatenate([p["x"] for p in _parts()])
     y = np.concatenate([p["y"] for p in _parts()])
-    try:
-        with pytest.raises(DistributedTrainingError) as info:
-            train_collective(client, spec.main, spec.startup, (x, y), trainers=w[:2],
-                             backend="ring", batch_size=16, epochs=1000, callbacks=[on_event])
-        took = time.monotonic() - frozen_at[0]
-    finally:
-        os.kill(pid, signal.SIGCONT)
-    assert isinstance(info.value, DeadlineExceededError), info.value
-    assert info.value.step is not None, info.value  # the launcher knows the last step
-    assert took < DEADLINE_MS / 1000 + GRACE_S, took
+    _fails_when_frozen(client, w[1], lambda on_event: train_collective(
+        client, spec.main, spec.startup, (x, y), trainers=w[:2], backend="ring", batch_size=16,
+        epochs=1000, callbacks=[on_event]))
     result = train_collective(client, spec.main, spec.startup, (x[:128], y[:128]),
                               trainers=w[:2], backend="ring", batch_size=32)
     assert result.steps == 2

@@ -509,14 +509,11 @@ def _recover(client: Any, req: _Request, job: _Job, err: DistributedTrainingErro
                        job.job, n_left, min_trainers)
         return None
     lost_pserver = [w for w in job.pserver_workers if w in lost]
-    states = None
-    if not lost_pserver:
-        states = elastic.collect(client, job.job,
-                                 sorted(set(job.pserver_workers) & alive), DETACH_TIMEOUT_S)
-        point = elastic.restart_point(states, job.n_pservers, [
-            r for r, w in enumerate(job.trainer_workers) if w not in lost])
-    else:
-        point = None
+    # collected in every case: what the surviving pservers left must not stay on the workers
+    states = elastic.collect(client, job.job, sorted(set(job.pserver_workers) & alive),
+                             DETACH_TIMEOUT_S)
+    point = None if lost_pserver else elastic.restart_point(states, job.n_pservers, [
+        r for r, w in enumerate(job.trainer_workers) if w not in lost])
     global_batch = job.global_batch if job.sync else None
     if point is not None:
         done, arrays = point
