@@ -16,6 +16,7 @@ from . import (
     compiler,
     initializer,
     layers,
+    nets,
     optimizer,
     regularizer,
     unique_name,
@@ -80,6 +81,6 @@ __all__ = [
     "ParamAttr", "Parameter", "Program", "Scope", "Variable", "append_backward", "backward",
     "clip", "compiler", "cpu_places", "cuda_places", "default_main_program",
     "default_startup_program", "global_scope", "initializer",
-    "layers", "optimizer", "program_guard", "regularizer", "scope_guard", "unique_name",
+    "layers", "nets", "optimizer", "program_guard", "regularizer", "scope_guard", "unique_name",
     *_LAZY,
 ]

@@ -1,5 +1,169 @@
-"""Image layers of ``fluid.layers``: convolution, pooling and normalisation."""
+"""Image layers of ``fluid.layers``: ``conv2d`` and ``pool2d`` (Fluid 1.8's signatures and
+defaults; the kernels are in :mod:`dask_fluid.ops.conv_ops`)."""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from collections.abc import Sequence
+from typing import Any
+
+from ..framework import Variable
+from ..initializer import NormalInitializer
+from ..layer_helper import LayerHelper
+from ..ops.conv_ops import conv_output_size, pool_output_size, resolve_paddings
+from ..param_attr import ParamAttr
+from .nn import _append_activation
+from .tensor import _check_var
+
+__all__ = ["conv2d", "pool2d"]
+
+
+def _pair(value: Any, name: str, layer: str) -> list[int]:
+    values = list(value) if isinstance(value, (list, tuple)) else [value, value]
+    if len(values) != 2 or not all(isinstance(v, int) for v in values):
+        raise ValueError(f"{layer}: {name} must be an int or a pair of ints, got {value!r}")
+    return [int(v) for v in values]
+
+
+def _padding(padding: Any, layer: str) -> tuple[list[int], str]:
+    """Fluid's ``padding`` argument as ``(paddings attr, padding_algorithm)``."""
+    if isinstance(padding, str):
+        algorithm = padding.upper()
+        if algorithm not in ("SAME", "VALID"):
+            raise ValueError(f"{layer}: padding must be 'SAME', 'VALID', an int or a list of "
+                             f"2 or 4 ints, got {padding!r}")
+        return [0, 0], algorithm
+    values = list(padding) if isinstance(padding, (list, tuple)) else [padding, padding]
+    if len(values) not in (2, 4) or not all(isinstance(v, int) and v >= 0 for v in values):
+        raise ValueError(f"{layer}: padding must be 'SAME', 'VALID', an int or a list of 2 or "
+                         f"4 ints >= 0, got {padding!r}")
+    return [int(v) for v in values], "EXPLICIT"
+
+
+def _nchw(input: Variable, layer: str, data_format: str) -> tuple[int, ...]:
+    if data_format != "NCHW":
+        raise NotImplementedError(f"{layer} with data_format={data_format!r}: only NCHW is "
+                                  "implemented")
+    shape = tuple(input.shape or ())
+    if len(shape) != 4:
+        raise ValueError(f"{layer}: input {input.name!r} must be 4-D NCHW, got shape "
+                         f"{list(shape)}")
+    return shape
+
+
+def conv2d(input: Variable, num_filters: int, filter_size: int | Sequence[int],
+           stride: int | Sequence[int] = 1, padding: Any = 0,
+           dilation: int | Sequence[int] = 1, groups: int | None = None,
+           param_attr: Any = None, bias_attr: Any = None, use_cudnn: bool = True,
+           act: str | None = None, name: str | None = None,
+           data_format: str = "NCHW") -> Variable:
+    """2-D convolution of an NCHW input, as Fluid 1.8's ``layers.conv2d``.
+
+    The filter ``[num_filters, C / groups, KH, KW]`` starts from ``Normal(0, sqrt(2 / (KH *
+    KW * C)))``; the bias ``[num_filters]`` (zeros) is added along axis 1. ``groups == C``
+    with ``use_cudnn=False`` (and ``num_filters`` a multiple of ``C``) makes the op
+    ``depthwise_conv2d``, as in Fluid.
+
+    Parameters
+    ----------
+    input : Variable
+        ``[N, C, H, W]``.
+    num_filters : int
+    filter_size, stride, dilation : int or pair of int
+    padding : int, pair, 4 ints ``[top, bottom, left, right]``, "SAME" or "VALID"
+    groups : int, optional
+        Grouped convolution (``None``: 1).
+    param_attr, bias_attr : ParamAttr, ... or False
+    use_cudnn : bool
+        Accepted as Fluid does; the kernel is the same.
+    act : str, optional
+    """
+    _check_var(input, "input", "conv2d")
+    n, c, h, w = _nchw(input, "conv2d", data_format)
+    groups = 1 if groups is None else int(groups)
+    if not isinstance(num_filters, int) or num_filters <= 0:
+        raise ValueError(f"conv2d: num_filters must be a positive int, got {num_filters!r}")
+    if c <= 0 or groups <= 0 or c % groups or num_filters % groups:
+        raise ValueError(f"conv2d: the input's {c} channels and num_filters={num_filters} must "
+                         f"both be multiples of groups={groups}")
+    ksize = _pair(filter_size, "filter_size", "conv2d")
+    strides = _pair(stride, "stride", "conv2d")
+    dilations = _pair(dilation, "dilation", "conv2d")
+    paddings, algorithm = _padding(padding, "conv2d")
+    helper = LayerHelper("conv2d", name)
+    std = (2.0 / (ksize[0] * ksize[1] * c)) ** 0.5
+    filt = helper.create_parameter(ParamAttr._to_attr(param_attr),
+                                   [num_filters, c // groups, *ksize], input.dtype,
+                                   default_initializer=NormalInitializer(0.0, std, 0))
+    pads = resolve_paddings(paddings, algorithm, (max(h, 1), max(w, 1)), ksize, strides,
+                            dilations) if algorithm != "SAME" or min(h, w) > 0 else (0,) * 4
+    if algorithm == "SAME":
+        oh = -1 if h < 0 else -(-h // strides[0])
+        ow = -1 if w < 0 else -(-w // strides[1])
+    else:
+        oh = conv_output_size(h, ksize[0], pads[0], pads[1], strides[0], dilations[0])
+        ow = conv_output_size(w, ksize[1], pads[2], pads[3], strides[1], dilations[1])
+    if oh == 0 or ow == 0 or oh < -1 or ow < -1:
+        raise ValueError(f"conv2d: input {list(input.shape)} with filter {ksize}, padding "
+                         f"{padding!r}, stride {strides} and dilation {dilations} leaves no "
+                         "output")
+    op_type = "conv2d"
+    if c == groups and num_filters % c == 0 and not use_cudnn:
+        op_type = "depthwise_conv2d"
+    pre_bias = helper.create_tmp(dtype=input.dtype, shape=[n, num_filters, oh, ow])
+    helper.append_op(op_type, inputs={"Input": [input], "Filter": [filt]},
+                     outputs={"Output": [pre_bias]},
+                     attrs={"strides": strides, "paddings": paddings, "dilations": dilations,
+                            "groups": groups, "use_cudnn": bool(use_cudnn),
+                            "use_mkldnn": False, "fuse_relu_before_depthwise_conv": False,
+                            "padding_algorithm": algorithm, "data_format": data_format})
+    battr = ParamAttr._to_attr(bias_attr)
+    pre_act = pre_bias
+    if battr is not False:
+        b = helper.create_parameter(battr, [num_filters], input.dtype, is_bias=True)
+        pre_act = helper.create_tmp(dtype=input.dtype, shape=pre_bias.shape)
+        helper.append_op("elementwise_add", inputs={"X": [pre_bias], "Y": [b]},
+                         outputs={"Out": [pre_act]}, attrs={"axis": 1})
+    return _append_activation(helper, pre_act, act)
+
+
+def pool2d(input: Variable, pool_size: int | Sequence[int] = -1, pool_type: str = "max",
+           pool_stride: int | Sequence[int] = 1, pool_padding: Any = 0,
+           global_pooling: bool = False, use_cudnn: bool = True, ceil_mode: bool = False,
+           name: str | None = None, exclusive: bool = True,
+           data_format: str = "NCHW") -> Variable:
+    """Max or average pooling of an NCHW input, as Fluid 1.8's ``layers.pool2d``.
+
+    Windows are clipped to the input; ``exclusive`` averages divide by the clipped window's
+    size; ``ceil_mode`` rounds the output size up; ``global_pooling`` pools each whole map.
+    """
+    _check_var(input, "input", "pool2d")
+    n, c, h, w = _nchw(input, "pool2d", data_format)
+    if pool_type not in ("max", "avg"):
+        raise ValueError(f"pool2d: pool_type must be 'max' or 'avg', got {pool_type!r}")
+    if not global_pooling and pool_size == -1:
+        raise ValueError("pool2d: pool_size must be given when global_pooling is False")
+    ksize = [1, 1] if pool_size == -1 else _pair(pool_size, "pool_size", "pool2d")
+    strides = _pair(pool_stride, "pool_stride", "pool2d")
+    paddings, algorithm = _padding(pool_padding, "pool2d")
+    if global_pooling:
+        oh, ow = 1, 1
+    elif algorithm == "SAME":
+        oh = -1 if h < 0 else -(-h // strides[0])
+        ow = -1 if w < 0 else -(-w // strides[1])
+    else:
+        pads = resolve_paddings(paddings, algorithm, (h, w), ksize, strides)
+        oh = pool_output_size(h, ksize[0], pads[0], pads[1], strides[0], ceil_mode)
+        ow = pool_output_size(w, ksize[1], pads[2], pads[3], strides[1], ceil_mode)
+        if oh == 0 or ow == 0 or oh < -1 or ow < -1:
+            raise ValueError(f"pool2d: input {list(input.shape)} with pool_size {ksize} and "
+                             f"padding {pool_padding!r} leaves no output")
+    helper = LayerHelper("pool2d", name)
+    out = helper.create_tmp(dtype=input.dtype, shape=[n, c, oh, ow])
+    helper.append_op("pool2d", inputs={"X": [input]}, outputs={"Out": [out]},
+                     attrs={"pooling_type": pool_type, "ksize": ksize,
+                            "global_pooling": bool(global_pooling), "strides": strides,
+                            "paddings": paddings, "padding_algorithm": algorithm,
+                            "use_cudnn": bool(use_cudnn), "ceil_mode": bool(ceil_mode),
+                            "use_mkldnn": False, "exclusive": bool(exclusive),
+                            "data_format": data_format})
+    return out

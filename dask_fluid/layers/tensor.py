@@ -11,7 +11,8 @@ from ..initializer import ConstantInitializer
 from ..layer_helper import LayerHelper
 
 __all__ = [
-    "assign", "cast", "concat", "create_global_var", "data", "fill_constant", "increment",
+    "assign", "cast", "concat", "create_global_var", "create_tensor", "data", "fill_constant",
+    "increment",
     "less_than", "logical_and", "logical_not", "ones", "reshape", "sums", "zeros",
 ]
 
@@ -178,3 +179,10 @@ def zeros(shape: Sequence[int], dtype: Any, force_cpu: bool = False) -> Variable
 def ones(shape: Sequence[int], dtype: Any, force_cpu: bool = False) -> Variable:
     """A tensor of ones."""
     return fill_constant(shape, dtype, 1.0, force_cpu)
+
+
+def create_tensor(dtype: str, name: str | None = None, persistable: bool = False) -> Variable:
+    """An empty variable of ``dtype`` for an op to write into (``layers.create_tensor``)."""
+    helper = LayerHelper("create_tensor", name)
+    return helper.main_program.current_block().create_var(
+        name=helper.name, dtype=dtype, persistable=persistable)

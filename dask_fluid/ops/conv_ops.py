@@ -1,1 +1,328 @@
-"""Convolution and pooling kernels (``conv2d``, ``conv2d_transpose``, ``pool2d``)."""
+"""Image kernels: ``conv2d`` (and ``depthwise_conv2d``) and ``pool2d``, with their gradients.
+
+Layout NCHW, as Fluid 1.8's defaults. Convolution is im2col + one matrix product per group: the
+padded input is viewed (no copy) as windows ``[N, C, OH, OW, KH, KW]`` with strides and
+dilation, copied once into the column matrix, and multiplied by the filter; its gradient
+scatters the column gradient back window offset by window offset (``KH * KW`` strided adds).
+The same code runs on numpy and CuPy (:func:`~.registry.array_module`).
+
+Semantics follow Paddle 1.8's ``conv_op.cc`` and ``math/pooling.cc``:
+
+- ``paddings`` has 2 (``[ph, pw]``) or 4 (``[top, bottom, left, right]``) entries;
+  ``padding_algorithm`` ``"SAME"`` pads so that ``OH = ceil(H / stride)``, ``"VALID"`` pads
+  nothing;
+- a pooling window is clipped to the input (padding is never part of a max), an ``exclusive``
+  average divides by the clipped window's size and a non-exclusive one by ``KH * KW``;
+  ``ceil_mode`` rounds the output size up; ``global_pooling`` pools the whole map;
+- the max-pool gradient goes to the first maximum of each window, as Paddle's loop does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .registry import GRAD, array_module, register
+from .selected_rows import grad_maker, grad_slots
+
+__all__ = ["conv_output_size", "pool_output_size", "resolve_paddings"]
+
+
+def _pair(value: Any, name: str) -> tuple[int, int]:
+    values = [int(v) for v in (value if isinstance(value, (list, tuple)) else [value, value])]
+    if len(values) != 2:
+        raise ValueError(f"{name} must have 2 entries (height, width), got {list(values)}")
+    return values[0], values[1]
+
+
+def resolve_paddings(paddings: Sequence[int], algorithm: str, in_hw: Sequence[int],
+                     kernel_hw: Sequence[int], strides: Sequence[int],
+                     dilations: Sequence[int] = (1, 1)) -> tuple[int, int, int, int]:
+    """``(top, bottom, left, right)`` from Fluid's ``paddings`` and ``padding_algorithm``."""
+    if algorithm == "VALID":
+        return 0, 0, 0, 0
+    if algorithm == "SAME":
+        out = []
+        for size, k, s, d in zip(in_hw, kernel_hw, strides, dilations, strict=True):
+            eff = d * (k - 1) + 1
+            total = max((math.ceil(size / s) - 1) * s + eff - size, 0)
+            out += [total // 2, total - total // 2]
+        return out[0], out[1], out[2], out[3]
+    if algorithm != "EXPLICIT":
+        raise ValueError(f"padding_algorithm must be 'EXPLICIT', 'SAME' or 'VALID', got "
+                         f"{algorithm!r}")
+    p = [int(v) for v in paddings]
+    if len(p) == 2:
+        return p[0], p[0], p[1], p[1]
+    if len(p) == 4:
+        return p[0], p[1], p[2], p[3]
+    raise ValueError(f"paddings must have 2 or 4 entries, got {p}")
+
+
+def conv_output_size(size: int, k: int, pad_before: int, pad_after: int, stride: int,
+                     dilation: int) -> int:
+    """One spatial output size of a convolution (``-1`` stays ``-1``: unknown)."""
+    if size < 0:
+        return -1
+    return (size + pad_before + pad_after - (dilation * (k - 1) + 1)) // stride + 1
+
+
+def pool_output_size(size: int, k: int, pad_before: int, pad_after: int, stride: int,
+                     ceil_mode: bool) -> int:
+    """One spatial output size of a pooling (``-1`` stays ``-1``)."""
+    if size < 0:
+        return -1
+    span = size + pad_before + pad_after - k
+    return (span + stride - 1) // stride + 1 if ceil_mode else span // stride + 1
+
+
+def _windows(xp: Any, x: Any, oh: int, ow: int, kh: int, kw: int, sh: int, sw: int,
+             dh: int, dw: int) -> Any:
+    """A view ``[N, C, OH, OW, KH, KW]`` of the (padded) ``x``: window ``(i, j)`` of output
+    ``(h, w)`` is ``x[..., h*sh + i*dh, w*sw + j*dw]``."""
+    n, c = x.shape[:2]
+    s = x.strides
+    return xp.lib.stride_tricks.as_strided(
+        x, (n, c, oh, ow, kh, kw), (s[0], s[1], s[2] * sh, s[3] * sw, s[2] * dh, s[3] * dw))
+
+
+def _pad(xp: Any, x: Any, pads: tuple[int, int, int, int], value: float = 0.0) -> Any:
+    top, bottom, left, right = pads
+    if not any(pads):
+        return xp.ascontiguousarray(x)
+    return xp.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=value)
+
+
+def _unpad(xp: Any, xp_grad: Any, shape: tuple, pads: tuple[int, int, int, int]) -> Any:
+    top, _, left, _ = pads
+    return xp.ascontiguousarray(xp_grad[:, :, top:top + shape[2], left:left + shape[3]])
+
+
+# ---------------------------------------------------------------------------------------------
+# conv2d
+
+_CONV_ATTRS = {"strides": [1, 1], "paddings": [0, 0], "padding_algorithm": "EXPLICIT",
+               "groups": 1, "dilations": [1, 1], "use_cudnn": True, "data_format": "NCHW",
+               "use_mkldnn": False, "exhaustive_search": False, "workspace_size_MB": 512,
+               "fuse_relu_before_depthwise_conv": False}
+
+
+class _ConvGeometry:
+    """Everything a conv kernel derives from its input, filter and attrs."""
+
+    def __init__(self, x_shape: tuple, w_shape: tuple, attrs: dict) -> None:
+        if attrs.get("data_format", "NCHW") not in ("NCHW", "AnyLayout"):
+            raise NotImplementedError(f"conv2d with data_format={attrs['data_format']!r}: "
+                                      "only NCHW is implemented")
+        if len(x_shape) != 4 or len(w_shape) != 4:
+            raise ValueError(f"conv2d needs a 4-D input and filter (NCHW, MCKK), got "
+                             f"{list(x_shape)} and {list(w_shape)}")
+        self.n, self.c, self.h, self.w = (int(d) for d in x_shape)
+        self.m, cg, self.kh, self.kw = (int(d) for d in w_shape)
+        self.groups = int(attrs.get("groups", 1) or 1)
+        if self.c % self.groups or self.m % self.groups or cg != self.c // self.groups:
+            raise ValueError(f"conv2d: input channels {self.c} and filters {self.m} must split "
+                             f"into groups={self.groups}, and the filter's channels ({cg}) must "
+                             f"be {self.c} / groups")
+        self.sh, self.sw = _pair(attrs.get("strides", [1, 1]), "strides")
+        self.dh, self.dw = _pair(attrs.get("dilations", [1, 1]), "dilations")
+        self.pads = resolve_paddings(attrs.get("paddings", [0, 0]),
+                                     attrs.get("padding_algorithm", "EXPLICIT"),
+                                     (self.h, self.w), (self.kh, self.kw), (self.sh, self.sw),
+                                     (self.dh, self.dw))
+        self.oh = conv_output_size(self.h, self.kh, self.pads[0], self.pads[1], self.sh,
+                                   self.dh)
+        self.ow = conv_output_size(self.w, self.kw, self.pads[2], self.pads[3], self.sw,
+                                   self.dw)
+        if self.oh <= 0 or self.ow <= 0:
+            raise ValueError(f"conv2d: the output of input {list(x_shape)} with filter "
+                             f"{list(w_shape)} would be {self.oh}x{self.ow}; check the "
+                             "filter size, paddings, strides and dilations")
+
+    def columns(self, xp: Any, x: Any) -> Any:
+        """``[G, N*OH*OW, C/G*KH*KW]``: the windows of each group as rows."""
+        xp_ = _pad(xp, x, self.pads)
+        win = _windows(xp, xp_, self.oh, self.ow, self.kh, self.kw, self.sh, self.sw, self.dh,
+                       self.dw)
+        g, cg = self.groups, self.c // self.groups
+        win = win.reshape(self.n, g, cg, self.oh, self.ow, self.kh, self.kw)
+        cols = win.transpose(1, 0, 3, 4, 2, 5, 6)  # G, N, OH, OW, C/G, KH, KW
+        return xp.ascontiguousarray(cols).reshape(g, self.n * self.oh * self.ow,
+                                                  cg * self.kh * self.kw)
+
+    def filters(self, w: Any) -> Any:
+        """``[G, M/G, C/G*KH*KW]``."""
+        return w.reshape(self.groups, self.m // self.groups, -1)
+
+
+def _conv_matmul(cols: Any, wg: Any, geo: _ConvGeometry, xp: Any) -> Any:
+    out = xp.matmul(cols, wg.transpose(0, 2, 1))  # G, N*OH*OW, M/G
+    out = out.reshape(geo.groups, geo.n, geo.oh, geo.ow, geo.m // geo.groups)
+    return xp.ascontiguousarray(out.transpose(1, 0, 4, 2, 3)).reshape(geo.n, geo.m, geo.oh,
+                                                                       geo.ow)
+
+
+_conv_grad_maker = grad_maker(("Input", "Filter"), out_grads=("Output",),
+                              in_grads=("Input", "Filter"))
+_CONV_GRAD_SLOTS = grad_slots(("Input", "Filter"), ("Output",), ("Input", "Filter"))
+
+
+def _conv2d(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Output = conv(Input, Filter): NCHW input, ``[M, C/groups, KH, KW]`` filter."""
+    x, w = ins["Input"][0], ins["Filter"][0]
+    xp = array_module(x, w)
+    geo = _ConvGeometry(x.shape, w.shape, attrs)
+    return {"Output": [_conv_matmul(geo.columns(xp, x), geo.filters(w), geo, xp)]}
+
+
+def _conv2d_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    x, w = ins["Input"][0], ins["Filter"][0]
+    xp = array_module(x, w)
+    geo = _ConvGeometry(x.shape, w.shape, attrs)
+    dout = ins["Output" + GRAD][0]
+    if dout is None:
+        dout = xp.zeros((geo.n, geo.m, geo.oh, geo.ow), dtype=x.dtype)
+    g, mg, cg = geo.groups, geo.m // geo.groups, geo.c // geo.groups
+    # G, N*OH*OW, M/G
+    d2 = xp.ascontiguousarray(dout.reshape(geo.n, g, mg, geo.oh, geo.ow)
+                              .transpose(1, 0, 3, 4, 2)).reshape(g, -1, mg)
+    res = {}
+    if "Filter" + GRAD in outs:
+        cols = geo.columns(xp, x)
+        res["Filter" + GRAD] = [xp.matmul(d2.transpose(0, 2, 1), cols).reshape(w.shape)]
+    if "Input" + GRAD in outs:
+        dcols = xp.matmul(d2, geo.filters(w))  # G, N*OH*OW, C/G*KH*KW
+        dcols = dcols.reshape(g, geo.n, geo.oh, geo.ow, cg, geo.kh, geo.kw)
+        dcols = dcols.transpose(1, 0, 4, 2, 3, 5, 6).reshape(geo.n, geo.c, geo.oh, geo.ow,
+                                                             geo.kh, geo.kw)
+        top, bottom, left, right = geo.pads
+        dxp = xp.zeros((geo.n, geo.c, geo.h + top + bottom, geo.w + left + right),
+                       dtype=x.dtype)
+        for i in range(geo.kh):
+            for j in range(geo.kw):
+                hi, wj = i * geo.dh, j * geo.dw
+                dxp[:, :, hi:hi + geo.sh * (geo.oh - 1) + 1:geo.sh,
+                    wj:wj + geo.sw * (geo.ow - 1) + 1:geo.sw] += dcols[..., i, j]
+        res["Input" + GRAD] = [_unpad(xp, dxp, x.shape, geo.pads)]
+    return res
+
+
+for _type in ("conv2d", "depthwise_conv2d"):
+    register(_type, ("Input", "Filter"), ("Output",), _CONV_ATTRS, optional=("Bias",),
+             grad=_conv_grad_maker)(_conv2d)
+    register(_type + "_grad", *_CONV_GRAD_SLOTS, _CONV_ATTRS)(_conv2d_grad)
+
+
+# ---------------------------------------------------------------------------------------------
+# pool2d
+
+_POOL_ATTRS = {"pooling_type": "max", "ksize": [1, 1], "global_pooling": False,
+               "strides": [1, 1], "paddings": [0, 0], "padding_algorithm": "EXPLICIT",
+               "exclusive": True, "adaptive": False, "ceil_mode": False, "use_cudnn": True,
+               "data_format": "NCHW", "use_mkldnn": False, "use_quantizer": False}
+
+
+class _PoolGeometry:
+    def __init__(self, x_shape: tuple, attrs: dict) -> None:
+        if attrs.get("data_format", "NCHW") not in ("NCHW", "AnyLayout"):
+            raise NotImplementedError(f"pool2d with data_format={attrs['data_format']!r}: "
+                                      "only NCHW is implemented")
+        if attrs.get("adaptive"):
+            raise NotImplementedError("pool2d with adaptive=True is not implemented")
+        if len(x_shape) != 4:
+            raise ValueError(f"pool2d needs a 4-D NCHW input, got {list(x_shape)}")
+        self.type = attrs.get("pooling_type", "max")
+        if self.type not in ("max", "avg"):
+            raise ValueError(f"pooling_type must be 'max' or 'avg', got {self.type!r}")
+        self.n, self.c, self.h, self.w = (int(d) for d in x_shape)
+        if attrs.get("global_pooling"):
+            self.kh, self.kw, self.sh, self.sw = self.h, self.w, 1, 1
+            self.pads = (0, 0, 0, 0)
+        else:
+            self.kh, self.kw = _pair(attrs.get("ksize", [1, 1]), "ksize")
+            self.sh, self.sw = _pair(attrs.get("strides", [1, 1]), "strides")
+            self.pads = resolve_paddings(attrs.get("paddings", [0, 0]),
+                                         attrs.get("padding_algorithm", "EXPLICIT"),
+                                         (self.h, self.w), (self.kh, self.kw),
+                                         (self.sh, self.sw))
+        ceil = bool(attrs.get("ceil_mode", False)) and not attrs.get("global_pooling")
+        self.oh = pool_output_size(self.h, self.kh, self.pads[0], self.pads[1], self.sh, ceil)
+        self.ow = pool_output_size(self.w, self.kw, self.pads[2], self.pads[3], self.sw, ceil)
+        if self.oh <= 0 or self.ow <= 0:
+            raise ValueError(f"pool2d: the output of input {list(x_shape)} with ksize "
+                             f"{[self.kh, self.kw]} would be {self.oh}x{self.ow}")
+        self.exclusive = bool(attrs.get("exclusive", True))
+        top, _, left, _ = self.pads
+        # the padded extent every window fits in (ceil_mode windows may reach past the padding)
+        self.ph = max(self.h + top + self.pads[1], (self.oh - 1) * self.sh + self.kh)
+        self.pw = max(self.w + left + self.pads[3], (self.ow - 1) * self.sw + self.kw)
+
+    def padded(self, xp: Any, x: Any, value: float) -> Any:
+        top, _, left, _ = self.pads
+        return _pad(xp, x, (top, self.ph - self.h - top, left, self.pw - self.w - left), value)
+
+    def windows(self, xp: Any, xpad: Any) -> Any:
+        return _windows(xp, xpad, self.oh, self.ow, self.kh, self.kw, self.sh, self.sw, 1, 1)
+
+    def counts(self, xp: Any, dtype: Any) -> Any:
+        """Elements of each (clipped) window that lie in the input, ``[OH, OW]``."""
+        top, _, left, _ = self.pads
+        rows = np.clip(np.arange(self.oh) * self.sh - top + self.kh, None, self.h) - \
+            np.clip(np.arange(self.oh) * self.sh - top, 0, None)
+        cols = np.clip(np.arange(self.ow) * self.sw - left + self.kw, None, self.w) - \
+            np.clip(np.arange(self.ow) * self.sw - left, 0, None)
+        return xp.asarray(np.outer(rows, cols).astype(dtype))
+
+
+def _lowest(dtype: Any) -> float:
+    return -np.inf if np.dtype(dtype).kind == "f" else np.iinfo(dtype).min
+
+
+@register("pool2d", ("X",), ("Out",), _POOL_ATTRS,
+          grad=grad_maker(("X", "Out"), in_grads=("X",)))
+def pool2d(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Max or average pooling of an NCHW input (see the module docstring for the rules)."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    geo = _PoolGeometry(x.shape, attrs)
+    if geo.type == "max":
+        win = geo.windows(xp, geo.padded(xp, x, _lowest(x.dtype)))
+        return {"Out": [win.max(axis=(4, 5))]}
+    win = geo.windows(xp, geo.padded(xp, x, 0.0))
+    total = win.sum(axis=(4, 5))
+    div = geo.counts(xp, x.dtype) if geo.exclusive else x.dtype.type(geo.kh * geo.kw)
+    return {"Out": [total / div]}
+
+
+@register("pool2d_grad", *grad_slots(("X", "Out"), ("Out",), ("X",)), _POOL_ATTRS)
+def pool2d_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    x = ins["X"][0]
+    xp = array_module(x)
+    geo = _PoolGeometry(x.shape, attrs)
+    dout = ins["Out" + GRAD][0]
+    if dout is None:
+        dout = xp.zeros((geo.n, geo.c, geo.oh, geo.ow), dtype=x.dtype)
+    dpad = xp.zeros((geo.n, geo.c, geo.ph, geo.pw), dtype=x.dtype)
+    if geo.type == "max":
+        win = geo.windows(xp, geo.padded(xp, x, _lowest(x.dtype)))
+        flat = win.reshape(geo.n, geo.c, geo.oh, geo.ow, geo.kh * geo.kw)
+        first = flat.argmax(axis=4)  # the first maximum, as Paddle's loop stops at it
+        for i in range(geo.kh):
+            for j in range(geo.kw):
+                hit = dout * (first == i * geo.kw + j)
+                dpad[:, :, i:i + geo.sh * (geo.oh - 1) + 1:geo.sh,
+                     j:j + geo.sw * (geo.ow - 1) + 1:geo.sw] += hit
+    else:
+        div = geo.counts(xp, x.dtype) if geo.exclusive else x.dtype.type(geo.kh * geo.kw)
+        share = dout / div
+        for i in range(geo.kh):
+            for j in range(geo.kw):
+                dpad[:, :, i:i + geo.sh * (geo.oh - 1) + 1:geo.sh,
+                     j:j + geo.sw * (geo.ow - 1) + 1:geo.sw] += share
+    top, _, left, _ = geo.pads
+    # what fell on padding is dropped: the windows were clipped to the input
+    return {"X" + GRAD: [xp.ascontiguousarray(dpad[:, :, top:top + geo.h,
+                                                   left:left + geo.w])]}

@@ -1,6 +1,8 @@
-"""Paddle 1.8's own distributed test, unchanged: test_dist_word2vec.py (its TestDistBase runner
-starts the local run, 2 pservers and 2 trainers of dist_word2vec.py with --role/--endpoints/...
-arguments) passes under ``dask-fluid run``, sync (delta 1e-4) and async (delta 100)."""
+"""Paddle 1.8's own distributed tests, unchanged, under ``dask-fluid run``: their TestDistBase
+runner starts the local run, 2 pservers and 2 trainers of the model file with
+--role/--endpoints/... arguments and compares the losses. test_dist_word2vec.py (sync delta
+1e-4, async delta 100) and test_dist_mnist_train.py (the CNN of dist_mnist.py: sync, sync with
+memory optimisation, async and DC-ASGD)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,6 @@ from pathlib import Path
 import pytest
 
 UNITTESTS = Path(__file__).resolve().parents[3] / "shared/reference/paddle-1.8/unittests"
-FILES = ("test_dist_base.py", "test_dist_word2vec.py", "dist_word2vec.py")
 
 pytestmark = [
     pytest.mark.slow,
@@ -22,19 +23,21 @@ pytestmark = [
 ]
 
 
+#: Paddle's cache: its runner keeps only PATH, PYTHONPATH and LD_LIBRARY_PATH of the
+#: environment, so its processes read the default ~/.cache/paddle/dataset
+PADDLE_CACHE = os.path.expanduser("~/.cache/paddle/dataset")
+
+
 @pytest.fixture
 def imikolov_in_paddle_cache():
-    """Paddle's runner keeps only PATH, PYTHONPATH and LD_LIBRARY_PATH of the environment, so
-    its processes read Paddle's default cache (~/.cache/paddle/dataset): put a synthetic
-    imikolov file there unless a real one is present, and take it away afterwards."""
+    """A synthetic imikolov file in Paddle's cache unless a real one is there (removed after)."""
     from tests.compat import synthetic_data
 
-    home = os.path.expanduser("~/.cache/paddle/dataset")
-    target = Path(home) / "imikolov" / "imikolov%2Fsimple-examples.tgz"
+    target = Path(PADDLE_CACHE) / "imikolov" / "imikolov%2Fsimple-examples.tgz"
     if target.exists():
         yield target
         return
-    made = synthetic_data.write_imikolov(home)
+    made = synthetic_data.write_imikolov(PADDLE_CACHE)
     try:
         yield Path(made)
     finally:
@@ -43,17 +46,47 @@ def imikolov_in_paddle_cache():
         assert not target.exists()
 
 
-def test_paddle_18_test_dist_word2vec_unchanged(tmp_path, imikolov_in_paddle_cache):
+@pytest.fixture
+def mnist_in_paddle_cache():
+    """Synthetic MNIST files in Paddle's cache unless real ones are there (removed after)."""
+    from tests.compat import synthetic_data
+
+    directory = Path(PADDLE_CACHE) / "mnist"
+    before = set(directory.glob("*")) if directory.is_dir() else set()
+    if any(p.name == "t10k-images-idx3-ubyte.gz" for p in before):
+        yield directory
+        return
+    synthetic_data.write_mnist(PADDLE_CACHE)
+    try:
+        yield directory
+    finally:
+        for path in set(directory.glob("*")) - before:
+            path.unlink()
+
+
+def _run_paddle_test(tmp_path: Path, test: str, model: str) -> tuple[str, list[str]]:
+    """Run Paddle's ``test`` (and its runner and ``model``, copied: the runner writes its logs
+    next to the test file) under ``dask-fluid run``; its stderr and its loss-pair lines."""
     pytest.importorskip("six", reason="test_dist_base.py imports six")
-    for name in FILES:  # copies: the runner writes its logs next to the test file
+    for name in ("test_dist_base.py", test, model):
         shutil.copy(UNITTESTS / name, tmp_path / name)
-    proc = subprocess.run([sys.executable, "-m", "dask_fluid.cli", "run",
-                           "test_dist_word2vec.py"], cwd=tmp_path, capture_output=True,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "dask_fluid.cli", "run", test], cwd=tmp_path,
+                          capture_output=True, timeout=300)
     err = proc.stderr.decode(errors="replace")  # the runner logs pickles to stderr
     assert proc.returncode == 0, err[-4000:]
-    assert "Ran 3 tests" in err and "\nOK" in err, err[-4000:]
     # the runner's own check printed local : distributed loss pairs for every step
     pairs = [line for line in proc.stdout.decode(errors="replace").splitlines()
              if line.startswith("=======")]
+    return err, pairs
+
+
+def test_paddle_18_test_dist_word2vec_unchanged(tmp_path, imikolov_in_paddle_cache):
+    err, pairs = _run_paddle_test(tmp_path, "test_dist_word2vec.py", "dist_word2vec.py")
+    assert "Ran 3 tests" in err and "\nOK" in err, err[-4000:]
     assert len(pairs) == 3 * 5
+
+
+def test_paddle_18_test_dist_mnist_train_unchanged(tmp_path, mnist_in_paddle_cache):
+    err, pairs = _run_paddle_test(tmp_path, "test_dist_mnist_train.py", "dist_mnist.py")
+    assert "Ran 4 tests" in err and "\nOK" in err, err[-4000:]
+    assert len(pairs) == 4 * 5

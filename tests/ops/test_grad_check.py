@@ -139,6 +139,32 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
     ]
     c["reshape2"] = [("zero_minus1", {"X": [n((2, 3, 4))]}, {"shape": [0, -1]})]
     c["transpose2"] = [("perm", {"X": [n((2, 3, 4))]}, {"axis": [2, 0, 1]})]
+    c["conv2d"] = [
+        ("plain", {"Input": [n((2, 3, 5, 5))], "Filter": [n((4, 3, 3, 3))]}, {}),
+        ("stride_pad4_dilation_groups",
+         {"Input": [n((2, 4, 7, 6))], "Filter": [n((6, 2, 3, 2))]},
+         {"groups": 2, "strides": [2, 1], "paddings": [1, 0, 2, 1], "dilations": [1, 2]}),
+        ("same", {"Input": [n((1, 2, 5, 4))], "Filter": [n((3, 2, 2, 3))]},
+         {"padding_algorithm": "SAME", "strides": [2, 2]}),
+    ]
+    c["depthwise_conv2d"] = [
+        ("depthwise", {"Input": [n((2, 3, 5, 5))], "Filter": [n((6, 1, 3, 3))]},
+         {"groups": 3, "paddings": [1, 1]}),
+    ]
+    c["pool2d"] = [
+        ("max_pad_stride", {"X": [n((2, 3, 6, 5))]},
+         {"ksize": [3, 2], "strides": [2, 2], "paddings": [1, 1]}),
+        ("max_ceil", {"X": [n((1, 2, 5, 5))]}, {"ksize": [2, 2], "strides": [2, 2],
+                                                "ceil_mode": True}),
+        ("avg_exclusive_pad", {"X": [n((2, 2, 5, 6))]},
+         {"pooling_type": "avg", "ksize": [3, 3], "strides": [2, 2], "paddings": [1, 1]}),
+        ("avg_inclusive_ceil", {"X": [n((1, 2, 5, 5))]},
+         {"pooling_type": "avg", "ksize": [3, 3], "strides": [2, 2], "paddings": [1, 1],
+          "exclusive": False, "ceil_mode": True}),
+        ("global_avg", {"X": [n((2, 3, 4, 3))]}, {"pooling_type": "avg",
+                                                   "global_pooling": True}),
+        ("global_max", {"X": [n((2, 3, 4, 3))]}, {"global_pooling": True}),
+    ]
     return c
 
 

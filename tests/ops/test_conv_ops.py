@@ -1,0 +1,137 @@
+"""conv2d and pool2d forward against independent references: scipy's correlate2d and plain
+loops that follow Paddle 1.8's conv_op.cc and math/pooling.cc rules literally (clipped pooling
+windows, exclusive averages, ceil_mode, first maximum)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from . import run_op
+
+rng = np.random.default_rng(0)
+
+
+def _naive_conv(x, w, stride, pads, dilation, groups):
+    n, c, h, wd = x.shape
+    m, cg, kh, kw = w.shape
+    top, bottom, left, right = pads
+    xp = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
+    oh = (h + top + bottom - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (wd + left + right - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    out = np.zeros((n, m, oh, ow))
+    mg = m // groups
+    for b in range(n):
+        for f in range(m):
+            g = f // mg
+            for i in range(oh):
+                for j in range(ow):
+                    acc = 0.0
+                    for ci in range(cg):
+                        for a in range(kh):
+                            for e in range(kw):
+                                acc += w[f, ci, a, e] * xp[b, g * cg + ci,
+                                                          i * stride[0] + a * dilation[0],
+                                                          j * stride[1] + e * dilation[1]]
+                    out[b, f, i, j] = acc
+    return out
+
+
+@pytest.mark.parametrize("stride,pads,dilation,groups", [
+    ((1, 1), (0, 0, 0, 0), (1, 1), 1),
+    ((2, 1), (1, 0, 2, 1), (1, 2), 2),
+    ((1, 2), (2, 2, 1, 1), (2, 1), 4),
+])
+def test_conv2d_matches_direct_loops(stride, pads, dilation, groups):
+    x = rng.standard_normal((2, 4, 7, 6))
+    w = rng.standard_normal((8, 4 // groups, 3, 2))
+    out = run_op("conv2d", {"Input": [x], "Filter": [w]},
+                 {"strides": list(stride), "paddings": list(pads),
+                  "dilations": list(dilation), "groups": groups})["Output"][0]
+    np.testing.assert_allclose(out, _naive_conv(x, w, stride, pads, dilation, groups),
+                               rtol=1e-10, atol=1e-10)
+
+
+def test_conv2d_matches_scipy_correlate():
+    signal = pytest.importorskip("scipy.signal")
+    x = rng.standard_normal((1, 3, 9, 8))
+    w = rng.standard_normal((2, 3, 3, 4))
+    out = run_op("conv2d", {"Input": [x], "Filter": [w]}, {})["Output"][0]
+    for f in range(2):
+        ref = sum(signal.correlate2d(x[0, c], w[f, c], mode="valid") for c in range(3))
+        np.testing.assert_allclose(out[0, f], ref, rtol=1e-10, atol=1e-10)
+
+
+def test_conv2d_same_and_valid_padding_algorithms():
+    x = rng.standard_normal((1, 2, 7, 5))
+    w = rng.standard_normal((3, 2, 3, 3))
+    same = run_op("conv2d", {"Input": [x], "Filter": [w]},
+                  {"padding_algorithm": "SAME", "strides": [2, 2]})["Output"][0]
+    assert same.shape == (1, 3, 4, 3)  # ceil(7 / 2), ceil(5 / 2)
+    # SAME pads (total // 2, total - total // 2): 7 -> total 2 -> (1, 1); 5 -> total 2
+    np.testing.assert_allclose(same, _naive_conv(x, w, (2, 2), (1, 1, 1, 1), (1, 1), 1))
+    valid = run_op("conv2d", {"Input": [x], "Filter": [w]},
+                   {"padding_algorithm": "VALID", "paddings": [5, 5]})["Output"][0]
+    assert valid.shape == (1, 3, 5, 3)
+
+
+def _naive_pool(x, kind, k, s, p, ceil_mode, exclusive):
+    n, c, h, w = x.shape
+    def size(d, kk, ss, pp):
+        span = d + 2 * pp - kk
+        return (span + ss - 1) // ss + 1 if ceil_mode else span // ss + 1
+    oh, ow = size(h, k[0], s[0], p[0]), size(w, k[1], s[1], p[1])
+    out = np.zeros((n, c, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            hs, ws = i * s[0] - p[0], j * s[1] - p[1]
+            he, we = min(hs + k[0], h), min(ws + k[1], w)
+            hs, ws = max(hs, 0), max(ws, 0)
+            window = x[:, :, hs:he, ws:we]
+            if kind == "max":
+                out[:, :, i, j] = window.max(axis=(2, 3))
+            else:
+                size_ = (he - hs) * (we - ws) if exclusive else k[0] * k[1]
+                out[:, :, i, j] = window.sum(axis=(2, 3)) / size_
+    return out
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+@pytest.mark.parametrize("k,s,p,ceil_mode,exclusive", [
+    ((2, 2), (2, 2), (0, 0), False, True),
+    ((3, 3), (2, 2), (1, 1), False, True),
+    ((3, 2), (2, 1), (1, 0), True, True),
+    ((3, 3), (2, 2), (1, 1), True, False),
+])
+def test_pool2d_matches_paddles_window_rules(kind, k, s, p, ceil_mode, exclusive):
+    x = rng.standard_normal((2, 3, 7, 6))
+    out = run_op("pool2d", {"X": [x]},
+                 {"pooling_type": kind, "ksize": list(k), "strides": list(s),
+                  "paddings": list(p), "ceil_mode": ceil_mode,
+                  "exclusive": exclusive})["Out"][0]
+    np.testing.assert_allclose(out, _naive_pool(x, kind, k, s, p, ceil_mode, exclusive),
+                               rtol=1e-12)
+
+
+def test_global_pooling_and_the_first_maximum_gets_the_gradient():
+    x = rng.standard_normal((2, 3, 4, 5))
+    g = run_op("pool2d", {"X": [x]}, {"global_pooling": True, "pooling_type": "avg",
+                                      "ksize": [1, 1]})["Out"][0]
+    np.testing.assert_allclose(g[..., 0, 0], x.mean(axis=(2, 3)))
+    tie = np.zeros((1, 1, 2, 2))
+    tie[0, 0] = [[1.0, 3.0], [3.0, 0.0]]
+    out = run_op("pool2d", {"X": [tie]}, {"ksize": [2, 2], "strides": [2, 2]})["Out"][0]
+    grad = run_op("pool2d_grad", {"X": [tie], "Out": [out], "Out@GRAD": [np.ones_like(out)]},
+                  {"ksize": [2, 2], "strides": [2, 2]})["X@GRAD"][0]
+    np.testing.assert_array_equal(grad[0, 0], [[0.0, 1.0], [0.0, 0.0]])
+
+
+def test_bad_geometry_is_a_clear_error():
+    x = rng.standard_normal((1, 4, 5, 5))
+    with pytest.raises(ValueError, match="groups=3"):
+        run_op("conv2d", {"Input": [x], "Filter": [rng.standard_normal((3, 1, 3, 3))]},
+               {"groups": 3})
+    with pytest.raises(ValueError, match="would be"):
+        run_op("conv2d", {"Input": [x], "Filter": [rng.standard_normal((2, 4, 7, 7))]}, {})
+    with pytest.raises(NotImplementedError, match="NHWC"):
+        run_op("pool2d", {"X": [x]}, {"data_format": "NHWC"})
