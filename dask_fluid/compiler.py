@@ -35,6 +35,7 @@ from typing import Any
 
 from .executor import CPUPlace, CUDAPlace, Scope
 from .framework import Program
+from .ir_passes import PassBuilder
 
 __all__ = ["BuildStrategy", "CompiledProgram", "ExecutionStrategy", "cpu_places",
            "cuda_places"]
@@ -252,12 +253,14 @@ class BuildStrategy:
             raise AttributeError(f"'BuildStrategy' object has no attribute {name!r}")
         object.__setattr__(self, name, value)
 
-    def _finalize_strategy_and_create_passes(self) -> Any:
-        """Fluid's IR pass builder (``multi_batch_merge_pass`` ...): not implemented."""
-        raise NotImplementedError(
-            "BuildStrategy._finalize_strategy_and_create_passes is not implemented in "
-            "dask_fluid: it builds no SSA graph, so there are no IR passes to insert (e.g. "
-            "multi_batch_merge_pass); merge batches in the reader instead")
+    def _finalize_strategy_and_create_passes(self) -> PassBuilder:
+        """The passes this strategy applies when its CompiledProgram first runs
+        (:mod:`dask_fluid.ir_passes`: ``multi_batch_merge_pass``; other names raise)."""
+        builder = self.__dict__.get("_pass_builder")
+        if builder is None:
+            builder = PassBuilder()
+            object.__setattr__(self, "_pass_builder", builder)
+        return builder
 
 
 # ----------------------------------------------------------------------------------------------
@@ -362,12 +365,15 @@ class CompiledProgram:
         self._check_supported(places, place)
         self._resolve_strategies(places, place)
         build = self._build_strategy
+        passes = build.__dict__.get("_pass_builder")
+        if passes is not None:
+            self._to_run = passes.apply(self._program)
         if self._is_data_parallel and build.num_trainers > 1:
             # imported here: only multi-trainer programs need the distributed layer
             from .distributed.collective.ops import compile_for_trainers
 
             self._to_run = compile_for_trainers(
-                self._program, scope, place, num_trainers=build.num_trainers,
+                self._to_run, scope, place, num_trainers=build.num_trainers,
                 trainer_id=build.trainer_id,
                 average=build.gradient_scale_strategy == _GradientScaleStrategy.CoeffNumDevice)
         self._places, self._scope, self._place = places, scope, place

@@ -1,4 +1,4 @@
-"""Optimizer kernels: sgd, momentum, adam, adagrad, rmsprop.
+"""Optimizer kernels: sgd, momentum, lars_momentum, adam, adagrad, rmsprop.
 
 Each kernel updates the parameter and its state arrays in place and returns those same arrays
 as its outputs (``ParamOut`` is bound to the ``Param`` variable in Fluid's programs, so no copy
@@ -76,6 +76,32 @@ def momentum(ins: dict, attrs: dict, outs: tuple) -> dict:
             p -= lr * v
 
     _apply(update, param, grad, [vel])
+    return {"ParamOut": [param], "VelocityOut": [vel]}
+
+
+@register("lars_momentum", ("Param", "Grad", "Velocity", "LearningRate"),
+          ("ParamOut", "VelocityOut"),
+          {"mu": 0.0001, "lars_coeff": 0.001, "lars_weight_decay": 0.0005})
+def lars_momentum(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Layer-wise adaptive rate (Paddle's lars_momentum_op.h): with ``‖p‖ > 0`` and ``‖g‖ > 0``
+    the rate is ``lr·coeff·‖p‖ / (‖g‖ + decay·‖p‖)`` (else ``lr``); ``v = mu·v + rate·(g +
+    decay·p)``; ``p −= v``. Dense gradients only, as in Paddle."""
+    param, grad, vel = ins["Param"][0], ins["Grad"][0], ins["Velocity"][0]
+    if isinstance(grad, SelectedRows):
+        raise NotImplementedError("lars_momentum with a sparse (SelectedRows) gradient is not "
+                                  "implemented, as in Paddle 1.8: use a dense embedding")
+    xp = xp_of(param)
+    lr = _lr(ins, param)
+    mu = _f(param, attrs.get("mu", 0.0001))
+    coeff = _f(param, attrs.get("lars_coeff", 0.001))
+    decay = _f(param, attrs.get("lars_weight_decay", 0.0005))
+    p_norm = xp.sqrt((param * param).sum())
+    g_norm = xp.sqrt((grad * grad).sum())
+    scaled = lr * coeff * p_norm / (g_norm + decay * p_norm)
+    rate = xp.where((p_norm > 0) & (g_norm > 0), scaled, lr).astype(param.dtype)
+    vel *= mu
+    vel += rate * (grad + decay * param)
+    param -= vel
     return {"ParamOut": [param], "VelocityOut": [vel]}
 
 

@@ -2,7 +2,9 @@
 runner starts the local run, 2 pservers and 2 trainers of the model file with
 --role/--endpoints/... arguments and compares the losses. test_dist_word2vec.py (sync delta
 1e-4, async delta 100) and test_dist_mnist_train.py (the CNN of dist_mnist.py: sync, sync with
-memory optimisation, async and DC-ASGD)."""
+memory optimisation, async and DC-ASGD), test_dist_mnist_batch_merge.py (multi_batch_merge_pass)
+and, with a two-line TestDistBase case of our own (Paddle 1.8 ships no test file for it),
+dist_mnist_lars.py (LarsMomentumOptimizer, sync delta 1e-5)."""
 
 from __future__ import annotations
 
@@ -64,12 +66,16 @@ def mnist_in_paddle_cache():
             path.unlink()
 
 
-def _run_paddle_test(tmp_path: Path, test: str, model: str) -> tuple[str, list[str]]:
-    """Run Paddle's ``test`` (and its runner and ``model``, copied: the runner writes its logs
-    next to the test file) under ``dask-fluid run``; its stderr and its loss-pair lines."""
+def _run_paddle_test(tmp_path: Path, test: str, *models: str, test_text: str | None = None
+                     ) -> tuple[str, list[str]]:
+    """Run Paddle's ``test`` (``test_text`` when given) with its runner and ``models``, copied
+    (the runner writes its logs next to the test file), under ``dask-fluid run``; its stderr
+    and its loss-pair lines."""
     pytest.importorskip("six", reason="test_dist_base.py imports six")
-    for name in ("test_dist_base.py", test, model):
+    for name in ("test_dist_base.py", *models) + (() if test_text else (test,)):
         shutil.copy(UNITTESTS / name, tmp_path / name)
+    if test_text:
+        (tmp_path / test).write_text(test_text)
     proc = subprocess.run([sys.executable, "-m", "dask_fluid.cli", "run", test], cwd=tmp_path,
                           capture_output=True, timeout=300)
     err = proc.stderr.decode(errors="replace")  # the runner logs pickles to stderr
@@ -90,3 +96,34 @@ def test_paddle_18_test_dist_mnist_train_unchanged(tmp_path, mnist_in_paddle_cac
     err, pairs = _run_paddle_test(tmp_path, "test_dist_mnist_train.py", "dist_mnist.py")
     assert "Ran 4 tests" in err and "\nOK" in err, err[-4000:]
     assert len(pairs) == 4 * 5
+
+
+def test_paddle_18_test_dist_mnist_batch_merge_unchanged(tmp_path, mnist_in_paddle_cache):
+    err, _ = _run_paddle_test(tmp_path, "test_dist_mnist_batch_merge.py",
+                              "dist_mnist_batch_merge.py", "dist_mnist.py")
+    assert "Ran 1 test" in err and "\nOK" in err, err[-4000:]
+
+
+LARS_TEST = """
+import unittest
+from test_dist_base import TestDistBase
+
+
+class TestDistMnistLars2x2(TestDistBase):
+    def _setup_config(self):
+        self._sync_mode = True
+
+    def test_dist_train(self):
+        self.check_with_place("dist_mnist_lars.py", delta=1e-5)
+
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+
+
+def test_paddle_18_dist_mnist_lars_unchanged(tmp_path, mnist_in_paddle_cache):
+    err, pairs = _run_paddle_test(tmp_path, "test_dist_mnist_lars.py", "dist_mnist_lars.py",
+                                  "dist_mnist.py", test_text=LARS_TEST)
+    assert "Ran 1 test" in err and "\nOK" in err, err[-4000:]
+    assert len(pairs) == 5

@@ -61,12 +61,24 @@ def ref_rmsprop(p, g, s, a, t):
     return p - mom, new
 
 
+def ref_lars(p, g, s, a, t):
+    # Paddle's lars_momentum_op.h, written out
+    p_norm, g_norm = np.linalg.norm(p), np.linalg.norm(g)
+    rate = LR
+    if p_norm > 0 and g_norm > 0:
+        rate = LR * a["lars_coeff"] * p_norm / (g_norm + a["lars_weight_decay"] * p_norm)
+    v = a["mu"] * s["Velocity"] + rate * (g + a["lars_weight_decay"] * p)
+    return p - v, {"Velocity": v}
+
+
 # op, attrs, state slots, state slot -> output slot, reference
 OPTIMIZERS = {
     "sgd": ("sgd", {}, [], ref_sgd),
     "momentum": ("momentum", {"mu": 0.9}, ["Velocity"], ref_momentum),
     "momentum_nesterov": ("momentum", {"mu": 0.9, "use_nesterov": True}, ["Velocity"],
                           ref_momentum),
+    "lars_momentum": ("lars_momentum", {"mu": 0.9, "lars_coeff": 0.01,
+                                        "lars_weight_decay": 0.0005}, ["Velocity"], ref_lars),
     "adam": ("adam", {}, ["Moment1", "Moment2"], ref_adam),
     "adagrad": ("adagrad", {}, ["Moment"], ref_adagrad),
     "rmsprop": ("rmsprop", {"decay": 0.9, "momentum": 0.5, "epsilon": 1e-6},
@@ -115,7 +127,7 @@ def test_dense_five_steps_match_reference(name):
             np.testing.assert_allclose(state[s], exp_s[s], rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", list(OPTIMIZERS))
+@pytest.mark.parametrize("name", [n for n in OPTIMIZERS if n != "lars_momentum"])
 def test_sparse_grad_updates_only_touched_rows(name):
     op, attrs, slots, ref = OPTIMIZERS[name]
     rng = np.random.default_rng(1)
@@ -170,3 +182,19 @@ def test_sparse_height_mismatch_raises():
     g = SelectedRows(np.array([0]), np.ones((1, SHAPE[1])), SHAPE[0] + 1)
     with pytest.raises(ValueError, match="height 7 does not match"):
         run_op("sgd", {"Param": [p], "Grad": [g], "LearningRate": [np.array([LR])]})
+
+
+def test_lars_with_a_sparse_gradient_is_refused_as_in_paddle():
+    p = np.zeros(SHAPE)
+    g = SelectedRows(np.array([0]), np.ones((1, SHAPE[1])), SHAPE[0])
+    with pytest.raises(NotImplementedError, match="lars_momentum with a sparse"):
+        run_op("lars_momentum", {"Param": [p], "Grad": [g], "Velocity": [p.copy()],
+                                 "LearningRate": [np.array([LR])]})
+
+
+def test_lars_falls_back_to_the_plain_rate_for_a_zero_parameter():
+    p, g, v = np.zeros(SHAPE), np.ones(SHAPE), np.zeros(SHAPE)
+    run_op("lars_momentum", {"Param": [p], "Grad": [g], "Velocity": [v],
+                             "LearningRate": [np.array([LR])]},
+           {"mu": 0.9, "lars_coeff": 0.001, "lars_weight_decay": 0.0005})
+    np.testing.assert_allclose(v, LR * g)
