@@ -1,5 +1,6 @@
-"""Image layers of ``fluid.layers``: ``conv2d`` and ``pool2d`` (Fluid 1.8's signatures and
-defaults; the kernels are in :mod:`dask_fluid.ops.conv_ops`)."""
+"""Image layers of ``fluid.layers``: ``conv2d``, ``pool2d`` and ``batch_norm`` (Fluid 1.8's
+signatures and defaults; the kernels are in :mod:`dask_fluid.ops.conv_ops` and
+:mod:`dask_fluid.ops.norm_ops`)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..framework import Variable
-from ..initializer import NormalInitializer
+from ..initializer import ConstantInitializer, NormalInitializer
 from ..layer_helper import LayerHelper
 from ..ops.conv_ops import conv_output_size, pool_output_size, resolve_paddings
 from ..param_attr import ParamAttr
 from .nn import _append_activation
 from .tensor import _check_var
 
-__all__ = ["conv2d", "pool2d"]
+__all__ = ["batch_norm", "conv2d", "pool2d"]
 
 
 def _pair(value: Any, name: str, layer: str) -> list[int]:
@@ -167,3 +168,56 @@ def pool2d(input: Variable, pool_size: int | Sequence[int] = -1, pool_type: str 
                             "use_mkldnn": False, "exclusive": bool(exclusive),
                             "data_format": data_format})
     return out
+
+
+def batch_norm(input: Variable, act: str | None = None, is_test: bool = False,
+               momentum: float = 0.9, epsilon: float = 1e-05, param_attr: Any = None,
+               bias_attr: Any = None, data_layout: str = "NCHW", in_place: bool = False,
+               name: str | None = None, moving_mean_name: str | None = None,
+               moving_variance_name: str | None = None,
+               do_model_average_for_mean_and_var: bool = True,
+               use_global_stats: bool = False) -> Variable:
+    """Batch normalisation over the channel axis, as Fluid 1.8's ``layers.batch_norm``.
+
+    Creates the scale (ones) and bias (zeros) parameters and, as Fluid does, the moving mean
+    (zeros) and variance (ones) as non-trainable parameters (``<name>.w_1``, ``<name>.w_2``)
+    that the op updates in place while training. ``clone(for_test=True)`` sets ``is_test``.
+    """
+    _check_var(input, "input", "batch_norm")
+    if data_layout not in ("NCHW", "NHWC"):
+        raise ValueError(f"batch_norm: data_layout must be 'NCHW' or 'NHWC', got "
+                         f"{data_layout!r}")
+    shape = list(input.shape or ())
+    if len(shape) < 2:
+        raise ValueError(f"batch_norm: input {input.name!r} needs rank >= 2, got {shape}")
+    channels = shape[1] if data_layout == "NCHW" else shape[-1]
+    if channels <= 0:
+        raise ValueError(f"batch_norm: the channel dim of {input.name!r} must be known, got "
+                         f"shape {shape}")
+    helper = LayerHelper("batch_norm", name)
+    dtype = input.dtype
+    scale = helper.create_parameter(ParamAttr._to_attr(param_attr), [channels], dtype,
+                                    default_initializer=ConstantInitializer(1.0))
+    bias = helper.create_parameter(ParamAttr._to_attr(bias_attr), [channels], dtype,
+                                   is_bias=True)
+    mean = helper.create_parameter(
+        ParamAttr(name=moving_mean_name, initializer=ConstantInitializer(0.0),
+                  trainable=False), [channels], dtype)
+    mean.stop_gradient = True
+    variance = helper.create_parameter(
+        ParamAttr(name=moving_variance_name, initializer=ConstantInitializer(1.0),
+                  trainable=False), [channels], dtype)
+    variance.stop_gradient = True
+    saved_mean = helper.create_tmp(dtype=dtype, shape=[channels], stop_gradient=True)
+    saved_variance = helper.create_tmp(dtype=dtype, shape=[channels], stop_gradient=True)
+    out = input if in_place else helper.create_tmp(dtype=dtype, shape=shape)
+    helper.append_op("batch_norm",
+                     inputs={"X": [input], "Scale": [scale], "Bias": [bias], "Mean": [mean],
+                             "Variance": [variance]},
+                     outputs={"Y": [out], "MeanOut": [mean], "VarianceOut": [variance],
+                              "SavedMean": [saved_mean], "SavedVariance": [saved_variance]},
+                     attrs={"momentum": float(momentum), "epsilon": float(epsilon),
+                            "is_test": bool(is_test), "data_layout": data_layout,
+                            "use_mkldnn": False, "fuse_with_relu": False,
+                            "use_global_stats": bool(use_global_stats)})
+    return _append_activation(helper, out, act)

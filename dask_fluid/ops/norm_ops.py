@@ -1,1 +1,117 @@
-"""Normalisation kernels (``batch_norm``, ``layer_norm``)."""
+"""Normalisation kernels: ``batch_norm`` and its gradient (Paddle 1.8's batch_norm_op.cc).
+
+Training (``is_test`` and ``use_global_stats`` off) normalises with the batch's statistics over
+every axis but the channel axis (axis 1 for NCHW, the last for NHWC): ``SavedMean`` is the
+batch mean and ``SavedVariance`` the inverse standard deviation ``1 / sqrt(var + epsilon)``
+(the biased variance, as Paddle's CPU kernel stores it), and the moving statistics become
+``moving * momentum + batch * (1 - momentum)``. At test time (or with ``use_global_stats``) the
+moving mean and variance normalise and stay as they are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .registry import GRAD, array_module, register
+from .selected_rows import grad_slots
+
+_BN_ATTRS = {"momentum": 0.9, "epsilon": 1e-5, "is_test": False, "data_layout": "NCHW",
+             "use_mkldnn": False, "fuse_with_relu": False, "use_global_stats": False,
+             "trainable_statistics": False}
+
+
+def _layout(x: Any, attrs: dict) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """(channel axis, reduced axes, the broadcast shape of a per-channel vector)."""
+    layout = attrs.get("data_layout", "NCHW")
+    if layout not in ("NCHW", "NHWC", "AnyLayout"):
+        raise ValueError(f"batch_norm: data_layout must be 'NCHW' or 'NHWC', got {layout!r}")
+    if x.ndim < 2:
+        raise ValueError(f"batch_norm needs an input of rank >= 2, got shape {list(x.shape)}")
+    axis = x.ndim - 1 if layout == "NHWC" else 1
+    shape = [1] * x.ndim
+    shape[axis] = x.shape[axis]
+    return axis, tuple(a for a in range(x.ndim) if a != axis), tuple(shape)
+
+
+def _uses_global_stats(attrs: dict) -> bool:
+    return bool(attrs.get("is_test")) or bool(attrs.get("use_global_stats"))
+
+
+_BN_GRAD_IN, _BN_GRAD_OUT = grad_slots(
+    ("X", "Scale", "Bias", "Mean", "Variance", "SavedMean", "SavedVariance"), ("Y",),
+    ("X", "Scale", "Bias"))
+
+
+def _bn_grad_maker(op: Any) -> list[dict]:
+    inputs = {slot: list(op.inputs[slot]) for slot in ("X", "Scale", "Bias", "Mean",
+                                                       "Variance") if op.inputs.get(slot)}
+    for slot in ("SavedMean", "SavedVariance"):
+        inputs[slot] = list(op.outputs[slot])
+    inputs["Y" + GRAD] = [n + GRAD for n in op.outputs["Y"]]
+    outputs = {slot + GRAD: [n + GRAD for n in op.inputs[slot]]
+               for slot in ("X", "Scale", "Bias") if op.inputs.get(slot)}
+    attrs = {k: v for k, v in op.attrs.items() if k not in ("op_role", "op_role_var")}
+    return [{"type": "batch_norm_grad", "inputs": inputs, "outputs": outputs, "attrs": attrs}]
+
+
+@register("batch_norm", ("X", "Scale", "Bias", "Mean", "Variance"),
+          ("Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance"), _BN_ATTRS,
+          grad=_bn_grad_maker)
+def batch_norm(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Y = (X − mean) / sqrt(var + ε) · Scale + Bias per channel (see the module docstring)."""
+    x, scale, bias = ins["X"][0], ins["Scale"][0], ins["Bias"][0]
+    mean, var = ins["Mean"][0], ins["Variance"][0]
+    xp = array_module(x)
+    axis, reduce, shape = _layout(x, attrs)
+    eps = x.dtype.type(attrs.get("epsilon", 1e-5))
+    if _uses_global_stats(attrs):
+        inv_std = 1.0 / xp.sqrt(var + eps)
+        y = (x - mean.reshape(shape)) * (inv_std * scale).reshape(shape) + bias.reshape(shape)
+        return {"Y": [y.astype(x.dtype, copy=False)], "MeanOut": [mean], "VarianceOut": [var],
+                "SavedMean": [mean], "SavedVariance": [inv_std.astype(x.dtype, copy=False)]}
+    batch_mean = x.mean(axis=reduce)
+    centred = x - batch_mean.reshape(shape)
+    batch_var = (centred * centred).mean(axis=reduce)
+    inv_std = (1.0 / xp.sqrt(batch_var + eps)).astype(x.dtype, copy=False)
+    y = centred * (inv_std * scale).reshape(shape) + bias.reshape(shape)
+    m = x.dtype.type(attrs.get("momentum", 0.9))
+    mean_out = (mean * m + batch_mean * (1 - m)).astype(mean.dtype, copy=False)
+    var_out = (var * m + batch_var * (1 - m)).astype(var.dtype, copy=False)
+    return {"Y": [y.astype(x.dtype, copy=False)], "MeanOut": [mean_out],
+            "VarianceOut": [var_out], "SavedMean": [batch_mean.astype(x.dtype, copy=False)],
+            "SavedVariance": [inv_std]}
+
+
+@register("batch_norm_grad", _BN_GRAD_IN, _BN_GRAD_OUT, _BN_ATTRS)
+def batch_norm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dBias = Σ dY, dScale = Σ dY · x̂, dX = Scale · inv_std / m · (m·dY − dBias − x̂·dScale)
+    in training; dX = dY · Scale · inv_std with the global statistics."""
+    x, scale = ins["X"][0], ins["Scale"][0]
+    xp = array_module(x)
+    axis, reduce, shape = _layout(x, attrs)
+    dy = ins["Y" + GRAD][0]
+    if dy is None:
+        dy = xp.zeros_like(x)
+    if _uses_global_stats(attrs):
+        eps = x.dtype.type(attrs.get("epsilon", 1e-5))
+        mean = ins["Mean"][0]
+        inv_std = (1.0 / xp.sqrt(ins["Variance"][0] + eps)).astype(x.dtype, copy=False)
+    else:
+        mean, inv_std = ins["SavedMean"][0], ins["SavedVariance"][0]
+    x_hat = (x - mean.reshape(shape)) * inv_std.reshape(shape)
+    dbias = dy.sum(axis=reduce)
+    dscale = (dy * x_hat).sum(axis=reduce)
+    res = {}
+    if "Bias" + GRAD in outs:
+        res["Bias" + GRAD] = [dbias]
+    if "Scale" + GRAD in outs:
+        res["Scale" + GRAD] = [dscale]
+    if "X" + GRAD in outs:
+        if _uses_global_stats(attrs):
+            dx = dy * (scale * inv_std).reshape(shape)
+        else:
+            m = x.dtype.type(x.size // x.shape[axis])
+            dx = (scale * inv_std).reshape(shape) / m * (
+                m * dy - dbias.reshape(shape) - x_hat * dscale.reshape(shape))
+        res["X" + GRAD] = [dx.astype(x.dtype, copy=False)]
+    return res

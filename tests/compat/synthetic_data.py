@@ -20,9 +20,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dask_fluid.compat.dataset import common, imdb, imikolov, mnist, uci_housing
+from dask_fluid.compat.dataset import common, flowers, imdb, imikolov, mnist, uci_housing
 
-__all__ = ["write_imdb", "write_imikolov", "write_mnist", "write_uci_housing"]
+__all__ = ["write_flowers", "write_imdb", "write_imikolov", "write_mnist", "write_uci_housing"]
 
 
 def _cache_file(data_home: str | os.PathLike, module: str, url: str) -> str:
@@ -259,3 +259,44 @@ def write_imdb(
     _write_tgz(path, members)
     common.register_substitute(path)
     return path
+
+
+# -- flowers ----------------------------------------------------------------------------------
+
+
+def write_flowers(data_home: str | os.PathLike, n_images: int = 30, seed: int = 0) -> str:
+    """Write ``102flowers.tgz`` (JPEGs of a few sizes, portrait and landscape), and the two
+    ``.mat`` files (labels 1..102; ``trnid``, ``tstid`` and ``valid`` a third of the images
+    each) under ``data_home/flowers``. Needs Pillow and scipy.
+
+    Returns
+    -------
+    str
+        The directory ``data_home/flowers``.
+    """
+    from PIL import Image
+    from scipy.io import savemat
+
+    rng = np.random.default_rng(seed)
+    members = []
+    for i in range(1, n_images + 1):
+        w, h = (300, 260) if i % 2 else (250, 320)
+        pixels = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        buf = io.BytesIO()
+        Image.fromarray(pixels).save(buf, format="JPEG", quality=90)
+        members.append((f"jpg/image_{i:05d}.jpg", buf.getvalue()))
+    labels = rng.integers(1, 103, n_images)
+    ids = np.arange(1, n_images + 1)
+    third = n_images // 3
+    paths = [_cache_file(data_home, "flowers", url)
+             for url in (flowers.DATA_URL, flowers.LABEL_URL, flowers.SETID_URL)]
+    _write_tgz(paths[0], members)
+    for path, content in ((paths[1], {"labels": labels[None, :]}),
+                          (paths[2], {"trnid": ids[None, :third],
+                                      "tstid": ids[None, third:2 * third],
+                                      "valid": ids[None, 2 * third:]})):
+        with open(path, "wb") as f:
+            savemat(f, content)
+    for path in paths:
+        common.register_substitute(path)
+    return os.path.join(os.fspath(data_home), "flowers")

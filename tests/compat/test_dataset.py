@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from dask_fluid.compat.batch import batch
-from dask_fluid.compat.dataset import common, imdb, imikolov, mnist, uci_housing
+from dask_fluid.compat.dataset import common, flowers, imdb, imikolov, mnist, uci_housing
 from tests.compat import synthetic_data
 
 DATASET_URLS = {
@@ -33,6 +33,7 @@ DATASET_URLS = {
     uci_housing: ["URL"],
     imikolov: ["URL"],
     imdb: ["URL"],
+    flowers: ["DATA_URL", "LABEL_URL", "SETID_URL"],
 }
 
 
@@ -251,6 +252,7 @@ def test_fetch_all_uses_the_substitutes(data_home):
     synthetic_data.write_uci_housing(data_home)
     synthetic_data.write_imikolov(data_home)
     synthetic_data.write_imdb(data_home)
+    synthetic_data.write_flowers(data_home, n_images=3)
     common.fetch_all()
 
 
@@ -503,3 +505,38 @@ def test_imdb_build_dict_pattern_and_cutoff(data_home):
     assert len(word_dict) == len(counts) + 1
     top = max(counts.items(), key=lambda x: (x[1], [-b for b in x[0]]))[0]
     assert word_dict[top] == 0
+
+
+# -- flowers ----------------------------------------------------------------------------------
+
+
+def test_flowers_splits_labels_and_the_test_mapping(data_home):
+    pytest.importorskip("PIL", reason="paddle.dataset.flowers decodes JPEGs with Pillow")
+    from PIL import Image
+    from scipy.io import loadmat
+
+    directory = synthetic_data.write_flowers(data_home, n_images=9)
+    labels = loadmat(os.path.join(directory, "imagelabels.mat"))["labels"][0]
+    # Paddle swaps the readme's splits: test() reads trnid (images 1..3 here), train() tstid
+    test = list(flowers.test()())
+    assert [label for _, label in test] == [int(v) - 1 for v in labels[:3]]
+    assert len(list(flowers.train()())) == 3 and len(list(flowers.valid()())) == 3
+    image, _ = test[0]
+    assert image.dtype == np.float32 and image.shape == (3 * 224 * 224,)
+    # an independent decode of image 1 (300 x 260): short side to 256, centre crop, BGR, CHW
+    with tarfile.open(os.path.join(directory, "102flowers.tgz")) as tar:
+        raw = Image.open(tar.extractfile("jpg/image_00001.jpg")).convert("RGB")
+    resized = np.asarray(raw.resize((256 * 300 // 260, 256), resample=Image.BICUBIC),
+                         np.float32)
+    top, left = (256 - 224) // 2, (resized.shape[1] - 224) // 2
+    expected = resized[top:top + 224, left:left + 224, ::-1].transpose(2, 0, 1) - \
+        np.array([103.94, 116.78, 123.68], np.float32)[:, None, None]
+    np.testing.assert_allclose(image.reshape(3, 224, 224), expected, rtol=1e-6, atol=1e-4)
+    crops = {tuple(flowers.default_mapper(True, (tar_bytes, 0))[0][:5])
+             for tar_bytes in [_jpeg_bytes(directory)] * 6}
+    assert len(crops) > 1  # training crops and mirrors are random
+
+
+def _jpeg_bytes(directory):
+    with tarfile.open(os.path.join(directory, "102flowers.tgz")) as tar:
+        return tar.extractfile("jpg/image_00002.jpg").read()

@@ -135,3 +135,27 @@ def test_bad_geometry_is_a_clear_error():
         run_op("conv2d", {"Input": [x], "Filter": [rng.standard_normal((2, 4, 7, 7))]}, {})
     with pytest.raises(NotImplementedError, match="NHWC"):
         run_op("pool2d", {"X": [x]}, {"data_format": "NHWC"})
+
+
+def test_batch_norm_forward_matches_sklearns_standard_scaler():
+    from sklearn.preprocessing import StandardScaler
+
+    x = rng.standard_normal((4, 3, 5, 2)) * 3 + 1
+    scale, bias = rng.uniform(0.5, 2, 3), rng.standard_normal(3)
+    mean, var = rng.standard_normal(3), rng.uniform(0.5, 2, 3)
+    out = run_op("batch_norm", {"X": [x], "Scale": [scale], "Bias": [bias], "Mean": [mean],
+                                "Variance": [var]}, {"epsilon": 1e-12, "momentum": 0.8})
+    flat = x.transpose(0, 2, 3, 1).reshape(-1, 3)
+    ref = StandardScaler().fit_transform(flat) * scale + bias
+    np.testing.assert_allclose(out["Y"][0].transpose(0, 2, 3, 1).reshape(-1, 3), ref,
+                               rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(out["SavedMean"][0], flat.mean(axis=0))
+    np.testing.assert_allclose(out["SavedVariance"][0], 1 / np.sqrt(flat.var(axis=0) + 1e-12))
+    np.testing.assert_allclose(out["MeanOut"][0], 0.8 * mean + 0.2 * flat.mean(axis=0))
+    np.testing.assert_allclose(out["VarianceOut"][0], 0.8 * var + 0.2 * flat.var(axis=0))
+    test = run_op("batch_norm", {"X": [x], "Scale": [scale], "Bias": [bias], "Mean": [mean],
+                                 "Variance": [var]}, {"is_test": True})
+    expected = (x - mean.reshape(1, 3, 1, 1)) / np.sqrt(var.reshape(1, 3, 1, 1) + 1e-5)
+    np.testing.assert_allclose(test["Y"][0], expected * scale.reshape(1, 3, 1, 1)
+                               + bias.reshape(1, 3, 1, 1))
+    assert test["MeanOut"][0] is mean  # unchanged at test time

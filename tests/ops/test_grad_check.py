@@ -151,6 +151,18 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
         ("depthwise", {"Input": [n((2, 3, 5, 5))], "Filter": [n((6, 1, 3, 3))]},
          {"groups": 3, "paddings": [1, 1]}),
     ]
+    c["batch_norm"] = [
+        ("nchw_train", {"X": [n((3, 2, 3, 2))], "Scale": [u(0.5, 1.5, 2)], "Bias": [n(2)],
+                        "Mean": [n(2)], "Variance": [u(0.5, 1.5, 2)]}, {}),
+        ("nhwc_train", {"X": [n((4, 3, 2))], "Scale": [u(0.5, 1.5, 2)], "Bias": [n(2)],
+                        "Mean": [n(2)], "Variance": [u(0.5, 1.5, 2)]},
+         {"data_layout": "NHWC"}),
+        ("global_stats", {"X": [n((3, 2, 2, 2))], "Scale": [u(0.5, 1.5, 2)], "Bias": [n(2)],
+                          "Mean": [n(2)], "Variance": [u(0.5, 1.5, 2)]},
+         {"use_global_stats": True}),
+        ("2d_is_test", {"X": [n((5, 3))], "Scale": [u(0.5, 1.5, 3)], "Bias": [n(3)],
+                        "Mean": [n(3)], "Variance": [u(0.5, 1.5, 3)]}, {"is_test": True}),
+    ]
     c["pool2d"] = [
         ("max_pad_stride", {"X": [n((2, 3, 6, 5))]},
          {"ksize": [3, 2], "strides": [2, 2], "paddings": [1, 1]}),

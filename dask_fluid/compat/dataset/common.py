@@ -56,7 +56,7 @@ RETRY_LIMIT = 3
 DOWNLOAD_TIMEOUT_S = 15.0
 SUBSTITUTE_SUFFIX = ".substitute-md5"
 
-_DATASET_MODULES = ("mnist", "uci_housing", "imikolov", "imdb")
+_DATASET_MODULES = ("mnist", "uci_housing", "imikolov", "imdb", "flowers")
 
 
 class DownloadError(RuntimeError):
