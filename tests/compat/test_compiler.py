@@ -141,8 +141,8 @@ def test_strategy_defaults_and_unknown_fields():
     build.memory_optimize = False
     with pytest.raises(AttributeError, match="no attribute 'enable_inplce'"):
         build.enable_inplce = False
-    with pytest.raises(NotImplementedError, match="_finalize_strategy_and_create_passes"):
-        build._finalize_strategy_and_create_passes()
+    passes = build._finalize_strategy_and_create_passes()  # tests/core/test_ir_passes.py
+    assert passes is build._finalize_strategy_and_create_passes() and not passes.all_passes()
     execs = ExecutionStrategy()
     assert (execs.num_threads, execs.num_iteration_per_drop_scope,
             execs.num_iteration_per_run) == (0, 100, 1)
