@@ -143,26 +143,30 @@ class _ConvGeometry:
                              "filter size, paddings, strides and dilations")
 
     def columns(self, xp: Any, x: Any) -> Any:
-        """``[G, N*OH*OW, C/G*KH*KW]``: the windows of each group as rows."""
+        """``[G, C/G*KH*KW, N*OH*OW]``: the windows of each group as columns. The copy walks
+        the input along its rows (OW innermost), which is what makes it fast."""
         xp_ = _pad(xp, x, self.pads)
         win = _windows(xp, xp_, self.oh, self.ow, self.kh, self.kw, self.sh, self.sw, self.dh,
                        self.dw)
         g, cg = self.groups, self.c // self.groups
         win = win.reshape(self.n, g, cg, self.oh, self.ow, self.kh, self.kw)
-        cols = win.transpose(1, 0, 3, 4, 2, 5, 6)  # G, N, OH, OW, C/G, KH, KW
-        return xp.ascontiguousarray(cols).reshape(g, self.n * self.oh * self.ow,
-                                                  cg * self.kh * self.kw)
+        cols = win.transpose(1, 2, 5, 6, 0, 3, 4)  # G, C/G, KH, KW, N, OH, OW
+        return xp.ascontiguousarray(cols).reshape(g, cg * self.kh * self.kw,
+                                                  self.n * self.oh * self.ow)
 
     def filters(self, w: Any) -> Any:
         """``[G, M/G, C/G*KH*KW]``."""
         return w.reshape(self.groups, self.m // self.groups, -1)
 
+    def output(self, xp: Any, out: Any) -> Any:
+        """``[G, M/G, N*OH*OW]`` as NCHW ``[N, M, OH, OW]``."""
+        out = out.reshape(self.m, self.n, self.oh, self.ow)
+        return xp.ascontiguousarray(out.transpose(1, 0, 2, 3))
 
-def _conv_matmul(cols: Any, wg: Any, geo: _ConvGeometry, xp: Any) -> Any:
-    out = xp.matmul(cols, wg.transpose(0, 2, 1))  # G, N*OH*OW, M/G
-    out = out.reshape(geo.groups, geo.n, geo.oh, geo.ow, geo.m // geo.groups)
-    return xp.ascontiguousarray(out.transpose(1, 0, 4, 2, 3)).reshape(geo.n, geo.m, geo.oh,
-                                                                       geo.ow)
+    def output_grad(self, xp: Any, dout: Any) -> Any:
+        """NCHW ``[N, M, OH, OW]`` as ``[G, M/G, N*OH*OW]``."""
+        d = xp.ascontiguousarray(dout.transpose(1, 0, 2, 3))
+        return d.reshape(self.groups, self.m // self.groups, -1)
 
 
 _conv_grad_maker = grad_maker(("Input", "Filter"), out_grads=("Output",),
@@ -175,7 +179,7 @@ def _conv2d(ins: dict, attrs: dict, outs: tuple) -> dict:
     x, w = ins["Input"][0], ins["Filter"][0]
     xp = array_module(x, w)
     geo = _ConvGeometry(x.shape, w.shape, attrs)
-    return {"Output": [_conv_matmul(geo.columns(xp, x), geo.filters(w), geo, xp)]}
+    return {"Output": [geo.output(xp, xp.matmul(geo.filters(w), geo.columns(xp, x)))]}
 
 
 def _conv2d_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
@@ -185,19 +189,15 @@ def _conv2d_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     dout = ins["Output" + GRAD][0]
     if dout is None:
         dout = xp.zeros((geo.n, geo.m, geo.oh, geo.ow), dtype=x.dtype)
-    g, mg, cg = geo.groups, geo.m // geo.groups, geo.c // geo.groups
-    # G, N*OH*OW, M/G
-    d2 = xp.ascontiguousarray(dout.reshape(geo.n, g, mg, geo.oh, geo.ow)
-                              .transpose(1, 0, 3, 4, 2)).reshape(g, -1, mg)
+    g, cg = geo.groups, geo.c // geo.groups
+    d2 = geo.output_grad(xp, dout)  # G, M/G, N*OH*OW
     res = {}
     if "Filter" + GRAD in outs:
         cols = geo.columns(xp, x)
-        res["Filter" + GRAD] = [xp.matmul(d2.transpose(0, 2, 1), cols).reshape(w.shape)]
+        res["Filter" + GRAD] = [xp.matmul(d2, cols.transpose(0, 2, 1)).reshape(w.shape)]
     if "Input" + GRAD in outs:
-        dcols = xp.matmul(d2, geo.filters(w))  # G, N*OH*OW, C/G*KH*KW
-        dcols = dcols.reshape(g, geo.n, geo.oh, geo.ow, cg, geo.kh, geo.kw)
-        dcols = dcols.transpose(1, 0, 4, 2, 3, 5, 6).reshape(geo.n, geo.c, geo.oh, geo.ow,
-                                                             geo.kh, geo.kw)
+        dcols = xp.matmul(geo.filters(w).transpose(0, 2, 1), d2)  # G, C/G*KH*KW, N*OH*OW
+        dcols = dcols.reshape(g * cg, geo.kh, geo.kw, geo.n, geo.oh, geo.ow)
         top, bottom, left, right = geo.pads
         dxp = xp.zeros((geo.n, geo.c, geo.h + top + bottom, geo.w + left + right),
                        dtype=x.dtype)
@@ -205,7 +205,8 @@ def _conv2d_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
             for j in range(geo.kw):
                 hi, wj = i * geo.dh, j * geo.dw
                 dxp[:, :, hi:hi + geo.sh * (geo.oh - 1) + 1:geo.sh,
-                    wj:wj + geo.sw * (geo.ow - 1) + 1:geo.sw] += dcols[..., i, j]
+                    wj:wj + geo.sw * (geo.ow - 1) + 1:geo.sw] += \
+                    dcols[:, i, j].transpose(1, 0, 2, 3)
         res["Input" + GRAD] = [_unpad(xp, dxp, x.shape, geo.pads)]
     return res
 
@@ -264,8 +265,19 @@ class _PoolGeometry:
         top, _, left, _ = self.pads
         return _pad(xp, x, (top, self.ph - self.h - top, left, self.pw - self.w - left), value)
 
-    def windows(self, xp: Any, xpad: Any) -> Any:
-        return _windows(xp, xpad, self.oh, self.ow, self.kh, self.kw, self.sh, self.sw, 1, 1)
+    def whole(self) -> bool:
+        """One window that is the whole map (global pooling, or a kernel that size)."""
+        return (self.kh, self.kw, self.oh, self.ow) == (self.h, self.w, 1, 1) and \
+            not any(self.pads)
+
+    def offsets(self) -> list[tuple[int, int]]:
+        """Window offsets in Paddle's (row-major) order."""
+        return [(i, j) for i in range(self.kh) for j in range(self.kw)]
+
+    def offset_view(self, xpad: Any, i: int, j: int) -> Any:
+        """``[N, C, OH, OW]``: element ``(i, j)`` of every window of the padded input."""
+        return xpad[:, :, i:i + self.sh * (self.oh - 1) + 1:self.sh,
+                    j:j + self.sw * (self.ow - 1) + 1:self.sw]
 
     def counts(self, xp: Any, dtype: Any) -> Any:
         """Elements of each (clipped) window that lie in the input, ``[OH, OW]``."""
@@ -288,11 +300,22 @@ def pool2d(ins: dict, attrs: dict, outs: tuple) -> dict:
     x = ins["X"][0]
     xp = array_module(x)
     geo = _PoolGeometry(x.shape, attrs)
+    if geo.whole():
+        reduce = x.max if geo.type == "max" else x.mean
+        return {"Out": [reduce(axis=(2, 3), keepdims=True)]}
+    # one strided slice per window offset, combined elementwise: far faster than reducing a
+    # 6-D strided view of the windows
     if geo.type == "max":
-        win = geo.windows(xp, geo.padded(xp, x, _lowest(x.dtype)))
-        return {"Out": [win.max(axis=(4, 5))]}
-    win = geo.windows(xp, geo.padded(xp, x, 0.0))
-    total = win.sum(axis=(4, 5))
+        xpad = geo.padded(xp, x, _lowest(x.dtype))
+        out = None
+        for i, j in geo.offsets():
+            view = geo.offset_view(xpad, i, j)
+            out = view.copy() if out is None else xp.maximum(out, view, out=out)
+        return {"Out": [out]}
+    xpad = geo.padded(xp, x, 0.0)
+    total = xp.zeros((geo.n, geo.c, geo.oh, geo.ow), dtype=x.dtype)
+    for i, j in geo.offsets():
+        total += geo.offset_view(xpad, i, j)
     div = geo.counts(xp, x.dtype) if geo.exclusive else x.dtype.type(geo.kh * geo.kw)
     return {"Out": [total / div]}
 
@@ -305,23 +328,30 @@ def pool2d_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     dout = ins["Out" + GRAD][0]
     if dout is None:
         dout = xp.zeros((geo.n, geo.c, geo.oh, geo.ow), dtype=x.dtype)
+    if geo.whole():
+        if geo.type == "avg":
+            return {"X" + GRAD: [xp.broadcast_to(dout / x.dtype.type(geo.h * geo.w),
+                                                 x.shape).copy()]}
+        flat = x.reshape(geo.n, geo.c, -1)
+        first = flat.argmax(axis=2)  # the first maximum, in row-major order as Paddle
+        dx = xp.zeros_like(flat)
+        xp.put_along_axis(dx, first[..., None], dout.reshape(geo.n, geo.c, 1), axis=2)
+        return {"X" + GRAD: [dx.reshape(x.shape)]}
     dpad = xp.zeros((geo.n, geo.c, geo.ph, geo.pw), dtype=x.dtype)
     if geo.type == "max":
-        win = geo.windows(xp, geo.padded(xp, x, _lowest(x.dtype)))
-        flat = win.reshape(geo.n, geo.c, geo.oh, geo.ow, geo.kh * geo.kw)
-        first = flat.argmax(axis=4)  # the first maximum, as Paddle's loop stops at it
-        for i in range(geo.kh):
-            for j in range(geo.kw):
-                hit = dout * (first == i * geo.kw + j)
-                dpad[:, :, i:i + geo.sh * (geo.oh - 1) + 1:geo.sh,
-                     j:j + geo.sw * (geo.ow - 1) + 1:geo.sw] += hit
+        xpad = geo.padded(xp, x, _lowest(x.dtype))
+        out = ins["Out"][0]
+        open_ = xp.ones(out.shape, dtype=bool)  # windows whose maximum has no gradient yet
+        for i, j in geo.offsets():
+            # the first maximum in Paddle's row-major window order takes the gradient
+            hit = (geo.offset_view(xpad, i, j) == out) & open_
+            open_ &= ~hit
+            geo.offset_view(dpad, i, j)[...] += dout * hit
     else:
         div = geo.counts(xp, x.dtype) if geo.exclusive else x.dtype.type(geo.kh * geo.kw)
         share = dout / div
-        for i in range(geo.kh):
-            for j in range(geo.kw):
-                dpad[:, :, i:i + geo.sh * (geo.oh - 1) + 1:geo.sh,
-                     j:j + geo.sw * (geo.ow - 1) + 1:geo.sw] += share
+        for i, j in geo.offsets():
+            geo.offset_view(dpad, i, j)[...] += share
     top, _, left, _ = geo.pads
     # what fell on padding is dropped: the windows were clipped to the input
     return {"X" + GRAD: [xp.ascontiguousarray(dpad[:, :, top:top + geo.h,
