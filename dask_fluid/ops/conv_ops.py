@@ -96,11 +96,6 @@ def _pad(xp: Any, x: Any, pads: tuple[int, int, int, int], value: float = 0.0) -
     return xp.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=value)
 
 
-def _unpad(xp: Any, xp_grad: Any, shape: tuple, pads: tuple[int, int, int, int]) -> Any:
-    top, _, left, _ = pads
-    return xp.ascontiguousarray(xp_grad[:, :, top:top + shape[2], left:left + shape[3]])
-
-
 # ---------------------------------------------------------------------------------------------
 # conv2d
 
@@ -199,15 +194,16 @@ def _conv2d_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
         dcols = xp.matmul(geo.filters(w).transpose(0, 2, 1), d2)  # G, C/G*KH*KW, N*OH*OW
         dcols = dcols.reshape(g * cg, geo.kh, geo.kw, geo.n, geo.oh, geo.ow)
         top, bottom, left, right = geo.pads
-        dxp = xp.zeros((geo.n, geo.c, geo.h + top + bottom, geo.w + left + right),
+        # scatter in the columns' [C, N, H, W] order (contiguous adds), transpose once
+        dxp = xp.zeros((geo.c, geo.n, geo.h + top + bottom, geo.w + left + right),
                        dtype=x.dtype)
         for i in range(geo.kh):
             for j in range(geo.kw):
                 hi, wj = i * geo.dh, j * geo.dw
                 dxp[:, :, hi:hi + geo.sh * (geo.oh - 1) + 1:geo.sh,
-                    wj:wj + geo.sw * (geo.ow - 1) + 1:geo.sw] += \
-                    dcols[:, i, j].transpose(1, 0, 2, 3)
-        res["Input" + GRAD] = [_unpad(xp, dxp, x.shape, geo.pads)]
+                    wj:wj + geo.sw * (geo.ow - 1) + 1:geo.sw] += dcols[:, i, j]
+        dx = dxp[:, :, top:top + geo.h, left:left + geo.w].transpose(1, 0, 2, 3)
+        res["Input" + GRAD] = [xp.ascontiguousarray(dx)]
     return res
 
 
