@@ -1,1 +1,111 @@
-"""Dense-network kernels of Fluid 1.8 beyond the basics: matmul, shape ops, activations."""
+"""Dense-network kernels of Fluid 1.8 beyond the basics: ``matmul``.
+
+``matmul`` follows Paddle 1.8's matmul_op: ``Out = alpha · op(X) @ op(Y)`` where ``op``
+transposes the last two dims when ``transpose_X`` / ``transpose_Y``; leading (batch) dims
+broadcast as numpy's; a 1-D ``X`` is a row ``[1, K]`` (a column when transposed) and a 1-D
+``Y`` a column ``[K, 1]`` (a row when transposed), and those added dims are dropped from the
+output, so two vectors give ``[1]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .math_ops import _unbroadcast
+from .registry import GRAD, array_module, register
+from .selected_rows import grad_maker, grad_slots
+
+__all__ = ["matmul_shape"]
+
+_MATMUL_ATTRS = {"transpose_X": False, "transpose_Y": False, "alpha": 1.0}
+
+
+def _as_matrices(x_shape: tuple, y_shape: tuple, tx: bool, ty: bool
+                 ) -> tuple[tuple, tuple, list[int]]:
+    """X's and Y's shapes as (batched) matrices, and the output dims to drop afterwards."""
+    drop = []
+    if len(x_shape) == 1:
+        x_shape = (x_shape[0], 1) if tx else (1, x_shape[0])
+        drop.append(-2)
+    if len(y_shape) == 1:
+        y_shape = (1, y_shape[0]) if ty else (y_shape[0], 1)
+        drop.append(-1)
+    return x_shape, y_shape, drop
+
+
+def matmul_shape(x_shape: tuple, y_shape: tuple, tx: bool, ty: bool) -> list[int]:
+    """The output shape of ``matmul`` (``-1`` dims pass through); ValueError on a mismatch."""
+    xs, ys, drop = _as_matrices(tuple(x_shape), tuple(y_shape), tx, ty)
+    m, kx = (xs[-1], xs[-2]) if tx else (xs[-2], xs[-1])
+    ky, n = (ys[-1], ys[-2]) if ty else (ys[-2], ys[-1])
+    if kx >= 0 and ky >= 0 and kx != ky:
+        raise ValueError(f"matmul: X {list(x_shape)} (transpose_X={tx}) and Y "
+                         f"{list(y_shape)} (transpose_Y={ty}) do not agree on the inner "
+                         f"dimension ({kx} vs {ky})")
+    bx, by = xs[:-2], ys[:-2]
+    batch = []
+    for i in range(max(len(bx), len(by))):
+        a = bx[len(bx) - 1 - i] if i < len(bx) else 1
+        b = by[len(by) - 1 - i] if i < len(by) else 1
+        if a != b and 1 not in (a, b) and -1 not in (a, b):
+            raise ValueError(f"matmul: the batch dims of X {list(x_shape)} and Y "
+                             f"{list(y_shape)} do not broadcast")
+        batch.insert(0, b if a == 1 else a)
+    out = [*batch, m, n]
+    for axis in sorted(drop):
+        del out[axis]
+    return out or [1]
+
+
+def _mt(a: Any) -> Any:
+    return a.swapaxes(-1, -2)
+
+
+def _prepared(ins: dict, attrs: dict) -> tuple[Any, Any, Any, Any, list[int]]:
+    x, y = ins["X"][0], ins["Y"][0]
+    tx, ty = bool(attrs.get("transpose_X")), bool(attrs.get("transpose_Y"))
+    xs, ys, drop = _as_matrices(x.shape, y.shape, tx, ty)
+    xm, ym = x.reshape(xs), y.reshape(ys)
+    return x, y, (_mt(xm) if tx else xm), (_mt(ym) if ty else ym), drop
+
+
+@register("matmul", ("X", "Y"), ("Out",), _MATMUL_ATTRS,
+          grad=grad_maker(("X", "Y"), in_grads=("X", "Y")))
+def matmul(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = alpha · op(X) @ op(Y) (see the module docstring)."""
+    x, y, a, b, drop = _prepared(ins, attrs)
+    xp = array_module(x, y)
+    out = xp.matmul(a, b)
+    alpha = attrs.get("alpha", 1.0)
+    if alpha != 1.0:
+        out = out * out.dtype.type(alpha)
+    shape = matmul_shape(x.shape, y.shape, bool(attrs.get("transpose_X")),
+                         bool(attrs.get("transpose_Y")))
+    return {"Out": [out.reshape(shape)]}
+
+
+@register("matmul_grad", *grad_slots(("X", "Y"), ("Out",), ("X", "Y")), _MATMUL_ATTRS)
+def matmul_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dop(X) = alpha · dOut @ op(Y)ᵀ, dop(Y) = alpha · op(X)ᵀ @ dOut, undone through the
+    transposes, the 1-D promotions and the batch broadcasting."""
+    x, y, a, b, _ = _prepared(ins, attrs)
+    xp = array_module(x, y)
+    tx, ty = bool(attrs.get("transpose_X")), bool(attrs.get("transpose_Y"))
+    full = xp.matmul(a, b).shape  # the un-dropped output shape
+    d = ins["Out" + GRAD][0]
+    d = xp.zeros(full, dtype=x.dtype) if d is None else d.reshape(full)
+    alpha = attrs.get("alpha", 1.0)
+    if alpha != 1.0:
+        d = d * d.dtype.type(alpha)
+    res = {}
+    if "X" + GRAD in outs:
+        da = xp.matmul(d, _mt(b))
+        da = _mt(da) if tx else da
+        xs = _as_matrices(x.shape, y.shape, tx, ty)[0]
+        res["X" + GRAD] = [_unbroadcast(da, xs).reshape(x.shape)]
+    if "Y" + GRAD in outs:
+        db = xp.matmul(_mt(a), d)
+        db = _mt(db) if ty else db
+        ys = _as_matrices(x.shape, y.shape, tx, ty)[1]
+        res["Y" + GRAD] = [_unbroadcast(db, ys).reshape(y.shape)]
+    return res

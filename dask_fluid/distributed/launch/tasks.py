@@ -42,6 +42,9 @@ logger = logging.getLogger(__name__)
 #: how long tasks get to notice an abort (they check every 0.5 s) before the job gives up on
 #: them, counted from the abort
 ABORT_GRACE_S = 5.0
+#: how long the launcher waits for the cause when the first task to fail only says it was
+#: aborted (the failing task is still telling the others)
+CAUSE_GRACE_S = 2.0
 #: how long the abort message waits for the workers' acknowledgement
 ABORT_ACK_S = 2.0
 #: how long the clean-up waits for the workers to detach the job's services. A frozen worker
@@ -137,6 +140,7 @@ def _first_error(done: Sequence[tuple[Any, TaskSpec]]) -> BaseException | None:
 def _watch(client: Any, pairs: list[tuple[Any, TaskSpec]], poll_s: float, deadline_s: float
            ) -> BaseException | None:
     pending = {f for f, _ in pairs}
+    cause_by: float | None = None
     while pending:
         try:
             _, pending = wait(list(pending), timeout=poll_s, return_when="FIRST_COMPLETED")
@@ -146,7 +150,14 @@ def _watch(client: Any, pairs: list[tuple[Any, TaskSpec]], poll_s: float, deadli
             pending = {f for f in pending if not f.done()}
         err = _first_error([(f, s) for f, s in pairs if f.done()])
         if err is not None:
-            return err
+            # a task that was told to stop can end before the one whose error told it: give
+            # that one a moment, so that the job fails with the cause, not with the abort
+            if not isinstance(err, JobAbortedError) or not pending:
+                return err
+            cause_by = cause_by or time.monotonic() + CAUSE_GRACE_S
+            if time.monotonic() >= cause_by:
+                return err
+            continue
         silence = worker_silence(client)
         for f, spec in pairs:
             if f.done():
