@@ -15,7 +15,7 @@ from .tensor import _check_var, fill_constant
 __all__ = [
     "_binary_op", "accuracy", "clip", "cross_entropy", "dropout", "elementwise_add",
     "elementwise_div", "elementwise_mul", "elementwise_pow", "elementwise_sub", "embedding",
-    "fc", "floor", "mean", "reduce_mean", "reduce_sum", "relu", "scale", "sigmoid",
+    "fc", "floor", "matmul", "mean", "reduce_mean", "reduce_sum", "relu", "scale", "sigmoid",
     "softmax", "softmax_with_cross_entropy", "square", "square_error_cost", "tanh", "topk",
 ]
 
@@ -330,4 +330,21 @@ def dropout(x: Variable, dropout_prob: float, is_test: bool = False, seed: int |
                      attrs={"dropout_prob": float(dropout_prob), "is_test": bool(is_test),
                             "fix_seed": seed is not None, "seed": int(seed or 0),
                             "dropout_implementation": dropout_implementation})
+    return out
+
+
+def matmul(x: Variable, y: Variable, transpose_x: bool = False, transpose_y: bool = False,
+           alpha: float = 1.0, name: str | None = None) -> Variable:
+    """``alpha * op(x) @ op(y)``, batched over leading dims (Fluid 1.8's ``layers.matmul``;
+    1-D inputs as in :mod:`dask_fluid.ops.dense_ops`)."""
+    from ..ops.dense_ops import matmul_shape  # noqa: PLC0415  (the shape rule lives with the op)
+
+    _check_var(x, "x", "matmul")
+    _check_var(y, "y", "matmul")
+    shape = matmul_shape(tuple(x.shape or ()), tuple(y.shape or ()), transpose_x, transpose_y)
+    helper = LayerHelper("matmul", name)
+    out = helper.create_tmp(dtype=x.dtype, shape=shape)
+    helper.append_op("matmul", inputs={"X": [x], "Y": [y]}, outputs={"Out": [out]},
+                     attrs={"transpose_X": bool(transpose_x), "transpose_Y": bool(transpose_y),
+                            "alpha": float(alpha)})
     return out

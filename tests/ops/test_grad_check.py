@@ -151,6 +151,15 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
         ("depthwise", {"Input": [n((2, 3, 5, 5))], "Filter": [n((6, 1, 3, 3))]},
          {"groups": 3, "paddings": [1, 1]}),
     ]
+    c["matmul"] = [
+        ("2d", {"X": [n((3, 4))], "Y": [n((4, 5))]}, {}),
+        ("batched_ty_alpha", {"X": [n((2, 3, 4))], "Y": [n((2, 5, 4))]},
+         {"transpose_Y": True, "alpha": 0.5}),
+        ("broadcast_tx_ty", {"X": [n((2, 1, 4, 3))], "Y": [n((3, 5, 4))]},
+         {"transpose_X": True, "transpose_Y": True}),
+        ("vectors", {"X": [n(4)], "Y": [n(4)]}, {}),
+        ("vector_by_batch", {"X": [n(4)], "Y": [n((2, 4, 3))]}, {}),
+    ]
     c["batch_norm"] = [
         ("nchw_train", {"X": [n((3, 2, 3, 2))], "Scale": [u(0.5, 1.5, 2)], "Bias": [n(2)],
                         "Mean": [n(2)], "Variance": [u(0.5, 1.5, 2)]}, {}),

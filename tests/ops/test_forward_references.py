@@ -1,6 +1,7 @@
-"""conv2d and pool2d forward against independent references: scipy's correlate2d and plain
-loops that follow Paddle 1.8's conv_op.cc and math/pooling.cc rules literally (clipped pooling
-windows, exclusive averages, ceil_mode, first maximum)."""
+"""The forward of the image and dense kernels against independent references: scipy's
+correlate2d and plain loops that follow Paddle 1.8's conv_op.cc and math/pooling.cc rules
+literally (clipped pooling windows, exclusive averages, ceil_mode, first maximum) for conv2d and
+pool2d, scikit-learn's StandardScaler for batch_norm, a loop over the batch for matmul."""
 
 from __future__ import annotations
 
@@ -159,3 +160,44 @@ def test_batch_norm_forward_matches_sklearns_standard_scaler():
     np.testing.assert_allclose(test["Y"][0], expected * scale.reshape(1, 3, 1, 1)
                                + bias.reshape(1, 3, 1, 1))
     assert test["MeanOut"][0] is mean  # unchanged at test time
+
+
+@pytest.mark.parametrize("xs,ys,tx,ty", [
+    ((3, 4), (4, 5), False, False), ((2, 3, 4), (2, 5, 4), False, True),
+    ((2, 1, 4, 3), (3, 5, 4), True, True), ((4,), (2, 4, 3), False, False),
+    ((2, 3, 4), (4,), False, False), ((4,), (4,), False, False),
+])
+def test_matmul_matches_a_loop_over_the_batch(xs, ys, tx, ty):
+    x, y = rng.standard_normal(xs), rng.standard_normal(ys)
+    out = run_op("matmul", {"X": [x], "Y": [y]},
+                 {"transpose_X": tx, "transpose_Y": ty, "alpha": 1.5})["Out"][0]
+    a = x[None, :] if x.ndim == 1 else (np.swapaxes(x, -1, -2) if tx else x)
+    b = y[:, None] if y.ndim == 1 else (np.swapaxes(y, -1, -2) if ty else y)
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = np.broadcast_to(a, batch + a.shape[-2:])
+    b = np.broadcast_to(b, batch + b.shape[-2:])
+    ref = np.zeros(batch + (a.shape[-2], b.shape[-1]))
+    for idx in np.ndindex(*batch):
+        for i in range(a.shape[-2]):
+            for j in range(b.shape[-1]):
+                ref[idx + (i, j)] = 1.5 * sum(a[idx + (i, k)] * b[idx + (k, j)]
+                                              for k in range(a.shape[-1]))
+    if x.ndim == 1:
+        ref = ref[..., 0, :]
+    if y.ndim == 1:
+        ref = ref[..., 0]
+    assert out.shape == (ref.shape or (1,))
+    np.testing.assert_allclose(out, ref.reshape(out.shape), rtol=1e-12)
+
+
+def test_matmul_layer_infers_fluids_shapes():
+    import dask_fluid as fluid
+
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        q = fluid.layers.data("q", shape=[8, 4, 16], dtype="float32")  # [-1, 8, 4, 16]
+        k = fluid.layers.data("k", shape=[8, 6, 16], dtype="float32")
+        scores = fluid.layers.matmul(q, k, transpose_y=True, alpha=0.25)
+        assert list(scores.shape) == [-1, 8, 4, 6]
+        with pytest.raises(ValueError, match="inner dimension"):
+            fluid.layers.matmul(q, k)
