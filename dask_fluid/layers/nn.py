@@ -15,7 +15,7 @@ from .tensor import _check_var, fill_constant
 __all__ = [
     "_binary_op", "accuracy", "clip", "cross_entropy", "dropout", "elementwise_add",
     "elementwise_div", "elementwise_mul", "elementwise_pow", "elementwise_sub", "embedding",
-    "fc", "floor", "matmul", "mean", "reduce_mean", "reduce_sum", "relu", "scale", "sigmoid",
+    "fc", "floor", "layer_norm", "matmul", "mean", "reduce_mean", "reduce_sum", "relu", "scale", "sigmoid",
     "softmax", "softmax_with_cross_entropy", "square", "square_error_cost", "tanh", "topk",
 ]
 
@@ -348,3 +348,39 @@ def matmul(x: Variable, y: Variable, transpose_x: bool = False, transpose_y: boo
                      attrs={"transpose_X": bool(transpose_x), "transpose_Y": bool(transpose_y),
                             "alpha": float(alpha)})
     return out
+
+
+def layer_norm(input: Variable, scale: bool = True, shift: bool = True,
+               begin_norm_axis: int = 1, epsilon: float = 1e-05, param_attr: Any = None,
+               bias_attr: Any = None, act: str | None = None,
+               name: str | None = None) -> Variable:
+    """Normalise each sample over the dims from ``begin_norm_axis`` on (Fluid 1.8's
+    ``layers.layer_norm``): a scale (ones) and a shift (zeros) of ``prod(shape[axis:])``
+    elements when ``scale`` / ``shift``."""
+    _check_var(input, "input", "layer_norm")
+    shape = list(input.shape or ())
+    if not 0 < begin_norm_axis < len(shape):
+        raise ValueError(f"layer_norm: begin_norm_axis={begin_norm_axis} must be in "
+                         f"[1, {len(shape)}) for input {input.name!r} of shape {shape}")
+    if any(d <= 0 for d in shape[begin_norm_axis:]):
+        raise ValueError(f"layer_norm: the normalised dims of {input.name!r} must be known, "
+                         f"got shape {shape}")
+    helper = LayerHelper("layer_norm", name)
+    width = math.prod(shape[begin_norm_axis:])
+    inputs: dict[str, list[Variable]] = {"X": [input]}
+    if scale:
+        inputs["Scale"] = [helper.create_parameter(
+            ParamAttr._to_attr(param_attr), [width], input.dtype,
+            default_initializer=ConstantInitializer(1.0))]
+    if shift:
+        inputs["Bias"] = [helper.create_parameter(ParamAttr._to_attr(bias_attr), [width],
+                                                  input.dtype, is_bias=True)]
+    rows = [math.prod(shape[:begin_norm_axis])] if all(d > 0 for d in
+                                                       shape[:begin_norm_axis]) else [-1]
+    mean = helper.create_tmp(dtype=input.dtype, shape=rows, stop_gradient=True)
+    variance = helper.create_tmp(dtype=input.dtype, shape=rows, stop_gradient=True)
+    out = helper.create_tmp(dtype=input.dtype, shape=shape)
+    helper.append_op("layer_norm", inputs=inputs,
+                     outputs={"Y": [out], "Mean": [mean], "Variance": [variance]},
+                     attrs={"epsilon": float(epsilon), "begin_norm_axis": int(begin_norm_axis)})
+    return _append_activation(helper, out, act)

@@ -1,4 +1,5 @@
-"""Normalisation kernels: ``batch_norm`` and its gradient (Paddle 1.8's batch_norm_op.cc).
+"""Normalisation kernels: ``batch_norm`` (Paddle 1.8's batch_norm_op.cc) and ``layer_norm``,
+with their gradients.
 
 Training (``is_test`` and ``use_global_stats`` off) normalises with the batch's statistics over
 every axis but the channel axis (axis 1 for NCHW, the last for NHWC): ``SavedMean`` is the
@@ -114,4 +115,87 @@ def batch_norm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
             dx = (scale * inv_std).reshape(shape) / m * (
                 m * dy - dbias.reshape(shape) - x_hat * dscale.reshape(shape))
         res["X" + GRAD] = [dx.astype(x.dtype, copy=False)]
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# layer_norm (Paddle 1.8's layer_norm_op): X flattened to [left, right] at begin_norm_axis;
+# Mean and Variance (biased, not inverted) are [left]; Scale and Bias are [right]
+
+_LN_ATTRS = {"epsilon": 1e-5, "begin_norm_axis": 1}
+
+
+def _ln_split(x: Any, attrs: dict) -> tuple[int, int]:
+    axis = int(attrs.get("begin_norm_axis", 1))
+    if not 0 < axis < x.ndim:
+        raise ValueError(f"layer_norm: begin_norm_axis={axis} must be in [1, {x.ndim}) for an "
+                         f"input of shape {list(x.shape)}")
+    left = 1
+    for d in x.shape[:axis]:
+        left *= int(d)
+    return left, x.size // left
+
+
+def _ln_grad_maker(op: Any) -> list[dict]:
+    inputs = {slot: list(op.inputs[slot]) for slot in ("X", "Scale", "Bias")
+              if op.inputs.get(slot)}
+    inputs.update({slot: list(op.outputs[slot]) for slot in ("Mean", "Variance")})
+    inputs["Y" + GRAD] = [n + GRAD for n in op.outputs["Y"]]
+    outputs = {slot + GRAD: [n + GRAD for n in op.inputs[slot]]
+               for slot in ("X", "Scale", "Bias") if op.inputs.get(slot)}
+    attrs = {k: v for k, v in op.attrs.items() if k not in ("op_role", "op_role_var")}
+    return [{"type": "layer_norm_grad", "inputs": inputs, "outputs": outputs, "attrs": attrs}]
+
+
+@register("layer_norm", ("X", "Scale", "Bias"), ("Y", "Mean", "Variance"), _LN_ATTRS,
+          optional=("Scale", "Bias"), grad=_ln_grad_maker)
+def layer_norm(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Y = (X − mean) / sqrt(var + ε) · Scale + Bias over the dims from begin_norm_axis."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    left, right = _ln_split(x, attrs)
+    x2 = x.reshape(left, right)
+    mean = x2.mean(axis=1)
+    centred = x2 - mean[:, None]
+    var = (centred * centred).mean(axis=1)
+    eps = x.dtype.type(attrs.get("epsilon", 1e-5))
+    y = centred / xp.sqrt(var + eps)[:, None]
+    scale = (ins.get("Scale") or [None])[0]
+    bias = (ins.get("Bias") or [None])[0]
+    if scale is not None:
+        y = y * scale.reshape(1, right)
+    if bias is not None:
+        y = y + bias.reshape(1, right)
+    return {"Y": [y.reshape(x.shape).astype(x.dtype, copy=False)],
+            "Mean": [mean.astype(x.dtype, copy=False)],
+            "Variance": [var.astype(x.dtype, copy=False)]}
+
+
+_LN_GRAD_IN, _LN_GRAD_OUT = grad_slots(("X", "Scale", "Bias", "Mean", "Variance"), ("Y",),
+                                       ("X", "Scale", "Bias"))
+
+
+@register("layer_norm_grad", _LN_GRAD_IN, _LN_GRAD_OUT, _LN_ATTRS, optional=("Scale", "Bias"))
+def layer_norm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dBias = Σ_rows dY, dScale = Σ_rows dY · x̂; with g = dY · Scale,
+    dX = inv_std · (g − mean(g) − x̂ · mean(g · x̂)) per row."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    left, right = _ln_split(x, attrs)
+    dy = ins["Y" + GRAD][0]
+    dy = xp.zeros((left, right), dtype=x.dtype) if dy is None else dy.reshape(left, right)
+    eps = x.dtype.type(attrs.get("epsilon", 1e-5))
+    inv_std = 1.0 / xp.sqrt(ins["Variance"][0] + eps)
+    x_hat = (x.reshape(left, right) - ins["Mean"][0][:, None]) * inv_std[:, None]
+    scale = (ins.get("Scale") or [None])[0]
+    res = {}
+    if "Bias" + GRAD in outs:
+        res["Bias" + GRAD] = [dy.sum(axis=0)]
+    if "Scale" + GRAD in outs:
+        res["Scale" + GRAD] = [(dy * x_hat).sum(axis=0)]
+    if "X" + GRAD in outs:
+        g = dy * scale.reshape(1, right) if scale is not None else dy
+        dx = inv_std[:, None] * (g - g.mean(axis=1, keepdims=True)
+                                 - x_hat * (g * x_hat).mean(axis=1, keepdims=True))
+        res["X" + GRAD] = [dx.reshape(x.shape).astype(x.dtype, copy=False)]
     return res

@@ -160,6 +160,12 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
         ("vectors", {"X": [n(4)], "Y": [n(4)]}, {}),
         ("vector_by_batch", {"X": [n(4)], "Y": [n((2, 4, 3))]}, {}),
     ]
+    c["layer_norm"] = [
+        ("axis1", {"X": [n((3, 4, 2))], "Scale": [u(0.5, 1.5, 8)], "Bias": [n(8)]}, {}),
+        ("axis2", {"X": [n((2, 3, 5))], "Scale": [u(0.5, 1.5, 5)], "Bias": [n(5)]},
+         {"begin_norm_axis": 2}),
+        ("no_scale_bias", {"X": [n((4, 6))]}, {}),
+    ]
     c["batch_norm"] = [
         ("nchw_train", {"X": [n((3, 2, 3, 2))], "Scale": [u(0.5, 1.5, 2)], "Bias": [n(2)],
                         "Mean": [n(2)], "Variance": [u(0.5, 1.5, 2)]}, {}),
