@@ -15,7 +15,8 @@ from .tensor import _check_var, fill_constant
 __all__ = [
     "_binary_op", "accuracy", "clip", "cross_entropy", "dropout", "elementwise_add",
     "elementwise_div", "elementwise_mul", "elementwise_pow", "elementwise_sub", "embedding",
-    "fc", "floor", "layer_norm", "matmul", "mean", "reduce_mean", "reduce_sum", "relu", "scale", "sigmoid",
+    "fc", "floor", "layer_norm", "matmul", "mean", "reduce_mean", "reduce_sum", "relu",
+    "scale", "sigmoid",
     "softmax", "softmax_with_cross_entropy", "square", "square_error_cost", "tanh", "topk",
 ]
 
