@@ -15,12 +15,15 @@ from .tensor import _check_var, fill_constant
 __all__ = [
     "_binary_op", "accuracy", "clip", "cross_entropy", "dropout", "elementwise_add",
     "elementwise_div", "elementwise_mul", "elementwise_pow", "elementwise_sub", "embedding",
-    "fc", "floor", "layer_norm", "matmul", "mean", "reduce_mean", "reduce_sum", "relu",
-    "scale", "sigmoid",
+    "elu", "fc", "floor", "gelu", "hard_sigmoid", "layer_norm", "leaky_relu", "matmul", "mean",
+    "pow", "reduce_mean", "reduce_sum", "relu", "relu6", "scale", "sigmoid", "softplus",
+    "softsign", "swish",
     "softmax", "softmax_with_cross_entropy", "square", "square_error_cost", "tanh", "topk",
 ]
 
-_ACTIVATIONS = ("relu", "sigmoid", "tanh", "softmax", "exp", "sqrt", "abs", "square")
+_ACTIVATIONS = ("relu", "sigmoid", "tanh", "softmax", "exp", "sqrt", "abs", "square",
+                "leaky_relu", "relu6", "elu", "softplus", "softsign", "hard_sigmoid", "swish",
+                "gelu", "log")
 
 
 def _append_activation(helper: LayerHelper, x: Variable, act: str | None) -> Variable:
@@ -385,3 +388,49 @@ def layer_norm(input: Variable, scale: bool = True, shift: bool = True,
                      outputs={"Y": [out], "Mean": [mean], "Variance": [variance]},
                      attrs={"epsilon": float(epsilon), "begin_norm_axis": int(begin_norm_axis)})
     return _append_activation(helper, out, act)
+
+
+def leaky_relu(x: Variable, alpha: float = 0.02, name: str | None = None) -> Variable:
+    """``x`` where positive, ``alpha * x`` elsewhere."""
+    return _unary("leaky_relu", x, name, alpha=float(alpha))
+
+
+def relu6(x: Variable, threshold: float = 6.0, name: str | None = None) -> Variable:
+    """``min(max(x, 0), threshold)``."""
+    return _unary("relu6", x, name, threshold=float(threshold))
+
+
+def elu(x: Variable, alpha: float = 1.0, name: str | None = None) -> Variable:
+    """``x`` where positive, ``alpha * (exp(x) - 1)`` elsewhere."""
+    return _unary("elu", x, name, alpha=float(alpha))
+
+
+def softplus(x: Variable, name: str | None = None) -> Variable:
+    """``log(1 + exp(x))``."""
+    return _unary("softplus", x, name)
+
+
+def softsign(x: Variable, name: str | None = None) -> Variable:
+    """``x / (1 + |x|)``."""
+    return _unary("softsign", x, name)
+
+
+def hard_sigmoid(x: Variable, slope: float = 0.2, offset: float = 0.5,
+                 name: str | None = None) -> Variable:
+    """``clip(slope * x + offset, 0, 1)``."""
+    return _unary("hard_sigmoid", x, name, slope=float(slope), offset=float(offset))
+
+
+def swish(x: Variable, beta: float = 1.0, name: str | None = None) -> Variable:
+    """``x * sigmoid(beta * x)``."""
+    return _unary("swish", x, name, beta=float(beta))
+
+
+def gelu(x: Variable, approximate: bool = False) -> Variable:
+    """``x * Phi(x)`` (``approximate``: the tanh form)."""
+    return _unary("gelu", x, None, approximate=bool(approximate))
+
+
+def pow(x: Variable, factor: float = 1.0, name: str | None = None) -> Variable:  # noqa: A001
+    """``x ** factor``."""
+    return _unary("pow", x, name, factor=float(factor))

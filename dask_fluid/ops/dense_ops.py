@@ -1,4 +1,6 @@
-"""Dense-network kernels of Fluid 1.8 beyond the basics: ``matmul``.
+"""Dense-network kernels of Fluid 1.8 beyond the basics: ``matmul`` and the activations with
+attributes (``leaky_relu``, ``relu6``, ``elu``, ``softplus``, ``softsign``, ``hard_sigmoid``,
+``swish``, ``gelu``, ``pow``).
 
 ``matmul`` follows Paddle 1.8's matmul_op: ``Out = alpha · op(X) @ op(Y)`` where ``op``
 transposes the last two dims when ``transpose_X`` / ``transpose_Y``; leading (batch) dims
@@ -10,6 +12,8 @@ output, so two vectors give ``[1]``.
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from .math_ops import _unbroadcast
 from .registry import GRAD, array_module, register
@@ -109,3 +113,105 @@ def matmul_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
         ys = _as_matrices(x.shape, y.shape, tx, ty)[1]
         res["Y" + GRAD] = [_unbroadcast(db, ys).reshape(y.shape)]
     return res
+
+
+# ---------------------------------------------------------------------------------------------
+# activations with attributes (Paddle 1.8's activation_op.h); the grad op reads X, or Out
+# where Paddle's does (relu6, hard_sigmoid)
+
+
+def _erf(xp: Any, x: Any) -> Any:
+    if xp.__name__ == "cupy":
+        from cupyx.scipy.special import erf  # noqa: PLC0415
+    else:
+        from scipy.special import erf  # noqa: PLC0415
+    return erf(x)
+
+
+def _sig(xp: Any, x: Any) -> Any:
+    half = x.dtype.type(0.5)
+    return half * xp.tanh(half * x) + half
+
+
+def _gelu(xp: Any, x: Any, a: dict) -> Any:
+    if a.get("approximate"):
+        c = x.dtype.type(np.sqrt(2.0 / np.pi))
+        return 0.5 * x * (1 + xp.tanh(c * (x + x.dtype.type(0.044715) * x ** 3)))
+    return 0.5 * x * (1 + _erf(xp, x / x.dtype.type(np.sqrt(2.0))))
+
+
+def _gelu_grad(xp: Any, x: Any, out: Any, d: Any, a: dict) -> Any:
+    if a.get("approximate"):
+        c = x.dtype.type(np.sqrt(2.0 / np.pi))
+        k = x.dtype.type(0.044715)
+        t = xp.tanh(c * (x + k * x ** 3))
+        return d * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * k * x * x))
+    cdf = 0.5 * (1 + _erf(xp, x / x.dtype.type(np.sqrt(2.0))))
+    pdf = xp.exp(-0.5 * x * x) / x.dtype.type(np.sqrt(2.0 * np.pi))
+    return d * (cdf + x * pdf)
+
+
+def _f(x: Any, a: dict, name: str) -> Any:
+    return x.dtype.type(a[name])
+
+
+#: type -> (attrs, grad reads, forward(xp, x, attrs), backward(xp, x, out, dout, attrs))
+_ACTIVATIONS: dict[str, tuple] = {
+    "leaky_relu": ({"alpha": 0.02}, "X",
+                   lambda xp, x, a: xp.where(x > 0, x, _f(x, a, "alpha") * x),
+                   lambda xp, x, o, d, a: d * xp.where(x > 0, x.dtype.type(1),
+                                                       _f(x, a, "alpha"))),
+    "relu6": ({"threshold": 6.0}, "Out",
+              lambda xp, x, a: xp.clip(x, x.dtype.type(0), _f(x, a, "threshold")),
+              lambda xp, x, o, d, a: d * ((o > 0) & (o < _f(o, a, "threshold")))),
+    "elu": ({"alpha": 1.0}, "X",
+            lambda xp, x, a: xp.where(x > 0, x, _f(x, a, "alpha") * (xp.exp(xp.minimum(x, 0))
+                                                                     - 1)),
+            lambda xp, x, o, d, a: d * xp.where(x > 0, x.dtype.type(1),
+                                                _f(x, a, "alpha") * xp.exp(xp.minimum(x, 0)))),
+    "softplus": ({}, "X", lambda xp, x, a: xp.logaddexp(x.dtype.type(0), x),
+                 lambda xp, x, o, d, a: d * _sig(xp, x)),
+    "softsign": ({}, "X", lambda xp, x, a: x / (1 + xp.abs(x)),
+                 lambda xp, x, o, d, a: d / (1 + xp.abs(x)) ** 2),
+    "hard_sigmoid": ({"slope": 0.2, "offset": 0.5}, "Out",
+                     lambda xp, x, a: xp.clip(_f(x, a, "slope") * x + _f(x, a, "offset"),
+                                              x.dtype.type(0), x.dtype.type(1)),
+                     lambda xp, x, o, d, a: d * _f(o, a, "slope") * ((o > 0) & (o < 1))),
+    "swish": ({"beta": 1.0}, "X",
+              lambda xp, x, a: x * _sig(xp, _f(x, a, "beta") * x),
+              lambda xp, x, o, d, a: d * (_sig(xp, _f(x, a, "beta") * x) * (
+                  1 + _f(x, a, "beta") * x * (1 - _sig(xp, _f(x, a, "beta") * x))))),
+    "gelu": ({"approximate": False}, "X", _gelu, _gelu_grad),
+    "pow": ({"factor": 1.0}, "X", lambda xp, x, a: x ** _f(x, a, "factor"),
+            lambda xp, x, o, d, a: d * _f(x, a, "factor") * x ** (_f(x, a, "factor") - 1)),
+}
+
+
+def _register_activation(type: str, attrs: dict, reads: str, forward: Any,
+                         backward: Any) -> None:
+    fwd_slots = ("X", "Out") if reads == "Out" else ("X",)
+
+    def kernel(ins: dict, a: dict, outs: tuple) -> dict:
+        x = ins["X"][0]
+        return {"Out": [forward(array_module(x), x, {**attrs, **a})]}
+
+    def grad(ins: dict, a: dict, outs: tuple) -> dict:
+        if "X" + GRAD not in outs:
+            return {}
+        x = ins["X"][0]
+        xp = array_module(x)
+        out = ins["Out"][0] if reads == "Out" else None
+        d = ins["Out" + GRAD][0]
+        d = xp.zeros_like(x) if d is None else d
+        return {"X" + GRAD: [backward(xp, x, out, d, {**attrs, **a}).astype(x.dtype,
+                                                                          copy=False)]}
+
+    kernel.__doc__ = f"Out = {type}(X) (Paddle 1.8's activation_op)."
+    grad.__doc__ = f"Gradient of {type}."
+    register(type, ("X",), ("Out",), attrs,
+             grad=grad_maker(fwd_slots, in_grads=("X",)))(kernel)
+    register(type + "_grad", *grad_slots(fwd_slots, ("Out",), ("X",)), attrs)(grad)
+
+
+for _name, _spec in _ACTIVATIONS.items():
+    _register_activation(_name, *_spec)

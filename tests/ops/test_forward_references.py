@@ -201,3 +201,28 @@ def test_matmul_layer_infers_fluids_shapes():
         assert list(scores.shape) == [-1, 8, 4, 6]
         with pytest.raises(ValueError, match="inner dimension"):
             fluid.layers.matmul(q, k)
+
+
+def test_activations_match_their_textbook_definitions():
+    from scipy.special import expit
+    from scipy.stats import norm
+
+    x = np.linspace(-5, 5, 41)
+    refs = {
+        ("leaky_relu", (("alpha", 0.1),)): np.maximum(x, 0.1 * x),
+        ("relu6", (("threshold", 6.0),)): np.minimum(np.maximum(x, 0), 6),
+        ("elu", (("alpha", 0.7),)): np.where(x > 0, x, 0.7 * np.expm1(x)),
+        ("softplus", ()): np.log1p(np.exp(x)),
+        ("softsign", ()): x / (1 + np.abs(x)),
+        ("hard_sigmoid", (("slope", 0.2), ("offset", 0.5))): np.clip(0.2 * x + 0.5, 0, 1),
+        ("swish", (("beta", 1.5),)): x * expit(1.5 * x),
+        ("gelu", ()): x * norm.cdf(x),
+        ("gelu", (("approximate", True),)): x * norm.cdf(x),
+    }
+    for (op, attrs), ref in refs.items():
+        out = run_op(op, {"X": [x]}, dict(attrs))["Out"][0]
+        tol = 2e-3 if dict(attrs).get("approximate") else 1e-12
+        np.testing.assert_allclose(out, ref, rtol=tol, atol=tol, err_msg=op)
+    xpos = np.linspace(0.1, 3, 10)
+    np.testing.assert_allclose(run_op("pow", {"X": [xpos]}, {"factor": 2.5})["Out"][0],
+                               np.power(xpos, 2.5))

@@ -160,6 +160,17 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
         ("vectors", {"X": [n(4)], "Y": [n(4)]}, {}),
         ("vector_by_batch", {"X": [n(4)], "Y": [n((2, 4, 3))]}, {}),
     ]
+    c["leaky_relu"] = [("alpha", {"X": [_away_from(n((3, 4)), [0.0])]}, {"alpha": 0.1})]
+    c["relu6"] = [("threshold", {"X": [_away_from(n((3, 4)) * 3, [0.0, 2.0])]},
+                   {"threshold": 2.0})]
+    c["elu"] = [("alpha", {"X": [_away_from(n((3, 4)), [0.0])]}, {"alpha": 0.7})]
+    c["softplus"] = [("x", {"X": [n((3, 4)) * 3]}, {})]
+    c["softsign"] = [("x", {"X": [_away_from(n((3, 4)), [0.0])]}, {})]
+    c["hard_sigmoid"] = [("slope", {"X": [_away_from(n((3, 4)) * 3, [-2.5, 2.5])]}, {})]
+    c["swish"] = [("beta", {"X": [n((3, 4))]}, {"beta": 1.5})]
+    c["gelu"] = [("erf", {"X": [n((3, 4)) * 2]}, {}),
+                 ("tanh", {"X": [n((3, 4)) * 2]}, {"approximate": True})]
+    c["pow"] = [("factor", {"X": [u(0.5, 2.0, (3, 4))]}, {"factor": 2.5})]
     c["layer_norm"] = [
         ("axis1", {"X": [n((3, 4, 2))], "Scale": [u(0.5, 1.5, 8)], "Bias": [n(8)]}, {}),
         ("axis2", {"X": [n((2, 3, 5))], "Scale": [u(0.5, 1.5, 5)], "Bias": [n(5)]},
