@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from ..framework import Variable, default_main_program
@@ -9,10 +10,12 @@ from ..initializer import ConstantInitializer
 from ..layer_helper import LayerHelper
 from . import tensor
 from .control_flow import Switch
-from .nn import floor
+from .nn import cos, elementwise_min, exp, floor
 
 __all__ = [
-    "autoincreased_step_counter", "exponential_decay", "piecewise_decay",
+    "autoincreased_step_counter", "cosine_decay", "exponential_decay", "inverse_time_decay",
+    "linear_lr_warmup", "natural_exp_decay", "noam_decay", "piecewise_decay",
+    "polynomial_decay",
 ]
 
 LR_COUNTER = "@LR_DECAY_COUNTER@"
@@ -70,4 +73,90 @@ def piecewise_decay(boundaries: Sequence[float], values: Sequence[float]) -> Var
             last = tensor.fill_constant([1], "float32", float(values[-1]))
             with switch.default():
                 tensor.assign(last, lr)
+        return lr
+
+
+def _check_steps(name: str, value: float) -> None:
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+
+
+def noam_decay(d_model: float, warmup_steps: float, learning_rate: float = 1.0) -> Variable:
+    """``learning_rate * d_model ** -0.5 * min(step ** -0.5, warmup_steps ** -1.5 * step)``,
+    the step counted from 1 (the Transformer's schedule)."""
+    _check_steps("warmup_steps", warmup_steps)
+    with default_main_program()._lr_schedule_guard():
+        global_step = _decay_step_counter(1)
+        a = global_step ** -0.5
+        b = global_step * float(warmup_steps ** -1.5)
+        return elementwise_min(a, b) * float(learning_rate * d_model ** -0.5)
+
+
+def natural_exp_decay(learning_rate: float, decay_steps: int, decay_rate: float,
+                      staircase: bool = False) -> Variable:
+    """``lr * exp(-decay_rate * step / decay_steps)`` (floored ratio when ``staircase``)."""
+    _check_steps("decay_steps", decay_steps)
+    with default_main_program()._lr_schedule_guard():
+        div_res = _decay_step_counter() / float(decay_steps)
+        if staircase:
+            div_res = floor(div_res)
+        return exp(div_res * float(-decay_rate)) * float(learning_rate)
+
+
+def inverse_time_decay(learning_rate: float, decay_steps: int, decay_rate: float,
+                       staircase: bool = False) -> Variable:
+    """``lr / (1 + decay_rate * step / decay_steps)`` (floored ratio when ``staircase``)."""
+    _check_steps("decay_steps", decay_steps)
+    with default_main_program()._lr_schedule_guard():
+        div_res = _decay_step_counter() / float(decay_steps)
+        if staircase:
+            div_res = floor(div_res)
+        return float(learning_rate) / (div_res * float(decay_rate) + 1.0)
+
+
+def polynomial_decay(learning_rate: float, decay_steps: int,
+                     end_learning_rate: float = 0.0001, power: float = 1.0,
+                     cycle: bool = False) -> Variable:
+    """``(lr - end) * (1 - min(step, decay_steps) / decay_steps) ** power + end``."""
+    _check_steps("decay_steps", decay_steps)
+    if cycle:
+        raise NotImplementedError("polynomial_decay(cycle=True) is not implemented in "
+                                  "dask_fluid (it needs the ceil and equal ops)")
+    with default_main_program()._lr_schedule_guard():
+        global_step = _decay_step_counter()
+        steps = tensor.fill_constant([1], "float32", float(decay_steps))
+        global_step = elementwise_min(global_step, steps)
+        frac = (global_step / float(decay_steps)) * -1.0 + 1.0
+        return (frac ** float(power)) * float(learning_rate - end_learning_rate) + \
+            float(end_learning_rate)
+
+
+def cosine_decay(learning_rate: float, step_each_epoch: int, epochs: int) -> Variable:
+    """``lr * 0.5 * (cos(floor(step / step_each_epoch) * pi / epochs) + 1)``."""
+    _check_steps("step_each_epoch", step_each_epoch)
+    _check_steps("epochs", epochs)
+    with default_main_program()._lr_schedule_guard():
+        cur_epoch = floor(_decay_step_counter() / float(step_each_epoch))
+        return (cos(cur_epoch * float(math.pi / epochs)) + 1.0) * float(learning_rate * 0.5)
+
+
+def linear_lr_warmup(learning_rate: float | Variable, warmup_steps: int, start_lr: float,
+                     end_lr: float) -> Variable:
+    """From ``start_lr`` linearly to ``end_lr`` over ``warmup_steps`` steps, then
+    ``learning_rate`` (a float or another schedule)."""
+    _check_steps("warmup_steps", warmup_steps)
+    dtype = learning_rate.dtype if isinstance(learning_rate, Variable) else "float32"
+    linear_step = float(end_lr) - float(start_lr)
+    with default_main_program()._lr_schedule_guard():
+        lr = tensor.create_global_var([1], 0.0, dtype, persistable=True,
+                                      name="learning_rate_warmup")
+        global_step = _decay_step_counter()
+        with Switch() as switch:
+            with switch.case(global_step < float(warmup_steps)):
+                decayed = (global_step / float(warmup_steps)) * linear_step + float(start_lr)
+                tensor.assign(decayed, lr)
+            with switch.default():
+                if not isinstance(learning_rate, Variable):
+                    learning_rate = tensor.fill_constant([1], dtype, float(learning_rate))
+                tensor.assign(learning_rate, lr)
         return lr

@@ -13,12 +13,12 @@ from ..param_attr import ParamAttr
 from .tensor import _check_var, fill_constant
 
 __all__ = [
-    "_binary_op", "accuracy", "clip", "cross_entropy", "dropout", "elementwise_add",
-    "elementwise_div", "elementwise_mul", "elementwise_pow", "elementwise_sub", "embedding",
-    "elu", "fc", "floor", "gelu", "hard_sigmoid", "layer_norm", "leaky_relu", "matmul", "mean",
-    "pow", "reduce_mean", "reduce_sum", "relu", "relu6", "scale", "sigmoid", "softplus",
-    "softsign", "swish",
-    "softmax", "softmax_with_cross_entropy", "square", "square_error_cost", "tanh", "topk",
+    "_binary_op", "accuracy", "clip", "cos", "cross_entropy", "dropout", "elementwise_add",
+    "elementwise_div", "elementwise_max", "elementwise_min", "elementwise_mul", "elementwise_pow",
+    "elementwise_sub", "elu", "embedding", "exp", "fc", "floor", "gelu", "hard_sigmoid",
+    "layer_norm", "leaky_relu", "matmul", "mean", "pow", "reduce_mean", "reduce_sum", "relu",
+    "relu6", "scale", "sigmoid", "softmax", "softmax_with_cross_entropy", "softplus", "softsign",
+    "square", "square_error_cost", "swish", "tanh", "topk",
 ]
 
 _ACTIVATIONS = ("relu", "sigmoid", "tanh", "softmax", "exp", "sqrt", "abs", "square",
@@ -434,3 +434,25 @@ def gelu(x: Variable, approximate: bool = False) -> Variable:
 def pow(x: Variable, factor: float = 1.0, name: str | None = None) -> Variable:  # noqa: A001
     """``x ** factor``."""
     return _unary("pow", x, name, factor=float(factor))
+
+
+def elementwise_max(x: Variable, y: Variable, axis: int = -1, act: str | None = None,
+                    name: str | None = None) -> Variable:
+    """``max(x, y)`` with Fluid broadcasting of ``y`` from ``axis``."""
+    return _elementwise("elementwise_max", x, y, axis, act, name)
+
+
+def elementwise_min(x: Variable, y: Variable, axis: int = -1, act: str | None = None,
+                    name: str | None = None) -> Variable:
+    """``min(x, y)`` with Fluid broadcasting of ``y`` from ``axis``."""
+    return _elementwise("elementwise_min", x, y, axis, act, name)
+
+
+def exp(x: Variable, name: str | None = None) -> Variable:
+    """``e ** x``."""
+    return _unary("exp", x, name)
+
+
+def cos(x: Variable, name: str | None = None) -> Variable:
+    """Cosine."""
+    return _unary("cos", x, name)

@@ -249,6 +249,7 @@ _unary_register("sqrt", lambda xp, x: xp.sqrt(x),
 _unary_register("log", lambda xp, x: xp.log(x), lambda xp, x, d: d / x)
 _unary_register("square", lambda xp, x: x * x, lambda xp, x, d: d * 2 * x)
 _unary_register("abs", lambda xp, x: xp.abs(x), lambda xp, x, d: d * xp.sign(x))
+_unary_register("cos", lambda xp, x: xp.cos(x), lambda xp, x, d: -d * xp.sin(x))
 _unary_register("sign", lambda xp, x: xp.sign(x))
 _unary_register("floor", lambda xp, x: xp.floor(x))
 

@@ -1,3 +1,5 @@
+import math
+
 import numpy as np
 import pytest
 from sklearn.datasets import load_digits
@@ -192,3 +194,39 @@ def test_cuda_place_trains_like_cpu():
         w = scope.get("fc_0.w_0")
         params.append(w.get() if hasattr(w, "get") else w)
     np.testing.assert_allclose(params[0], params[1], rtol=1e-4, atol=1e-5)
+
+
+def _lr_values(build, steps: int = 6) -> list[float]:
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        lr = build()
+    scope = fluid.Scope()
+    exe = fluid.Executor()
+    exe.run(startup, scope=scope)
+    return [float(exe.run(main, fetch_list=[lr], scope=scope)[0][0]) for _ in range(steps)]
+
+
+@pytest.mark.parametrize("name,build,formula", [
+    # Fluid 1.8's learning_rate_scheduler.py, written out; ``t`` is the step Fluid counts
+    ("noam", lambda: layers.noam_decay(512, 4, 2.0),
+     lambda t: 2.0 * 512 ** -0.5 * min((t + 1) ** -0.5, 4 ** -1.5 * (t + 1))),
+    ("natural_exp", lambda: layers.natural_exp_decay(0.1, 2, 0.5),
+     lambda t: 0.1 * math.exp(-0.5 * t / 2)),
+    ("natural_exp_staircase", lambda: layers.natural_exp_decay(0.1, 2, 0.5, staircase=True),
+     lambda t: 0.1 * math.exp(-0.5 * (t // 2))),
+    ("inverse_time", lambda: layers.inverse_time_decay(0.1, 2, 0.5),
+     lambda t: 0.1 / (1 + 0.5 * t / 2)),
+    ("polynomial", lambda: layers.polynomial_decay(0.1, 4, 0.01, power=2.0),
+     lambda t: (0.1 - 0.01) * (1 - min(t, 4) / 4) ** 2 + 0.01),
+    ("cosine", lambda: layers.cosine_decay(0.1, 2, 3),
+     lambda t: 0.1 * 0.5 * (math.cos((t // 2) * math.pi / 3) + 1)),
+    ("linear_warmup", lambda: layers.linear_lr_warmup(0.1, 3, 0.01, 0.1),
+     lambda t: 0.01 + (0.1 - 0.01) * t / 3 if t < 3 else 0.1),
+])
+def test_learning_rate_schedules_follow_fluids_formulas(name, build, formula):
+    assert _lr_values(build) == pytest.approx([formula(t) for t in range(6)], rel=1e-5)
+
+
+def test_polynomial_decay_with_cycle_is_refused():
+    with pytest.raises(NotImplementedError, match="cycle=True"):
+        _lr_values(lambda: layers.polynomial_decay(0.1, 4, cycle=True))
