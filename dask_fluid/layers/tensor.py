@@ -12,7 +12,7 @@ from ..layer_helper import LayerHelper
 
 __all__ = [
     "assign", "cast", "concat", "create_global_var", "create_tensor", "data", "fill_constant",
-    "increment",
+    "fill_constant_batch_size_like", "increment", "label_smooth", "one_hot", "transpose",
     "less_than", "logical_and", "logical_not", "ones", "reshape", "sums", "zeros",
 ]
 
@@ -186,3 +186,69 @@ def create_tensor(dtype: str, name: str | None = None, persistable: bool = False
     helper = LayerHelper("create_tensor", name)
     return helper.main_program.current_block().create_var(
         name=helper.name, dtype=dtype, persistable=persistable)
+
+
+def transpose(x: Variable, perm: Sequence[int], name: str | None = None) -> Variable:
+    """Permute the dims of ``x`` (``transpose2``)."""
+    _check_var(x, "x", "transpose")
+    perm = [int(p) for p in perm]
+    if x.shape is not None and sorted(perm) != list(range(len(x.shape))):
+        raise ValueError(f"transpose: perm {perm} is not a permutation of the {len(x.shape)} "
+                         f"dims of {x.name!r}")
+    helper = LayerHelper("transpose2", name)
+    shape = [x.shape[p] for p in perm] if x.shape is not None else None
+    out = helper.create_tmp(dtype=x.dtype, shape=shape)
+    xshape = helper.create_tmp(dtype=x.dtype, stop_gradient=True)
+    helper.append_op("transpose2", inputs={"X": [x]}, outputs={"Out": [out], "XShape": [xshape]},
+                     attrs={"axis": perm})
+    return out
+
+
+def one_hot(input: Variable, depth: int, allow_out_of_range: bool = False) -> Variable:
+    """Ids ``[..., 1]`` as float32 one-hot rows ``[..., depth]`` (``one_hot``)."""
+    _check_var(input, "input", "one_hot")
+    if not isinstance(depth, int) or depth <= 0:
+        raise ValueError(f"one_hot: depth must be a positive int, got {depth!r}")
+    shape = list(input.shape or ())
+    if shape and shape[-1] != 1:
+        raise ValueError(f"one_hot: the last dim of {input.name!r} must be 1, got {shape}")
+    helper = LayerHelper("one_hot")
+    out = helper.create_tmp(dtype="float32", shape=shape[:-1] + [depth], stop_gradient=True)
+    helper.append_op("one_hot", inputs={"X": [input]}, outputs={"Out": [out]},
+                     attrs={"depth": depth, "allow_out_of_range": bool(allow_out_of_range)})
+    return out
+
+
+def label_smooth(label: Variable, prior_dist: Variable | None = None, epsilon: float = 0.1,
+                 dtype: str = "float32", name: str | None = None) -> Variable:
+    """``(1 - epsilon) * label + epsilon * prior`` (uniform ``1 / K`` without a prior)."""
+    _check_var(label, "label", "label_smooth")
+    if not 0.0 <= epsilon <= 1.0:
+        raise ValueError(f"label_smooth: epsilon must be in [0, 1], got {epsilon}")
+    helper = LayerHelper("label_smooth", name)
+    out = helper.create_tmp(dtype=dtype, shape=label.shape)
+    inputs = {"X": [label]}
+    if prior_dist is not None:
+        inputs["PriorDist"] = [prior_dist]
+    helper.append_op("label_smooth", inputs=inputs, outputs={"Out": [out]},
+                     attrs={"epsilon": float(epsilon)})
+    return out
+
+
+def fill_constant_batch_size_like(input: Variable, shape: Sequence[int], dtype: str,
+                                  value: float, input_dim_idx: int = 0,
+                                  output_dim_idx: int = 0, force_cpu: bool = False) -> Variable:
+    """``shape`` filled with ``value``, dim ``output_dim_idx`` set at run time to dim
+    ``input_dim_idx`` of ``input`` (the batch size)."""
+    _check_var(input, "input", "fill_constant_batch_size_like")
+    helper = LayerHelper("fill_constant_batch_size_like")
+    out_shape = [int(s) for s in shape]
+    out_shape[output_dim_idx] = -1
+    out = helper.create_tmp(dtype=convert_dtype(dtype), shape=out_shape, stop_gradient=True)
+    helper.append_op("fill_constant_batch_size_like", inputs={"Input": [input]},
+                     outputs={"Out": [out]},
+                     attrs={"shape": [int(s) for s in shape], "dtype": convert_dtype(dtype),
+                            "value": float(value), "input_dim_idx": int(input_dim_idx),
+                            "output_dim_idx": int(output_dim_idx),
+                            "force_cpu": bool(force_cpu)})
+    return out

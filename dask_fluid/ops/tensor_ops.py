@@ -1,5 +1,5 @@
-"""Tensor-building and shape kernels: fill_constant, fill_zeros_like, concat, split,
-reshape2 and transpose2."""
+"""Tensor-building and shape kernels: fill_constant, fill_constant_batch_size_like,
+fill_zeros_like, concat, split, reshape2, transpose2, one_hot and label_smooth."""
 
 from __future__ import annotations
 
@@ -193,3 +193,70 @@ def transpose2_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     perm = [p % d.ndim for p in attrs.get("axis", [])]
     inverse = np.argsort(perm).tolist()
     return {"X" + GRAD: [xp.ascontiguousarray(d.transpose(inverse))]}
+
+
+# ---------------------------------------------------------------------------------------------
+# fill_constant_batch_size_like, one_hot, label_smooth (Paddle 1.8's ops of those names)
+
+
+@register("fill_constant_batch_size_like", ("Input",), ("Out",),
+          {"shape": [], "dtype": "float32", "value": 0.0, "input_dim_idx": 0,
+           "output_dim_idx": 0, "force_cpu": False})
+def fill_constant_batch_size_like(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = ``shape`` filled with ``value``, its ``output_dim_idx`` dim taken from dim
+    ``input_dim_idx`` of Input (the batch size, known only at run time)."""
+    x = ins["Input"][0]
+    shape = [int(s) for s in attrs.get("shape", [])]
+    out_idx, in_idx = int(attrs.get("output_dim_idx", 0)), int(attrs.get("input_dim_idx", 0))
+    if not 0 <= out_idx < len(shape) or not 0 <= in_idx < x.ndim:
+        raise ValueError(f"fill_constant_batch_size_like: output_dim_idx={out_idx} must index "
+                         f"shape {shape} and input_dim_idx={in_idx} the input's "
+                         f"{x.ndim} dims")
+    shape[out_idx] = int(x.shape[in_idx])
+    xp = np if attrs.get("force_cpu", False) else array_module(x)
+    return {"Out": [xp.full(shape, attrs.get("value", 0.0),
+                            dtype=to_dtype(attrs.get("dtype", "float32")))]}
+
+
+@register("one_hot", ("X", "depth_tensor"), ("Out",),
+          {"depth": -1, "dtype": "float32", "allow_out_of_range": False},
+          optional=("depth_tensor",))
+def one_hot(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out[..., k] = 1 where X == k: X ``[..., 1]`` of ids to ``[..., depth]``; an id outside
+    ``[0, depth)`` is an error unless ``allow_out_of_range`` (then its row is zeros)."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    depth = int(attrs.get("depth", -1))
+    if ins.get("depth_tensor") and ins["depth_tensor"][0] is not None:
+        depth = int(ins["depth_tensor"][0].reshape(-1)[0])
+    if depth <= 0:
+        raise ValueError(f"one_hot: depth must be > 0, got {depth}")
+    if x.shape[-1] != 1:
+        raise ValueError(f"one_hot: the last dim of X must be 1, got shape {list(x.shape)}")
+    ids = x.reshape(x.shape[:-1]).astype(np.int64)
+    bad = (ids < 0) | (ids >= depth)
+    if bool(bad.any()) and not attrs.get("allow_out_of_range", False):
+        first = ids[bad].reshape(-1)[0]
+        raise ValueError(f"one_hot: id {int(first)} is out of range [0, {depth}); pass "
+                         "allow_out_of_range=True to give such ids a row of zeros")
+    out = (ids[..., None] == xp.arange(depth)).astype(to_dtype(attrs.get("dtype", "float32")))
+    return {"Out": [out]}
+
+
+@register("label_smooth", ("X", "PriorDist"), ("Out",), {"epsilon": 0.0},
+          optional=("PriorDist",), grad=grad_maker((), in_grads=("X",)))
+def label_smooth(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = (1 − ε)·X + ε·PriorDist (the uniform 1/K without one)."""
+    x = ins["X"][0]
+    eps = x.dtype.type(attrs.get("epsilon", 0.0))
+    prior = (ins.get("PriorDist") or [None])[0]
+    if prior is None:
+        return {"Out": [(1 - eps) * x + eps / x.dtype.type(x.shape[-1])]}
+    return {"Out": [(1 - eps) * x + eps * prior.reshape((1,) * (x.ndim - 1) + (-1,))]}
+
+
+@register("label_smooth_grad", *grad_slots((), ("Out",), ("X",)), {"epsilon": 0.0})
+def label_smooth_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = (1 − ε)·dOut."""
+    d = ins["Out" + GRAD][0]
+    return {"X" + GRAD: [d * d.dtype.type(1 - attrs.get("epsilon", 0.0))]}

@@ -226,3 +226,48 @@ def test_activations_match_their_textbook_definitions():
     xpos = np.linspace(0.1, 3, 10)
     np.testing.assert_allclose(run_op("pow", {"X": [xpos]}, {"factor": 2.5})["Out"][0],
                                np.power(xpos, 2.5))
+
+
+def test_one_hot_label_smooth_and_batch_size_like():
+    ids = np.array([[3], [0], [4]])
+    out = run_op("one_hot", {"X": [ids]}, {"depth": 5})["Out"][0]
+    np.testing.assert_array_equal(out, np.eye(5, dtype=np.float32)[[3, 0, 4]])
+    with pytest.raises(ValueError, match="id 7 is out of range"):
+        run_op("one_hot", {"X": [np.array([[7]])]}, {"depth": 5})
+    zeros = run_op("one_hot", {"X": [np.array([[7]])]},
+                   {"depth": 5, "allow_out_of_range": True})["Out"][0]
+    np.testing.assert_array_equal(zeros, np.zeros((1, 5), np.float32))
+    smooth = run_op("label_smooth", {"X": [out]}, {"epsilon": 0.1})["Out"][0]
+    np.testing.assert_allclose(smooth, 0.9 * out + 0.1 / 5, rtol=1e-6)
+    assert np.allclose(smooth.sum(axis=1), 1.0)
+    prior = np.array([0.5, 0.2, 0.1, 0.1, 0.1], np.float32)
+    np.testing.assert_allclose(
+        run_op("label_smooth", {"X": [out], "PriorDist": [prior]}, {"epsilon": 0.2})["Out"][0],
+        0.8 * out + 0.2 * prior, rtol=1e-6)
+    like = run_op("fill_constant_batch_size_like", {"Input": [np.zeros((7, 3))]},
+                  {"shape": [-1, 4], "value": 2.5, "dtype": "float32"})["Out"][0]
+    assert like.shape == (7, 4) and like.dtype == np.float32 and (like == 2.5).all()
+
+
+def test_the_transformer_layers_build_with_fluids_shapes():
+    import dask_fluid as fluid
+    from dask_fluid import layers
+
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data("x", shape=[6, 32], dtype="float32")  # [-1, 6, 32]
+        heads = layers.transpose(layers.reshape(x, [0, 0, 4, 8]), perm=[0, 2, 1, 3])
+        assert list(heads.shape) == [-1, 4, 6, 8]
+        label = layers.data("label", shape=[1], dtype="int64")
+        smooth = layers.label_smooth(layers.one_hot(label, depth=10), epsilon=0.1)
+        assert list(smooth.shape) == [-1, 10]
+        like = layers.fill_constant_batch_size_like(x, [-1, 3], "float32", 0.0)
+        assert list(like.shape) == [-1, 3]
+        with pytest.raises(ValueError, match="not a permutation"):
+            layers.transpose(x, perm=[0, 0, 1])
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(startup, scope=scope)
+    got = exe.run(main, feed={"x": np.ones((2, 6, 32), np.float32),
+                              "label": np.array([[1], [9]])},
+                  fetch_list=[heads, smooth, like], scope=scope)
+    assert got[0].shape == (2, 4, 6, 8) and got[1].shape == (2, 10) and got[2].shape == (2, 3)

@@ -160,6 +160,10 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
         ("vectors", {"X": [n(4)], "Y": [n(4)]}, {}),
         ("vector_by_batch", {"X": [n(4)], "Y": [n((2, 4, 3))]}, {}),
     ]
+    c["cos"] = [("x", {"X": [n((3, 4))]}, {})]
+    c["label_smooth"] = [("uniform", {"X": [n((3, 5))]}, {"epsilon": 0.1}),
+                         ("prior", {"X": [n((2, 3, 4))], "PriorDist": [u(0, 1, 4)]},
+                          {"epsilon": 0.2})]
     c["leaky_relu"] = [("alpha", {"X": [_away_from(n((3, 4)), [0.0])]}, {"alpha": 0.1})]
     c["relu6"] = [("threshold", {"X": [_away_from(n((3, 4)) * 3, [0.0, 2.0])]},
                    {"threshold": 2.0})]
