@@ -159,18 +159,20 @@ class MomentumOptimizer(Optimizer):
         for p in params:
             self._add_accumulator("velocity", p)
 
+    def _op_attrs(self) -> dict:
+        return {"mu": self._momentum, "use_nesterov": self._use_nesterov}
+
     def _append_optimize_op(self, block, pg):
         p, g = pg
         v = self._acc("velocity", p)
         return block.append_op(
-            "momentum",
+            self.type,
             inputs={"Param": [p], "Grad": [g], "Velocity": [v],
                     "LearningRate": [self._param_lr(block, p)]},
-            outputs={"ParamOut": [p], "VelocityOut": [v]},
-            attrs={"mu": self._momentum, "use_nesterov": self._use_nesterov})
+            outputs={"ParamOut": [p], "VelocityOut": [v]}, attrs=self._op_attrs())
 
 
-class LarsMomentumOptimizer(Optimizer):
+class LarsMomentumOptimizer(MomentumOptimizer):
     """Momentum with a layer-wise adaptive rate (LARS): each parameter's step is scaled by
     ``lars_coeff·‖p‖ / (‖g‖ + lars_weight_decay·‖p‖)`` (the ``lars_momentum`` op)."""
 
@@ -179,26 +181,14 @@ class LarsMomentumOptimizer(Optimizer):
     def __init__(self, learning_rate, momentum: float, lars_coeff: float = 0.001,
                  lars_weight_decay: float = 0.0005, regularization: Any = None,
                  name: str | None = None) -> None:
-        super().__init__(learning_rate, regularization, name)
-        self._momentum = _check_positive("momentum", momentum, allow_zero=True)
+        super().__init__(learning_rate, momentum, regularization=regularization, name=name)
         self._lars_coeff = _check_positive("lars_coeff", lars_coeff, allow_zero=True)
         self._lars_weight_decay = _check_positive("lars_weight_decay", lars_weight_decay,
                                                   allow_zero=True)
 
-    def _create_accumulators(self, block, params):
-        for p in params:
-            self._add_accumulator("velocity", p)
-
-    def _append_optimize_op(self, block, pg):
-        p, g = pg
-        v = self._acc("velocity", p)
-        return block.append_op(
-            "lars_momentum",
-            inputs={"Param": [p], "Grad": [g], "Velocity": [v],
-                    "LearningRate": [self._param_lr(block, p)]},
-            outputs={"ParamOut": [p], "VelocityOut": [v]},
-            attrs={"mu": self._momentum, "lars_coeff": self._lars_coeff,
-                   "lars_weight_decay": self._lars_weight_decay})
+    def _op_attrs(self) -> dict:
+        return {"mu": self._momentum, "lars_coeff": self._lars_coeff,
+                "lars_weight_decay": self._lars_weight_decay}
 
 
 class AdamOptimizer(Optimizer):

@@ -40,17 +40,19 @@ def _decay_step_counter(begin: int = 0) -> Variable:
     return tensor.cast(autoincreased_step_counter(LR_COUNTER, begin, 1), "float32")
 
 
+def _decay_ratio(decay_steps: float, staircase: bool) -> Variable:
+    """``step / decay_steps``, floored when ``staircase``."""
+    if decay_steps <= 0:
+        raise ValueError(f"decay_steps must be > 0, got {decay_steps}")
+    div_res = _decay_step_counter() / float(decay_steps)
+    return floor(div_res) if staircase else div_res
+
+
 def exponential_decay(learning_rate: float, decay_steps: int, decay_rate: float,
                       staircase: bool = False) -> Variable:
     """``lr * decay_rate ** (step / decay_steps)`` (floored exponent when ``staircase``)."""
-    if decay_steps <= 0:
-        raise ValueError(f"decay_steps must be > 0, got {decay_steps}")
     with default_main_program()._lr_schedule_guard():
-        global_step = _decay_step_counter()
-        div_res = global_step / float(decay_steps)
-        if staircase:
-            div_res = floor(div_res)
-        return float(learning_rate) * (float(decay_rate) ** div_res)
+        return float(learning_rate) * (float(decay_rate) ** _decay_ratio(decay_steps, staircase))
 
 
 def piecewise_decay(boundaries: Sequence[float], values: Sequence[float]) -> Variable:
@@ -95,23 +97,17 @@ def noam_decay(d_model: float, warmup_steps: float, learning_rate: float = 1.0) 
 def natural_exp_decay(learning_rate: float, decay_steps: int, decay_rate: float,
                       staircase: bool = False) -> Variable:
     """``lr * exp(-decay_rate * step / decay_steps)`` (floored ratio when ``staircase``)."""
-    _check_steps("decay_steps", decay_steps)
     with default_main_program()._lr_schedule_guard():
-        div_res = _decay_step_counter() / float(decay_steps)
-        if staircase:
-            div_res = floor(div_res)
-        return exp(div_res * float(-decay_rate)) * float(learning_rate)
+        return exp(_decay_ratio(decay_steps, staircase) * float(-decay_rate)) * \
+            float(learning_rate)
 
 
 def inverse_time_decay(learning_rate: float, decay_steps: int, decay_rate: float,
                        staircase: bool = False) -> Variable:
     """``lr / (1 + decay_rate * step / decay_steps)`` (floored ratio when ``staircase``)."""
-    _check_steps("decay_steps", decay_steps)
     with default_main_program()._lr_schedule_guard():
-        div_res = _decay_step_counter() / float(decay_steps)
-        if staircase:
-            div_res = floor(div_res)
-        return float(learning_rate) / (div_res * float(decay_rate) + 1.0)
+        return float(learning_rate) / (_decay_ratio(decay_steps, staircase) *
+                                       float(decay_rate) + 1.0)
 
 
 def polynomial_decay(learning_rate: float, decay_steps: int,
