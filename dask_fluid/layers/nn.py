@@ -456,3 +456,18 @@ def exp(x: Variable, name: str | None = None) -> Variable:
 def cos(x: Variable, name: str | None = None) -> Variable:
     """Cosine."""
     return _unary("cos", x, name)
+
+
+def sigmoid_cross_entropy_with_logits(x: Variable, label: Variable, ignore_index: int = -100,
+                                      name: str | None = None,
+                                      normalize: bool = False) -> Variable:
+    """Elementwise binary cross entropy of ``sigmoid(x)`` against ``label`` (numerically
+    stable in ``x``); elements whose label is ``ignore_index`` give 0."""
+    _check_var(x, "x", "sigmoid_cross_entropy_with_logits")
+    _check_var(label, "label", "sigmoid_cross_entropy_with_logits")
+    helper = LayerHelper("sigmoid_cross_entropy_with_logits", name)
+    out = helper.create_tmp(dtype=x.dtype, shape=x.shape)
+    helper.append_op("sigmoid_cross_entropy_with_logits",
+                     inputs={"X": [x], "Label": [label]}, outputs={"Out": [out]},
+                     attrs={"ignore_index": int(ignore_index), "normalize": bool(normalize)})
+    return out

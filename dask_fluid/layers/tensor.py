@@ -12,7 +12,8 @@ from ..layer_helper import LayerHelper
 
 __all__ = [
     "assign", "cast", "concat", "create_global_var", "create_tensor", "data", "fill_constant",
-    "fill_constant_batch_size_like", "increment", "label_smooth", "one_hot", "transpose",
+    "argmax", "expand", "fill_constant_batch_size_like", "gather", "increment", "label_smooth",
+    "one_hot", "slice", "squeeze", "stack", "transpose", "unsqueeze",
     "less_than", "logical_and", "logical_not", "ones", "reshape", "sums", "zeros",
 ]
 
@@ -251,4 +252,114 @@ def fill_constant_batch_size_like(input: Variable, shape: Sequence[int], dtype: 
                             "value": float(value), "input_dim_idx": int(input_dim_idx),
                             "output_dim_idx": int(output_dim_idx),
                             "force_cpu": bool(force_cpu)})
+    return out
+
+
+def _shape_op(op_type: str, x: Variable, shape: list[int] | None, attrs: dict,
+              name: str | None = None) -> Variable:
+    """An op X -> (Out, XShape) whose gradient reshapes back (squeeze2, unsqueeze2)."""
+    helper = LayerHelper(op_type, name)
+    out = helper.create_tmp(dtype=x.dtype, shape=shape)
+    xshape = helper.create_tmp(dtype=x.dtype, stop_gradient=True)
+    helper.append_op(op_type, inputs={"X": [x]}, outputs={"Out": [out], "XShape": [xshape]},
+                     attrs=attrs)
+    return out
+
+
+def squeeze(input: Variable, axes: Sequence[int], name: str | None = None) -> Variable:
+    """Drop the dims of size 1 listed in ``axes`` (``squeeze2``)."""
+    from ..ops.shape_ops import squeeze_shape  # noqa: PLC0415
+
+    _check_var(input, "input", "squeeze")
+    axes = [int(a) for a in axes]
+    shape = list(squeeze_shape(tuple(input.shape), axes)) if input.shape else None
+    return _shape_op("squeeze2", input, shape, {"axes": axes}, name)
+
+
+def unsqueeze(input: Variable, axes: Sequence[int], name: str | None = None) -> Variable:
+    """Insert dims of size 1 at ``axes``, one after the other (``unsqueeze2``)."""
+    from ..ops.shape_ops import unsqueeze_shape  # noqa: PLC0415
+
+    _check_var(input, "input", "unsqueeze")
+    axes = [int(a) for a in axes]
+    shape = list(unsqueeze_shape(tuple(input.shape), axes)) if input.shape else None
+    return _shape_op("unsqueeze2", input, shape, {"axes": axes}, name)
+
+
+def stack(x: Sequence[Variable], axis: int = 0) -> Variable:
+    """Stack same-shaped variables along a new dim ``axis``."""
+    xs = [x] if isinstance(x, Variable) else list(x)
+    for v in xs:
+        _check_var(v, "x", "stack")
+    helper = LayerHelper("stack")
+    shape = list(xs[0].shape) if xs[0].shape is not None else None
+    if shape is not None:
+        shape.insert(axis if axis >= 0 else len(shape) + 1 + axis, len(xs))
+    out = helper.create_tmp(dtype=xs[0].dtype, shape=shape)
+    helper.append_op("stack", inputs={"X": xs}, outputs={"Y": [out]}, attrs={"axis": int(axis)})
+    return out
+
+
+def gather(input: Variable, index: Variable, overwrite: bool = True) -> Variable:
+    """Rows ``index`` (1-D ints) of ``input``."""
+    _check_var(input, "input", "gather")
+    _check_var(index, "index", "gather")
+    helper = LayerHelper("gather")
+    shape = None
+    if input.shape is not None and index.shape is not None:
+        shape = [index.shape[0], *input.shape[1:]]
+    out = helper.create_tmp(dtype=input.dtype, shape=shape)
+    helper.append_op("gather", inputs={"X": [input], "Index": [index]}, outputs={"Out": [out]},
+                     attrs={"overwrite": bool(overwrite)})
+    return out
+
+
+def expand(x: Variable, expand_times: Sequence[int], name: str | None = None) -> Variable:
+    """Tile ``x`` ``expand_times`` along each dim."""
+    _check_var(x, "x", "expand")
+    times = [int(t) for t in expand_times]
+    if x.shape is not None and len(times) != len(x.shape):
+        raise ValueError(f"expand: expand_times {times} needs one entry per dim of {x.name!r} "
+                         f"(shape {list(x.shape)})")
+    helper = LayerHelper("expand", name)
+    shape = [d * t if d > 0 else -1 for d, t in zip(x.shape, times, strict=True)] \
+        if x.shape is not None else None
+    out = helper.create_tmp(dtype=x.dtype, shape=shape)
+    helper.append_op("expand", inputs={"X": [x]}, outputs={"Out": [out]},
+                     attrs={"expand_times": times})
+    return out
+
+
+def slice(input: Variable, axes: Sequence[int], starts: Sequence[int],  # noqa: A001
+          ends: Sequence[int]) -> Variable:
+    """``input[starts:ends]`` along ``axes`` (clamped to each dim; negatives from its end)."""
+    from ..ops.shape_ops import slice_bounds  # noqa: PLC0415
+
+    _check_var(input, "input", "slice")
+    axes, starts, ends = [int(a) for a in axes], [int(s) for s in starts], [int(e) for e in ends]
+    shape = None
+    if input.shape is not None:
+        shape = list(input.shape)
+        known = tuple(d if d > 0 else 1 << 30 for d in shape)
+        for a, sl in enumerate(slice_bounds(known, axes, starts, ends)):
+            if a in axes and shape[a] > 0:
+                shape[a] = sl.stop - sl.start
+    helper = LayerHelper("slice")
+    out = helper.create_tmp(dtype=input.dtype, shape=shape)
+    helper.append_op("slice", inputs={"Input": [input]}, outputs={"Out": [out]},
+                     attrs={"axes": axes, "starts": starts, "ends": ends,
+                            "infer_flags": [1] * len(axes), "decrease_axis": []})
+    return out
+
+
+def argmax(x: Variable, axis: int = 0) -> Variable:
+    """The int64 index of the first maximum along ``axis`` (``arg_max``)."""
+    _check_var(x, "x", "argmax")
+    helper = LayerHelper("arg_max")
+    shape = None
+    if x.shape is not None:
+        shape = [d for i, d in enumerate(x.shape) if i != (axis % len(x.shape))] or [1]
+    out = helper.create_tmp(dtype="int64", shape=shape, stop_gradient=True)
+    helper.append_op("arg_max", inputs={"X": [x]}, outputs={"Out": [out]},
+                     attrs={"axis": int(axis), "keepdims": False, "dtype": "int64"})
     return out

@@ -361,3 +361,50 @@ def lookup_table_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     g = xp.zeros(w.shape, dtype=w.dtype)
     scatter_add(xp, g, flat, d)
     return {"W" + GRAD: [g]}
+
+
+# ---------------------------------------------------------------------------------------------
+# sigmoid_cross_entropy_with_logits (Paddle 1.8's op): per element, stable in x
+
+
+_SCE_ATTRS = {"ignore_index": -100, "normalize": False}
+
+
+def _sce_mask(label: Any, attrs: dict) -> tuple[Any, Any]:
+    keep = label != label.dtype.type(attrs.get("ignore_index", -100))
+    count = keep.sum() if attrs.get("normalize") else None
+    return keep, count
+
+
+@register("sigmoid_cross_entropy_with_logits", ("X", "Label"), ("Out",), _SCE_ATTRS,
+          grad=grad_maker(("X", "Label"), in_grads=("X",)))
+def sigmoid_cross_entropy_with_logits(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = max(x, 0) − x·label + log(1 + exp(−|x|)); 0 where label == ignore_index;
+    divided by the number of kept elements with ``normalize``."""
+    x, label = ins["X"][0], ins["Label"][0]
+    xp = array_module(x)
+    if x.shape != label.shape:
+        raise ValueError(f"sigmoid_cross_entropy_with_logits: X {list(x.shape)} and Label "
+                         f"{list(label.shape)} must have the same shape")
+    keep, count = _sce_mask(label, attrs)
+    out = xp.maximum(x, 0) - x * label + xp.log1p(xp.exp(-xp.abs(x)))
+    out = xp.where(keep, out, x.dtype.type(0))
+    if count is not None:
+        out = out / xp.maximum(count, 1).astype(x.dtype)
+    return {"Out": [out.astype(x.dtype, copy=False)]}
+
+
+@register("sigmoid_cross_entropy_with_logits_grad",
+          *grad_slots(("X", "Label"), ("Out",), ("X",)), _SCE_ATTRS)
+def sigmoid_cross_entropy_with_logits_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = dOut · (sigmoid(x) − label), masked (and normalised) as the forward."""
+    x, label = ins["X"][0], ins["Label"][0]
+    xp = array_module(x)
+    d = ins["Out" + GRAD][0]
+    d = xp.zeros_like(x) if d is None else d
+    keep, count = _sce_mask(label, attrs)
+    half = x.dtype.type(0.5)
+    dx = xp.where(keep, d * ((half * xp.tanh(half * x) + half) - label), x.dtype.type(0))
+    if count is not None:
+        dx = dx / xp.maximum(count, 1).astype(x.dtype)
+    return {"X" + GRAD: [dx.astype(x.dtype, copy=False)]}

@@ -271,3 +271,67 @@ def test_the_transformer_layers_build_with_fluids_shapes():
                               "label": np.array([[1], [9]])},
                   fetch_list=[heads, smooth, like], scope=scope)
     assert got[0].shape == (2, 4, 6, 8) and got[1].shape == (2, 10) and got[2].shape == (2, 3)
+
+
+def test_shape_and_index_ops_match_numpy_indexing():
+    x = rng.standard_normal((4, 1, 5, 1))
+    assert run_op("squeeze2", {"X": [x]}, {"axes": [1]})["Out"][0].shape == (4, 5, 1)
+    assert run_op("squeeze2", {"X": [x]}, {})["Out"][0].shape == (4, 5)
+    assert run_op("squeeze2", {"X": [x]}, {"axes": [0]})["Out"][0].shape == (4, 1, 5, 1)
+    assert run_op("unsqueeze2", {"X": [np.ones((2, 3))]},
+                  {"axes": [0, 2]})["Out"][0].shape == (1, 2, 1, 3)
+    a, b = rng.standard_normal((2, 3)), rng.standard_normal((2, 3))
+    np.testing.assert_array_equal(run_op("stack", {"X": [a, b]}, {"axis": 1})["Y"][0],
+                                  np.stack([a, b], axis=1))
+    table = rng.standard_normal((5, 3))
+    np.testing.assert_array_equal(
+        run_op("gather", {"X": [table], "Index": [np.array([4, 0, 4])]})["Out"][0],
+        table[[4, 0, 4]])
+    with pytest.raises(ValueError, match="outside"):
+        run_op("gather", {"X": [table], "Index": [np.array([5])]})
+    np.testing.assert_array_equal(
+        run_op("expand", {"X": [a]}, {"expand_times": [2, 3]})["Out"][0], np.tile(a, (2, 3)))
+    cube = rng.standard_normal((4, 5, 6))
+    got = run_op("slice", {"Input": [cube]},
+                 {"axes": [0, 2], "starts": [1, -4], "ends": [100, -1]})["Out"][0]
+    np.testing.assert_array_equal(got, cube[1:, :, 2:5])
+    got = run_op("slice", {"Input": [cube]},
+                 {"axes": [1], "starts": [3], "ends": [4], "decrease_axis": [1]})["Out"][0]
+    np.testing.assert_array_equal(got, cube[:, 3])
+    ties = np.array([[1.0, 3.0, 3.0], [2.0, 0.0, 2.0]])
+    np.testing.assert_array_equal(run_op("arg_max", {"X": [ties]}, {"axis": 1})["Out"][0],
+                                  [1, 0])
+
+
+def test_sigmoid_cross_entropy_matches_the_textbook_form():
+    from scipy.special import expit
+
+    x = rng.standard_normal((3, 4)) * 4
+    label = rng.uniform(0, 1, (3, 4))
+    label[0, 0] = -100.0
+    out = run_op("sigmoid_cross_entropy_with_logits", {"X": [x], "Label": [label]})["Out"][0]
+    p = expit(x)
+    ref = -(label * np.log(p) + (1 - label) * np.log(1 - p))
+    ref[0, 0] = 0.0
+    np.testing.assert_allclose(out, ref, rtol=1e-9, atol=1e-12)
+    norm = run_op("sigmoid_cross_entropy_with_logits", {"X": [x], "Label": [label]},
+                  {"normalize": True})["Out"][0]
+    np.testing.assert_allclose(norm, ref / 11, rtol=1e-9, atol=1e-12)
+
+
+def test_the_shape_layers_infer_fluids_shapes():
+    import dask_fluid as fluid
+    from dask_fluid import layers
+
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data("x", shape=[1, 6], dtype="float32")  # [-1, 1, 6]
+        assert list(layers.squeeze(x, axes=[1]).shape) == [-1, 6]
+        assert list(layers.unsqueeze(x, axes=[1]).shape) == [-1, 1, 1, 6]
+        assert list(layers.stack([x, x], axis=1).shape) == [-1, 2, 1, 6]
+        assert list(layers.expand(x, [1, 3, 2]).shape) == [-1, 3, 12]
+        assert list(layers.slice(x, axes=[2], starts=[1], ends=[-1]).shape) == [-1, 1, 4]
+        assert list(layers.argmax(x, axis=2).shape) == [-1, 1]
+        idx = layers.data("idx", shape=[3], dtype="int64", append_batch_size=False)
+        table = layers.data("t", shape=[10, 4], dtype="float32", append_batch_size=False)
+        assert list(layers.gather(table, idx).shape) == [3, 4]

@@ -161,6 +161,23 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
         ("vector_by_batch", {"X": [n(4)], "Y": [n((2, 4, 3))]}, {}),
     ]
     c["cos"] = [("x", {"X": [n((3, 4))]}, {})]
+    c["sigmoid_cross_entropy_with_logits"] = [
+        ("soft", {"X": [n((3, 4)) * 3], "Label": [u(0, 1, (3, 4))]}, {}),
+        ("ignore_normalize", {"X": [n((3, 4))],
+                              "Label": [np.where(u(0, 1, (3, 4)) < 0.3, -100.0,
+                                                 u(0, 1, (3, 4)))]},
+         {"normalize": True}),
+    ]
+    c["stack"] = [("axis1", {"X": [n((2, 3)), n((2, 3)), n((2, 3))]}, {"axis": 1})]
+    c["squeeze2"] = [("axes", {"X": [n((2, 1, 3, 1))]}, {"axes": [1]}),
+                     ("all", {"X": [n((2, 1, 3, 1))]}, {})]
+    c["unsqueeze2"] = [("axes", {"X": [n((2, 3))]}, {"axes": [0, 2]})]
+    c["gather"] = [("repeat", {"X": [n((5, 3))], "Index": [np.array([4, 0, 4, 2])]}, {})]
+    c["expand"] = [("times", {"X": [n((2, 1, 3))]}, {"expand_times": [2, 3, 1]})]
+    c["slice"] = [("clamped_negative", {"Input": [n((4, 5, 6))]},
+                   {"axes": [0, 2], "starts": [1, -4], "ends": [100, -1]}),
+                  ("decrease", {"Input": [n((4, 5))]},
+                   {"axes": [0], "starts": [2], "ends": [3], "decrease_axis": [0]})]
     c["label_smooth"] = [("uniform", {"X": [n((3, 5))]}, {"epsilon": 0.1}),
                          ("prior", {"X": [n((2, 3, 4))], "PriorDist": [u(0, 1, 4)]},
                           {"epsilon": 0.2})]

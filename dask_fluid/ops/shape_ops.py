@@ -1,0 +1,225 @@
+"""Shape and indexing kernels of Fluid 1.8: ``stack``, ``squeeze2``, ``unsqueeze2``, ``gather``,
+``expand``, ``slice`` and ``arg_max``, with their gradients (``arg_max`` has none).
+
+Semantics follow Paddle 1.8's ops of those names: ``squeeze2`` with no ``axes`` drops every
+dim of size 1 (and a listed dim that is not 1 stays); ``unsqueeze2`` inserts dims one after the
+other in the order given; ``slice`` clamps ``starts`` and ``ends`` to the dim (negative values
+count from its end) and ``decrease_axis`` drops the sliced dims of size 1; ``gather`` picks
+rows of X by a 1-D Index and its gradient adds the output gradient into those rows (a row
+picked twice gets both); ``expand`` tiles X ``expand_times`` along each dim.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .registry import GRAD, array_module, register
+from .selected_rows import grad_maker, grad_slots, to_dtype
+from .tensor_ops import _xshape
+
+__all__ = ["slice_bounds", "squeeze_shape", "unsqueeze_shape"]
+
+
+def _d(ins: dict, like_shape: tuple, xp: Any, dtype: Any, slot: str = "Out") -> Any:
+    d = ins[slot + GRAD][0]
+    return xp.zeros(like_shape, dtype=dtype) if d is None else d
+
+
+# -- stack -------------------------------------------------------------------------------------
+
+@register("stack", ("X",), ("Y",), {"axis": 0}, grad=grad_maker(("X",), ("Y",), ("X",)))
+def stack(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Y = the X tensors stacked along a new dim ``axis``."""
+    xs = ins["X"]
+    if len({tuple(x.shape) for x in xs}) != 1:
+        raise ValueError(f"stack: every input must have the same shape, got "
+                         f"{[list(x.shape) for x in xs]}")
+    return {"Y": [array_module(*xs).stack(xs, axis=int(attrs.get("axis", 0)))]}
+
+
+@register("stack_grad", *grad_slots(("X",), ("Y",), ("X",)), {"axis": 0})
+def stack_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX_i = dY taken at index i of ``axis``."""
+    xs = ins["X"]
+    d = ins["Y" + GRAD][0]
+    xp = array_module(*xs)
+    if d is None:
+        return {"X" + GRAD: [xp.zeros_like(x) for x in xs]}
+    axis = int(attrs.get("axis", 0))
+    return {"X" + GRAD: [xp.ascontiguousarray(xp.take(d, i, axis=axis))
+                         for i in range(len(xs))]}
+
+
+# -- squeeze2 / unsqueeze2 ---------------------------------------------------------------------
+
+def squeeze_shape(shape: tuple, axes: list[int]) -> tuple:
+    """Paddle 1.8's squeeze rule (``-1`` dims are kept unless named and 1)."""
+    rank = len(shape)
+    if not axes:
+        return tuple(d for d in shape if d != 1)
+    drop = {a + rank if a < 0 else a for a in axes}
+    if any(not 0 <= a < rank for a in drop):
+        raise ValueError(f"squeeze: axes {axes} out of range for a rank-{rank} input")
+    return tuple(d for i, d in enumerate(shape) if not (i in drop and d == 1))
+
+
+def unsqueeze_shape(shape: tuple, axes: list[int]) -> tuple:
+    """Paddle 1.8's unsqueeze rule: insert a 1 at each axis in turn (negative axes count in
+    the growing rank)."""
+    out = list(shape)
+    for a in axes:
+        cur = len(out) + 1
+        a = a + cur if a < 0 else a
+        if not 0 <= a < cur:
+            raise ValueError(f"unsqueeze: axis {a} out of range for a rank-{cur - 1} input")
+        out.insert(a, 1)
+    return tuple(out)
+
+
+def _reshape_back(ins: dict, attrs: dict, outs: tuple) -> dict:
+    xshape = ins["XShape"][0]
+    shape = tuple(xshape.shape[1:])
+    d = ins["Out" + GRAD][0]
+    xp = array_module(xshape)
+    return {"X" + GRAD: [xp.zeros(shape, xshape.dtype) if d is None else d.reshape(shape)]}
+
+
+for _type, _rule in (("squeeze2", squeeze_shape), ("unsqueeze2", unsqueeze_shape)):
+    def _kernel(ins: dict, attrs: dict, outs: tuple, _rule=_rule) -> dict:
+        x = ins["X"][0]
+        res = {"Out": [x.reshape(_rule(tuple(x.shape), list(attrs.get("axes", []))))]}
+        if "XShape" in outs:
+            res["XShape"] = [_xshape(x)]
+        return res
+
+    _kernel.__doc__ = f"Out = X with dims {'removed' if 'un' not in _type else 'inserted'}."
+    register(_type, ("X",), ("Out", "XShape"), {"axes": []},
+             grad=grad_maker(("XShape",)))(_kernel)
+    register(_type + "_grad", *grad_slots(("XShape",)), {"axes": []})(_reshape_back)
+
+
+# -- gather ------------------------------------------------------------------------------------
+
+@register("gather", ("X", "Index"), ("Out",), {"overwrite": True},
+          grad=grad_maker(("X", "Index"), in_grads=("X",)))
+def gather(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = X[Index] (rows of X)."""
+    x, index = ins["X"][0], ins["Index"][0]
+    idx = index.reshape(-1).astype(np.int64)
+    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= x.shape[0]):
+        raise ValueError(f"gather: an index is outside [0, {x.shape[0]}) (X has "
+                         f"{x.shape[0]} rows)")
+    return {"Out": [x[idx]]}
+
+
+@register("gather_grad", *grad_slots(("X", "Index"), ("Out",), ("X",)), {"overwrite": True})
+def gather_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = zeros with dOut added into the gathered rows."""
+    x, index = ins["X"][0], ins["Index"][0]
+    xp = array_module(x)
+    idx = index.reshape(-1).astype(np.int64)
+    d = _d(ins, (idx.size,) + tuple(x.shape[1:]), xp, x.dtype)
+    dx = xp.zeros_like(x)
+    if xp is np:
+        np.add.at(dx, idx, d)
+    else:
+        import cupyx  # noqa: PLC0415
+
+        cupyx.scatter_add(dx, idx, d)
+    return {"X" + GRAD: [dx]}
+
+
+# -- expand ------------------------------------------------------------------------------------
+
+@register("expand", ("X",), ("Out",), {"expand_times": []},
+          grad=grad_maker(("X",), in_grads=("X",)))
+def expand(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = X tiled ``expand_times`` along each dim."""
+    x = ins["X"][0]
+    times = [int(t) for t in attrs.get("expand_times", [])]
+    if len(times) != x.ndim or min(times, default=1) < 1:
+        raise ValueError(f"expand: expand_times {times} needs one positive int per dim of X "
+                         f"(shape {list(x.shape)})")
+    return {"Out": [array_module(x).tile(x, times)]}
+
+
+@register("expand_grad", *grad_slots(("X",), ("Out",), ("X",)), {"expand_times": []})
+def expand_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = the sum of dOut over the tiles."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    times = [int(t) for t in attrs.get("expand_times", [])]
+    d = _d(ins, tuple(s * t for s, t in zip(x.shape, times, strict=True)), xp, x.dtype)
+    split = []
+    for t, s in zip(times, x.shape, strict=True):
+        split += [t, s]
+    axes = tuple(range(0, 2 * x.ndim, 2))
+    return {"X" + GRAD: [d.reshape(split).sum(axis=axes)]}
+
+
+# -- slice -------------------------------------------------------------------------------------
+
+def slice_bounds(shape: tuple, axes: list[int], starts: list[int], ends: list[int]
+                 ) -> tuple[slice, ...]:
+    """The index of Paddle's slice: starts/ends clamped to each dim, negatives from its end."""
+    if not len(axes) == len(starts) == len(ends):
+        raise ValueError(f"slice: axes {axes}, starts {starts} and ends {ends} must have the "
+                         "same length")
+    index = [slice(None)] * len(shape)
+    for a, s, e in zip(axes, starts, ends, strict=True):
+        dim = shape[a]
+        s = max(0, min(s + dim if s < 0 else s, dim))
+        e = max(0, min(e + dim if e < 0 else e, dim))
+        index[a] = slice(s, max(s, e))
+    return tuple(index)
+
+
+_SLICE_ATTRS = {"axes": [], "starts": [], "ends": [], "decrease_axis": [], "infer_flags": []}
+
+
+def _decreased(shape: tuple, attrs: dict) -> tuple:
+    drop = {int(a) for a in attrs.get("decrease_axis", [])}
+    out = tuple(d for i, d in enumerate(shape) if i not in drop)
+    return out or (1,)
+
+
+@register("slice", ("Input",), ("Out",), _SLICE_ATTRS,
+          grad=grad_maker(("Input",), in_grads=("Input",)))
+def slice_(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = Input[starts:ends] along ``axes`` (clamped; ``decrease_axis`` dims dropped)."""
+    x = ins["Input"][0]
+    index = slice_bounds(x.shape, [int(a) for a in attrs["axes"]],
+                         [int(s) for s in attrs["starts"]], [int(e) for e in attrs["ends"]])
+    out = x[index]
+    if attrs.get("decrease_axis"):
+        out = out.reshape(_decreased(out.shape, attrs))
+    return {"Out": [array_module(x).ascontiguousarray(out)]}
+
+
+@register("slice_grad", *grad_slots(("Input",), ("Out",), ("Input",)), _SLICE_ATTRS)
+def slice_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dInput = zeros with dOut in the sliced region."""
+    x = ins["Input"][0]
+    xp = array_module(x)
+    index = slice_bounds(x.shape, [int(a) for a in attrs["axes"]],
+                         [int(s) for s in attrs["starts"]], [int(e) for e in attrs["ends"]])
+    region = xp.zeros_like(x)[index].shape
+    d = _d(ins, region, xp, x.dtype)
+    dx = xp.zeros_like(x)
+    dx[index] = d.reshape(region)
+    return {"Input" + GRAD: [dx]}
+
+
+# -- arg_max -----------------------------------------------------------------------------------
+
+@register("arg_max", ("X",), ("Out",), {"axis": -1, "keepdims": False, "dtype": "int64"})
+def arg_max(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = the index of the first maximum along ``axis``."""
+    x = ins["X"][0]
+    axis = int(attrs.get("axis", -1))
+    out = x.argmax(axis=axis)
+    if attrs.get("keepdims"):
+        out = array_module(x).expand_dims(out, axis)
+    return {"Out": [out.astype(to_dtype(attrs.get("dtype", "int64")))]}
