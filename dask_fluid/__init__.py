@@ -15,6 +15,7 @@ from . import (
     clip,
     compiler,
     initializer,
+    io,
     layers,
     nets,
     optimizer,
@@ -50,6 +51,7 @@ from .framework import (
     default_startup_program,
     program_guard,
 )
+from .io import load, save
 from .param_attr import ParamAttr
 
 __version__ = "0.1.0"
@@ -81,6 +83,7 @@ __all__ = [
     "ParamAttr", "Parameter", "Program", "Scope", "Variable", "append_backward", "backward",
     "clip", "compiler", "cpu_places", "cuda_places", "default_main_program",
     "default_startup_program", "global_scope", "initializer",
-    "layers", "nets", "optimizer", "program_guard", "regularizer", "scope_guard", "unique_name",
+    "io", "layers", "load", "nets", "optimizer", "program_guard", "regularizer", "save",
+    "scope_guard", "unique_name",
     *_LAZY,
 ]

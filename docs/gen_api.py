@@ -34,6 +34,7 @@ MODULES: list[tuple[str, str]] = [
     ("dask_fluid.executor", "Executor and scopes"),
     ("dask_fluid.compiler", "CompiledProgram and the build strategies"),
     ("dask_fluid.ir_passes", "IR passes as program rewrites"),
+    ("dask_fluid.io", "fluid.io: saving and loading variables and inference models"),
     ("dask_fluid.transpiler", "The DistributeTranspiler"),
     ("dask_fluid.distributed.launch.pserver_runtime", "pserver runtime"),
     ("dask_fluid.distributed.collective.runtime", "Collective runtime"),

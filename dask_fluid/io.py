@@ -1,0 +1,463 @@
+"""``fluid.io``: saving and loading variables, parameters and inference models.
+
+Variables are written in Paddle 1.8's LoDTensor binary layout, so files move both ways between
+dask_fluid and real Fluid 1.8 (``save_persistables``, ``save_params``, ``save_vars``, with one
+file per variable or all of them in one ``filename``). Each tensor is written as:
+
+- ``uint32`` version (0);
+- ``uint64`` LoD level count, and each level as a ``uint64`` byte count followed by its
+  ``uint64`` offsets;
+- the tensor itself: ``uint32`` version (0), ``int32`` size of a ``TensorDesc`` protobuf
+  (``data_type`` as Paddle's ``VarType.Type``, ``dims``), that protobuf, and the raw
+  little-endian data.
+
+A combined file is those records one after the other, in the order of the variables' names
+(as Paddle's ``save_combine`` writes them).
+
+``save_inference_model`` writes the pruned program as dask_fluid's JSON (``__model__``): not
+Paddle's ProgramDesc protobuf, so the model file is for dask_fluid only, while its parameter
+files are Paddle's. ``fluid.save`` / ``fluid.load`` write ``.pdparams`` and ``.pdopt`` as
+Paddle 1.8 does (a pickled ``{name: ndarray}``) and ``.pdmodel`` as the program's JSON;
+loading unpickles with a restricted unpickler that admits numpy arrays and nothing else.
+"""
+
+from __future__ import annotations
+
+import io as _io
+import os
+import pickle
+import struct
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from .executor import Executor, global_scope
+from .framework import Parameter, Program, Variable, VarType, default_main_program
+
+__all__ = [
+    "is_parameter", "is_persistable", "load", "load_inference_model", "load_params",
+    "load_persistables", "load_vars", "read_tensor", "save", "save_inference_model",
+    "save_params", "save_persistables", "save_vars", "write_tensor",
+]
+
+MODEL_FILENAME = "__model__"
+
+#: Paddle's VarType.Type codes of the dense dtypes
+_DTYPE_CODES = {np.dtype(np.bool_): 0, np.dtype(np.int16): 1, np.dtype(np.int32): 2,
+                np.dtype(np.int64): 3, np.dtype(np.float16): 4, np.dtype(np.float32): 5,
+                np.dtype(np.float64): 6, np.dtype(np.uint8): 20, np.dtype(np.int8): 21}
+_CODE_DTYPES = {v: k for k, v in _DTYPE_CODES.items()}
+#: a tensor file larger than this is not one of ours (a corrupt dims field)
+_MAX_ELEMENTS = 1 << 40
+
+
+# -- the LoDTensor binary layout --------------------------------------------------------------
+
+def _varint(value: int) -> bytes:
+    value &= (1 << 64) - 1  # negative int64 as 10-byte two's complement, as protobuf does
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift, value = 0, 0
+    while True:
+        if pos >= len(buf):
+            raise ValueError("truncated TensorDesc (a varint runs past its end)")
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("malformed TensorDesc (a varint longer than 10 bytes)")
+
+
+def _tensor_desc(dtype: np.dtype, shape: tuple) -> bytes:
+    out = bytes([0x08]) + _varint(_DTYPE_CODES[dtype])  # field 1, varint: data_type
+    for d in shape:
+        out += bytes([0x10]) + _varint(int(d))  # field 2, varint, one per dim (unpacked)
+    return out
+
+
+def _parse_tensor_desc(buf: bytes) -> tuple[np.dtype, tuple[int, ...]]:
+    pos, code, dims = 0, None, []
+    while pos < len(buf):
+        key, pos = _read_varint(buf, pos)
+        field, wire = key >> 3, key & 7
+        if field == 1 and wire == 0:
+            code, pos = _read_varint(buf, pos)
+        elif field == 2 and wire == 0:
+            d, pos = _read_varint(buf, pos)
+            dims.append(d - (1 << 64) if d >= 1 << 63 else d)
+        elif field == 2 and wire == 2:  # packed dims
+            length, pos = _read_varint(buf, pos)
+            end = pos + length
+            while pos < end:
+                d, pos = _read_varint(buf, pos)
+                dims.append(d - (1 << 64) if d >= 1 << 63 else d)
+        else:
+            raise ValueError(f"TensorDesc has an unexpected field {field} (wire type {wire})")
+    if code not in _CODE_DTYPES:
+        raise ValueError(f"TensorDesc data_type {code} is not a dense dtype dask_fluid reads "
+                         f"(known: {sorted(_CODE_DTYPES)})")
+    return _CODE_DTYPES[code], tuple(dims)
+
+
+def write_tensor(f: BinaryIO, value: Any, lod: Sequence[Sequence[int]] = ()) -> None:
+    """Write one LoDTensor record (see the module docstring)."""
+    arr = np.ascontiguousarray(value.get() if hasattr(value, "get") else np.asarray(value))
+    if arr.dtype not in _DTYPE_CODES:
+        raise TypeError(f"cannot save a tensor of dtype {arr.dtype} in Paddle's layout; known "
+                        f"dtypes: {sorted(str(d) for d in _DTYPE_CODES)}")
+    f.write(struct.pack("<I", 0))
+    f.write(struct.pack("<Q", len(lod)))
+    for level in lod:
+        data = np.asarray(level, dtype="<u8").tobytes()
+        f.write(struct.pack("<Q", len(data)))
+        f.write(data)
+    f.write(struct.pack("<I", 0))
+    desc = _tensor_desc(arr.dtype, arr.shape)
+    f.write(struct.pack("<i", len(desc)))
+    f.write(desc)
+    f.write(arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
+
+
+def _read_exactly(f: BinaryIO, n: int, what: str) -> bytes:
+    data = f.read(n)
+    if len(data) != n:
+        raise ValueError(f"the tensor file ends inside its {what} ({len(data)} of {n} bytes)")
+    return data
+
+
+def read_tensor(f: BinaryIO) -> tuple[np.ndarray, list[list[int]]]:
+    """Read one LoDTensor record: ``(array, lod)``.
+
+    Raises
+    ------
+    ValueError
+        The bytes are not a LoDTensor record of a version dask_fluid reads (or are cut off).
+    """
+    (version,) = struct.unpack("<I", _read_exactly(f, 4, "version"))
+    if version != 0:
+        raise ValueError(f"LoDTensor version {version} is not supported (only 0)")
+    (levels,) = struct.unpack("<Q", _read_exactly(f, 8, "LoD level count"))
+    if levels > 64:
+        raise ValueError(f"the tensor claims {levels} LoD levels: not a LoDTensor file")
+    lod = []
+    for _ in range(levels):
+        (nbytes,) = struct.unpack("<Q", _read_exactly(f, 8, "LoD level size"))
+        if nbytes % 8 or nbytes > 8 * _MAX_ELEMENTS:
+            raise ValueError(f"a LoD level of {nbytes} bytes: not a LoDTensor file")
+        lod.append(np.frombuffer(_read_exactly(f, nbytes, "LoD"), "<u8").astype(int).tolist())
+    (tversion,) = struct.unpack("<I", _read_exactly(f, 4, "tensor version"))
+    if tversion != 0:
+        raise ValueError(f"Tensor version {tversion} is not supported (only 0)")
+    (desc_size,) = struct.unpack("<i", _read_exactly(f, 4, "TensorDesc size"))
+    if not 0 < desc_size < 1 << 16:
+        raise ValueError(f"a TensorDesc of {desc_size} bytes: not a LoDTensor file")
+    dtype, shape = _parse_tensor_desc(_read_exactly(f, desc_size, "TensorDesc"))
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if any(d < 0 for d in shape) or count > _MAX_ELEMENTS:
+        raise ValueError(f"the tensor claims dims {list(shape)}: not a LoDTensor file")
+    data = _read_exactly(f, count * dtype.itemsize, "data")
+    arr = np.frombuffer(data, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(shape)
+    return arr, lod
+
+
+# -- which variables ---------------------------------------------------------------------------
+
+def is_parameter(var: Variable) -> bool:
+    """A trainable parameter."""
+    return isinstance(var, Parameter)
+
+
+def is_persistable(var: Variable) -> bool:
+    """A persistable variable worth saving (not a raw holder such as a communicator)."""
+    return bool(var.persistable) and var.type != VarType.RAW
+
+
+def _select(main_program: Program | None, vars: Iterable[Variable | str] | None,
+            predicate: Callable[[Variable], bool] | None) -> list[str]:
+    program = main_program or default_main_program()
+    if vars is not None:
+        return [v.name if isinstance(v, Variable) else str(v) for v in vars]
+    predicate = predicate or (lambda v: True)
+    return sorted({v.name for v in program.list_vars() if predicate(v)})
+
+
+def _scope_of(executor: Executor | None) -> Any:
+    return global_scope()
+
+
+# -- save / load -------------------------------------------------------------------------------
+
+def save_vars(executor: Executor | None, dirname: str, main_program: Program | None = None,
+              vars: Iterable[Variable | str] | None = None,
+              predicate: Callable[[Variable], bool] | None = None,
+              filename: str | None = None) -> None:
+    """Write the chosen variables' values from the global scope under ``dirname``: one file
+    per variable (named as the variable), or all in ``filename`` sorted by name.
+
+    Raises
+    ------
+    KeyError
+        A chosen variable is not in the scope (run the startup program first).
+    """
+    names = _select(main_program, vars, predicate)
+    scope = _scope_of(executor)
+    os.makedirs(dirname, exist_ok=True)
+    if filename is None:
+        for name in names:
+            path = os.path.join(dirname, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                write_tensor(f, scope.get(name))
+        return
+    with open(os.path.join(dirname, filename), "wb") as f:
+        for name in sorted(names):
+            write_tensor(f, scope.get(name))
+
+
+def load_vars(executor: Executor | None, dirname: str, main_program: Program | None = None,
+              vars: Iterable[Variable | str] | None = None,
+              predicate: Callable[[Variable], bool] | None = None,
+              filename: str | None = None) -> None:
+    """Read the chosen variables into the global scope from files :func:`save_vars` (or real
+    Fluid 1.8) wrote; a shape that differs from the program's declared shape is an error.
+
+    Raises
+    ------
+    FileNotFoundError
+        A variable's file (or ``filename``) is missing.
+    ValueError
+        A file is not in Paddle's LoDTensor layout, holds fewer tensors than variables, or a
+        shape does not match the program.
+    """
+    program = main_program or default_main_program()
+    names = _select(program, vars, predicate)
+    scope = _scope_of(executor)
+    block = program.global_block()
+    if filename is None:
+        loaded = {}
+        for name in names:
+            path = os.path.join(dirname, name)
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"no saved value of variable {name!r} at {path}")
+            with open(path, "rb") as f:
+                loaded[name] = read_tensor(f)[0]
+    else:
+        path = os.path.join(dirname, filename)
+        with open(path, "rb") as f:
+            loaded = {}
+            for name in sorted(names):
+                try:
+                    loaded[name] = read_tensor(f)[0]
+                except ValueError as exc:
+                    raise ValueError(f"{path} holds fewer tensors than the {len(names)} "
+                                     f"variables to load, or is damaged, at {name!r}: "
+                                     f"{exc}") from None
+            if f.read(1):
+                raise ValueError(f"{path} holds more tensors than the {len(names)} variables "
+                                 "to load: was it saved from another program?")
+    for name, value in loaded.items():
+        if block.has_var(name):
+            declared = block.var(name).shape
+            if declared is not None and len(declared) == value.ndim and any(
+                    d >= 0 and d != v for d, v in zip(declared, value.shape, strict=True)):
+                raise ValueError(f"variable {name!r} is declared {list(declared)} but the "
+                                 f"saved value is {list(value.shape)}")
+        scope.set(name, value)
+
+
+def save_params(executor: Executor | None, dirname: str, main_program: Program | None = None,
+                filename: str | None = None) -> None:
+    """:func:`save_vars` of the trainable parameters."""
+    save_vars(executor, dirname, main_program, predicate=is_parameter, filename=filename)
+
+
+def load_params(executor: Executor | None, dirname: str, main_program: Program | None = None,
+                filename: str | None = None) -> None:
+    """:func:`load_vars` of the trainable parameters."""
+    load_vars(executor, dirname, main_program, predicate=is_parameter, filename=filename)
+
+
+def save_persistables(executor: Executor | None, dirname: str,
+                      main_program: Program | None = None, filename: str | None = None) -> None:
+    """:func:`save_vars` of every persistable variable (parameters, optimizer state, learning
+    rate, step counters)."""
+    save_vars(executor, dirname, main_program, predicate=is_persistable, filename=filename)
+
+
+def load_persistables(executor: Executor | None, dirname: str,
+                      main_program: Program | None = None, filename: str | None = None) -> None:
+    """:func:`load_vars` of every persistable variable."""
+    load_vars(executor, dirname, main_program, predicate=is_persistable, filename=filename)
+
+
+# -- inference models --------------------------------------------------------------------------
+
+def _inference_program(program: Program, feeds: Sequence[str], targets: Sequence[str]
+                       ) -> Program:
+    """``program`` for test, keeping only the ops the targets need."""
+    pruned = program.clone(for_test=True)
+    block = pruned.global_block()
+    needed, kept = set(targets), []
+    for op in reversed(block.ops):
+        if set(op.output_arg_names) & needed:
+            kept.append(op)
+            needed |= {n for n in op.input_arg_names if n not in feeds}
+    block.ops = list(reversed(kept))
+    return pruned
+
+
+def save_inference_model(dirname: str, feeded_var_names: Sequence[str],
+                         target_vars: Sequence[Variable], executor: Executor | None,
+                         main_program: Program | None = None,
+                         model_filename: str | None = None,
+                         params_filename: str | None = None,
+                         export_for_deployment: bool = True,
+                         program_only: bool = False) -> list[str]:
+    """Prune ``main_program`` to what ``target_vars`` need from ``feeded_var_names``, write it
+    (``model_filename``, default ``__model__``) and, unless ``program_only``, its persistable
+    variables (one file each, or ``params_filename``). Returns the target names."""
+    if isinstance(feeded_var_names, str):
+        feeded_var_names = [feeded_var_names]
+    targets = [t.name if isinstance(t, Variable) else str(t) for t in target_vars]
+    if not targets:
+        raise ValueError("save_inference_model needs at least one target variable")
+    program = main_program or default_main_program()
+    pruned = _inference_program(program, list(feeded_var_names), targets)
+    os.makedirs(dirname, exist_ok=True)
+    doc = {"format": "dask_fluid.inference/1", "program": pruned._to_dict(),
+           "feed": list(feeded_var_names), "fetch": targets}
+    import json  # noqa: PLC0415
+
+    with open(os.path.join(dirname, model_filename or MODEL_FILENAME), "w") as f:
+        json.dump(doc, f)
+    if not program_only:
+        used = {n for op in pruned.global_block().ops for n in op.input_arg_names}
+        names = [v.name for v in pruned.list_vars() if is_persistable(v) and v.name in used]
+        save_vars(executor, dirname, pruned, vars=names, filename=params_filename)
+    return targets
+
+
+def load_inference_model(dirname: str, executor: Executor | None,
+                         model_filename: str | None = None,
+                         params_filename: str | None = None,
+                         pserver_endpoints: Any = None) -> tuple[Program, list[str], list]:
+    """The program, the feed names and the fetch variables :func:`save_inference_model`
+    wrote; its parameters are loaded into the global scope.
+
+    Raises
+    ------
+    ValueError
+        The model file was not written by dask_fluid (e.g. Paddle's ProgramDesc protobuf).
+    """
+    import json  # noqa: PLC0415
+
+    if pserver_endpoints is not None:
+        raise NotImplementedError("load_inference_model(pserver_endpoints=...) (a distributed "
+                                  "lookup table) is not implemented")
+    path = os.path.join(dirname, model_filename or MODEL_FILENAME)
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ValueError(f"{path} is not a dask_fluid inference model (Paddle's ProgramDesc "
+                         "protobuf is not read; its parameter files are, with load_vars)")\
+            from None
+    if doc.get("format") != "dask_fluid.inference/1":
+        raise ValueError(f"{path} is not a dask_fluid inference model")
+    program = Program._from_dict(doc["program"])
+    used = {n for op in program.global_block().ops for n in op.input_arg_names}
+    names = [v.name for v in program.list_vars() if is_persistable(v) and v.name in used]
+    load_vars(executor, dirname, program, vars=names, filename=params_filename)
+    block = program.global_block()
+    return program, list(doc["feed"]), [block.var(n) for n in doc["fetch"]]
+
+
+# -- fluid.save / fluid.load -------------------------------------------------------------------
+
+class _ArraysOnly(pickle.Unpickler):
+    """Admits numpy arrays and dtypes (what Paddle's .pdparams hold), refuses anything else."""
+
+    _ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray",
+                                                            "_reconstruct"),
+                ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
+                ("numpy._core.multiarray", "scalar"), ("_codecs", "encode")}
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in self._ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a parameter file: "
+                                     "only numpy arrays are loaded")
+
+
+def _pickle_load(path: str) -> dict:
+    with open(path, "rb") as f:
+        data = _ArraysOnly(_io.BytesIO(f.read()), encoding="latin1").load()
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} does not hold a {{name: array}} dict")
+    return data
+
+
+def save(program: Program, model_path: str) -> None:
+    """``model_path.pdparams`` (parameters), ``.pdopt`` (the other persistables) and
+    ``.pdmodel`` (the program), as Fluid 1.8's ``fluid.save``."""
+    directory = os.path.dirname(model_path)
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    scope = global_scope()
+
+    def values(pred: Callable[[Variable], bool]) -> dict:
+        out = {}
+        for v in program.list_vars():
+            if pred(v) and v.name in scope:
+                value = scope.get(v.name)
+                out[v.name] = np.array(value.get() if hasattr(value, "get") else value)
+        return out
+
+    with open(model_path + ".pdparams", "wb") as f:
+        pickle.dump(values(is_parameter), f, protocol=2)
+    with open(model_path + ".pdopt", "wb") as f:
+        pickle.dump(values(lambda v: is_persistable(v) and not is_parameter(v)), f,
+                    protocol=2)
+    with open(model_path + ".pdmodel", "w") as f:
+        f.write(program.to_json())
+
+
+def load(program: Program, model_path: str, executor: Executor | None = None,
+         var_list: Iterable[Variable] | None = None) -> None:
+    """Load what :func:`save` (or Fluid 1.8's ``fluid.save``) wrote into the global scope.
+
+    Raises
+    ------
+    ValueError
+        A variable of ``program`` (or ``var_list``) has no saved value, or its shape differs.
+    """
+    params = _pickle_load(model_path + ".pdparams")
+    opt = _pickle_load(model_path + ".pdopt") if os.path.exists(model_path + ".pdopt") else {}
+    saved = {**opt, **params}
+    wanted = list(var_list) if var_list is not None else [
+        v for v in program.list_vars() if is_persistable(v)]
+    scope = global_scope()
+    missing = [v.name for v in wanted if v.name not in saved]
+    if missing:
+        raise ValueError(f"{model_path}.pdparams/.pdopt have no value for {missing[:5]}")
+    for v in wanted:
+        value = np.asarray(saved[v.name])
+        if v.shape is not None and len(v.shape) == value.ndim and any(
+                d >= 0 and d != s for d, s in zip(v.shape, value.shape, strict=True)):
+            raise ValueError(f"variable {v.name!r} is declared {list(v.shape)} but the saved "
+                             f"value is {list(value.shape)}")
+        scope.set(v.name, value)
