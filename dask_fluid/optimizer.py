@@ -237,6 +237,78 @@ class AdamOptimizer(Optimizer):
                                     attrs={"scale": beta})
 
 
+class AdamaxOptimizer(Optimizer):
+    """Adamax: Adam with the infinity norm (the ``adamax`` op; ``beta1`` power advanced by a
+    ``scale`` op after each update)."""
+
+    type = "adamax"
+
+    def __init__(self, learning_rate: float | Variable = 0.001, beta1: float = 0.9,
+                 beta2: float = 0.999, epsilon: float = 1e-8, regularization: Any = None,
+                 name: str | None = None) -> None:
+        super().__init__(learning_rate, regularization, name)
+        for arg, val in (("beta1", beta1), ("beta2", beta2)):
+            if not 0.0 <= float(val) < 1.0:
+                raise ValueError(f"{arg} must be in [0, 1), got {val}")
+        self._beta1, self._beta2 = float(beta1), float(beta2)
+        self._epsilon = _check_positive("epsilon", epsilon)
+
+    def _create_accumulators(self, block, params):
+        for p in params:
+            self._add_accumulator("moment", p)
+            self._add_accumulator("inf_norm", p)
+            self._add_accumulator("beta1_pow_acc", p, self._beta1, [1])
+
+    def _append_optimize_op(self, block, pg):
+        p, g = pg
+        m, u = self._acc("moment", p), self._acc("inf_norm", p)
+        return block.append_op(
+            "adamax",
+            inputs={"Param": [p], "Grad": [g], "LearningRate": [self._param_lr(block, p)],
+                    "Moment": [m], "InfNorm": [u],
+                    "Beta1Pow": [self._acc("beta1_pow_acc", p)]},
+            outputs={"ParamOut": [p], "MomentOut": [m], "InfNormOut": [u]},
+            attrs={"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon})
+
+    def _finish_update(self, block, params_grads):
+        for p, g in params_grads:
+            with block.program._optimized_guard([p, g]):
+                var = self._acc("beta1_pow_acc", p)
+                block.append_op("scale", inputs={"X": [var]}, outputs={"Out": [var]},
+                                attrs={"scale": self._beta1})
+
+
+class LambOptimizer(AdamOptimizer):
+    """LAMB: Adam's direction plus weight decay, scaled per parameter by the trust ratio
+    ``‖p‖ / ‖r‖`` (the ``lamb`` op). ``exclude_from_weight_decay_fn(param)`` true gives that
+    parameter no decay."""
+
+    type = "lamb"
+
+    def __init__(self, learning_rate: float | Variable = 0.001, lamb_weight_decay: float = 0.01,
+                 beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-6,
+                 regularization: Any = None, exclude_from_weight_decay_fn: Any = None,
+                 name: str | None = None) -> None:
+        super().__init__(learning_rate, beta1, beta2, epsilon, regularization, name)
+        self._weight_decay = _check_positive("lamb_weight_decay", lamb_weight_decay,
+                                             allow_zero=True)
+        self._exclude = exclude_from_weight_decay_fn
+
+    def _append_optimize_op(self, block, pg):
+        p, g = pg
+        m1, m2 = self._acc("moment1", p), self._acc("moment2", p)
+        decay = 0.0 if self._exclude is not None and self._exclude(p) else self._weight_decay
+        return block.append_op(
+            "lamb",
+            inputs={"Param": [p], "Grad": [g], "LearningRate": [self._param_lr(block, p)],
+                    "Moment1": [m1], "Moment2": [m2],
+                    "Beta1Pow": [self._acc("beta1_pow_acc", p)],
+                    "Beta2Pow": [self._acc("beta2_pow_acc", p)]},
+            outputs={"ParamOut": [p], "Moment1Out": [m1], "Moment2Out": [m2]},
+            attrs={"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon,
+                   "weight_decay": decay})
+
+
 class AdagradOptimizer(Optimizer):
     """``m += g²``; ``p -= lr * g / (sqrt(m) + eps)``."""
 
@@ -298,14 +370,76 @@ class RMSPropOptimizer(Optimizer):
                    "centered": self._centered})
 
 
+class DecayedAdagradOptimizer(Optimizer):
+    """``m = decay * m + (1 - decay) * g²``; ``p -= lr * g / (sqrt(m) + eps)``."""
+
+    type = "decayed_adagrad"
+
+    def __init__(self, learning_rate, decay: float = 0.95, epsilon: float = 1e-6,
+                 regularization: Any = None, name: str | None = None) -> None:
+        super().__init__(learning_rate, regularization, name)
+        if not 0.0 <= float(decay) < 1.0:
+            raise ValueError(f"decay must be in [0, 1), got {decay}")
+        self._decay = float(decay)
+        self._epsilon = _check_positive("epsilon", epsilon)
+
+    def _create_accumulators(self, block, params):
+        for p in params:
+            self._add_accumulator("moment", p)
+
+    def _append_optimize_op(self, block, pg):
+        p, g = pg
+        m = self._acc("moment", p)
+        return block.append_op(
+            "decayed_adagrad",
+            inputs={"Param": [p], "Grad": [g], "Moment": [m],
+                    "LearningRate": [self._param_lr(block, p)]},
+            outputs={"ParamOut": [p], "MomentOut": [m]},
+            attrs={"decay": self._decay, "epsilon": self._epsilon})
+
+
+class FtrlOptimizer(Optimizer):
+    """Follow-the-regularized-leader with L1/L2 (the ``ftrl`` op)."""
+
+    type = "ftrl"
+
+    def __init__(self, learning_rate, l1: float = 0.0, l2: float = 0.0,
+                 lr_power: float = -0.5, regularization: Any = None,
+                 name: str | None = None) -> None:
+        super().__init__(learning_rate, regularization, name)
+        self._l1 = _check_positive("l1", l1, allow_zero=True)
+        self._l2 = _check_positive("l2", l2, allow_zero=True)
+        self._lr_power = float(lr_power)
+
+    def _create_accumulators(self, block, params):
+        for p in params:
+            self._add_accumulator("squared", p)
+            self._add_accumulator("linear", p)
+
+    def _append_optimize_op(self, block, pg):
+        p, g = pg
+        sq, lin = self._acc("squared", p), self._acc("linear", p)
+        return block.append_op(
+            "ftrl",
+            inputs={"Param": [p], "Grad": [g], "SquaredAccumulator": [sq],
+                    "LinearAccumulator": [lin], "LearningRate": [self._param_lr(block, p)]},
+            outputs={"ParamOut": [p], "SquaredAccumOut": [sq], "LinearAccumOut": [lin]},
+            attrs={"l1": self._l1, "l2": self._l2, "lr_power": self._lr_power})
+
+
 SGD = SGDOptimizer
 Momentum = MomentumOptimizer
 LarsMomentum = LarsMomentumOptimizer
 Adam = AdamOptimizer
 Adagrad = AdagradOptimizer
+Adamax = AdamaxOptimizer
+DecayedAdagrad = DecayedAdagradOptimizer
+Ftrl = FtrlOptimizer
+Lamb = LambOptimizer
 RMSProp = RMSPropOptimizer
 
 __all__ = ["SGD", "SGDOptimizer", "Momentum", "MomentumOptimizer", "LarsMomentum",
-           "LarsMomentumOptimizer", "Adam", "AdamOptimizer",
-           "Adagrad", "AdagradOptimizer", "RMSProp", "RMSPropOptimizer", "Optimizer",
-           "default_main_program"]
+           "LarsMomentumOptimizer", "Adam", "AdamOptimizer", "Adamax", "AdamaxOptimizer",
+           "Adagrad", "AdagradOptimizer", "DecayedAdagrad", "DecayedAdagradOptimizer", "Ftrl",
+           "FtrlOptimizer", "Lamb", "LambOptimizer", "RMSProp", "RMSPropOptimizer",
+           "Optimizer", "default_main_program"]

@@ -1,4 +1,5 @@
-"""Optimizer kernels: sgd, momentum, lars_momentum, adam, adagrad, rmsprop.
+"""Optimizer kernels: sgd, momentum, lars_momentum, adam, adamax, adagrad, decayed_adagrad,
+rmsprop, ftrl and lamb (Paddle 1.8's update rules).
 
 Each kernel updates the parameter and its state arrays in place and returns those same arrays
 as its outputs (``ParamOut`` is bound to the ``Param`` variable in Fluid's programs, so no copy
@@ -193,3 +194,101 @@ def rmsprop(ins: dict, attrs: dict, outs: tuple) -> dict:
     if "MeanGradOut" in outs and mg is not None:
         res["MeanGradOut"] = [mg]
     return res
+
+
+@register("adamax", ("Param", "Grad", "LearningRate", "Moment", "InfNorm", "Beta1Pow"),
+          ("ParamOut", "MomentOut", "InfNormOut"),
+          {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8})
+def adamax(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """m = β1·m + (1−β1)·g; u = max(β2·u + ε, |g|); p −= lr / (1 − β1^t) · m / u
+    (β1^t from Beta1Pow, which the optimizer's ``scale`` op advances)."""
+    param, grad = ins["Param"][0], ins["Grad"][0]
+    m, u = ins["Moment"][0], ins["InfNorm"][0]
+    xp = xp_of(param)
+    lr = _lr(ins, param) / (1 - ins["Beta1Pow"][0].reshape(()).astype(param.dtype))
+    b1, b2 = _f(param, attrs.get("beta1", 0.9)), _f(param, attrs.get("beta2", 0.999))
+    eps = _f(param, attrs.get("epsilon", 1e-8))
+
+    def update(p, g, m, u):
+        m *= b1
+        m += (1 - b1) * g
+        u[...] = xp.maximum(b2 * u + eps, xp.abs(g))
+        p -= lr * m / u
+
+    _apply(update, param, grad, [m, u])
+    return {"ParamOut": [param], "MomentOut": [m], "InfNormOut": [u]}
+
+
+@register("decayed_adagrad", ("Param", "Grad", "Moment", "LearningRate"),
+          ("ParamOut", "MomentOut"), {"decay": 0.95, "epsilon": 1e-6})
+def decayed_adagrad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """m = decay·m + (1 − decay)·g²; p −= lr·g / (√m + ε)."""
+    param, grad, m = ins["Param"][0], ins["Grad"][0], ins["Moment"][0]
+    xp = xp_of(param)
+    lr = _lr(ins, param)
+    decay, eps = _f(param, attrs.get("decay", 0.95)), _f(param, attrs.get("epsilon", 1e-6))
+
+    def update(p, g, m):
+        m *= decay
+        m += (1 - decay) * g * g
+        p -= lr * g / (xp.sqrt(m) + eps)
+
+    _apply(update, param, grad, [m])
+    return {"ParamOut": [param], "MomentOut": [m]}
+
+
+@register("ftrl", ("Param", "SquaredAccumulator", "LinearAccumulator", "Grad", "LearningRate"),
+          ("ParamOut", "SquaredAccumOut", "LinearAccumOut"),
+          {"l1": 0.0, "l2": 0.0, "lr_power": -0.5})
+def ftrl(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Follow-the-regularized-leader (Paddle's ftrl_op.h): n' = n + g²;
+    z += g − (n'^−lrp − n^−lrp) / lr · p; p = (l1·sign(z) − z) / (n'^−lrp / lr + 2·l2) where
+    |z| > l1, else 0."""
+    param, grad = ins["Param"][0], ins["Grad"][0]
+    sq, lin = ins["SquaredAccumulator"][0], ins["LinearAccumulator"][0]
+    xp = xp_of(param)
+    lr = _lr(ins, param)
+    l1, l2 = _f(param, attrs.get("l1", 0.0)), _f(param, attrs.get("l2", 0.0))
+    power = float(attrs.get("lr_power", -0.5))
+
+    def root(a):
+        return xp.sqrt(a) if power == -0.5 else a ** param.dtype.type(-power)
+
+    def update(p, g, n, z):
+        new_n = n + g * g
+        z += g - (root(new_n) - root(n)) / lr * p
+        shrink = (l1 * xp.sign(z) - z) / (root(new_n) / lr + 2 * l2)
+        p[...] = xp.where(xp.abs(z) > l1, shrink, param.dtype.type(0))
+        n[...] = new_n
+
+    _apply(update, param, grad, [sq, lin])
+    return {"ParamOut": [param], "SquaredAccumOut": [sq], "LinearAccumOut": [lin]}
+
+
+@register("lamb",
+          ("Param", "Grad", "LearningRate", "Moment1", "Moment2", "Beta1Pow", "Beta2Pow"),
+          ("ParamOut", "Moment1Out", "Moment2Out"),
+          {"weight_decay": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-6})
+def lamb(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Adam's bias-corrected direction r = m̂ / (√v̂ + ε) + wd·p, scaled by the trust ratio
+    ‖p‖ / ‖r‖ (1 when either is 0): p −= lr·ratio·r (Paddle's lamb_op.h). Dense only."""
+    param, grad = ins["Param"][0], ins["Grad"][0]
+    if isinstance(grad, SelectedRows):
+        raise NotImplementedError("lamb with a sparse (SelectedRows) gradient is not "
+                                  "implemented in dask_fluid")
+    m1, m2 = ins["Moment1"][0], ins["Moment2"][0]
+    xp = xp_of(param)
+    lr = _lr(ins, param)
+    b1, b2 = _f(param, attrs.get("beta1", 0.9)), _f(param, attrs.get("beta2", 0.999))
+    eps, wd = _f(param, attrs.get("epsilon", 1e-6)), _f(param, attrs.get("weight_decay", 0.01))
+    b1p = ins["Beta1Pow"][0].reshape(()).astype(param.dtype)
+    b2p = ins["Beta2Pow"][0].reshape(()).astype(param.dtype)
+    m1 *= b1
+    m1 += (1 - b1) * grad
+    m2 *= b2
+    m2 += (1 - b2) * grad * grad
+    r = (m1 / (1 - b1p)) / (xp.sqrt(m2 / (1 - b2p)) + eps) + wd * param
+    p_norm, r_norm = xp.sqrt((param * param).sum()), xp.sqrt((r * r).sum())
+    ratio = xp.where((p_norm > 0) & (r_norm > 0), p_norm / r_norm, param.dtype.type(1))
+    param -= lr * ratio.astype(param.dtype) * r
+    return {"ParamOut": [param], "Moment1Out": [m1], "Moment2Out": [m2]}

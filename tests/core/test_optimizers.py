@@ -122,3 +122,24 @@ def test_l2_decay_and_clip_through_minimize():
         exe.run(main, feed={"x": X, "y": Y}, scope=scope)
     np.testing.assert_allclose(scope.get("w"), w, rtol=1e-10)
     np.testing.assert_allclose(scope.get("b"), b, rtol=1e-10)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: fluid.optimizer.Adamax(0.01),
+    lambda: fluid.optimizer.DecayedAdagrad(0.05),
+    lambda: fluid.optimizer.Ftrl(0.05, l1=0.0001, l2=0.0001),
+    lambda: fluid.optimizer.Lamb(0.01, exclude_from_weight_decay_fn=lambda p: ".b_" in p.name),
+    lambda: fluid.optimizer.LarsMomentum(1.0, 0.9, lars_coeff=0.1),
+])
+def test_the_other_fluid_optimizers_train_the_reference_mlp(make):
+    from dask_fluid.models import mlp
+
+    spec = mlp(hidden=(16,), n_features=8, n_classes=3, opt=make())
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(spec.startup, scope=scope)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 8)).astype(np.float32)
+    y = (x[:, :1] > 0).astype(np.int64) + (x[:, 1:2] > 0)
+    losses = [float(exe.run(spec.main, feed={"x": x, "y": y}, fetch_list=[spec.loss],
+                            scope=scope)[0][0]) for _ in range(30)]
+    assert losses[-1] < 0.8 * losses[0], losses[::10]

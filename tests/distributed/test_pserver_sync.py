@@ -29,7 +29,12 @@ def client():
 
 OPTIMIZERS = {"sgd": lambda: fluid.optimizer.SGD(0.1),
               "momentum": lambda: fluid.optimizer.Momentum(0.05, 0.9),
-              "adam": lambda: fluid.optimizer.Adam(0.01)}
+              "adam": lambda: fluid.optimizer.Adam(0.01),
+              "adamax": lambda: fluid.optimizer.Adamax(0.01),
+              "decayed_adagrad": lambda: fluid.optimizer.DecayedAdagrad(0.05),
+              "ftrl": lambda: fluid.optimizer.Ftrl(0.05, l1=0.001, l2=0.001),
+              "lars_momentum": lambda: fluid.optimizer.LarsMomentum(0.5, 0.9,
+                                                                    lars_coeff=0.01)}
 
 
 def _data(n: int, dtype=np.float64, seed: int = 0) -> dict:
@@ -77,7 +82,9 @@ def test_one_trainer_two_pservers_20_steps_equal_local(client):
 
 @pytest.mark.parametrize("slice_var_up", [True, False])
 @pytest.mark.parametrize("split_method", [RoundRobin, HashName])
-@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam"])
+# lars_momentum scales by the norm of what a pserver holds: a sliced block's, not the whole
+# parameter's (as in Fluid), so it equals local training only unsliced
+@pytest.mark.parametrize("optimizer", [o for o in OPTIMIZERS if o != "lars_momentum"])
 def test_two_trainers_three_pservers_equal_local_with_the_global_batch(
         client, optimizer, slice_var_up, split_method):
     steps, half = 4, 16
@@ -94,6 +101,21 @@ def test_two_trainers_three_pservers_equal_local_with_the_global_batch(
                            batch_size=half, shuffle=False, fetch_list=[loss])
     _assert_params_equal(result.params, scope, 1e-6)
     assert result.steps == steps and len(result.history) == 2 * steps
+
+
+def test_lars_unsliced_equals_local(client):
+    steps, half = 3, 16
+    x = _data(steps * 2 * half)
+    global_batches = [_rows(x, 2 * half * s, 2 * half * (s + 1)) for s in range(steps)]
+    per_trainer = [_cat([_rows(b, r * half, (r + 1) * half) for b in global_batches])
+                   for r in (0, 1)]
+    main, startup, loss = reference_mlp(optimizer=OPTIMIZERS["lars_momentum"], dtype="float64")
+    lmain, lstartup, _ = reference_mlp(optimizer=OPTIMIZERS["lars_momentum"], dtype="float64")
+    scope = _local(lmain, lstartup, global_batches)
+    result = train_pserver(client, main, startup, per_trainer,
+                           config=config(slice_var_up=False), pservers=2, batch_size=half,
+                           shuffle=False, fetch_list=[loss])
+    _assert_params_equal(result.params, scope, 1e-6)
 
 
 @pytest.mark.parametrize("transport", ["tcp", "dask"])

@@ -61,6 +61,38 @@ def ref_rmsprop(p, g, s, a, t):
     return p - mom, new
 
 
+def ref_adamax(p, g, s, a, t):
+    b1, b2, eps = 0.9, 0.999, 1e-8
+    m = b1 * s["Moment"] + (1 - b1) * g
+    u = np.maximum(b2 * s["InfNorm"] + eps, np.abs(g))
+    return p - LR / (1 - b1 ** (t + 1)) * m / u, {"Moment": m, "InfNorm": u}
+
+
+def ref_decayed_adagrad(p, g, s, a, t):
+    m = 0.95 * s["Moment"] + 0.05 * g * g
+    return p - LR * g / (np.sqrt(m) + 1e-6), {"Moment": m}
+
+
+def ref_ftrl(p, g, s, a, t):
+    # Paddle's ftrl_op.h with lr_power = -0.5, written out
+    l1, l2 = a["l1"], a["l2"]
+    n, z = s["SquaredAccumulator"], s["LinearAccumulator"]
+    new_n = n + g * g
+    z = z + g - (np.sqrt(new_n) - np.sqrt(n)) / LR * p
+    y = np.sqrt(new_n) / LR + 2 * l2
+    p = np.where(np.abs(z) > l1, (l1 * np.sign(z) - z) / y, 0.0)
+    return p, {"SquaredAccumulator": new_n, "LinearAccumulator": z}
+
+
+def ref_lamb(p, g, s, a, t):
+    b1, b2, eps, wd = 0.9, 0.999, 1e-6, a["weight_decay"]
+    m1 = b1 * s["Moment1"] + (1 - b1) * g
+    m2 = b2 * s["Moment2"] + (1 - b2) * g * g
+    r = (m1 / (1 - b1 ** (t + 1))) / (np.sqrt(m2 / (1 - b2 ** (t + 1))) + eps) + wd * p
+    ratio = np.linalg.norm(p) / np.linalg.norm(r)
+    return p - LR * ratio * r, {"Moment1": m1, "Moment2": m2}
+
+
 def ref_lars(p, g, s, a, t):
     # Paddle's lars_momentum_op.h, written out
     p_norm, g_norm = np.linalg.norm(p), np.linalg.norm(g)
@@ -69,6 +101,14 @@ def ref_lars(p, g, s, a, t):
         rate = LR * a["lars_coeff"] * p_norm / (g_norm + a["lars_weight_decay"] * p_norm)
     v = a["mu"] * s["Velocity"] + rate * (g + a["lars_weight_decay"] * p)
     return p - v, {"Velocity": v}
+
+
+#: the output slot of each state input (Paddle names ftrl's differently)
+OUT_SLOT = {"SquaredAccumulator": "SquaredAccumOut", "LinearAccumulator": "LinearAccumOut"}
+
+
+def _out(slot: str) -> str:
+    return OUT_SLOT.get(slot, slot + "Out")
 
 
 # op, attrs, state slots, state slot -> output slot, reference
@@ -81,6 +121,11 @@ OPTIMIZERS = {
                                         "lars_weight_decay": 0.0005}, ["Velocity"], ref_lars),
     "adam": ("adam", {}, ["Moment1", "Moment2"], ref_adam),
     "adagrad": ("adagrad", {}, ["Moment"], ref_adagrad),
+    "adamax": ("adamax", {}, ["Moment", "InfNorm"], ref_adamax),
+    "decayed_adagrad": ("decayed_adagrad", {}, ["Moment"], ref_decayed_adagrad),
+    "ftrl": ("ftrl", {"l1": 0.01, "l2": 0.1}, ["SquaredAccumulator", "LinearAccumulator"],
+             ref_ftrl),
+    "lamb": ("lamb", {"weight_decay": 0.01}, ["Moment1", "Moment2"], ref_lamb),
     "rmsprop": ("rmsprop", {"decay": 0.9, "momentum": 0.5, "epsilon": 1e-6},
                 ["MeanSquare", "Moment"], ref_rmsprop),
     "rmsprop_centered": ("rmsprop",
@@ -92,17 +137,19 @@ OPTIMIZERS = {
 def _initial_state(slots, rng, dtype=np.float64):
     # second-moment states start positive (and MeanSquare above MeanGrad²) so every square
     # root stays real
-    return {s: (rng.uniform(0.5, 1.0, SHAPE) if s in ("MeanSquare", "Moment", "Moment2")
+    return {s: (rng.uniform(0.5, 1.0, SHAPE) if s in ("MeanSquare", "Moment", "Moment2",
+                                                    "InfNorm", "SquaredAccumulator")
                 else rng.uniform(-0.1, 0.1, SHAPE)).astype(dtype) for s in slots}
 
 
 def _step(op, attrs, param, grad, state, t, dtype=np.float64):
     ins = {"Param": [param], "Grad": [grad], "LearningRate": [np.array([LR], dtype)]}
     ins.update({s: [a] for s, a in state.items()})
-    if op == "adam":
+    if op in ("adam", "lamb", "adamax"):
         ins["Beta1Pow"] = [np.array([0.9 ** (t + 1)], dtype)]
+    if op in ("adam", "lamb"):
         ins["Beta2Pow"] = [np.array([0.999 ** (t + 1)], dtype)]
-    outs = ["ParamOut"] + [s + "Out" for s in state]
+    outs = ["ParamOut"] + [_out(s) for s in state]
     return run_op(op, ins, attrs, tuple(outs))
 
 
@@ -120,14 +167,15 @@ def test_dense_five_steps_match_reference(name):
         # in place: the outputs are the very input arrays
         assert res["ParamOut"][0] is param
         for s in slots:
-            assert res[s + "Out"][0] is state[s]
+            assert res[_out(s)][0] is state[s]
         assert np.isfinite(param).all()
         np.testing.assert_allclose(param, exp_p, rtol=1e-12, atol=1e-12)
         for s in slots:
             np.testing.assert_allclose(state[s], exp_s[s], rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", [n for n in OPTIMIZERS if n != "lars_momentum"])
+@pytest.mark.parametrize("name", [n for n in OPTIMIZERS if n not in ("lars_momentum",
+                                                                       "lamb")])
 def test_sparse_grad_updates_only_touched_rows(name):
     op, attrs, slots, ref = OPTIMIZERS[name]
     rng = np.random.default_rng(1)
