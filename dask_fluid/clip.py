@@ -1,16 +1,67 @@
-"""Gradient clipping by value (Fluid's ``GradientClipByValue``), applied before decay."""
+"""Gradient clipping, as Fluid 1.8's ``fluid.clip``.
+
+- ``GradientClipByValue(max, min=None)``: each element into ``[min, max]`` (the ``clip`` op);
+- ``GradientClipByNorm(clip_norm)``: each gradient scaled to an L2 norm of at most
+  ``clip_norm`` (the ``clip_by_norm`` op);
+- ``GradientClipByGlobalNorm(clip_norm)``: every gradient scaled by
+  ``clip_norm / max(global_norm, clip_norm)``, the global norm taken over all of them (Fluid's
+  ops: ``square``, ``reduce_sum``, ``sum``, ``sqrt``, ``fill_constant``, ``elementwise_max``,
+  ``elementwise_div``, ``elementwise_mul``).
+
+Pass one as ``grad_clip=`` of an optimizer (Fluid 1.8), or attach it to parameters with
+:func:`set_gradient_clip` (the older API); ``need_clip(param)`` false leaves a parameter's
+gradient as it is. Clipping runs before weight decay, as in Fluid.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from . import unique_name
 
+__all__ = ["GradientClipByGlobalNorm", "GradientClipByNorm", "GradientClipByValue",
+           "clip_from_dict", "set_gradient_clip"]
 
-class GradientClipByValue:
+NeedClip = Callable[[Any], bool] | None
+
+
+class _Clip:
+    """The shared part: ``clip(params_grads)`` for ``grad_clip=``, one gradient at a time
+    unless a subclass needs them all (global norm)."""
+
+    def __init__(self, need_clip: NeedClip = None) -> None:
+        if need_clip is not None and not callable(need_clip):
+            raise TypeError("need_clip must be a function of the parameter returning a bool")
+        self.need_clip = need_clip
+
+    def _wanted(self, param: Any) -> bool:
+        return self.need_clip is None or bool(self.need_clip(param))
+
+    def __call__(self, params_grads: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+        out = []
+        for p, g in params_grads:
+            if g is None or not self._wanted(p):
+                out.append((p, g))
+                continue
+            with p.block.program._optimized_guard([p, g]):
+                out.append((p, self.append(p, g, p.block.program.global_block())))
+        return out
+
+    def append(self, param: Any, grad: Any, block: Any) -> Any:
+        raise NotImplementedError
+
+
+def _new_var(block: Any, like: Any, suffix: str) -> Any:
+    return block.create_var(name=unique_name.generate(like.name + suffix), shape=like.shape,
+                            dtype=like.dtype)
+
+
+class GradientClipByValue(_Clip):
     """Clip each gradient element into ``[min, max]`` (``min`` defaults to ``-max``)."""
 
-    def __init__(self, max: float, min: float | None = None) -> None:
+    def __init__(self, max: float, min: float | None = None, need_clip: NeedClip = None) -> None:
+        super().__init__(need_clip)
         max = float(max)
         min = -max if min is None else float(min)
         if not min < max:
@@ -18,8 +69,7 @@ class GradientClipByValue:
         self.max, self.min = max, min
 
     def append(self, param, grad, block):
-        out = block.create_var(name=unique_name.generate(grad.name + "@clipped"),
-                               shape=grad.shape, dtype=grad.dtype)
+        out = _new_var(block, grad, "@clipped")
         block.append_op("clip", inputs={"X": [grad]}, outputs={"Out": [out]},
                         attrs={"min": self.min, "max": self.max})
         return out
@@ -28,16 +78,87 @@ class GradientClipByValue:
         return {"kind": "value", "min": self.min, "max": self.max}
 
 
-def clip_from_dict(d: dict | None) -> GradientClipByValue | None:
+class GradientClipByNorm(_Clip):
+    """Scale each gradient to an L2 norm of at most ``clip_norm`` (``clip_by_norm``)."""
+
+    def __init__(self, clip_norm: float, need_clip: NeedClip = None) -> None:
+        super().__init__(need_clip)
+        if not float(clip_norm) > 0:
+            raise ValueError(f"clip_norm must be > 0, got {clip_norm}")
+        self.clip_norm = float(clip_norm)
+
+    def append(self, param, grad, block):
+        out = _new_var(block, grad, "@clipped")
+        block.append_op("clip_by_norm", inputs={"X": [grad]}, outputs={"Out": [out]},
+                        attrs={"max_norm": self.clip_norm})
+        return out
+
+    def _to_dict(self) -> dict[str, Any]:
+        return {"kind": "norm", "clip_norm": self.clip_norm}
+
+
+class GradientClipByGlobalNorm(_Clip):
+    """Scale every gradient by ``clip_norm / max(global_norm, clip_norm)``, the global norm
+    being the L2 norm of all of them together."""
+
+    def __init__(self, clip_norm: float, group_name: str = "default_group",
+                 need_clip: NeedClip = None) -> None:
+        super().__init__(need_clip)
+        if not float(clip_norm) > 0:
+            raise ValueError(f"clip_norm must be > 0, got {clip_norm}")
+        self.clip_norm = float(clip_norm)
+        self.group_name = group_name
+
+    def __call__(self, params_grads: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+        from . import layers  # noqa: PLC0415  (layers build on the framework this module uses)
+
+        clipped = [(p, g) for p, g in params_grads if g is not None and self._wanted(p)]
+        if not clipped:
+            return params_grads
+        p0, g0 = clipped[-1]
+        program = p0.block.program
+        with program._optimized_guard([p0, g0]):
+            squares = [layers.reduce_sum(layers.square(g)) for _, g in clipped]
+            global_norm = layers.sqrt(layers.sums(squares))
+            max_norm = layers.fill_constant([1], global_norm.dtype, self.clip_norm)
+            scale = layers.elementwise_div(max_norm,
+                                           layers.elementwise_max(max_norm, global_norm))
+        out = []
+        for p, g in params_grads:
+            if g is None or not self._wanted(p):
+                out.append((p, g))
+                continue
+            with program._optimized_guard([p, g]):
+                out.append((p, layers.elementwise_mul(g, scale)))
+        return out
+
+    def append(self, param, grad, block):
+        raise NotImplementedError("GradientClipByGlobalNorm needs every gradient at once: "
+                                  "pass it as the optimizer's grad_clip=, not per parameter")
+
+    def _to_dict(self) -> dict[str, Any]:
+        return {"kind": "global_norm", "clip_norm": self.clip_norm}
+
+
+def clip_from_dict(d: dict | None) -> _Clip | None:
     if d is None:
         return None
-    return GradientClipByValue(d["max"], d["min"])
+    kind = d.get("kind", "value")
+    if kind == "value":
+        return GradientClipByValue(d["max"], d["min"])
+    if kind == "norm":
+        return GradientClipByNorm(d["clip_norm"])
+    return GradientClipByGlobalNorm(d["clip_norm"])
 
 
-def set_gradient_clip(clip: GradientClipByValue, param_list=None, program=None) -> None:
-    """Clip the gradients of ``param_list`` (default: every parameter of ``program``)."""
+def set_gradient_clip(clip: _Clip, param_list=None, program=None) -> None:
+    """Clip the gradients of ``param_list`` (default: every parameter of ``program``) one by
+    one (not :class:`GradientClipByGlobalNorm`: give that to the optimizer's ``grad_clip=``)."""
     from .framework import default_main_program
 
+    if isinstance(clip, GradientClipByGlobalNorm):
+        raise NotImplementedError("set_gradient_clip with GradientClipByGlobalNorm is not "
+                                  "implemented: pass it as the optimizer's grad_clip=")
     program = program or default_main_program()
     params = param_list or program.all_parameters()
     block = program.global_block()

@@ -35,11 +35,17 @@ class Optimizer:
     type = ""
 
     def __init__(self, learning_rate: float | Variable, regularization: Any = None,
-                 name: str | None = None) -> None:
+                 name: str | None = None,
+                 grad_clip: Any = None) -> None:
         if not isinstance(learning_rate, Variable):
             learning_rate = _check_positive("learning_rate", learning_rate)
         self._learning_rate = learning_rate
         self.regularization = regularization
+        if grad_clip is not None and not callable(grad_clip):
+            raise TypeError(f"grad_clip must be a fluid.clip.GradientClipBy* object, got "
+                            f"{type(grad_clip).__name__}")
+        #: applied to all (param, grad) pairs before regularization (Fluid 1.8's grad_clip=)
+        self._grad_clip = grad_clip
         self._name = name
         self._lr_var: dict[int, Variable] = {}
         self._accumulators: dict[str, dict[str, Variable]] = {}
@@ -102,10 +108,12 @@ class Optimizer:
                              "nothing to optimize")
         program = params_grads[0][0].block.program
         block = program.global_block()
+        if self._grad_clip is not None:  # Fluid 1.8: grad_clip= replaces per-parameter clips
+            params_grads = self._grad_clip(params_grads)
         processed = []
         for param, grad in params_grads:
             with program._optimized_guard([param, grad]):
-                if param.gradient_clip_attr is not None:
+                if param.gradient_clip_attr is not None and self._grad_clip is None:
                     grad = param.gradient_clip_attr.append(param, grad, block)
                 regularizer = param.regularizer or self.regularization
                 if regularizer is not None:
@@ -150,8 +158,9 @@ class MomentumOptimizer(Optimizer):
     type = "momentum"
 
     def __init__(self, learning_rate, momentum: float, use_nesterov: bool = False,
-                 regularization: Any = None, name: str | None = None) -> None:
-        super().__init__(learning_rate, regularization, name)
+                 regularization: Any = None, name: str | None = None,
+                 grad_clip: Any = None) -> None:
+        super().__init__(learning_rate, regularization, name, grad_clip)
         self._momentum = _check_positive("momentum", momentum, allow_zero=True)
         self._use_nesterov = bool(use_nesterov)
 
@@ -180,8 +189,10 @@ class LarsMomentumOptimizer(MomentumOptimizer):
 
     def __init__(self, learning_rate, momentum: float, lars_coeff: float = 0.001,
                  lars_weight_decay: float = 0.0005, regularization: Any = None,
-                 name: str | None = None) -> None:
-        super().__init__(learning_rate, momentum, regularization=regularization, name=name)
+                 name: str | None = None,
+                 grad_clip: Any = None) -> None:
+        super().__init__(learning_rate, momentum, regularization=regularization, name=name,
+                         grad_clip=grad_clip)
         self._lars_coeff = _check_positive("lars_coeff", lars_coeff, allow_zero=True)
         self._lars_weight_decay = _check_positive("lars_weight_decay", lars_weight_decay,
                                                   allow_zero=True)
@@ -198,8 +209,9 @@ class AdamOptimizer(Optimizer):
 
     def __init__(self, learning_rate: float | Variable = 0.001, beta1: float = 0.9,
                  beta2: float = 0.999, epsilon: float = 1e-8, regularization: Any = None,
-                 name: str | None = None, lazy_mode: bool = False) -> None:
-        super().__init__(learning_rate, regularization, name)
+                 name: str | None = None, lazy_mode: bool = False,
+                 grad_clip: Any = None) -> None:
+        super().__init__(learning_rate, regularization, name, grad_clip)
         for arg, val in (("beta1", beta1), ("beta2", beta2)):
             if not 0.0 <= float(val) < 1.0:
                 raise ValueError(f"{arg} must be in [0, 1), got {val}")
@@ -245,8 +257,9 @@ class AdamaxOptimizer(Optimizer):
 
     def __init__(self, learning_rate: float | Variable = 0.001, beta1: float = 0.9,
                  beta2: float = 0.999, epsilon: float = 1e-8, regularization: Any = None,
-                 name: str | None = None) -> None:
-        super().__init__(learning_rate, regularization, name)
+                 name: str | None = None,
+                 grad_clip: Any = None) -> None:
+        super().__init__(learning_rate, regularization, name, grad_clip)
         for arg, val in (("beta1", beta1), ("beta2", beta2)):
             if not 0.0 <= float(val) < 1.0:
                 raise ValueError(f"{arg} must be in [0, 1), got {val}")
@@ -288,8 +301,10 @@ class LambOptimizer(AdamOptimizer):
     def __init__(self, learning_rate: float | Variable = 0.001, lamb_weight_decay: float = 0.01,
                  beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-6,
                  regularization: Any = None, exclude_from_weight_decay_fn: Any = None,
-                 name: str | None = None) -> None:
-        super().__init__(learning_rate, beta1, beta2, epsilon, regularization, name)
+                 name: str | None = None,
+                 grad_clip: Any = None) -> None:
+        super().__init__(learning_rate, beta1, beta2, epsilon, regularization, name,
+                         grad_clip=grad_clip)
         self._weight_decay = _check_positive("lamb_weight_decay", lamb_weight_decay,
                                              allow_zero=True)
         self._exclude = exclude_from_weight_decay_fn
@@ -315,8 +330,9 @@ class AdagradOptimizer(Optimizer):
     type = "adagrad"
 
     def __init__(self, learning_rate, epsilon: float = 1e-6, regularization: Any = None,
-                 name: str | None = None, initial_accumulator_value: float = 0.0) -> None:
-        super().__init__(learning_rate, regularization, name)
+                 name: str | None = None, initial_accumulator_value: float = 0.0,
+                 grad_clip: Any = None) -> None:
+        super().__init__(learning_rate, regularization, name, grad_clip)
         self._epsilon = _check_positive("epsilon", epsilon)
         self._initial = _check_positive("initial_accumulator_value",
                                         initial_accumulator_value, allow_zero=True)
@@ -342,8 +358,9 @@ class RMSPropOptimizer(Optimizer):
 
     def __init__(self, learning_rate, rho: float = 0.95, epsilon: float = 1e-6,
                  momentum: float = 0.0, centered: bool = False, regularization: Any = None,
-                 name: str | None = None) -> None:
-        super().__init__(learning_rate, regularization, name)
+                 name: str | None = None,
+                 grad_clip: Any = None) -> None:
+        super().__init__(learning_rate, regularization, name, grad_clip)
         if not 0.0 <= float(rho) < 1.0:
             raise ValueError(f"rho must be in [0, 1), got {rho}")
         self._rho = float(rho)
@@ -376,8 +393,9 @@ class DecayedAdagradOptimizer(Optimizer):
     type = "decayed_adagrad"
 
     def __init__(self, learning_rate, decay: float = 0.95, epsilon: float = 1e-6,
-                 regularization: Any = None, name: str | None = None) -> None:
-        super().__init__(learning_rate, regularization, name)
+                 regularization: Any = None, name: str | None = None,
+                 grad_clip: Any = None) -> None:
+        super().__init__(learning_rate, regularization, name, grad_clip)
         if not 0.0 <= float(decay) < 1.0:
             raise ValueError(f"decay must be in [0, 1), got {decay}")
         self._decay = float(decay)
@@ -405,8 +423,9 @@ class FtrlOptimizer(Optimizer):
 
     def __init__(self, learning_rate, l1: float = 0.0, l2: float = 0.0,
                  lr_power: float = -0.5, regularization: Any = None,
-                 name: str | None = None) -> None:
-        super().__init__(learning_rate, regularization, name)
+                 name: str | None = None,
+                 grad_clip: Any = None) -> None:
+        super().__init__(learning_rate, regularization, name, grad_clip)
         self._l1 = _check_positive("l1", l1, allow_zero=True)
         self._l2 = _check_positive("l2", l2, allow_zero=True)
         self._lr_power = float(lr_power)

@@ -17,8 +17,9 @@ __all__ = [
     "elementwise_div", "elementwise_max", "elementwise_min", "elementwise_mul", "elementwise_pow",
     "elementwise_sub", "elu", "embedding", "exp", "fc", "floor", "gelu", "hard_sigmoid",
     "layer_norm", "leaky_relu", "matmul", "mean", "pow", "reduce_mean", "reduce_sum", "relu",
-    "relu6", "scale", "sigmoid", "softmax", "softmax_with_cross_entropy", "softplus", "softsign",
-    "square", "square_error_cost", "swish", "tanh", "topk",
+    "relu6", "scale", "sigmoid", "sigmoid_cross_entropy_with_logits", "softmax",
+    "softmax_with_cross_entropy", "softplus", "softsign", "sqrt", "square", "square_error_cost",
+    "swish", "tanh", "topk",
 ]
 
 _ACTIVATIONS = ("relu", "sigmoid", "tanh", "softmax", "exp", "sqrt", "abs", "square",
@@ -471,3 +472,8 @@ def sigmoid_cross_entropy_with_logits(x: Variable, label: Variable, ignore_index
                      inputs={"X": [x], "Label": [label]}, outputs={"Out": [out]},
                      attrs={"ignore_index": int(ignore_index), "normalize": bool(normalize)})
     return out
+
+
+def sqrt(x: Variable, name: str | None = None) -> Variable:
+    """Square root."""
+    return _unary("sqrt", x, name)

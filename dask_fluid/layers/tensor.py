@@ -11,10 +11,10 @@ from ..initializer import ConstantInitializer
 from ..layer_helper import LayerHelper
 
 __all__ = [
-    "assign", "cast", "concat", "create_global_var", "create_tensor", "data", "fill_constant",
-    "argmax", "expand", "fill_constant_batch_size_like", "gather", "increment", "label_smooth",
-    "one_hot", "slice", "squeeze", "stack", "transpose", "unsqueeze",
-    "less_than", "logical_and", "logical_not", "ones", "reshape", "sums", "zeros",
+    "argmax", "assign", "cast", "concat", "create_global_var", "create_parameter", "create_tensor",
+    "data", "expand", "fill_constant", "fill_constant_batch_size_like", "gather", "increment",
+    "label_smooth", "less_than", "logical_and", "logical_not", "one_hot", "ones", "reshape",
+    "slice", "squeeze", "stack", "sums", "transpose", "unsqueeze", "zeros",
 ]
 
 
@@ -363,3 +363,20 @@ def argmax(x: Variable, axis: int = 0) -> Variable:
     helper.append_op("arg_max", inputs={"X": [x]}, outputs={"Out": [out]},
                      attrs={"axis": int(axis), "keepdims": False, "dtype": "int64"})
     return out
+
+
+def create_parameter(shape: Sequence[int], dtype: str, name: str | None = None,
+                     attr: Any = None, is_bias: bool = False,
+                     default_initializer: Any = None) -> Variable:
+    """A parameter of ``shape`` (Xavier, or zeros for a bias, unless an initializer is
+    given), as Fluid 1.8's ``layers.create_parameter``."""
+    from ..param_attr import ParamAttr  # noqa: PLC0415
+
+    attr = ParamAttr._to_attr(attr)
+    if attr is False:
+        raise ValueError("create_parameter: attr=False creates no parameter")
+    if name is not None:
+        attr.name = name
+    helper = LayerHelper("create_parameter")
+    return helper.create_parameter(attr, [int(d) for d in shape], convert_dtype(dtype),
+                                   is_bias=is_bias, default_initializer=default_initializer)

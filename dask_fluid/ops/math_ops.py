@@ -448,3 +448,15 @@ def sum_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
         like = next(x for x in ins["X"] if x is not None)
         d = xp_of(like).zeros(like.shape, dtype=like.dtype)
     return {"X" + GRAD: [d] * n}
+
+
+@register("clip_by_norm", ("X",), ("Out",), {"max_norm": 1.0})
+def clip_by_norm(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = X · max_norm / max(‖X‖₂, max_norm): X itself when its norm is within max_norm."""
+    x = ins["X"][0]
+    if isinstance(x, SelectedRows):
+        x = x.to_dense()
+    xp = array_module(x)
+    max_norm = _scalar(x, attrs.get("max_norm", 1.0))
+    norm = xp.sqrt((x * x).sum())
+    return {"Out": [(x * (max_norm / xp.maximum(norm, max_norm))).astype(x.dtype, copy=False)]}

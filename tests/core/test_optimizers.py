@@ -143,3 +143,52 @@ def test_the_other_fluid_optimizers_train_the_reference_mlp(make):
     losses = [float(exe.run(spec.main, feed={"x": x, "y": y}, fetch_list=[spec.loss],
                             scope=scope)[0][0]) for _ in range(30)]
     assert losses[-1] < 0.8 * losses[0], losses[::10]
+
+
+def _one_sgd_step(clip, lr=1.0):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data("x", shape=[3], dtype="float64")
+        w = layers.create_parameter([3, 2], "float64", name="w",
+                                    default_initializer=fluid.initializer.Constant(0.5))
+        b = layers.create_parameter([2], "float64", name="b", is_bias=True,
+                                    default_initializer=fluid.initializer.Constant(0.0))
+        loss = layers.reduce_sum(layers.elementwise_add(layers.matmul(x, w), b))
+        fluid.optimizer.SGD(lr, grad_clip=clip).minimize(loss)
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(startup, scope=scope)
+    feed = {"x": np.array([[3.0, 4.0, 0.0], [0.0, 0.0, 12.0]])}
+    exe.run(main, feed=feed, scope=scope)
+    # the gradients: dL/dw[i, j] = sum of x[:, i] (3, 4, 12 per row of w), dL/db = 2
+    return 0.5 - scope.get("w"), 0.0 - scope.get("b"), main
+
+
+def test_clip_by_norm_and_by_global_norm_scale_the_gradients_as_fluid():
+    gw, gb, _ = _one_sgd_step(None)
+    np.testing.assert_allclose(gw, [[3, 3], [4, 4], [12, 12]])
+    np.testing.assert_allclose(gb, [2, 2])
+    cw, cb, main = _one_sgd_step(fluid.clip.GradientClipByNorm(1.0))
+    np.testing.assert_allclose(cw, gw / np.linalg.norm(gw))
+    np.testing.assert_allclose(cb, gb / np.linalg.norm(gb))
+    assert [op.type for op in main.global_block().ops].count("clip_by_norm") == 2
+    global_norm = np.sqrt((gw ** 2).sum() + (gb ** 2).sum())
+    cw, cb, main = _one_sgd_step(fluid.clip.GradientClipByGlobalNorm(5.0))
+    np.testing.assert_allclose(cw, gw * 5.0 / global_norm)
+    np.testing.assert_allclose(cb, gb * 5.0 / global_norm)
+    types = [op.type for op in main.global_block().ops]
+    assert {"square", "reduce_sum", "sqrt", "elementwise_max", "elementwise_div"} <= set(types)
+    big, _, _ = _one_sgd_step(fluid.clip.GradientClipByGlobalNorm(1000.0))
+    np.testing.assert_allclose(big, gw)  # within the norm: untouched
+    skip, sb, _ = _one_sgd_step(fluid.clip.GradientClipByNorm(
+        1.0, need_clip=lambda p: p.name != "b"))
+    np.testing.assert_allclose(skip, gw / np.linalg.norm(gw))
+    np.testing.assert_allclose(sb, gb)  # need_clip false: not clipped
+
+
+def test_bad_clips_are_refused():
+    with pytest.raises(ValueError, match="clip_norm must be > 0"):
+        fluid.clip.GradientClipByGlobalNorm(0.0)
+    with pytest.raises(TypeError, match="grad_clip must be"):
+        fluid.optimizer.SGD(0.1, grad_clip=3.0)
+    with pytest.raises(NotImplementedError, match="grad_clip="):
+        fluid.clip.set_gradient_clip(fluid.clip.GradientClipByGlobalNorm(1.0))
