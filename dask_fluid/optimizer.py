@@ -129,13 +129,19 @@ class Optimizer:
         return ops
 
     def minimize(self, loss: Variable, startup_program: Program | None = None,
-                 parameter_list=None, no_grad_set=None):
-        """Append the backward pass and the optimize ops of ``loss``.
+                 parameter_list=None, no_grad_set=None, grad_clip: Any = None):
+        """Append the backward pass and the optimize ops of ``loss``; ``grad_clip`` (Fluid
+        1.8's argument of ``minimize``) replaces the optimizer's own.
 
         Returns
         -------
         (optimize_ops, params_grads)
         """
+        if grad_clip is not None:
+            if not callable(grad_clip):
+                raise TypeError(f"grad_clip must be a fluid.clip.GradientClipBy* object, got "
+                                f"{type(grad_clip).__name__}")
+            self._grad_clip = grad_clip
         params_grads = self.backward(loss, startup_program, parameter_list, no_grad_set)
         return self.apply_gradients(params_grads), params_grads
 
