@@ -18,6 +18,13 @@ from .layer_helper import LayerHelper
 from .layers.tensor import create_global_var
 
 
+def _check_betas(beta1: float, beta2: float) -> tuple[float, float]:
+    for arg, val in (("beta1", beta1), ("beta2", beta2)):
+        if not 0.0 <= float(val) < 1.0:
+            raise ValueError(f"{arg} must be in [0, 1), got {val}")
+    return float(beta1), float(beta2)
+
+
 def _check_positive(name: str, value: Any, allow_zero: bool = False) -> float:
     try:
         v = float(value)
@@ -94,6 +101,16 @@ class Optimizer:
 
     def _finish_update(self, block, params_grads) -> None:
         """Ops run once per parameter after its optimize op (Adam's beta powers)."""
+
+    def _advance_powers(self, block, params_grads, powers: list[tuple[str, float]]) -> None:
+        """A ``scale`` op per parameter and ``(accumulator, beta)``: ``beta^t`` to
+        ``beta^(t+1)`` after the update, as Fluid appends them."""
+        for p, g in params_grads:
+            with block.program._optimized_guard([p, g]):
+                for acc, beta in powers:
+                    var = self._acc(acc, p)
+                    block.append_op("scale", inputs={"X": [var]}, outputs={"Out": [var]},
+                                    attrs={"scale": beta})
 
     # -- the pass ---------------------------------------------------------------------------
     def backward(self, loss: Variable, startup_program: Program | None = None,
@@ -218,10 +235,7 @@ class AdamOptimizer(Optimizer):
                  name: str | None = None, lazy_mode: bool = False,
                  grad_clip: Any = None) -> None:
         super().__init__(learning_rate, regularization, name, grad_clip)
-        for arg, val in (("beta1", beta1), ("beta2", beta2)):
-            if not 0.0 <= float(val) < 1.0:
-                raise ValueError(f"{arg} must be in [0, 1), got {val}")
-        self._beta1, self._beta2 = float(beta1), float(beta2)
+        self._beta1, self._beta2 = _check_betas(beta1, beta2)
         self._epsilon = _check_positive("epsilon", epsilon)
         self._lazy_mode = bool(lazy_mode)
 
@@ -246,13 +260,8 @@ class AdamOptimizer(Optimizer):
                    "lazy_mode": self._lazy_mode})
 
     def _finish_update(self, block, params_grads):
-        program = block.program
-        for p, g in params_grads:
-            with program._optimized_guard([p, g]):
-                for acc, beta in (("beta1_pow_acc", self._beta1), ("beta2_pow_acc", self._beta2)):
-                    var = self._acc(acc, p)
-                    block.append_op("scale", inputs={"X": [var]}, outputs={"Out": [var]},
-                                    attrs={"scale": beta})
+        self._advance_powers(block, params_grads, [("beta1_pow_acc", self._beta1),
+                                                   ("beta2_pow_acc", self._beta2)])
 
 
 class AdamaxOptimizer(Optimizer):
@@ -266,10 +275,7 @@ class AdamaxOptimizer(Optimizer):
                  name: str | None = None,
                  grad_clip: Any = None) -> None:
         super().__init__(learning_rate, regularization, name, grad_clip)
-        for arg, val in (("beta1", beta1), ("beta2", beta2)):
-            if not 0.0 <= float(val) < 1.0:
-                raise ValueError(f"{arg} must be in [0, 1), got {val}")
-        self._beta1, self._beta2 = float(beta1), float(beta2)
+        self._beta1, self._beta2 = _check_betas(beta1, beta2)
         self._epsilon = _check_positive("epsilon", epsilon)
 
     def _create_accumulators(self, block, params):
@@ -290,11 +296,7 @@ class AdamaxOptimizer(Optimizer):
             attrs={"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon})
 
     def _finish_update(self, block, params_grads):
-        for p, g in params_grads:
-            with block.program._optimized_guard([p, g]):
-                var = self._acc("beta1_pow_acc", p)
-                block.append_op("scale", inputs={"X": [var]}, outputs={"Out": [var]},
-                                attrs={"scale": self._beta1})
+        self._advance_powers(block, params_grads, [("beta1_pow_acc", self._beta1)])
 
 
 class LambOptimizer(AdamOptimizer):
