@@ -42,6 +42,8 @@ class OpRole:
 
 
 OP_ROLE_KEY = "op_role"
+#: op attributes that name blocks (by index); Operator.all_attrs() gives the Block objects
+_BLOCK_ATTRS = frozenset({"sub_block", "optimize_blocks", "prefetch_blocks"})
 OP_ROLE_VAR_KEY = "op_role_var"
 
 DTYPES = ("float16", "float32", "float64", "int32", "int64", "bool", "uint8", "int8")
@@ -292,6 +294,18 @@ class Operator:
 
     def has_attr(self, name: str) -> bool:
         return name in self.attrs
+
+    def all_attrs(self) -> dict[str, Any]:
+        """Every attribute, with block attributes (``sub_block``, ``optimize_blocks``,
+        ``prefetch_blocks``: stored as block indices) as :class:`Block` objects, as Fluid's
+        ``Operator.all_attrs()`` returns them."""
+        program = self.block.program
+        out = dict(self.attrs)
+        for name in _BLOCK_ATTRS & out.keys():
+            value = out[name]
+            out[name] = ([program.block(int(i)) for i in value] if isinstance(value, list)
+                         else program.block(int(value)))
+        return out
 
     def _set_attr(self, name: str, value: Any) -> None:
         self.attrs[name] = value

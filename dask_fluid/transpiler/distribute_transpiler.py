@@ -32,7 +32,7 @@ from ..framework import (
     default_main_program,
     default_startup_program,
 )
-from . import lookup_table, trainer_rewrite
+from . import lookup_table, trainer_rewrite, vars_distributed
 from .config import DistributeTranspilerConfig, parse_endpoints
 from .modes import TrainingMode, resolve_mode
 from .nccl2 import transpile_nccl2
@@ -316,6 +316,8 @@ class DistributeTranspiler:
         self._check_endpoint(endpoint)
         build = build_pserver_program(self._plan, endpoint, self._log)
         self._builds[endpoint] = build
+        # as Fluid: every pserver program carries the overview of all parameter blocks
+        build.program._parameters_on_pservers = vars_distributed.from_plan(self._plan)
         return build.program
 
     def get_pserver_programs(self, endpoint: str) -> tuple[Program, Program]:

@@ -229,3 +229,14 @@ def test_backward_through_scale():
         loss = layers.scale(layers.mean(layers.fc(x, 1)), scale=0.5)
         params_grads = fluid.append_backward(loss)
     assert sorted(p.name for p, _ in params_grads) == ["fc_0.b_0", "fc_0.w_0"]
+
+
+def test_all_attrs_gives_block_attributes_as_blocks():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        lr = layers.piecewise_decay([2], [1.0, 0.5])
+    cond = next(op for op in main.global_block().ops if op.type == "conditional_block")
+    attrs = cond.all_attrs()
+    assert attrs["sub_block"] is main.block(cond.attr("sub_block"))
+    assert isinstance(cond.attr("sub_block"), int)  # stored as an index
+    assert lr.name in main.global_block().vars

@@ -246,3 +246,15 @@ def test_print_log(caplog):
     with caplog.at_level(logging.INFO, logger="dask_fluid.transpiler"):
         transpile(main, startup)
     assert caplog.text == ""
+
+
+def test_every_pserver_program_carries_the_overview_of_all_blocks():
+    main, startup = fluid_test_net()
+    t = transpile(main, startup)
+    prog_a, _ = pserver(t, A)
+    overview = prog_a._parameters_on_pservers
+    on_a, on_b = overview.get_distributed_vars_by_ep(A), overview.get_distributed_vars_by_ep(B)
+    assert on_a and on_b
+    w = [v for v in on_a + on_b if v.origin.name == "fc_w"]
+    assert all(v.is_slice for v in w) and sum(v.slice.shape[0] for v in w) == 1000
+    assert overview.get_distributed_var_by_slice("fc_w.block0").endpoint in (A, B)

@@ -1,0 +1,91 @@
+"""Where each parameter's blocks live, in Fluid 1.8's ``VarsDistributed`` form.
+
+Fluid's transpiler hands every pserver program a ``_parameters_on_pservers`` overview: one
+``VarDistributed`` per parameter block, with the original variable (``origin``), the block's
+own description (``slice``), whether the parameter was cut (``is_slice``), the block's index
+and element offset, and its endpoint. Scripts and Paddle's tests read it to find out what each
+pserver holds (``get_distributed_vars_by_ep``); it is built here from the transpile plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["VarDistributed", "VarStruct", "VarsDistributed", "from_plan"]
+
+
+@dataclass(frozen=True)
+class VarStruct:
+    """A variable's description: name, shape, dtype (as Fluid's ``VarStruct``)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    type: str = "lod_tensor"
+    lod_level: int = 0
+    persistable: bool = True
+
+
+@dataclass(frozen=True)
+class VarDistributed:
+    """One block of a parameter on one pserver."""
+
+    origin: VarStruct
+    slice: VarStruct
+    is_slice: bool
+    block_id: int
+    offset: int
+    vtype: str
+    endpoint: str
+
+
+class VarsDistributed:
+    """Every parameter block of a transpile, queried by endpoint, name or type."""
+
+    def __init__(self) -> None:
+        self.distributed_vars: list[VarDistributed] = []
+
+    def add_distributed_var(self, var: VarDistributed) -> None:
+        self.distributed_vars.append(var)
+
+    def get_distributed_var_by_slice(self, var_name: str) -> VarDistributed | None:
+        return next((v for v in self.distributed_vars if v.slice.name == var_name), None)
+
+    def get_distributed_var_by_origin_and_ep(self, origin_var_name: str, endpoint: str
+                                             ) -> VarDistributed | None:
+        return next((v for v in self.distributed_vars if v.origin.name == origin_var_name
+                     and v.endpoint == endpoint), None)
+
+    def get_distributed_vars_by_vtypes(self, vtypes: list[str],
+                                       groupby: bool = False) -> list[VarDistributed] | dict:
+        found = [v for v in self.distributed_vars if v.vtype in vtypes]
+        if not groupby:
+            return found
+        grouped: dict[str, list[VarDistributed]] = {}
+        for v in found:
+            grouped.setdefault(v.origin.name, []).append(v)
+        return grouped
+
+    def get_distributed_vars_by_ep(self, endpoint: str) -> list[VarDistributed]:
+        return [v for v in self.distributed_vars if v.endpoint == endpoint]
+
+    def overview(self) -> str:
+        return "\n".join(f"{v.origin.name} {list(v.origin.shape)} -> {v.slice.name} "
+                         f"{list(v.slice.shape)} @ {v.endpoint}" for v in self.distributed_vars)
+
+    def __repr__(self) -> str:
+        return f"VarsDistributed({len(self.distributed_vars)} blocks)"
+
+
+def from_plan(plan) -> VarsDistributed:
+    """The overview of a :class:`~.plan.TranspilePlan`'s parameter blocks."""
+    out = VarsDistributed()
+    block = plan.origin.global_block()
+    for pp in plan.params:
+        var = block.var(pp.param)
+        origin = VarStruct(pp.param, tuple(var.shape), var.dtype)
+        for name, b, ep in zip(pp.param_block_names, pp.blocks, pp.endpoints, strict=True):
+            out.add_distributed_var(VarDistributed(
+                origin, VarStruct(name, tuple(b.shape), var.dtype), pp.split, b.index,
+                b.offset, "Param", ep))
+    return out
