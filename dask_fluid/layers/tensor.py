@@ -14,7 +14,7 @@ __all__ = [
     "argmax", "assign", "cast", "concat", "create_global_var", "create_parameter", "create_tensor",
     "data", "expand", "fill_constant", "fill_constant_batch_size_like", "gather", "increment",
     "label_smooth", "less_than", "logical_and", "logical_not", "one_hot", "ones", "reshape",
-    "slice", "squeeze", "stack", "sums", "transpose", "unsqueeze", "zeros",
+    "slice", "split", "squeeze", "stack", "sums", "transpose", "unsqueeze", "zeros",
 ]
 
 
@@ -380,3 +380,36 @@ def create_parameter(shape: Sequence[int], dtype: str, name: str | None = None,
     helper = LayerHelper("create_parameter")
     return helper.create_parameter(attr, [int(d) for d in shape], convert_dtype(dtype),
                                    is_bias=is_bias, default_initializer=default_initializer)
+
+
+def split(input: Variable, num_or_sections: int | Sequence[int], dim: int = -1,
+          name: str | None = None) -> list[Variable]:
+    """Cut ``input`` along ``dim`` into ``num_or_sections`` equal parts, or parts of the
+    given sizes (one may be -1), as Fluid 1.8's ``layers.split``."""
+    _check_var(input, "input", "split")
+    shape = list(input.shape) if input.shape is not None else None
+    axis = dim % len(shape) if shape else dim
+    size = shape[axis] if shape else -1
+    if isinstance(num_or_sections, int):
+        if num_or_sections <= 0 or (size > 0 and size % num_or_sections):
+            raise ValueError(f"split: dim {dim} of {input.name!r} ({size}) does not split into "
+                             f"{num_or_sections} equal parts")
+        sizes = [size // num_or_sections if size > 0 else -1] * num_or_sections
+        attrs = {"num": num_or_sections, "sections": [], "axis": axis}
+    else:
+        sizes = [int(n) for n in num_or_sections]
+        if sizes.count(-1) > 1:
+            raise ValueError(f"split: at most one section may be -1, got {sizes}")
+        if -1 in sizes and size > 0:
+            sizes[sizes.index(-1)] = size - sum(n for n in sizes if n != -1)
+        if size > 0 and sum(sizes) != size:
+            raise ValueError(f"split: sections {list(num_or_sections)} do not add up to dim "
+                             f"{dim} of {input.name!r} ({size})")
+        attrs = {"num": 0, "sections": [int(n) for n in num_or_sections], "axis": axis}
+    helper = LayerHelper("split", name)
+    outs = []
+    for n in sizes:
+        out_shape = None if shape is None else shape[:axis] + [n] + shape[axis + 1:]
+        outs.append(helper.create_tmp(dtype=input.dtype, shape=out_shape))
+    helper.append_op("split", inputs={"X": [input]}, outputs={"Out": outs}, attrs=attrs)
+    return outs
