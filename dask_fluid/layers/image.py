@@ -10,12 +10,17 @@ from typing import Any
 from ..framework import Variable
 from ..initializer import ConstantInitializer, NormalInitializer
 from ..layer_helper import LayerHelper
-from ..ops.conv_ops import conv_output_size, pool_output_size, resolve_paddings
+from ..ops.conv_ops import (
+    conv_output_size,
+    conv_transpose_output_size,
+    pool_output_size,
+    resolve_paddings,
+)
 from ..param_attr import ParamAttr
 from .nn import _append_activation
 from .tensor import _check_var
 
-__all__ = ["batch_norm", "conv2d", "pool2d"]
+__all__ = ["batch_norm", "conv2d", "conv2d_transpose", "pool2d"]
 
 
 def _pair(value: Any, name: str, layer: str) -> list[int]:
@@ -221,3 +226,61 @@ def batch_norm(input: Variable, act: str | None = None, is_test: bool = False,
                             "use_mkldnn": False, "fuse_with_relu": False,
                             "use_global_stats": bool(use_global_stats)})
     return _append_activation(helper, out, act)
+
+
+def conv2d_transpose(input: Variable, num_filters: int, output_size: Any = None,
+                     filter_size: Any = None, padding: Any = 0, stride: Any = 1,
+                     dilation: Any = 1, groups: int | None = None, param_attr: Any = None,
+                     bias_attr: Any = None, use_cudnn: bool = True, act: str | None = None,
+                     name: str | None = None, data_format: str = "NCHW") -> Variable:
+    """Transposed 2-D convolution of an NCHW input, as Fluid 1.8's ``layers.conv2d_transpose``.
+
+    The filter is ``[C, num_filters / groups, KH, KW]`` (Xavier). Without ``filter_size`` it
+    follows from ``output_size``: ``(output - (H - 1) * stride + 2 * padding - 1) //
+    dilation + 1``. The bias ``[num_filters]`` is added along axis 1.
+    """
+    _check_var(input, "input", "conv2d_transpose")
+    n, c, h, w = _nchw(input, "conv2d_transpose", data_format)
+    groups = 1 if groups is None else int(groups)
+    if not isinstance(num_filters, int) or num_filters <= 0 or num_filters % groups or \
+            c % groups:
+        raise ValueError(f"conv2d_transpose: num_filters={num_filters!r} and the input's {c} "
+                         f"channels must be positive multiples of groups={groups}")
+    strides = _pair(stride, "stride", "conv2d_transpose")
+    dilations = _pair(dilation, "dilation", "conv2d_transpose")
+    paddings, algorithm = _padding(padding, "conv2d_transpose")
+    if filter_size is None:
+        if output_size is None:
+            raise ValueError("conv2d_transpose: give output_size or filter_size")
+        out_hw = _pair(output_size, "output_size", "conv2d_transpose")
+        pads = resolve_paddings(paddings, "EXPLICIT", (h, w), (1, 1), strides)
+        filter_size = [(o - (d - 1) * s + pads[2 * i] + pads[2 * i + 1] - 1) // dil + 1
+                       for i, (o, d, s, dil) in enumerate(zip(out_hw, (h, w), strides,
+                                                               dilations, strict=True))]
+    ksize = _pair(filter_size, "filter_size", "conv2d_transpose")
+    helper = LayerHelper("conv2d_transpose", name)
+    filt = helper.create_parameter(ParamAttr._to_attr(param_attr),
+                                   [c, num_filters // groups, *ksize], input.dtype)
+    pads = resolve_paddings(paddings, algorithm, (max(h, 1), max(w, 1)), ksize, strides,
+                            dilations)
+    oh = conv_transpose_output_size(h, ksize[0], pads[0], pads[1], strides[0], dilations[0])
+    ow = conv_transpose_output_size(w, ksize[1], pads[2], pads[3], strides[1], dilations[1])
+    out_attr: list[int] = []
+    if output_size is not None:
+        out_attr = _pair(output_size, "output_size", "conv2d_transpose")
+        oh, ow = out_attr
+    pre_bias = helper.create_tmp(dtype=input.dtype, shape=[n, num_filters, oh, ow])
+    helper.append_op("conv2d_transpose", inputs={"Input": [input], "Filter": [filt]},
+                     outputs={"Output": [pre_bias]},
+                     attrs={"output_size": out_attr, "strides": strides, "paddings": paddings,
+                            "padding_algorithm": algorithm, "dilations": dilations,
+                            "groups": groups, "use_cudnn": bool(use_cudnn),
+                            "data_format": data_format})
+    battr = ParamAttr._to_attr(bias_attr)
+    pre_act = pre_bias
+    if battr is not False:
+        b = helper.create_parameter(battr, [num_filters], input.dtype, is_bias=True)
+        pre_act = helper.create_tmp(dtype=input.dtype, shape=pre_bias.shape)
+        helper.append_op("elementwise_add", inputs={"X": [pre_bias], "Y": [b]},
+                         outputs={"Out": [pre_act]}, attrs={"axis": 1})
+    return _append_activation(helper, pre_act, act)

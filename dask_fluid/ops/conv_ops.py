@@ -352,3 +352,80 @@ def pool2d_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     # what fell on padding is dropped: the windows were clipped to the input
     return {"X" + GRAD: [xp.ascontiguousarray(dpad[:, :, top:top + geo.h,
                                                    left:left + geo.w])]}
+
+
+# ---------------------------------------------------------------------------------------------
+# conv2d_transpose: the input gradient of a conv2d, as an op (Paddle 1.8's conv_transpose_op)
+
+_CONVT_ATTRS = {**_CONV_ATTRS, "output_size": []}
+
+
+def conv_transpose_output_size(size: int, k: int, pad_before: int, pad_after: int,
+                               stride: int, dilation: int) -> int:
+    """One spatial output size of ``conv2d_transpose`` without ``output_size``."""
+    if size < 0:
+        return -1
+    return (size - 1) * stride - pad_before - pad_after + dilation * (k - 1) + 1
+
+
+def _transpose_geometry(x: Any, w: Any, attrs: dict) -> tuple[tuple, dict]:
+    """The shape of the conv2d input this op produces, and that conv2d's attrs."""
+    n, c, h, wd = (int(d) for d in x.shape)
+    if w.shape[0] != c:
+        raise ValueError(f"conv2d_transpose: the filter's first dim ({w.shape[0]}) must be the "
+                         f"input's {c} channels")
+    groups = int(attrs.get("groups", 1) or 1)
+    m = int(w.shape[1]) * groups
+    sh, sw = _pair(attrs.get("strides", [1, 1]), "strides")
+    dh, dw = _pair(attrs.get("dilations", [1, 1]), "dilations")
+    kh, kw = int(w.shape[2]), int(w.shape[3])
+    pads = resolve_paddings(attrs.get("paddings", [0, 0]), attrs.get("padding_algorithm",
+                                                                     "EXPLICIT"),
+                            (h, wd), (kh, kw), (sh, sw), (dh, dw))
+    oh = conv_transpose_output_size(h, kh, pads[0], pads[1], sh, dh)
+    ow = conv_transpose_output_size(wd, kw, pads[2], pads[3], sw, dw)
+    want = [int(v) for v in attrs.get("output_size", []) or []]
+    if want:
+        if len(want) != 2 or not (oh <= want[0] < oh + sh and ow <= want[1] < ow + sw):
+            raise ValueError(f"conv2d_transpose: output_size {want} must be within "
+                             f"[{oh}, {oh + sh}) x [{ow}, {ow + sw}) for this input, filter "
+                             "and stride")
+        oh, ow = want
+    conv_attrs = {**attrs, "paddings": list(pads), "padding_algorithm": "EXPLICIT"}
+    return (n, m, oh, ow), conv_attrs
+
+
+_convt_grad_maker = grad_maker(("Input", "Filter"), out_grads=("Output",),
+                               in_grads=("Input", "Filter"))
+
+
+@register("conv2d_transpose", ("Input", "Filter"), ("Output",), _CONVT_ATTRS,
+          optional=("Bias",), grad=_convt_grad_maker)
+def conv2d_transpose(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Output = the transposed convolution of Input (NCHW) with Filter ``[C, M/groups, KH,
+    KW]``: the input gradient of the conv2d that maps Output back to Input."""
+    x, w = ins["Input"][0], ins["Filter"][0]
+    xp = array_module(x, w)
+    shape, conv_attrs = _transpose_geometry(x, w, attrs)
+    dx = _conv2d_grad({"Input": [xp.empty(shape, dtype=x.dtype)], "Filter": [w],
+                       "Output" + GRAD: [x]}, conv_attrs, ("Input" + GRAD,))
+    return {"Output": [dx["Input" + GRAD][0]]}
+
+
+@register("conv2d_transpose_grad", *grad_slots(("Input", "Filter"), ("Output",),
+                                               ("Input", "Filter")), _CONVT_ATTRS)
+def conv2d_transpose_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dInput = conv2d(dOutput, Filter); dFilter = that conv2d's filter gradient."""
+    x, w = ins["Input"][0], ins["Filter"][0]
+    xp = array_module(x, w)
+    shape, conv_attrs = _transpose_geometry(x, w, attrs)
+    d = ins["Output" + GRAD][0]
+    d = xp.zeros(shape, dtype=x.dtype) if d is None else d
+    res = {}
+    if "Input" + GRAD in outs:
+        res["Input" + GRAD] = _conv2d({"Input": [d], "Filter": [w]}, conv_attrs,
+                                      ("Output",))["Output"]
+    if "Filter" + GRAD in outs:
+        res["Filter" + GRAD] = _conv2d_grad({"Input": [d], "Filter": [w], "Output" + GRAD: [x]},
+                                            conv_attrs, ("Filter" + GRAD,))["Filter" + GRAD]
+    return res

@@ -90,3 +90,26 @@ def test_img_conv_group_expands_as_fluid():
     types = [op.type for op in main.global_block().ops]
     assert types == ["conv2d", "elementwise_add", "batch_norm", "relu", "dropout", "conv2d",
                      "elementwise_add", "relu", "pool2d"]
+
+
+def test_conv2d_transpose_layer_shapes_and_training():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3, 4, 4)).astype(np.float32)
+
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        img = layers.data("img", shape=[3, 4, 4], dtype="float32")
+        up = layers.conv2d_transpose(img, num_filters=5, filter_size=3, stride=2, padding=1)
+        assert list(up.shape) == [-1, 5, 7, 7]
+        sized = layers.conv2d_transpose(img, num_filters=2, output_size=8, stride=2)
+        assert list(sized.shape) == [-1, 2, 8, 8]
+        loss = layers.mean(layers.square(up)) + layers.mean(layers.square(sized))
+        fluid.optimizer.SGD(0.05).minimize(loss)
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(startup, scope=scope)
+    losses = [float(exe.run(main, feed={"img": x}, fetch_list=[loss], scope=scope)[0][0])
+              for _ in range(5)]
+    assert losses[-1] < losses[0]
+    w = scope.get([p.name for p in main.global_block().all_parameters()
+                   if p.name.startswith("conv2d_transpose_1.w")][0])
+    assert w.shape == (3, 2, 2, 2)  # filter size from output_size: (8 - 3 * 2 + 0 - 1) + 1

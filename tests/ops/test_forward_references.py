@@ -335,3 +335,44 @@ def test_the_shape_layers_infer_fluids_shapes():
         idx = layers.data("idx", shape=[3], dtype="int64", append_batch_size=False)
         table = layers.data("t", shape=[10, 4], dtype="float32", append_batch_size=False)
         assert list(layers.gather(table, idx).shape) == [3, 4]
+
+
+def _naive_conv_transpose(x, w, stride, pad, dilation, groups, out_hw):
+    n, c, h, wd = x.shape
+    _, mg, kh, kw = w.shape
+    cg = c // groups
+    out = np.zeros((n, mg * groups) + tuple(out_hw))
+    for b in range(n):
+        for ci in range(c):
+            g = ci // cg
+            for m in range(mg):
+                for i in range(h):
+                    for j in range(wd):
+                        for a in range(kh):
+                            for e in range(kw):
+                                oi = i * stride[0] + a * dilation[0] - pad[0]
+                                oj = j * stride[1] + e * dilation[1] - pad[1]
+                                if 0 <= oi < out_hw[0] and 0 <= oj < out_hw[1]:
+                                    out[b, g * mg + m, oi, oj] += x[b, ci, i, j] * w[ci, m, a, e]
+    return out
+
+
+@pytest.mark.parametrize("stride,pad,dilation,groups,output_size", [
+    ((1, 1), (0, 0), (1, 1), 1, None),
+    ((2, 2), (1, 1), (1, 1), 1, None),
+    ((2, 1), (0, 1), (2, 1), 2, None),
+    ((2, 2), (0, 0), (1, 1), 1, (8, 8)),
+])
+def test_conv2d_transpose_matches_scattering_each_input(stride, pad, dilation, groups,
+                                                        output_size):
+    x = rng.standard_normal((2, 4, 3, 4))
+    w = rng.standard_normal((4, 3, 3, 2))
+    attrs = {"strides": list(stride), "paddings": list(pad), "dilations": list(dilation),
+             "groups": groups}
+    if output_size:
+        attrs["output_size"] = list(output_size)
+    out = run_op("conv2d_transpose", {"Input": [x], "Filter": [w]}, attrs)["Output"][0]
+    hw = output_size or tuple((s - 1) * st - 2 * p + d * (k - 1) + 1 for s, st, p, d, k in
+                              zip(x.shape[2:], stride, pad, dilation, w.shape[2:], strict=True))
+    np.testing.assert_allclose(out, _naive_conv_transpose(x, w, stride, pad, dilation, groups,
+                                                          hw), rtol=1e-10, atol=1e-10)

@@ -147,6 +147,12 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
         ("same", {"Input": [n((1, 2, 5, 4))], "Filter": [n((3, 2, 2, 3))]},
          {"padding_algorithm": "SAME", "strides": [2, 2]}),
     ]
+    c["conv2d_transpose"] = [
+        ("stride2_pad", {"Input": [n((2, 3, 3, 4))], "Filter": [n((3, 2, 3, 3))]},
+         {"strides": [2, 2], "paddings": [1, 1]}),
+        ("groups_dilation_output_size", {"Input": [n((1, 4, 3, 3))], "Filter": [n((4, 1, 2, 2))]},
+         {"groups": 2, "dilations": [2, 1], "strides": [2, 2], "output_size": [8, 7]}),
+    ]
     c["depthwise_conv2d"] = [
         ("depthwise", {"Input": [n((2, 3, 5, 5))], "Filter": [n((6, 1, 3, 3))]},
          {"groups": 3, "paddings": [1, 1]}),
