@@ -56,6 +56,18 @@ def _nchw(input: Variable, layer: str, data_format: str) -> tuple[int, ...]:
     return shape
 
 
+def _channel_bias(helper: LayerHelper, pre_bias: Variable, bias_attr: Any) -> Variable:
+    """``pre_bias`` plus a per-channel bias (axis 1, zeros), unless ``bias_attr`` is False."""
+    battr = ParamAttr._to_attr(bias_attr)
+    if battr is False:
+        return pre_bias
+    b = helper.create_parameter(battr, [pre_bias.shape[1]], pre_bias.dtype, is_bias=True)
+    out = helper.create_tmp(dtype=pre_bias.dtype, shape=pre_bias.shape)
+    helper.append_op("elementwise_add", inputs={"X": [pre_bias], "Y": [b]},
+                     outputs={"Out": [out]}, attrs={"axis": 1})
+    return out
+
+
 def conv2d(input: Variable, num_filters: int, filter_size: int | Sequence[int],
            stride: int | Sequence[int] = 1, padding: Any = 0,
            dilation: int | Sequence[int] = 1, groups: int | None = None,
@@ -122,14 +134,7 @@ def conv2d(input: Variable, num_filters: int, filter_size: int | Sequence[int],
                             "groups": groups, "use_cudnn": bool(use_cudnn),
                             "use_mkldnn": False, "fuse_relu_before_depthwise_conv": False,
                             "padding_algorithm": algorithm, "data_format": data_format})
-    battr = ParamAttr._to_attr(bias_attr)
-    pre_act = pre_bias
-    if battr is not False:
-        b = helper.create_parameter(battr, [num_filters], input.dtype, is_bias=True)
-        pre_act = helper.create_tmp(dtype=input.dtype, shape=pre_bias.shape)
-        helper.append_op("elementwise_add", inputs={"X": [pre_bias], "Y": [b]},
-                         outputs={"Out": [pre_act]}, attrs={"axis": 1})
-    return _append_activation(helper, pre_act, act)
+    return _append_activation(helper, _channel_bias(helper, pre_bias, bias_attr), act)
 
 
 def pool2d(input: Variable, pool_size: int | Sequence[int] = -1, pool_type: str = "max",
@@ -276,11 +281,4 @@ def conv2d_transpose(input: Variable, num_filters: int, output_size: Any = None,
                             "padding_algorithm": algorithm, "dilations": dilations,
                             "groups": groups, "use_cudnn": bool(use_cudnn),
                             "data_format": data_format})
-    battr = ParamAttr._to_attr(bias_attr)
-    pre_act = pre_bias
-    if battr is not False:
-        b = helper.create_parameter(battr, [num_filters], input.dtype, is_bias=True)
-        pre_act = helper.create_tmp(dtype=input.dtype, shape=pre_bias.shape)
-        helper.append_op("elementwise_add", inputs={"X": [pre_bias], "Y": [b]},
-                         outputs={"Out": [pre_act]}, attrs={"axis": 1})
-    return _append_activation(helper, pre_act, act)
+    return _append_activation(helper, _channel_bias(helper, pre_bias, bias_attr), act)
