@@ -52,6 +52,7 @@ from .framework import (
     program_guard,
 )
 from .io import load, save
+from .parallel_executor import ParallelExecutor
 from .param_attr import ParamAttr
 
 __version__ = "0.1.0"
@@ -80,7 +81,7 @@ def __getattr__(name: str):
 __all__ = [
     "Block", "BuildStrategy", "CPUPlace", "CUDAPlace", "CompiledProgram", "DataFeeder",
     "ExecutionError", "ExecutionStrategy", "Executor", "OpRole", "Operator",
-    "ParamAttr", "Parameter", "Program", "Scope", "Variable", "append_backward", "backward",
+    "ParallelExecutor", "ParamAttr", "Parameter", "Program", "Scope", "Variable", "append_backward", "backward",
     "clip", "compiler", "cpu_places", "cuda_places", "default_main_program",
     "default_startup_program", "global_scope", "initializer",
     "io", "layers", "load", "nets", "optimizer", "program_guard", "regularizer", "save",

@@ -2,21 +2,26 @@
 
 Fluid compiles a program into an SSA graph that a ParallelExecutor runs on several places (CPU
 threads or GPUs) at once, splitting each fed batch between them and all-reducing gradients.
-dask_fluid runs one place per process and puts data parallelism in its Dask runtimes, so:
+Here:
 
 * ``CompiledProgram(program)`` and ``.with_data_parallel(...)`` over **one** place (``CPU_NUM=1``,
   or one CUDA place) run the program as it is, as Fluid does for one place: the same ops, and a
   fetch returns what :meth:`Executor.run` returns;
+* over **several** places of the process (``CPU_NUM=4``, several GPUs) every run splits the batch
+  between the places, runs forward and backward on each, sums the gradients and runs the
+  optimize ops once (:mod:`dask_fluid.multi_place`): with the default ``CoeffNumDevice`` scaling,
+  the same update as one place fed the whole batch; fetches come back concatenated per place;
 * with ``build_strategy.num_trainers > 1`` (NCCL2 mode: one trainer process per device, the
   startup program transpiled with ``config.mode = "nccl2"`` and run) every run is forward and
   backward, one all-reduce of every gradient (the mean over trainers, fused per dtype) through
   the communicator the startup's ``gen_nccl_id`` left in the scope, then the optimize ops
   (:mod:`dask_fluid.distributed.collective.data_parallel`, imported only then); the first run
   replaces every trainer's persistables by trainer 0's, as Fluid's ParallelExecutor does;
-* more than one place raises NotImplementedError saying so;
+* ``GradientScaleStrategy.Customized`` removes the backward pass's ``loss@GRAD`` seed: every run
+  feeds it (a scalar or the loss's shape; per place when the feed is a list);
 * strategy fields that only tune Fluid's graph executor (fusions, inplace, memory_optimize,
   num_threads) are kept and have no effect; fields that would change results here
-  (``GradientScaleStrategy.Customized``, ``num_iteration_per_run > 1``) raise.
+  (``num_iteration_per_run > 1``, ``sync_batch_norm`` over several places) raise.
 
 Places are chosen as in Fluid 1.8: the ``places`` argument, else ``CPU_NUM`` CPU places (set to 1,
 with a note on stderr, when unset) or one CUDA place per id in ``FLAGS_selected_gpus`` (else every
@@ -33,9 +38,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from .executor import CPUPlace, CUDAPlace, Scope
 from .framework import Program
 from .ir_passes import PassBuilder
+from .multi_place import MultiPlaceStep
 
 __all__ = ["BuildStrategy", "CompiledProgram", "ExecutionStrategy", "cpu_places",
            "cuda_places"]
@@ -188,9 +196,9 @@ class BuildStrategy:
     reduce_strategy : BuildStrategy.ReduceStrategy
         ``AllReduce`` (default) or ``Reduce``: the same result on one place.
     gradient_scale_strategy : BuildStrategy.GradientScaleStrategy
-        ``CoeffNumDevice`` (default) and ``One`` both scale ``loss@GRAD`` by 1 on one place;
-        across ``num_trainers > 1`` trainers the gradients are averaged (``CoeffNumDevice``) or
-        summed (``One``); ``Customized`` (the user feeds ``loss@GRAD``) raises at run time.
+        ``CoeffNumDevice`` (default) seeds ``loss@GRAD`` with ``1 / places`` and averages over
+        ``num_trainers > 1`` trainers; ``One`` seeds 1 and sums; ``Customized``: every run feeds
+        ``loss@GRAD`` (needs ``loss_name``).
     num_trainers, trainer_id, trainers_endpoints
         NCCL2 multi-trainer all-reduce: with ``num_trainers > 1`` gradients are all-reduced
         across the trainer processes (they must agree with the transpiled trainers);
@@ -198,10 +206,13 @@ class BuildStrategy:
     debug_graphviz_path : str
         Raises at run time when set: dask_fluid builds no SSA graph (print the program).
     enable_inplace, memory_optimize, fuse_*, enable_sequential_execution,
-    remove_unnecessary_lock, sync_batch_norm, cache_runtime_context, mkldnn_enabled_op_types,
+    remove_unnecessary_lock, cache_runtime_context, mkldnn_enabled_op_types,
     enable_backward_optimizer_op_deps, nccl_comm_num, use_hierarchical_allreduce,
     hierarchical_allreduce_inter_nranks, async_mode, is_distribution
-        Graph-engine tuning: stored, no effect on one place.
+        Graph-engine tuning: stored, no effect on the result.
+    sync_batch_norm : bool
+        Batch-norm statistics over all places: not implemented over several places (raises);
+        no effect on one.
     """
 
     ReduceStrategy = _ReduceStrategy
@@ -300,13 +311,14 @@ class CompiledProgram:
         self._scope: Scope | None = None
         self._place: Place | None = None
         self._to_run: Program = program_or_graph
+        self._step: MultiPlaceStep | None = None
 
     def with_data_parallel(self, loss_name: str | None = None,
                            build_strategy: BuildStrategy | None = None,
                            exec_strategy: ExecutionStrategy | None = None,
                            share_vars_from: CompiledProgram | None = None,
                            places: Place | Sequence[Place] | None = None) -> CompiledProgram:
-        """Run the program data-parallel over ``places`` (one place is all dask_fluid runs).
+        """Run the program data-parallel over ``places`` (see the module docstring).
 
         Parameters
         ----------
@@ -316,8 +328,8 @@ class CompiledProgram:
             Replaces the one given to the constructor.
         exec_strategy : ExecutionStrategy, optional
         share_vars_from : CompiledProgram, optional
-            A data-parallel program already run, whose variables this one uses; with one place
-            both read the scope passed to ``Executor.run``.
+            A data-parallel program already run, whose variables this one uses: both read the
+            scope passed to ``Executor.run`` (place 0's; other places read it every run).
         places : place or list of places, optional
             Default: ``CPU_NUM`` CPU places or the selected GPUs, chosen at the first run.
 
@@ -368,6 +380,14 @@ class CompiledProgram:
         passes = build.__dict__.get("_pass_builder")
         if passes is not None:
             self._to_run = passes.apply(self._program)
+        scale = build.gradient_scale_strategy
+        if scale == _GradientScaleStrategy.Customized:
+            self._to_run = _fed_loss_grad(self._to_run, self._loss_name)
+        if len(places) > 1:
+            self._step = MultiPlaceStep(
+                self._to_run, places, self._loss_name,
+                {_GradientScaleStrategy.CoeffNumDevice: "mean", _GradientScaleStrategy.One: "one",
+                 _GradientScaleStrategy.Customized: "fed"}[scale])
         if self._is_data_parallel and build.num_trainers > 1:
             # imported here: only multi-trainer programs need the distributed layer
             from .distributed.collective.ops import compile_for_trainers
@@ -401,18 +421,24 @@ class CompiledProgram:
         if len(places) > 1:
             how = ("CPU_NUM=" + os.environ.get("CPU_NUM", "?") if self._places is None
                    and isinstance(place, CPUPlace) else f"places={places!r}")
-            raise NotImplementedError(
-                f"CompiledProgram.with_data_parallel over {len(places)} places ({how}) is not "
-                "implemented yet: dask_fluid runs one place per process; set CPU_NUM=1 (or "
-                "FLAGS_selected_gpus to one GPU) and run one trainer process per device")
+            if build.num_trainers > 1:
+                raise NotImplementedError(
+                    f"num_trainers={build.num_trainers} trainers with {len(places)} places each "
+                    f"({how}) is not implemented in dask_fluid: start one trainer per device "
+                    "with CPU_NUM=1 (or FLAGS_selected_gpus to one GPU)")
+            if build.sync_batch_norm and any(
+                    op.type == "batch_norm" for op in self._program.global_block().ops):
+                raise NotImplementedError(
+                    f"BuildStrategy.sync_batch_norm over {len(places)} places ({how}) is not "
+                    "implemented in dask_fluid: batch statistics are per place; use one place "
+                    "with the whole batch")
         if not 0 <= build.trainer_id < max(build.num_trainers, 1):
             raise ValueError(f"build_strategy.trainer_id={build.trainer_id} is out of range for "
                              f"num_trainers={build.num_trainers}")
-        if build.gradient_scale_strategy == _GradientScaleStrategy.Customized:
-            raise NotImplementedError(
-                "BuildStrategy.GradientScaleStrategy.Customized is not implemented in "
-                "dask_fluid: the backward pass fills loss@GRAD itself, so a fed loss@GRAD "
-                "would be ignored; scale the loss in the program instead")
+        if build.gradient_scale_strategy == _GradientScaleStrategy.Customized and \
+                not self._loss_name:
+            raise ValueError("BuildStrategy.GradientScaleStrategy.Customized needs the "
+                             "loss_name of with_data_parallel: its gradient is what you feed")
         if build.debug_graphviz_path:
             raise NotImplementedError(
                 "BuildStrategy.debug_graphviz_path is not implemented in dask_fluid: it builds "
@@ -440,8 +466,10 @@ class CompiledProgram:
         self._build_strategy.is_distribution = any(
             op.type in ("send", "recv") for op in self._program.global_block().ops)
 
-    def _program_to_run(self, place: Place, scope: Scope, feed: Any) -> tuple[Program, Any]:
-        """The program :meth:`Executor.run` runs for this compiled program, and its feed."""
+    def _program_to_run(self, place: Place, scope: Scope, feed: Any
+                        ) -> tuple[Program | MultiPlaceStep, Any]:
+        """What :meth:`Executor.run` runs for this compiled program (a Program, or the step
+        over several places), and its feed (a dict, or one dict per place)."""
         self._compile(scope, place)
         if isinstance(feed, list | tuple):
             # Fluid accepts one feed dict per place
@@ -451,9 +479,55 @@ class CompiledProgram:
                                  "place(s)")
             if not all(isinstance(each, dict) for each in feed):
                 raise TypeError("Each element of feed list should be a dict")
-            feed = feed[0]
-        return self._to_run, feed
+            feed = [self._checked_feed(each) for each in feed]
+            if self._step is None:
+                feed = feed[0]
+        else:
+            feed = self._checked_feed(feed or {})
+        return (self._step or self._to_run), feed
+
+    def _checked_feed(self, feed: dict) -> dict:
+        if self._build_strategy is None or self._build_strategy.gradient_scale_strategy != \
+                _GradientScaleStrategy.Customized:
+            return feed
+        grad = self._loss_name + "@GRAD"
+        if grad not in feed:
+            raise ValueError(f"GradientScaleStrategy.Customized: feed {grad!r} (the scale of "
+                             "the loss's gradient) with every run")
+        # Fluid takes a scalar for a one-element loss; give it the loss's shape
+        loss = self._to_run.global_block()._find_var_recursive(self._loss_name)
+        value = feed[grad]
+        if not hasattr(value, "dtype"):
+            value = np.asarray(value, dtype=loss.dtype)
+        if loss.shape is not None and all(d >= 0 for d in loss.shape) and \
+                int(np.prod(value.shape)) == int(np.prod(loss.shape)):
+            value = value.reshape(tuple(loss.shape))
+        return {**feed, grad: value}
+
+    def _drop_local_scopes(self) -> None:
+        if self._step is not None:
+            self._step.drop_local_scopes()
+
+    def _close(self) -> None:
+        if self._step is not None:
+            self._step.close()
 
     def __repr__(self) -> str:
         mode = "data parallel" if self._is_data_parallel else "single place"
         return f"CompiledProgram({mode}, loss_name={self._loss_name!r})"
+
+
+def _fed_loss_grad(program: Program, loss_name: str) -> Program:
+    """``program`` without the ``fill_constant`` that seeds ``loss@GRAD``: with
+    ``GradientScaleStrategy.Customized`` the caller feeds it (a scalar, broadcast to the loss's
+    shape as Fluid does)."""
+    grad = loss_name + "@GRAD"
+    prog = program.clone()
+    block = prog.global_block()
+    seeds = [i for i, op in enumerate(block.ops)
+             if op.type == "fill_constant" and op.output_arg_names == [grad]]
+    if not seeds:
+        raise ValueError(f"GradientScaleStrategy.Customized: the program has no {grad!r} seeded "
+                         "by the backward pass; is loss_name the loss that minimize() used?")
+    del block.ops[seeds[0]]
+    return prog

@@ -380,16 +380,25 @@ class Executor:
             if not isinstance(program, CompiledProgram):
                 raise TypeError("Executor.run expects a Program or a CompiledProgram, got "
                                 f"{type(program).__name__}")
-            program, feed = program._program_to_run(self.place, scope, feed)
+            compiled = program
+            program, feed = compiled._program_to_run(self.place, scope, feed)
+            if not isinstance(program, Program):  # a step over several places
+                fetch_names = self._fetch_names(compiled._to_run.global_block(), fetch_list)
+                return program.run(self, scope, feed, fetch_names, return_numpy)
         block = program.global_block()
-        fetch_names = [f.name if isinstance(f, Variable) else str(f) for f in fetch_list or ()]
-        for name in fetch_names:
-            if block._find_var_recursive(name) is None:
-                raise ValueError(f"fetch {name!r} is not a variable of the program")
+        fetch_names = self._fetch_names(block, fetch_list)
         fed = self._check_feed(block, feed or {})
         scope.vars.update(fed)
         self.run_block(program, block, scope, frozenset(fed))
         return self._fetch(scope, fetch_names, return_numpy)
+
+    @staticmethod
+    def _fetch_names(block: Block, fetch_list: Sequence[Variable | str] | None) -> list[str]:
+        names = [f.name if isinstance(f, Variable) else str(f) for f in fetch_list or ()]
+        for name in names:
+            if block._find_var_recursive(name) is None:
+                raise ValueError(f"fetch {name!r} is not a variable of the program")
+        return names
 
     def close(self) -> None:
         """Release the executor (Fluid's ``Executor.close``): drop compiled blocks, and tell

@@ -23,9 +23,6 @@ __path__: list[str] = []
 
 _COMPAT_SUBMODULES = ("core", "dygraph", "incubate", "log_helper", "profiler")
 
-ParallelExecutor = _unsupported.cls(
-    "fluid.ParallelExecutor", "use fluid.CompiledProgram(program).with_data_parallel(loss_name="
-    "...) and run it with fluid.Executor (one place per process)", __name__)
 DatasetFactory = _unsupported.cls(
     "fluid.DatasetFactory", "Fluid's in-C++ datasets (InMemoryDataset, QueueDataset) are not "
     "part of dask_fluid; feed numpy arrays (fluid.DataFeeder), or give the estimators a dask "

@@ -1,5 +1,6 @@
-"""fluid.compiler: CompiledProgram over one place runs the program as is; the strategies carry
-Fluid 1.8's fields and defaults; what is not implemented says so."""
+"""fluid.compiler: CompiledProgram over one place runs the program as is (several places:
+tests/core/test_multi_place.py); the strategies carry Fluid 1.8's fields and defaults; what is
+not implemented says so."""
 
 from __future__ import annotations
 
@@ -94,11 +95,8 @@ def test_share_vars_from_must_have_run():
 
 
 @pytest.mark.parametrize("setup, match", [
-    (lambda b, e, env: env.setenv("CPU_NUM", "2"),
-     r"over 2 places \(CPU_NUM=2\) is not implemented yet"),
-    (lambda b, e, env: setattr(b, "gradient_scale_strategy",
-                               BuildStrategy.GradientScaleStrategy.Customized),
-     "GradientScaleStrategy.Customized is not implemented"),
+    (lambda b, e, env: (env.setenv("CPU_NUM", "2"), setattr(b, "num_trainers", 2)),
+     r"num_trainers=2 trainers with 2 places each \(CPU_NUM=2\) is not implemented"),
     (lambda b, e, env: setattr(e, "num_iteration_per_run", 2),
      "num_iteration_per_run=2 is not implemented"),
     (lambda b, e, env: setattr(b, "debug_graphviz_path", "/tmp/g"),
@@ -125,8 +123,8 @@ def test_explicit_places_over_one_and_two():
     assert exe.run(one, feed=_feed(0), fetch_list=[loss], scope=scope)[0].shape == (1,)
     two = CompiledProgram(main).with_data_parallel(loss_name=loss.name,
                                                    places=[fluid.CPUPlace()] * 2)
-    with pytest.raises(NotImplementedError, match="over 2 places"):
-        exe.run(two, feed=_feed(0), fetch_list=[loss], scope=scope)
+    # one loss a place (tests/core/test_multi_place.py checks the training itself)
+    assert exe.run(two, feed=_feed(0), fetch_list=[loss], scope=scope)[0].shape == (2,)
 
 
 def test_strategy_defaults_and_unknown_fields():
