@@ -81,7 +81,8 @@ def __getattr__(name: str):
 __all__ = [
     "Block", "BuildStrategy", "CPUPlace", "CUDAPlace", "CompiledProgram", "DataFeeder",
     "ExecutionError", "ExecutionStrategy", "Executor", "OpRole", "Operator",
-    "ParallelExecutor", "ParamAttr", "Parameter", "Program", "Scope", "Variable", "append_backward", "backward",
+    "ParallelExecutor", "ParamAttr", "Parameter", "Program", "Scope", "Variable",
+    "append_backward", "backward",
     "clip", "compiler", "cpu_places", "cuda_places", "default_main_program",
     "default_startup_program", "global_scope", "initializer",
     "io", "layers", "load", "nets", "optimizer", "program_guard", "regularizer", "save",
