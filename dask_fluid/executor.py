@@ -305,7 +305,7 @@ class Executor:
             if str(arr.dtype) != var.dtype:
                 raise TypeError(f"feed {name!r} has dtype {arr.dtype} but the variable is "
                                 f"{var.dtype}; convert it with .astype({var.dtype!r})")
-            if var.shape is not None:
+            if var.shape is not None and var.need_check_feed:
                 shape = tuple(arr.shape)
                 if len(shape) != len(var.shape) or any(
                         d >= 0 and d != s for d, s in zip(var.shape, shape, strict=False)):

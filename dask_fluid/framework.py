@@ -98,6 +98,7 @@ class Variable:
         type: str = VarType.LOD_TENSOR,
         lod_level: int = 0,
         is_data: bool = False,
+        need_check_feed: bool = True,
         **kwargs: Any,
     ) -> None:
         self.block = block
@@ -109,6 +110,9 @@ class Variable:
         self.type = type
         self.lod_level = int(lod_level)
         self.is_data = bool(is_data)
+        #: whether a fed value must match the declared shape (Fluid's ``need_check_feed``:
+        #: False for ``layers.data(append_batch_size=False)``, whose dims may be placeholders)
+        self.need_check_feed = bool(need_check_feed)
         self.trainable = False
 
     def _to_dict(self) -> dict:
@@ -122,6 +126,7 @@ class Variable:
             "type": self.type,
             "lod_level": self.lod_level,
             "is_data": self.is_data,
+            "need_check_feed": self.need_check_feed,
         }
 
     def __str__(self) -> str:
@@ -649,6 +654,14 @@ def default_main_program() -> Program:
 def default_startup_program() -> Program:
     """The program parameter initialisers append to outside :func:`program_guard`."""
     return _defaults()[1]
+
+
+def _get_var(name: str, program: Program | None = None) -> Variable:
+    """The variable ``name`` of ``program``'s global block (Fluid's ``framework._get_var``);
+    ValueError when it has none."""
+    if not isinstance(name, str):
+        raise TypeError(f"_get_var expects a variable name (str), got {type(name).__name__}")
+    return (program if program is not None else default_main_program()).global_block().var(name)
 
 
 def switch_main_program(program: Program) -> Program:

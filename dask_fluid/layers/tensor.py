@@ -35,13 +35,20 @@ def data(name: str, shape: Sequence[int], dtype: Any = "float32", lod_level: int
     shape : sequence of int
         Per-example shape (``append_batch_size=True``) or the full shape.
     dtype : str
+    lod_level : int
+    append_batch_size : bool
+        Prepend the batch dimension ``-1``. With ``False`` the shape is the whole shape and,
+        as in Fluid, its dims may be placeholders (a maximum sequence length): fed values are
+        then checked for their dtype only.
+    stop_gradient : bool
     """
     shape = [int(d) for d in shape]
     if append_batch_size:
         shape = [-1] + shape
     block = default_main_program().global_block()
     return block.create_var(name=name, shape=shape, dtype=dtype, lod_level=lod_level,
-                            stop_gradient=stop_gradient, is_data=True)
+                            stop_gradient=stop_gradient, is_data=True,
+                            need_check_feed=append_batch_size)
 
 
 def fill_constant(shape: Sequence[int], dtype: Any, value: float, force_cpu: bool = False,

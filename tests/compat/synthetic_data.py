@@ -300,3 +300,55 @@ def write_flowers(data_home: str | os.PathLike, n_images: int = 30, seed: int = 
     for path in paths:
         common.register_substitute(path)
     return os.path.join(os.fspath(data_home), "flowers")
+
+
+# -- dist_transformer.py's WMT16 en-de files ---------------------------------------------------
+
+#: the files dist_transformer.py reads from ``<data_home>/test_dist_transformer/``
+TRANSFORMER_FILES = ("vocab.bpe.32000", "train.tok.clean.bpe.32000.en-de",
+                     "train.tok.clean.bpe.32000.en-de.train_0",
+                     "train.tok.clean.bpe.32000.en-de.train_1",
+                     "newstest2013.tok.bpe.32000.en-de.cut")
+
+
+def write_transformer(data_home: str | os.PathLike, n_batches: int = 6, local_batch: int = 20,
+                      n_words: int = 29, n_val: int = 10, seed: int = 0) -> str:
+    """Write the BPE vocabulary, train, per-trainer train and cut test files of Paddle's
+    ``test_dist_transformer`` (``src tokens<TAB>trg tokens`` lines) under
+    ``data_home/test_dist_transformer``.
+
+    The local file's batch ``b`` of ``local_batch`` lines is trainer 0's batch ``b`` (first
+    half) followed by trainer 1's (second half), so that the runner's local run (batch 20) and
+    2-trainer run (batch 10 each, its own file) see the same samples at every step. Sentences
+    have 2 to 6 tokens of ``n_words`` words; the vocabulary starts ``<s>``, ``<e>``, ``<unk>``.
+
+    Returns
+    -------
+    str
+        The directory.
+    """
+    rng = np.random.default_rng(seed)
+    words = [f"w{k:02d}@@" if k % 3 == 0 else f"w{k:02d}" for k in range(n_words)]
+    vocab = ["<s>", "<e>", "<unk>", *words]
+
+    def sentence() -> str:
+        return " ".join(rng.choice(words, int(rng.integers(2, 7))))
+
+    def lines(n: int) -> list[str]:
+        return [f"{sentence()}\t{sentence()}\n" for _ in range(n)]
+
+    half = local_batch // 2
+    train = lines(n_batches * local_batch)
+    shards: tuple[list[str], list[str]] = ([], [])
+    for b in range(n_batches):
+        batch = train[b * local_batch:(b + 1) * local_batch]
+        shards[0].extend(batch[:half])
+        shards[1].extend(batch[half:])
+    directory = os.path.join(os.fspath(data_home), "test_dist_transformer")
+    os.makedirs(directory, exist_ok=True)
+    contents = ("".join(w + "\n" for w in vocab), "".join(train), "".join(shards[0]),
+                "".join(shards[1]), "".join(lines(n_val)))
+    for name, text in zip(TRANSFORMER_FILES, contents, strict=True):
+        with open(os.path.join(directory, name), "w") as f:
+            f.write(text)
+    return directory

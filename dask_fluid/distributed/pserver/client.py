@@ -650,6 +650,22 @@ class DirectClient(PServerClient):
         self.finish()
 
 
+def shared_client(trainer_id: int, flags: RPCFlags, sync_mode: bool, *, secret: bytes = b"",
+                  tls: TlsContexts | None = None) -> DirectClient:
+    """This process's open client of trainer ``trainer_id``, made on first use.
+
+    Fluid keeps one RPC client a process: a script that runs its transpiled startup program
+    (whose ``recv`` ops pull the first parameters) with one executor and trains with another
+    (a ParallelExecutor) is still one trainer to the pservers, and says "complete" once.
+    """
+    with _open_lock:
+        for client in _open_clients:
+            if client.trainer_id == trainer_id and client.sync_mode == bool(sync_mode) and \
+                    client.secret == secret and not client._done:
+                return client
+    return DirectClient(trainer_id, flags, sync_mode, secret=secret, tls=tls)
+
+
 def _install_exit_hooks() -> None:
     """Once per process: finish every open client at a normal exit, none after a crash."""
     global _install_exit_hooks

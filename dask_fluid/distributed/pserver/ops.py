@@ -33,9 +33,10 @@ not listen yet is retried until ``FLAGS_rpc_deadline``).
 
 Where the client and the serving options come from: the Dask launchers put them into
 ``executor.host_context`` (:data:`CLIENT_KEY`, :data:`SERVE_KEY`); otherwise (a process started
-by hand, Fluid's launch style) the first RPC op of an executor creates a
-:class:`.client.DirectClient` from its attributes, the job secret of the environment and the
-``FLAGS_rpc_*`` flags, and ``listen_and_serv`` binds its endpoint. This module is imported by
+by hand, Fluid's launch style) the first RPC op of an executor takes the process's client of
+its trainer (:func:`.client.shared_client`: one a process, as Fluid's RPC client), made from
+its attributes, the job secret of the environment and the ``FLAGS_rpc_*`` flags, and
+``listen_and_serv`` binds its endpoint. This module is imported by
 the op registry the first time a program needs one of these kernels.
 """
 
@@ -51,7 +52,7 @@ from ...transpiler.trainer_rewrite import GEO_PARAM_INIT
 from ..comm.auth import env_secret
 from ..comm.tls import env_contexts
 from ..errors import DistributedTrainingError
-from .client import NOT_YET, DirectClient, PServerClient, join_rows, split_rows
+from .client import NOT_YET, PServerClient, join_rows, shared_client, split_rows
 from .shard import PServerShard, ServeOptions, TableShard
 
 __all__ = ["CLIENT_KEY", "SERVE_KEY", "table_shard"]
@@ -77,9 +78,9 @@ def _client(ctx: RunContext) -> PServerClient:
     client = ctx.executor.host_context.get(CLIENT_KEY)
     if client is None:  # a trainer started by hand: the program says who it is
         attrs = ctx.op.attrs
-        client = DirectClient(int(attrs.get("trainer_id", 0)), RPCFlags.current(),
-                              bool(attrs.get("sync_mode", True)), secret=env_secret(),
-                              tls=env_contexts())
+        client = shared_client(int(attrs.get("trainer_id", 0)), RPCFlags.current(),
+                               bool(attrs.get("sync_mode", True)), secret=env_secret(),
+                               tls=env_contexts())
         ctx.executor.host_context[CLIENT_KEY] = client
     client.wait_port = bool(ctx.op.attrs.get("wait_port", True))
     return client
