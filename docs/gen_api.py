@@ -33,6 +33,8 @@ MODULES: list[tuple[str, str]] = [
     ("dask_fluid.clip", "Gradient clipping"),
     ("dask_fluid.executor", "Executor and scopes"),
     ("dask_fluid.compiler", "CompiledProgram and the build strategies"),
+    ("dask_fluid.parallel_executor", "ParallelExecutor"),
+    ("dask_fluid.multi_place", "Data parallelism over the places of one process"),
     ("dask_fluid.ir_passes", "IR passes as program rewrites"),
     ("dask_fluid.io", "fluid.io: saving and loading variables and inference models"),
     ("dask_fluid.transpiler", "The DistributeTranspiler"),

@@ -89,20 +89,32 @@ _ce_maker, _ce_grad_register = _register_grad("cross_entropy", ("X", "Label"), (
                                               attrs=_CE_ATTRS)
 
 
+#: Paddle's ``math::TolerableValue``: a log of a probability of 0 counts as -1e20, not -inf
+_APPROX_INF = 1e20
+
+
+def _log_tolerable(xp: Any, p: Any) -> Any:
+    with np.errstate(divide="ignore"):  # log(0) = -inf is expected here, then clipped
+        log = xp.log(p)
+    return xp.clip(log, -_APPROX_INF, _APPROX_INF)
+
+
 @register("cross_entropy", ("X", "Label"), ("Y",), _CE_ATTRS, grad=_ce_maker)
 def cross_entropy(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """Y = −log X[label] (hard labels ``[..., 1]``) or −Σ label·log X (soft), shape [..., 1]."""
+    """Y = −log X[label] (hard labels ``[..., 1]``) or −Σ label·log X (soft), shape [..., 1];
+    a probability of 0 gives 1e20, as Paddle's kernel does (its gradient, −dY / 0, is not
+    finite, as in Paddle)."""
     x, label = ins["X"][0], ins["Label"][0]
     xp = array_module(x)
     c = x.shape[-1]
     x2 = x.reshape(-1, c)
     if attrs.get("soft_label", False):
-        y = -(label.reshape(-1, c) * xp.log(x2)).sum(axis=1, keepdims=True)
+        y = -(label.reshape(-1, c) * _log_tolerable(xp, x2)).sum(axis=1, keepdims=True)
     else:
         lab = _hard_labels(label)
         valid = _check_labels("cross_entropy", lab, c, attrs.get("ignore_index", -100))
         safe = lab if valid is None else xp.where(valid, lab, 0)
-        y = -xp.log(xp.take_along_axis(x2, safe[:, None], axis=1))
+        y = -_log_tolerable(xp, xp.take_along_axis(x2, safe[:, None], axis=1))
         if valid is not None:
             y *= valid[:, None]
     return {"Y": [y.reshape(x.shape[:-1] + (1,))]}

@@ -138,6 +138,16 @@ def test_softmax_and_cross_entropies():
     np.testing.assert_allclose(ign[:, 0], np.where(label[:, 0] == 1, 0.0, expected[:, 0]))
 
 
+def test_cross_entropy_of_a_zero_probability_is_paddles_1e20():
+    # Paddle's TolerableValue: -log(0) is 1e20 (hard and soft labels), not inf
+    x = np.array([[0.0, 1.0], [0.5, 0.5]], np.float32)
+    hard = run_op("cross_entropy", {"X": [x], "Label": [np.array([[0], [1]], np.int64)]})
+    np.testing.assert_allclose(hard["Y"][0][:, 0], [1e20, np.log(2)], rtol=1e-6)
+    soft = run_op("cross_entropy", {"X": [x], "Label": [np.array([[1, 0], [0, 1]], np.float32)]},
+                  {"soft_label": True})
+    np.testing.assert_allclose(soft["Y"][0][:, 0], [1e20, np.log(2)], rtol=1e-6)
+
+
 def test_softmax_with_cross_entropy_is_stable_for_huge_logits():
     logits = np.array([[1000.0, 0.0, -1000.0], [0.0, 1e4, 0.0]], np.float32)
     label = np.array([[2], [1]], np.int64)
