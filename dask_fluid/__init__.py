@@ -52,6 +52,7 @@ from .framework import (
     program_guard,
 )
 from .io import load, save
+from .lod import LoDTensor, create_lod_tensor, create_random_int_lodtensor
 from .parallel_executor import ParallelExecutor
 from .param_attr import ParamAttr
 
@@ -80,10 +81,11 @@ def __getattr__(name: str):
 
 __all__ = [
     "Block", "BuildStrategy", "CPUPlace", "CUDAPlace", "CompiledProgram", "DataFeeder",
-    "ExecutionError", "ExecutionStrategy", "Executor", "OpRole", "Operator",
+    "ExecutionError", "ExecutionStrategy", "Executor", "LoDTensor", "OpRole", "Operator",
     "ParallelExecutor", "ParamAttr", "Parameter", "Program", "Scope", "Variable",
     "append_backward", "backward",
-    "clip", "compiler", "cpu_places", "cuda_places", "default_main_program",
+    "clip", "compiler", "cpu_places", "create_lod_tensor", "create_random_int_lodtensor",
+    "cuda_places", "default_main_program",
     "default_startup_program", "global_scope", "initializer",
     "io", "layers", "load", "nets", "optimizer", "program_guard", "regularizer", "save",
     "scope_guard", "unique_name",

@@ -4,8 +4,9 @@ A reader yields a mini-batch as a list of samples, one tuple per sample whose fi
 data layers of ``feed_list``. :meth:`DataFeeder.feed` stacks each field into one array with its
 variable's dtype and shape, as Fluid 1.8 does: when the stacked array has fewer dimensions than
 the variable (a scalar label for ``shape=[-1, 1]``) it is reshaped; otherwise every fixed
-dimension must match. Variable-length fields (``lod_level >= 1``) need LoD tensors, which are
-not implemented yet (issue 15).
+dimension must match. A variable-length field (a data layer with ``lod_level >= 1``) holds a
+sequence per sample (a sequence of sequences for ``lod_level=2``): its items are stacked the
+same way and the sequence lengths become the LoD of a :class:`~dask_fluid.lod.LoDTensor`.
 """
 
 from __future__ import annotations
@@ -18,15 +19,9 @@ import numpy as np
 from .compiler import _cpu_num, _cuda_device_count
 from .executor import CPUPlace, CUDAPlace
 from .framework import Program, Variable, default_main_program
+from .lod import LoDTensor, lengths_to_offsets
 
 __all__ = ["DataFeeder"]
-
-
-def _lod_not_implemented(name: str, lod_level: int) -> NotImplementedError:
-    return NotImplementedError(
-        f"DataFeeder: variable {name!r} has lod_level={lod_level}; LoD (variable-length "
-        "sequence) tensors are not implemented in dask_fluid yet (issue 15); pad the "
-        "sequences to a fixed length and declare the data layer with lod_level=0")
 
 
 class DataFeeder:
@@ -51,8 +46,6 @@ class DataFeeder:
     ------
     TypeError
         When ``feed_list`` holds something other than Variables and names.
-    NotImplementedError
-        When a data layer has ``lod_level >= 1``.
 
     Examples
     --------
@@ -73,16 +66,14 @@ class DataFeeder:
             if not isinstance(var, Variable):
                 raise TypeError("Feed list should contain a list of variable or variable "
                                 f"names, got {type(var).__name__}")
-            if var.lod_level > 0:
-                raise _lod_not_implemented(var.name, var.lod_level)
             self.feed_dtypes.append(var.dtype)
             self.feed_names.append(var.name)
             self.feed_shapes.append(var.shape)
             self.feed_lod_level.append(var.lod_level)
         self.place = place
 
-    def feed(self, iterable: Iterable[Sequence[Any]]) -> dict[str, np.ndarray]:
-        """One mini-batch as ``{name: array}``.
+    def feed(self, iterable: Iterable[Sequence[Any]]) -> dict[str, np.ndarray | LoDTensor]:
+        """One mini-batch as ``{name: array}`` (a LoDTensor for ``lod_level >= 1``).
 
         Parameters
         ----------
@@ -91,9 +82,9 @@ class DataFeeder:
 
         Returns
         -------
-        dict of str to numpy.ndarray
+        dict of str to numpy.ndarray or LoDTensor
             Each array has its variable's dtype and shape (the batch dimension is the number of
-            samples).
+            samples, or of items for a LoD field).
 
         Raises
         ------
@@ -108,9 +99,20 @@ class DataFeeder:
                                  f"len(feed_list) ({len(columns)})")
             for column, value in zip(columns, sample, strict=True):
                 column.append(value)
-        return {name: self._stack(name, column, dtype, shape)
-                for name, column, dtype, shape in zip(self.feed_names, columns, self.feed_dtypes,
-                                                      self.feed_shapes, strict=True)}
+        out: dict[str, np.ndarray | LoDTensor] = {}
+        for name, column, dtype, shape, level in zip(self.feed_names, columns, self.feed_dtypes,
+                                                     self.feed_shapes, self.feed_lod_level,
+                                                     strict=True):
+            if level == 0:
+                out[name] = self._stack(name, column, dtype, shape)
+                continue
+            items: list[Any] = []
+            lengths: list[list[int]] = [[] for _ in range(level)]
+            for value in column:
+                _flatten(name, value, level, items, lengths)
+            arr = self._stack(name, items, dtype, shape)
+            out[name] = LoDTensor._of(arr, lengths_to_offsets(lengths), self.place)
+        return out
 
     @staticmethod
     def _stack(name: str, column: list[Any], dtype: str,
@@ -120,8 +122,8 @@ class DataFeeder:
         except ValueError as err:
             raise ValueError(
                 f"DataFeeder: the samples of {name!r} do not form a regular {dtype} array "
-                f"({err}); variable-length fields need LoD tensors, which are not implemented "
-                "yet (issue 15)") from err
+                f"({err}); a variable-length field needs a data layer with lod_level >= 1"
+            ) from err
         # Fluid checks nothing when more than one dimension is free
         if shape is None or sum(d < 0 for d in shape) > 1:
             return arr
@@ -205,3 +207,19 @@ class DataFeeder:
                                  "is not implementation. Other strategies are not implemented")
 
         return reader_of_feeds
+
+
+def _flatten(name: str, value: Any, level: int, items: list, lengths: list) -> None:
+    """Append the items of one sample's ``level``-deep sequence, and its lengths (Fluid's
+    ``DataToLoDTensorConverter._feed_impl_``)."""
+    if level == 0:
+        items.append(value)
+        return
+    try:
+        count = len(value)
+    except TypeError:
+        raise ValueError(f"DataFeeder: {name!r} has lod_level {len(lengths)}, so each sample "
+                         f"holds a sequence; got {type(value).__name__} {value!r}") from None
+    lengths[0].append(count)
+    for each in value:
+        _flatten(name, each, level - 1, items, lengths[1:])

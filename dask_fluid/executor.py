@@ -18,7 +18,9 @@ import numpy as np
 
 from . import ops as _ops  # noqa: F401  (registers every kernel)
 from .framework import EMPTY_VAR, Block, Program, Variable, default_main_program
+from .lod import LoD, LoDTensor, check_lod
 from .ops import registry
+from .ops.registry import LOD_KEY
 from .ops.selected_rows import SelectedRows
 
 
@@ -86,6 +88,8 @@ class Scope:
 
     def __init__(self) -> None:
         self.vars: dict[str, Any] = {}
+        #: the LoD of each variable that has one (:mod:`dask_fluid.lod`)
+        self.lods: dict[str, LoD] = {}
         self._rngs: dict[tuple, np.random.Generator] = {}
 
     def find_var(self, name: str) -> _Tensor | None:
@@ -161,6 +165,7 @@ class _Step:
     attrs: dict
     host: bool
     rng_key: tuple | None
+    lod: str | None = None
 
 
 # Ops whose number of outputs is decided by how many names the program binds.
@@ -236,7 +241,7 @@ class Executor:
             out_slots = tuple(slot for slot, names in op.outputs.items()
                               if any(n != EMPTY_VAR for n in names))
             steps.append(_Step(op, kernel, ins, outs, out_slots, attrs, opdef.host,
-                               rng_key))
+                               rng_key, opdef.lod))
             known.update(n for _, names in outs for n in names)
         return _Compiled(steps)
 
@@ -252,12 +257,15 @@ class Executor:
     def run_block(self, program: Program, block: Block, scope: Scope,
                   feed_names: frozenset = frozenset()) -> None:
         """Run every op of ``block`` against ``scope`` (used by control-flow ops too)."""
-        vals = scope.vars
+        vals, lods = scope.vars, scope.lods
         for i, step in enumerate(self._compiled(program, block, feed_names, scope).steps):
             try:
                 attrs = step.attrs
                 if step.rng_key is not None:
                     attrs = dict(attrs, _rng=scope.rng(step.rng_key, attrs["seed"]))
+                if step.lod == "kernel":
+                    attrs = dict(attrs, _lods={slot: [lods.get(n) for n in names]
+                                               for slot, names in step.ins})
                 if step.host:
                     # a host op may name variables it does not read (listen_and_serv's
                     # gradients arrive later, control-dependency dummies): None where unset
@@ -282,6 +290,7 @@ class Executor:
                     f"op {step.op.type!r} (#{i} in block {block.idx}) failed: "
                     f"{type(err).__name__}: {err}") from err
             if out:
+                out_lods = out.pop(LOD_KEY, None) if step.lod == "kernel" else None
                 for slot, names in step.outs:
                     arrays = out.get(slot)
                     if arrays is None:
@@ -289,9 +298,12 @@ class Executor:
                     for name, arr in zip(names, arrays, strict=False):
                         if name != EMPTY_VAR:
                             vals[name] = arr
+                if out_lods is not None or lods:
+                    _set_output_lods(step, out, out_lods, vals, lods)
 
-    def _check_feed(self, block: Block, feed: dict) -> dict:
-        checked = {}
+    def _check_feed(self, block: Block, feed: dict) -> tuple[dict, dict]:
+        """The fed arrays by name, checked, and the LoDs of those fed as LoD tensors."""
+        checked, fed_lods = {}, {}
         for key, value in feed.items():
             name = key.name if isinstance(key, Variable) else str(key)
             var = block._find_var_recursive(name)
@@ -299,6 +311,11 @@ class Executor:
                 data_layers = [v.name for v in block.vars.values() if v.is_data]
                 raise ValueError(f"feed {name!r} is not a variable of the program; "
                                  f"data layers: {data_layers}")
+            if isinstance(value, LoDTensor):
+                if value._lod:
+                    fed_lods[name] = check_lod(value._lod, int(value._require().shape[0]),
+                                               f"feed {name!r}")
+                value = value._require()
             arr = value
             if not hasattr(arr, "dtype") or not hasattr(arr, "shape"):
                 arr = np.asarray(value, dtype=var.dtype)
@@ -316,7 +333,7 @@ class Executor:
             if self._xp is not np and isinstance(arr, np.ndarray):
                 arr = self._xp.asarray(arr)
             checked[name] = arr
-        return checked
+        return checked, fed_lods
 
     def _fetch(self, scope: Scope, names: list[str], return_numpy: bool) -> list:
         out = []
@@ -326,6 +343,15 @@ class Executor:
             value = scope.vars[name]
             if isinstance(value, SelectedRows):
                 value = value.to_dense()
+            lod = scope.lods.get(name)
+            if lod:
+                if return_numpy:
+                    raise RuntimeError(
+                        f"fetch {name!r} holds LoD information (lod={[list(v) for v in lod]}), "
+                        "which a numpy array cannot carry: run with return_numpy=False to get "
+                        "the LoDTensor itself (Fluid's rule)")
+                out.append(LoDTensor._of(value, lod, self.place))
+                continue
             if return_numpy:
                 value = value.get() if hasattr(value, "get") and self._xp is not np else value
                 value = np.array(value, copy=True)
@@ -387,8 +413,13 @@ class Executor:
                 return program.run(self, scope, feed, fetch_names, return_numpy)
         block = program.global_block()
         fetch_names = self._fetch_names(block, fetch_list)
-        fed = self._check_feed(block, feed or {})
+        fed, fed_lods = self._check_feed(block, feed or {})
         scope.vars.update(fed)
+        for name in fed:
+            if name in fed_lods:
+                scope.lods[name] = fed_lods[name]
+            else:
+                scope.lods.pop(name, None)
         self.run_block(program, block, scope, frozenset(fed))
         return self._fetch(scope, fetch_names, return_numpy)
 
@@ -409,6 +440,39 @@ class Executor:
             on_close = getattr(hook, "on_executor_close", None)
             if on_close is not None:
                 on_close()
+
+
+def _set_output_lods(step: _Step, out: dict, kernel_lods: dict | None, vals: dict,
+                     lods: dict) -> None:
+    """Give each output of ``step`` its LoD: the kernel's (``lod="kernel"`` ops), none
+    (``lod="none"``), or Fluid's common ``ShareLoD`` rule: the LoD of the first input that has
+    one and as many rows as the output. An output without one loses any LoD it had."""
+    for slot, names in step.outs:
+        if slot not in out:
+            continue
+        given = kernel_lods.get(slot) if kernel_lods is not None else None
+        for j, name in enumerate(names):
+            if name == EMPTY_VAR:
+                continue
+            lod = None
+            if kernel_lods is not None:
+                lod = given[j] if given is not None and j < len(given) else None
+            elif step.lod is None and lods:
+                rows = _rows(vals.get(name))
+                if rows is not None:
+                    lod = next((lods[n] for _, ins in step.ins for n in ins
+                                if n in lods and _rows(vals.get(n)) == rows), None)
+            if lod:
+                lods[name] = lod
+            else:
+                lods.pop(name, None)
+
+
+def _rows(value: Any) -> int | None:
+    shape = getattr(value, "shape", None)
+    if not shape or isinstance(value, SelectedRows):
+        return None
+    return int(shape[0])
 
 
 def _conditional_block(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:

@@ -37,8 +37,6 @@ def in_dygraph_mode() -> bool:
 def __getattr__(name: str) -> Any:
     if name in _COMPAT_SUBMODULES:
         return importlib.import_module(f"paddle.fluid.{name}")
-    if name == "LoDTensor":
-        return importlib.import_module("paddle.fluid.core").LoDTensor
     try:
         return getattr(_df, name)
     except AttributeError:
@@ -51,4 +49,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *dir(_df), *_COMPAT_SUBMODULES, "LoDTensor"})
+    return sorted({*globals(), *dir(_df), *_COMPAT_SUBMODULES})

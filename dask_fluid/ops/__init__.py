@@ -25,6 +25,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     random_ops,
     registry,
     schedule_ops,
+    sequence_ops,
     shape_ops,
     split_ops,
     tensor_ops,

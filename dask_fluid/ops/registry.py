@@ -37,6 +37,11 @@ class OpDef:
     #: the module that gives this op its kernel, imported the first time the kernel is needed
     #: (the RPC ops' kernels live with the distributed runtime, above the op table)
     provider: str | None = None
+    #: how outputs get their LoD: ``None`` (the executor's rule: an output takes the LoD of the
+    #: first input with a LoD and as many rows), ``"none"`` (outputs have no LoD) or
+    #: ``"kernel"`` (the kernel reads ``attrs["_lods"]``, input slot -> LoD per name, and
+    #: returns ``out[LOD_KEY]``, output slot -> LoD per name, None for none)
+    lod: str | None = None
 
     def resolve(self) -> Kernel | None:
         """The kernel, importing :attr:`provider` first if it has not set it yet."""
@@ -57,12 +62,15 @@ def register(
     optional: tuple[str, ...] = (),
     grad: GradMaker | None = None,
     host: bool = False,
+    lod: str | None = None,
 ) -> Callable[[Kernel], Kernel]:
     """Register ``type`` with its signature; use as a decorator on the kernel."""
+    if lod not in (None, "none", "kernel"):
+        raise ValueError(f"register({type!r}): lod must be None, 'none' or 'kernel'")
 
     def deco(kernel: Kernel) -> Kernel:
         _OPS[type] = OpDef(type, tuple(inputs), tuple(outputs), dict(attrs or {}), kernel, grad,
-                           tuple(optional), host)
+                           tuple(optional), host, lod=lod)
         return kernel
 
     return deco
@@ -119,6 +127,8 @@ def array_module(*arrays: Any):
 
 
 GRAD = "@GRAD"
+#: the key of a ``lod="kernel"`` kernel's result that holds its outputs' LoDs
+LOD_KEY = "@LOD"
 
 
 def default_grad(op: Any) -> list[dict]:

@@ -69,18 +69,32 @@ def test_errors(net):
         feeder.feed([(np.zeros((2, 3)), 0)])
     with pytest.raises(ValueError, match=r"Reshape error.*'image'"):
         feeder.feed([(np.zeros(5), 0)])
-    with pytest.raises(ValueError, match="do not form a regular float32 array.*issue 15"):
+    with pytest.raises(ValueError, match="do not form a regular float32 array.*lod_level >= 1"):
         feeder.feed([([[0.0, 1.0], [2.0]], 0)])
     with pytest.raises(TypeError, match="Feed list should contain"):
         fluid.DataFeeder([3], fluid.CPUPlace())
 
 
-def test_lod_level_raises_naming_lod():
+def test_lod_fields_become_lod_tensors_as_fluid_builds_them():
     main = fluid.Program()
     with fluid.program_guard(main, fluid.Program()):
         words = fluid.layers.data(name="words", shape=[1], dtype="int64", lod_level=1)
-    with pytest.raises(NotImplementedError, match="'words' has lod_level=1; LoD .*issue 15"):
-        fluid.DataFeeder([words], fluid.CPUPlace(), program=main)
+        paras = fluid.layers.data(name="paras", shape=[2], dtype="float32", lod_level=2)
+        label = fluid.layers.data(name="label", shape=[1], dtype="int64")
+    feeder = fluid.DataFeeder([words, paras, label], fluid.CPUPlace(), program=main)
+    feed = feeder.feed([
+        ([1, 2, 3], [[[0, 1]], [[2, 3], [4, 5]]], 1),
+        ([4], [[[6, 7], [8, 9], [1, 1]]], 0),
+    ])
+    w = feed["words"]
+    assert isinstance(w, fluid.LoDTensor) and w.lod() == [[0, 3, 4]]
+    assert np.array(w).tolist() == [[1], [2], [3], [4]] and np.array(w).dtype == np.int64
+    p = feed["paras"]
+    assert p.recursive_sequence_lengths() == [[2, 1], [1, 2, 3]] and p.shape() == [6, 2]
+    assert feed["label"].tolist() == [[1], [0]]
+    with pytest.raises(ValueError, match="'words' has lod_level 1, so each sample holds a "
+                                         "sequence; got int 7"):
+        feeder.feed([(7, [[[0, 1]]], 0)])
 
 
 def test_decorate_reader_and_feed_parallel(net, monkeypatch):

@@ -230,6 +230,17 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
                                                    "global_pooling": True}),
         ("global_max", {"X": [n((2, 3, 4, 3))]}, {"global_pooling": True}),
     ]
+    # LoD ops read their inputs' LoD from attrs["_lods"], as the executor passes it; the
+    # grad op inherits it with the forward attrs (the slot names are the same)
+    one_level = {"_lods": {"X": [((0, 2, 2, 5, 7),)]}}  # with an empty sequence
+    two_level = {"_lods": {"X": [((0, 1, 3), (0, 3, 4, 7))]}}
+    c["sequence_pool"] = [
+        *((kind.lower(), {"X": [n((7, 3))]}, {"pooltype": kind, **one_level})
+          for kind in ("SUM", "AVERAGE", "SQRT", "MAX", "FIRST", "LAST")),
+        ("average_3d_two_level", {"X": [n((7, 2, 2))]}, {"pooltype": "AVERAGE", **two_level}),
+        ("max_two_level_pad", {"X": [n((7, 2))]},
+         {"pooltype": "MAX", "pad_value": 1.5, **one_level}),
+    ]
     return c
 
 
@@ -250,7 +261,7 @@ def forward(op_type: str, ins: dict, attrs: dict) -> tuple[Any, dict]:
     full = dict(opdef.attrs)
     full.update(attrs)
     in_names = {s: [f"{s}.{i}" for i in range(len(v))] for s, v in ins.items()}
-    res = run_op(op_type, ins, attrs)
+    res = {s: v for s, v in run_op(op_type, ins, attrs).items() if s != registry.LOD_KEY}
     out_names = {s: [f"{op_type}.{s}.{i}" for i in range(len(v))] for s, v in res.items()}
     env = {n: a for s in ins for n, a in zip(in_names[s], ins[s], strict=True)}
     env.update({n: a for s in res for n, a in zip(out_names[s], res[s], strict=True)})

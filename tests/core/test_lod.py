@@ -1,0 +1,127 @@
+"""LoD through the executor: LoD tensors fed, kept by the ops that keep it (Fluid's ShareLoD),
+changed by the sequence ops, dropped where a value has none; fetched as LoDTensors; the
+LoDTensor API as Fluid scripts use it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dask_fluid as fluid
+
+
+def _bag_of_words(pool="sum"):
+    main, startup = fluid.Program(), fluid.Program()
+    startup.random_seed = 3
+    with fluid.program_guard(main, startup):
+        ids = fluid.layers.data(name="ids", shape=[1], dtype="int64", lod_level=1)
+        y = fluid.layers.data(name="y", shape=[1])
+        emb = fluid.layers.embedding(ids, size=[20, 4], is_sparse=True)
+        hidden = fluid.layers.fc(emb, 5, act="tanh")  # per word: keeps the LoD
+        pooled = fluid.layers.sequence_pool(hidden, pool)
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(fluid.layers.fc(pooled, 1), y))
+        fluid.optimizer.SGD(0.1).minimize(loss)
+    return main, startup, emb, hidden, pooled, loss
+
+
+def _words(seqs):
+    return fluid.create_lod_tensor(seqs, [[len(s) for s in seqs]], fluid.CPUPlace())
+
+
+def test_lod_flows_through_the_ops_and_the_fetch():
+    main, startup, emb, hidden, pooled, loss = _bag_of_words()
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(startup, scope=scope)
+    feed = {"ids": _words([[1, 2, 3], [4], [5, 6]]), "y": np.ones((3, 1), np.float32)}
+    e, h, p = exe.run(main, feed=feed, fetch_list=[emb, hidden, pooled], scope=scope,
+                      return_numpy=False)
+    assert e.lod() == h.lod() == [[0, 3, 4, 6]] and e.shape() == [6, 4] and h.shape() == [6, 5]
+    assert not hasattr(p, "lod") and np.array(p).shape == (3, 5)  # pooled: no LoD
+    # the gradient of the word vectors carries the LoD too (its rows are the words)
+    assert scope.lods[hidden.name + "@GRAD"] == ((0, 3, 4, 6),)
+    np.testing.assert_allclose(np.array(p), [np.array(h)[0:3].sum(0), np.array(h)[3],
+                                             np.array(h)[4:6].sum(0)], rtol=1e-6)
+    with pytest.raises(RuntimeError, match="holds LoD information.*return_numpy=False"):
+        exe.run(main, feed=feed, fetch_list=[emb], scope=scope)
+
+
+def test_bag_of_words_learns_and_updates_only_the_words_it_saw():
+    seqs = [[1, 2, 3], [4], [5, 6]]
+    main, startup, _, _, _, loss = _bag_of_words()
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(startup, scope=scope)
+    y = np.array([[1.0], [-1.0], [0.5]], np.float32)
+    losses = [exe.run(main, feed={"ids": _words(seqs), "y": y}, fetch_list=[loss],
+                      scope=scope)[0][0] for _ in range(20)]
+    assert losses[-1] < 0.1 * losses[0]
+    emb_table = np.array(scope.vars["embedding_0.w_0"])
+    assert emb_table.shape == (20, 4)
+    untouched = [i for i in range(20) if i not in (1, 2, 3, 4, 5, 6)]
+    fresh = fluid.Scope()
+    exe.run(startup, scope=fresh)
+    np.testing.assert_array_equal(emb_table[untouched],
+                                  np.array(fresh.vars["embedding_0.w_0"])[untouched])
+
+
+def test_two_level_lod_pools_to_its_top_level():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[2], lod_level=2)
+        sentences = fluid.layers.sequence_pool(x, "sum")   # words -> sentences
+        paragraphs = fluid.layers.sequence_pool(sentences, "max")  # sentences -> paragraphs
+    exe = fluid.Executor()
+    t = fluid.LoDTensor()
+    t.set(np.arange(14, dtype=np.float32).reshape(7, 2), fluid.CPUPlace())
+    t.set_recursive_sequence_lengths([[1, 2], [3, 1, 3]])
+    s, p = exe.run(main, feed={"x": t}, fetch_list=[sentences, paragraphs], return_numpy=False)
+    assert s.lod() == [[0, 1, 3]]
+    np.testing.assert_array_equal(np.array(s), [[6, 9], [6, 7], [30, 33]])
+    np.testing.assert_array_equal(np.array(p), [[6, 9], [30, 33]])
+
+
+def test_feeding_a_plain_array_after_a_lod_tensor_drops_the_old_lod():
+    main, startup, emb, *_ = _bag_of_words()
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(startup, scope=scope)
+    exe.run(main, feed={"ids": _words([[1, 2], [3]]), "y": np.ones((2, 1), np.float32)},
+            scope=scope, fetch_list=[])
+    assert scope.lods["ids"] == ((0, 2, 3),)
+    with pytest.raises(Exception, match=r"sequence_pool: Input\(X\) has no LoD"):
+        exe.run(main, feed={"ids": np.array([[1], [2], [3]], np.int64),
+                            "y": np.ones((3, 1), np.float32)}, scope=scope)
+    assert "ids" not in scope.lods and emb.name not in scope.lods
+
+
+@pytest.mark.parametrize("lengths, match", [
+    ([[2, 2]], r"level 0 ends at 4, but must end at the first dimension \(3 rows\)"),
+    ([[1, 2], [1, 2]], r"level 0 ends at 3, but must end at the 2 sequences of level 1"),
+])
+def test_a_lod_that_does_not_fit_is_refused(lengths, match):
+    t = fluid.LoDTensor()
+    t.set(np.zeros((3, 1), np.int64), fluid.CPUPlace())
+    with pytest.raises(ValueError, match=match):
+        t.set_recursive_sequence_lengths(lengths)
+        main, _ = fluid.Program(), fluid.Program()
+        with fluid.program_guard(main):
+            fluid.layers.data(name="ids", shape=[1], dtype="int64", lod_level=1)
+        fluid.Executor().run(main, feed={"ids": t})
+
+
+def test_lod_tensor_api_as_fluid_scripts_use_it():
+    t = fluid.create_lod_tensor(np.arange(5).reshape(5, 1), [[2, 3]], fluid.CPUPlace())
+    assert t.lod() == [[0, 2, 5]] and t.recursive_sequence_lengths() == [[2, 3]]
+    assert t.has_valid_recursive_sequence_lengths() and t.shape() == [5, 1]
+    t.set_lod([[0, 1, 5]])
+    assert t.recursive_sequence_lengths() == [[1, 4]]
+    words = fluid.create_lod_tensor([[1, 2], [3]], [[2, 1]], fluid.CPUPlace())
+    assert np.array(words).tolist() == [[1], [2], [3]] and np.array(words).dtype == np.int64
+    with pytest.raises(ValueError, match=r"lengths \[2, 1\], but recursive_seq_lens ends with "
+                                         r"\[1, 2\]"):
+        fluid.create_lod_tensor([[1, 2], [3]], [[1, 2]], fluid.CPUPlace())
+    r = fluid.create_random_int_lodtensor([[2, 3]], [4], fluid.CPUPlace(), low=0, high=9)
+    assert r.shape() == [5, 4] and r.lod() == [[0, 2, 5]]
+    assert 0 <= np.array(r).min() and np.array(r).max() <= 9
+    assert "lod=[[0, 2, 5]]" in repr(r)
+    empty = fluid.LoDTensor()
+    with pytest.raises(ValueError, match="holds no data yet"):
+        empty.shape()

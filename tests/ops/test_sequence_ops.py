@@ -1,0 +1,75 @@
+"""Sequence ops against loops written from Fluid's definitions (one sequence at a time);
+their gradients are in test_grad_check.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dask_fluid.ops.registry import LOD_KEY
+
+from . import run_op
+
+LOD = ((0, 2, 2, 5, 7),)  # four sequences, the second empty
+
+
+def _pool_reference(x: np.ndarray, offsets, kind: str, pad: float = 0.0):
+    out, index = [], []
+    for a, b in zip(offsets[:-1], offsets[1:], strict=True):
+        seq = x[a:b].reshape(b - a, int(np.prod(x.shape[1:])))
+        if b == a:
+            out.append(np.full(seq.shape[1], pad))
+            index.append(np.full(seq.shape[1], -1))
+            continue
+        if kind == "SUM":
+            row = seq.sum(0)
+        elif kind == "AVERAGE":
+            row = seq.mean(0)
+        elif kind == "SQRT":
+            row = seq.sum(0) / np.sqrt(b - a)
+        elif kind == "MAX":
+            row = seq.max(0)
+            index.append(a + np.array([int(np.flatnonzero(seq[:, j] == row[j])[0])
+                                       for j in range(seq.shape[1])]))
+        elif kind == "FIRST":
+            row = seq[0]
+        else:
+            row = seq[-1]
+        out.append(row)
+    return np.array(out).reshape((len(offsets) - 1, *x.shape[1:])), np.array(index)
+
+
+@pytest.mark.parametrize("kind", ["SUM", "AVERAGE", "SQRT", "MAX", "FIRST", "LAST"])
+def test_sequence_pool_matches_a_loop_over_sequences(kind):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((7, 2, 3)).astype(np.float32)
+    x[3, 0, 0] = x[4, 0, 0] = 9.0  # a tie: MAX keeps the first row, as Paddle's ">" does
+    res = run_op("sequence_pool", {"X": [x]}, {"pooltype": kind, "pad_value": -2.0,
+                                                "_lods": {"X": [LOD]}})
+    expected, index = _pool_reference(x, LOD[0], kind, pad=-2.0)
+    np.testing.assert_allclose(res["Out"][0], expected, rtol=1e-6)
+    assert res["Out"][0].dtype == np.float32
+    assert res[LOD_KEY] == {"Out": [None]}  # one level pooled away: no LoD left
+    if kind == "MAX":
+        np.testing.assert_array_equal(res["MaxIndex"][0].reshape(4, -1), index.reshape(4, -1))
+        assert res["MaxIndex"][0].reshape(4, -1)[2, 0] == 3
+
+
+def test_sequence_pool_of_two_levels_keeps_the_top_level():
+    x = np.arange(14, dtype=np.float64).reshape(7, 2)
+    lod = ((0, 1, 3), (0, 3, 4, 7))
+    res = run_op("sequence_pool", {"X": [x]}, {"pooltype": "SUM", "_lods": {"X": [lod]}})
+    np.testing.assert_array_equal(res["Out"][0], [x[0:3].sum(0), x[3:4].sum(0), x[4:7].sum(0)])
+    assert res[LOD_KEY] == {"Out": [((0, 1, 3),)]}
+
+
+def test_sequence_pool_says_what_is_missing_or_wrong():
+    x = np.zeros((3, 2))
+    with pytest.raises(ValueError, match=r"sequence_pool: Input\(X\) has no LoD: feed it as a "
+                                         "LoD tensor"):
+        run_op("sequence_pool", {"X": [x]}, {"_lods": {"X": [None]}})
+    with pytest.raises(ValueError, match="pooltype 'MEDIAN' is not one of"):
+        run_op("sequence_pool", {"X": [x]}, {"pooltype": "median",
+                                             "_lods": {"X": [((0, 3),)]}})
+    with pytest.raises(ValueError, match="has 3 levels; at most 2"):
+        run_op("sequence_pool", {"X": [x]}, {"_lods": {"X": [((0, 1), (0, 1), (0, 3))]}})
