@@ -12,7 +12,15 @@ from typing import Any
 
 from . import unique_name
 from .backward import append_backward
-from .framework import Parameter, Program, Variable, default_main_program
+from .framework import (
+    OP_ROLE_KEY,
+    OP_ROLE_VAR_KEY,
+    OpRole,
+    Parameter,
+    Program,
+    Variable,
+    default_main_program,
+)
 from .initializer import ConstantInitializer
 from .layer_helper import LayerHelper
 from .layers.tensor import create_global_var
@@ -75,8 +83,12 @@ class Optimizer:
             return lr
         out = block.create_var(name=unique_name.generate(f"{param.name}.lr"), shape=[1],
                                dtype=lr.dtype)
+        # Fluid's _create_param_lr runs under _lr_schedule_guard(is_with_opt=True): the op is
+        # an LR-schedule op, so the transpiler puts it in the pservers' LR block
         block.append_op("scale", inputs={"X": [lr]}, outputs={"Out": [out]},
-                        attrs={"scale": float(ratio)})
+                        attrs={"scale": float(ratio),
+                               OP_ROLE_KEY: int(OpRole.LRSched | OpRole.Optimize),
+                               OP_ROLE_VAR_KEY: []})
         return out
 
     # -- accumulators -----------------------------------------------------------------------

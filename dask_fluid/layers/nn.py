@@ -13,13 +13,13 @@ from ..param_attr import ParamAttr
 from .tensor import _check_var, fill_constant
 
 __all__ = [
-    "_binary_op", "accuracy", "clip", "cos", "cross_entropy", "dropout", "elementwise_add",
-    "elementwise_div", "elementwise_max", "elementwise_min", "elementwise_mul", "elementwise_pow",
-    "elementwise_sub", "elu", "embedding", "exp", "fc", "floor", "gelu", "hard_sigmoid",
-    "layer_norm", "leaky_relu", "matmul", "mean", "pow", "reduce_mean", "reduce_sum", "relu",
-    "relu6", "scale", "sigmoid", "sigmoid_cross_entropy_with_logits", "softmax",
-    "softmax_with_cross_entropy", "softplus", "softsign", "sqrt", "square", "square_error_cost",
-    "swish", "tanh", "topk",
+    "_binary_op", "accuracy", "clip", "cos", "cos_sim", "cross_entropy", "dropout",
+    "elementwise_add", "elementwise_div", "elementwise_max", "elementwise_min", "elementwise_mul",
+    "elementwise_pow", "elementwise_sub", "elu", "embedding", "exp", "fc", "floor", "gelu",
+    "hard_sigmoid", "layer_norm", "leaky_relu", "matmul", "mean", "pow", "reduce_mean",
+    "reduce_sum", "relu", "relu6", "scale", "sigmoid", "sigmoid_cross_entropy_with_logits",
+    "softmax", "softmax_with_cross_entropy", "softplus", "softsign", "sqrt", "square",
+    "square_error_cost", "swish", "tanh", "topk",
 ]
 
 _ACTIVATIONS = ("relu", "sigmoid", "tanh", "softmax", "exp", "sqrt", "abs", "square",
@@ -238,8 +238,8 @@ def embedding(input: Variable, size: Sequence[int], is_sparse: bool = False,
     _check_var(input, "input", "embedding")
     if len(size) != 2 or min(size) <= 0:
         raise ValueError(f"embedding: size must be [vocab_size, dim], got {list(size)}")
-    if input.dtype not in ("int64", "int32"):
-        raise TypeError(f"embedding: input ids must be int64, got {input.dtype}")
+    # Fluid 1.8 builds an embedding over any input (its transpiler tests use float ids); the
+    # kernel refuses non-integer ids when it runs
     helper = LayerHelper("embedding")
     w = helper.create_parameter(ParamAttr._to_attr(param_attr), list(size), dtype)
     if padding_idx is None:
@@ -259,12 +259,26 @@ def embedding(input: Variable, size: Sequence[int], is_sparse: bool = False,
 
 def cross_entropy(input: Variable, label: Variable, soft_label: bool = False,
                   ignore_index: int = -100) -> Variable:
-    """``-log(input[label])`` per row, shape ``[N, 1]``; ``input`` holds probabilities."""
+    """``-log(input[label])`` per row, shape ``[..., 1]``; ``input`` holds probabilities.
+
+    Hard labels build Fluid 1.8's ``cross_entropy2`` op (gradient ``cross_entropy_grad2``);
+    ``soft_label=True`` builds ``cross_entropy``, as Fluid does.
+    """
     helper = LayerHelper("cross_entropy")
-    out = helper.create_tmp(dtype=input.dtype, shape=[input.shape[0], 1])
-    helper.append_op("cross_entropy", inputs={"X": [input], "Label": [label]},
-                     outputs={"Y": [out]},
-                     attrs={"soft_label": soft_label, "ignore_index": ignore_index})
+    shape = [*input.shape[:-1], 1] if input.shape else None
+    out = helper.create_tmp(dtype=input.dtype, shape=shape)
+    if soft_label:
+        helper.append_op("cross_entropy", inputs={"X": [input], "Label": [label]},
+                         outputs={"Y": [out]},
+                         attrs={"soft_label": True, "ignore_index": ignore_index})
+        return out
+    match_x = helper.create_tmp(dtype=input.dtype, shape=shape, stop_gradient=True)
+    xshape = helper.create_tmp(dtype=input.dtype,
+                               shape=[0, *input.shape] if input.shape else None,
+                               stop_gradient=True)
+    helper.append_op("cross_entropy2", inputs={"X": [input], "Label": [label]},
+                     outputs={"Y": [out], "MatchX": [match_x], "XShape": [xshape]},
+                     attrs={"ignore_index": ignore_index})
     return out
 
 
@@ -409,6 +423,20 @@ def elu(x: Variable, alpha: float = 1.0, name: str | None = None) -> Variable:
 def softplus(x: Variable, name: str | None = None) -> Variable:
     """``log(1 + exp(x))``."""
     return _unary("softplus", x, name)
+
+
+def cos_sim(X: Variable, Y: Variable) -> Variable:
+    """Cosine similarity of each row of ``X`` with the row of ``Y`` (or with ``Y``'s one row):
+    ``[N, 1]``."""
+    helper = LayerHelper("cos_sim")
+    shape = [X.shape[0], 1] if X.shape else None
+    out = helper.create_tmp(dtype=X.dtype, shape=shape)
+    xnorm = helper.create_tmp(dtype=X.dtype, shape=shape, stop_gradient=True)
+    ynorm = helper.create_tmp(dtype=X.dtype, shape=[Y.shape[0], 1] if Y.shape else None,
+                              stop_gradient=True)
+    helper.append_op("cos_sim", inputs={"X": [X], "Y": [Y]},
+                     outputs={"Out": [out], "XNorm": [xnorm], "YNorm": [ynorm]})
+    return out
 
 
 def softsign(x: Variable, name: str | None = None) -> Variable:

@@ -27,6 +27,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     schedule_ops,
     sequence_ops,
     shape_ops,
+    similarity_ops,
     split_ops,
     tensor_ops,
 )

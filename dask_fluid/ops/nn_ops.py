@@ -145,6 +145,61 @@ def cross_entropy_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# cross_entropy2: what layers.cross_entropy builds for hard labels in Fluid 1.8; it keeps the
+# probability at the label (MatchX) and X's shape (XShape, a zero-size array of shape
+# [0, *X.shape], as Fluid's XShape holds only dims) for its gradient
+
+_CE2_ATTRS = {"ignore_index": -100}
+
+
+@register("cross_entropy2", ("X", "Label"), ("Y", "MatchX", "XShape"), _CE2_ATTRS,
+          grad=grad_maker(("Label", "MatchX", "XShape"), ("Y",), ("X",),
+                          type="cross_entropy_grad2"))
+def cross_entropy2(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Y = −log X[label] (hard labels ``[..., 1]``), shape [..., 1]; MatchX = X[label]."""
+    x, label = ins["X"][0], ins["Label"][0]
+    xp = array_module(x)
+    c = x.shape[-1]
+    x2 = x.reshape(-1, c)
+    lab = _hard_labels(label)
+    valid = _check_labels("cross_entropy2", lab, c, attrs.get("ignore_index", -100))
+    safe = lab if valid is None else xp.where(valid, lab, 0)
+    match = xp.take_along_axis(x2, safe[:, None], axis=1)
+    y = -_log_tolerable(xp, match)
+    if valid is not None:
+        y *= valid[:, None]
+        match = xp.where(valid[:, None], match, xp.zeros_like(match))
+    lead = x.shape[:-1] + (1,)
+    return {"Y": [y.reshape(lead)], "MatchX": [match.reshape(lead)],
+            "XShape": [xp.zeros((0, *x.shape), dtype=x.dtype)]}
+
+
+@register("cross_entropy_grad2", ("Label", "MatchX", "XShape", "Y" + GRAD), ("X" + GRAD,),
+          _CE2_ATTRS)
+def cross_entropy_grad2(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = −dY / MatchX at the label, 0 elsewhere (and on ignored rows)."""
+    label, match, xshape = ins["Label"][0], ins["MatchX"][0], ins["XShape"][0]
+    xp = array_module(match)
+    shape = tuple(xshape.shape[1:])
+    c = shape[-1]
+    dy = ins["Y" + GRAD][0]
+    dx = xp.zeros((int(np.prod(shape[:-1], dtype=np.int64)), c), dtype=match.dtype)
+    if dy is None:
+        return {"X" + GRAD: [dx.reshape(shape)]}
+    lab = _hard_labels(label)
+    valid = _check_labels("cross_entropy_grad2", lab, c, attrs.get("ignore_index", -100))
+    safe = lab if valid is None else xp.where(valid, lab, 0)
+    m = match.reshape(-1, 1)
+    if valid is not None:
+        m = xp.where(valid[:, None], m, xp.ones_like(m))
+    picked = -dy.reshape(-1, 1) / m
+    if valid is not None:
+        picked *= valid[:, None]
+    dx[xp.arange(len(safe)), safe] = picked[:, 0]
+    return {"X" + GRAD: [dx.reshape(shape)]}
+
+
+# ---------------------------------------------------------------------------------------------
 # softmax_with_cross_entropy (fused; Logits are unnormalised scores)
 
 _SWCE_ATTRS = {"soft_label": False, "ignore_index": -100, "axis": -1,
@@ -327,6 +382,9 @@ _lookup_maker, _lookup_grad_register = _register_grad(
 
 def _flat_ids(op: str, ids: Any, height: int) -> Any:
     flat = ids.reshape(-1)
+    if flat.dtype.kind not in "iu":
+        raise TypeError(f"{op}: Ids must hold integer ids, got {flat.dtype}; declare the data "
+                        "layer with dtype='int64'")
     if flat.dtype != np.int64:
         flat = flat.astype(np.int64)
     if flat.size and (bool((flat < 0).any()) or bool((flat >= height).any())):

@@ -352,3 +352,37 @@ def write_transformer(data_home: str | os.PathLike, n_batches: int = 6, local_ba
         with open(os.path.join(directory, name), "w") as f:
             f.write(text)
     return directory
+
+
+# -- dist_simnet_bow.py's simnet.train.1000 ----------------------------------------------------
+
+SIMNET_URL = "http://paddle-dist-ce-data.bj.bcebos.com/simnet.train.1000"
+
+
+def write_simnet(data_home: str | os.PathLike, n_lines: int = 120, dict_dim: int = 1500,
+                 seed: int = 0) -> str:
+    """Write ``simnet/train``: one query a line with its positive and negative titles, as
+    ``<id>;<n_pos> <n_neg>;<query ids>;<pos ids>...;<neg ids>...;`` (the layout
+    dist_simnet_bow.py parses), ids below ``dict_dim``; registered as a substitute.
+
+    Returns
+    -------
+    str
+        The path of the file.
+    """
+    rng = np.random.default_rng(seed)
+
+    def ids() -> str:
+        return " ".join(str(int(i)) for i in rng.integers(0, dict_dim, int(rng.integers(2, 8))))
+
+    lines = []
+    for k in range(n_lines):
+        n_pos, n_neg = int(rng.integers(1, 3)), int(rng.integers(1, 4))
+        fields = [str(k), f"{n_pos} {n_neg}", ids(), *(ids() for _ in range(n_pos + n_neg))]
+        lines.append(";".join(fields) + ";\n")
+    path = _cache_file(data_home, "simnet", SIMNET_URL)
+    path = os.path.join(os.path.dirname(path), "train")
+    with open(path, "w") as f:
+        f.write("".join(lines))
+    common.register_substitute(path)
+    return path

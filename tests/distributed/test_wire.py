@@ -129,3 +129,21 @@ def test_a_full_dev_shm_falls_back_to_the_socket():
     assert segment.write({}, meta, 1 << 50) is None
     assert segment.failed and segment.write({}, meta, 10) is None
     assert _segments() == before
+
+
+def test_empty_arrays_travel_between_full_ones():
+    # a pserver shard often gets no ids of a batch: zero-size arrays must frame like the rest
+    a, b = socket.socketpair()
+    try:
+        arrays = {"none": np.zeros((0, 1), np.int64), "ids": np.arange(3, dtype=np.int64),
+                  "empty_rows": np.zeros((0, 4), np.float32), "w": np.ones((2, 2), np.float32)}
+        deadline = time.monotonic() + 5
+        wire.send_message(a, {"method": "prefetch"}, arrays, deadline=deadline)
+        header, buf = wire.recv_message(b, deadline=deadline)
+        got = unpack_arrays(header["meta"], buf)
+        for name, value in arrays.items():
+            assert got[name].shape == value.shape and got[name].dtype == value.dtype
+            np.testing.assert_array_equal(got[name], value)
+    finally:
+        a.close()
+        b.close()

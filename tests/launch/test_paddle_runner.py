@@ -4,7 +4,8 @@ runner starts the local run, 2 pservers and 2 trainers of the model file with
 1e-4, async delta 100) and test_dist_mnist_train.py (the CNN of dist_mnist.py: sync, sync with
 memory optimisation, async and DC-ASGD), test_dist_mnist_batch_merge.py (multi_batch_merge_pass)
 and, with a two-line TestDistBase case of our own (Paddle 1.8 ships no test file for it),
-dist_mnist_lars.py (LarsMomentumOptimizer, sync delta 1e-5)."""
+dist_mnist_lars.py (LarsMomentumOptimizer, sync delta 1e-5); test_dist_simnet_bow.py (LoD
+sequences, 6 cases)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,23 @@ def mnist_in_paddle_cache():
             path.unlink()
 
 
+@pytest.fixture
+def simnet_in_paddle_cache():
+    """A synthetic simnet/train in Paddle's cache unless a real one is there (removed after)."""
+    from tests.compat import synthetic_data
+
+    target = Path(PADDLE_CACHE) / "simnet" / "train"
+    if target.exists():
+        yield target
+        return
+    made = Path(synthetic_data.write_simnet(PADDLE_CACHE))
+    try:
+        yield made
+    finally:
+        for path in made.parent.glob(made.name + "*"):
+            path.unlink()
+
+
 def _run_paddle_test(tmp_path: Path, test: str, *models: str, test_text: str | None = None
                      ) -> tuple[str, list[str]]:
     """Run Paddle's ``test`` (``test_text`` when given) with its runner and ``models``, copied
@@ -90,6 +108,14 @@ def test_paddle_18_test_dist_word2vec_unchanged(tmp_path, imikolov_in_paddle_cac
     err, pairs = _run_paddle_test(tmp_path, "test_dist_word2vec.py", "dist_word2vec.py")
     assert "Ran 3 tests" in err and "\nOK" in err, err[-4000:]
     assert len(pairs) == 3 * 5
+
+
+def test_paddle_18_test_dist_simnet_bow_unchanged(tmp_path, simnet_in_paddle_cache):
+    # LoD feeds, sequence_pool, cos_sim, a per-parameter learning rate; dense, sparse and
+    # distributed-table embeddings, sync and async (Paddle leaves the dense async case out)
+    err, pairs = _run_paddle_test(tmp_path, "test_dist_simnet_bow.py", "dist_simnet_bow.py")
+    assert "Ran 6 tests" in err and "\nOK" in err, err[-4000:]
+    assert len(pairs) == 6 * 5
 
 
 def test_paddle_18_test_dist_mnist_train_unchanged(tmp_path, mnist_in_paddle_cache):

@@ -234,6 +234,20 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
     # grad op inherits it with the forward attrs (the slot names are the same)
     one_level = {"_lods": {"X": [((0, 2, 2, 5, 7),)]}}  # with an empty sequence
     two_level = {"_lods": {"X": [((0, 1, 3), (0, 3, 4, 7))]}}
+    probs = rng.uniform(0.1, 1.0, (4, 5))
+    probs /= probs.sum(1, keepdims=True)
+    c["cross_entropy2"] = [
+        ("hard", {"X": [probs.copy()], "Label": [np.array([[0], [3], [4], [1]])]}, {}),
+        ("ignore_index", {"X": [probs.copy()], "Label": [np.array([[0], [2], [4], [2]])]},
+         {"ignore_index": 2}),
+        ("3d", {"X": [probs.reshape(2, 2, 5).copy()],
+                "Label": [np.array([[[1], [2]], [[0], [4]]])]}, {}),
+    ]
+    c["cos_sim"] = [
+        ("rows", {"X": [n((4, 3))], "Y": [n((4, 3))]}, {}),
+        ("one_y_row", {"X": [n((4, 3))], "Y": [n((1, 3))]}, {}),
+        ("3d", {"X": [n((3, 2, 2))], "Y": [n((3, 2, 2))]}, {}),
+    ]
     c["sequence_pool"] = [
         *((kind.lower(), {"X": [n((7, 3))]}, {"pooltype": kind, **one_level})
           for kind in ("SUM", "AVERAGE", "SQRT", "MAX", "FIRST", "LAST")),

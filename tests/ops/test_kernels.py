@@ -138,6 +138,40 @@ def test_softmax_and_cross_entropies():
     np.testing.assert_allclose(ign[:, 0], np.where(label[:, 0] == 1, 0.0, expected[:, 0]))
 
 
+def test_cross_entropy2_equals_cross_entropy_and_keeps_what_its_gradient_needs():
+    rng = np.random.default_rng(5)
+    x = rng.uniform(0.1, 1, (2, 3, 4)).astype(np.float32)
+    label = np.array([[[0], [3], [1]], [[2], [2], [0]]], np.int64)
+    res = run_op("cross_entropy2", {"X": [x], "Label": [label]}, {"ignore_index": 0})
+    picked = np.take_along_axis(x, label, axis=-1)
+    np.testing.assert_allclose(res["Y"][0], np.where(label == 0, 0, -np.log(picked)),
+                               rtol=1e-6)
+    np.testing.assert_allclose(res["MatchX"][0], np.where(label == 0, 0, picked))
+    assert res["XShape"][0].shape == (0, 2, 3, 4) and res["XShape"][0].size == 0
+    plain = run_op("cross_entropy", {"X": [x], "Label": [label]}, {"ignore_index": 0})
+    np.testing.assert_allclose(res["Y"][0], plain["Y"][0])
+
+
+def test_cos_sim_matches_scipy_cosine_distance():
+    from scipy.spatial.distance import cosine
+
+    rng = np.random.default_rng(2)
+    x, y = rng.standard_normal((5, 4)), rng.standard_normal((5, 4))
+    res = run_op("cos_sim", {"X": [x], "Y": [y]})
+    expected = [1 - cosine(a, b) for a, b in zip(x, y, strict=True)]
+    np.testing.assert_allclose(res["Out"][0][:, 0], expected)
+    np.testing.assert_allclose(res["XNorm"][0][:, 0], np.linalg.norm(x, axis=1))
+    one = run_op("cos_sim", {"X": [x], "Y": [y[:1]]})["Out"][0][:, 0]
+    np.testing.assert_allclose(one, [1 - cosine(a, y[0]) for a in x])
+    with pytest.raises(ValueError, match="cos_sim: Y must have the shape of X or one row"):
+        run_op("cos_sim", {"X": [x], "Y": [y[:2]]})
+
+
+def test_lookup_table_refuses_float_ids_when_it_runs():
+    with pytest.raises(TypeError, match="lookup_table: Ids must hold integer ids, got float32"):
+        run_op("lookup_table", {"W": [np.zeros((3, 2))], "Ids": [np.zeros((2, 1), np.float32)]})
+
+
 def test_cross_entropy_of_a_zero_probability_is_paddles_1e20():
     # Paddle's TolerableValue: -log(0) is 1e20 (hard and soft labels), not inf
     x = np.array([[0.0, 1.0], [0.5, 0.5]], np.float32)

@@ -96,6 +96,8 @@ def layout(arrays: Mapping[str, np.ndarray]) -> tuple[dict[str, Any], int]:
 def _pieces(arrays: Mapping[str, np.ndarray]) -> list[memoryview]:
     out = []
     for value in arrays.values():
+        if value.size == 0:  # e.g. the ids a batch has for a pserver: none (cast refuses 0s)
+            continue
         view = memoryview(np.ascontiguousarray(value)).cast("B")
         out.append(view)
         pad = -len(view) % _PACK_ALIGN
