@@ -7,7 +7,8 @@ from typing import Any
 from . import layers
 from .framework import Variable
 
-__all__ = ["glu", "img_conv_group", "scaled_dot_product_attention", "simple_img_conv_pool"]
+__all__ = ["glu", "img_conv_group", "scaled_dot_product_attention", "sequence_conv_pool",
+           "simple_img_conv_pool"]
 
 
 def simple_img_conv_pool(input: Variable, num_filters: int, filter_size: Any, pool_size: Any,
@@ -25,6 +26,20 @@ def simple_img_conv_pool(input: Variable, num_filters: int, filter_size: Any, po
     return layers.pool2d(input=conv_out, pool_size=pool_size, pool_type=pool_type,
                          pool_stride=pool_stride, pool_padding=pool_padding,
                          global_pooling=global_pooling, use_cudnn=use_cudnn)
+
+
+def sequence_conv_pool(input: Variable, num_filters: int, filter_size: int,
+                       param_attr: Any = None, act: str = "sigmoid", pool_type: str = "max",
+                       bias_attr: Any = None) -> Variable:
+    """``sequence_conv`` (with ``act``) followed by ``sequence_pool``, as Fluid 1.8's
+    ``nets.sequence_conv_pool``: one row per sequence."""
+    if input.dtype not in ("float32", "float64"):
+        raise TypeError(f"sequence_conv_pool: input must be float32 or float64, got "
+                        f"{input.dtype}")
+    conv_out = layers.sequence_conv(input=input, num_filters=num_filters,
+                                    filter_size=filter_size, param_attr=param_attr,
+                                    bias_attr=bias_attr, act=act)
+    return layers.sequence_pool(input=conv_out, pool_type=pool_type)
 
 
 def img_conv_group(input: Variable, conv_num_filter: list[int] | tuple[int, ...],

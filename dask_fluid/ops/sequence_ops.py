@@ -160,3 +160,80 @@ def sequence_pool_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
         if len(full):
             dx[xp.asarray(rows[full])] = d2[xp.asarray(full)]
     return result
+
+
+# ---------------------------------------------------------------------------------------------
+# sequence_conv: a 1-D convolution along each sequence, as one matrix product over the rows'
+# context windows (rows outside the row's own sequence read as zeros: Fluid's padding when
+# paddingTrainable is False)
+
+_SEQ_CONV_ATTRS = {"contextStride": 1, "contextStart": 0, "contextLength": 3,
+                   "paddingTrainable": False}
+
+
+def _context_index(offsets: tuple, start: int, length: int) -> np.ndarray:
+    """``[N, length]`` row indices of every row's context window; ``N`` (one past the last
+    row) where the window leaves the row's sequence."""
+    o = np.asarray(offsets, dtype=np.int64)
+    lengths = np.diff(o)
+    rows = int(o[-1])
+    first = np.repeat(o[:-1], lengths)
+    last = np.repeat(o[1:], lengths)
+    idx = np.arange(rows)[:, None] + start + np.arange(length)[None, :]
+    inside = (idx >= first[:, None]) & (idx < last[:, None])
+    return np.where(inside, idx, rows)
+
+
+def _check_seq_conv(attrs: dict, op: str) -> tuple[int, int]:
+    if int(attrs.get("contextStride", 1)) != 1:
+        raise ValueError(f"{op}: contextStride must be 1 (Fluid supports only 1), got "
+                         f"{attrs.get('contextStride')}")
+    if attrs.get("paddingTrainable"):
+        raise NotImplementedError(f"{op}: paddingTrainable=True (a learned PaddingData) is not "
+                                  "implemented in dask_fluid; use the default zero padding")
+    length = int(attrs.get("contextLength", 3))
+    if length < 1:
+        raise ValueError(f"{op}: contextLength must be >= 1, got {length}")
+    return int(attrs.get("contextStart", 0)), length
+
+
+@register("sequence_conv", ("X", "Filter", "PaddingData"), ("Out",), _SEQ_CONV_ATTRS,
+          optional=("PaddingData",), lod="kernel",
+          grad=grad_maker(("X", "Filter"), ("Out",), ("X", "Filter")))
+def sequence_conv(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out[r] = concat(X[r + contextStart], ..., X[r + contextStart + contextLength - 1]) @
+    Filter, the rows outside r's sequence taken as zeros; Out keeps X's LoD."""
+    x, w = ins["X"][0], ins["Filter"][0]
+    xp = array_module(x, w)
+    start, length = _check_seq_conv(attrs, "sequence_conv")
+    lod = input_lod(attrs, "X", "sequence_conv")
+    if w.shape[0] != length * x.shape[1]:
+        raise ValueError(f"sequence_conv: Filter has {w.shape[0]} rows, but contextLength "
+                         f"{length} x the {x.shape[1]} columns of X need {length * x.shape[1]}")
+    idx = xp.asarray(_context_index(lod[-1], start, length))
+    padded = xp.concatenate([x, xp.zeros((1, x.shape[1]), dtype=x.dtype)])
+    col = padded[idx].reshape(x.shape[0], -1)
+    return {"Out": [col @ w], LOD_KEY: {"Out": [lod]}}
+
+
+@register("sequence_conv_grad", *grad_slots(("X", "Filter"), ("Out",), ("X", "Filter")),
+          _SEQ_CONV_ATTRS, lod="kernel")
+def sequence_conv_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dFilter = col(X)ᵀ dOut; dX adds each window's share of dOut Filterᵀ back to its rows."""
+    x, w, d = ins["X"][0], ins["Filter"][0], ins["Out" + GRAD][0]
+    xp = array_module(x, w)
+    start, length = _check_seq_conv(attrs, "sequence_conv_grad")
+    lod = input_lod(attrs, "X", "sequence_conv_grad")
+    if d is None:
+        d = xp.zeros((x.shape[0], w.shape[1]), dtype=x.dtype)
+    idx = xp.asarray(_context_index(lod[-1], start, length))
+    res = {LOD_KEY: {"X" + GRAD: [lod]}}
+    if "Filter" + GRAD in outs:
+        padded = xp.concatenate([x, xp.zeros((1, x.shape[1]), dtype=x.dtype)])
+        res["Filter" + GRAD] = [padded[idx].reshape(x.shape[0], -1).T @ d]
+    if "X" + GRAD in outs:
+        dcol = (d @ w.T).reshape(x.shape[0] * length, x.shape[1])
+        dx = xp.zeros((x.shape[0] + 1, x.shape[1]), dtype=x.dtype)
+        scatter_add(xp, dx, idx.reshape(-1), dcol)
+        res["X" + GRAD] = [dx[:-1]]
+    return res

@@ -386,3 +386,41 @@ def write_simnet(data_home: str | os.PathLike, n_lines: int = 120, dict_dim: int
         f.write("".join(lines))
     common.register_substitute(path)
     return path
+
+
+# -- dist_text_classification.py's imdb.vocab and text_classification.tar.gz -------------------
+
+TEXT_CLASSIFICATION_URLS = ("http://paddle-dist-ce-data.bj.bcebos.com/imdb.vocab",
+                            "http://paddle-dist-ce-data.bj.bcebos.com/text_classification.tar.gz")
+
+
+def write_text_classification(data_home: str | os.PathLike, n_per_class: int = 24,
+                              seed: int = 0) -> str:
+    """Write ``text_classification/imdb.vocab`` (a word a line) and
+    ``text_classification/text_classification.tar.gz`` (``train/pos/*.txt``,
+    ``train/neg/*.txt``, ``test/...``: reviews of 3 to 12 words with punctuation and capitals,
+    which the reader strips), both registered as substitutes.
+
+    Returns
+    -------
+    str
+        The directory.
+    """
+    rng = np.random.default_rng(seed)
+    words = _IMDB_WORDS
+    members = []
+    for split in ("train", "test"):
+        for label in ("pos", "neg"):
+            for i in range(n_per_class):
+                picked = rng.choice(words, int(rng.integers(3, 13)))
+                text = " ".join(picked).capitalize() + ", really!\n"
+                members.append((f"{split}/{label}/{i}_{int(rng.integers(1, 11))}.txt",
+                                text.encode()))
+    vocab_path = _cache_file(data_home, "text_classification", TEXT_CLASSIFICATION_URLS[0])
+    with open(vocab_path, "w") as f:
+        f.write("".join(w + "\n" for w in words[:-5]))  # a few words read as <unk>
+    tar_path = _cache_file(data_home, "text_classification", TEXT_CLASSIFICATION_URLS[1])
+    _write_tgz(tar_path, members)
+    for path in (vocab_path, tar_path):
+        common.register_substitute(path)
+    return os.path.dirname(tar_path)

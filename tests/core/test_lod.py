@@ -125,3 +125,35 @@ def test_lod_tensor_api_as_fluid_scripts_use_it():
     empty = fluid.LoDTensor()
     with pytest.raises(ValueError, match="holds no data yet"):
         empty.shape()
+
+
+def test_sequence_conv_pool_classifies_sequences_by_their_words():
+    # class 1 iff the sequence holds the word 7: a conv window plus max pooling finds it
+    rng = np.random.default_rng(0)
+    seqs = [list(rng.integers(0, 7, int(rng.integers(2, 6)))) for _ in range(24)]
+    labels = np.array([[i % 2] for i in range(24)], np.int64)
+    for seq, label in zip(seqs, labels[:, 0], strict=True):
+        if label:
+            seq.insert(int(rng.integers(0, len(seq))), 7)
+    main, startup = fluid.Program(), fluid.Program()
+    startup.random_seed = 1
+    with fluid.program_guard(main, startup):
+        words = fluid.layers.data(name="words", shape=[1], dtype="int64", lod_level=1)
+        label = fluid.layers.data(name="label", shape=[1], dtype="int64")
+        emb = fluid.layers.embedding(words, size=[8, 8])
+        conv = fluid.layers.sequence_conv(emb, num_filters=6, filter_size=3, act="tanh")
+        pooled = fluid.layers.sequence_pool(conv, "max")
+        assert fluid.nets.sequence_conv_pool(emb, 4, 3).shape == (-1, 4)
+        predict = fluid.layers.fc(pooled, 2, act="softmax")
+        loss = fluid.layers.mean(fluid.layers.cross_entropy(predict, label))
+        acc = fluid.layers.accuracy(predict, label)
+        fluid.optimizer.Adam(0.05).minimize(loss)
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(startup, scope=scope)
+    feeder = fluid.DataFeeder([words, label], fluid.CPUPlace(), program=main)
+    feed = feeder.feed(list(zip(seqs, labels[:, 0], strict=True)))
+    for _ in range(60):
+        c, a = exe.run(main, feed=feed, fetch_list=[conv, acc], scope=scope,
+                       return_numpy=False)
+    assert c.lod() == feed["words"].lod() and c.shape()[1] == 6
+    assert float(np.array(a)[0]) == 1.0

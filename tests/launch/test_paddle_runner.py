@@ -5,7 +5,7 @@ runner starts the local run, 2 pservers and 2 trainers of the model file with
 memory optimisation, async and DC-ASGD), test_dist_mnist_batch_merge.py (multi_batch_merge_pass)
 and, with a two-line TestDistBase case of our own (Paddle 1.8 ships no test file for it),
 dist_mnist_lars.py (LarsMomentumOptimizer, sync delta 1e-5); test_dist_simnet_bow.py (LoD
-sequences, 6 cases)."""
+sequences, 6 cases) and test_dist_text_classification.py (sequence_conv_pool)."""
 
 from __future__ import annotations
 
@@ -84,6 +84,24 @@ def simnet_in_paddle_cache():
             path.unlink()
 
 
+@pytest.fixture
+def text_classification_in_paddle_cache():
+    """Synthetic text_classification files in Paddle's cache unless real ones are there."""
+    from tests.compat import synthetic_data
+
+    directory = Path(PADDLE_CACHE) / "text_classification"
+    before = set(directory.glob("*")) if directory.is_dir() else set()
+    if any(p.name == "text_classification.tar.gz" for p in before):
+        yield directory
+        return
+    synthetic_data.write_text_classification(PADDLE_CACHE)
+    try:
+        yield directory
+    finally:
+        for path in set(directory.glob("*")) - before:
+            path.unlink()
+
+
 def _run_paddle_test(tmp_path: Path, test: str, *models: str, test_text: str | None = None
                      ) -> tuple[str, list[str]]:
     """Run Paddle's ``test`` (``test_text`` when given) with its runner and ``models``, copied
@@ -116,6 +134,15 @@ def test_paddle_18_test_dist_simnet_bow_unchanged(tmp_path, simnet_in_paddle_cac
     err, pairs = _run_paddle_test(tmp_path, "test_dist_simnet_bow.py", "dist_simnet_bow.py")
     assert "Ran 6 tests" in err and "\nOK" in err, err[-4000:]
     assert len(pairs) == 6 * 5
+
+
+def test_paddle_18_test_dist_text_classification_unchanged(tmp_path,
+                                                          text_classification_in_paddle_cache):
+    # nets.sequence_conv_pool over LoD word sequences, sync (delta 1e-6) and async
+    err, pairs = _run_paddle_test(tmp_path, "test_dist_text_classification.py",
+                                  "dist_text_classification.py")
+    assert "Ran 2 tests" in err and "\nOK" in err, err[-4000:]
+    assert len(pairs) == 2 * 5
 
 
 def test_paddle_18_test_dist_mnist_train_unchanged(tmp_path, mnist_in_paddle_cache):

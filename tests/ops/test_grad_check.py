@@ -243,6 +243,12 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
         ("3d", {"X": [probs.reshape(2, 2, 5).copy()],
                 "Label": [np.array([[[1], [2]], [[0], [4]]])]}, {}),
     ]
+    c["sequence_conv"] = [
+        ("centered", {"X": [n((7, 2))], "Filter": [n((6, 3))]},
+         {"contextStart": -1, "contextLength": 3, **one_level}),
+        ("forward_window_two_level", {"X": [n((7, 3))], "Filter": [n((6, 2))]},
+         {"contextStart": 0, "contextLength": 2, **two_level}),
+    ]
     c["cos_sim"] = [
         ("rows", {"X": [n((4, 3))], "Y": [n((4, 3))]}, {}),
         ("one_y_row", {"X": [n((4, 3))], "Y": [n((1, 3))]}, {}),

@@ -73,3 +73,33 @@ def test_sequence_pool_says_what_is_missing_or_wrong():
                                              "_lods": {"X": [((0, 3),)]}})
     with pytest.raises(ValueError, match="has 3 levels; at most 2"):
         run_op("sequence_pool", {"X": [x]}, {"_lods": {"X": [((0, 1), (0, 1), (0, 3))]}})
+
+
+@pytest.mark.parametrize("start, length", [(-1, 3), (0, 2), (-2, 2), (-3, 5)])
+def test_sequence_conv_matches_a_window_loop(start, length):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((7, 3))
+    w = rng.standard_normal((length * 3, 4))
+    res = run_op("sequence_conv", {"X": [x], "Filter": [w]},
+                 {"contextStart": start, "contextLength": length, "_lods": {"X": [LOD]}})
+    expected = np.zeros((7, 4))
+    for a, b in zip(LOD[0][:-1], LOD[0][1:], strict=True):
+        for r in range(a, b):
+            window = [x[r + start + j] if a <= r + start + j < b else np.zeros(3)
+                      for j in range(length)]
+            expected[r] = np.concatenate(window) @ w
+    np.testing.assert_allclose(res["Out"][0], expected, rtol=1e-12, atol=1e-12)
+    assert res[LOD_KEY] == {"Out": [LOD]}
+
+
+def test_sequence_conv_refuses_what_fluid_refuses():
+    x, lod = np.zeros((3, 2)), {"_lods": {"X": [((0, 3),)]}}
+    with pytest.raises(ValueError, match="contextStride must be 1"):
+        run_op("sequence_conv", {"X": [x], "Filter": [np.zeros((6, 1))]},
+               {"contextStride": 2, **lod})
+    with pytest.raises(ValueError, match="Filter has 4 rows, but contextLength 3 x the 2 "
+                                         "columns of X need 6"):
+        run_op("sequence_conv", {"X": [x], "Filter": [np.zeros((4, 1))]}, lod)
+    with pytest.raises(NotImplementedError, match="paddingTrainable=True"):
+        run_op("sequence_conv", {"X": [x], "Filter": [np.zeros((6, 1))]},
+               {"paddingTrainable": True, **lod})
