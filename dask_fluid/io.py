@@ -294,14 +294,89 @@ def load_params(executor: Executor | None, dirname: str, main_program: Program |
 def save_persistables(executor: Executor | None, dirname: str,
                       main_program: Program | None = None, filename: str | None = None) -> None:
     """:func:`save_vars` of every persistable variable (parameters, optimizer state, learning
-    rate, step counters)."""
-    save_vars(executor, dirname, main_program, predicate=is_persistable, filename=filename)
+    rate, step counters).
+
+    A transpiled trainer program (``_is_distributed``) saves as Fluid 1.8 does: every
+    persistable variable it holds, under its own name, so that each parameter is written
+    whole (a sync trainer holds the parameters the pservers hold); the pservers'
+    :func:`load_persistables` then takes their blocks from those files.
+
+    Raises
+    ------
+    NotImplementedError
+        For a distributed program whose pservers keep optimizer state (Adam's moments, a
+        momentum's velocity): Fluid's chief trainer fetches it from the pservers, which is
+        not implemented here.
+    """
+    program = main_program or default_main_program()
+    if getattr(program, "_is_distributed", False):
+        _check_no_pserver_state(program, "save")
+        names = [v.name for v in program.list_vars() if is_persistable(v)
+                 and not v.name.endswith("@GRAD") and ".trainer_" not in v.name
+                 and ".block" not in v.name and v.name in _scope_of(executor)]
+        save_vars(executor, dirname, program, vars=names, filename=filename)
+        return
+    save_vars(executor, dirname, program, predicate=is_persistable, filename=filename)
 
 
 def load_persistables(executor: Executor | None, dirname: str,
                       main_program: Program | None = None, filename: str | None = None) -> None:
-    """:func:`load_vars` of every persistable variable."""
-    load_vars(executor, dirname, main_program, predicate=is_persistable, filename=filename)
+    """:func:`load_vars` of every persistable variable.
+
+    A pserver program (``_is_distributed``, with ``_parameters_on_pservers``) loads, as
+    Fluid 1.8 does, the parameter blocks its endpoint holds, each cut from the whole
+    parameter's file (rows ``offset / row size`` on).
+
+    Raises
+    ------
+    NotImplementedError
+        For a pserver program that keeps optimizer state (see :func:`save_persistables`).
+    """
+    program = main_program or default_main_program()
+    overview = getattr(program, "_parameters_on_pservers", None)
+    if getattr(program, "_is_distributed", False) and overview is not None:
+        _check_no_pserver_state(program, "load")
+        _load_distributed_persistables(executor, dirname, program, overview)
+        return
+    load_vars(executor, dirname, program, predicate=is_persistable, filename=filename)
+
+
+def _check_no_pserver_state(program: Program, what: str) -> None:
+    state = getattr(program, "_pserver_optimizer_state", None) or []
+    if state:
+        raise NotImplementedError(
+            f"fluid.io.{what}_persistables of a distributed program whose pservers keep "
+            f"optimizer state ({', '.join(state[:4])}{', ...' if len(state) > 4 else ''}) "
+            "is not implemented in dask_fluid: Fluid's chief trainer fetches that state from "
+            "the pservers. Use an optimizer without state (SGD), or save and resume with the "
+            "pserver checkpoints of train_pserver(checkpoint_dir=...)")
+
+
+def _load_distributed_persistables(executor: Executor | None, dirname: str, program: Program,
+                                   overview: Any) -> None:
+    endpoint = program._ps_endpoint
+    if not endpoint:
+        raise ValueError("load_persistables of a pserver program needs its endpoint: get it "
+                         "with DistributeTranspiler.get_pserver_program(endpoint)")
+    scope = _scope_of(executor)
+    for part in overview.get_distributed_vars_by_ep(endpoint):
+        path = os.path.join(dirname, part.origin.name)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no saved value of variable {part.origin.name!r} at "
+                                    f"{path} (pserver {endpoint} holds its block "
+                                    f"{part.slice.name!r})")
+        with open(path, "rb") as f:
+            whole = read_tensor(f)[0]
+        if tuple(whole.shape) != tuple(part.origin.shape):
+            raise ValueError(f"variable {part.origin.name!r} is {list(part.origin.shape)} in "
+                             f"the program but {list(whole.shape)} in {path}")
+        if part.is_slice:
+            row = int(np.prod(whole.shape[1:], dtype=np.int64)) if whole.ndim > 1 else 1
+            start = part.offset // row
+            value = whole[start:start + part.slice.shape[0]]
+        else:
+            value = whole
+        scope.set(part.slice.name, np.ascontiguousarray(value).reshape(part.slice.shape))
 
 
 # -- inference models --------------------------------------------------------------------------

@@ -307,6 +307,8 @@ class DistributeTranspiler:
             tables = [plan.table.name] if plan.table else []
             trainer_rewrite.strip_optimizer(self._program, self._startup, tables, self._log)
         trainer_rewrite.set_program_attrs(self._program, plan, self._current_endpoint)
+        self._program._parameters_on_pservers = vars_distributed.from_plan(plan)
+        self._program._pserver_optimizer_state = vars_distributed.optimizer_state(plan)
         for prog in (self._program, self._startup):
             trainer_rewrite.set_wait_port(prog, wait_port and self.config.wait_port)
         return self._program
@@ -316,9 +318,17 @@ class DistributeTranspiler:
         self._check_endpoint(endpoint)
         build = build_pserver_program(self._plan, endpoint, self._log)
         self._builds[endpoint] = build
-        # as Fluid: every pserver program carries the overview of all parameter blocks
-        build.program._parameters_on_pservers = vars_distributed.from_plan(self._plan)
-        return build.program
+        # as Fluid: every pserver program carries the overview of all parameter blocks, and
+        # the distributed attributes (fluid.io's distributed save and load read them)
+        prog = build.program
+        prog._parameters_on_pservers = vars_distributed.from_plan(self._plan)
+        prog._pserver_optimizer_state = vars_distributed.optimizer_state(self._plan)
+        prog._is_distributed = True
+        prog._endpoints = list(self._plan.endpoints)
+        prog._ps_endpoint = endpoint
+        prog._is_chief = self._plan.trainer_id == 0
+        prog._distributed_lookup_table = self._plan.table.name if self._plan.table else None
+        return prog
 
     def get_pserver_programs(self, endpoint: str) -> tuple[Program, Program]:
         """``(pserver main program, pserver startup program)`` for ``endpoint``."""

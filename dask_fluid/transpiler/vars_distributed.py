@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["VarDistributed", "VarStruct", "VarsDistributed", "from_plan"]
+__all__ = ["VarDistributed", "VarStruct", "VarsDistributed", "from_plan", "optimizer_state"]
 
 
 @dataclass(frozen=True)
@@ -89,3 +89,19 @@ def from_plan(plan) -> VarsDistributed:
                 origin, VarStruct(name, tuple(b.shape), var.dtype), pp.split, b.index,
                 b.offset, "Param", ep))
     return out
+
+
+def optimizer_state(plan) -> list[str]:
+    """The optimizer's state variables the pservers keep (Adam's moments, a momentum's
+    velocity...), by their trainer-side names: what Fluid's overview lists as "Optimizer"."""
+    from .plan import is_optimizer_op  # noqa: PLC0415 - plan imports the program model
+
+    names = set()
+    for pp in plan.params:
+        for op in plan.ops_of_param(pp.param):
+            if not is_optimizer_op(op):
+                continue
+            for slot, args in op.inputs.items():
+                if slot not in ("Param", "Grad", "LearningRate"):
+                    names.update(args)
+    return sorted(names)

@@ -102,17 +102,18 @@ def text_classification_in_paddle_cache():
             path.unlink()
 
 
-def _run_paddle_test(tmp_path: Path, test: str, *models: str, test_text: str | None = None
-                     ) -> tuple[str, list[str]]:
-    """Run Paddle's ``test`` (``test_text`` when given) with its runner and ``models``, copied
-    (the runner writes its logs next to the test file), under ``dask-fluid run``; its stderr
-    and its loss-pair lines."""
+def _run_paddle_test(tmp_path: Path, test: str, *models: str, test_text: str | None = None,
+                     cases: tuple[str, ...] = ()) -> tuple[str, list[str]]:
+    """Run Paddle's ``test`` (``test_text`` when given; only its ``cases`` when given) with its
+    runner and ``models``, copied (the runner writes its logs next to the test file), under
+    ``dask-fluid run``; its stderr and its loss-pair lines."""
     pytest.importorskip("six", reason="test_dist_base.py imports six")
     for name in ("test_dist_base.py", *models) + (() if test_text else (test,)):
         shutil.copy(UNITTESTS / name, tmp_path / name)
     if test_text:
         (tmp_path / test).write_text(test_text)
-    proc = subprocess.run([sys.executable, "-m", "dask_fluid.cli", "run", test], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, "-m", "dask_fluid.cli", "run", test, *cases],
+                          cwd=tmp_path,
                           capture_output=True, timeout=300)
     err = proc.stderr.decode(errors="replace")  # the runner logs pickles to stderr
     assert proc.returncode == 0, err[-4000:]
@@ -143,6 +144,17 @@ def test_paddle_18_test_dist_text_classification_unchanged(tmp_path,
                                   "dist_text_classification.py")
     assert "Ran 2 tests" in err and "\nOK" in err, err[-4000:]
     assert len(pairs) == 2 * 5
+
+
+def test_paddle_18_test_dist_save_load_dense_case_unchanged(tmp_path, simnet_in_paddle_cache):
+    # the local run saves with fluid.io.save_persistables; each pserver's load_persistables
+    # cuts its blocks from those files (Fluid's _load_distributed_persistables), and the
+    # distributed run's parameters match the local ones. Its other case, with Adam, needs the
+    # pservers' optimizer state saved by the chief trainer: not implemented, and refused
+    # (tests/io/test_distributed_persistables.py)
+    err, _ = _run_paddle_test(tmp_path, "test_dist_save_load.py", "dist_save_load.py",
+                              "dist_simnet_bow.py", cases=("TestDistSaveLoadDense2x2",))
+    assert "Ran 1 test" in err and "\nOK" in err, err[-4000:]
 
 
 def test_paddle_18_test_dist_mnist_train_unchanged(tmp_path, mnist_in_paddle_cache):
