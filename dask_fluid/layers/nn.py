@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from .. import unique_name
 from ..framework import Variable
 from ..initializer import ConstantInitializer
 from ..layer_helper import LayerHelper
@@ -13,7 +14,7 @@ from ..param_attr import ParamAttr
 from .tensor import _check_var, fill_constant
 
 __all__ = [
-    "_binary_op", "accuracy", "clip", "cos", "cos_sim", "cross_entropy", "dropout",
+    "_binary_op", "accuracy", "auc", "clip", "cos", "cos_sim", "cross_entropy", "dropout",
     "elementwise_add", "elementwise_div", "elementwise_max", "elementwise_min", "elementwise_mul",
     "elementwise_pow", "elementwise_sub", "elu", "embedding", "exp", "fc", "floor", "gelu",
     "hard_sigmoid", "layer_norm", "leaky_relu", "matmul", "mean", "pow", "reduce_mean",
@@ -331,6 +332,50 @@ def accuracy(input: Variable, label: Variable, k: int = 1, correct: Variable | N
                      inputs={"Out": [values], "Indices": [indices], "Label": [label]},
                      outputs={"Accuracy": [acc], "Correct": [correct], "Total": [total]})
     return acc
+
+
+def auc(input: Variable, label: Variable, curve: str = "ROC", num_thresholds: int = 2**12 - 1,
+        topk: int = 1, slide_steps: int = 1) -> tuple[Variable, Variable, list[Variable]]:
+    """Area under the ROC curve of ``input``'s positive-class probability (its last column)
+    against ``label`` (Fluid 1.8's ``layers.auc``).
+
+    Two ``auc`` ops share the batch: one over the last ``slide_steps`` batches, one over every
+    batch so far. Their counts are persistable int64 variables initialised to 0 by the startup
+    program; they stay on the trainer (the transpiler only moves parameters).
+
+    Returns
+    -------
+    auc_out, batch_auc_out : Variable
+        float64 ``[1]``.
+    states : list of Variable
+        ``[batch_stat_pos, batch_stat_neg, stat_pos, stat_neg]``.
+    """
+    if topk != 1:
+        raise NotImplementedError(f"auc: topk={topk} is not implemented (Fluid supports 1)")
+    if slide_steps < 0:
+        raise ValueError(f"auc: slide_steps must be >= 0, got {slide_steps}")
+    helper = LayerHelper("auc")
+    block = helper.main_program.global_block()
+    auc_out = helper.create_tmp(dtype="float64", shape=[1], stop_gradient=True)
+    batch_auc_out = helper.create_tmp(dtype="float64", shape=[1], stop_gradient=True)
+
+    def state(shape: list[int]) -> Variable:
+        var = block.create_var(name=unique_name.generate("auc_state"), shape=shape,
+                               dtype="int64", persistable=True, stop_gradient=True)
+        helper.set_variable_initializer(var, ConstantInitializer(0.0))
+        return var
+
+    batch_len = (1 + slide_steps) * (num_thresholds + 1) + 1
+    batch_pos, batch_neg = state([batch_len]), state([batch_len])
+    stat_pos, stat_neg = state([1, num_thresholds + 1]), state([1, num_thresholds + 1])
+    for out, pos, neg, steps in ((batch_auc_out, batch_pos, batch_neg, slide_steps),
+                                 (auc_out, stat_pos, stat_neg, 0)):
+        helper.append_op("auc", inputs={"Predict": [input], "Label": [label],
+                                        "StatPos": [pos], "StatNeg": [neg]},
+                         outputs={"AUC": [out], "StatPosOut": [pos], "StatNegOut": [neg]},
+                         attrs={"curve": curve, "num_thresholds": int(num_thresholds),
+                                "slide_steps": int(steps)})
+    return auc_out, batch_auc_out, [batch_pos, batch_neg, stat_pos, stat_neg]
 
 
 def dropout(x: Variable, dropout_prob: float, is_test: bool = False, seed: int | None = None,

@@ -19,6 +19,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     dense_ops,
     host_ops,
     math_ops,
+    metric_ops,
     nn_ops,
     norm_ops,
     optimizer_ops,

@@ -424,3 +424,35 @@ def write_text_classification(data_home: str | os.PathLike, n_per_class: int = 2
     for path in (vocab_path, tar_path):
         common.register_substitute(path)
     return os.path.dirname(tar_path)
+
+
+# -- dist_ctr.py's avazu_ctr_data.tgz ----------------------------------------------------------
+
+AVAZU_URL = "http://paddle-ctr-data.bj.bcebos.com/avazu_ctr_data.tgz"
+
+
+def write_avazu_ctr(data_home: str | os.PathLike, n_lines: int = 80, dnn_dim: int = 600,
+                    lr_dim: int = 900, seed: int = 0) -> str:
+    """Write ``avazu_ctr_data/avazu_ctr_data.tgz``: ``train.txt``, ``test.txt`` and
+    ``infer.txt`` (``<dnn ids>\\t<lr id:value ...>\\t<click>`` lines, a few ids each) and
+    ``data.meta.txt`` (``dnn_input_dim: ...``, ``lr_input_dim: ...``), registered as a
+    substitute. Returns the archive's path."""
+    rng = np.random.default_rng(seed)
+
+    def lines(n: int, with_click: bool = True) -> bytes:
+        out = []
+        for _ in range(n):
+            dnn = " ".join(str(int(i)) for i in rng.integers(0, dnn_dim, int(rng.integers(2, 9))))
+            lr = " ".join(f"{int(i)}:1" for i in rng.integers(0, lr_dim, int(rng.integers(1, 6))))
+            fields = [dnn, lr] + ([str(int(rng.integers(0, 2)))] if with_click else [])
+            out.append("\t".join(fields) + "\n")
+        return "".join(out).encode()
+
+    meta = f"dnn_input_dim: {dnn_dim}\nlr_input_dim: {lr_dim}\n".encode()
+    path = _cache_file(data_home, "avazu_ctr_data", AVAZU_URL)
+    _write_tgz(path, [("avazu_ctr_data/train.txt", lines(n_lines)),
+                      ("avazu_ctr_data/test.txt", lines(n_lines // 4)),
+                      ("avazu_ctr_data/infer.txt", lines(n_lines // 4, with_click=False)),
+                      ("avazu_ctr_data/data.meta.txt", meta)])
+    common.register_substitute(path)
+    return path

@@ -5,7 +5,8 @@ runner starts the local run, 2 pservers and 2 trainers of the model file with
 memory optimisation, async and DC-ASGD), test_dist_mnist_batch_merge.py (multi_batch_merge_pass)
 and, with a two-line TestDistBase case of our own (Paddle 1.8 ships no test file for it),
 dist_mnist_lars.py (LarsMomentumOptimizer, sync delta 1e-5); test_dist_simnet_bow.py (LoD
-sequences, 6 cases) and test_dist_text_classification.py (sequence_conv_pool)."""
+sequences, 6 cases), test_dist_text_classification.py (sequence_conv_pool), test_dist_ctr.py
+(auc) and test_dist_save_load.py's dense case (distributed save and load)."""
 
 from __future__ import annotations
 
@@ -102,6 +103,23 @@ def text_classification_in_paddle_cache():
             path.unlink()
 
 
+@pytest.fixture
+def avazu_in_paddle_cache():
+    """A synthetic avazu_ctr_data.tgz in Paddle's cache unless a real one is there."""
+    from tests.compat import synthetic_data
+
+    target = Path(PADDLE_CACHE) / "avazu_ctr_data" / "avazu_ctr_data.tgz"
+    if target.exists():
+        yield target
+        return
+    made = Path(synthetic_data.write_avazu_ctr(PADDLE_CACHE))
+    try:
+        yield made
+    finally:
+        for path in made.parent.glob(made.name + "*"):
+            path.unlink()
+
+
 def _run_paddle_test(tmp_path: Path, test: str, *models: str, test_text: str | None = None,
                      cases: tuple[str, ...] = ()) -> tuple[str, list[str]]:
     """Run Paddle's ``test`` (``test_text`` when given; only its ``cases`` when given) with its
@@ -155,6 +173,15 @@ def test_paddle_18_test_dist_save_load_dense_case_unchanged(tmp_path, simnet_in_
     err, _ = _run_paddle_test(tmp_path, "test_dist_save_load.py", "dist_save_load.py",
                               "dist_simnet_bow.py", cases=("TestDistSaveLoadDense2x2",))
     assert "Ran 1 test" in err and "\nOK" in err, err[-4000:]
+
+
+def test_paddle_18_test_dist_ctr_unchanged(tmp_path, avazu_in_paddle_cache):
+    # a wide-and-deep CTR model: sparse embeddings of LoD id lists, sequence_pool, auc, with
+    # and without L2 decay (delta 1e-2 and 1e-7); Paddle skips its other 3 cases itself
+    err, pairs = _run_paddle_test(tmp_path, "test_dist_ctr.py", "dist_ctr.py",
+                                  "dist_ctr_reader.py")
+    assert "Ran 5 tests" in err and "OK (skipped=3)" in err, err[-4000:]
+    assert len(pairs) == 2 * 5
 
 
 def test_paddle_18_test_dist_mnist_train_unchanged(tmp_path, mnist_in_paddle_cache):

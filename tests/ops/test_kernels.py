@@ -396,3 +396,47 @@ def test_host_ops_are_registered_as_host_ops():
         d = registry.get(t)
         assert d.host and d.grad is None, t
     assert registry.get("listen_and_serv").attrs["checkpint_block_id"] == -1
+
+
+def test_auc_matches_scikit_learn_when_every_score_has_its_own_bucket():
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(7)
+    # scores on distinct buckets: the bucketed ROC area is then the exact one
+    p = (rng.permutation(4000)[:200] + 0.5) / 4095
+    label = (rng.random(200) < p).astype(np.int64).reshape(-1, 1)
+    predict = np.stack([1 - p, p], axis=1).astype(np.float32)
+    t = 4095
+    zeros = np.zeros((1, t + 1), np.int64)
+    res = run_op("auc", {"Predict": [predict], "Label": [label], "StatPos": [zeros],
+                         "StatNeg": [zeros]}, {"slide_steps": 0})
+    assert res["AUC"][0].dtype == np.float64 and res["AUC"][0].shape == (1,)
+    np.testing.assert_allclose(res["AUC"][0][0], roc_auc_score(label[:, 0], p), rtol=1e-6)
+    assert res["StatPosOut"][0].sum() == label.sum() and res["StatNegOut"][0].shape == (1, t + 1)
+
+
+def test_auc_over_a_sliding_window_of_batches():
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(8)
+    t, steps = 999, 2
+    batches = []
+    for _ in range(4):
+        p = (rng.permutation(1000)[:50] + 0.5) / 1000
+        batches.append((np.stack([1 - p, p], 1), (rng.random(50) < p).astype(np.int64)))
+    state = [np.zeros((1 + steps) * (t + 1) + 1, np.int64) for _ in range(2)]
+    for i, (predict, label) in enumerate(batches):
+        res = run_op("auc", {"Predict": [predict], "Label": [label[:, None]],
+                             "StatPos": [state[0]], "StatNeg": [state[1]]},
+                     {"num_thresholds": t, "slide_steps": steps})
+        state = [res["StatPosOut"][0], res["StatNegOut"][0]]
+        window = batches[max(0, i - steps + 1):i + 1]
+        scores = np.concatenate([b[0][:, 1] for b in window])
+        labels = np.concatenate([b[1] for b in window])
+        np.testing.assert_allclose(res["AUC"][0][0], roc_auc_score(labels, scores), rtol=1e-6)
+    assert state[0][-1] == 4  # the batch counter
+    with pytest.raises(ValueError, match=r"auc: predictions must be probabilities in \[0, 1\]"):
+        run_op("auc", {"Predict": [np.array([[1.5]])], "Label": [np.array([[1]])],
+                       "StatPos": [np.zeros((1, t + 1), np.int64)],
+                       "StatNeg": [np.zeros((1, t + 1), np.int64)]},
+               {"num_thresholds": t, "slide_steps": 0})
