@@ -12,7 +12,9 @@ from ..param_attr import ParamAttr
 from .nn import _append_activation
 from .tensor import _check_var
 
-__all__ = ["sequence_conv", "sequence_first_step", "sequence_last_step", "sequence_pool"]
+__all__ = ["lod_reset", "sequence_concat", "sequence_conv", "sequence_first_step",
+           "sequence_last_step", "sequence_mask", "sequence_pool", "sequence_reverse",
+           "sequence_softmax"]
 
 _POOL_TYPES = ("average", "sum", "sqrt", "max", "last", "first")
 
@@ -114,3 +116,75 @@ def sequence_conv(input: Variable, num_filters: int, filter_size: int = 3,
         helper.append_op("elementwise_add", inputs={"X": [pre_bias], "Y": [b]},
                          outputs={"Out": [pre_act]}, attrs={"axis": 1})
     return _append_activation(helper, pre_act, act)
+
+
+def _like(helper: LayerHelper, x: Variable, stop_gradient: bool = False) -> Variable:
+    return helper.create_tmp(dtype=x.dtype, shape=list(x.shape) if x.shape else None,
+                             stop_gradient=stop_gradient)
+
+
+def sequence_softmax(input: Variable, use_cudnn: bool = False,
+                     name: str | None = None) -> Variable:
+    """Softmax over the rows of every sequence of ``input`` (``[N, 1]``); keeps the LoD."""
+    _check_var(input, "input", "sequence_softmax")
+    helper = LayerHelper("sequence_softmax", name)
+    out = _like(helper, input)
+    helper.append_op("sequence_softmax", inputs={"X": [input]}, outputs={"Out": [out]},
+                     attrs={"use_cudnn": bool(use_cudnn)})
+    return out
+
+
+def sequence_reverse(x: Variable, name: str | None = None) -> Variable:
+    """The rows of every sequence of ``x`` in reverse order; keeps the LoD."""
+    _check_var(x, "x", "sequence_reverse")
+    helper = LayerHelper("sequence_reverse", name)
+    out = _like(helper, x)
+    helper.append_op("sequence_reverse", inputs={"X": [x]}, outputs={"Y": [out]})
+    return out
+
+
+def sequence_concat(input: list[Variable], name: str | None = None) -> Variable:
+    """Sequence ``i`` of the output is sequence ``i`` of each input, joined in order."""
+    if not isinstance(input, list | tuple) or not input:
+        raise TypeError("sequence_concat: input must be a non-empty list of Variables")
+    for x in input:
+        _check_var(x, "input", "sequence_concat")
+    helper = LayerHelper("sequence_concat", name)
+    out = _like(helper, input[0])
+    helper.append_op("sequence_concat", inputs={"X": list(input)}, outputs={"Out": [out]})
+    return out
+
+
+def lod_reset(x: Variable, y: Variable | None = None,
+              target_lod: list[int] | None = None) -> Variable:
+    """``x`` with a new one-level LoD: ``y``'s LoD, ``y``'s values as offsets, or the
+    offsets ``target_lod`` (Fluid's ``lod_reset``)."""
+    _check_var(x, "x", "lod_reset")
+    helper = LayerHelper("lod_reset")
+    out = _like(helper, x)
+    if y is not None:
+        _check_var(y, "y", "lod_reset")
+        helper.append_op("lod_reset", inputs={"X": [x], "Y": [y]}, outputs={"Out": [out]})
+    elif target_lod is not None:
+        helper.append_op("lod_reset", inputs={"X": [x]}, outputs={"Out": [out]},
+                         attrs={"target_lod": [int(v) for v in target_lod]})
+    else:
+        raise ValueError("lod_reset: y and target_lod should not be both none")
+    return out
+
+
+def sequence_mask(x: Variable, maxlen: int | Variable | None = None, dtype: str = "int64",
+                  name: str | None = None) -> Variable:
+    """``mask[..., j] = j < x[...]`` over ``maxlen`` columns (default: the largest length)."""
+    _check_var(x, "x", "sequence_mask")
+    helper = LayerHelper("sequence_mask", name)
+    shape = [*x.shape, -1] if x.shape else None
+    out = helper.create_tmp(dtype=dtype, shape=shape, stop_gradient=True)
+    inputs = {"X": [x]}
+    attrs = {"out_dtype": dtype}
+    if isinstance(maxlen, Variable):
+        inputs["MaxLenTensor"] = [maxlen]
+    else:
+        attrs["maxlen"] = -1 if maxlen is None else int(maxlen)
+    helper.append_op("sequence_mask", inputs=inputs, outputs={"Y": [out]}, attrs=attrs)
+    return out

@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from ..lod import check_lod
 from .registry import GRAD, LOD_KEY, array_module, register
-from .selected_rows import grad_maker, grad_slots, scatter_add
+from .selected_rows import grad_maker, grad_slots, scatter_add, to_dtype
 
 # ---------------------------------------------------------------------------------------------
 # helpers
@@ -237,3 +238,167 @@ def sequence_conv_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
         scatter_add(xp, dx, idx.reshape(-1), dcol)
         res["X" + GRAD] = [dx[:-1]]
     return res
+
+
+# ---------------------------------------------------------------------------------------------
+# sequence_softmax, sequence_reverse, sequence_concat, lod_reset, sequence_mask
+
+
+@register("sequence_softmax", ("X",), ("Out",), lod="kernel",
+          grad=grad_maker(("Out",), ("Out",), ("X",)))
+def sequence_softmax(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Softmax over the rows of each sequence of X (``[N, 1]`` or ``[N]``); Out keeps the LoD."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    lod = input_lod(attrs, "X", "sequence_softmax")
+    flat = x.reshape(-1)
+    if flat.shape[0] != x.shape[0]:
+        raise ValueError(f"sequence_softmax: X must be [N, 1] or [N], got {list(x.shape)}")
+    o = np.asarray(lod[-1], dtype=np.int64)
+    seg = segment_ids(xp, o)
+    peak = xp.full(len(o) - 1, -xp.inf, dtype=x.dtype)
+    if xp is np:
+        np.maximum.at(peak, seg, flat)
+    else:
+        import cupyx
+
+        cupyx.scatter_max(peak, seg, flat)
+    e = xp.exp(flat - peak[seg])
+    total = segment_sum(xp, e[:, None], lod[-1])[:, 0]
+    return {"Out": [(e / total[seg]).reshape(x.shape)], LOD_KEY: {"Out": [lod]}}
+
+
+@register("sequence_softmax_grad", *grad_slots(("Out",), ("Out",), ("X",)), lod="kernel")
+def sequence_softmax_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = Out (dOut − Σ_sequence dOut·Out)."""
+    out, d = ins["Out"][0], ins["Out" + GRAD][0]
+    xp = array_module(out)
+    lod = input_lod(attrs, "Out", "sequence_softmax_grad")
+    if d is None:
+        return {"X" + GRAD: [xp.zeros_like(out)], LOD_KEY: {"X" + GRAD: [lod]}}
+    seg = segment_ids(xp, lod[-1])
+    dot = segment_sum(xp, (d * out).reshape(-1, 1), lod[-1])[:, 0]
+    dx = out.reshape(-1) * (d.reshape(-1) - dot[seg])
+    return {"X" + GRAD: [dx.reshape(out.shape)], LOD_KEY: {"X" + GRAD: [lod]}}
+
+
+def _reversed_rows(offsets: tuple) -> np.ndarray:
+    o = np.asarray(offsets, dtype=np.int64)
+    rows = np.arange(int(o[-1]))
+    seg = np.repeat(np.arange(len(o) - 1), np.diff(o))
+    return o[:-1][seg] + o[1:][seg] - 1 - rows
+
+
+@register("sequence_reverse", ("X",), ("Y",), lod="kernel",
+          grad=grad_maker(("X",), ("Y",), ("X",)))
+def sequence_reverse(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Y: the rows of every sequence of X in reverse order; Y keeps the LoD."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    lod = input_lod(attrs, "X", "sequence_reverse")
+    return {"Y": [x[xp.asarray(_reversed_rows(lod[-1]))]], LOD_KEY: {"Y": [lod]}}
+
+
+@register("sequence_reverse_grad", *grad_slots(("X",), ("Y",), ("X",)), lod="kernel")
+def sequence_reverse_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = dY reversed back (the permutation is its own inverse)."""
+    x, d = ins["X"][0], ins["Y" + GRAD][0]
+    xp = array_module(x)
+    lod = input_lod(attrs, "X", "sequence_reverse_grad")
+    dx = xp.zeros_like(x) if d is None else d[xp.asarray(_reversed_rows(lod[-1]))]
+    return {"X" + GRAD: [dx], LOD_KEY: {"X" + GRAD: [lod]}}
+
+
+def _concat_rows(lods: list[tuple]) -> tuple[np.ndarray, tuple]:
+    """For sequence_concat: the source row of every output row (into the inputs stacked in
+    order) and the output offsets."""
+    offsets = [np.asarray(lod[-1], dtype=np.int64) for lod in lods]
+    count = len(offsets[0]) - 1
+    if any(len(o) - 1 != count for o in offsets):
+        raise ValueError("sequence_concat: every input must hold the same number of sequences, "
+                         f"got {[len(o) - 1 for o in offsets]}")
+    base = np.cumsum([0] + [int(o[-1]) for o in offsets[:-1]])
+    order, out = [], [0]
+    for i in range(count):
+        for o, b in zip(offsets, base, strict=True):
+            order.append(np.arange(o[i], o[i + 1]) + b)
+        out.append(out[-1] + sum(int(o[i + 1] - o[i]) for o in offsets))
+    return (np.concatenate(order) if order else np.zeros(0, np.int64)), (tuple(out),)
+
+
+@register("sequence_concat", ("X",), ("Out",), lod="kernel",
+          grad=grad_maker(("X",), ("Out",), ("X",)))
+def sequence_concat(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out's sequence i is sequence i of every input, in input order (one LoD level)."""
+    xs = ins["X"]
+    xp = array_module(*xs)
+    lods = [input_lod(attrs, "X", "sequence_concat", k) for k in range(len(xs))]
+    order, lod = _concat_rows(lods)
+    stacked = xp.concatenate(xs, axis=0)
+    return {"Out": [stacked[xp.asarray(order)]], LOD_KEY: {"Out": [lod]}}
+
+
+@register("sequence_concat_grad", *grad_slots(("X",), ("Out",), ("X",)), lod="kernel")
+def sequence_concat_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Each input's gradient: its rows of dOut, back in its own order."""
+    xs, d = ins["X"], ins["Out" + GRAD][0]
+    xp = array_module(*xs)
+    lods = [input_lod(attrs, "X", "sequence_concat_grad", k) for k in range(len(xs))]
+    order, _ = _concat_rows(lods)
+    stacked = xp.zeros((sum(x.shape[0] for x in xs), *xs[0].shape[1:]), dtype=xs[0].dtype)
+    if d is not None:
+        stacked[xp.asarray(order)] = d
+    bounds = np.cumsum([0] + [x.shape[0] for x in xs])
+    return {"X" + GRAD: [stacked[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)],
+            LOD_KEY: {"X" + GRAD: lods}}
+
+
+@register("lod_reset", ("X", "Y"), ("Out",), {"target_lod": [], "append": False},
+          optional=("Y",), lod="kernel", grad=grad_maker(("X",), ("Out",), ("X",)))
+def lod_reset(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = X with a new LoD: Y's LoD when Y has one, else Y's values as the offsets of one
+    level, else ``target_lod`` (offsets); ``append`` adds it below X's levels."""
+    x = ins["X"][0]
+    y = (ins.get("Y") or [None])[0]
+    y_lod = ((attrs.get("_lods") or {}).get("Y") or [None])[0]
+    if y is not None and y_lod:
+        new = tuple(y_lod)
+    else:
+        if y is not None:
+            level = np.asarray(y.get() if hasattr(y, "get") else y).reshape(-1)
+        else:
+            level = np.asarray(attrs.get("target_lod") or [], dtype=np.int64)
+        if level.size == 0:
+            raise ValueError("lod_reset: give Y (a LoD tensor, or offsets) or target_lod")
+        new = (tuple(int(v) for v in level),)
+    if attrs.get("append"):
+        x_lod = ((attrs.get("_lods") or {}).get("X") or [None])[0] or ()
+        new = tuple(x_lod) + new[-1:]
+    new = check_lod(new, int(x.shape[0]), "lod_reset's output")
+    return {"Out": [x], LOD_KEY: {"Out": [new]}}
+
+
+@register("lod_reset_grad", *grad_slots(("X",), ("Out",), ("X",)), {"target_lod": [],
+                                                                    "append": False},
+          lod="kernel")
+def lod_reset_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = dOut, with X's LoD."""
+    x, d = ins["X"][0], ins["Out" + GRAD][0]
+    xp = array_module(x)
+    x_lod = ((attrs.get("_lods") or {}).get("X") or [None])[0]
+    return {"X" + GRAD: [xp.zeros_like(x) if d is None else d],
+            LOD_KEY: {"X" + GRAD: [x_lod]}}
+
+
+@register("sequence_mask", ("X", "MaxLenTensor"), ("Y",), {"maxlen": -1, "out_dtype": "int64"},
+          optional=("MaxLenTensor",), lod="none")
+def sequence_mask(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Y[..., j] = j < X[...]: a mask of ``maxlen`` columns (the largest length when -1)."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    given = (ins.get("MaxLenTensor") or [None])[0]
+    maxlen = int(given.reshape(-1)[0]) if given is not None else int(attrs.get("maxlen", -1))
+    if maxlen < 0:
+        maxlen = int(x.max()) if x.size else 0
+    y = xp.arange(maxlen)[(None,) * x.ndim] < x[..., None]
+    return {"Y": [y.astype(to_dtype(attrs.get("out_dtype", "int64")))]}

@@ -145,6 +145,18 @@ class DistributeTranspiler:
         self._plan, self._builds = plan, {}
         return None
 
+    # Fluid's public attributes of a pserver-mode transpile
+    @property
+    def table_name(self) -> str | None:
+        """The distributed lookup table's name (``embedding(is_distributed=True)``), or None."""
+        plan = self._plan
+        return plan.table.name if plan is not None and plan.table is not None else None
+
+    @property
+    def has_distributed_lookup_table(self) -> bool:
+        """Whether the transpiled program has a distributed lookup table."""
+        return self.table_name is not None
+
     def _refuse_pserver_fields(self) -> None:
         """nccl2 mode all-reduces every step: the pserver-mode training modes do not apply."""
         for field in ("runtime_split_send_recv", "half_async", "completely_not_async",

@@ -11,6 +11,7 @@ Two halves:
   one rank per GPU when there are more. Skipped with the reason otherwise.
 """
 
+import collections
 import json
 import logging
 import pathlib
@@ -287,10 +288,19 @@ def test_a_communicator_created_after_the_task_gave_up_is_aborted(fake_client, w
     assert any(name.startswith("nccl-init-") for name, _ in world.aborts), world.aborts
 
 
+#: job -> set once rank 0's communicator is up (both fake ranks live in this process)
+_RANK0_READY: dict[str, threading.Event] = collections.defaultdict(threading.Event)
+
+
 def _fails_in_a_kernel(job, session, rank, addresses):
     worker = get_worker()
     with NcclCommunicator(worker, job, rank, addresses, 30.0, session=session) as comm:
-        if rank == 1:
+        if rank == 0:
+            _RANK0_READY[job].set()
+        else:
+            # the fake device is shared: an error injected while rank 0 still polls its init
+            # would fail that init instead of the all-reduce under test
+            assert _RANK0_READY[job].wait(20), "rank 0 never finished its init"
             fake_cupy.world().inject_kernel_error(0)
         start = time.monotonic()
         try:

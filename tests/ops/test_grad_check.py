@@ -249,6 +249,17 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
         ("forward_window_two_level", {"X": [n((7, 3))], "Filter": [n((6, 2))]},
          {"contextStart": 0, "contextLength": 2, **two_level}),
     ]
+    c["sequence_softmax"] = [
+        ("column", {"X": [n((7, 1))]},
+         {"_lods": {"X": one_level["_lods"]["X"], "Out": one_level["_lods"]["X"]}}),
+    ]
+    c["sequence_reverse"] = [("rows", {"X": [n((7, 2))]}, one_level),
+                             ("two_level", {"X": [n((7, 2, 2))]}, two_level)]
+    c["sequence_concat"] = [
+        ("three_inputs", {"X": [n((7, 2)), n((4, 2)), n((3, 2))]},
+         {"_lods": {"X": [((0, 2, 2, 5, 7),), ((0, 1, 2, 2, 4),), ((0, 0, 1, 2, 3),)]}}),
+    ]
+    c["lod_reset"] = [("target", {"X": [n((7, 2))]}, {"target_lod": [0, 3, 7], **one_level})]
     c["cos_sim"] = [
         ("rows", {"X": [n((4, 3))], "Y": [n((4, 3))]}, {}),
         ("one_y_row", {"X": [n((4, 3))], "Y": [n((1, 3))]}, {}),

@@ -103,3 +103,48 @@ def test_sequence_conv_refuses_what_fluid_refuses():
     with pytest.raises(NotImplementedError, match="paddingTrainable=True"):
         run_op("sequence_conv", {"X": [x], "Filter": [np.zeros((6, 1))]},
                {"paddingTrainable": True, **lod})
+
+
+def test_sequence_softmax_reverse_and_concat_match_loops_over_sequences():
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((7, 1))
+    soft = run_op("sequence_softmax", {"X": [x]}, {"_lods": {"X": [LOD]}})["Out"][0]
+    rev = run_op("sequence_reverse", {"X": [x]}, {"_lods": {"X": [LOD]}})["Y"][0]
+    for a, b in zip(LOD[0][:-1], LOD[0][1:], strict=True):
+        e = np.exp(x[a:b] - x[a:b].max()) if b > a else x[a:b]
+        np.testing.assert_allclose(soft[a:b], e / e.sum() if b > a else e)
+        np.testing.assert_array_equal(rev[a:b], x[a:b][::-1])
+    y = rng.standard_normal((4, 1))
+    y_lod = ((0, 1, 2, 2, 4),)
+    res = run_op("sequence_concat", {"X": [x, y]}, {"_lods": {"X": [LOD, y_lod]}})
+    parts = []
+    for i in range(4):
+        parts += [x[LOD[0][i]:LOD[0][i + 1]], y[y_lod[0][i]:y_lod[0][i + 1]]]
+    np.testing.assert_array_equal(res["Out"][0], np.concatenate(parts))
+    assert res[LOD_KEY]["Out"] == [((0, 3, 4, 7, 11),)]  # lengths 2+1, 0+1, 3+0, 2+2
+    with pytest.raises(ValueError, match="same number of sequences"):
+        run_op("sequence_concat", {"X": [x, y]}, {"_lods": {"X": [LOD, ((0, 4),)]}})
+
+
+def test_lod_reset_takes_y_lod_y_values_or_target_lod():
+    x = np.arange(6.0).reshape(6, 1)
+    res = run_op("lod_reset", {"X": [x], "Y": [np.zeros((6, 1))]},
+                 {"_lods": {"X": [None], "Y": [((0, 1, 6),)]}})
+    assert res[LOD_KEY]["Out"] == [((0, 1, 6),)]  # Y's own LoD
+    res = run_op("lod_reset", {"X": [x], "Y": [np.array([0, 4, 6], np.int32)]},
+                 {"_lods": {"X": [None], "Y": [None]}})
+    assert res[LOD_KEY]["Out"] == [((0, 4, 6),)] and res["Out"][0] is x
+    res = run_op("lod_reset", {"X": [x]}, {"target_lod": [0, 2, 6], "_lods": {"X": [None]}})
+    assert res[LOD_KEY]["Out"] == [((0, 2, 6),)]
+    with pytest.raises(ValueError, match="level 0 ends at 5, but must end at the first "
+                                         r"dimension \(6 rows\)"):
+        run_op("lod_reset", {"X": [x]}, {"target_lod": [0, 5], "_lods": {"X": [None]}})
+
+
+def test_sequence_mask_matches_a_comparison_per_row():
+    lengths = np.array([[3], [0], [5]], np.int64)
+    y = run_op("sequence_mask", {"X": [lengths]}, {"out_dtype": "float32"})["Y"][0]
+    assert y.shape == (3, 1, 5) and y.dtype == np.float32
+    np.testing.assert_array_equal(y[:, 0], [[1, 1, 1, 0, 0], [0] * 5, [1] * 5])
+    fixed = run_op("sequence_mask", {"X": [lengths[:, 0]]}, {"maxlen": 7})["Y"][0]
+    assert fixed.shape == (3, 7) and fixed.dtype == np.int64 and fixed[2].sum() == 5
