@@ -12,9 +12,11 @@ from ..param_attr import ParamAttr
 from .nn import _append_activation
 from .tensor import _check_var
 
-__all__ = ["lod_reset", "sequence_concat", "sequence_conv", "sequence_first_step",
-           "sequence_last_step", "sequence_mask", "sequence_pool", "sequence_reverse",
-           "sequence_softmax"]
+__all__ = ["lod_reset", "sequence_concat", "sequence_conv", "sequence_enumerate",
+           "sequence_expand", "sequence_expand_as", "sequence_first_step",
+           "sequence_last_step", "sequence_mask", "sequence_pad", "sequence_pool",
+           "sequence_reshape", "sequence_reverse", "sequence_slice", "sequence_softmax",
+           "sequence_unpad"]
 
 _POOL_TYPES = ("average", "sum", "sqrt", "max", "last", "first")
 
@@ -187,4 +189,94 @@ def sequence_mask(x: Variable, maxlen: int | Variable | None = None, dtype: str 
     else:
         attrs["maxlen"] = -1 if maxlen is None else int(maxlen)
     helper.append_op("sequence_mask", inputs=inputs, outputs={"Y": [out]}, attrs=attrs)
+    return out
+
+
+def sequence_expand(x: Variable, y: Variable, ref_level: int = -1,
+                    name: str | None = None) -> Variable:
+    """Repeat each sequence of ``x`` (each row, without LoD) as many times as the matching
+    sequence of ``y``'s LoD level ``ref_level`` (default: the last) has parts."""
+    _check_var(x, "x", "sequence_expand")
+    _check_var(y, "y", "sequence_expand")
+    helper = LayerHelper("sequence_expand", name)
+    out = _like(helper, x)
+    helper.append_op("sequence_expand", inputs={"X": [x], "Y": [y]}, outputs={"Out": [out]},
+                     attrs={"ref_level": int(ref_level)})
+    return out
+
+
+def sequence_expand_as(x: Variable, y: Variable, name: str | None = None) -> Variable:
+    """Repeat row ``i`` of ``x`` as many times as sequence ``i`` of ``y`` has rows."""
+    _check_var(x, "x", "sequence_expand_as")
+    _check_var(y, "y", "sequence_expand_as")
+    helper = LayerHelper("sequence_expand_as", name)
+    out = _like(helper, x)
+    helper.append_op("sequence_expand_as", inputs={"X": [x], "Y": [y]},
+                     outputs={"Out": [out]})
+    return out
+
+
+def sequence_pad(x: Variable, pad_value: Variable, maxlen: int | None = None,
+                 name: str | None = None) -> tuple[Variable, Variable]:
+    """Pad every sequence of ``x`` with ``pad_value`` to ``maxlen`` rows (default: the
+    longest): ``(out [num_seqs, maxlen, ...], length [num_seqs] int64)``."""
+    _check_var(x, "x", "sequence_pad")
+    _check_var(pad_value, "pad_value", "sequence_pad")
+    helper = LayerHelper("sequence_pad", name)
+    tail = list(x.shape[1:]) if x.shape else []
+    out = helper.create_tmp(dtype=x.dtype, shape=[-1, -1 if maxlen is None else int(maxlen),
+                                                  *tail])
+    length = helper.create_tmp(dtype="int64", shape=[-1], stop_gradient=True)
+    pad_value.stop_gradient = True
+    helper.append_op("sequence_pad", inputs={"X": [x], "PadValue": [pad_value]},
+                     outputs={"Out": [out], "Length": [length]},
+                     attrs={"padded_length": -1 if maxlen is None else int(maxlen)})
+    return out, length
+
+
+def sequence_unpad(x: Variable, length: Variable, name: str | None = None) -> Variable:
+    """The first ``length[i]`` rows of ``x[i]``, as one LoD tensor."""
+    _check_var(x, "x", "sequence_unpad")
+    _check_var(length, "length", "sequence_unpad")
+    helper = LayerHelper("sequence_unpad", name)
+    tail = list(x.shape[2:]) if x.shape else []
+    out = helper.create_tmp(dtype=x.dtype, shape=[-1, *tail])
+    length.stop_gradient = True
+    helper.append_op("sequence_unpad", inputs={"X": [x], "Length": [length]},
+                     outputs={"Out": [out]})
+    return out
+
+
+def sequence_slice(input: Variable, offset: Variable, length: Variable,
+                   name: str | None = None) -> Variable:
+    """Rows ``offset[i] .. offset[i] + length[i]`` of every sequence ``i``."""
+    _check_var(input, "input", "sequence_slice")
+    helper = LayerHelper("sequence_slice", name)
+    out = _like(helper, input)
+    offset.stop_gradient = length.stop_gradient = True
+    helper.append_op("sequence_slice", inputs={"X": [input], "Offset": [offset],
+                                               "Length": [length]},
+                     outputs={"Out": [out]})
+    return out
+
+
+def sequence_reshape(input: Variable, new_dim: int) -> Variable:
+    """``input`` ``[N, D]`` as rows of ``new_dim``, every sequence kept whole."""
+    _check_var(input, "input", "sequence_reshape")
+    helper = LayerHelper("sequence_reshape")
+    out = helper.create_tmp(dtype=input.dtype, shape=[-1, int(new_dim)])
+    helper.append_op("sequence_reshape", inputs={"X": [input]}, outputs={"Out": [out]},
+                     attrs={"new_dim": int(new_dim)})
+    return out
+
+
+def sequence_enumerate(input: Variable, win_size: int, pad_value: int = 0,
+                       name: str | None = None) -> Variable:
+    """For every id, the ``win_size`` ids from it on within its sequence (``pad_value``
+    past the end): ``[N, win_size]``, with ``input``'s LoD."""
+    _check_var(input, "input", "sequence_enumerate")
+    helper = LayerHelper("sequence_enumerate", name)
+    out = helper.create_tmp(dtype=input.dtype, shape=[-1, int(win_size)], stop_gradient=True)
+    helper.append_op("sequence_enumerate", inputs={"X": [input]}, outputs={"Out": [out]},
+                     attrs={"win_size": int(win_size), "pad_value": int(pad_value)})
     return out

@@ -402,3 +402,283 @@ def sequence_mask(ins: dict, attrs: dict, outs: tuple) -> dict:
         maxlen = int(x.max()) if x.size else 0
     y = xp.arange(maxlen)[(None,) * x.ndim] < x[..., None]
     return {"Y": [y.astype(to_dtype(attrs.get("out_dtype", "int64")))]}
+
+
+# ---------------------------------------------------------------------------------------------
+# sequence_expand, sequence_expand_as, sequence_pad, sequence_unpad, sequence_slice,
+# sequence_reshape, sequence_enumerate
+
+
+def _x_offsets(attrs: dict, x: Any, op: str) -> tuple[tuple[int, ...], bool]:
+    """X's one-level offsets, or one row a sequence when X has no LoD (Fluid's fake LoD)."""
+    lod = ((attrs.get("_lods") or {}).get("X") or [None])[0]
+    if lod:
+        if len(lod) != 1:
+            raise ValueError(f"{op}: X may have at most one LoD level, got {len(lod)}")
+        return tuple(lod[0]), True
+    return tuple(range(int(x.shape[0]) + 1)), False
+
+
+def _expand_rows(x_off: tuple, repeats: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """Source rows of sequence_expand's output, and its offsets (sequence i of X repeated
+    ``repeats[i]`` times)."""
+    rows, offsets = [], [0]
+    for i, times in enumerate(repeats):
+        a, b = x_off[i], x_off[i + 1]
+        for _ in range(int(times)):
+            rows.append(np.arange(a, b))
+            offsets.append(offsets[-1] + (b - a))
+    return (np.concatenate(rows) if rows else np.zeros(0, np.int64)), offsets
+
+
+def _expand_plan(attrs: dict, x: Any, op: str) -> tuple[np.ndarray, tuple | None]:
+    y_lod = input_lod(attrs, "Y", op)
+    ref = int(attrs.get("ref_level", -1))
+    ref = len(y_lod) - 1 if ref == -1 else ref
+    if not 0 <= ref < len(y_lod):
+        raise ValueError(f"{op}: ref_level {ref} is out of range for Y's {len(y_lod)} LoD "
+                         "levels")
+    x_off, x_has = _x_offsets(attrs, x, op)
+    repeats = np.diff(np.asarray(y_lod[ref], dtype=np.int64))
+    if len(repeats) != len(x_off) - 1:
+        raise ValueError(f"{op}: X has {len(x_off) - 1} sequences but level {ref} of Y's LoD "
+                         f"has {len(repeats)}")
+    rows, offsets = _expand_rows(x_off, repeats)
+    return rows, ((tuple(offsets),) if x_has else None)
+
+
+@register("sequence_expand", ("X", "Y"), ("Out",), {"ref_level": -1}, lod="kernel",
+          grad=grad_maker(("X", "Y"), ("Out",), ("X",)))
+def sequence_expand(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out: sequence i of X (or row i, when X has no LoD) repeated as many times as
+    sequence i of Y's ``ref_level`` has sub-sequences; Out has a LoD when X had one."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    rows, lod = _expand_plan(attrs, x, "sequence_expand")
+    return {"Out": [x[xp.asarray(rows)]], LOD_KEY: {"Out": [lod]}}
+
+
+@register("sequence_expand_grad", *grad_slots(("X", "Y"), ("Out",), ("X",)), {"ref_level": -1},
+          lod="kernel")
+def sequence_expand_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX: the sum of dOut over every copy."""
+    x, d = ins["X"][0], ins["Out" + GRAD][0]
+    xp = array_module(x)
+    rows, _ = _expand_plan(attrs, x, "sequence_expand_grad")
+    dx = xp.zeros_like(x)
+    if d is not None and len(rows):
+        scatter_add(xp, dx, xp.asarray(rows), d)
+    x_lod = ((attrs.get("_lods") or {}).get("X") or [None])[0]
+    return {"X" + GRAD: [dx], LOD_KEY: {"X" + GRAD: [x_lod]}}
+
+
+def _expand_as_rows(attrs: dict, x: Any, op: str) -> tuple[np.ndarray, tuple]:
+    y_lod = input_lod(attrs, "Y", op)
+    repeats = np.diff(np.asarray(y_lod[0], dtype=np.int64))
+    if len(repeats) != x.shape[0]:
+        raise ValueError(f"{op}: X has {x.shape[0]} rows but Y has {len(repeats)} sequences")
+    return np.repeat(np.arange(x.shape[0]), repeats), (tuple(y_lod[0]),)
+
+
+@register("sequence_expand_as", ("X", "Y"), ("Out",), lod="kernel",
+          grad=grad_maker(("X", "Y"), ("Out",), ("X",)))
+def sequence_expand_as(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out: row i of X repeated as many times as sequence i of Y has rows; Out takes Y's
+    first LoD level."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    rows, lod = _expand_as_rows(attrs, x, "sequence_expand_as")
+    return {"Out": [x[xp.asarray(rows)]], LOD_KEY: {"Out": [lod]}}
+
+
+@register("sequence_expand_as_grad", *grad_slots(("X", "Y"), ("Out",), ("X",)), lod="kernel")
+def sequence_expand_as_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX[i]: the sum of dOut over sequence i."""
+    x, d = ins["X"][0], ins["Out" + GRAD][0]
+    xp = array_module(x)
+    _, lod = _expand_as_rows(attrs, x, "sequence_expand_as_grad")
+    if d is None:
+        return {"X" + GRAD: [xp.zeros_like(x)], LOD_KEY: {"X" + GRAD: [None]}}
+    dx = segment_sum(xp, d.reshape(d.shape[0], -1), lod[0]).reshape(x.shape)
+    return {"X" + GRAD: [dx], LOD_KEY: {"X" + GRAD: [None]}}
+
+
+def _pad_index(offsets: tuple, maxlen: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each (sequence, position) of the padded output: the source row, and whether it is
+    a real row (not padding)."""
+    o = np.asarray(offsets, dtype=np.int64)
+    pos = np.arange(maxlen)[None, :]
+    lengths = np.diff(o)[:, None]
+    real = pos < lengths
+    return np.where(real, o[:-1][:, None] + pos, 0), real
+
+
+@register("sequence_pad", ("X", "PadValue"), ("Out", "Length"), {"padded_length": -1},
+          lod="kernel", grad=grad_maker(("X",), ("Out",), ("X",)))
+def sequence_pad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out ``[num_seqs, padded_length, ...]``: every sequence of X, then PadValue (one value or
+    one row) up to ``padded_length`` (default: the longest); Length: the lengths (int64)."""
+    x, pad = ins["X"][0], ins["PadValue"][0]
+    xp = array_module(x)
+    lod = input_lod(attrs, "X", "sequence_pad")
+    lengths = np.diff(np.asarray(lod[-1], dtype=np.int64))
+    longest = int(lengths.max()) if lengths.size else 0
+    maxlen = int(attrs.get("padded_length", -1))
+    maxlen = longest if maxlen == -1 else maxlen
+    if maxlen < longest:
+        raise ValueError(f"sequence_pad: padded_length {maxlen} is shorter than the longest "
+                         f"sequence ({longest})")
+    src, real = _pad_index(lod[-1], maxlen)
+    row_shape = tuple(x.shape[1:])
+    if pad.size not in (1, int(np.prod(row_shape, dtype=np.int64))):
+        raise ValueError(f"sequence_pad: PadValue must be one value or one row "
+                         f"{list(row_shape)}, got {list(pad.shape)}")
+    pad_row = xp.broadcast_to(pad.reshape(row_shape) if pad.size > 1 else pad.reshape(()),
+                              row_shape).astype(x.dtype)
+    gathered = x[xp.asarray(src.reshape(-1))] if x.shape[0] else \
+        xp.zeros((src.size, *row_shape), dtype=x.dtype)
+    mask = xp.asarray(real.reshape(-1)).reshape((-1,) + (1,) * len(row_shape))
+    out = xp.where(mask, gathered, pad_row[None])
+    return {"Out": [out.reshape((len(lengths), maxlen, *row_shape))],
+            "Length": [xp.asarray(lengths.astype(np.int64))],
+            LOD_KEY: {"Out": [None], "Length": [None]}}
+
+
+@register("sequence_pad_grad", *grad_slots(("X",), ("Out",), ("X",)), {"padded_length": -1},
+          lod="kernel")
+def sequence_pad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX: the real rows of dOut."""
+    x, d = ins["X"][0], ins["Out" + GRAD][0]
+    xp = array_module(x)
+    lod = input_lod(attrs, "X", "sequence_pad_grad")
+    if d is None:
+        return {"X" + GRAD: [xp.zeros_like(x)], LOD_KEY: {"X" + GRAD: [lod]}}
+    src, real = _pad_index(lod[-1], d.shape[1])
+    flat = d.reshape((d.shape[0] * d.shape[1], *x.shape[1:]))
+    return {"X" + GRAD: [flat[xp.asarray(np.flatnonzero(real.reshape(-1)))]],
+            LOD_KEY: {"X" + GRAD: [lod]}}
+
+
+def _unpad_lengths(length: Any, x: Any) -> np.ndarray:
+    lengths = np.asarray(length.get() if hasattr(length, "get") else length,
+                         dtype=np.int64).reshape(-1)
+    if len(lengths) != x.shape[0] or (lengths < 0).any() or (lengths > x.shape[1]).any():
+        raise ValueError(f"sequence_unpad: Length must hold one length in [0, {x.shape[1]}] "
+                         f"per row of X ({x.shape[0]}), got {lengths.tolist()}")
+    return lengths
+
+
+@register("sequence_unpad", ("X", "Length"), ("Out",), lod="kernel",
+          grad=grad_maker(("X", "Length"), ("Out",), ("X",)))
+def sequence_unpad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out: the first Length[i] rows of X[i], concatenated, with that LoD."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    lengths = _unpad_lengths(ins["Length"][0], x)
+    keep = np.flatnonzero((np.arange(x.shape[1])[None, :] < lengths[:, None]).reshape(-1))
+    flat = x.reshape((x.shape[0] * x.shape[1], *x.shape[2:]))
+    lod = (tuple(int(v) for v in np.concatenate([[0], np.cumsum(lengths)])),)
+    return {"Out": [flat[xp.asarray(keep)]], LOD_KEY: {"Out": [lod]}}
+
+
+@register("sequence_unpad_grad", *grad_slots(("X", "Length"), ("Out",), ("X",)), lod="kernel")
+def sequence_unpad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX: dOut back in its padded places, zeros elsewhere."""
+    x, d = ins["X"][0], ins["Out" + GRAD][0]
+    xp = array_module(x)
+    lengths = _unpad_lengths(ins["Length"][0], x)
+    dx = xp.zeros_like(x)
+    if d is not None:
+        keep = np.flatnonzero((np.arange(x.shape[1])[None, :] < lengths[:, None]).reshape(-1))
+        flat = dx.reshape((x.shape[0] * x.shape[1], *x.shape[2:]))
+        flat[xp.asarray(keep)] = d
+    return {"X" + GRAD: [dx], LOD_KEY: {"X" + GRAD: [None]}}
+
+
+def _slice_rows(attrs: dict, ins: dict, op: str) -> tuple[np.ndarray, tuple, tuple]:
+    lod = input_lod(attrs, "X", op)
+    o = np.asarray(lod[-1], dtype=np.int64)
+    off = np.asarray(ins["Offset"][0], dtype=np.int64).reshape(-1)
+    length = np.asarray(ins["Length"][0], dtype=np.int64).reshape(-1)
+    n = len(o) - 1
+    if len(off) != n or len(length) != n:
+        raise ValueError(f"{op}: Offset and Length need one value per sequence ({n}), got "
+                         f"{len(off)} and {len(length)}")
+    if (off < 0).any() or (length < 0).any() or (off + length > np.diff(o)).any():
+        raise ValueError(f"{op}: a slice leaves its sequence: offsets {off.tolist()}, lengths "
+                         f"{length.tolist()}, sequence lengths {np.diff(o).tolist()}")
+    rows = np.concatenate([np.arange(o[i] + off[i], o[i] + off[i] + length[i])
+                           for i in range(n)]) if n else np.zeros(0, np.int64)
+    out = (tuple(int(v) for v in np.concatenate([[0], np.cumsum(length)])),)
+    return rows, lod, (lod[:-1] + out) if len(lod) > 1 else out
+
+
+@register("sequence_slice", ("X", "Offset", "Length"), ("Out",), lod="kernel",
+          grad=grad_maker(("X", "Offset", "Length"), ("Out",), ("X",)))
+def sequence_slice(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out's sequence i: rows ``Offset[i] .. Offset[i] + Length[i]`` of X's sequence i."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    rows, _, out_lod = _slice_rows(attrs, ins, "sequence_slice")
+    return {"Out": [x[xp.asarray(rows)]], LOD_KEY: {"Out": [out_lod]}}
+
+
+@register("sequence_slice_grad", *grad_slots(("X", "Offset", "Length"), ("Out",), ("X",)),
+          lod="kernel")
+def sequence_slice_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX: dOut at the sliced rows, zeros elsewhere."""
+    x, d = ins["X"][0], ins["Out" + GRAD][0]
+    xp = array_module(x)
+    rows, lod, _ = _slice_rows(attrs, ins, "sequence_slice_grad")
+    dx = xp.zeros_like(x)
+    if d is not None and len(rows):
+        dx[xp.asarray(rows)] = d
+    return {"X" + GRAD: [dx], LOD_KEY: {"X" + GRAD: [lod]}}
+
+
+def _reshape_lod(lod: tuple, width: int, new_dim: int, op: str) -> tuple:
+    o = np.asarray(lod[-1], dtype=np.int64)
+    scaled = o * width
+    if (scaled % new_dim).any():
+        raise ValueError(f"{op}: a sequence of {width}-wide rows does not fill whole rows of "
+                         f"{new_dim}: lengths {np.diff(o).tolist()}")
+    return lod[:-1] + (tuple(int(v) for v in scaled // new_dim),)
+
+
+@register("sequence_reshape", ("X",), ("Out",), {"new_dim": 1}, lod="kernel",
+          grad=grad_maker(("X",), ("Out",), ("X",)))
+def sequence_reshape(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out: X ``[N, D]`` as rows of ``new_dim``, each sequence kept whole."""
+    x = ins["X"][0]
+    lod = input_lod(attrs, "X", "sequence_reshape")
+    new_dim = int(attrs.get("new_dim", 1))
+    out_lod = _reshape_lod(lod, int(x.shape[1]), new_dim, "sequence_reshape")
+    return {"Out": [x.reshape(-1, new_dim)], LOD_KEY: {"Out": [out_lod]}}
+
+
+@register("sequence_reshape_grad", *grad_slots(("X",), ("Out",), ("X",)), {"new_dim": 1},
+          lod="kernel")
+def sequence_reshape_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX: dOut in X's shape."""
+    x, d = ins["X"][0], ins["Out" + GRAD][0]
+    xp = array_module(x)
+    lod = input_lod(attrs, "X", "sequence_reshape_grad")
+    dx = xp.zeros_like(x) if d is None else d.reshape(x.shape)
+    return {"X" + GRAD: [dx], LOD_KEY: {"X" + GRAD: [lod]}}
+
+
+@register("sequence_enumerate", ("X",), ("Out",), {"win_size": 2, "pad_value": 0},
+          lod="kernel")
+def sequence_enumerate(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out[r]: the ``win_size`` ids from row r on within r's sequence, ``pad_value`` past its
+    end; Out keeps the LoD."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    lod = input_lod(attrs, "X", "sequence_enumerate")
+    win = int(attrs.get("win_size", 2))
+    if win < 1:
+        raise ValueError(f"sequence_enumerate: win_size must be >= 1, got {win}")
+    idx = _context_index(lod[-1], 0, win)
+    flat = x.reshape(-1)
+    padded = xp.concatenate([flat, xp.asarray([attrs.get("pad_value", 0)], dtype=x.dtype)])
+    return {"Out": [padded[xp.asarray(idx)]], LOD_KEY: {"Out": [lod]}}

@@ -157,3 +157,36 @@ def test_sequence_conv_pool_classifies_sequences_by_their_words():
                        return_numpy=False)
     assert c.lod() == feed["words"].lod() and c.shape()[1] == 6
     assert float(np.array(a)[0]) == 1.0
+
+
+def test_sequence_layers_compose_and_train_end_to_end():
+    # pad -> per-position fc -> unpad -> expand by a 2-level LoD -> pool: gradients reach the
+    # embedding through every sequence op
+    main, startup = fluid.Program(), fluid.Program()
+    startup.random_seed = 2
+    with fluid.program_guard(main, startup):
+        words = fluid.layers.data(name="words", shape=[1], dtype="int64", lod_level=1)
+        y = fluid.layers.data(name="y", shape=[1])
+        emb = fluid.layers.embedding(words, size=[10, 4])
+        pad = fluid.layers.fill_constant([1], "float32", 0.0)
+        padded, length = fluid.layers.sequence_pad(emb, pad)
+        per_pos = fluid.layers.fc(padded, 4, num_flatten_dims=2, act="tanh")
+        unpadded = fluid.layers.sequence_unpad(per_pos, length)
+        rev = fluid.layers.sequence_reverse(unpadded)
+        soft = fluid.layers.sequence_softmax(fluid.layers.fc(rev, 1))
+        weighted = fluid.layers.elementwise_mul(rev, soft, axis=0)
+        pooled = fluid.layers.sequence_pool(weighted, "sum")
+        loss = fluid.layers.mean(fluid.layers.square_error_cost(fluid.layers.fc(pooled, 1), y))
+        fluid.optimizer.Adam(0.05).minimize(loss)
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(startup, scope=scope)
+    feed = {"words": _words([[1, 2, 3], [4], [5, 6]]),
+            "y": np.array([[1.0], [-1.0], [0.5]], np.float32)}
+    losses = [exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0][0]
+              for _ in range(40)]
+    assert losses[-1] < 0.05 * losses[0]
+    u, s = exe.run(main, feed=feed, fetch_list=[unpadded, soft], scope=scope,
+                   return_numpy=False)
+    assert u.lod() == s.lod() == [[0, 3, 4, 6]]
+    np.testing.assert_allclose([np.array(s)[0:3].sum(), np.array(s)[3:4].sum()], [1, 1],
+                               rtol=1e-5)

@@ -260,6 +260,32 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
          {"_lods": {"X": [((0, 2, 2, 5, 7),), ((0, 1, 2, 2, 4),), ((0, 0, 1, 2, 3),)]}}),
     ]
     c["lod_reset"] = [("target", {"X": [n((7, 2))]}, {"target_lod": [0, 3, 7], **one_level})]
+    y_two = ((0, 2, 3, 3, 5), (0, 1, 3, 4, 6, 8))  # 4 sequences: 2, 1, 0 and 2 parts
+    c["sequence_expand"] = [
+        ("x_with_lod", {"X": [n((7, 2))], "Y": [n((8, 1))]},
+         {"ref_level": 0, "_lods": {"X": one_level["_lods"]["X"], "Y": [y_two]}}),
+        ("x_rows", {"X": [n((4, 3))], "Y": [n((8, 1))]},
+         {"ref_level": 0, "_lods": {"X": [None], "Y": [y_two]}}),
+    ]
+    c["sequence_expand_as"] = [
+        ("rows", {"X": [n((4, 3))], "Y": [n((7, 1))]},
+         {"_lods": {"X": [None], "Y": one_level["_lods"]["X"]}}),
+    ]
+    c["sequence_pad"] = [
+        ("longest", {"X": [n((7, 2))], "PadValue": [n(1)]}, one_level),
+        ("padded_to_5_row_pad", {"X": [n((7, 2, 2))], "PadValue": [n((2, 2))]},
+         {"padded_length": 5, **one_level}),
+    ]
+    c["sequence_unpad"] = [
+        ("lengths", {"X": [n((3, 4, 2))], "Length": [np.array([2, 0, 4])]}, {}),
+    ]
+    c["sequence_slice"] = [
+        ("middle", {"X": [n((7, 2))], "Offset": [np.array([[1], [0], [1], [0]])],
+                    "Length": [np.array([[1], [0], [2], [2]])]}, one_level),
+    ]
+    c["sequence_reshape"] = [
+        ("wider", {"X": [n((6, 2))]}, {"new_dim": 4, "_lods": {"X": [((0, 2, 6),)]}}),
+    ]
     c["cos_sim"] = [
         ("rows", {"X": [n((4, 3))], "Y": [n((4, 3))]}, {}),
         ("one_y_row", {"X": [n((4, 3))], "Y": [n((1, 3))]}, {}),

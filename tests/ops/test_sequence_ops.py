@@ -148,3 +148,65 @@ def test_sequence_mask_matches_a_comparison_per_row():
     np.testing.assert_array_equal(y[:, 0], [[1, 1, 1, 0, 0], [0] * 5, [1] * 5])
     fixed = run_op("sequence_mask", {"X": [lengths[:, 0]]}, {"maxlen": 7})["Y"][0]
     assert fixed.shape == (3, 7) and fixed.dtype == np.int64 and fixed[2].sum() == 5
+
+
+def test_sequence_expand_repeats_sequences_as_fluids_examples_say():
+    # Fluid's doc, case 1: x.lod [[0, 2, 4]] repeated by y's level 0 [[0, 2, 4]] (2 and 2)
+    x = np.array([[1.0], [2.0], [3.0], [4.0]])
+    res = run_op("sequence_expand", {"X": [x], "Y": [np.zeros((8, 1))]},
+                 {"ref_level": 0, "_lods": {"X": [((0, 2, 4),)],
+                                            "Y": [((0, 2, 4), (0, 3, 6, 7, 8))]}})
+    np.testing.assert_array_equal(res["Out"][0][:, 0], [1, 2, 1, 2, 3, 4, 3, 4])
+    assert res[LOD_KEY]["Out"] == [((0, 2, 4, 6, 8),)]
+    # case 2: x without LoD, y.lod [[0, 2, 2, 5]]: row i repeated by y's sequence i
+    x = np.array([[1.0], [2.0], [3.0]])
+    res = run_op("sequence_expand", {"X": [x], "Y": [np.zeros((5, 1))]},
+                 {"_lods": {"X": [None], "Y": [((0, 2, 2, 5),)]}})
+    np.testing.assert_array_equal(res["Out"][0][:, 0], [1, 1, 3, 3, 3])
+    as_ = run_op("sequence_expand_as", {"X": [x], "Y": [np.zeros((5, 1))]},
+                 {"_lods": {"X": [None], "Y": [((0, 2, 2, 5),)]}})
+    np.testing.assert_array_equal(as_["Out"][0][:, 0], [1, 1, 3, 3, 3])
+    assert as_[LOD_KEY]["Out"] == [((0, 2, 2, 5),)]
+    with pytest.raises(ValueError, match="X has 3 sequences but level 0 of Y's LoD has 2"):
+        run_op("sequence_expand", {"X": [x], "Y": [np.zeros((3, 1))]},
+               {"_lods": {"X": [None], "Y": [((0, 1, 3),)]}})
+
+
+def test_sequence_pad_and_unpad_are_inverse_and_match_a_loop():
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((7, 2))
+    res = run_op("sequence_pad", {"X": [x], "PadValue": [np.array([-1.0])]},
+                 {"padded_length": 4, "_lods": {"X": [LOD]}})
+    out, length = res["Out"][0], res["Length"][0]
+    assert out.shape == (4, 4, 2) and length.tolist() == [2, 0, 3, 2]
+    for i, (a, b) in enumerate(zip(LOD[0][:-1], LOD[0][1:], strict=True)):
+        np.testing.assert_array_equal(out[i, :b - a], x[a:b])
+        assert (out[i, b - a:] == -1).all()
+    back = run_op("sequence_unpad", {"X": [out], "Length": [length]})
+    np.testing.assert_array_equal(back["Out"][0], x)
+    assert back[LOD_KEY]["Out"] == [LOD]
+    with pytest.raises(ValueError, match="padded_length 2 is shorter than the longest"):
+        run_op("sequence_pad", {"X": [x], "PadValue": [np.array([0.0])]},
+               {"padded_length": 2, "_lods": {"X": [LOD]}})
+
+
+def test_sequence_slice_reshape_and_enumerate_match_loops():
+    x = np.arange(14.0).reshape(7, 2)
+    res = run_op("sequence_slice", {"X": [x], "Offset": [np.array([[1], [0], [1], [0]])],
+                                    "Length": [np.array([[1], [0], [2], [1]])]},
+                 {"_lods": {"X": [LOD]}})
+    np.testing.assert_array_equal(res["Out"][0], np.concatenate([x[1:2], x[3:5], x[5:6]]))
+    assert res[LOD_KEY]["Out"] == [((0, 1, 1, 3, 4),)]
+    with pytest.raises(ValueError, match="a slice leaves its sequence"):
+        run_op("sequence_slice", {"X": [x], "Offset": [np.array([[1], [0], [2], [0]])],
+                                  "Length": [np.array([[2], [0], [2], [1]])]},
+               {"_lods": {"X": [LOD]}})
+    res = run_op("sequence_reshape", {"X": [x[:6]]},
+                 {"new_dim": 4, "_lods": {"X": [((0, 2, 6),)]}})
+    np.testing.assert_array_equal(res["Out"][0], x[:6].reshape(3, 4))
+    assert res[LOD_KEY]["Out"] == [((0, 1, 3),)]
+    ids = np.array([[1], [2], [3], [4], [5]], np.int64)
+    res = run_op("sequence_enumerate", {"X": [ids]},
+                 {"win_size": 3, "pad_value": 0, "_lods": {"X": [((0, 3, 5),)]}})
+    np.testing.assert_array_equal(res["Out"][0], [[1, 2, 3], [2, 3, 0], [3, 0, 0],
+                                                  [4, 5, 0], [5, 0, 0]])
