@@ -33,7 +33,15 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from .executor import Executor, global_scope
-from .framework import Parameter, Program, Variable, VarType, default_main_program
+from .framework import (
+    OP_ROLE_KEY,
+    OpRole,
+    Parameter,
+    Program,
+    Variable,
+    VarType,
+    default_main_program,
+)
 
 __all__ = [
     "is_parameter", "is_persistable", "load", "load_inference_model", "load_params",
@@ -298,23 +306,22 @@ def save_persistables(executor: Executor | None, dirname: str,
 
     A transpiled trainer program (``_is_distributed``) saves as Fluid 1.8 does: every
     persistable variable it holds, under its own name, so that each parameter is written
-    whole (a sync trainer holds the parameters the pservers hold); the pservers'
-    :func:`load_persistables` then takes their blocks from those files.
-
-    Raises
-    ------
-    NotImplementedError
-        For a distributed program whose pservers keep optimizer state (Adam's moments, a
-        momentum's velocity): Fluid's chief trainer fetches it from the pservers, which is
-        not implemented here.
+    whole (a sync trainer holds the parameters the pservers hold); the chief trainer
+    (trainer 0) also fetches the optimizer state the pservers keep (Adam's moments, ...) and
+    writes each variable whole. The pservers' :func:`load_persistables` then take their blocks
+    from those files.
     """
     program = main_program or default_main_program()
-    if getattr(program, "_is_distributed", False):
-        _check_no_pserver_state(program, "save")
+    overview = getattr(program, "_parameters_on_pservers", None)
+    if getattr(program, "_is_distributed", False) and overview is not None:
+        remote = overview.get_distributed_vars_by_vtypes(["Optimizer"], groupby=True)
         names = [v.name for v in program.list_vars() if is_persistable(v)
-                 and not v.name.endswith("@GRAD") and ".trainer_" not in v.name
-                 and ".block" not in v.name and v.name in _scope_of(executor)]
+                 and v.name not in remote and not v.name.endswith("@GRAD")
+                 and ".trainer_" not in v.name and ".block" not in v.name
+                 and v.name in _scope_of(executor)]
         save_vars(executor, dirname, program, vars=names, filename=filename)
+        if program._is_chief and remote:
+            _save_remote_state(executor, dirname, program, remote)
         return
     save_vars(executor, dirname, program, predicate=is_persistable, filename=filename)
 
@@ -324,32 +331,47 @@ def load_persistables(executor: Executor | None, dirname: str,
     """:func:`load_vars` of every persistable variable.
 
     A pserver program (``_is_distributed``, with ``_parameters_on_pservers``) loads, as
-    Fluid 1.8 does, the parameter blocks its endpoint holds, each cut from the whole
-    parameter's file (rows ``offset / row size`` on).
-
-    Raises
-    ------
-    NotImplementedError
-        For a pserver program that keeps optimizer state (see :func:`save_persistables`).
+    Fluid 1.8 does, the parameter blocks and optimizer state its endpoint holds, each cut
+    from the whole variable's file (rows ``offset / row size`` on).
     """
     program = main_program or default_main_program()
     overview = getattr(program, "_parameters_on_pservers", None)
     if getattr(program, "_is_distributed", False) and overview is not None:
-        _check_no_pserver_state(program, "load")
         _load_distributed_persistables(executor, dirname, program, overview)
         return
     load_vars(executor, dirname, program, predicate=is_persistable, filename=filename)
 
 
-def _check_no_pserver_state(program: Program, what: str) -> None:
-    state = getattr(program, "_pserver_optimizer_state", None) or []
-    if state:
-        raise NotImplementedError(
-            f"fluid.io.{what}_persistables of a distributed program whose pservers keep "
-            f"optimizer state ({', '.join(state[:4])}{', ...' if len(state) > 4 else ''}) "
-            "is not implemented in dask_fluid: Fluid's chief trainer fetches that state from "
-            "the pservers. Use an optimizer without state (SGD), or save and resume with the "
-            "pserver checkpoints of train_pserver(checkpoint_dir=...)")
+def _save_remote_state(executor: Executor | None, dirname: str, program: Program,
+                       remote: dict) -> None:
+    """Fetch each optimizer-state variable's blocks from the pservers that hold them (Fluid's
+    ``recv_save``) and write it whole. One small program a block: blocks of one variable keep
+    one name on every pserver."""
+    exe = executor if executor is not None else Executor()
+    scope = _scope_of(executor)
+    os.makedirs(dirname, exist_ok=True)
+    for name, parts in remote.items():
+        sliced = parts[0].is_slice
+        # a variable that is not cut (a beta power) is the same on every pserver: one copy
+        chosen = sorted(parts, key=lambda v: v.block_id) if sliced else parts[:1]
+        values = []
+        for part in chosen:
+            fetch = Program()
+            block = fetch.global_block()
+            tmp = block.create_var(name=f"{part.slice.name}@REMOTE.{part.endpoint}",
+                                   shape=part.slice.shape, dtype=part.slice.dtype)
+            block.append_op("recv", inputs={"X": []}, outputs={"Out": [tmp]},
+                            attrs={"epmap": [part.endpoint],
+                                   "recv_varnames": [part.slice.name],
+                                   "trainer_id": int(program._trainer_id),
+                                   "sync_mode": bool(program._sync_mode),
+                                   OP_ROLE_KEY: int(OpRole.RPC)})
+            exe.run(fetch, scope=scope)
+            value = scope.vars.pop(tmp.name)
+            values.append(np.asarray(value.get() if hasattr(value, "get") else value))
+        whole = np.concatenate(values, axis=0) if sliced else values[0]
+        with open(os.path.join(dirname, name), "wb") as f:
+            write_tensor(f, whole.reshape(parts[0].origin.shape))
 
 
 def _load_distributed_persistables(executor: Executor | None, dirname: str, program: Program,

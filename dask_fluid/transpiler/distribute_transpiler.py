@@ -320,7 +320,6 @@ class DistributeTranspiler:
             trainer_rewrite.strip_optimizer(self._program, self._startup, tables, self._log)
         trainer_rewrite.set_program_attrs(self._program, plan, self._current_endpoint)
         self._program._parameters_on_pservers = vars_distributed.from_plan(plan)
-        self._program._pserver_optimizer_state = vars_distributed.optimizer_state(plan)
         for prog in (self._program, self._startup):
             trainer_rewrite.set_wait_port(prog, wait_port and self.config.wait_port)
         return self._program
@@ -334,7 +333,6 @@ class DistributeTranspiler:
         # the distributed attributes (fluid.io's distributed save and load read them)
         prog = build.program
         prog._parameters_on_pservers = vars_distributed.from_plan(self._plan)
-        prog._pserver_optimizer_state = vars_distributed.optimizer_state(self._plan)
         prog._is_distributed = True
         prog._endpoints = list(self._plan.endpoints)
         prog._ps_endpoint = endpoint

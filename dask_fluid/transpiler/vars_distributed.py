@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["VarDistributed", "VarStruct", "VarsDistributed", "from_plan", "optimizer_state"]
+__all__ = ["VarDistributed", "VarStruct", "VarsDistributed", "from_plan"]
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,11 @@ class VarsDistributed:
 
 
 def from_plan(plan) -> VarsDistributed:
-    """The overview of a :class:`~.plan.TranspilePlan`'s parameter blocks."""
+    """The overview of a :class:`~.plan.TranspilePlan`'s parameter blocks ("Param") and of the
+    optimizer state each pserver keeps for them ("Optimizer": Adam's moments, a momentum's
+    velocity, the beta powers), named as the pserver programs name them."""
+    from .plan import SLICED_ACCUMULATORS, is_optimizer_op  # noqa: PLC0415
+
     out = VarsDistributed()
     block = plan.origin.global_block()
     for pp in plan.params:
@@ -88,20 +92,31 @@ def from_plan(plan) -> VarsDistributed:
             out.add_distributed_var(VarDistributed(
                 origin, VarStruct(name, tuple(b.shape), var.dtype), pp.split, b.index,
                 b.offset, "Param", ep))
+    for ep in plan.endpoints:
+        on_ep = plan.blocks_on(ep)
+        for pp, k in on_ep:
+            shared = sum(1 for q, _ in on_ep if q is pp) > 1
+            b = pp.blocks[k]
+            for op in plan.ops_of_param(pp.param):
+                if not is_optimizer_op(op):
+                    continue
+                for slot, names in op.inputs.items():
+                    if slot in _NOT_STATE:
+                        continue
+                    for name in names:
+                        acc = block.var(name)
+                        sliced = (slot in SLICED_ACCUMULATORS.get(op.type, ()) or (
+                            acc.shape is not None and tuple(acc.shape) == b.full_shape)) \
+                            and not b.is_whole
+                        shape = tuple(b.shape) if sliced else tuple(acc.shape)
+                        on_pserver = name + (f".block{k}" if shared else "")
+                        out.add_distributed_var(VarDistributed(
+                            VarStruct(name, tuple(acc.shape), acc.dtype),
+                            VarStruct(on_pserver, shape, acc.dtype), sliced,
+                            b.index if sliced else 0, b.offset if sliced else 0, "Optimizer",
+                            ep))
     return out
 
 
-def optimizer_state(plan) -> list[str]:
-    """The optimizer's state variables the pservers keep (Adam's moments, a momentum's
-    velocity...), by their trainer-side names: what Fluid's overview lists as "Optimizer"."""
-    from .plan import is_optimizer_op  # noqa: PLC0415 - plan imports the program model
-
-    names = set()
-    for pp in plan.params:
-        for op in plan.ops_of_param(pp.param):
-            if not is_optimizer_op(op):
-                continue
-            for slot, args in op.inputs.items():
-                if slot not in ("Param", "Grad", "LearningRate"):
-                    names.update(args)
-    return sorted(names)
+#: optimizer inputs that are not state the pservers keep
+_NOT_STATE = frozenset({"Param", "Grad", "LearningRate", "Beta1Tensor", "Beta2Tensor"})

@@ -52,14 +52,37 @@ def test_each_pserver_loads_its_blocks_from_the_trainers_files(tmp_path):
     assert rows == 300  # the two blocks make the parameter
 
 
-def test_pserver_optimizer_state_is_refused_not_lost(tmp_path):
+def test_optimizer_state_is_listed_and_loaded_block_by_block(tmp_path):
+    # Fluid's overview lists each pserver's optimizer state ("Optimizer"): a cut moment has
+    # the parameter block's rows and offset, a beta power is whole on every pserver
     t, trainer, _ = _transpiled(lambda: fluid.optimizer.Adam(0.01))
-    with pytest.raises(NotImplementedError, match="save_persistables of a distributed program "
-                                                  "whose pservers keep optimizer state"):
-        fluid.io.save_persistables(None, str(tmp_path), trainer)
-    with pytest.raises(NotImplementedError, match="load_persistables .*moment"):
-        fluid.io.load_persistables(None, str(tmp_path), t.get_pserver_program(EPS.split(",")[0]))
-    assert not list(tmp_path.iterdir())  # nothing half-written
+    overview = trainer._parameters_on_pservers
+    state = overview.get_distributed_vars_by_vtypes(["Optimizer"], groupby=True)
+    moment = next(n for n in state if n.startswith("big_w_moment1"))
+    parts = sorted(state[moment], key=lambda v: v.block_id)
+    assert [p.is_slice for p in parts] == [True, True]
+    assert sum(p.slice.shape[0] for p in parts) == 300 and parts[1].offset == \
+        parts[0].slice.shape[0] * 100
+    beta = next(n for n in state if n.startswith("big_w_beta1_pow"))
+    assert all(not p.is_slice and p.slice.shape == (1,) for p in state[beta])
+    # what the chief writes (whole variables) each pserver loads as its blocks
+    rng = np.random.default_rng(0)
+    whole = {v.name: rng.standard_normal(v.shape).astype(np.float32)
+             for v in trainer.list_vars() if v.persistable and v.shape and -1 not in v.shape}
+    for name, parts_ in state.items():
+        whole[name] = rng.standard_normal(parts_[0].origin.shape).astype(np.float32)
+    for name, value in whole.items():
+        with open(tmp_path / name, "wb") as f:
+            fluid.io.write_tensor(f, value)
+    ep = EPS.split(",")[1]
+    scope = fluid.Scope()
+    with fluid.scope_guard(scope):
+        fluid.io.load_persistables(None, str(tmp_path), t.get_pserver_program(ep))
+    mine = next(p for p in state[moment] if p.endpoint == ep)
+    start = mine.offset // 100
+    np.testing.assert_array_equal(scope.vars[mine.slice.name],
+                                  whole[moment][start:start + mine.slice.shape[0]])
+    np.testing.assert_array_equal(scope.vars[beta], whole[beta])
 
 
 def test_a_missing_parameter_file_names_the_block(tmp_path):

@@ -213,7 +213,7 @@ class PServerClient:
         self.round = 0
         self._staged: dict[str, dict[str, Any]] = {}
         self._replies: dict[str, Any] = {}
-        self._recv_plans: dict[tuple, dict[str, list[str]]] = {}
+        self._recv_plans: dict[tuple, tuple[Any, dict[str, list[str]]]] = {}
         self._links: dict[str, Any] = {}  # endpoint -> local shard | Connection | None (Dask)
         self._aborted: str | None = None
         #: the direct connections' TLS (on a ``tls://`` Dask cluster); None: plain TCP
@@ -241,7 +241,9 @@ class PServerClient:
     def wanted(self, block: Any, op: Any) -> dict[str, list[str]]:
         """Endpoint -> the blocks every ``recv`` of ``block`` from ``op`` on wants."""
         key = (id(block), id(op))
-        plan = self._recv_plans.get(key)
+        cached = self._recv_plans.get(key)
+        # the entry holds the op itself: no other op can take its id while it is cached
+        plan = cached[1] if cached is not None and cached[0] is op else None
         if plan is None:
             ops = block.ops
             start = next(i for i, o in enumerate(ops) if o is op)
@@ -251,7 +253,7 @@ class PServerClient:
                     continue
                 for ep, name in zip(o.attrs["epmap"], o.attrs["recv_varnames"], strict=True):
                     plan.setdefault(ep, []).append(name)
-            self._recv_plans[key] = plan
+            self._recv_plans[key] = (op, plan)
         return plan
 
     def has_replies(self, names: Iterable[str]) -> bool:
