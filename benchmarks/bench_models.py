@@ -1,4 +1,4 @@
-"""Image networks: dist_mnist's CNN and a ResNet basic block, local, pserver 2+2, and PyTorch.
+"""Image networks (dist_mnist's CNN, a ResNet basic block) and a CTR model, local and pserver.
 
 Run: ``python benchmarks/bench_models.py [--steps 30] [--repeat 2]``. Writes
 ``benchmarks/results/models.json`` and prints a table.
@@ -13,8 +13,15 @@ batch 32 of 3x32x32, 16 channels):
 - **torch**: the same network (same layers, shapes, loss and optimizer) in PyTorch on one
   thread, when torch is installed (skipped, and said so, otherwise).
 
-Target (issue 14): local >= 0.5 x torch's CPU throughput. Ratios are what to compare: the
-machine is shared, so run it twice before believing a figure.
+Target (issue 14): local >= 0.5 x torch's CPU throughput.
+
+The CTR model (``benchmarks/ctr_job.py``: LoD id lists, a distributed lookup table of 200k x 64,
+a sparse wide embedding, ``sequence_pool``; batch 128 per trainer): **local** samples/s in this
+process, and **pserver 2+2** as a Fluid-style job of 4 processes on this machine (2 pservers, 2
+trainers, real sockets): samples/s of both trainers together and the tensor bytes a trainer
+sends to and receives from the pservers per step.
+
+Ratios are what to compare: the machine is shared, so run it twice before believing a figure.
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ import argparse
 import json
 import os
 import pathlib
+import socket
 import statistics
+import subprocess
 import sys
 import time
 
@@ -87,6 +96,49 @@ def run_pserver(client, name: str, steps: int) -> dict:
     slowest = max(spans)
     return {"samples_per_s": timed * batch / slowest,
             "ms_per_step_per_trainer": 1000 * slowest / (timed / len(spans))}
+
+
+def run_ctr_local(steps: int) -> dict:
+    import ctr_job  # beside this file
+
+    main, startup, loss = ctr_job.build()
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(startup, scope=scope)
+    return {"samples_per_s": ctr_job.run_steps(exe, main, loss, steps, seed=0, scope=scope)}
+
+
+def run_ctr_pserver(steps: int) -> dict:
+    socks = [socket.socket() for _ in range(2)]
+    for sock in socks:
+        sock.bind(("127.0.0.1", 0))
+    eps = [f"127.0.0.1:{sock.getsockname()[1]}" for sock in socks]
+    for sock in socks:
+        sock.close()
+    job = [sys.executable, str(pathlib.Path(__file__).parent / "ctr_job.py"), "--endpoints",
+           ",".join(eps), "--trainers", "2", "--steps", str(steps)]
+    env = {**os.environ, "DASK_FLUID_JOB_SECRET": os.urandom(16).hex()}
+    pservers = [subprocess.Popen([*job, "--role", "pserver", "--current_endpoint", ep],
+                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                for ep in eps]
+    trainers = [subprocess.Popen([*job, "--role", "trainer", "--trainer_id", str(i)], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for i in range(2)]
+    try:
+        outs = [p.communicate(timeout=600) for p in trainers]
+        for p, (_, err) in zip(trainers, outs, strict=True):
+            if p.returncode != 0:
+                raise RuntimeError(f"a CTR trainer failed: {err[-2000:]}")
+        for p in pservers:
+            p.wait(timeout=60)
+    finally:
+        for p in [*pservers, *trainers]:
+            if p.poll() is None:
+                p.kill()
+    figures = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    return {"samples_per_s": sum(f["samples_per_s"] for f in figures),
+            "bytes_sent_per_step": statistics.mean(f["bytes_sent_per_step"] for f in figures),
+            "bytes_received_per_step": statistics.mean(f["bytes_received_per_step"]
+                                                       for f in figures)}
 
 
 def _torch_net(name: str):
@@ -181,6 +233,21 @@ def main(argv: list[str] | None = None) -> int:
               f"{entry['pserver_over_local']:>14.2f}")
     if not any(k["torch"] for k in runs.values()):
         print("torch is not installed: the PyTorch column was skipped (pip install torch)")
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
+    ctr_local = [run_ctr_local(args.steps) for _ in range(args.repeat)]
+    ctr_ps = [run_ctr_pserver(args.steps) for _ in range(args.repeat)]
+    med_local = statistics.median(r["samples_per_s"] for r in ctr_local)
+    med_ps = statistics.median(r["samples_per_s"] for r in ctr_ps)
+    sent = statistics.median(r["bytes_sent_per_step"] for r in ctr_ps)
+    received = statistics.median(r["bytes_received_per_step"] for r in ctr_ps)
+    result["ctr"] = {"local_samples_per_s": med_local, "pserver_samples_per_s": med_ps,
+                     "pserver_over_local": med_ps / med_local,
+                     "bytes_sent_per_step": sent, "bytes_received_per_step": received,
+                     "runs": {"local": ctr_local, "pserver": ctr_ps}}
+    print(f"\n{'ctr':<14} {'local':>10} {'pserver 2+2':>12} {'pserver/local':>14} "
+          f"{'sent/step':>12} {'received/step':>14}   (samples/s; bytes per trainer)")
+    print(f"{'':<14} {med_local:>10.0f} {med_ps:>12.0f} {med_ps / med_local:>14.2f} "
+          f"{sent:>12.0f} {received:>14.0f}")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "models.json").write_text(json.dumps(result, indent=2, default=str))
     return 0

@@ -220,6 +220,9 @@ class PServerClient:
         self.tls: TlsContexts | None = None
         #: seconds spent waiting for pservers (requests in flight), for the summary
         self.rpc_s = 0.0
+        #: tensor bytes sent to and received from pservers over sockets (benchmarks read them)
+        self.bytes_sent = 0
+        self.bytes_received = 0
         #: wait for a pserver that does not accept connections yet (the ops' ``wait_port``)
         self.wait_port = True
         #: the exchange left in flight by the pipelined async mode, and the replies of one
@@ -412,6 +415,7 @@ class PServerClient:
             if isinstance(link, Connection):
                 self._wire(c, lambda c=c, link=link: link.send(
                     c.header, c.arrays, deadline=deadline, stop=self._stopped))
+                self.bytes_sent += sum(int(a.nbytes) for a in (c.arrays or {}).values())
             elif link is None:
                 futures[i] = self._start_dask(c)
         finishers = {i: self._local(c, link) for i, (c, link) in
@@ -432,6 +436,7 @@ class PServerClient:
                 # copied out of shared memory: the parameters it holds outlive the message
                 header, buf = self._wire(c, lambda link=link: link.recv(
                     deadline=deadline, stop=self._stopped, copy=True))
+                self.bytes_received += int(getattr(buf, "nbytes", 0))
                 results[i] = self._unwrap(c, header, buf)
         for i, fut in started.futures.items():
             header, meta, buf = _future_result(fut, self._deadline_s, calls[i], self.round)
