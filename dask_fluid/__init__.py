@@ -55,6 +55,7 @@ from .io import load, save
 from .lod import LoDTensor, create_lod_tensor, create_random_int_lodtensor
 from .parallel_executor import ParallelExecutor
 from .param_attr import ParamAttr
+from .queue_dataset import DatasetFactory
 
 __version__ = "0.1.0"
 
@@ -81,6 +82,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "Block", "BuildStrategy", "CPUPlace", "CUDAPlace", "CompiledProgram", "DataFeeder",
+    "DatasetFactory",
     "ExecutionError", "ExecutionStrategy", "Executor", "LoDTensor", "OpRole", "Operator",
     "ParallelExecutor", "ParamAttr", "Parameter", "Program", "Scope", "Variable",
     "append_backward", "backward",

@@ -400,6 +400,8 @@ class Executor:
              return_numpy: bool) -> list:
         program = program if program is not None else default_main_program()
         scope = scope if scope is not None else global_scope()
+        if not feed:
+            feed = _reader_feed(program) or feed
         if not isinstance(program, Program):
             from .compiler import CompiledProgram  # here: compiler imports this module
 
@@ -423,6 +425,35 @@ class Executor:
         self.run_block(program, block, scope, frozenset(fed))
         return self._fetch(scope, fetch_names, return_numpy)
 
+    def train_from_dataset(self, program: Program | None = None, dataset: Any = None,
+                           scope: Scope | None = None, thread: int = 0, debug: bool = False,
+                           fetch_list: Sequence[Variable | str] | None = None,
+                           fetch_info: Sequence[str] | None = None, print_period: int = 100,
+                           fetch_handler: Any = None) -> None:
+        """Train ``program`` on every batch of ``dataset`` (a ``fluid.DatasetFactory``
+        dataset; :mod:`dask_fluid.queue_dataset`), printing ``fetch_info`` of ``fetch_list``
+        every ``print_period`` batches."""
+        from .queue_dataset import run_from_dataset  # its module needs nothing of this one
+
+        if fetch_handler is not None:
+            raise NotImplementedError("train_from_dataset(fetch_handler=...) is not "
+                                      "implemented in dask_fluid; use fetch_list and "
+                                      "fetch_info")
+        if dataset is None:
+            raise RuntimeError("dataset is needed and should be initialized")
+        program = program if program is not None else default_main_program()
+        run_from_dataset(self, program, dataset, scope, fetch_list, fetch_info, print_period)
+
+    def infer_from_dataset(self, program: Program | None = None, dataset: Any = None,
+                           scope: Scope | None = None, thread: int = 0, debug: bool = False,
+                           fetch_list: Sequence[Variable | str] | None = None,
+                           fetch_info: Sequence[str] | None = None, print_period: int = 100,
+                           fetch_handler: Any = None) -> None:
+        """As :meth:`train_from_dataset` with the program's test clone: nothing is updated."""
+        program = program if program is not None else default_main_program()
+        self.train_from_dataset(program.clone(for_test=True), dataset, scope, thread, debug,
+                                fetch_list, fetch_info, print_period, fetch_handler)
+
     @staticmethod
     def _fetch_names(block: Block, fetch_list: Sequence[Variable | str] | None) -> list[str]:
         names = [f.name if isinstance(f, Variable) else str(f) for f in fetch_list or ()]
@@ -440,6 +471,20 @@ class Executor:
             on_close = getattr(hook, "on_executor_close", None)
             if on_close is not None:
                 on_close()
+
+
+def _reader_feed(program: Any) -> dict | None:
+    """The next batch of the started non-iterable PyReaders of ``program`` (a CompiledProgram's
+    program), or None: what a run without a feed is fed (:mod:`dask_fluid.py_reader`; their
+    ``_next_feed`` raises EOFException after the last batch)."""
+    target = getattr(program, "_program", program)
+    readers = target.__dict__.get("_py_readers") if hasattr(target, "__dict__") else None
+    if not readers:
+        return None
+    feed: dict = {}
+    for reader in readers:
+        feed.update(reader._next_feed())
+    return feed
 
 
 def _set_output_lods(step: _Step, out: dict, kernel_lods: dict | None, vals: dict,

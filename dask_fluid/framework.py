@@ -569,6 +569,32 @@ class Program:
             raise ValueError("not a dask_fluid program: missing format 'dask_fluid.program/1'")
         return cls._from_dict(data)
 
+    @staticmethod
+    def parse_from_string(binary_str: bytes | str) -> Program:
+        """The program in ``binary_str`` (Fluid's ``Program.parse_from_string``): a
+        :meth:`to_json` text, or the ``__model__`` file ``fluid.io.save_inference_model``
+        writes. Paddle's binary ProgramDesc is not read: it says so."""
+        text = binary_str.decode("utf-8", errors="replace") if isinstance(
+            binary_str, bytes | bytearray) else str(binary_str)
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            raise ValueError("Program.parse_from_string: not a dask_fluid program (a "
+                             "ProgramDesc protobuf written by real Fluid is not read here; "
+                             "rebuild the program in Python)") from None
+        if isinstance(data, dict) and data.get("format") == "dask_fluid.inference/1":
+            data = data["program"]
+        return Program.from_json(json.dumps(data))
+
+    def _copy_dist_param_info_from(self, other: Program) -> None:
+        """Take ``other``'s distributed attributes (Fluid's method of the same name)."""
+        if not isinstance(other, Program):
+            raise TypeError("_copy_dist_param_info_from should be invoked with Program")
+        for name in ("_is_distributed", "_is_chief", "_endpoints", "_ps_endpoint",
+                     "_distributed_lookup_table", "_trainer_id", "_sync_mode"):
+            setattr(self, name, copy.deepcopy(getattr(other, name, getattr(self, name, None))))
+        self._parameters_on_pservers = getattr(other, "_parameters_on_pservers", None)
+
     @classmethod
     def _from_dict(cls, data: dict) -> Program:
         from .clip import clip_from_dict

@@ -42,11 +42,12 @@ from .framework import (
     VarType,
     default_main_program,
 )
+from .py_reader import PyReader
 
 __all__ = [
-    "is_parameter", "is_persistable", "load", "load_inference_model", "load_params",
-    "load_persistables", "load_vars", "read_tensor", "save", "save_inference_model",
-    "save_params", "save_persistables", "save_vars", "write_tensor",
+    "PyReader", "is_parameter", "is_persistable", "load", "load_inference_model",
+    "load_params", "load_persistables", "load_vars", "read_tensor", "save",
+    "save_inference_model", "save_params", "save_persistables", "save_vars", "write_tensor",
 ]
 
 MODEL_FILENAME = "__model__"
@@ -429,6 +430,8 @@ def save_inference_model(dirname: str, feeded_var_names: Sequence[str],
     variables (one file each, or ``params_filename``). Returns the target names."""
     if isinstance(feeded_var_names, str):
         feeded_var_names = [feeded_var_names]
+    if isinstance(target_vars, Variable):
+        target_vars = [target_vars]
     targets = [t.name if isinstance(t, Variable) else str(t) for t in target_vars]
     if not targets:
         raise ValueError("save_inference_model needs at least one target variable")

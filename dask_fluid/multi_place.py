@@ -20,7 +20,12 @@ One step here:
 
 Persistable variables that forward ops write (batch-norm moving statistics, learning-rate
 counters) keep place 0's values, which is what Fluid saves and what its place 0 reads.
-Programs with RPC or collective ops (transpiled trainers, NCCL2) run on one place a process.
+
+A transpiled pserver trainer program runs the same way: its RPC and split/concat ops (roles
+RPC and Dist) take the place of the optimize ops, so the places' summed gradients are sent
+once and the received parameters serve every place, as Fluid's ParallelExecutor does before
+its send ops. Programs with collective ops (NCCL2) or a ``listen_and_serv`` run on one place a
+process.
 """
 
 from __future__ import annotations
@@ -33,17 +38,21 @@ from typing import Any
 import numpy as np
 
 from .executor import CUDAPlace, Executor, Scope
-from .framework import Program, VarType
+from .framework import OP_ROLE_KEY, OpRole, Program, VarType
+from .lod import LoDTensor
 from .ops.selected_rows import SelectedRows
 from .program_phases import gradient_names, optimize_start
 
 __all__ = ["MultiPlaceStep", "split_feed"]
 
-#: ops whose presence means the program talks to other processes: one place per process
-_ONE_PLACE_OPS = frozenset({"send", "recv", "send_barrier", "fetch_barrier", "prefetch",
-                            "listen_and_serv", "fused_allreduce", "allreduce", "broadcast",
+#: ops that tie a program to one place a process (collectives, serving, remote lookups)
+_ONE_PLACE_OPS = frozenset({"listen_and_serv", "fused_allreduce", "allreduce", "broadcast",
                             "c_allreduce_sum", "c_broadcast", "gen_nccl_id",
-                            "c_gen_nccl_id", "c_comm_init", "distributed_lookup_table"})
+                            "c_gen_nccl_id", "c_comm_init", "distributed_lookup_table",
+                            "prefetch"})
+#: a trainer's communication with its pservers: run once, after the places' gradients are
+#: summed
+_RPC_ROLES = OpRole.RPC | OpRole.Dist
 
 
 def split_feed(feed: dict, count: int, replicated: frozenset = frozenset()) -> list[dict]:
@@ -59,9 +68,10 @@ def split_feed(feed: dict, count: int, replicated: frozenset = frozenset()) -> l
     for name, value in feed.items():
         key = getattr(value, "name", None) if not isinstance(name, str) else name
         key = str(name if key is None else key)
-        if hasattr(value, "lod") and callable(value.lod) and value.lod():
-            raise NotImplementedError(f"feed {key!r}: splitting a LoD tensor over places is "
-                                      "not implemented in dask_fluid yet (issue 15)")
+        if isinstance(value, LoDTensor) and value._lod:
+            for part, piece in zip(parts, _split_lod(key, value, count), strict=True):
+                part[key] = piece
+            continue
         arr = value if hasattr(value, "ndim") and not hasattr(value, "lod") else \
             np.asarray(value)
         if key in replicated or arr.ndim == 0:
@@ -78,6 +88,28 @@ def split_feed(feed: dict, count: int, replicated: frozenset = frozenset()) -> l
         for i, part in enumerate(parts):
             part[key] = arr[i * step:(i + 1) * step]
     return parts
+
+
+def _split_lod(key: str, value: LoDTensor, count: int) -> list[LoDTensor]:
+    """``value`` cut into ``count`` LoD tensors of whole top-level sequences (Fluid's
+    ``SplitLoDTensor``: ``ceil(sequences / count)`` a place), each LoD rebased to 0."""
+    lod = [np.asarray(level, dtype=np.int64) for level in value._lod]
+    seqs = len(lod[0]) - 1
+    step = max(1, math.ceil(seqs / count))
+    if math.ceil(seqs / step) < count:
+        raise ValueError(f"feed {key!r} has {seqs} sequences, fewer than the {count} places it "
+                         "is split over: feed at least one sequence a place")
+    arr = value._require()
+    pieces = []
+    for i in range(count):
+        lo, hi = i * step, min((i + 1) * step, seqs)
+        levels = []
+        for level in lod:
+            part = level[lo:hi + 1]
+            levels.append(tuple(int(v) for v in part - part[0]))
+            lo, hi = int(part[0]), int(part[-1])  # the next level's (or the rows') span
+        pieces.append(LoDTensor._of(arr[lo:hi], tuple(levels), value._place))
+    return pieces
 
 
 class MultiPlaceStep:
@@ -108,7 +140,18 @@ class MultiPlaceStep:
                 "device")
         self.places = list(places)
         self.loss_name = loss_name
-        first = optimize_start(program)
+        rpc = [i for i, op in enumerate(program.global_block().ops)
+               if op.attrs.get(OP_ROLE_KEY, 0) & _RPC_ROLES]
+        if rpc:
+            if any(op.attrs.get(OP_ROLE_KEY, 0) & OpRole.Optimize
+                   for op in program.global_block().ops):
+                raise NotImplementedError(
+                    f"a trainer program that optimizes locally and talks to pservers (GEO-SGD) "
+                    f"over {len(places)} places is not implemented in dask_fluid; set "
+                    "CPU_NUM=1 and start one trainer per device")
+            program = _rpc_last(program, rpc)
+        first = optimize_start(program) if not rpc else \
+            len(program.global_block().ops) - len(rpc)
         self.grads = gradient_names(program, first) if first is not None else []
         if self.grads and not loss_name:
             raise ValueError(
@@ -214,6 +257,18 @@ class MultiPlaceStep:
             merged = np.array(merged.get() if hasattr(merged, "get") and xp is not np
                               else merged, copy=True)
         return merged
+
+
+def _rpc_last(program: Program, rpc: list[int]) -> Program:
+    """``program`` with its RPC and Dist ops moved after every other op, in their order: they
+    read only gradients (which the other ops finish) and write only parameters (which no op
+    of the same step reads again)."""
+    prog = program.clone()
+    block = prog.global_block()
+    moved = set(rpc)
+    block.ops = [op for i, op in enumerate(block.ops) if i not in moved] + \
+        [block.ops[i] for i in rpc]
+    return prog
 
 
 def _seed_loss_grad(program: Program, loss_name: str, value: float) -> None:

@@ -16,17 +16,12 @@ from typing import Any
 
 import dask_fluid as _df
 
-from . import _FLUID_MODULES, _NOT_THE_SAME, _unsupported
+from . import _FLUID_MODULES, _NOT_THE_SAME
 
 # a package, so that ``import paddle.fluid.layers`` asks the finder for the submodule
 __path__: list[str] = []
 
 _COMPAT_SUBMODULES = ("core", "dygraph", "incubate", "log_helper", "profiler")
-
-DatasetFactory = _unsupported.cls(
-    "fluid.DatasetFactory", "Fluid's in-C++ datasets (InMemoryDataset, QueueDataset) are not "
-    "part of dask_fluid; feed numpy arrays (fluid.DataFeeder), or give the estimators a dask "
-    "array", __name__)
 
 
 def in_dygraph_mode() -> bool:

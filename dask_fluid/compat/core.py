@@ -12,6 +12,7 @@ from typing import Any
 from ..compiler import _cuda_device_count
 from ..executor import CPUPlace, CUDAPlace, Scope
 from ..lod import LoDTensor
+from ..py_reader import EOFException
 
 __all__ = ["CPUPlace", "CUDAPlace", "EOFException", "LoDTensor", "Scope",
            "get_cuda_device_count", "is_compiled_with_cuda"]
@@ -25,13 +26,6 @@ def is_compiled_with_cuda() -> bool:
 def get_cuda_device_count() -> int:
     """The number of CUDA GPUs CuPy can use (0 without CuPy or a GPU)."""
     return _cuda_device_count()
-
-
-class EOFException(Exception):
-    """Fluid's end-of-data signal of ``py_reader``/``DataLoader`` loops.
-
-    dask_fluid has no in-program readers, so nothing raises it; scripts that catch it still run.
-    """
 
 
 def __getattr__(name: str) -> Any:

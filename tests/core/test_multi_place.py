@@ -9,7 +9,7 @@ import pytest
 
 import dask_fluid as fluid
 from dask_fluid.compiler import BuildStrategy, CompiledProgram
-from dask_fluid.multi_place import split_feed
+from dask_fluid.multi_place import MultiPlaceStep, split_feed
 
 Scale = BuildStrategy.GradientScaleStrategy
 
@@ -162,16 +162,61 @@ def test_bad_feeds_over_places_say_what_is_wrong():
     assert exe.run(compiled, feed=_feed(0), fetch_list=[loss], scope=scope)[0].shape == (4,)
 
 
-def test_transpiled_trainer_over_places_is_refused():
+def _transpiled_trainer(**config):
     main, startup, loss = _net(optimizer=lambda: fluid.optimizer.SGD(0.1))
-    t = fluid.DistributeTranspiler()
+    cfg = fluid.DistributeTranspilerConfig()
+    for key, value in config.items():
+        setattr(cfg, key, value)
+    t = fluid.DistributeTranspiler(config=cfg)
     t.transpile(0, program=main, pservers="127.0.0.1:6170", trainers=1,
                 startup_program=startup)
-    compiled = CompiledProgram(t.get_trainer_program()).with_data_parallel(
-        loss_name=loss.name, places=[fluid.CPUPlace()] * 2)
-    exe = fluid.Executor(fluid.CPUPlace())
-    with pytest.raises(NotImplementedError, match="recv, send.*over 2 places"):
-        exe.run(compiled, feed=_feed(0), fetch_list=[loss], scope=fluid.Scope())
+    return t, t.get_trainer_program(wait_port=False), loss
+
+
+def test_a_transpiled_trainer_sends_the_places_summed_gradients_once():
+    # the RPC and Dist ops run after every place's backward, once, on the summed gradients
+    t, trainer, loss = _transpiled_trainer()
+    step = MultiPlaceStep(trainer, [fluid.CPUPlace()] * 2, loss.name, "mean")
+    compute = [op.type for op in step.compute.global_block().ops]
+    comm = [op.type for op in step.optimize.global_block().ops]
+    assert not {"send", "recv", "send_barrier", "fetch_barrier"} & set(compute)
+    original = [op.type for op in trainer.global_block().ops
+                if op.type in ("send", "send_barrier", "recv", "fetch_barrier")]
+    assert [c for c in comm if c in original] == original  # same order
+    assert set(step.grads) >= {"fc_0.w_0@GRAD", "fc_1.w_0@GRAD"}
+    seed = next(op for op in step.compute.global_block().ops
+                if op.type == "fill_constant" and op.output_arg_names == [loss.name + "@GRAD"])
+    assert seed.attrs["value"] == 0.5  # CoeffNumDevice: the places' mean
+    step.close()
+
+
+def test_programs_tied_to_one_place_are_refused_over_places():
+    t, _, loss = _transpiled_trainer()
+    pserver = t.get_pserver_program("127.0.0.1:6170")
+    with pytest.raises(NotImplementedError, match="listen_and_serv ops over 2 places"):
+        MultiPlaceStep(pserver, [fluid.CPUPlace()] * 2, None, "mean")
+    _, geo, loss = _transpiled_trainer(sync_mode=False, runtime_split_send_recv=True,
+                                       geo_sgd_mode=True,
+                                       geo_sgd_need_push_nums=2)
+    with pytest.raises(NotImplementedError, match="GEO-SGD.*over 2 places"):
+        MultiPlaceStep(geo, [fluid.CPUPlace()] * 2, loss.name, "mean")
+
+
+def test_lod_feeds_split_by_whole_sequences():
+    words = fluid.create_lod_tensor([[1, 2, 3], [4], [5, 6], [7, 8, 9, 10], [11]],
+                                    [[3, 1, 2, 4, 1]], fluid.CPUPlace())
+    parts = split_feed({"w": words, "y": np.arange(5).reshape(5, 1)}, 2)
+    assert [p["w"].lod() for p in parts] == [[[0, 3, 4, 6]], [[0, 4, 5]]]
+    assert np.array(parts[1]["w"]).ravel().tolist() == [7, 8, 9, 10, 11]
+    assert [p["y"].ravel().tolist() for p in parts] == [[0, 1, 2], [3, 4]]
+    two = fluid.LoDTensor()
+    two.set(np.arange(7).reshape(7, 1), fluid.CPUPlace())
+    two.set_recursive_sequence_lengths([[1, 2], [3, 1, 3]])
+    halves = split_feed({"p": two}, 2)
+    assert [h["p"].recursive_sequence_lengths() for h in halves] == [[[1], [3]], [[2], [1, 3]]]
+    assert np.array(halves[1]["p"]).ravel().tolist() == [3, 4, 5, 6]
+    with pytest.raises(ValueError, match="has 5 sequences, fewer than the 6 places"):
+        split_feed({"w": words}, 6)
 
 
 def test_split_feed_follows_fluids_rule():

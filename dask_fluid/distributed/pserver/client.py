@@ -673,6 +673,16 @@ def shared_client(trainer_id: int, flags: RPCFlags, sync_mode: bool, *, secret: 
     return DirectClient(trainer_id, flags, sync_mode, secret=secret, tls=tls)
 
 
+def finish_clients(trainer_id: int | None = None) -> None:
+    """Tell the pservers that this process's trainer (``trainer_id``, or every one) is done,
+    and hang up: fleet's ``stop_worker``, which Fluid runs as its communicator's stop and
+    ``SendComplete``."""
+    with _open_lock:
+        clients = [c for c in _open_clients if trainer_id is None or c.trainer_id == trainer_id]
+    for client in clients:
+        client.finish()
+
+
 def _install_exit_hooks() -> None:
     """Once per process: finish every open client at a normal exit, none after a crash."""
     global _install_exit_hooks
