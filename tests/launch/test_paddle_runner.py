@@ -10,13 +10,17 @@ sequences, 6 cases), test_dist_text_classification.py (sequence_conv_pool), test
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.compat import synthetic_data
 
 UNITTESTS = Path(__file__).resolve().parents[3] / "shared/reference/paddle-1.8/unittests"
 
@@ -32,92 +36,55 @@ pytestmark = [
 PADDLE_CACHE = os.path.expanduser("~/.cache/paddle/dataset")
 
 
+@contextlib.contextmanager
+def _synthetic_in_cache(module: str, marker: str, write) -> Iterator[Path]:
+    """Paddle's cache directory ``module``, with synthetic files written by ``write`` unless a
+    real ``marker`` file is there; the files written are removed after."""
+    directory = Path(PADDLE_CACHE) / module
+    before = set(directory.glob("*")) if directory.is_dir() else set()
+    if any(p.name == marker for p in before):
+        yield directory
+        return
+    write(PADDLE_CACHE)
+    try:
+        yield directory
+    finally:
+        for path in set(directory.glob("*")) - before:
+            path.unlink()
+
+
 @pytest.fixture
 def imikolov_in_paddle_cache():
-    """A synthetic imikolov file in Paddle's cache unless a real one is there (removed after)."""
-    from tests.compat import synthetic_data
-
-    target = Path(PADDLE_CACHE) / "imikolov" / "imikolov%2Fsimple-examples.tgz"
-    if target.exists():
-        yield target
-        return
-    made = synthetic_data.write_imikolov(PADDLE_CACHE)
-    try:
-        yield Path(made)
-    finally:
-        for path in Path(made).parent.glob(Path(made).name + "*"):
-            path.unlink()
-        assert not target.exists()
+    with _synthetic_in_cache("imikolov", "imikolov%2Fsimple-examples.tgz",
+                             synthetic_data.write_imikolov) as directory:
+        yield directory
 
 
 @pytest.fixture
 def mnist_in_paddle_cache():
-    """Synthetic MNIST files in Paddle's cache unless real ones are there (removed after)."""
-    from tests.compat import synthetic_data
-
-    directory = Path(PADDLE_CACHE) / "mnist"
-    before = set(directory.glob("*")) if directory.is_dir() else set()
-    if any(p.name == "t10k-images-idx3-ubyte.gz" for p in before):
+    with _synthetic_in_cache("mnist", "t10k-images-idx3-ubyte.gz",
+                             synthetic_data.write_mnist) as directory:
         yield directory
-        return
-    synthetic_data.write_mnist(PADDLE_CACHE)
-    try:
-        yield directory
-    finally:
-        for path in set(directory.glob("*")) - before:
-            path.unlink()
 
 
 @pytest.fixture
 def simnet_in_paddle_cache():
-    """A synthetic simnet/train in Paddle's cache unless a real one is there (removed after)."""
-    from tests.compat import synthetic_data
-
-    target = Path(PADDLE_CACHE) / "simnet" / "train"
-    if target.exists():
-        yield target
-        return
-    made = Path(synthetic_data.write_simnet(PADDLE_CACHE))
-    try:
-        yield made
-    finally:
-        for path in made.parent.glob(made.name + "*"):
-            path.unlink()
+    with _synthetic_in_cache("simnet", "train", synthetic_data.write_simnet) as directory:
+        yield directory
 
 
 @pytest.fixture
 def text_classification_in_paddle_cache():
-    """Synthetic text_classification files in Paddle's cache unless real ones are there."""
-    from tests.compat import synthetic_data
-
-    directory = Path(PADDLE_CACHE) / "text_classification"
-    before = set(directory.glob("*")) if directory.is_dir() else set()
-    if any(p.name == "text_classification.tar.gz" for p in before):
+    with _synthetic_in_cache("text_classification", "text_classification.tar.gz",
+                             synthetic_data.write_text_classification) as directory:
         yield directory
-        return
-    synthetic_data.write_text_classification(PADDLE_CACHE)
-    try:
-        yield directory
-    finally:
-        for path in set(directory.glob("*")) - before:
-            path.unlink()
 
 
 @pytest.fixture
 def avazu_in_paddle_cache():
-    """A synthetic avazu_ctr_data.tgz in Paddle's cache unless a real one is there."""
-    from tests.compat import synthetic_data
-
-    target = Path(PADDLE_CACHE) / "avazu_ctr_data" / "avazu_ctr_data.tgz"
-    if target.exists():
-        yield target
-        return
-    made = Path(synthetic_data.write_avazu_ctr(PADDLE_CACHE))
-    try:
-        yield made
-    finally:
-        for path in made.parent.glob(made.name + "*"):
-            path.unlink()
+    with _synthetic_in_cache("avazu_ctr_data", "avazu_ctr_data.tgz",
+                             synthetic_data.write_avazu_ctr) as directory:
+        yield directory
 
 
 def _run_paddle_test(tmp_path: Path, test: str, *models: str, test_text: str | None = None,
