@@ -25,6 +25,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     optimizer_ops,
     random_ops,
     registry,
+    rnn_ops,
     schedule_ops,
     sequence_ops,
     shape_ops,

@@ -190,3 +190,39 @@ def test_sequence_layers_compose_and_train_end_to_end():
     assert u.lod() == s.lod() == [[0, 3, 4, 6]]
     np.testing.assert_allclose([np.array(s)[0:3].sum(), np.array(s)[3:4].sum()], [1, 1],
                                rtol=1e-5)
+
+
+def test_dynamic_gru_classifies_by_word_order():
+    # class 1 iff word 1 comes before word 2: only a recurrence (here both directions) can
+    # tell, bag-of-words cannot
+    rng = np.random.default_rng(3)
+    seqs, labels = [], []
+    for i in range(32):
+        body = list(rng.integers(3, 8, int(rng.integers(1, 4))))
+        first, second = (1, 2) if i % 2 else (2, 1)
+        seqs.append([*body[:1], first, *body[1:], second])
+        labels.append(i % 2)
+    main, startup = fluid.Program(), fluid.Program()
+    startup.random_seed = 4
+    with fluid.program_guard(main, startup):
+        words = fluid.layers.data(name="words", shape=[1], dtype="int64", lod_level=1)
+        label = fluid.layers.data(name="label", shape=[1], dtype="int64")
+        emb = fluid.layers.embedding(words, size=[8, 8])
+        fwd = fluid.layers.dynamic_gru(fluid.layers.fc(emb, 3 * 8), size=8)
+        bwd = fluid.layers.dynamic_gru(fluid.layers.fc(emb, 3 * 8), size=8, is_reverse=True)
+        last = fluid.layers.concat([fluid.layers.sequence_last_step(fwd),
+                                    fluid.layers.sequence_first_step(bwd)], axis=1)
+        predict = fluid.layers.fc(last, 2, act="softmax")
+        loss = fluid.layers.mean(fluid.layers.cross_entropy(predict, label))
+        acc = fluid.layers.accuracy(predict, label)
+        fluid.optimizer.Adam(0.03).minimize(loss)
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(startup, scope=scope)
+    feed = {"words": _words(seqs), "label": np.array(labels, np.int64).reshape(-1, 1)}
+    for _ in range(120):
+        a, = exe.run(main, feed=feed, fetch_list=[acc], scope=scope)
+    assert float(a[0]) == 1.0
+    with pytest.raises(ValueError, match=r"input must be \[T, 3 \* size\]"):
+        with fluid.program_guard(fluid.Program(), fluid.Program()):
+            x = fluid.layers.data(name="x", shape=[5], lod_level=1)
+            fluid.layers.dynamic_gru(x, size=4)

@@ -286,6 +286,16 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
     c["sequence_reshape"] = [
         ("wider", {"X": [n((6, 2))]}, {"new_dim": 4, "_lods": {"X": [((0, 2, 6),)]}}),
     ]
+    gru_lod = {"_lods": {"Input": [((0, 3, 3, 5),)]}}  # sequences of 3, 0 and 2 steps
+    c["gru"] = [
+        ("forward", {"Input": [n((5, 6))], "Weight": [0.5 * n((2, 6))],
+                     "Bias": [n((1, 6))]}, gru_lod),
+        ("reverse_h0_origin", {"Input": [n((5, 6))], "H0": [n((3, 2))],
+                               "Weight": [0.5 * n((2, 6))], "Bias": [n((1, 6))]},
+         {"is_reverse": True, "origin_mode": True, **gru_lod}),
+        ("identity_no_bias", {"Input": [n((5, 9))], "Weight": [0.3 * n((3, 9))]},
+         {"activation": "identity", "gate_activation": "sigmoid", **gru_lod}),
+    ]
     c["cos_sim"] = [
         ("rows", {"X": [n((4, 3))], "Y": [n((4, 3))]}, {}),
         ("one_y_row", {"X": [n((4, 3))], "Y": [n((1, 3))]}, {}),

@@ -1,0 +1,182 @@
+"""Recurrent kernels over LoD sequences: ``gru`` (Fluid's ``dynamic_gru``).
+
+Every sequence of the input's last LoD level is one recurrence; the steps of all sequences run
+together, one matrix product a time step over the sequences still running (Fluid batches them
+the same way, sorted by length). ``is_reverse`` runs each sequence from its end.
+
+GRU (Paddle's ``gru_compute``): the input row ``x`` holds the projections of the update,
+reset and candidate gates (``[u | r | c]``, ``3D`` wide); with ``h`` the previous state,
+
+    u = gate_act(x_u + h W_u + b_u),  r = gate_act(x_r + h W_r + b_r)
+    c = act(x_c + (r * h) W_c + b_c)
+    h' = (1 - u) * h + u * c          (origin_mode: h' = u * h + (1 - u) * c)
+
+``Weight`` is ``[D, 3D]`` as Fluid stores it: its first ``2D * D`` values are ``[W_u | W_r]``
+(``[D, 2D]``) and the last ``D * D`` are ``W_c`` (``[D, D]``), so weights trained by real
+Fluid load unchanged. ``BatchGate`` (the activated gates), ``BatchResetHiddenPrev`` (``r * h``)
+and ``BatchHidden`` (each row's previous state) are kept, in row order, for the gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .registry import GRAD, LOD_KEY, array_module, register
+from .selected_rows import grad_maker, grad_slots
+from .sequence_ops import input_lod
+
+_ACTS = ("sigmoid", "tanh", "relu", "identity")
+_GRU_ATTRS = {"activation": "tanh", "gate_activation": "sigmoid", "is_reverse": False,
+              "origin_mode": False}
+
+
+def _act(xp: Any, name: str, z: Any) -> Any:
+    if name == "sigmoid":
+        return 1.0 / (1.0 + xp.exp(-z))
+    if name == "tanh":
+        return xp.tanh(z)
+    if name == "relu":
+        return xp.maximum(z, 0)
+    return z
+
+
+def _act_grad(name: str, y: Any) -> Any:
+    """The activation's derivative, from its output."""
+    if name == "sigmoid":
+        return y * (1 - y)
+    if name == "tanh":
+        return 1 - y * y
+    if name == "relu":
+        return (y > 0).astype(y.dtype)
+    return 1.0
+
+
+def _check_acts(attrs: dict, op: str) -> tuple[str, str]:
+    act, gate = str(attrs.get("activation", "tanh")), str(attrs.get("gate_activation",
+                                                                    "sigmoid"))
+    for name in (act, gate):
+        if name not in _ACTS:
+            raise ValueError(f"{op}: activation {name!r} is not one of {_ACTS}")
+    return act, gate
+
+
+def time_steps(offsets: tuple, reverse: bool) -> list[tuple[np.ndarray, np.ndarray]]:
+    """For each time step: the sequences still running and the row each reads at that step
+    (from the end of the sequence when ``reverse``)."""
+    o = np.asarray(offsets, dtype=np.int64)
+    lengths = np.diff(o)
+    steps = []
+    for t in range(int(lengths.max()) if lengths.size else 0):
+        seqs = np.flatnonzero(lengths > t)
+        rows = (o[1:][seqs] - 1 - t) if reverse else (o[:-1][seqs] + t)
+        steps.append((seqs, rows))
+    return steps
+
+
+def _split_weight(w: Any, d: int) -> tuple[Any, Any]:
+    flat = w.reshape(-1)
+    return flat[:2 * d * d].reshape(d, 2 * d), flat[2 * d * d:].reshape(d, d)
+
+
+@register("gru", ("Input", "H0", "Weight", "Bias"),
+          ("BatchGate", "BatchResetHiddenPrev", "BatchHidden", "Hidden"), _GRU_ATTRS,
+          optional=("H0", "Bias"), lod="kernel",
+          grad=grad_maker(("Input", "H0", "Weight", "Bias", "Hidden", "BatchGate",
+                           "BatchResetHiddenPrev", "BatchHidden"), ("Hidden",),
+                          ("Input", "H0", "Weight", "Bias")))
+def gru(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Hidden ``[T, D]``: the GRU state after every row of every sequence (see the module
+    docstring); it keeps the input's LoD."""
+    x, w = ins["Input"][0], ins["Weight"][0]
+    h0 = (ins.get("H0") or [None])[0]
+    bias = (ins.get("Bias") or [None])[0]
+    xp = array_module(x, w)
+    act, gate_act = _check_acts(attrs, "gru")
+    lod = input_lod(attrs, "Input", "gru")
+    d = int(w.shape[0])
+    if tuple(w.shape) != (d, 3 * d) or x.shape[1] != 3 * d:
+        raise ValueError(f"gru: Weight must be [D, 3D] and Input [T, 3D]; got Weight "
+                         f"{list(w.shape)}, Input {list(x.shape)}")
+    n_seq = len(lod[-1]) - 1
+    if h0 is not None and tuple(h0.shape) != (n_seq, d):
+        raise ValueError(f"gru: H0 must be [{n_seq}, {d}] (a state per sequence), got "
+                         f"{list(h0.shape)}")
+    wg, wc = _split_weight(w, d)
+    z = x + (bias.reshape(1, -1) if bias is not None else 0)
+    gates = xp.zeros_like(z)
+    reset_prev = xp.zeros((x.shape[0], d), dtype=x.dtype)
+    prev = xp.zeros((x.shape[0], d), dtype=x.dtype)
+    hidden = xp.zeros((x.shape[0], d), dtype=x.dtype)
+    state = h0 if h0 is not None else xp.zeros((n_seq, d), dtype=x.dtype)
+    state = state.copy()
+    origin = bool(attrs.get("origin_mode", False))
+    for seqs, rows in time_steps(lod[-1], bool(attrs.get("is_reverse", False))):
+        s, r = xp.asarray(seqs), xp.asarray(rows)
+        h = state[s]
+        ur = _act(xp, gate_act, z[r, :2 * d] + h @ wg)
+        u, rr = ur[:, :d], ur[:, d:]
+        rh = rr * h
+        c = _act(xp, act, z[r, 2 * d:] + rh @ wc)
+        new = u * h + (1 - u) * c if origin else (1 - u) * h + u * c
+        gates[r, :2 * d], gates[r, 2 * d:] = ur, c
+        reset_prev[r], prev[r], hidden[r] = rh, h, new
+        state[s] = new
+    return {"Hidden": [hidden], "BatchGate": [gates], "BatchResetHiddenPrev": [reset_prev],
+            "BatchHidden": [prev],
+            LOD_KEY: {"Hidden": [lod], "BatchGate": [lod], "BatchResetHiddenPrev": [lod],
+                      "BatchHidden": [lod]}}
+
+
+@register("gru_grad", *grad_slots(("Input", "H0", "Weight", "Bias", "Hidden", "BatchGate",
+                                   "BatchResetHiddenPrev", "BatchHidden"), ("Hidden",),
+                                  ("Input", "H0", "Weight", "Bias")),
+          _GRU_ATTRS, optional=("H0", "Bias"), lod="kernel")
+def gru_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Backpropagation through time over every sequence, from its last step to its first."""
+    x, w = ins["Input"][0], ins["Weight"][0]
+    h0 = (ins.get("H0") or [None])[0]
+    gates, reset_prev = ins["BatchGate"][0], ins["BatchResetHiddenPrev"][0]
+    prev = ins["BatchHidden"][0]
+    dhidden = ins["Hidden" + GRAD][0]
+    xp = array_module(x, w)
+    act, gate_act = _check_acts(attrs, "gru_grad")
+    lod = input_lod(attrs, "Input", "gru_grad")
+    d = int(w.shape[0])
+    n_seq = len(lod[-1]) - 1
+    wg, wc = _split_weight(w, d)
+    dz = xp.zeros_like(x)
+    dwg, dwc = xp.zeros_like(wg), xp.zeros_like(wc)
+    carry = xp.zeros((n_seq, d), dtype=x.dtype)  # dL/dh flowing back from later steps
+    dh_all = dhidden if dhidden is not None else xp.zeros((x.shape[0], d), dtype=x.dtype)
+    origin = bool(attrs.get("origin_mode", False))
+    for seqs, rows in reversed(time_steps(lod[-1], bool(attrs.get("is_reverse", False)))):
+        s, r = xp.asarray(seqs), xp.asarray(rows)
+        dh = dh_all[r] + carry[s]
+        h, u, rr, c = prev[r], gates[r, :d], gates[r, d:2 * d], gates[r, 2 * d:]
+        if origin:
+            du, dc, dhp = dh * (h - c), dh * (1 - u), dh * u
+        else:
+            du, dc, dhp = dh * (c - h), dh * u, dh * (1 - u)
+        dzc = dc * _act_grad(act, c)
+        dwc += reset_prev[r].T @ dzc
+        drh = dzc @ wc.T
+        dhp = dhp + drh * rr
+        dzur = xp.concatenate([du * _act_grad(gate_act, u),
+                               drh * h * _act_grad(gate_act, rr)], axis=1)
+        dwg += h.T @ dzur
+        dhp = dhp + dzur @ wg.T
+        dz[r, :2 * d], dz[r, 2 * d:] = dzur, dzc
+        carry[s] = dhp
+    res: dict = {LOD_KEY: {"Input" + GRAD: [lod]}}
+    if "Input" + GRAD in outs:
+        res["Input" + GRAD] = [dz]
+    if "Weight" + GRAD in outs:
+        res["Weight" + GRAD] = [xp.concatenate([dwg.reshape(-1), dwc.reshape(-1)]).reshape(
+            w.shape)]
+    if "Bias" + GRAD in outs:
+        res["Bias" + GRAD] = [dz.sum(axis=0, keepdims=True)]
+    if "H0" + GRAD in outs and h0 is not None:
+        res["H0" + GRAD] = [carry]
+    return res

@@ -1,0 +1,64 @@
+"""The gru kernel against a step-by-step loop over each sequence written from Paddle's
+gru_compute (its weight layout included); its gradient is in test_grad_check.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dask_fluid.ops.registry import LOD_KEY
+
+from . import run_op
+
+
+def _sigmoid(z):
+    return 1 / (1 + np.exp(-z))
+
+
+def _reference(x, w, b, h0, offsets, reverse, origin):
+    d = w.shape[0]
+    flat = w.reshape(-1)
+    w_ur, w_c = flat[:2 * d * d].reshape(d, 2 * d), flat[2 * d * d:].reshape(d, d)
+    out = np.zeros((x.shape[0], d))
+    for i, (a, e) in enumerate(zip(offsets[:-1], offsets[1:], strict=True)):
+        h = h0[i].copy() if h0 is not None else np.zeros(d)
+        rows = range(e - 1, a - 1, -1) if reverse else range(a, e)
+        for row in rows:
+            g = x[row] + b[0]
+            u = _sigmoid(g[:d] + h @ w_ur[:, :d])
+            r = _sigmoid(g[d:2 * d] + h @ w_ur[:, d:])
+            c = np.tanh(g[2 * d:] + (r * h) @ w_c)
+            h = u * h + (1 - u) * c if origin else (1 - u) * h + u * c
+            out[row] = h
+    return out
+
+
+@pytest.mark.parametrize("reverse, origin, with_h0", [(False, False, False), (True, False, True),
+                                                      (False, True, True)])
+def test_gru_matches_a_loop_over_each_sequence(reverse, origin, with_h0):
+    rng = np.random.default_rng(1)
+    d, offsets = 3, (0, 4, 4, 7, 8)
+    x = rng.standard_normal((8, 3 * d))
+    w = 0.5 * rng.standard_normal((d, 3 * d))
+    b = rng.standard_normal((1, 3 * d))
+    h0 = rng.standard_normal((4, d)) if with_h0 else None
+    ins = {"Input": [x], "Weight": [w], "Bias": [b]}
+    if with_h0:
+        ins["H0"] = [h0]
+    res = run_op("gru", ins, {"is_reverse": reverse, "origin_mode": origin,
+                              "_lods": {"Input": [(offsets,)]}})
+    np.testing.assert_allclose(res["Hidden"][0], _reference(x, w, b, h0, offsets, reverse,
+                                                            origin), rtol=1e-10)
+    assert res[LOD_KEY]["Hidden"] == [(offsets,)]
+
+
+def test_gru_refuses_wrong_shapes_and_activations():
+    lod = {"_lods": {"Input": [((0, 2),)]}}
+    with pytest.raises(ValueError, match=r"Weight must be \[D, 3D\] and Input \[T, 3D\]"):
+        run_op("gru", {"Input": [np.zeros((2, 6))], "Weight": [np.zeros((3, 9))]}, lod)
+    with pytest.raises(ValueError, match=r"H0 must be \[1, 2\]"):
+        run_op("gru", {"Input": [np.zeros((2, 6))], "Weight": [np.zeros((2, 6))],
+                       "H0": [np.zeros((2, 2))]}, lod)
+    with pytest.raises(ValueError, match="activation 'softsign' is not one of"):
+        run_op("gru", {"Input": [np.zeros((2, 6))], "Weight": [np.zeros((2, 6))]},
+               {"activation": "softsign", **lod})
