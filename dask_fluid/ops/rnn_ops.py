@@ -1,4 +1,5 @@
-"""Recurrent kernels over LoD sequences: ``gru`` (Fluid's ``dynamic_gru``).
+"""Recurrent kernels over LoD sequences: ``gru`` and ``lstm`` (Fluid's ``dynamic_gru`` and
+``dynamic_lstm``).
 
 Every sequence of the input's last LoD level is one recurrence; the steps of all sequences run
 together, one matrix product a time step over the sequences still running (Fluid batches them
@@ -179,4 +180,155 @@ def gru_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
         res["Bias" + GRAD] = [dz.sum(axis=0, keepdims=True)]
     if "H0" + GRAD in outs and h0 is not None:
         res["H0" + GRAD] = [carry]
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# lstm (Fluid's dynamic_lstm). The input row holds the preactivations of the candidate, input,
+# forget and output gates, in that order (``[c~ | i | f | o]``, 4D wide, Paddle's
+# lstm_compute); ``Weight`` is ``[D, 4D]``; ``Bias`` is ``[1, 4D]``, or ``[1, 7D]`` with the
+# peephole weights ``W_ic, W_fc, W_oc`` after the gate biases:
+#
+#     c~ = cand_act(x_c + h W_c + b_c)
+#     i = gate_act(x_i + h W_i + b_i + W_ic * c),  f = gate_act(x_f + h W_f + b_f + W_fc * c)
+#     c' = c~ * i + c * f
+#     o = gate_act(x_o + h W_o + b_o + W_oc * c'),  h' = o * cell_act(c')
+
+_LSTM_ATTRS = {"use_peepholes": True, "is_reverse": False, "gate_activation": "sigmoid",
+               "cell_activation": "tanh", "candidate_activation": "tanh"}
+_LSTM_IN = ("Input", "H0", "C0", "Weight", "Bias")
+
+
+def _lstm_acts(attrs: dict, op: str) -> tuple[str, str, str]:
+    names = tuple(str(attrs.get(k, _LSTM_ATTRS[k])) for k in
+                  ("gate_activation", "cell_activation", "candidate_activation"))
+    for name in names:
+        if name not in _ACTS:
+            raise ValueError(f"{op}: activation {name!r} is not one of {_ACTS}")
+    return names  # type: ignore[return-value]
+
+
+def _lstm_setup(ins: dict, attrs: dict, op: str):
+    x, w = ins["Input"][0], ins["Weight"][0]
+    bias = (ins.get("Bias") or [None])[0]
+    xp = array_module(x, w)
+    lod = input_lod(attrs, "Input", op)
+    d = int(w.shape[0])
+    if tuple(w.shape) != (d, 4 * d) or x.shape[1] != 4 * d:
+        raise ValueError(f"{op}: Weight must be [D, 4D] and Input [T, 4D]; got Weight "
+                         f"{list(w.shape)}, Input {list(x.shape)}")
+    peep = bool(attrs.get("use_peepholes", True))
+    width = 7 * d if peep else 4 * d
+    if bias is not None and bias.size != width:
+        raise ValueError(f"{op}: Bias must be [1, {width}] (use_peepholes={peep}), got "
+                         f"{list(bias.shape)}")
+    if peep and bias is None:
+        raise ValueError(f"{op}: use_peepholes needs the Bias, whose last 3D values are the "
+                         "peephole weights")
+    b = bias.reshape(-1) if bias is not None else None
+    n_seq = len(lod[-1]) - 1
+    for name in ("H0", "C0"):
+        v = (ins.get(name) or [None])[0]
+        if v is not None and tuple(v.shape) != (n_seq, d):
+            raise ValueError(f"{op}: {name} must be [{n_seq}, {d}] (a state per sequence), "
+                             f"got {list(v.shape)}")
+    return x, w, b, xp, lod, d, peep, n_seq
+
+
+@register("lstm", _LSTM_IN, ("Hidden", "Cell", "BatchGate", "BatchCellPreAct"), _LSTM_ATTRS,
+          optional=("H0", "C0", "Bias"), lod="kernel",
+          grad=grad_maker((*_LSTM_IN, "Hidden", "Cell", "BatchGate"), ("Hidden", "Cell"),
+                          ("Input", "H0", "C0", "Weight", "Bias")))
+def lstm(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Hidden and Cell ``[T, D]`` after every row of every sequence; both keep the LoD.
+    BatchGate holds the activated gates (row order), BatchCellPreAct the cell states."""
+    x, w, b, xp, lod, d, peep, n_seq = _lstm_setup(ins, attrs, "lstm")
+    gate_act, cell_act, cand_act = _lstm_acts(attrs, "lstm")
+    h0, c0 = (ins.get("H0") or [None])[0], (ins.get("C0") or [None])[0]
+    z = x + (b[:4 * d].reshape(1, -1) if b is not None else 0)
+    wi, wf, wo = ((b[4 * d:5 * d], b[5 * d:6 * d], b[6 * d:]) if peep else (0, 0, 0))
+    h = (h0 if h0 is not None else xp.zeros((n_seq, d), dtype=x.dtype)).copy()
+    c = (c0 if c0 is not None else xp.zeros((n_seq, d), dtype=x.dtype)).copy()
+    hidden = xp.zeros((x.shape[0], d), dtype=x.dtype)
+    cell = xp.zeros_like(hidden)
+    gates = xp.zeros_like(x)
+    for seqs, rows in time_steps(lod[-1], bool(attrs.get("is_reverse", False))):
+        s, r = xp.asarray(seqs), xp.asarray(rows)
+        g = z[r] + h[s] @ w
+        cand = _act(xp, cand_act, g[:, :d])
+        i = _act(xp, gate_act, g[:, d:2 * d] + wi * c[s])
+        f = _act(xp, gate_act, g[:, 2 * d:3 * d] + wf * c[s])
+        new_c = cand * i + c[s] * f
+        o = _act(xp, gate_act, g[:, 3 * d:] + wo * new_c)
+        new_h = o * _act(xp, cell_act, new_c)
+        gates[r] = xp.concatenate([cand, i, f, o], axis=1)
+        hidden[r], cell[r] = new_h, new_c
+        h[s], c[s] = new_h, new_c
+    return {"Hidden": [hidden], "Cell": [cell], "BatchGate": [gates], "BatchCellPreAct": [cell],
+            LOD_KEY: {"Hidden": [lod], "Cell": [lod], "BatchGate": [lod],
+                      "BatchCellPreAct": [lod]}}
+
+
+@register("lstm_grad", *grad_slots((*_LSTM_IN, "Hidden", "Cell", "BatchGate"),
+                                   ("Hidden", "Cell"), ("Input", "H0", "C0", "Weight", "Bias")),
+          _LSTM_ATTRS, optional=("H0", "C0", "Bias"), lod="kernel")
+def lstm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Backpropagation through time (Paddle's lstm backward, peepholes included)."""
+    x, w, b, xp, lod, d, peep, n_seq = _lstm_setup(ins, attrs, "lstm_grad")
+    gate_act, cell_act, cand_act = _lstm_acts(attrs, "lstm_grad")
+    h0, c0 = (ins.get("H0") or [None])[0], (ins.get("C0") or [None])[0]
+    hidden, cell, gates = ins["Hidden"][0], ins["Cell"][0], ins["BatchGate"][0]
+    zeros = xp.zeros((x.shape[0], d), dtype=x.dtype)
+    dh_all = ins["Hidden" + GRAD][0] if ins["Hidden" + GRAD][0] is not None else zeros
+    dc_all = ins["Cell" + GRAD][0] if ins["Cell" + GRAD][0] is not None else zeros
+    wi, wf, wo = ((b[4 * d:5 * d], b[5 * d:6 * d], b[6 * d:]) if peep else (0, 0, 0))
+    steps = time_steps(lod[-1], bool(attrs.get("is_reverse", False)))
+    h_init = h0 if h0 is not None else xp.zeros((n_seq, d), dtype=x.dtype)
+    c_init = c0 if c0 is not None else xp.zeros((n_seq, d), dtype=x.dtype)
+    # the row each sequence read at the step before (None: the initial state)
+    prev_rows: list[np.ndarray | None] = [None]
+    last = {}
+    for seqs, rows in steps[:-1]:
+        last.update(zip(seqs.tolist(), rows.tolist(), strict=True))
+        prev_rows.append(np.asarray([last[q] for q in steps[len(prev_rows)][0]]))
+    dz = xp.zeros_like(x)
+    dw = xp.zeros_like(w)
+    dpeep = xp.zeros((3, d), dtype=x.dtype)
+    carry_h = xp.zeros((n_seq, d), dtype=x.dtype)
+    carry_c = xp.zeros((n_seq, d), dtype=x.dtype)
+    for (seqs, rows), before in zip(reversed(steps), reversed(prev_rows), strict=True):
+        s, r = xp.asarray(seqs), xp.asarray(rows)
+        if before is None:
+            hp, cp = h_init[s], c_init[s]
+        else:
+            hp, cp = hidden[xp.asarray(before)], cell[xp.asarray(before)]
+        cand, i, f, o = (gates[r, k * d:(k + 1) * d] for k in range(4))
+        new_c = cell[r]
+        act_c = _act(xp, cell_act, new_c)
+        dh = dh_all[r] + carry_h[s]
+        do = dh * act_c * _act_grad(gate_act, o)
+        dc = dc_all[r] + carry_c[s] + dh * o * _act_grad(cell_act, act_c) + do * wo
+        dcand = dc * i * _act_grad(cand_act, cand)
+        di = dc * cand * _act_grad(gate_act, i)
+        df = dc * cp * _act_grad(gate_act, f)
+        carry_c[s] = dc * f + di * wi + df * wf
+        if peep:
+            dpeep += xp.stack([(di * cp).sum(0), (df * cp).sum(0), (do * new_c).sum(0)])
+        dg = xp.concatenate([dcand, di, df, do], axis=1)
+        dw += hp.T @ dg
+        carry_h[s] = dg @ w.T
+        dz[r] = dg
+    res: dict = {LOD_KEY: {"Input" + GRAD: [lod]}}
+    if "Input" + GRAD in outs:
+        res["Input" + GRAD] = [dz]
+    if "Weight" + GRAD in outs:
+        res["Weight" + GRAD] = [dw]
+    if "Bias" + GRAD in outs and b is not None:
+        gate_bias = dz.sum(axis=0)
+        full = xp.concatenate([gate_bias, dpeep.reshape(-1)]) if peep else gate_bias
+        res["Bias" + GRAD] = [full.reshape(ins["Bias"][0].shape)]
+    if "H0" + GRAD in outs and h0 is not None:
+        res["H0" + GRAD] = [carry_h]
+    if "C0" + GRAD in outs and c0 is not None:
+        res["C0" + GRAD] = [carry_c]
     return res

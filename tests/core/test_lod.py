@@ -226,3 +226,43 @@ def test_dynamic_gru_classifies_by_word_order():
         with fluid.program_guard(fluid.Program(), fluid.Program()):
             x = fluid.layers.data(name="x", shape=[5], lod_level=1)
             fluid.layers.dynamic_gru(x, size=4)
+
+
+def test_dynamic_lstm_classifies_by_word_order():
+    rng = np.random.default_rng(5)
+    seqs, labels = [], []
+    for i in range(32):
+        body = list(rng.integers(3, 8, int(rng.integers(1, 4))))
+        first, second = (1, 2) if i % 2 else (2, 1)
+        seqs.append([*body[:1], first, *body[1:], second])
+        labels.append(i % 2)
+    main, startup = fluid.Program(), fluid.Program()
+    startup.random_seed = 6
+    with fluid.program_guard(main, startup):
+        words = fluid.layers.data(name="words", shape=[1], dtype="int64", lod_level=1)
+        label = fluid.layers.data(name="label", shape=[1], dtype="int64")
+        emb = fluid.layers.embedding(words, size=[8, 8])
+        hidden, cell = fluid.layers.dynamic_lstm(fluid.layers.fc(emb, 4 * 8), size=4 * 8)
+        assert hidden.shape[-1] == cell.shape[-1] == 8
+        predict = fluid.layers.fc(fluid.layers.sequence_last_step(hidden), 2, act="softmax")
+        loss = fluid.layers.mean(fluid.layers.cross_entropy(predict, label))
+        acc = fluid.layers.accuracy(predict, label)
+        fluid.optimizer.Adam(0.03).minimize(loss)
+    params = {p.name: p.shape for p in main.global_block().all_parameters()}
+    assert sorted(v for k, v in params.items() if k.startswith("lstm")) == [(1, 56), (8, 32)]
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(startup, scope=scope)
+    feed = {"words": _words(seqs), "label": np.array(labels, np.int64).reshape(-1, 1)}
+    for _ in range(120):
+        a, h = exe.run(main, feed=feed, fetch_list=[acc, hidden], scope=scope,
+                       return_numpy=False)
+    assert float(np.array(a)[0]) == 1.0
+    assert h.lod() == [list(np.cumsum([0] + [len(s) for s in seqs]))]
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        x = fluid.layers.data(name="x", shape=[8], lod_level=1)
+        with pytest.raises(ValueError, match="use_peepholes needs the bias"):
+            fluid.layers.dynamic_lstm(x, size=8, bias_attr=False)
+        with pytest.raises(ValueError, match="h_0 needs c_0"):
+            fluid.layers.dynamic_lstm(x, size=8, h_0=x)
+        with pytest.raises(ValueError, match=r"input must be \[T, size\]"):
+            fluid.layers.dynamic_lstm(x, size=16)

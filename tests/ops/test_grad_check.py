@@ -296,6 +296,20 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
         ("identity_no_bias", {"Input": [n((5, 9))], "Weight": [0.3 * n((3, 9))]},
          {"activation": "identity", "gate_activation": "sigmoid", **gru_lod}),
     ]
+    lstm_lod = {"_lods": {"Input": [((0, 3, 3, 5),)]}}
+    c["lstm"] = [
+        ("peepholes", {"Input": [n((5, 8))], "Weight": [0.5 * n((2, 8))],
+                       "Bias": [n((1, 14))]}, lstm_lod),
+        ("reverse_h0_c0", {"Input": [n((5, 8))], "H0": [n((3, 2))], "C0": [n((3, 2))],
+                           "Weight": [0.5 * n((2, 8))], "Bias": [n((1, 14))]},
+         {"is_reverse": True, **lstm_lod}),
+        ("no_peepholes_relu", {"Input": [n((5, 8))], "Weight": [0.5 * n((2, 8))],
+                               "Bias": [n((1, 8))]},
+         {"use_peepholes": False, "cell_activation": "identity",
+          "candidate_activation": "relu", **lstm_lod}),
+        ("no_bias", {"Input": [n((5, 12))], "C0": [n((3, 3))], "Weight": [0.4 * n((3, 12))]},
+         {"use_peepholes": False, **lstm_lod}),
+    ]
     c["cos_sim"] = [
         ("rows", {"X": [n((4, 3))], "Y": [n((4, 3))]}, {}),
         ("one_y_row", {"X": [n((4, 3))], "Y": [n((1, 3))]}, {}),

@@ -1,5 +1,5 @@
-"""The gru kernel against a step-by-step loop over each sequence written from Paddle's
-gru_compute (its weight layout included); its gradient is in test_grad_check.py."""
+"""The gru and lstm kernels against step-by-step loops over each sequence written from Paddle's
+gru_compute and lstm_compute (weight layouts included); gradients are in test_grad_check.py."""
 
 from __future__ import annotations
 
@@ -62,3 +62,60 @@ def test_gru_refuses_wrong_shapes_and_activations():
     with pytest.raises(ValueError, match="activation 'softsign' is not one of"):
         run_op("gru", {"Input": [np.zeros((2, 6))], "Weight": [np.zeros((2, 6))]},
                {"activation": "softsign", **lod})
+
+
+def _lstm_reference(x, w, b, h0, c0, offsets, reverse, peep):
+    """Paddle's lstm_compute, one sequence and one row at a time."""
+    d = w.shape[0]
+    out_h, out_c = np.zeros((x.shape[0], d)), np.zeros((x.shape[0], d))
+    w_ic, w_fc, w_oc = (b[0, 4 * d:5 * d], b[0, 5 * d:6 * d], b[0, 6 * d:]) if peep else (0, 0, 0)
+    for k, (a, e) in enumerate(zip(offsets[:-1], offsets[1:], strict=True)):
+        h = h0[k].copy() if h0 is not None else np.zeros(d)
+        c = c0[k].copy() if c0 is not None else np.zeros(d)
+        for row in (range(e - 1, a - 1, -1) if reverse else range(a, e)):
+            g = x[row] + b[0, :4 * d] + h @ w
+            cand = np.tanh(g[:d])
+            i = _sigmoid(g[d:2 * d] + w_ic * c)
+            f = _sigmoid(g[2 * d:3 * d] + w_fc * c)
+            c = cand * i + c * f
+            o = _sigmoid(g[3 * d:] + w_oc * c)
+            h = o * np.tanh(c)
+            out_h[row], out_c[row] = h, c
+    return out_h, out_c
+
+
+@pytest.mark.parametrize("reverse, peep, with_state", [(False, True, False), (True, True, True),
+                                                       (False, False, True)])
+def test_lstm_matches_a_loop_over_each_sequence(reverse, peep, with_state):
+    rng = np.random.default_rng(2)
+    d, offsets = 3, (0, 4, 4, 7, 8)
+    x = rng.standard_normal((8, 4 * d))
+    w = 0.5 * rng.standard_normal((d, 4 * d))
+    b = rng.standard_normal((1, (7 if peep else 4) * d))
+    h0 = rng.standard_normal((4, d)) if with_state else None
+    c0 = rng.standard_normal((4, d)) if with_state else None
+    ins = {"Input": [x], "Weight": [w], "Bias": [b]}
+    if with_state:
+        ins.update(H0=[h0], C0=[c0])
+    res = run_op("lstm", ins, {"is_reverse": reverse, "use_peepholes": peep,
+                               "_lods": {"Input": [(offsets,)]}})
+    want_h, want_c = _lstm_reference(x, w, b, h0, c0, offsets, reverse, peep)
+    np.testing.assert_allclose(res["Hidden"][0], want_h, rtol=1e-10)
+    np.testing.assert_allclose(res["Cell"][0], want_c, rtol=1e-10)
+    assert res[LOD_KEY]["Hidden"] == [(offsets,)] and res[LOD_KEY]["Cell"] == [(offsets,)]
+
+
+def test_lstm_refuses_wrong_shapes():
+    lod = {"_lods": {"Input": [((0, 2),)]}}
+    with pytest.raises(ValueError, match=r"Weight must be \[D, 4D\] and Input \[T, 4D\]"):
+        run_op("lstm", {"Input": [np.zeros((2, 6))], "Weight": [np.zeros((2, 8))],
+                        "Bias": [np.zeros((1, 14))]}, lod)
+    with pytest.raises(ValueError, match=r"Bias must be \[1, 14\] \(use_peepholes=True\)"):
+        run_op("lstm", {"Input": [np.zeros((2, 8))], "Weight": [np.zeros((2, 8))],
+                        "Bias": [np.zeros((1, 8))]}, lod)
+    with pytest.raises(ValueError, match="use_peepholes needs the Bias"):
+        run_op("lstm", {"Input": [np.zeros((2, 8))], "Weight": [np.zeros((2, 8))]}, lod)
+    with pytest.raises(ValueError, match=r"C0 must be \[1, 2\]"):
+        run_op("lstm", {"Input": [np.zeros((2, 8))], "Weight": [np.zeros((2, 8))],
+                        "Bias": [np.zeros((1, 8))], "C0": [np.zeros((3, 2))]},
+               {"use_peepholes": False, **lod})
