@@ -218,7 +218,10 @@ class Executor:
                     raise ExecutionError(
                         f"op {op.type!r} (#{idx} in block {block.idx}) reads {slot}={name!r}, "
                         "which is neither fed, in the scope, nor written by an earlier op")
+            host = opdef.host
             kernel = opdef.resolve()
+            if registry.is_remote(op.attrs):
+                host, kernel = True, opdef.resolve_remote()
             if kernel is None:
                 raise ExecutionError(
                     f"op {op.type!r} (#{idx} in block {block.idx}) has no kernel here: it "
@@ -240,7 +243,7 @@ class Executor:
             outs = tuple((slot, tuple(names)) for slot, names in op.outputs.items())
             out_slots = tuple(slot for slot, names in op.outputs.items()
                               if any(n != EMPTY_VAR for n in names))
-            steps.append(_Step(op, kernel, ins, outs, out_slots, attrs, opdef.host,
+            steps.append(_Step(op, kernel, ins, outs, out_slots, attrs, host,
                                rng_key, opdef.lod))
             known.update(n for _, names in outs for n in names)
         return _Compiled(steps)

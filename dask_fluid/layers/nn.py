@@ -254,6 +254,9 @@ def embedding(input: Variable, size: Sequence[int], is_sparse: bool = False,
     out = helper.create_tmp(dtype=dtype, shape=shape)
     helper.append_op("lookup_table", inputs={"W": [w], "Ids": [input]}, outputs={"Out": [out]},
                      attrs={"is_sparse": bool(is_sparse), "is_distributed": bool(is_distributed),
+                            # Fluid 1.8: a sparse table that is not distributed is looked up
+                            # on the pservers once transpiled (its rows, not the whole table)
+                            "remote_prefetch": bool(is_sparse) and not bool(is_distributed),
                             "padding_idx": int(padding_idx)})
     return out
 

@@ -12,23 +12,24 @@ from __future__ import annotations
 
 from .registry import register_signature
 
-_PSERVER_OPS = "dask_fluid.distributed.pserver.ops"
+#: the module of the pserver-mode kernels (RPC ops, remote-prefetch lookups)
+PSERVER_OPS = "dask_fluid.distributed.pserver.ops"
 _COLLECTIVE_OPS = "dask_fluid.distributed.collective.ops"
 
 register_signature("send", ("X",), ("Out",),
                    {"epmap": [], "sections": [], "send_varnames": [], "sync_mode": True,
                     "trainer_id": 0},
-                   optional=("X",), provider=_PSERVER_OPS)
+                   optional=("X",), provider=PSERVER_OPS)
 register_signature("recv", ("X",), ("Out",),
                    {"epmap": [], "trainer_id": 0, "with_barrier": True, "recv_varnames": [],
                     "sync_mode": True},
-                   optional=("X",), provider=_PSERVER_OPS)
+                   optional=("X",), provider=PSERVER_OPS)
 register_signature("send_barrier", ("X",), ("Out",),
                    {"endpoints": [], "trainer_id": 0, "half_async": False, "sync_mode": True},
-                   optional=("X",), provider=_PSERVER_OPS)
+                   optional=("X",), provider=PSERVER_OPS)
 register_signature("fetch_barrier", ("X",), ("Out",),
                    {"endpoints": [], "trainer_id": 0},
-                   optional=("X",), provider=_PSERVER_OPS)
+                   optional=("X",), provider=PSERVER_OPS)
 register_signature("listen_and_serv", ("X",), (),
                    {"endpoint": "", "Fanin": 1, "optimize_blocks": [], "grad_to_block_id": [],
                     "sparse_grad_to_param": [], "sync_mode": True, "dc_asgd": False,
@@ -36,9 +37,9 @@ register_signature("listen_and_serv", ("X",), (),
                     "rpc_send_thread_num": 12, "rpc_get_thread_num": 12,
                     "rpc_prefetch_thread_num": 12, "pserver_id": 0, "distributed_mode": 0,
                     "checkpint_block_id": -1},
-                   optional=("X",), provider=_PSERVER_OPS)
+                   optional=("X",), provider=PSERVER_OPS)
 register_signature("prefetch", ("X",), ("Out",),
-                   {"epmap": [], "table_names": [], "trainer_id": 0}, provider=_PSERVER_OPS)
+                   {"epmap": [], "table_names": [], "trainer_id": 0}, provider=PSERVER_OPS)
 register_signature("gen_nccl_id", (), ("NCCLID",),
                    {"trainers": [], "trainer_id": 0, "nccl_comm_num": 1, "endpoint": "",
                     "endpoint_list": [], "use_hierarchical_allreduce": False},

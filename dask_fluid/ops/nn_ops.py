@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from .registry import GRAD, array_module, register
+from .host_ops import PSERVER_OPS
+from .registry import GRAD, array_module, register, set_remote_provider
 from .selected_rows import SelectedRows, grad_maker, grad_slots, scatter_add
 
 
@@ -380,7 +381,7 @@ _lookup_maker, _lookup_grad_register = _register_grad(
     "lookup_table", ("W", "Ids"), in_grads=("W",), attrs=_LOOKUP_ATTRS)
 
 
-def _flat_ids(op: str, ids: Any, height: int) -> Any:
+def flat_ids(op: str, ids: Any, height: int) -> Any:
     flat = ids.reshape(-1)
     if flat.dtype.kind not in "iu":
         raise TypeError(f"{op}: Ids must hold integer ids, got {flat.dtype}; declare the data "
@@ -394,7 +395,7 @@ def _flat_ids(op: str, ids: Any, height: int) -> Any:
     return flat
 
 
-def _out_lead_shape(ids: Any) -> tuple:
+def out_lead_shape(ids: Any) -> tuple:
     return tuple(ids.shape[:-1]) if ids.ndim > 1 and ids.shape[-1] == 1 else tuple(ids.shape)
 
 
@@ -403,12 +404,16 @@ def lookup_table(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out[i] = W[Ids[i]]; Ids ``[N, 1]`` give Out ``[N, D]``; padding_idx rows are zero."""
     w, ids = ins["W"][0], ins["Ids"][0]
     xp = array_module(w)
-    flat = _flat_ids("lookup_table", ids, w.shape[0])
+    flat = flat_ids("lookup_table", ids, w.shape[0])
     out = xp.take(w, flat, axis=0)
     pad = attrs.get("padding_idx", -1)
     if pad != -1:
         out[flat == pad] = 0
-    return {"Out": [out.reshape(_out_lead_shape(ids) + tuple(w.shape[1:]))]}
+    return {"Out": [out.reshape(out_lead_shape(ids) + tuple(w.shape[1:]))]}
+
+
+# a sparse table the transpiler left on the pservers: its lookups ask them for the rows
+set_remote_provider("lookup_table", PSERVER_OPS)
 
 
 @_lookup_grad_register
@@ -417,7 +422,7 @@ def lookup_table_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     ``is_sparse``, else a dense scatter-add; padding_idx rows get no gradient."""
     w, ids = ins["W"][0], ins["Ids"][0]
     xp = array_module(w)
-    flat = _flat_ids("lookup_table_grad", ids, w.shape[0])
+    flat = flat_ids("lookup_table_grad", ids, w.shape[0])
     d = ins["Out" + GRAD][0]
     row_shape = tuple(w.shape[1:])
     d = (xp.zeros((flat.size,) + row_shape, w.dtype) if d is None

@@ -42,12 +42,28 @@ class OpDef:
     #: ``"kernel"`` (the kernel reads ``attrs["_lods"]``, input slot -> LoD per name, and
     #: returns ``out[LOD_KEY]``, output slot -> LoD per name, None for none)
     lod: str | None = None
+    #: the host kernel run instead of :attr:`kernel` by an op instance the transpiler marked
+    #: for remote prefetch (``remote_prefetch`` with an ``epmap``: the rows of its parameter
+    #: come from the pservers), and the module that sets it
+    remote_kernel: Callable[..., dict] | None = None
+    remote_provider: str | None = None
 
     def resolve(self) -> Kernel | None:
         """The kernel, importing :attr:`provider` first if it has not set it yet."""
         if self.kernel is None and self.provider is not None:
             importlib.import_module(self.provider)
         return self.kernel
+
+    def resolve_remote(self) -> Callable[..., dict] | None:
+        """The remote-prefetch host kernel, importing :attr:`remote_provider` first."""
+        if self.remote_kernel is None and self.remote_provider is not None:
+            importlib.import_module(self.remote_provider)
+        return self.remote_kernel
+
+
+def is_remote(attrs: dict) -> bool:
+    """Whether an op instance runs its remote-prefetch kernel (set by the transpiler)."""
+    return bool(attrs.get("remote_prefetch")) and bool(attrs.get("epmap"))
 
 
 _OPS: dict[str, OpDef] = {}
@@ -87,6 +103,16 @@ def register_signature(type: str, inputs=(), outputs=(), attrs=None, *, optional
 def set_kernel(type: str, kernel: Kernel) -> None:
     """Give a registered op a kernel (used by runtimes that implement host ops)."""
     get(type).kernel = kernel
+
+
+def set_remote_provider(type: str, provider: str) -> None:
+    """Name the module that gives ``type`` its remote-prefetch kernel."""
+    get(type).remote_provider = provider
+
+
+def set_remote_kernel(type: str, kernel: Callable[..., dict]) -> None:
+    """Give ``type`` its remote-prefetch host kernel ``kernel(ins, attrs, outs, ctx)``."""
+    get(type).remote_kernel = kernel
 
 
 def set_grad(type: str, grad: GradMaker) -> None:

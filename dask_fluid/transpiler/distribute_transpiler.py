@@ -32,7 +32,7 @@ from ..framework import (
     default_main_program,
     default_startup_program,
 )
-from . import lookup_table, trainer_rewrite, vars_distributed
+from . import lookup_table, remote_prefetch, trainer_rewrite, vars_distributed
 from .config import DistributeTranspilerConfig, parse_endpoints
 from .modes import TrainingMode, resolve_mode
 from .nccl2 import transpile_nccl2
@@ -216,6 +216,12 @@ class DistributeTranspiler:
                                     per_trainer=mode.sync and trainer_num > 1))
             self._log("slice %s %s into %s", pname, list(param.shape),
                       [list(b.shape) for b in blocks])
+        if not mode.geo:  # GEO trainers optimize their tables locally
+            remote = remote_prefetch.remote_tables(block, params)
+            for pp in params:
+                pp.remote = pp.param in remote
+                if pp.remote:
+                    self._log("%s stays on the pservers: its lookups prefetch rows", pp.param)
         plan = TranspilePlan(origin, origin_startup, endpoints, trainer_id, trainer_num, mode,
                              self.config.slice_var_up, self.config.enable_dc_asgd, opt,
                              lr_ops(block), params)
@@ -272,6 +278,7 @@ class DistributeTranspiler:
         if plan.table is not None:
             dummies[plan.table.name] = table_dummy
         trainer_rewrite.append_param_fetch(program, plan, control, dummies)
+        remote_prefetch.mark_lookups(program, plan)
         trainer_rewrite.append_param_fetch(self._startup, plan, control, None)
 
     # ------------------------------------------------------------------------------------------

@@ -84,6 +84,9 @@ class ParamPlan:
     per_trainer : bool
         Sync mode with more than one trainer: each trainer's gradient has its own name on the
         pserver (``.trainer_{i}`` suffix).
+    remote : bool
+        A sparse table whose lookups fetch their rows from the pservers: the trainer's step
+        does not receive it (:mod:`.remote_prefetch`).
     """
 
     param: str
@@ -92,6 +95,7 @@ class ParamPlan:
     endpoints: list[str] = field(default_factory=list)
     sparse: bool = False
     per_trainer: bool = False
+    remote: bool = False
 
     @property
     def split(self) -> bool:

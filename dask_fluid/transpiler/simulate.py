@@ -14,7 +14,9 @@ copies between scopes, so it pins down the semantics a real runtime has to repro
   trainer's backup of the parameter).
 
 With ``runtime_split_send_recv`` a ``send`` of one whole gradient is cut into its blocks by
-``sections`` and a ``recv`` into one parameter joins its blocks. Distributed lookup tables
+``sections`` and a ``recv`` into one parameter joins its blocks. A ``lookup_table`` marked for
+remote prefetch reads its rows from the table's blocks in the pserver scopes. Distributed
+lookup tables
 (``prefetch``), the pipelined async mode (its staleness depends on the runtime's timing) and
 GEO-SGD are not simulated.
 """
@@ -29,6 +31,7 @@ import numpy as np
 
 from ..executor import Executor, Scope
 from ..framework import Program
+from ..ops import registry
 from ..ops.selected_rows import SelectedRows
 from ..ops.split_ops import split_byref, split_selected_rows
 from .config import DistributeTranspilerConfig, parse_endpoints
@@ -49,13 +52,19 @@ def _split_rows(value: Any, sections: list[int]) -> list[Any]:
     return split_byref({"X": [value]}, {"sections": sections}, ())["Out"]
 
 
+def _talks(op: Any) -> bool:
+    """Whether the runtime would talk to the pservers to run ``op``."""
+    return op.type in RPC_OP_TYPES or registry.is_remote(op.attrs)
+
+
 def _segments(program: Program) -> list[Any]:
-    """The global block cut at RPC ops: a list of Programs (kernel runs) and RPC ops."""
+    """The global block cut at RPC ops (and remote lookups): a list of Programs (kernel runs)
+    and those ops."""
     ops = program.global_block().ops
     out: list[Any] = []
     start = 0
     for i, op in enumerate(ops + [None]):
-        if op is not None and op.type not in RPC_OP_TYPES:
+        if op is not None and not _talks(op):
             continue
         if i > start:
             seg = program.clone()
@@ -136,6 +145,7 @@ class InProcessCluster:
     def _trainer(self, t: int, segments: list[Any], feed: dict) -> Iterator[str]:
         """Run one trainer's program; yields at each barrier."""
         scope = self.trainer_scopes[t]
+        fed = dict(feed)
         for seg in segments:
             if isinstance(seg, Program):
                 self.exe.run(seg, feed=feed, scope=scope)
@@ -166,8 +176,31 @@ class InProcessCluster:
                     scope.set(out, value)
             elif op.type in ("send_barrier", "fetch_barrier"):
                 yield op.type
+            elif registry.is_remote(op.attrs):
+                self._remote_lookup(op, scope, fed)
             else:
                 raise NotImplementedError(f"the in-process runner cannot simulate {op.type!r}")
+
+    def _remote_lookup(self, op: Any, scope: Scope, fed: dict) -> None:
+        """A lookup of a table left on the pservers: the rows come from their blocks there
+        (the trainer's own copy of the table, stale since startup, is not read)."""
+        table = np.concatenate([np.asarray(self.ps_scopes[ep].get(name)) for ep, name in
+                                zip(op.attrs["epmap"], op.attrs["table_names"], strict=True)])
+        local = Program()
+        block = local.global_block()
+        for name in op.input_arg_names + op.output_arg_names:
+            block.create_var(name=name, shape=op.block.var(name).shape,
+                             dtype=op.block.var(name).dtype)
+        block.append_op(op.type, inputs=op.inputs, outputs=op.outputs,
+                        attrs={k: v for k, v in op.attrs.items() if k != "epmap"})
+        w = op.input("W")[0]
+        own = scope.get(w)
+        scope.set(w, table)
+        try:
+            self.exe.run(local, scope=scope,
+                         feed={n: fed[n] for n in op.input_arg_names if n in fed})
+        finally:
+            scope.set(w, own)
 
     def _run_all(self, gens: list[Iterator[str]]) -> None:
         """Advance trainers in lock step; after every trainer passed send_barrier, the

@@ -169,7 +169,9 @@ def append_param_fetch(program: Program, plan: TranspilePlan, control: ControlVa
                                          half_async=not mode.barriers,
                                          sync_mode=plan.sync_mode))
     recv_outputs: list[str] = []
-    for pp in plan.params:
+    # the step does not receive a table its lookups prefetch from; the startup still does
+    fetched = [pp for pp in plan.params if startup or not pp.remote]
+    for pp in fetched:
         names = pp.param_block_names
         if startup:
             param = block.var(pp.param)
@@ -192,7 +194,7 @@ def append_param_fetch(program: Program, plan: TranspilePlan, control: ControlVa
         block.append_op("fetch_barrier", inputs={"X": recv_outputs},
                         outputs={"Out": [control.new(block)]},
                         attrs=_rpc_attrs(plan, startup, endpoints=list(plan.endpoints)))
-    for pp in plan.params:
+    for pp in fetched:
         if pp.split and split:
             block.append_op("concat", inputs={"X": pp.param_block_names},
                             outputs={"Out": [pp.param]},

@@ -100,6 +100,22 @@ def test_an_abort_wakes_a_waiting_trainer_with_the_reason():
     shard.close()
 
 
+def test_prefetch_of_a_parameter_block_gives_its_rows_and_refuses_others():
+    # a remote-prefetch lookup asks for rows of one of this pserver's blocks by name
+    spec, _ = _spec(1, True)
+    shard = spec()
+    w = shard.scope.get("fc_1.w_0")
+    np.testing.assert_array_equal(shard.prefetch_sync(np.array([[3], [0], [3]]), "fc_1.w_0"),
+                                  w[[3, 0, 3]])
+    with pytest.raises(ValueError, match="optimizes no such parameter block"):
+        shard.prefetch_sync(np.array([1]), "fc_9.w_0")
+    with pytest.raises(ValueError, match=r"rows must lie in \[0, 256\), got 0\.\.256"):
+        shard.prefetch_sync(np.array([0, 256]), "fc_1.w_0")
+    with pytest.raises(ValueError, match="rows must lie"):
+        shard.prefetch_sync(np.array([-1]), "fc_1.w_0")
+    shard.close()
+
+
 def test_dask_handler_answers_with_packed_copies():
     spec, grads = _spec(1, True)
 

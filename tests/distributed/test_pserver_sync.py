@@ -218,6 +218,29 @@ def test_distributed_lookup_table_with_prefetch_equals_local(client):
     assert "prefetches" in result.summary and " 0 prefetches" not in result.summary
 
 
+def test_a_sparse_table_looked_up_on_the_pservers_equals_local_with_two_trainers(client):
+    # embedding(is_sparse=True): sliced over the pservers, never received by the step (each
+    # lookup prefetches its rows); its gradient is averaged like a dense one
+    rng = np.random.default_rng(1)
+    steps, half = 4, 16
+    data = {"ids_a": rng.integers(0, 1000, (steps * 2 * half, 1)),
+            "ids_b": rng.integers(0, 1000, (steps * 2 * half, 1)),
+            "label": rng.integers(0, 2, (steps * 2 * half, 1))}
+    global_batches = [_rows(data, 2 * half * s, 2 * half * (s + 1)) for s in range(steps)]
+    per_trainer = [_cat([_rows(b, r * half, (r + 1) * half) for b in global_batches])
+                   for r in (0, 1)]
+    net = lambda: table_net(is_distributed=False,  # noqa: E731
+                            optimizer=lambda: fluid.optimizer.Adam(0.01))
+    main, startup = net()
+    scope = _local(*net(), global_batches)
+    result = train_pserver(client, main, startup, per_trainer, pservers=2, batch_size=half,
+                           shuffle=False)
+    _assert_params_equal(result.params, scope, 1e-5)
+    before = _local(*net(), []).get("shared_w")
+    assert np.abs(result.params["shared_w"] - before).max() > 1e-3
+    assert " 0 prefetches" not in result.summary and "prefetches" in result.summary
+
+
 @pytest.mark.parametrize("kwargs,exc,match", [
     ({"epochs": 0}, ValueError, "epochs = 0"),
     ({"batch_size": -1}, ValueError, "batch_size = -1"),

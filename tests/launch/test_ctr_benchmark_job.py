@@ -15,6 +15,7 @@ import pytest
 from tests.launch.cluster import free_ports
 
 JOB = Path(__file__).resolve().parents[2] / "benchmarks" / "ctr_job.py"
+LR_DIM = 100_000  # benchmarks/ctr_job.py's wide table: [LR_DIM, 1] float32
 
 pytestmark = pytest.mark.slow
 
@@ -43,6 +44,8 @@ def test_ctr_job_trains_and_counts_its_bytes():
     for out, _ in outs:
         figures = json.loads(out.strip().splitlines()[-1])
         assert figures["samples_per_s"] > 0
-        # every step pushes the gradients and pulls the parameters and the looked-up rows
+        # every step pushes the gradients and pulls the dense parameters and the looked-up
+        # rows; the sparse wide table stays on the pservers (its rows are prefetched), so a
+        # step receives less than that table alone
         assert figures["bytes_sent_per_step"] > 128 * 4 * 64 * 4  # >= 4 rows a sample
-        assert figures["bytes_received_per_step"] > figures["bytes_sent_per_step"]
+        assert 128 * 4 * 64 * 4 < figures["bytes_received_per_step"] < LR_DIM * 4

@@ -68,8 +68,9 @@ def test_paddle_18_dist_fleet_ctr_trains_in_every_mode(job_dir, mode, reader, cp
             if p.poll() is None:
                 p.kill()
                 p.communicate()
-    for name, p in procs.items():
-        assert p.returncode == 0, f"{name}: {outs[name][1][-3000:]}"
+    failed = [n for n, p in procs.items() if p.returncode != 0]
+    # every failed process's log: the first to fail is often not the cause
+    assert not failed, "\n".join(f"{n}: {outs[n][1][-3000:]}" for n in failed)
     for name in ("trainer0", "trainer1"):
         losses = [float(a or b) for a, b in LOSS.findall(outs[name][0])]
         assert losses and all(math.isfinite(v) and 0 < v < 2 for v in losses), outs[name][0]

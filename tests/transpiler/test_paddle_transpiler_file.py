@@ -23,7 +23,8 @@ pytestmark = pytest.mark.skipif(not (UNITTESTS / "test_dist_transpiler.py").exis
 PASSING = {
     "TestBasicModelWithLargeBlockSize", "TestDecayedAdagrad", "TestDistArgsInProgram",
     "TestDistLookupTableBase", "TestDistLookupTableSliceSize",
-    "TestEmptyPserverOptimizeBlocks", "TestFtrl", "TestL2DecayWithPiecewise", "TestLRDecay",
+    "TestEmptyPserverOptimizeBlocks", "TestFtrl", "TestLocalLookupTable",
+    "TestAsyncLocalLookupTable", "TestRemoteLookupTable", "TestL2DecayWithPiecewise", "TestLRDecay",
     "TestLRDecayConditional", "TestLoadSliceVar", "TestNCCL2Transpile", "TestNoSliceVar",
     "TranspilerTest",
 }

@@ -16,12 +16,29 @@ PREFETCH = ["split_ids", "prefetch", "merge_ids"]
 
 
 def test_local_sparse_table():
+    # Fluid 1.8 (TestLocalLookupTable): the table is sliced and optimized on the pservers like
+    # any parameter, but the step does not receive it: each lookup prefetches its rows
     main, startup = table_net(is_distributed=False)
     t = transpile(main, startup)
-    ops = op_types(t.get_trainer_program().global_block())
-    assert ops[-11:] == ["lookup_table_grad", "lookup_table_grad", "sum", "split_selected_rows",
-                         "send", "send_barrier", "recv", "recv", "recv", "fetch_barrier",
-                         "concat"]
+    trainer = t.get_trainer_program().global_block()
+    ops = op_types(trainer)
+    assert ops[-9:] == ["lookup_table_grad", "lookup_table_grad", "sum", "split_selected_rows",
+                        "send", "send_barrier", "recv", "recv", "fetch_barrier"]
+    assert "shared_w" not in [n for op in trainer.ops if op.type in ("recv", "concat")
+                              for n in op.output("Out")]
+    lookups = [op for op in trainer.ops if op.type == "lookup_table"]
+    assert len(lookups) == 2
+    for op in lookups:
+        assert op.attrs["remote_prefetch"] is True
+        assert op.attrs["epmap"] == [A, B]
+        assert op.attrs["table_names"] == ["shared_w.block0", "shared_w.block1"]
+        assert op.attrs["height_sections"] == [500, 500]
+        assert op.attrs["trainer_id"] == 0
+    # the startup still receives the whole table once
+    assert op_types(startup.global_block())[-5:] == ["recv", "recv", "recv", "fetch_barrier",
+                                                     "concat"]
+    assert next(op for op in startup.global_block().ops
+                if op.type == "concat").output("Out") == ["shared_w"]
     split = next(op for op in main.global_block().ops if op.type == "split_selected_rows")
     assert split.attrs["height_sections"] == [500, 500]
     prog_a, _ = t.get_pserver_programs(A)
@@ -30,6 +47,51 @@ def test_local_sparse_table():
         assert op_types(blk) == ["sum", "scale", "adam", "scale", "scale"]
     assert prog_a.block(0).ops[0].attrs["sparse_grad_to_param"] == [
         "shared_w@GRAD.block0:shared_w.block0"]
+
+
+def _tied_net() -> tuple:
+    """A sparse table that a matmul also reads whole (tied input and output embeddings)."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+        ids = layers.data("ids", [1], dtype="int64")
+        emb = layers.embedding(ids, [1000, 8], is_sparse=True,
+                               param_attr=fluid.ParamAttr(name="tied_w"))
+        logits = layers.matmul(emb, main.global_block().var("tied_w"), transpose_y=True)
+        loss = layers.mean(layers.softmax_with_cross_entropy(
+            logits, layers.data("y", [1], dtype="int64")))
+        fluid.optimizer.SGD(0.1).minimize(loss)
+    return main, startup
+
+
+def test_a_table_another_forward_op_reads_stays_received_whole():
+    main, startup = _tied_net()
+    t = transpile(main, startup)
+    trainer = t.get_trainer_program().global_block()
+    assert not any(op.attrs.get("epmap") for op in trainer.ops if op.type == "lookup_table")
+    assert "tied_w" in [n for op in trainer.ops if op.type in ("recv", "concat")
+                        for n in op.output("Out")]
+    assert not any(pp.remote for pp in t.plan.params)
+
+
+def test_geo_trainers_keep_their_tables():
+    main, startup = table_net(is_distributed=False, optimizer=lambda: fluid.optimizer.SGD(0.1))
+    t = transpile(main, startup, sync_mode=False, config=config(
+        sync_mode=False, runtime_split_send_recv=True, geo_sgd_mode=True,
+        geo_sgd_need_push_nums=2))
+    lookups = [op for op in t.get_trainer_program().global_block().ops
+               if op.type == "lookup_table"]
+    assert lookups and not any(op.attrs.get("epmap") for op in lookups)
+
+
+def test_a_dense_embedding_is_not_prefetched():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+        emb = layers.embedding(layers.data("ids", [1], dtype="int64"), [100, 4])
+        fluid.optimizer.SGD(0.1).minimize(layers.mean(emb))
+    lookup = next(op for op in main.global_block().ops if op.type == "lookup_table")
+    assert lookup.attrs["remote_prefetch"] is False
+    t = transpile(main, startup)
+    assert not any(pp.remote for pp in t.plan.params)
 
 
 @pytest.mark.parametrize("sync", [True, False])

@@ -225,6 +225,7 @@ class PServerClient:
         self.bytes_received = 0
         #: wait for a pserver that does not accept connections yet (the ops' ``wait_port``)
         self.wait_port = True
+        self._prefetch_lock = threading.Lock()
         #: the exchange left in flight by the pipelined async mode, and the replies of one
         #: that another request had to finish first (they are the next step's parameters)
         self._in_flight: _Started | None = None
@@ -322,10 +323,17 @@ class PServerClient:
             self._staged.clear()
         return calls
 
-    def prefetch(self, epmap: list[str], ids: list[Any]) -> list[Any]:
-        calls = [_Call(ep, "prefetch", {"method": "prefetch"}, {"ids": np.asarray(i)})
-                 for ep, i in zip(epmap, ids, strict=True)]
-        return [reply["rows"] for reply in self._round_trip(calls)]
+    def prefetch(self, epmap: list[str], ids: list[Any],
+                 tables: list[str] | None = None) -> list[Any]:
+        """Rows of the distributed table for ``ids[i]`` from ``epmap[i]``; with ``tables``,
+        rows ``ids[i]`` of the parameter block ``tables[i]``. One exchange at a time: the
+        places of a multi-place trainer look up concurrently."""
+        names = [None] * len(epmap) if tables is None else list(tables)
+        calls = [_Call(ep, "prefetch", {"method": "prefetch"} if t is None else
+                       {"method": "prefetch", "table": t}, {"ids": np.asarray(i)})
+                 for ep, i, t in zip(epmap, ids, names, strict=True)]
+        with self._prefetch_lock:
+            return [reply["rows"] for reply in self._round_trip(calls)]
 
     def complete(self) -> None:
         """Tell every pserver this trainer is done (Fluid's COMPLETE), after the exchange in
@@ -469,7 +477,8 @@ class PServerClient:
         if c.method == "pull":
             return lambda: guarded(shard.pull_sync, tid, tuple(h["want"]), h["after_round"])
         if c.method == "prefetch":
-            return lambda: {"rows": guarded(shard.prefetch_sync, c.arrays["ids"])}
+            return lambda: {"rows": guarded(shard.prefetch_sync, c.arrays["ids"],
+                                            h.get("table"))}
         return lambda: guarded(shard.complete, tid) or {}
 
     def _unwrap(self, c: _Call, header: dict, buf: Any) -> dict[str, Any]:
@@ -671,6 +680,14 @@ def shared_client(trainer_id: int, flags: RPCFlags, sync_mode: bool, *, secret: 
                     client.secret == secret and not client._done:
                 return client
     return DirectClient(trainer_id, flags, sync_mode, secret=secret, tls=tls)
+
+
+def open_client(trainer_id: int) -> DirectClient | None:
+    """This process's open client of trainer ``trainer_id`` in whatever mode, if any (a
+    remote-prefetch lookup talks through the connections of its trainer's RPC ops)."""
+    with _open_lock:
+        return next((c for c in _open_clients if c.trainer_id == trainer_id and not c._done),
+                    None)
 
 
 def finish_clients(trainer_id: int | None = None) -> None:

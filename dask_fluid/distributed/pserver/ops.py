@@ -13,7 +13,9 @@ executor's :class:`.client.PServerClient`:
   trainer startup) the first ``recv`` of a block does the same exchange for every ``recv`` of
   the block;
 - ``fetch_barrier`` has nothing left to wait for;
-- ``prefetch`` asks every pserver at once for its rows of the distributed lookup table.
+- ``prefetch`` asks every pserver at once for its rows of the distributed lookup table;
+- a ``lookup_table`` the transpiler marked for remote prefetch asks the pservers holding its
+  table's blocks for the looked-up rows.
 
 The ``distributed_mode`` attr of the trainer's RPC ops (Fluid 1.8's enum, as on
 ``listen_and_serv``; :mod:`...transpiler.modes`) says how they run:
@@ -47,12 +49,13 @@ import numpy as np
 from ...executor import RunContext
 from ...flags import RPCFlags
 from ...ops import registry
+from ...ops.nn_ops import flat_ids, out_lead_shape
 from ...transpiler.modes import DistributedMode
 from ...transpiler.trainer_rewrite import GEO_PARAM_INIT
 from ..comm.auth import env_secret
 from ..comm.tls import env_contexts
 from ..errors import DistributedTrainingError
-from .client import NOT_YET, PServerClient, join_rows, shared_client, split_rows
+from .client import NOT_YET, PServerClient, join_rows, open_client, shared_client, split_rows
 from .shard import PServerShard, ServeOptions, TableShard
 
 __all__ = ["CLIENT_KEY", "SERVE_KEY", "table_shard"]
@@ -172,6 +175,42 @@ def _prefetch(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     return {"Out": client.prefetch(list(attrs["epmap"]), ins["X"])}
 
 
+def _remote_lookup(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    """``lookup_table`` of a table left on the pservers: each distinct id is asked once of the
+    pserver whose block (``height_sections``, in order) holds its row."""
+    w, ids = ins["W"][0], ins["Ids"][0]
+    xp = registry.array_module(w)
+    sections = [int(h) for h in attrs["height_sections"]]
+    epmap, tables = list(attrs["epmap"]), list(attrs["table_names"])
+    if not len(sections) == len(epmap) == len(tables):
+        raise ValueError(f"lookup_table: epmap {epmap}, table_names {tables} and "
+                         f"height_sections {sections} must have one entry per block")
+    host_ids = ids.get() if hasattr(ids, "get") else np.asarray(ids)
+    flat = flat_ids("lookup_table", host_ids, sum(sections))
+    uniq, inverse = np.unique(flat, return_inverse=True)
+    offsets = np.cumsum([0, *sections])
+    block = np.searchsorted(offsets, uniq, side="right") - 1
+    asked = [k for k in range(len(sections)) if (block == k).any()]
+    # the client of the trainer's RPC ops (the startup's recv opened it): one connection a
+    # trainer to each pserver, whatever program (a place's copy) the lookup runs in
+    client = ctx.executor.host_context.get(CLIENT_KEY) or open_client(int(attrs["trainer_id"]))
+    if client is None:
+        client = _client(ctx)
+    client.endpoints.update(epmap)
+    rows = client.prefetch([epmap[k] for k in asked],
+                           [uniq[block == k] - offsets[k] for k in asked],
+                           [tables[k] for k in asked]) if asked else []
+    width = tuple(w.shape[1:])
+    values = np.zeros((uniq.size, *width), dtype=w.dtype)
+    for k, got in zip(asked, rows, strict=True):
+        values[block == k] = got
+    out = values[inverse]
+    pad = attrs.get("padding_idx", -1)
+    if pad != -1:
+        out[flat == pad] = 0
+    return {"Out": [xp.asarray(out.reshape(out_lead_shape(host_ids) + width))]}
+
+
 def _listen_and_serv(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     options = ctx.executor.host_context.get(SERVE_KEY)
     if options is None:  # a pserver started by hand: bind the endpoint, open-ended rounds
@@ -191,3 +230,4 @@ registry.set_kernel("recv", _recv)
 registry.set_kernel("fetch_barrier", _fetch_barrier)
 registry.set_kernel("prefetch", _prefetch)
 registry.set_kernel("listen_and_serv", _listen_and_serv)
+registry.set_remote_kernel("lookup_table", _remote_lookup)

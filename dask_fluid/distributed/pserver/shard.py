@@ -34,7 +34,8 @@ Requests. Three ways lead to the same thread-safe core (:meth:`PServerShard.push
     Parameter values without a push (trainer start-up, resume).
 ``prefetch``
     Rows of the distributed lookup table for global ids (``id % P == k`` live here, at local row
-    ``id // P``).
+    ``id // P``), or, when the header names a ``table``, rows of one of this pserver's
+    parameter blocks (a sparse table its trainers look up remotely).
 ``complete``
     The trainer is done (Fluid's COMPLETE): when all trainers are, :meth:`~PServerShard.run`
     returns. A trainer whose connection closes before it said so is lost, and fails the job.
@@ -391,10 +392,13 @@ class PServerShard(Service):
                     self._wait_until(wait_for)
         return self._read(want, trainer_id)
 
-    def prefetch_sync(self, ids: Any) -> Any:
-        """Rows of the table for the global ``ids`` (shape [n, 1] or [n])."""
+    def prefetch_sync(self, ids: Any, table: str | None = None) -> Any:
+        """Rows of the distributed table for the global ``ids`` (shape [n, 1] or [n]), or,
+        with ``table``, rows ``ids`` of that parameter block (a remote-prefetch table)."""
         self._raise_if_failed()
         self.stats["prefetches"] += 1
+        if table is not None:
+            return self._run_pool(self.prefetch_pool, self._block_rows, str(table), ids)
         return self._run_pool(self.prefetch_pool, self._lookup, ids)
 
     def complete(self, trainer_id: int) -> None:
@@ -423,7 +427,7 @@ class PServerShard(Service):
 
         ``header["method"]`` is ``push_pull`` (``round``, ``want``, ``sparse``; the arrays are
         the flattened gradients), ``pull`` (``want``, ``after_round``), ``prefetch`` (the array
-        ``ids``) or ``complete``.
+        ``ids``, and ``table`` for a parameter block) or ``complete``.
         """
         method = header["method"]
         if method == "push_pull":
@@ -434,7 +438,7 @@ class PServerShard(Service):
             return {}, self.pull_sync(trainer_id, tuple(header["want"]),
                                       int(header.get("after_round", 0)))
         if method == "prefetch":
-            return {}, {"rows": self.prefetch_sync(arrays["ids"])}
+            return {}, {"rows": self.prefetch_sync(arrays["ids"], header.get("table"))}
         if method == "complete":
             self.complete(trainer_id)
             return {}, None
@@ -628,6 +632,26 @@ class PServerShard(Service):
         if flat.size and (flat % table.n != table.index).any():
             raise ValueError(f"prefetch sent ids of another shard to pserver {table.index}")
         return np.take(self.scope.get(table.name), flat // table.n, axis=0)
+
+    def _block_rows(self, name: str, rows: Any) -> Any:
+        if name not in self._param_block:
+            raise ValueError(f"prefetch of {name!r}: pserver {self.endpoint} optimizes no such "
+                             f"parameter block (it has {sorted(self._param_block)})")
+        flat = np.asarray(rows, dtype=np.int64).reshape(-1)
+        lock = None if self.sync_mode else self._block_locks.get(self._param_block[name])
+        if lock is None:
+            value = self.scope.get(name)
+            return self._take_rows(name, value, flat)
+        with lock:  # async: not halfway through an update of the block
+            return self._take_rows(name, self.scope.get(name), flat)
+
+    @staticmethod
+    def _take_rows(name: str, value: Any, flat: Any) -> Any:
+        height = int(value.shape[0])
+        if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= height):
+            raise ValueError(f"prefetch of {name!r}: rows must lie in [0, {height}), got "
+                             f"{int(flat.min())}..{int(flat.max())}")
+        return np.take(value, flat, axis=0)
 
     def _rebase(self, name: str, value: Any) -> Any:
         table = self.table
