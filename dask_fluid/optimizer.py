@@ -8,6 +8,7 @@ pserver that owns the parameter.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from . import unique_name
@@ -24,6 +25,8 @@ from .framework import (
 from .initializer import ConstantInitializer
 from .layer_helper import LayerHelper
 from .layers.tensor import create_global_var
+
+logger = logging.getLogger("dask_fluid.optimizer")
 
 
 def _check_betas(beta1: float, beta2: float) -> tuple[float, float]:
@@ -137,6 +140,9 @@ class Optimizer:
                              "nothing to optimize")
         program = params_grads[0][0].block.program
         block = program.global_block()
+        params_grads, table_op = self._update_distributed_table(program, params_grads)
+        if not params_grads:  # the table is the only parameter
+            return [table_op]
         if self._grad_clip is not None:  # Fluid 1.8: grad_clip= replaces per-parameter clips
             params_grads = self._grad_clip(params_grads)
         processed = []
@@ -155,7 +161,33 @@ class Optimizer:
             with program._optimized_guard([param, grad]):
                 ops.append(self._append_optimize_op(block, (param, grad)))
         self._finish_update(block, processed)
-        return ops
+        return ops + ([table_op] if table_op is not None else [])
+
+    def _update_distributed_table(self, program: Program, params_grads: list) -> tuple:
+        """Fluid 1.8's ``_process_distribute_lookuptable``: the table looked up with
+        ``is_distributed=True`` lives sharded on the pservers, which update it with plain SGD
+        only; it gets an ``sgd`` op of its own, appended first, and no clipping,
+        regularization or optimizer state. Returns the other pairs and that op (or None)."""
+        tables = {op.input("W")[0] for op in program.global_block().ops
+                  if op.type == "lookup_table" and op.attrs.get("is_distributed")}
+        if len(tables) > 1:
+            raise RuntimeError(f"only one distributed lookup table is supported, found "
+                               f"{sorted(tables)}")
+        table = next(iter(tables), None)
+        rest = [(p, g) for p, g in params_grads if p.name != table]
+        if len(rest) == len(params_grads):
+            return params_grads, None
+        param, grad = next((p, g) for p, g in params_grads if p.name == table)
+        block = program.global_block()
+        with program._optimized_guard([param, grad]):
+            lr = self._param_lr(block, param)
+            op = block.append_op("sgd", inputs={"Param": [param], "Grad": [grad],
+                                                "LearningRate": [lr]},
+                                 outputs={"ParamOut": [param]})
+        if type(self) is not SGDOptimizer:
+            logger.warning("the distributed lookup table %r is updated by sgd, not %s: Fluid's "
+                           "pservers support only SGD for it", table, type(self).__name__)
+        return rest, op
 
     def minimize(self, loss: Variable, startup_program: Program | None = None,
                  parameter_list=None, no_grad_set=None, grad_clip: Any = None):

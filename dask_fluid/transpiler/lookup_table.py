@@ -4,15 +4,15 @@ The table is sharded by id modulo the number of pservers: ids with ``id % P == k
 pserver ``k``, which declares a SELECTED_ROWS table of ``ceil(H / P)`` rows (the runtime keeps
 rows by global id; ``id // P`` is a dense local row). On the trainer:
 
-- forward: each ``lookup_table`` on the table becomes ``split_ids -> prefetch -> merge_ids``
-  (Fluid's test adds a ``sequence_pool`` after each; our tests use no sequence ops, so the op
-  sequences differ from Fluid's only by its absence);
+- forward: the table's ``lookup_table`` ops are replaced by one ``split_ids -> prefetch ->
+  merge_ids`` at the first one's place, which fetches the union of their ids, one request
+  per pserver, and writes every lookup's output;
 - backward: after the op that last writes the table gradient, ``split_ids`` cuts it into one
   piece per pserver and one ``send`` ships them; the table is never received, and its startup
   init becomes ``fake_init``.
 
 On each pserver: a table optimize block (sync: ``sum`` of the trainers' pieces, then ``sgd``
-with **no 1/N scale**, as Fluid; async: ``sgd``), one prefetch block per lookup
+with **no 1/N scale**, as Fluid; async: ``sgd``), one prefetch block
 (``lookup_sparse_table``) and a checkpoint block (``save``). Only SGD is supported for the
 table, as in Fluid: another optimizer is replaced by SGD with a warning.
 """
@@ -81,24 +81,39 @@ def rewrite_trainer(program: Program, plan: TranspilePlan, control: ControlVars)
     table = plan.table
     block = program.global_block()
     p = len(table.endpoints)
-    for j, (ids, out) in enumerate(table.lookups):
-        idx = next(i for i, op in enumerate(block.ops) if op.type == LOOKUP_TABLE_TYPE
-                   and op.input("W")[0] == table.name and op.output("Out")[0] == out)
-        ids_var, out_var = block.var(ids), block.var(out)
-        ins, outs = [], []
-        for k in range(p):
-            in_name, out_name = TablePlan.prefetch_names(j, k)
-            block.create_var(name=in_name, shape=[-1, 1], dtype=ids_var.dtype)
-            block.create_var(name=out_name, shape=[-1, table.shape[1]], dtype=out_var.dtype)
-            ins.append(in_name)
-            outs.append(out_name)
-        block._remove_op(idx)
-        block._insert_op(idx, "split_ids", inputs={"Ids": [ids]}, outputs={"Out": ins})
-        block._insert_op(idx + 1, "prefetch", inputs={"X": ins}, outputs={"Out": outs},
-                         attrs={"epmap": list(table.endpoints), "table_names": [table.name] * p,
-                                "trainer_id": plan.trainer_id})
-        block._insert_op(idx + 2, "merge_ids", inputs={"Ids": [ids], "Rows": ins, "X": outs},
-                         outputs={"Out": [out]})
+    # as Fluid: all lookups go away and one split_ids -> prefetch -> merge_ids at the first
+    # one's place serves them all (one round trip per pserver for the union of their ids)
+    outs = {out for _, out in table.lookups}
+    first = next(i for i, op in enumerate(block.ops) if op.type == LOOKUP_TABLE_TYPE
+                 and op.input("W")[0] == table.name)
+    for i, op in enumerate(block.ops[first:], first):
+        if op.type == LOOKUP_TABLE_TYPE and op.input("W")[0] == table.name:
+            late = [o for o in block.ops[first:i] if op.input("Ids")[0] in o.output_arg_names]
+            if late:
+                raise ValueError(
+                    f"the ids {op.input('Ids')[0]!r} of a lookup of the distributed table "
+                    f"{table.name!r} are written by a {late[0].type} op after the table's "
+                    "first lookup, where the one prefetch of all its lookups runs: compute "
+                    "every lookup's ids before the first lookup of the table")
+    block.ops = [op for op in block.ops if not (op.type == LOOKUP_TABLE_TYPE
+                                                and op.input("W")[0] == table.name
+                                                and op.output("Out")[0] in outs)]
+    ids = [i for i, _ in table.lookups]
+    embs = [o for _, o in table.lookups]
+    ins, fetched = [], []
+    for k in range(p):
+        in_name, out_name = TablePlan.prefetch_names(k)
+        block.create_var(name=in_name, shape=[-1, 1], dtype=block.var(ids[0]).dtype)
+        block.create_var(name=out_name, shape=[-1, table.shape[1]],
+                         dtype=block.var(embs[0]).dtype)
+        ins.append(in_name)
+        fetched.append(out_name)
+    block._insert_op(first, "split_ids", inputs={"Ids": ids}, outputs={"Out": ins})
+    block._insert_op(first + 1, "prefetch", inputs={"X": ins}, outputs={"Out": fetched},
+                     attrs={"epmap": list(table.endpoints), "table_names": [table.name] * p,
+                            "trainer_id": plan.trainer_id})
+    block._insert_op(first + 2, "merge_ids", inputs={"Ids": ids, "Rows": ins, "X": fetched},
+                     outputs={"Out": embs})
     idx = last_writer(block, table.grad)
     if idx < 0:
         raise ValueError(f"no op writes the gradient {table.grad!r} of the distributed table")
@@ -153,16 +168,14 @@ def add_table_blocks(builder: _Builder, parent: int) -> dict:
                   attrs={**role, OP_ROLE_VAR_KEY: [table.name, table.grad]})
     builder.grad_to_block_id.append(f"{grad}:{blk.idx}")
     builder.sparse_grad_to_param.append(f"{grad}:{table.name}")
-    prefetch = []
-    for j, (ids, _) in enumerate(table.lookups):
-        in_name, out_name = TablePlan.prefetch_names(j, k)
-        gblock.create_var(name=in_name, shape=[-1, 1], dtype=origin.var(ids).dtype)
-        gblock.create_var(name=out_name, shape=[-1, table.shape[1]], dtype=table.dtype)
-        pblk = builder.prog._create_block(blk.idx)
-        pblk.append_op("lookup_sparse_table", inputs={"W": [table.name], "Ids": [in_name]},
-                       outputs={"Out": [out_name]},
-                       attrs={"is_test": False, "padding_idx": -1, "auto_grown_table": True})
-        prefetch.append(f"{in_name}:{pblk.idx}")
+    in_name, out_name = TablePlan.prefetch_names(k)
+    gblock.create_var(name=in_name, shape=[-1, 1], dtype=origin.var(table.lookups[0][0]).dtype)
+    gblock.create_var(name=out_name, shape=[-1, table.shape[1]], dtype=table.dtype)
+    pblk = builder.prog._create_block(blk.idx)
+    pblk.append_op("lookup_sparse_table", inputs={"W": [table.name], "Ids": [in_name]},
+                   outputs={"Out": [out_name]},
+                   attrs={"is_test": False, "padding_idx": -1, "auto_grown_table": True})
+    prefetch = [f"{in_name}:{pblk.idx}"]
     gblock.create_var(name=CHECKPOINT_PATH_VAR, type=VarType.RAW, persistable=True)
     cblk = builder.prog._create_block(blk.idx)
     cblk.append_op("save", inputs={"X": [table.name]}, attrs={"file_path": "none"})

@@ -158,10 +158,10 @@ class TablePlan:
         return [f"{self.grad}.pserver_{k}" for k in range(len(self.endpoints))]
 
     @staticmethod
-    def prefetch_names(lookup: int, shard: int) -> tuple[str, str]:
-        """(ids, rows) variables of lookup ``lookup`` exchanged with pserver ``shard``."""
-        return (f"prefetch_compress_in_tmp_{lookup}_{shard}",
-                f"prefetch_compress_out_tmp_{lookup}_{shard}")
+    def prefetch_names(shard: int) -> tuple[str, str]:
+        """(ids, rows) variables exchanged with pserver ``shard`` by the one prefetch that
+        serves all the table's lookups (Fluid's names)."""
+        return f"prefetch_compress_in_tmp_{shard}", f"prefetch_compress_out_tmp_{shard}"
 
 
 @dataclass
@@ -193,9 +193,15 @@ class TranspilePlan:
         raise KeyError(f"{param!r} is not a transpiled parameter")
 
     def blocks_on(self, endpoint: str) -> list[tuple[ParamPlan, int]]:
-        """(param plan, block index) of every block placed on ``endpoint``, in optimize order
-        and block order."""
-        return [(pp, k) for pp in self.params for k, ep in enumerate(pp.endpoints)
+        """(param plan, block index) of every block placed on ``endpoint``, in the order of
+        the parameters' optimizer ops (Fluid's pserver block order: a parameter whose
+        gradient clip comes first is still placed by its optimizer op), then block order."""
+        rank: dict[str, int] = {}
+        for i, op in enumerate(self.opt_ops):
+            if is_optimizer_op(op):
+                rank.setdefault(op.input("Param")[0], i)
+        params = sorted(self.params, key=lambda pp: rank.get(pp.param, len(self.opt_ops)))
+        return [(pp, k) for pp in params for k, ep in enumerate(pp.endpoints)
                 if ep == endpoint]
 
     def ops_of_param(self, param: str) -> list[Operator]:

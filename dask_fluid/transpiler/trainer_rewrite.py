@@ -256,9 +256,12 @@ def _delete_ops(block: Block, ops: list) -> None:
 
 def strip_optimizer(program: Program, startup: Program, fake_init_tables: list[str],
                     log: Callable[..., None]) -> None:
-    """Remove optimize and LR ops from the trainer, the optimizer-only variables (learning
-    rate, accumulators) and their startup init ops; the remote table's init becomes
-    ``fake_init``. Idempotent."""
+    """Remove optimize and LR ops from the trainer and the optimizer-only variables
+    (learning rate, accumulators) from its main program; the distributed table's init
+    becomes a ``fake_init`` appended to the startup program. Idempotent.
+
+    The startup program keeps the optimizer-only variables' init ops, as Fluid 1.8's
+    ``get_trainer_program`` does (test_dist_transpiler's startup op lists count them)."""
     block = program.global_block()
     opt = optimize_ops(block)
     lr = lr_ops(block)
@@ -270,14 +273,12 @@ def strip_optimizer(program: Program, startup: Program, fake_init_tables: list[s
     _delete_ops(block, opt + lr)
     still_read = {n for op in block.ops for n in op.input_arg_names + op.output_arg_names}
     dead = sorted(n for n in inputs - role_vars if n not in still_read)
-    sblock = startup.global_block()
-    _delete_ops(sblock, [op for op in sblock.ops if set(op.output_arg_names) & set(dead)])
     for name in dead:
-        sblock._remove_var(name)
         block._remove_var(name)
     if opt or lr:
         log("trainer: removed %d optimize and %d LR ops; optimizer-only vars %s",
             len(opt), len(lr), dead)
+    sblock = startup.global_block()
     for table in fake_init_tables:
         inits = [op for op in sblock.ops if table in op.output_arg_names]
         if len(inits) == 1 and inits[0].type == "fake_init":
@@ -285,9 +286,8 @@ def strip_optimizer(program: Program, startup: Program, fake_init_tables: list[s
         if len(inits) != 1:
             raise ValueError(f"the distributed table {table!r} must have exactly 1 init op in "
                              f"the startup program, found {len(inits)}")
-        idx = sblock.ops.index(inits[0])
         shape = list(inits[0].attrs.get("shape", sblock.var(table).shape))
-        sblock._remove_op(idx)
-        sblock._insert_op(idx, "fake_init", outputs={"Out": [table]},
-                          attrs={"shape": shape, "dtype": sblock.var(table).dtype})
+        sblock._remove_op(sblock.ops.index(inits[0]))
+        sblock.append_op("fake_init", outputs={"Out": [table]},
+                         attrs={"shape": shape, "dtype": sblock.var(table).dtype})
         log("trainer startup: %s initialised by fake_init (it lives on the pservers)", table)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 
 import dask_fluid as fluid
@@ -95,12 +93,16 @@ def test_a_dense_embedding_is_not_prefetched():
 
 
 @pytest.mark.parametrize("sync", [True, False])
-def test_distributed_table(sync, caplog):
+def test_distributed_table(sync):
     main, startup = table_net()
     t = transpile(main, startup, sync_mode=sync)
     trainer = t.get_trainer_program()
     ops = op_types(trainer.global_block())
-    assert ops[:6] == PREFETCH * 2
+    # one prefetch for both lookups, at the first one's place (Fluid's TestDistLookupTable)
+    assert ops[:3] == PREFETCH and ops.count("prefetch") == 1
+    merge = trainer.global_block().ops[2]
+    assert merge.input("Ids") == [ids for ids, _ in t.plan.table.lookups]
+    assert merge.output("Out") == [out for _, out in t.plan.table.lookups]
     tail = (["sum", "split_ids", "send", "send_barrier", "recv", "recv", "fetch_barrier"]
             if sync else ["sum", "split_ids", "send", "recv", "recv"])
     assert ops[-len(tail):] == tail
@@ -108,30 +110,29 @@ def test_distributed_table(sync, caplog):
                               for n in op.output("Out")]
     prefetch = trainer.global_block().ops[1]
     assert prefetch.attrs["epmap"] == [A, B]
-    assert prefetch.output("Out") == ["prefetch_compress_out_tmp_0_0",
-                                      "prefetch_compress_out_tmp_0_1"]
+    assert prefetch.output("Out") == ["prefetch_compress_out_tmp_0",
+                                      "prefetch_compress_out_tmp_1"]
     send = next(op for op in trainer.global_block().ops
                 if op.type == "send" and op.input("X")[0].startswith("shared_w@GRAD"))
     suffix = ".trainer_0" if sync else ""
     assert send.input("X") == [f"shared_w@GRAD{suffix}.pserver_0",
                                f"shared_w@GRAD{suffix}.pserver_1"]
     assert op_types(startup.global_block()).count("fake_init") == 1
-    with caplog.at_level(logging.WARNING, logger="dask_fluid.transpiler"):
-        prog_a, start_a = t.get_pserver_programs(A)
-    assert "only supports sgd" in caplog.text
-    assert len(prog_a.blocks) == 6
+    # the optimizer gave the table its own sgd (Fluid's _process_distribute_lookuptable): no
+    # Adam state for it anywhere, the trainer's startup included
+    assert not [n for n in startup.global_block().vars if n.startswith("shared_w_")]
+    prog_a, start_a = t.get_pserver_programs(A)
+    assert len(prog_a.blocks) == 5
     assert op_types(prog_a.block(1)) == (["sum", "scale"] if sync else []) + [
         "adam", "scale", "scale"]
     assert op_types(prog_a.block(2)) == (["sum", "sgd"] if sync else ["sgd"])
-    assert [op_types(prog_a.block(i)) for i in (3, 4, 5)] == [
-        ["lookup_sparse_table"], ["lookup_sparse_table"], ["save"]]
+    assert [op_types(prog_a.block(i)) for i in (3, 4)] == [["lookup_sparse_table"], ["save"]]
     table = prog_a.global_block().var("shared_w")
     assert table.shape == (500, 64) and table.type == "selected_rows"
     assert start_a.global_block().var("shared_w").shape == (500, 64)
     serv = prog_a.block(0).ops[0].attrs
-    assert serv["prefetch_var_name_to_block_id"] == ["prefetch_compress_in_tmp_0_0:3",
-                                                     "prefetch_compress_in_tmp_1_0:4"]
-    assert serv["checkpint_block_id"] == 5
+    assert serv["prefetch_var_name_to_block_id"] == ["prefetch_compress_in_tmp_0:3"]
+    assert serv["checkpint_block_id"] == 4
     assert serv["optimize_blocks"] == [1, 2]
 
 
@@ -141,7 +142,19 @@ def test_two_distributed_tables_are_rejected():
         embs = [layers.embedding(layers.data(f"ids{i}", [1], dtype="int64"), [100, 8],
                                  is_sparse=True, is_distributed=True) for i in range(2)]
         loss = layers.mean(layers.fc(layers.elementwise_add(*embs), 1))
-        fluid.optimizer.SGD(0.1).minimize(loss)
+        # as Fluid, minimize refuses it (the table gets its own sgd there)
+        with pytest.raises(RuntimeError, match="only one distributed lookup table"):
+            fluid.optimizer.SGD(0.1).minimize(loss)
+    # a program built without the optimizer's check is refused by the transpiler
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+        embs = [layers.embedding(layers.data(f"ids{i}", [1], dtype="int64"), [100, 8],
+                                 is_sparse=True, is_distributed=i == 0) for i in range(2)]
+        fluid.optimizer.SGD(0.1).minimize(layers.mean(layers.fc(layers.elementwise_add(*embs),
+                                                                 1)))
+    for op in main.global_block().ops:
+        if op.type == "lookup_table":
+            op.attrs["is_distributed"] = True
     with pytest.raises(RuntimeError, match="only one distributed lookup table"):
         transpile(main, startup)
 
@@ -231,3 +244,31 @@ def test_programs_roundtrip_through_json():
     t = transpile(main, startup)
     for prog in (t.get_trainer_program(), *t.get_pserver_programs(A)):
         assert fluid.Program.from_json(prog.to_json()) == prog
+
+
+def test_ids_computed_after_the_first_lookup_are_rejected():
+    # the one prefetch of all the table's lookups runs where the first lookup was: ids written
+    # later would be prefetched before they exist
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+        ids = layers.data("ids", [1], dtype="int64")
+        first = layers.embedding(ids, [100, 8], is_sparse=True, is_distributed=True,
+                                 param_attr="table")
+        later = layers.scale(ids, scale=2.0)
+        second = layers.embedding(later, [100, 8], is_sparse=True, is_distributed=True,
+                                  param_attr="table")
+        fluid.optimizer.SGD(0.1).minimize(layers.mean(layers.elementwise_add(first, second)))
+    with pytest.raises(ValueError, match="written by a scale op after the table's first lookup"):
+        transpile(main, startup)
+
+
+def test_a_model_whose_only_parameter_is_the_distributed_table():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+        emb = layers.embedding(layers.data("ids", [1], dtype="int64"), [100, 8],
+                               is_sparse=True, is_distributed=True, param_attr="table")
+        ops = fluid.optimizer.Adam(0.1).minimize(layers.mean(emb))[0]
+    assert [op.type for op in ops] == ["sgd"]
+    t = transpile(main, startup)
+    prog_a, _ = t.get_pserver_programs(A)
+    assert op_types(prog_a.block(1)) == ["sum", "sgd"]
