@@ -13,6 +13,7 @@ from typing import Any
 
 from . import unique_name
 from .backward import append_backward
+from .distributed_table import distributed_table_name
 from .framework import (
     OP_ROLE_KEY,
     OP_ROLE_VAR_KEY,
@@ -168,12 +169,7 @@ class Optimizer:
         ``is_distributed=True`` lives sharded on the pservers, which update it with plain SGD
         only; it gets an ``sgd`` op of its own, appended first, and no clipping,
         regularization or optimizer state. Returns the other pairs and that op (or None)."""
-        tables = {op.input("W")[0] for op in program.global_block().ops
-                  if op.type == "lookup_table" and op.attrs.get("is_distributed")}
-        if len(tables) > 1:
-            raise RuntimeError(f"only one distributed lookup table is supported, found "
-                               f"{sorted(tables)}")
-        table = next(iter(tables), None)
+        table = distributed_table_name(program.global_block())
         rest = [(p, g) for p, g in params_grads if p.name != table]
         if len(rest) == len(params_grads):
             return params_grads, None

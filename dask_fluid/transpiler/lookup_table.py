@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from ..distributed_table import LOOKUP_TABLE_TYPE, distributed_table_name
 from ..framework import OP_ROLE_KEY, OP_ROLE_VAR_KEY, Block, OpRole, Program, VarType, grad_var_name
 from .plan import TablePlan, TranspilePlan, is_optimizer_op
 from .trainer_rewrite import ControlVars, last_writer
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("dask_fluid.transpiler")
 
-LOOKUP_TABLE_TYPE = "lookup_table"
 CHECKPOINT_PATH_VAR = "kLookupTablePath"
 
 
@@ -46,15 +46,11 @@ def find_distributed_table(block: Block) -> str | None:
         If a lookup of the distributed table is not ``is_sparse`` (its gradient must be sparse
         to be split by id).
     """
-    lookups = [op for op in block.ops if op.type == LOOKUP_TABLE_TYPE]
-    tables = sorted({op.input("W")[0] for op in lookups if op.attrs.get("is_distributed")})
-    if len(tables) > 1:
-        raise RuntimeError(f"only one distributed lookup table is supported, found {tables}")
-    if not tables:
+    table = distributed_table_name(block)
+    if table is None:
         return None
-    table = tables[0]
-    for op in lookups:
-        if op.input("W")[0] != table:
+    for op in block.ops:
+        if op.type != LOOKUP_TABLE_TYPE or op.input("W")[0] != table:
             continue
         if not op.attrs.get("is_distributed"):
             raise RuntimeError(f"every lookup_table op on the distributed table {table!r} must "
@@ -83,11 +79,12 @@ def rewrite_trainer(program: Program, plan: TranspilePlan, control: ControlVars)
     p = len(table.endpoints)
     # as Fluid: all lookups go away and one split_ids -> prefetch -> merge_ids at the first
     # one's place serves them all (one round trip per pserver for the union of their ids)
-    outs = {out for _, out in table.lookups}
-    first = next(i for i, op in enumerate(block.ops) if op.type == LOOKUP_TABLE_TYPE
-                 and op.input("W")[0] == table.name)
+    def is_lookup(op) -> bool:
+        return op.type == LOOKUP_TABLE_TYPE and op.input("W")[0] == table.name
+
+    first = next(i for i, op in enumerate(block.ops) if is_lookup(op))
     for i, op in enumerate(block.ops[first:], first):
-        if op.type == LOOKUP_TABLE_TYPE and op.input("W")[0] == table.name:
+        if is_lookup(op):
             late = [o for o in block.ops[first:i] if op.input("Ids")[0] in o.output_arg_names]
             if late:
                 raise ValueError(
@@ -95,9 +92,7 @@ def rewrite_trainer(program: Program, plan: TranspilePlan, control: ControlVars)
                     f"{table.name!r} are written by a {late[0].type} op after the table's "
                     "first lookup, where the one prefetch of all its lookups runs: compute "
                     "every lookup's ids before the first lookup of the table")
-    block.ops = [op for op in block.ops if not (op.type == LOOKUP_TABLE_TYPE
-                                                and op.input("W")[0] == table.name
-                                                and op.output("Out")[0] in outs)]
+    block.ops = [op for op in block.ops if not is_lookup(op)]
     ids = [i for i, _ in table.lookups]
     embs = [o for _, o in table.lookups]
     ins, fetched = [], []
