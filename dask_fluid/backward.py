@@ -127,13 +127,15 @@ def _addup_repetitive_outputs(descs: list[dict]) -> list[dict]:
 
 def _create_grad_vars(block: Block, descs: list[dict]) -> None:
     for desc in descs:
-        sparse = desc["type"] == "lookup_table_grad" and desc["attrs"].get("is_sparse")
+        sparse_slots = (registry.get(desc["type"]).sparse_outputs
+                        if desc["attrs"].get("is_sparse") else ())
         if desc["type"] == "sum":
             # Fluid's sum infers SELECTED_ROWS when every input is one (a table looked up twice)
             ins = [block._find_var_recursive(n) for n in desc["inputs"]["X"]]
-            sparse = bool(ins) and all(v is not None and v.type == VarType.SELECTED_ROWS
-                                       for v in ins)
-        for names in desc["outputs"].values():
+            if ins and all(v is not None and v.type == VarType.SELECTED_ROWS for v in ins):
+                sparse_slots = ("Out",)
+        for slot, names in desc["outputs"].items():
+            sparse = slot in sparse_slots
             for name in names:
                 if name == EMPTY_VAR or block.has_var(name):
                     continue

@@ -228,7 +228,7 @@ class Executor:
                     "cannot be executed")
             attrs = dict(op.attrs)
             if op.type in ("uniform_random", "gaussian_random", "truncated_gaussian_random",
-                           "fill_constant", "fake_init"):
+                           "fill_constant", "fake_init", "assign_value"):
                 attrs["_out_name"] = op.output("Out")[0]
                 attrs["_place"] = "gpu" if on_gpu else "cpu"
             if op.type in _NEEDS_OUT_COUNTS:

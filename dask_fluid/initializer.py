@@ -119,6 +119,30 @@ class MSRAInitializer(Initializer):
             NormalInitializer(0.0, math.sqrt(2.0 / f_in), self.seed)(var, block)
 
 
+class NumpyArrayInitializer(Initializer):
+    """The values of a numpy array (Fluid's ``assign_value`` op carries them)."""
+
+    op_type = "assign_value"
+
+    def __init__(self, value: Any) -> None:
+        import numpy as np
+
+        self.value = np.asarray(value)
+
+    def _attrs(self, var, block):
+        if tuple(self.value.shape) != tuple(var.shape):
+            raise ValueError(f"NumpyArrayInitializer: the array has shape {self.value.shape}, "
+                             f"the variable {var.name!r} {tuple(var.shape)}")
+        dtype = str(var.dtype)
+        slot = {"float32": "fp32_values", "int32": "int32_values", "int64": "int64_values",
+                "bool": "bool_values"}.get(dtype)
+        if slot is None:  # Fluid's assign_value carries only these
+            raise ValueError(f"NumpyArrayInitializer: {var.name!r} is {dtype}; it initialises "
+                             "float32, int32, int64 and bool variables")
+        return {"shape": list(var.shape), "dtype": dtype,
+                slot: self.value.astype(dtype).reshape(-1).tolist()}
+
+
 Constant = ConstantInitializer
 Uniform = UniformInitializer
 Normal = NormalInitializer

@@ -6,9 +6,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from .. import unique_name
 from ..framework import Variable
-from ..initializer import ConstantInitializer
+from ..initializer import ConstantInitializer, NumpyArrayInitializer
 from ..layer_helper import LayerHelper
 from ..param_attr import ParamAttr
 from .tensor import _check_var, fill_constant
@@ -17,8 +19,8 @@ __all__ = [
     "_binary_op", "accuracy", "auc", "clip", "cos", "cos_sim", "cross_entropy", "dropout",
     "elementwise_add", "elementwise_div", "elementwise_max", "elementwise_min", "elementwise_mul",
     "elementwise_pow", "elementwise_sub", "elu", "embedding", "exp", "fc", "floor", "gelu",
-    "hard_sigmoid", "layer_norm", "leaky_relu", "matmul", "mean", "pow", "reduce_mean",
-    "reduce_sum", "relu", "relu6", "scale", "sigmoid", "sigmoid_cross_entropy_with_logits",
+    "hard_sigmoid", "hsigmoid", "layer_norm", "leaky_relu", "matmul", "mean", "pow", "reduce_mean",
+    "nce", "reduce_sum", "relu", "relu6", "scale", "sigmoid", "sigmoid_cross_entropy_with_logits",
     "softmax", "softmax_with_cross_entropy", "softplus", "softsign", "sqrt", "square",
     "square_error_cost", "swish", "tanh", "topk",
 ]
@@ -553,3 +555,147 @@ def sigmoid_cross_entropy_with_logits(x: Variable, label: Variable, ignore_index
 def sqrt(x: Variable, name: str | None = None) -> Variable:
     """Square root."""
     return _unary("sqrt", x, name)
+
+
+_NCE_SAMPLERS = {"uniform": 0, "log_uniform": 1, "custom_dist": 2}
+
+
+def _alias_table(dist: Sequence[float]) -> tuple[list[float], list[int]]:
+    """Walker's alias table of ``dist`` (Fluid's nce layer builds the same one): for each
+    column, the probability of keeping its own class and the class it otherwise gives
+    (-1: none)."""
+    n = len(dist)
+    keep, alias = [0.0] * n, [0] * n
+    bigs, littles = [], []
+    for i, p in enumerate(dist):
+        scaled = p * n
+        if scaled > 1.0:
+            bigs.append((i, scaled))
+        elif scaled < 1.0:
+            littles.append((i, scaled))
+        else:
+            keep[i], alias[i] = scaled, -1
+    while bigs and littles:
+        (big, big_p), (little, little_p) = bigs.pop(0), littles.pop(0)
+        keep[little], alias[little] = little_p, big
+        left = big_p + little_p - 1.0
+        if left > 1.0:
+            bigs.append((big, left))
+        elif left < 1.0:
+            littles.append((big, left))
+        else:
+            keep[big], alias[big] = left, -1
+    for i, _ in bigs[:1] + littles[:1]:  # what rounding left over keeps its column
+        keep[i], alias[i] = 1.0, -1
+    return keep, alias
+
+
+def nce(input: Variable, label: Variable, num_total_classes: int,
+        sample_weight: Variable | None = None, param_attr: Any = None, bias_attr: Any = None,
+        num_neg_samples: int | None = None, name: str | None = None, sampler: str = "uniform",
+        custom_dist: Sequence[float] | None = None, seed: int = 0,
+        is_sparse: bool = False) -> Variable:
+    """Noise-contrastive estimation loss over ``num_total_classes`` classes (op ``nce``).
+
+    Each row of ``input`` (``[N, D]``) is scored against its ``label`` classes (``[N, T]``,
+    int64) and ``num_neg_samples`` (default 10) negative classes drawn by ``sampler``:
+    ``"uniform"``, ``"log_uniform"`` (Zipfian) or ``"custom_dist"`` (the probabilities
+    ``custom_dist``, one per class). A non-zero ``seed`` draws the same negatives at every
+    step. ``is_sparse`` makes the weight's gradient a SelectedRows of the sampled rows and,
+    once transpiled, reads those rows from the pservers. Returns the cost ``[N, 1]`` divided
+    by ``num_neg_samples + 1``, as Fluid does.
+    """
+    _check_var(input, "input", "nce")
+    _check_var(label, "label", "nce")
+    if str(label.dtype) != "int64":
+        raise TypeError(f"nce: label must be int64, got {label.dtype}")
+    if input.shape is None or len(input.shape) != 2 or label.shape is None:
+        raise ValueError(f"nce: input must be [N, D] and label [N, T]; got input "
+                         f"{input.shape}, label {label.shape}")
+    if sampler not in _NCE_SAMPLERS:
+        raise ValueError(f"nce: sampler {sampler!r} is not one of {list(_NCE_SAMPLERS)}")
+    helper = LayerHelper("nce", name=name)
+    dim = input.shape[1]
+    w = helper.create_parameter(ParamAttr._to_attr(param_attr), [num_total_classes, dim],
+                                input.dtype)
+    inputs: dict[str, list] = {"Input": [input], "Label": [label], "Weight": [w],
+                               "SampleWeight": [sample_weight] if sample_weight is not None
+                               else []}
+    if bias_attr is not False:
+        inputs["Bias"] = [helper.create_parameter(ParamAttr._to_attr(bias_attr),
+                                                  [num_total_classes, 1], input.dtype,
+                                                  is_bias=True)]
+    if sampler == "custom_dist":
+        if custom_dist is None or len(custom_dist) != num_total_classes:
+            raise ValueError(f"nce: the custom_dist sampler needs custom_dist with "
+                             f"num_total_classes={num_total_classes} probabilities")
+        keep, alias = _alias_table(custom_dist)
+        for slot, values, dtype in (("CustomDistProbs", custom_dist, "float32"),
+                                    ("CustomDistAlias", alias, "int32"),
+                                    ("CustomDistAliasProbs", keep, "float32")):
+            table = np.asarray(values, dtype=dtype)
+            var = helper.create_parameter(ParamAttr(), list(table.shape), dtype,
+                                          default_initializer=NumpyArrayInitializer(table))
+            var.stop_gradient = True
+            inputs[slot] = [var]
+    num_neg_samples = 10 if num_neg_samples is None else int(num_neg_samples)
+    cost = helper.create_tmp(dtype=input.dtype, shape=[input.shape[0], 1])
+    width = [input.shape[0], label.shape[-1] + num_neg_samples]
+    logits = helper.create_tmp(dtype=input.dtype, shape=width, stop_gradient=True)
+    samples = helper.create_tmp(dtype="int64", shape=width, stop_gradient=True)
+    helper.append_op("nce", inputs=inputs,
+                     outputs={"Cost": [cost], "SampleLogits": [logits],
+                              "SampleLabels": [samples]},
+                     attrs={"num_total_classes": int(num_total_classes),
+                            "num_neg_samples": num_neg_samples, "seed": int(seed),
+                            "sampler": _NCE_SAMPLERS[sampler], "is_sparse": bool(is_sparse),
+                            # Fluid 1.8: a sparse nce weight is read on the pservers
+                            "remote_prefetch": bool(is_sparse)})
+    return cost / (num_neg_samples + 1)
+
+
+def hsigmoid(input: Variable, label: Variable, num_classes: int, param_attr: Any = None,
+             bias_attr: Any = None, name: str | None = None, path_table: Variable | None = None,
+             path_code: Variable | None = None, is_custom: bool = False,
+             is_sparse: bool = False) -> Variable:
+    """Hierarchical sigmoid loss (op ``hierarchical_sigmoid``), ``[N, 1]``.
+
+    Without ``is_custom`` the classes are the leaves of a complete binary tree (``W`` is
+    ``[num_classes - 1, D]``); with it, ``path_table`` and ``path_code`` (``[N, L]`` int64,
+    paths ending at the first -1) give each row's tree nodes and branches, and ``W`` is
+    ``[num_classes, D]``. ``is_sparse`` (custom trees only, as in Fluid) makes W's gradient a
+    SelectedRows and, once transpiled, reads W's rows from the pservers.
+    """
+    _check_var(input, "input", "hsigmoid")
+    _check_var(label, "label", "hsigmoid")
+    if not is_custom:
+        if num_classes is None or num_classes < 2:
+            raise ValueError("hsigmoid: num_classes must not be less than 2 with the default "
+                             "tree")
+        if path_table is not None or path_code is not None:
+            raise ValueError("hsigmoid: path_table and path_code need is_custom=True; the "
+                             "default tree takes only num_classes")
+        # Fluid turns is_sparse off without a custom tree
+        is_sparse = False
+    elif path_table is None or path_code is None or num_classes is None:
+        raise ValueError("hsigmoid: a custom tree (is_custom=True) needs path_table, "
+                         "path_code and num_classes")
+    helper = LayerHelper("hierarchical_sigmoid", name=name)
+    nodes = num_classes if is_custom else num_classes - 1
+    dim = input.shape[1]
+    w = helper.create_parameter(ParamAttr._to_attr(param_attr), [nodes, dim], input.dtype)
+    inputs: dict[str, list] = {"X": [input], "W": [w], "Label": [label]}
+    if is_custom:
+        inputs["PathTable"], inputs["PathCode"] = [path_table], [path_code]
+    if bias_attr is not False:
+        inputs["Bias"] = [helper.create_parameter(ParamAttr._to_attr(bias_attr), [nodes, 1],
+                                                  input.dtype, is_bias=True)]
+    width = path_table.shape[-1] if is_custom else (num_classes - 1).bit_length()
+    out = helper.create_tmp(dtype=input.dtype, shape=[input.shape[0], 1])
+    pre_out = helper.create_tmp(dtype=input.dtype, shape=[input.shape[0], width],
+                                stop_gradient=True)
+    helper.append_op("hierarchical_sigmoid", inputs=inputs,
+                     outputs={"Out": [out], "PreOut": [pre_out], "W_Out": [w]},
+                     attrs={"num_classes": int(num_classes), "is_sparse": bool(is_sparse),
+                            "remote_prefetch": bool(is_sparse)})
+    return out

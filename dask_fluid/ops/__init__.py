@@ -32,6 +32,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     similarity_ops,
     split_ops,
     tensor_ops,
+    vocab_ops,
 )
 from .selected_rows import SelectedRows
 

@@ -8,14 +8,15 @@ from typing import Any
 import numpy as np
 
 from .host_ops import PSERVER_OPS
-from .registry import GRAD, array_module, register, set_remote_provider
+from .registry import GRAD, array_module, register, set_remote_provider, table_rows
 from .selected_rows import SelectedRows, grad_maker, grad_slots, scatter_add
 
 
-def _register_grad(type: str, fwd: tuple, out_grads=("Out",), in_grads=("X",), attrs=None):
+def _register_grad(type: str, fwd: tuple, out_grads=("Out",), in_grads=("X",), attrs=None,
+                   **kw: Any):
     inputs, outputs = grad_slots(fwd, out_grads, in_grads)
     return (grad_maker(fwd, out_grads, in_grads),
-            register(type + "_grad", inputs, outputs, attrs))
+            register(type + "_grad", inputs, outputs, attrs, **kw))
 
 
 def _check_labels(op: str, lab: Any, num_classes: int, ignore_index: int) -> Any:
@@ -378,7 +379,8 @@ def dropout_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
 _LOOKUP_ATTRS = {"is_sparse": False, "is_distributed": False, "padding_idx": -1,
                  "remote_prefetch": False}
 _lookup_maker, _lookup_grad_register = _register_grad(
-    "lookup_table", ("W", "Ids"), in_grads=("W",), attrs=_LOOKUP_ATTRS)
+    "lookup_table", ("W", "Ids"), in_grads=("W",), attrs=_LOOKUP_ATTRS,
+    sparse_outputs=("W" + GRAD,))
 
 
 def flat_ids(op: str, ids: Any, height: int) -> Any:
@@ -399,13 +401,13 @@ def out_lead_shape(ids: Any) -> tuple:
     return tuple(ids.shape[:-1]) if ids.ndim > 1 and ids.shape[-1] == 1 else tuple(ids.shape)
 
 
-@register("lookup_table", ("W", "Ids"), ("Out",), _LOOKUP_ATTRS, grad=_lookup_maker)
+@register("lookup_table", ("W", "Ids"), ("Out",), _LOOKUP_ATTRS, grad=_lookup_maker,
+          table_slot="W")
 def lookup_table(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out[i] = W[Ids[i]]; Ids ``[N, 1]`` give Out ``[N, D]``; padding_idx rows are zero."""
     w, ids = ins["W"][0], ins["Ids"][0]
-    xp = array_module(w)
     flat = flat_ids("lookup_table", ids, w.shape[0])
-    out = xp.take(w, flat, axis=0)
+    out = table_rows(ins, attrs, "W", flat)
     pad = attrs.get("padding_idx", -1)
     if pad != -1:
         out[flat == pad] = 0

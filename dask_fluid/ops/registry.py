@@ -42,9 +42,14 @@ class OpDef:
     #: ``"kernel"`` (the kernel reads ``attrs["_lods"]``, input slot -> LoD per name, and
     #: returns ``out[LOD_KEY]``, output slot -> LoD per name, None for none)
     lod: str | None = None
-    #: the host kernel run instead of :attr:`kernel` by an op instance the transpiler marked
-    #: for remote prefetch (``remote_prefetch`` with an ``epmap``: the rows of its parameter
-    #: come from the pservers), and the module that sets it
+    #: output slots that are SelectedRows (only some rows) when the op's ``is_sparse`` is set
+    sparse_outputs: tuple[str, ...] = ()
+    #: the input slot of a table the kernel reads only row by row, through
+    #: :func:`table_rows`; an op instance the transpiler marked for remote prefetch
+    #: (``remote_prefetch`` with an ``epmap``) gets those rows from the pservers instead
+    table_slot: str | None = None
+    #: the host kernel run instead of :attr:`kernel` by such a marked op instance, and the
+    #: module that sets it
     remote_kernel: Callable[..., dict] | None = None
     remote_provider: str | None = None
 
@@ -79,14 +84,19 @@ def register(
     grad: GradMaker | None = None,
     host: bool = False,
     lod: str | None = None,
+    sparse_outputs: tuple[str, ...] = (),
+    table_slot: str | None = None,
 ) -> Callable[[Kernel], Kernel]:
     """Register ``type`` with its signature; use as a decorator on the kernel."""
     if lod not in (None, "none", "kernel"):
         raise ValueError(f"register({type!r}): lod must be None, 'none' or 'kernel'")
+    if table_slot is not None and table_slot not in inputs:
+        raise ValueError(f"register({type!r}): table_slot {table_slot!r} is not an input")
 
     def deco(kernel: Kernel) -> Kernel:
         _OPS[type] = OpDef(type, tuple(inputs), tuple(outputs), dict(attrs or {}), kernel, grad,
-                           tuple(optional), host, lod=lod)
+                           tuple(optional), host, lod=lod, sparse_outputs=tuple(sparse_outputs),
+                           table_slot=table_slot)
         return kernel
 
     return deco
@@ -113,6 +123,24 @@ def set_remote_provider(type: str, provider: str) -> None:
 def set_remote_kernel(type: str, kernel: Callable[..., dict]) -> None:
     """Give ``type`` its remote-prefetch host kernel ``kernel(ins, attrs, outs, ctx)``."""
     get(type).remote_kernel = kernel
+
+
+def remote_table_ops() -> dict[str, str]:
+    """Op type -> table slot, for every op that can read its table's rows remotely."""
+    return {t: d.table_slot for t, d in _OPS.items() if d.table_slot is not None}
+
+
+def table_rows(ins: dict, attrs: dict, slot: str, ids: Any) -> Any:
+    """Rows ``ids`` (int64, 1-D) of the table bound to ``slot``, shape ``[len(ids), ...]``.
+
+    They come from the table itself, or, for an op instance whose table stays on the
+    pservers, from the fetcher its remote kernel passes as ``attrs["_table_rows"]``.
+    """
+    fetch = attrs.get("_table_rows")
+    if fetch is not None:
+        return fetch(ids)
+    table = ins[slot][0]
+    return array_module(table).take(table, ids, axis=0)
 
 
 def set_grad(type: str, grad: GradMaker) -> None:

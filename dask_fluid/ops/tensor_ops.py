@@ -29,6 +29,28 @@ def fill_constant(ins: dict, attrs: dict, outs: tuple) -> dict:
     return {"Out": [xp.full(shape, value, dtype=to_dtype(attrs.get("dtype", "float32")))]}
 
 
+_VALUE_ATTRS = {"fp32_values": "float32", "int32_values": "int32", "int64_values": "int64",
+                "bool_values": "bool"}
+
+
+@register("assign_value", (), ("Out",),
+          {"shape": [], "dtype": "float32", "fp32_values": [], "int32_values": [],
+           "int64_values": [], "bool_values": []})
+def assign_value(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = the constant the op carries (``NumpyArrayInitializer``, ``layers.assign`` of a
+    numpy array): its values in the attr of its dtype, laid out in ``shape``."""
+    dtype = to_dtype(attrs.get("dtype", "float32"))
+    shape = [int(s) for s in attrs.get("shape", [])]
+    slot = next((k for k, v in _VALUE_ATTRS.items() if np.dtype(v) == dtype), None)
+    if slot is None:
+        raise TypeError(f"assign_value: dtype {dtype} is not one of {list(_VALUE_ATTRS.values())}")
+    values = np.asarray(attrs.get(slot, []), dtype=dtype)
+    if values.size != int(np.prod(shape)):
+        raise ValueError(f"assign_value: {values.size} values in {slot} for shape {shape}")
+    xp = place_module(attrs)
+    return {"Out": [xp.asarray(values.reshape(shape))]}
+
+
 @register("fill_zeros_like", ("X",), ("Out",))
 def fill_zeros_like(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = zeros shaped like X."""

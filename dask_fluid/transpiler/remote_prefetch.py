@@ -1,11 +1,15 @@
 """Sparse tables left on the pservers (Fluid 1.8's remote prefetch).
 
-``embedding(is_sparse=True)`` without ``is_distributed`` marks its ``lookup_table`` op
-``remote_prefetch``. Once transpiled in a pserver mode, such a table is sliced into blocks like
-any parameter and optimized on the pservers, but the trainer's step no longer receives it
-whole: each lookup asks the pservers holding the looked-up rows for those rows only (the op
-keeps its type and gets ``epmap``, ``height_sections``, ``table_names`` and ``trainer_id``, as
-in Fluid). The trainer startup still receives the table once.
+``embedding(is_sparse=True)`` without ``is_distributed``, ``nce(is_sparse=True)`` and
+``hsigmoid(is_sparse=True)`` mark their op ``remote_prefetch``. Once transpiled in a pserver
+mode, such a table (the op's ``W`` or ``Weight``, whose gradient is a SelectedRows) is sliced
+into blocks like any parameter and optimized on the pservers, but the trainer's step no longer
+receives it whole: each op reading it asks the pservers holding the rows it reads for those
+rows only (the op keeps its type and gets ``epmap``, ``height_sections``, ``table_names`` and
+``trainer_id``, as in Fluid). The grad ops that read the table (``nce_grad``,
+``hierarchical_sigmoid_grad``) are marked too, so that they read the same rows as their forward
+op rather than the trainer's stale copy (Fluid's grad kernels read that copy). The trainer
+startup still receives the table once.
 
 A table stays received whole (the plain path) when some other op reads it in the forward pass
 (a tied embedding used by a ``matmul``): that op needs every row. GEO-SGD trainers optimize
@@ -15,14 +19,13 @@ locally and keep their tables.
 from __future__ import annotations
 
 from ..framework import Block, OpRole, Program
+from ..ops import registry
 from .plan import ParamPlan, TranspilePlan, op_role
-
-#: ops that can look up rows of their parameter on the pservers (slot of the table)
-REMOTE_OPS = {"lookup_table": "W"}
 
 
 def remote_tables(block: Block, params: list[ParamPlan]) -> set[str]:
     """The sparse parameters whose every forward reader is a remote-prefetch lookup."""
+    remote_ops = registry.remote_table_ops()
     readers: dict[str, list] = {}
     for op in block.ops:
         if op_role(op) != OpRole.Forward:
@@ -33,7 +36,7 @@ def remote_tables(block: Block, params: list[ParamPlan]) -> set[str]:
     for pp in params:
         ops = readers.get(pp.param, [])
         if pp.sparse and ops and all(
-                op.type in REMOTE_OPS and op.input(REMOTE_OPS[op.type])[0] == pp.param
+                op.type in remote_ops and op.input(remote_ops[op.type])[0] == pp.param
                 and op.attrs.get("remote_prefetch") and op.attrs.get("is_sparse", True)
                 for op in ops):
             out.add(pp.param)
@@ -41,10 +44,11 @@ def remote_tables(block: Block, params: list[ParamPlan]) -> set[str]:
 
 
 def mark_lookups(program: Program, plan: TranspilePlan) -> None:
-    """Give every lookup of a remote table the blocks it asks for."""
+    """Give every op reading rows of a remote table (forward or grad) the blocks it asks."""
+    remote_ops = registry.remote_table_ops()
     remote = {pp.param: pp for pp in plan.params if pp.remote}
     for op in program.global_block().ops:
-        slot = REMOTE_OPS.get(op.type)
+        slot = remote_ops.get(op.type)
         if slot is None or op.input(slot)[0] not in remote:
             continue
         pp = remote[op.input(slot)[0]]

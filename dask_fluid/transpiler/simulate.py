@@ -182,7 +182,7 @@ class InProcessCluster:
                 raise NotImplementedError(f"the in-process runner cannot simulate {op.type!r}")
 
     def _remote_lookup(self, op: Any, scope: Scope, fed: dict) -> None:
-        """A lookup of a table left on the pservers: the rows come from their blocks there
+        """An op reading a table left on the pservers: the rows come from their blocks there
         (the trainer's own copy of the table, stale since startup, is not read)."""
         table = np.concatenate([np.asarray(self.ps_scopes[ep].get(name)) for ep, name in
                                 zip(op.attrs["epmap"], op.attrs["table_names"], strict=True)])
@@ -193,7 +193,7 @@ class InProcessCluster:
                              dtype=op.block.var(name).dtype)
         block.append_op(op.type, inputs=op.inputs, outputs=op.outputs,
                         attrs={k: v for k, v in op.attrs.items() if k != "epmap"})
-        w = op.input("W")[0]
+        w = op.input(registry.get(op.type).table_slot)[0]
         own = scope.get(w)
         scope.set(w, table)
         try:

@@ -16,7 +16,7 @@ from dask_fluid.distributed import train_pserver
 from dask_fluid.models import mlp
 from dask_fluid.transpiler import DistributeTranspiler, HashName, RoundRobin
 
-from ..transpiler.models import config, reference_mlp, table_net
+from ..transpiler.models import config, reference_mlp, table_net, word_data, word_net
 
 
 @pytest.fixture(scope="module")
@@ -239,6 +239,38 @@ def test_a_sparse_table_looked_up_on_the_pservers_equals_local_with_two_trainers
     before = _local(*net(), []).get("shared_w")
     assert np.abs(result.params["shared_w"] - before).max() > 1e-3
     assert " 0 prefetches" not in result.summary and "prefetches" in result.summary
+
+
+def test_nce_and_its_embedding_read_on_the_pservers_equal_local(client):
+    # nce(is_sparse) and embedding(is_sparse): both tables stay on the pservers, the forward
+    # and the grad op read their rows there. One trainer: a fixed seed draws the same
+    # negatives for the same rows, so the batch must not be split
+    data = {k: v for k, v in word_data(48).items() if k in ("ids", "label")}
+    main, startup = word_net("nce")
+    scope = _local(*word_net("nce"), [_rows(data, 16 * s, 16 * (s + 1)) for s in range(3)])
+    result = train_pserver(client, main, startup, [data], pservers=2, batch_size=16,
+                           shuffle=False)
+    _assert_params_equal(result.params, scope, 1e-6)
+    before = _local(*word_net("nce"), [])
+    for name in ("nce_w", "word_emb"):
+        assert np.abs(result.params[name] - before.get(name)).max() > 1e-3, name
+    assert " 0 prefetches" not in result.summary and "prefetches" in result.summary
+
+
+def test_a_sparse_custom_tree_hsigmoid_read_on_the_pservers_equals_local_with_two_trainers(
+        client):
+    steps, half = 3, 16
+    data = word_data(steps * 2 * half, seed=2)
+    global_batches = [_rows(data, 2 * half * s, 2 * half * (s + 1)) for s in range(steps)]
+    per_trainer = [_cat([_rows(b, r * half, (r + 1) * half) for b in global_batches])
+                   for r in (0, 1)]
+    main, startup = word_net("hsigmoid")
+    scope = _local(*word_net("hsigmoid"), global_batches)
+    result = train_pserver(client, main, startup, per_trainer, pservers=2, batch_size=half,
+                           shuffle=False)
+    _assert_params_equal(result.params, scope, 1e-5)
+    before = _local(*word_net("hsigmoid"), []).get("hs_w")
+    assert np.abs(result.params["hs_w"] - before).max() > 1e-3
 
 
 @pytest.mark.parametrize("kwargs,exc,match", [

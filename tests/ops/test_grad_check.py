@@ -322,6 +322,36 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
         ("max_two_level_pad", {"X": [n((7, 2))]},
          {"pooltype": "MAX", "pad_value": 1.5, **one_level}),
     ]
+    nce = {"num_total_classes": 6, "num_neg_samples": 3, "seed": 3}
+    alias = {"CustomDistProbs": [np.array([0.3, 0.1, 0.2, 0.1, 0.2, 0.1], np.float32)],
+             "CustomDistAlias": [np.array([2, -1, 4, 0, -1, 0], np.int32)],
+             "CustomDistAliasProbs": [np.array([1.0, 0.6, 1.0, 0.6, 1.0, 0.6], np.float32)]}
+    c["nce"] = [
+        ("uniform_bias_weights", {"Input": [n((4, 3))], "Label": [np.array([[0], [5], [2], [2]])],
+                                  "Weight": [n((6, 3))], "Bias": [n((6, 1))],
+                                  "SampleWeight": [u(0.5, 2.0, (4, 1))]}, nce),
+        ("log_uniform_two_true_sparse", {"Input": [n((3, 2))],
+                                         "Label": [np.array([[0, 1], [4, 5], [3, 3]])],
+                                         "Weight": [n((6, 2))]},
+         {**nce, "sampler": 1, "is_sparse": True}),
+        ("custom_dist", {"Input": [n((4, 3))], "Label": [np.array([[1], [0], [4], [5]])],
+                         "Weight": [n((6, 3))], "Bias": [n((6, 1))], **alias},
+         {**nce, "sampler": 2}),
+        ("custom_neg_classes", {"Input": [n((2, 3))], "Label": [np.array([[1], [2]])],
+                                "Weight": [n((6, 3))]},
+         {**nce, "custom_neg_classes": [0, 3, 5]}),
+    ]
+    path = np.array([[0, 1, -1], [0, 2, 3], [0, -1, -1], [0, 2, 4]])
+    code = np.array([[1, 0, 0], [0, 1, 1], [1, 0, 0], [0, 0, 1]])
+    c["hierarchical_sigmoid"] = [
+        ("default_tree", {"X": [n((5, 3))], "W": [n((4, 3))],
+                          "Label": [np.array([[0], [4], [2], [1], [3]])], "Bias": [n((4, 1))]},
+         {"num_classes": 5}),
+        ("custom_tree_sparse", {"X": [n((4, 2))], "W": [n((5, 2))],
+                                "Label": [np.array([[0], [1], [2], [3]])],
+                                "PathTable": [path], "PathCode": [code], "Bias": [n((5, 1))]},
+         {"num_classes": 5, "is_sparse": True}),
+    ]
     return c
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 import dask_fluid as fluid
 from dask_fluid import layers
 from dask_fluid.transpiler import DistributeTranspiler, DistributeTranspilerConfig
@@ -66,6 +68,44 @@ def table_net(is_distributed: bool = True, optimizer=None) -> tuple:
         loss = layers.mean(layers.softmax_with_cross_entropy(logits, label))
         (optimizer or (lambda: fluid.optimizer.Adam(0.003)))().minimize(loss)
     return main, startup
+
+
+def word_net(loss: str, optimizer=None) -> tuple:
+    """A word2vec-like model whose two tables stay on the pservers once transpiled: ids looked
+    up in a sparse word_emb [1100, 16], then nce(is_sparse, seed=1) over 1100 classes, or a
+    custom-tree hsigmoid(is_sparse) over 1100 nodes fed path_table/path_code [N, 4]. Each
+    table is big enough to be sliced over two pservers."""
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = 1
+    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+        ids = layers.data("ids", [1], dtype="int64")
+        emb = layers.embedding(ids, [1100, 16], is_sparse=True,
+                               param_attr=fluid.ParamAttr(name="word_emb"))
+        label = layers.data("label", [1], dtype="int64")
+        if loss == "nce":
+            cost = layers.nce(emb, label, 1100, num_neg_samples=4, seed=1, is_sparse=True,
+                              param_attr=fluid.ParamAttr(name="nce_w"),
+                              bias_attr=fluid.ParamAttr(name="nce_b"))
+        else:
+            path_table = layers.data("path_table", [4], dtype="int64")
+            path_code = layers.data("path_code", [4], dtype="int64")
+            cost = layers.hsigmoid(emb, label, 1100, path_table=path_table,
+                                   path_code=path_code, is_custom=True, is_sparse=True,
+                                   param_attr=fluid.ParamAttr(name="hs_w"),
+                                   bias_attr=fluid.ParamAttr(name="hs_b"))
+        avg = layers.mean(cost)
+        (optimizer or (lambda: fluid.optimizer.Adam(0.01)))().minimize(avg)
+    return main, startup
+
+
+def word_data(n: int, seed: int = 0) -> dict:
+    """Feeds for :func:`word_net`: ids, labels, and tree paths of 1 to 4 nodes."""
+    rng = np.random.default_rng(seed)
+    table = rng.integers(0, 1100, (n, 4))
+    lengths = rng.integers(1, 5, n)
+    table[np.arange(4)[None, :] >= lengths[:, None]] = -1
+    return {"ids": rng.integers(0, 1100, (n, 1)), "label": rng.integers(0, 1100, (n, 1)),
+            "path_table": table, "path_code": rng.integers(0, 2, (n, 4))}
 
 
 def transpile(main, startup, config: DistributeTranspilerConfig | None = None,

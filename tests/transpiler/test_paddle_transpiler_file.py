@@ -1,7 +1,14 @@
 """Paddle 1.8's own test_dist_transpiler.py, unchanged, through ``dask_fluid.compat``.
 
-Not all 26 cases pass yet (issue: sequence networks); this holds on to the ones that do, so
-that none of them regresses, and prints the count. It runs in a child process: the file sets
+23 of its 26 cases pass; this holds on to them, so that none regresses, and prints the count.
+The other three expect what Fluid 1.8's own code does not do:
+
+- TestFakeInit wants ``fake_init`` for tables that are not ``is_distributed`` (TestDistLookupTable
+  in the same file wants their init ops kept);
+- TestRMSPropOptimizer looks up an accumulator named ``momentum_1``, where Fluid names it
+  ``<param>_momentum_0`` (the name checkpoints are saved and loaded under);
+- TestL2Decay wants ``fc_b``'s gradient clipped although ``need_clip`` selects only ``fc_w``.
+ It runs in a child process: the file sets
 ``gc.set_debug`` and installs ``paddle``."""
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ PASSING = {
     "TestBasicModelWithLargeBlockSize", "TestDecayedAdagrad", "TestDistArgsInProgram",
     "TestDistLookupTableBase", "TestDistLookupTableSliceSize",
     "TestEmptyPserverOptimizeBlocks", "TestFtrl", "TestLocalLookupTable",
-    "TestAsyncLocalLookupTable", "TestRemoteLookupTable", "TestL2DecayWithPiecewise", "TestLRDecay",
+    "TestAsyncLocalLookupTable", "TestRemoteLookupTable", "TestRemoteNce", "TestRemoteHsigmoid",
+    "TestL2DecayWithPiecewise", "TestLRDecay",
     "TestLRDecayConditional", "TestLoadSliceVar", "TestNCCL2Transpile", "TestNoSliceVar",
     "TranspilerTest",
 }

@@ -11,7 +11,7 @@ from dask_fluid import layers
 from dask_fluid.transpiler import HashName, PSDispatcher, RoundRobin
 from dask_fluid.transpiler.simulate import InProcessCluster
 
-from .models import config, op_types, reference_mlp, transpile
+from .models import config, op_types, reference_mlp, transpile, word_data, word_net
 
 THREE = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003"
 
@@ -183,3 +183,24 @@ def test_sync_mode_argument_must_be_bool():
     main, startup, _ = reference_mlp()
     with pytest.raises(ValueError, match="sync_mode = 'yes' is not allowed"):
         transpile(main, startup, sync_mode="yes")
+
+
+@pytest.mark.parametrize("loss,trainers", [("nce", 1), ("hsigmoid", 2)])
+def test_nce_and_hsigmoid_tables_read_on_the_pservers_simulate_like_local(loss, trainers):
+    # the in-process runner reads their rows (forward and grad op) from the pserver scopes
+    main, startup = word_net(loss)
+    cluster = InProcessCluster(main, startup, "127.0.0.1:1,127.0.0.1:2", trainers)
+    exe, scope = fluid.Executor(), fluid.Scope()
+    lmain, lstartup = word_net(loss)
+    exe.run(lstartup, scope=scope)
+    data = word_data(96, seed=3)
+    for s in range(3):
+        feed = {k: v[32 * s:32 * (s + 1)] for k, v in data.items()
+                if main.global_block().has_var(k)}
+        exe.run(lmain, feed=feed, scope=scope)
+        cluster.step([{k: v[i * 32 // trainers:(i + 1) * 32 // trainers] for k, v in feed.items()}
+                      for i in range(trainers)])
+    remote = {pp.param for pp in cluster.transpilers[0].plan.params if pp.remote}
+    assert remote == {"word_emb", "nce_w" if loss == "nce" else "hs_w"}
+    for name, value in cluster.parameters().items():
+        np.testing.assert_allclose(value, scope.get(name), rtol=1e-5, atol=1e-7, err_msg=name)

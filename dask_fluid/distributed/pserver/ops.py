@@ -14,8 +14,9 @@ executor's :class:`.client.PServerClient`:
   the block;
 - ``fetch_barrier`` has nothing left to wait for;
 - ``prefetch`` asks every pserver at once for its rows of the distributed lookup table;
-- a ``lookup_table`` the transpiler marked for remote prefetch asks the pservers holding its
-  table's blocks for the looked-up rows.
+- an op the transpiler marked for remote prefetch (``lookup_table``, ``nce``,
+  ``hierarchical_sigmoid`` and their grads that read the table) asks the pservers holding
+  its table's blocks for the rows it reads.
 
 The ``distributed_mode`` attr of the trainer's RPC ops (Fluid 1.8's enum, as on
 ``listen_and_serv``; :mod:`...transpiler.modes`) says how they run:
@@ -44,12 +45,13 @@ the op registry the first time a program needs one of these kernels.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ...executor import RunContext
 from ...flags import RPCFlags
 from ...ops import registry
-from ...ops.nn_ops import flat_ids, out_lead_shape
 from ...transpiler.modes import DistributedMode
 from ...transpiler.trainer_rewrite import GEO_PARAM_INIT
 from ..comm.auth import env_secret
@@ -175,40 +177,48 @@ def _prefetch(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     return {"Out": client.prefetch(list(attrs["epmap"]), ins["X"])}
 
 
-def _remote_lookup(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
-    """``lookup_table`` of a table left on the pservers: each distinct id is asked once of the
-    pserver whose block (``height_sections``, in order) holds its row."""
-    w, ids = ins["W"][0], ins["Ids"][0]
-    xp = registry.array_module(w)
+def _remote_rows(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    """An op whose table stays on the pservers (``lookup_table``, ``nce``,
+    ``hierarchical_sigmoid`` and the grads that read the table): its own kernel, reading the
+    rows it needs from the pservers holding them instead of from the trainer's stale copy."""
+    op_type = ctx.op.type
+    opdef = registry.get(op_type)
+    table = ins[opdef.table_slot][0]
     sections = [int(h) for h in attrs["height_sections"]]
     epmap, tables = list(attrs["epmap"]), list(attrs["table_names"])
     if not len(sections) == len(epmap) == len(tables):
-        raise ValueError(f"lookup_table: epmap {epmap}, table_names {tables} and "
+        raise ValueError(f"{op_type}: epmap {epmap}, table_names {tables} and "
                          f"height_sections {sections} must have one entry per block")
-    host_ids = ids.get() if hasattr(ids, "get") else np.asarray(ids)
-    flat = flat_ids("lookup_table", host_ids, sum(sections))
-    uniq, inverse = np.unique(flat, return_inverse=True)
+    if sum(sections) != table.shape[0]:
+        raise ValueError(f"{op_type}: height_sections {sections} add up to {sum(sections)} "
+                         f"rows, but the table {ctx.op.input(opdef.table_slot)[0]!r} has "
+                         f"{table.shape[0]}")
+    xp = registry.array_module(table)
     offsets = np.cumsum([0, *sections])
-    block = np.searchsorted(offsets, uniq, side="right") - 1
-    asked = [k for k in range(len(sections)) if (block == k).any()]
-    # the client of the trainer's RPC ops (the startup's recv opened it): one connection a
-    # trainer to each pserver, whatever program (a place's copy) the lookup runs in
-    client = ctx.executor.host_context.get(CLIENT_KEY) or open_client(int(attrs["trainer_id"]))
-    if client is None:
-        client = _client(ctx)
-    client.endpoints.update(epmap)
-    rows = client.prefetch([epmap[k] for k in asked],
-                           [uniq[block == k] - offsets[k] for k in asked],
-                           [tables[k] for k in asked]) if asked else []
-    width = tuple(w.shape[1:])
-    values = np.zeros((uniq.size, *width), dtype=w.dtype)
-    for k, got in zip(asked, rows, strict=True):
-        values[block == k] = got
-    out = values[inverse]
-    pad = attrs.get("padding_idx", -1)
-    if pad != -1:
-        out[flat == pad] = 0
-    return {"Out": [xp.asarray(out.reshape(out_lead_shape(host_ids) + width))]}
+
+    def fetch(ids: Any) -> Any:
+        """Rows ``ids`` of the table: each distinct id asked once of the pserver whose block
+        (``height_sections``, in order) holds it."""
+        host_ids = ids.get() if hasattr(ids, "get") else np.asarray(ids)
+        uniq, inverse = np.unique(host_ids.reshape(-1), return_inverse=True)
+        block = np.searchsorted(offsets, uniq, side="right") - 1
+        asked = [k for k in range(len(sections)) if (block == k).any()]
+        # the client of the trainer's RPC ops (the startup's recv opened it): one connection
+        # a trainer to each pserver, whatever program (a place's copy) the op runs in
+        client = ctx.executor.host_context.get(CLIENT_KEY) or open_client(
+            int(attrs["trainer_id"]))
+        if client is None:
+            client = _client(ctx)
+        client.endpoints.update(epmap)
+        rows = client.prefetch([epmap[k] for k in asked],
+                               [uniq[block == k] - offsets[k] for k in asked],
+                               [tables[k] for k in asked]) if asked else []
+        values = np.zeros((uniq.size, *table.shape[1:]), dtype=table.dtype)
+        for k, got in zip(asked, rows, strict=True):
+            values[block == k] = got
+        return xp.asarray(values[inverse.reshape(-1)])
+
+    return opdef.resolve()(ins, {**attrs, "_table_rows": fetch}, outs)
 
 
 def _listen_and_serv(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
@@ -230,4 +240,5 @@ registry.set_kernel("recv", _recv)
 registry.set_kernel("fetch_barrier", _fetch_barrier)
 registry.set_kernel("prefetch", _prefetch)
 registry.set_kernel("listen_and_serv", _listen_and_serv)
-registry.set_remote_kernel("lookup_table", _remote_lookup)
+for _type in registry.remote_table_ops():
+    registry.set_remote_kernel(_type, _remote_rows)
