@@ -3,8 +3,9 @@
 23 of its 26 cases pass; this holds on to them, so that none regresses, and prints the count.
 The other three expect what Fluid 1.8's own code does not do:
 
-- TestFakeInit wants ``fake_init`` for tables that are not ``is_distributed`` (TestDistLookupTable
-  in the same file wants their init ops kept);
+- TestFakeInit wants the trainer startup to ``fake_init`` sparse tables that are not
+  ``is_distributed``; TestDistLookupTable, in the same file, wants such a table
+  (``profile_emb``) received by the trainer startup;
 - TestRMSPropOptimizer looks up an accumulator named ``momentum_1``, where Fluid names it
   ``<param>_momentum_0`` (the name checkpoints are saved and loaded under);
 - TestL2Decay wants ``fc_b``'s gradient clipped although ``need_clip`` selects only ``fc_w``.
