@@ -9,9 +9,10 @@ from ..framework import Variable
 from ..initializer import ConstantInitializer
 from ..layer_helper import LayerHelper
 from ..param_attr import ParamAttr
-from .tensor import _check_var
+from .nn import fc
+from .tensor import _check_var, concat
 
-__all__ = ["dynamic_gru", "dynamic_lstm"]
+__all__ = ["dynamic_gru", "dynamic_lstm", "gru_unit", "lstm_unit"]
 
 
 def dynamic_gru(input: Variable, size: int, param_attr: Any = None, bias_attr: Any = None,
@@ -142,3 +143,90 @@ def dynamic_lstm(input: Variable, size: int, h_0: Variable | None = None,
                             "cell_activation": cell_activation,
                             "candidate_activation": candidate_activation})
     return outs["Hidden"][0], outs["Cell"][0]
+
+
+_UNIT_ACTS = {"identity": 0, "sigmoid": 1, "tanh": 2, "relu": 3}
+
+
+def gru_unit(input: Variable, hidden: Variable, size: int, param_attr: Any = None,
+             bias_attr: Any = None, activation: str = "tanh", gate_activation: str = "sigmoid",
+             origin_mode: bool = False) -> tuple[Variable, Variable, Variable]:
+    """One GRU step (Fluid's ``gru_unit``), the cell of a hand-written recurrence.
+
+    Parameters
+    ----------
+    input : Variable
+        ``[N, size]`` with ``size = 3 * D``: the projected update, reset and candidate inputs.
+    hidden : Variable
+        The previous state, ``[N, D]``.
+    size : int
+        ``3 * D``, as in Fluid.
+    param_attr, bias_attr : ParamAttr, optional
+        The weight ``[D, 3D]`` and the bias ``[1, 3D]`` (``bias_attr=False``: none).
+    activation, gate_activation : str
+        ``identity``, ``sigmoid``, ``tanh`` or ``relu`` (Fluid 1.8's layer always writes tanh
+        and sigmoid into the op whatever is asked; this one writes what is asked).
+    origin_mode : bool
+        ``h = u * h_prev + (1 - u) * c`` instead of ``(1 - u) * h_prev + u * c``.
+
+    Returns
+    -------
+    tuple of Variable
+        ``(hidden [N, D], reset_hidden_prev [N, D], gate [N, 3D])``, Fluid's order.
+    """
+    _check_var(input, "input", "gru_unit")
+    _check_var(hidden, "hidden", "gru_unit")
+    for name, act in (("activation", activation), ("gate_activation", gate_activation)):
+        if act not in _UNIT_ACTS:
+            raise ValueError(f"gru_unit: {name} {act!r} is not one of {list(_UNIT_ACTS)}")
+    if size % 3:
+        raise ValueError(f"gru_unit: size must be 3 * hidden size, got {size}")
+    d = size // 3
+    helper = LayerHelper("gru_unit")
+    weight = helper.create_parameter(ParamAttr._to_attr(param_attr), [d, 3 * d], input.dtype)
+    inputs = {"Input": [input], "HiddenPrev": [hidden], "Weight": [weight]}
+    battr = ParamAttr._to_attr(bias_attr)
+    if battr is not False:
+        inputs["Bias"] = [helper.create_parameter(battr, [1, 3 * d], input.dtype, is_bias=True)]
+    batch = input.shape[0] if input.shape else -1
+    outs = {"Gate": [helper.create_tmp(dtype=input.dtype, shape=[batch, 3 * d])],
+            "ResetHiddenPrev": [helper.create_tmp(dtype=input.dtype, shape=[batch, d])],
+            "Hidden": [helper.create_tmp(dtype=input.dtype, shape=[batch, d])]}
+    helper.append_op("gru_unit", inputs=inputs, outputs=outs,
+                     attrs={"activation": _UNIT_ACTS[activation],
+                            "gate_activation": _UNIT_ACTS[gate_activation],
+                            "origin_mode": bool(origin_mode)})
+    return outs["Hidden"][0], outs["ResetHiddenPrev"][0], outs["Gate"][0]
+
+
+def lstm_unit(x_t: Variable, hidden_t_prev: Variable, cell_t_prev: Variable,
+              forget_bias: float = 0.0, param_attr: Any = None, bias_attr: Any = None,
+              name: str | None = None) -> tuple[Variable, Variable]:
+    """One LSTM step (Fluid's ``lstm_unit``): ``fc(concat([x_t, hidden_t_prev]), 4 * D)``,
+    then op ``lstm_unit`` with the gates in the order input, forget, output, candidate.
+
+    Returns
+    -------
+    tuple of Variable
+        ``(hidden [N, D], cell [N, D])``, Fluid's order.
+    """
+    for arg, var in (("x_t", x_t), ("hidden_t_prev", hidden_t_prev),
+                     ("cell_t_prev", cell_t_prev)):
+        _check_var(var, arg, "lstm_unit")
+        if var.shape is None or len(var.shape) != 2:
+            raise ValueError(f"lstm_unit: {arg} must be a 2-D tensor, got shape {var.shape}")
+    if len({v.shape[0] for v in (x_t, hidden_t_prev, cell_t_prev) if v.shape[0] > 0}) > 1:
+        raise ValueError("lstm_unit: x_t, hidden_t_prev and cell_t_prev must have the same "
+                         "batch size")
+    if hidden_t_prev.shape[1] != cell_t_prev.shape[1]:
+        raise ValueError(f"lstm_unit: hidden_t_prev {list(hidden_t_prev.shape)} and "
+                         f"cell_t_prev {list(cell_t_prev.shape)} must have the same width")
+    size = cell_t_prev.shape[1]
+    helper = LayerHelper("lstm_unit", name=name)
+    fc_out = fc(concat([x_t, hidden_t_prev], axis=1), 4 * size, param_attr=param_attr,
+                bias_attr=bias_attr)
+    c = helper.create_tmp(dtype=x_t.dtype, shape=list(cell_t_prev.shape))
+    h = helper.create_tmp(dtype=x_t.dtype, shape=list(cell_t_prev.shape))
+    helper.append_op("lstm_unit", inputs={"X": [fc_out], "C_prev": [cell_t_prev]},
+                     outputs={"C": [c], "H": [h]}, attrs={"forget_bias": float(forget_bias)})
+    return h, c

@@ -332,3 +332,133 @@ def lstm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     if "C0" + GRAD in outs and c0 is not None:
         res["C0" + GRAD] = [carry_c]
     return res
+
+
+# ---------------------------------------------------------------------------------------------
+# gru_unit and lstm_unit: one step of a GRU or an LSTM on plain [N, ...] tensors (Fluid's
+# gru_unit_op.h and lstm_unit_op.h), the cells of hand-written recurrences.
+
+#: gru_unit's activation attrs are Fluid's enum
+_UNIT_ACTS = {0: "identity", 1: "sigmoid", 2: "tanh", 3: "relu"}
+_GRU_UNIT_ATTRS = {"activation": 2, "gate_activation": 1, "origin_mode": False}
+_GRU_UNIT_FWD = ("Input", "HiddenPrev", "Weight", "Bias", "Gate", "ResetHiddenPrev", "Hidden")
+
+
+def _unit_act(attrs: dict, name: str) -> str:
+    value = attrs.get(name, _GRU_UNIT_ATTRS[name])
+    act = _UNIT_ACTS.get(value, value) if not isinstance(value, bool) else None
+    if act not in _ACTS:
+        raise ValueError(f"gru_unit: {name} {value!r} is not one of {_UNIT_ACTS} (Fluid's "
+                         "enum) or their names")
+    return act
+
+
+def _gru_unit_shapes(x: Any, h_p: Any, w: Any) -> int:
+    d = int(w.shape[0])
+    if tuple(w.shape) != (d, 3 * d) or x.ndim != 2 or x.shape[1] != 3 * d or \
+            tuple(h_p.shape) != (x.shape[0], d):
+        raise ValueError(f"gru_unit: Input must be [N, 3D], HiddenPrev [N, D] and Weight "
+                         f"[D, 3D]; got Input {list(x.shape)}, HiddenPrev {list(h_p.shape)}, "
+                         f"Weight {list(w.shape)}")
+    return d
+
+
+@register("gru_unit", ("Input", "HiddenPrev", "Weight", "Bias"),
+          ("Gate", "ResetHiddenPrev", "Hidden"), _GRU_UNIT_ATTRS, optional=("Bias",),
+          grad=grad_maker(_GRU_UNIT_FWD, ("Hidden",), ("Input", "HiddenPrev", "Weight", "Bias")))
+def gru_unit(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Hidden ``[N, D]``: one GRU step from HiddenPrev (the gru recurrence above); Gate holds
+    the activated ``[u | r | c]`` and ResetHiddenPrev ``r * h_prev``."""
+    x, h_p, w = ins["Input"][0], ins["HiddenPrev"][0], ins["Weight"][0]
+    bias = (ins.get("Bias") or [None])[0]
+    xp = array_module(x, w)
+    d = _gru_unit_shapes(x, h_p, w)
+    act, gate_act = _unit_act(attrs, "activation"), _unit_act(attrs, "gate_activation")
+    wg, wc = _split_weight(w, d)
+    z = x + (bias.reshape(1, -1) if bias is not None else 0)
+    ur = _act(xp, gate_act, z[:, :2 * d] + h_p @ wg)
+    u, r = ur[:, :d], ur[:, d:]
+    rh = r * h_p
+    c = _act(xp, act, z[:, 2 * d:] + rh @ wc)
+    h = u * h_p + (1 - u) * c if attrs.get("origin_mode") else (1 - u) * h_p + u * c
+    return {"Gate": [xp.concatenate([ur, c], axis=1)], "ResetHiddenPrev": [rh], "Hidden": [h]}
+
+
+@register("gru_unit_grad", *grad_slots(_GRU_UNIT_FWD, ("Hidden",),
+                                       ("Input", "HiddenPrev", "Weight", "Bias")),
+          _GRU_UNIT_ATTRS, optional=("Bias", "Hidden", "Hidden" + GRAD))
+def gru_unit_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    x, h_p, w = ins["Input"][0], ins["HiddenPrev"][0], ins["Weight"][0]
+    gate, rh = ins["Gate"][0], ins["ResetHiddenPrev"][0]
+    xp = array_module(x, w)
+    d = _gru_unit_shapes(x, h_p, w)
+    act, gate_act = _unit_act(attrs, "activation"), _unit_act(attrs, "gate_activation")
+    wg, wc = _split_weight(w, d)
+    dh = ins.get("Hidden" + GRAD, [None])[0]
+    dh = xp.zeros_like(h_p) if dh is None else dh
+    u, r, c = gate[:, :d], gate[:, d:2 * d], gate[:, 2 * d:]
+    if attrs.get("origin_mode"):
+        du, dc, dhp = dh * (h_p - c), dh * (1 - u), dh * u
+    else:
+        du, dc, dhp = dh * (c - h_p), dh * u, dh * (1 - u)
+    dzc = dc * _act_grad(act, c)
+    drh = dzc @ wc.T
+    dzur = xp.concatenate([du * _act_grad(gate_act, u), drh * h_p * _act_grad(gate_act, r)],
+                          axis=1)
+    res = {}
+    if "Input" + GRAD in outs:
+        res["Input" + GRAD] = [xp.concatenate([dzur, dzc], axis=1)]
+    if "HiddenPrev" + GRAD in outs:
+        res["HiddenPrev" + GRAD] = [dhp + drh * r + dzur @ wg.T]
+    if "Weight" + GRAD in outs:
+        res["Weight" + GRAD] = [xp.concatenate([(h_p.T @ dzur).reshape(-1),
+                                                (rh.T @ dzc).reshape(-1)]).reshape(w.shape)]
+    if "Bias" + GRAD in outs:
+        res["Bias" + GRAD] = [xp.concatenate([dzur, dzc], axis=1).sum(axis=0, keepdims=True)]
+    return res
+
+
+def _lstm_unit_gates(x: Any, c_prev: Any, forget_bias: float) -> tuple:
+    xp = array_module(x)
+    d = c_prev.shape[1]
+    if x.ndim != 2 or x.shape != (c_prev.shape[0], 4 * d):
+        raise ValueError(f"lstm_unit: X must be [N, 4D] with C_prev [N, D]; got X "
+                         f"{list(x.shape)}, C_prev {list(c_prev.shape)}")
+    i = _act(xp, "sigmoid", x[:, :d])
+    f = _act(xp, "sigmoid", x[:, d:2 * d] + forget_bias)
+    o = _act(xp, "sigmoid", x[:, 2 * d:3 * d])
+    g = xp.tanh(x[:, 3 * d:])
+    return i, f, o, g
+
+
+@register("lstm_unit", ("X", "C_prev"), ("C", "H"), {"forget_bias": 0.0},
+          grad=grad_maker(("X", "C_prev", "C", "H"), ("C", "H"), ("X", "C_prev")))
+def lstm_unit(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """One LSTM step: X ``[N, 4D]`` holds the input, forget, output and candidate
+    preactivations (``[i | f | o | g]``, lstm_unit's order), ``c = f * c_prev + i * g`` with
+    ``f = sigmoid(x_f + forget_bias)``, ``h = o * tanh(c)``."""
+    x, c_prev = ins["X"][0], ins["C_prev"][0]
+    i, f, o, g = _lstm_unit_gates(x, c_prev, float(attrs.get("forget_bias", 0.0)))
+    c = f * c_prev + i * g
+    return {"C": [c], "H": [o * array_module(c).tanh(c)]}
+
+
+@register("lstm_unit_grad", *grad_slots(("X", "C_prev", "C", "H"), ("C", "H"), ("X", "C_prev")),
+          {"forget_bias": 0.0}, optional=("H", "C" + GRAD, "H" + GRAD))
+def lstm_unit_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    x, c_prev, c = ins["X"][0], ins["C_prev"][0], ins["C"][0]
+    xp = array_module(x)
+    i, f, o, g = _lstm_unit_gates(x, c_prev, float(attrs.get("forget_bias", 0.0)))
+    dh = (ins.get("H" + GRAD) or [None])[0]
+    dc = (ins.get("C" + GRAD) or [None])[0]
+    tc = xp.tanh(c)
+    dh = xp.zeros_like(c) if dh is None else dh
+    dc = (xp.zeros_like(c) if dc is None else dc) + dh * o * (1 - tc * tc)
+    res = {}
+    if "X" + GRAD in outs:
+        res["X" + GRAD] = [xp.concatenate([dc * g * i * (1 - i), dc * c_prev * f * (1 - f),
+                                           dh * tc * o * (1 - o), dc * i * (1 - g * g)],
+                                          axis=1)]
+    if "C_prev" + GRAD in outs:
+        res["C_prev" + GRAD] = [dc * f]
+    return res

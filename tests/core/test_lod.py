@@ -266,3 +266,60 @@ def test_dynamic_lstm_classifies_by_word_order():
             fluid.layers.dynamic_lstm(x, size=8, h_0=x)
         with pytest.raises(ValueError, match=r"input must be \[T, size\]"):
             fluid.layers.dynamic_lstm(x, size=16)
+
+
+def test_gru_unit_unrolled_equals_dynamic_gru_with_the_same_weights():
+    rng = np.random.default_rng(8)
+    steps, batch, d = 3, 4, 5
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        seq = fluid.layers.data(name="seq", shape=[3 * d], lod_level=1)
+        xs = [fluid.layers.data(name=f"x{t}", shape=[3 * d]) for t in range(steps)]
+        w, b = fluid.ParamAttr(name="gw"), fluid.ParamAttr(name="gb")
+        whole = fluid.layers.dynamic_gru(seq, size=d, param_attr=w, bias_attr=b)
+        h = fluid.layers.fill_constant_batch_size_like(xs[0], [-1, d], "float32", 0.0)
+        for x in xs:
+            h, _, _ = fluid.layers.gru_unit(x, h, 3 * d, param_attr=w, bias_attr=b)
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(startup, scope=scope)
+    scope.set("gb", rng.standard_normal((1, 3 * d)).astype(np.float32))
+    x = rng.standard_normal((batch, steps, 3 * d)).astype(np.float32)
+    lod_x = fluid.create_lod_tensor(x.reshape(-1, 3 * d), [[steps] * batch], fluid.CPUPlace())
+    feed = {"seq": lod_x, **{f"x{t}": x[:, t] for t in range(steps)}}
+    got_whole, got_last = exe.run(main, feed=feed, fetch_list=[whole, h], scope=scope,
+                                  return_numpy=False)
+    last_rows = np.array(got_whole)[steps - 1::steps]
+    np.testing.assert_allclose(np.array(got_last), last_rows, rtol=1e-5)
+
+
+def test_an_unrolled_lstm_unit_learns_word_order():
+    rng = np.random.default_rng(9)
+    n, steps = 32, 3
+    ids = rng.integers(3, 8, (n, steps))
+    labels = np.arange(n) % 2
+    for i in range(n):  # class 1 iff word 1 comes before word 2
+        a, b = sorted(rng.choice(steps, 2, replace=False))
+        ids[i, a], ids[i, b] = (1, 2) if labels[i] else (2, 1)
+    main, startup = fluid.Program(), fluid.Program()
+    startup.random_seed = 2
+    with fluid.program_guard(main, startup):
+        words = [fluid.layers.data(name=f"w{t}", shape=[1], dtype="int64") for t in range(steps)]
+        label = fluid.layers.data(name="label", shape=[1], dtype="int64")
+        h = c = fluid.layers.fill_constant_batch_size_like(words[0], [-1, 8], "float32", 0.0)
+        for w in words:
+            emb = fluid.layers.embedding(w, size=[8, 8], param_attr=fluid.ParamAttr(name="emb"))
+            h, c = fluid.layers.lstm_unit(emb, h, c, forget_bias=1.0,
+                                          param_attr=fluid.ParamAttr(name="cell_w"),
+                                          bias_attr=fluid.ParamAttr(name="cell_b"))
+        predict = fluid.layers.fc(h, 2, act="softmax")
+        loss = fluid.layers.mean(fluid.layers.cross_entropy(predict, label))
+        acc = fluid.layers.accuracy(predict, label)
+        fluid.optimizer.Adam(0.03).minimize(loss)
+    assert [op.type for op in main.global_block().ops].count("lstm_unit") == steps
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(startup, scope=scope)
+    feed = {f"w{t}": ids[:, t:t + 1] for t in range(steps)}
+    feed["label"] = labels.reshape(-1, 1).astype(np.int64)
+    for _ in range(150):
+        a, = exe.run(main, feed=feed, fetch_list=[acc], scope=scope)
+    assert float(a[0]) == 1.0

@@ -322,6 +322,16 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
         ("max_two_level_pad", {"X": [n((7, 2))]},
          {"pooltype": "MAX", "pad_value": 1.5, **one_level}),
     ]
+    c["gru_unit"] = [
+        ("bias", {"Input": [n((3, 6))], "HiddenPrev": [n((3, 2))], "Weight": [0.5 * n((2, 6))],
+                  "Bias": [n((1, 6))]}, {}),
+        ("origin_relu_no_bias", {"Input": [n((2, 9))], "HiddenPrev": [n((2, 3))],
+                                 "Weight": [0.4 * n((3, 9))]},
+         {"origin_mode": True, "activation": 3}),
+    ]
+    c["lstm_unit"] = [
+        ("forget_bias", {"X": [n((3, 8))], "C_prev": [n((3, 2))]}, {"forget_bias": 1.0}),
+    ]
     nce = {"num_total_classes": 6, "num_neg_samples": 3, "seed": 3}
     alias = {"CustomDistProbs": [np.array([0.3, 0.1, 0.2, 0.1, 0.2, 0.1], np.float32)],
              "CustomDistAlias": [np.array([2, -1, 4, 0, -1, 0], np.int32)],

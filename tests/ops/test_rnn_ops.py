@@ -119,3 +119,44 @@ def test_lstm_refuses_wrong_shapes():
         run_op("lstm", {"Input": [np.zeros((2, 8))], "Weight": [np.zeros((2, 8))],
                         "Bias": [np.zeros((1, 8))], "C0": [np.zeros((3, 2))]},
                {"use_peepholes": False, **lod})
+
+
+@pytest.mark.parametrize("origin", [False, True])
+def test_gru_unit_is_one_step_of_the_gru_loop(origin):
+    rng = np.random.default_rng(4)
+    d, n = 3, 4
+    x, h_p = rng.standard_normal((n, 3 * d)), rng.standard_normal((n, d))
+    w, b = 0.5 * rng.standard_normal((d, 3 * d)), rng.standard_normal((1, 3 * d))
+    res = run_op("gru_unit", {"Input": [x], "HiddenPrev": [h_p], "Weight": [w], "Bias": [b]},
+                 {"origin_mode": origin})
+    # n sequences of one step each, starting from HiddenPrev
+    expected = _reference(x, w, b, h_p, tuple(range(n + 1)), False, origin)
+    np.testing.assert_allclose(res["Hidden"][0], expected, rtol=1e-12)
+    u = _sigmoid(x[:, :d] + b[0, :d] + h_p @ w.reshape(-1)[:2 * d * d].reshape(d, 2 * d)[:, :d])
+    np.testing.assert_allclose(res["Gate"][0][:, :d], u, rtol=1e-12)
+
+
+def test_gru_unit_takes_fluids_activation_enum_and_refuses_unknown_ones():
+    rng = np.random.default_rng(5)
+    ins = {"Input": [rng.standard_normal((2, 6))], "HiddenPrev": [np.zeros((2, 2))],
+           "Weight": [np.zeros((2, 6))]}
+    res = run_op("gru_unit", ins, {"activation": 0, "gate_activation": 1})  # identity
+    x = ins["Input"][0]
+    np.testing.assert_allclose(res["Hidden"][0], _sigmoid(x[:, :2]) * x[:, 4:], rtol=1e-12)
+    with pytest.raises(ValueError, match="activation 7 is not one of"):
+        run_op("gru_unit", ins, {"activation": 7})
+    with pytest.raises(ValueError, match=r"Input must be \[N, 3D\], HiddenPrev \[N, D\]"):
+        run_op("gru_unit", {**ins, "HiddenPrev": [np.zeros((3, 2))]})
+
+
+def test_lstm_unit_matches_the_textbook_step_in_its_gate_order():
+    rng = np.random.default_rng(6)
+    x, c_prev = rng.standard_normal((3, 8)), rng.standard_normal((3, 2))
+    res = run_op("lstm_unit", {"X": [x], "C_prev": [c_prev]}, {"forget_bias": 0.5})
+    i, f = _sigmoid(x[:, 0:2]), _sigmoid(x[:, 2:4] + 0.5)
+    o, g = _sigmoid(x[:, 4:6]), np.tanh(x[:, 6:8])
+    c = f * c_prev + i * g
+    np.testing.assert_allclose(res["C"][0], c, rtol=1e-12)
+    np.testing.assert_allclose(res["H"][0], o * np.tanh(c), rtol=1e-12)
+    with pytest.raises(ValueError, match=r"X must be \[N, 4D\] with C_prev \[N, D\]"):
+        run_op("lstm_unit", {"X": [x], "C_prev": [np.zeros((3, 3))]})
