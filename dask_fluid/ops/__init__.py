@@ -16,6 +16,7 @@ Conventions the executor follows when it runs a kernel ``kernel(ins, attrs, outs
 
 from . import (  # noqa: F401  (imported for their registrations)
     conv_ops,
+    crf_ops,
     dense_ops,
     host_ops,
     math_ops,

@@ -323,3 +323,34 @@ def test_an_unrolled_lstm_unit_learns_word_order():
     for _ in range(150):
         a, = exe.run(main, feed=feed, fetch_list=[acc], scope=scope)
     assert float(a[0]) == 1.0
+
+
+def test_a_crf_tagger_learns_tags_that_depend_on_the_previous_word():
+    # the tag of a word is 1 after word 0, else 0 or 2 by its parity: trained through the
+    # CRF's likelihood, read back by Viterbi decoding with the trained transitions
+    rng = np.random.default_rng(10)
+    seqs = [list(rng.integers(0, 6, int(rng.integers(2, 6)))) for _ in range(24)]
+    tags = [[1 if k and s[k - 1] == 0 else int(s[k] % 2) * 2 for k in range(len(s))]
+            for s in seqs]
+    main, startup = fluid.Program(), fluid.Program()
+    startup.random_seed = 3
+    with fluid.program_guard(main, startup):
+        words = fluid.layers.data(name="words", shape=[1], dtype="int64", lod_level=1)
+        target = fluid.layers.data(name="target", shape=[1], dtype="int64", lod_level=1)
+        emb = fluid.layers.embedding(words, size=[6, 8])
+        feature = fluid.layers.fc(fluid.layers.sequence_conv(emb, 8, filter_size=3), 3)
+        cost = fluid.layers.linear_chain_crf(feature, target,
+                                             param_attr=fluid.ParamAttr(name="crfw"))
+        loss = fluid.layers.mean(cost)
+        fluid.optimizer.Adam(0.05).minimize(loss)
+        decoded = fluid.layers.crf_decoding(feature, param_attr=fluid.ParamAttr(name="crfw"))
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(startup, scope=scope)
+    feed = {"words": _words(seqs), "target": _words(tags)}
+    for _ in range(150):
+        path, = exe.run(main, feed=feed, fetch_list=[decoded], scope=scope, return_numpy=False)
+    np.testing.assert_array_equal(np.array(path)[:, 0], np.concatenate(tags))
+    assert path.lod() == [list(np.cumsum([0] + [len(s) for s in seqs]))]
+    with pytest.raises(ValueError, match="must name the transition parameter"):
+        with fluid.program_guard(main, fluid.Program()):
+            fluid.layers.crf_decoding(feature, param_attr=fluid.ParamAttr(name="nope"))

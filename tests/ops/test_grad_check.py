@@ -329,6 +329,14 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
                                  "Weight": [0.4 * n((3, 9))]},
          {"origin_mode": True, "activation": 3}),
     ]
+    crf_lod = {"_lods": {"Emission": [((0, 3, 4, 4, 7),)]}}  # chains of 3, 1, 0 and 3
+    c["linear_chain_crf"] = [
+        ("lod", {"Emission": [n((7, 3))], "Transition": [n((5, 3))],
+                 "Label": [np.array([[0], [2], [1], [1], [2], [0], [0]])]}, crf_lod),
+        ("padded_length", {"Emission": [n((2, 3, 2))], "Transition": [n((4, 2))],
+                           "Label": [np.array([[0, 1, 1], [1, 0, 0]])],
+                           "Length": [np.array([3, 2])]}, {}),
+    ]
     c["lstm_unit"] = [
         ("forget_bias", {"X": [n((3, 8))], "C_prev": [n((3, 2))]}, {"forget_bias": 1.0}),
     ]
