@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,13 @@ def job_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("fleet")
     for name in ("dist_fleet_ctr.py", "test_dist_fleet_base.py", "ctr_dataset_reader.py"):
         shutil.copy(UNITTESTS / name, root / name)
-    synthetic_data.write_avazu_ctr(root / "data", n_lines=300)
+    archive = synthetic_data.write_avazu_ctr(root / "data", n_lines=300)
+    # ctr_dataset_reader.download_file() extracts the archive when its directory is missing;
+    # four processes starting at once race there (tar writes train.txt before data.meta.txt,
+    # so one process may open a meta file another is still writing). Fluid's CI downloads
+    # once beforehand; so do we.
+    with tarfile.open(archive, "r:gz") as tar:
+        tar.extractall(os.path.dirname(archive))
     return root
 
 
