@@ -15,14 +15,35 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import socket
 import tarfile
 from collections.abc import Sequence
 
 import numpy as np
 
-from dask_fluid.compat.dataset import common, flowers, imdb, imikolov, mnist, uci_housing
+from dask_fluid.compat.dataset import (
+    common,
+    flowers,
+    imdb,
+    imikolov,
+    mnist,
+    uci_housing,
+    wmt14,
+    wmt16,
+)
 
-__all__ = ["write_flowers", "write_imdb", "write_imikolov", "write_mnist", "write_uci_housing"]
+__all__ = [
+    "closed_port_url", "write_flowers", "write_imdb", "write_imikolov", "write_mnist", "write_tgz",
+    "write_uci_housing", "write_wmt14", "write_wmt16",
+]
+
+
+def closed_port_url(name: str) -> str:
+    """A URL on 127.0.0.1 where nothing listens (the port was just released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/{name}"
 
 
 def _cache_file(data_home: str | os.PathLike, module: str, url: str) -> str:
@@ -37,14 +58,20 @@ def _write_gzip(path: str, payload: bytes) -> None:
         f.write(payload)
 
 
-def _write_tgz(path: str, members: Sequence[tuple[str, bytes]]) -> None:
+def write_tgz(path: str, members: Sequence[tuple[str, bytes | None]]) -> None:
+    """A gzipped tar of ``(name, data)`` members; ``data`` None makes a directory."""
     with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
         with tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
             for name, data in members:
                 info = tarfile.TarInfo(name)
-                info.size = len(data)
                 info.mtime = 0
-                tar.addfile(info, io.BytesIO(data))
+                if data is None:
+                    info.type = tarfile.DIRTYPE
+                    info.mode = 0o755
+                    tar.addfile(info)
+                else:
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
 
 
 # -- mnist ------------------------------------------------------------------------------------
@@ -194,7 +221,7 @@ def write_imikolov(
         "test": "".join(lines[:5]).encode(),
     }
     path = _cache_file(data_home, "imikolov", imikolov.URL)
-    _write_tgz(
+    write_tgz(
         path,
         [
             ("./simple-examples/README", b"synthetic stand-in for simple-examples.tgz\n"),
@@ -256,7 +283,7 @@ def write_imdb(
         if split == "train":
             members.append(("aclImdb/train/unsup/0_0.txt", review()))
     path = _cache_file(data_home, "imdb", imdb.URL)
-    _write_tgz(path, members)
+    write_tgz(path, members)
     common.register_substitute(path)
     return path
 
@@ -290,7 +317,7 @@ def write_flowers(data_home: str | os.PathLike, n_images: int = 30, seed: int = 
     third = n_images // 3
     paths = [_cache_file(data_home, "flowers", url)
              for url in (flowers.DATA_URL, flowers.LABEL_URL, flowers.SETID_URL)]
-    _write_tgz(paths[0], members)
+    write_tgz(paths[0], members)
     for path, content in ((paths[1], {"labels": labels[None, :]}),
                           (paths[2], {"trnid": ids[None, :third],
                                       "tstid": ids[None, third:2 * third],
@@ -420,7 +447,7 @@ def write_text_classification(data_home: str | os.PathLike, n_per_class: int = 2
     with open(vocab_path, "w") as f:
         f.write("".join(w + "\n" for w in words[:-5]))  # a few words read as <unk>
     tar_path = _cache_file(data_home, "text_classification", TEXT_CLASSIFICATION_URLS[1])
-    _write_tgz(tar_path, members)
+    write_tgz(tar_path, members)
     for path in (vocab_path, tar_path):
         common.register_substitute(path)
     return os.path.dirname(tar_path)
@@ -450,9 +477,148 @@ def write_avazu_ctr(data_home: str | os.PathLike, n_lines: int = 80, dnn_dim: in
 
     meta = f"dnn_input_dim: {dnn_dim}\nlr_input_dim: {lr_dim}\n".encode()
     path = _cache_file(data_home, "avazu_ctr_data", AVAZU_URL)
-    _write_tgz(path, [("avazu_ctr_data/train.txt", lines(n_lines)),
+    write_tgz(path, [("avazu_ctr_data/train.txt", lines(n_lines)),
                       ("avazu_ctr_data/test.txt", lines(n_lines // 4)),
                       ("avazu_ctr_data/infer.txt", lines(n_lines // 4, with_click=False)),
                       ("avazu_ctr_data/data.meta.txt", meta)])
     common.register_substitute(path)
     return path
+
+
+# -- wmt14 and wmt16 ---------------------------------------------------------------------------
+
+_WMT_MARKS = ["<s>", "<e>", "<unk>"]
+_EN_WORDS = (
+    "a the man woman dog girl boy is are in on with and of street water playing two people "
+    "young red blue wearing shirt sitting standing black white"
+).split()
+_DE_WORDS = (
+    "ein eine der die das mann frau hund mädchen junge ist sind in auf mit und straße wasser "
+    "spielt zwei leute jung rot blau trägt hemd sitzt steht schwarz weiß über"
+).split()
+
+
+def write_wmt14(
+    data_home: str | os.PathLike,
+    n_train: int = 40,
+    n_test: int = 10,
+    n_gen: int = 5,
+    n_words: int = 27,
+    with_model: bool = True,
+    seed: int = 0,
+) -> dict:
+    """Write ``wmt14.tgz`` (and a stand-in for the model ``wmt%2Fwmt14.tgz``) under
+    ``data_home/wmt14``, both registered as substitutes.
+
+    Layout of the published archive: ``wmt14/src.dict`` and ``wmt14/trg.dict`` (``<s>``, ``<e>``,
+    ``<unk>``, then ``n_words`` words, one a line), ``wmt14/{train/train,test/test,gen/gen}``
+    (``source<TAB>target`` lines, UTF-8, accented words included). The training split also has
+    the length boundary cases (80 source ids with the marks, kept; 81, dropped; 80 target words,
+    kept; 81, dropped), malformed lines (no tab, two tabs, empty) and words outside both
+    dictionaries.
+
+    Returns
+    -------
+    dict
+        ``path``, ``model_path``, ``src.dict`` and ``trg.dict`` (lists of words, marks first)
+        and ``train``, ``test``, ``gen`` (the lines of each split, newline included).
+    """
+    rng = np.random.default_rng(seed)
+    src_vocab = [*_WMT_MARKS, "été", "garçon", *(f"fr{k:02d}" for k in range(n_words - 2))]
+    trg_vocab = [*_WMT_MARKS, "naïve", "café", *(f"en{k:02d}" for k in range(n_words - 2))]
+    src_pool = [*src_vocab[3:], "oovfr1", "oovfr2"]
+    trg_pool = [*trg_vocab[3:], "ooven1", "ooven2"]
+
+    def sentence(pool: list[str], n: int | None = None) -> str:
+        n = int(rng.integers(1, 13)) if n is None else n
+        return " ".join(str(w) for w in rng.choice(pool, n))
+
+    def lines(n: int) -> list[str]:
+        return [f"{sentence(src_pool)}\t{sentence(trg_pool)}\n" for _ in range(n)]
+
+    content: dict = {"src.dict": src_vocab, "trg.dict": trg_vocab}
+    train = lines(n_train)
+    specials = [
+        f"{sentence(src_pool, 78)}\t{sentence(trg_pool)}\n",  # 80 source ids: kept
+        f"{sentence(src_pool, 79)}\t{sentence(trg_pool)}\n",  # 81: dropped
+        f"{sentence(src_pool)}\t{sentence(trg_pool, 80)}\n",  # 80 target words: kept
+        f"{sentence(src_pool)}\t{sentence(trg_pool, 81)}\n",  # 81: dropped
+        f"{sentence(src_pool)} {sentence(trg_pool)}\n",  # no tab
+        f"{sentence(src_pool)}\t{sentence(trg_pool)}\t{sentence(trg_pool)}\n",  # two tabs
+        "\n",
+        f"  {sentence(src_pool)}\t{sentence(trg_pool)}  \r\n",  # stripped, kept
+    ]
+    for k, line in enumerate(specials):
+        train.insert(3 + 4 * k, line)
+    content.update(train=train, test=lines(n_test), gen=lines(n_gen))
+
+    path = _cache_file(data_home, "wmt14", wmt14.URL_TRAIN)
+    write_tgz(
+        path,
+        [
+            ("wmt14", None),
+            ("wmt14/README", b"synthetic stand-in for wmt14.tgz\n"),
+            ("wmt14/src.dict", "".join(w + "\n" for w in src_vocab).encode()),
+            ("wmt14/trg.dict", "".join(w + "\n" for w in trg_vocab).encode()),
+            ("wmt14/train", None),
+            ("wmt14/train/train", "".join(content["train"]).encode()),
+            ("wmt14/test", None),
+            ("wmt14/test/test", "".join(content["test"]).encode()),
+            ("wmt14/gen", None),
+            ("wmt14/gen/gen", "".join(content["gen"]).encode()),
+        ],
+    )
+    common.register_substitute(path)
+    content["path"] = path
+    if with_model:
+        model_path = _cache_file(data_home, "wmt14", wmt14.URL_MODEL)
+        write_tgz(model_path, [("README", b"synthetic stand-in for the wmt14 model\n")])
+        common.register_substitute(model_path)
+        content["model_path"] = model_path
+    return content
+
+
+def write_wmt16(
+    data_home: str | os.PathLike, n_train: int = 60, n_test: int = 15, n_val: int = 12,
+    seed: int = 0,
+) -> dict:
+    """Write ``wmt16.tar.gz`` under ``data_home/wmt16``, registered as a substitute.
+
+    Layout of the published archive: members ``wmt16/train``, ``wmt16/test`` and ``wmt16/val`` of
+    UTF-8 lines ``English<TAB>German`` (lower-case tokens, umlauts and ß included). Words are drawn
+    with Zipf-like frequencies, so counts tie; the training split starts with ``zebra apple``
+    (each word seen once: a tie whose first-appearance order is not the alphabetical one) and
+    holds malformed lines (no tab, two tabs, empty) whose words must not be counted. Test and
+    validation lines often use a word the training split lacks.
+
+    Returns
+    -------
+    dict
+        ``path`` and ``train``, ``test``, ``val``: the lines of each member, newline included.
+    """
+    rng = np.random.default_rng(seed)
+
+    def sentence(words: list[str], extra: Sequence[str] = ()) -> str:
+        pool = [*extra, *words]
+        weights = 1.0 / np.arange(1, len(pool) + 1)
+        picked = rng.choice(pool, int(rng.integers(2, 10)), p=weights / weights.sum())
+        return " ".join(str(w) for w in picked)
+
+    def lines(n: int, extra_en: Sequence[str] = (), extra_de: Sequence[str] = ()) -> list[str]:
+        return [f"{sentence(_EN_WORDS, extra_en)}\t{sentence(_DE_WORDS, extra_de)}\n"
+                for _ in range(n)]
+
+    train = ["zebra apple\tzebra apfel\n", *lines(n_train)]
+    for k, bad in enumerate(["onlyinbadline a man\n", "a\tb\tc onlyinbadline\n", "\n"]):
+        train.insert(5 + 7 * k, bad)
+    content = {
+        "train": train,
+        "test": lines(n_test, ["unseen"], ["ungesehen"]),
+        "val": lines(n_val, ["unseen"], ["ungesehen"]),
+    }
+    path = os.path.join(os.path.dirname(_cache_file(data_home, "wmt16", wmt16.DATA_URL)),
+                        wmt16.SAVE_NAME)
+    write_tgz(path, [("wmt16", None), *((f"wmt16/{name}", "".join(text).encode())
+                                         for name, text in content.items())])
+    common.register_substitute(path)
+    return {"path": path, **content}

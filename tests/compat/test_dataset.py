@@ -13,7 +13,6 @@ import hashlib
 import http.server
 import os
 import re
-import socket
 import string
 import struct
 import subprocess
@@ -25,8 +24,18 @@ import numpy as np
 import pytest
 
 from dask_fluid.compat.batch import batch
-from dask_fluid.compat.dataset import common, flowers, imdb, imikolov, mnist, uci_housing
+from dask_fluid.compat.dataset import (
+    common,
+    flowers,
+    imdb,
+    imikolov,
+    mnist,
+    uci_housing,
+    wmt14,
+    wmt16,
+)
 from tests.compat import synthetic_data
+from tests.compat.synthetic_data import closed_port_url
 
 DATASET_URLS = {
     mnist: ["TRAIN_IMAGE_URL", "TRAIN_LABEL_URL", "TEST_IMAGE_URL", "TEST_LABEL_URL"],
@@ -34,15 +43,9 @@ DATASET_URLS = {
     imikolov: ["URL"],
     imdb: ["URL"],
     flowers: ["DATA_URL", "LABEL_URL", "SETID_URL"],
+    wmt14: ["URL_TRAIN", "URL_MODEL", "URL_DEV_TEST"],
+    wmt16: ["DATA_URL"],
 }
-
-
-def closed_port_url(name: str) -> str:
-    """A URL on 127.0.0.1 where nothing listens (the port was just released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}/{name}"
 
 
 @pytest.fixture(autouse=True)
@@ -253,6 +256,8 @@ def test_fetch_all_uses_the_substitutes(data_home):
     synthetic_data.write_imikolov(data_home)
     synthetic_data.write_imdb(data_home)
     synthetic_data.write_flowers(data_home, n_images=3)
+    synthetic_data.write_wmt14(data_home)
+    synthetic_data.write_wmt16(data_home)
     common.fetch_all()
 
 

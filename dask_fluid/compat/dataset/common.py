@@ -56,7 +56,7 @@ RETRY_LIMIT = 3
 DOWNLOAD_TIMEOUT_S = 15.0
 SUBSTITUTE_SUFFIX = ".substitute-md5"
 
-_DATASET_MODULES = ("mnist", "uci_housing", "imikolov", "imdb", "flowers")
+_DATASET_MODULES = ("mnist", "uci_housing", "imikolov", "imdb", "flowers", "wmt14", "wmt16")
 
 
 class DownloadError(RuntimeError):
@@ -233,7 +233,7 @@ def download(url: str, module_name: str, md5sum: str, save_name: str | None = No
 
 
 def fetch_all() -> None:
-    """Download the files of every dataset module here (mnist, uci_housing, imikolov, imdb)."""
+    """Download the files of every dataset module here (see ``_DATASET_MODULES``)."""
     package = __name__.rsplit(".", 1)[0]
     for name in _DATASET_MODULES:
         importlib.import_module(f"{package}.{name}").fetch()
