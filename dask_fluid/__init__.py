@@ -19,6 +19,7 @@ from . import (
     layers,
     nets,
     optimizer,
+    recurrent_op,  # noqa: F401  (the recurrent op's kernels and gradient rule)
     regularizer,
     unique_name,
 )

@@ -49,15 +49,25 @@ def _find_op_path(block: Block, loss: Variable) -> list:
     return path
 
 
-def _grad_descs(op_path: list, no_grad: set[str], loss_grad: str) -> list[dict]:
-    produced = {loss_grad}
+def grad_descs(op_path: list, no_grad: set[str], seeds: Iterable[str]) -> list[dict]:
+    """The grad op descriptions of ``op_path``, in reverse, starting from the gradients
+    ``seeds``; the gradients repeated writes produce are renamed and summed (Fluid's rule).
+    Used for the global block (seed: ``loss@GRAD``) and for the step block of a recurrent
+    op (seeds: its outputs' and states' gradients)."""
+    seeds = list(seeds)
+    return _addup_repetitive_outputs(_grad_descs(op_path, no_grad, set(seeds)), seeds)
+
+
+def _grad_descs(op_path: list, no_grad: set[str], seeds: set[str]) -> list[dict]:
+    produced = set(seeds)
     descs: list[dict] = []
     for op in reversed(op_path):
         opdef = registry.get(op.type)
         if opdef.grad is None:
             continue
+        # the block: the grad makers of ops with sub-blocks build grad blocks beside them
         view = SimpleNamespace(type=op.type, inputs=op.inputs, outputs=op.outputs,
-                               attrs=op.attrs)
+                               attrs=op.attrs, block=op.block)
         for desc in opdef.grad(view):
             outputs = {slot: [EMPTY_VAR if n in no_grad else n for n in names]
                        for slot, names in desc["outputs"].items()}
@@ -86,12 +96,19 @@ def _rename(descs: Iterable[dict], old: str, new: str) -> None:
                 names[:] = [new if n == old else n for n in names]
 
 
-def _addup_repetitive_outputs(descs: list[dict]) -> list[dict]:
+def _addup_repetitive_outputs(descs: list[dict], seeds: Iterable[str] = ()) -> list[dict]:
     """Fluid's rule: every extra write of a gradient gets its own name, and a ``sum`` op
-    restores the gradient right before its first reader (or at the end)."""
+    restores the gradient right before its first reader (or at the end).
+
+    ``seeds`` hold a value before the first op runs (a step block's output gradients, set by
+    the recurrent op): a write to one is another part, summed with the seed's own value, which
+    keeps its name."""
     pending: list[tuple[dict, int]] = []
     count: defaultdict[str, int] = defaultdict(int)
     renamed: defaultdict[str, list[str]] = defaultdict(list)
+    pinned = set(seeds)
+    for name in pinned:
+        renamed[name] = [name]
     for idx, desc in enumerate(descs):
         ins = [n for names in desc["inputs"].values() for n in names]
         for name in ins:
@@ -106,7 +123,7 @@ def _addup_repetitive_outputs(descs: list[dict]) -> list[dict]:
                 if not renamed[name]:
                     renamed[name] = [name]
                     continue
-                if len(renamed[name]) == 1:
+                if len(renamed[name]) == 1 and name not in pinned:
                     first = f"{name}{_RENAME}{count[name]}"
                     count[name] += 1
                     renamed[name][0] = first
@@ -125,7 +142,8 @@ def _addup_repetitive_outputs(descs: list[dict]) -> list[dict]:
     return descs
 
 
-def _create_grad_vars(block: Block, descs: list[dict]) -> None:
+def create_grad_vars(block: Block, descs: list[dict]) -> None:
+    """Declare the variables ``descs`` write in ``block`` (SelectedRows where the op says)."""
     for desc in descs:
         sparse_slots = (registry.get(desc["type"]).sparse_outputs
                         if desc["attrs"].get("is_sparse") else ())
@@ -189,8 +207,8 @@ def append_backward(loss: Variable, parameter_list: Iterable | None = None,
         block.append_op("fill_constant", outputs={"Out": [loss_grad]},
                         attrs={"shape": [1], "dtype": loss.dtype, "value": 1.0})
 
-    descs = _addup_repetitive_outputs(_grad_descs(op_path, no_grad, loss_grad))
-    _create_grad_vars(block, descs)
+    descs = grad_descs(op_path, no_grad, [loss_grad])
+    create_grad_vars(block, descs)
     with program._op_role_guard(OpRole.Backward):
         for desc in descs:
             block.append_op(desc["type"], desc["inputs"], desc["outputs"], desc["attrs"])

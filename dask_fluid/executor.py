@@ -8,6 +8,7 @@ argument and one kernel call. Host ops (control flow, RPC) get a :class:`RunCont
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import zlib
 from collections.abc import Iterator, Sequence
@@ -115,6 +116,17 @@ class Scope:
 
     def keys(self):
         return self.vars.keys()
+
+    def _step_scope(self) -> Scope:
+        """A scope for one step of a recurrent op: it reads through to this one and keeps
+        what the step writes to itself (Fluid's step scopes, children of the outer scope).
+        Steps share this scope's compiled blocks and random generators."""
+        child = Scope.__new__(Scope)
+        child.vars = collections.ChainMap({}, self.vars)
+        child.lods = collections.ChainMap({}, self.lods)
+        child._rngs = self._rngs
+        child._compile_key = getattr(self, "_compile_key", id(self))
+        return child
 
     def rng(self, key: tuple, seed: int) -> np.random.Generator:
         """A generator per op, kept with the scope so a fresh scope replays the same draws."""
@@ -250,7 +262,8 @@ class Executor:
 
     def _compiled(self, program: Program, block: Block, feed_names: frozenset,
                   scope: Scope) -> _Compiled:
-        key = (id(program), block.idx, tuple(map(id, block.ops)), feed_names, id(scope))
+        key = (id(program), block.idx, tuple(map(id, block.ops)), feed_names,
+               getattr(scope, "_compile_key", id(scope)))
         compiled = self._cache.get(key)
         if compiled is None:
             compiled = self._cache[key] = self._compile(program, block, feed_names, scope)

@@ -51,6 +51,21 @@ register_signature("fused_allreduce", ("X", "Comm"), ("Out",), {"average": True}
 register_signature("conditional_block", ("Cond", "Input"), ("Out", "Scope"),
                    {"sub_block": -1, "is_scalar_condition": True},
                    optional=("Input",))
+# StaticRNN: the step block run over the time steps of its inputs (dask_fluid.recurrent_op)
+_RECURRENT = "dask_fluid.recurrent_op"
+register_signature("recurrent", ("inputs", "initial_states", "parameters"),
+                   ("outputs", "step_scopes"),
+                   {"ex_states": [], "states": [], "sub_block": -1, "reverse": False,
+                    "is_train": True, "has_states": False},
+                   optional=("inputs", "initial_states", "parameters"), provider=_RECURRENT)
+register_signature("recurrent_grad",
+                   ("inputs", "initial_states", "parameters", "outputs", "outputs@GRAD",
+                    "step_scopes"),
+                   ("inputs@GRAD", "initial_states@GRAD", "parameters@GRAD"),
+                   {"ex_states": [], "states": [], "sub_block": -1, "reverse": False,
+                    "is_train": True, "has_states": False},
+                   optional=("inputs", "initial_states", "parameters", "outputs",
+                             "outputs@GRAD"), provider=_RECURRENT)
 register_signature("lookup_sparse_table", ("W", "Ids"), ("Out",),
                    {"is_test": False, "padding_idx": -1, "auto_grown_table": True})
 register_signature("save", ("X",), (),

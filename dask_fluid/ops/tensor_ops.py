@@ -51,6 +51,22 @@ def assign_value(ins: dict, attrs: dict, outs: tuple) -> dict:
     return {"Out": [xp.asarray(values.reshape(shape))]}
 
 
+@register("rnn_memory_helper", ("X",), ("Out",), {"dtype": "float32"},
+          grad=grad_maker(("X", "Out"), ("Out",), ("X",)))
+def rnn_memory_helper(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = X: the copy of a StaticRNN memory's new value that the recurrent op carries to
+    the next step."""
+    return {"Out": [ins["X"][0]]}
+
+
+@register("rnn_memory_helper_grad", *grad_slots(("X", "Out"), ("Out",), ("X",)),
+          {"dtype": "float32"}, optional=("Out", "Out" + GRAD))
+def rnn_memory_helper_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    d = (ins.get("Out" + GRAD) or [None])[0]
+    x = ins["X"][0]
+    return {"X" + GRAD: [array_module(x).zeros_like(x) if d is None else d]}
+
+
 @register("fill_zeros_like", ("X",), ("Out",))
 def fill_zeros_like(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = zeros shaped like X."""

@@ -273,6 +273,46 @@ def test_a_sparse_custom_tree_hsigmoid_read_on_the_pservers_equals_local_with_tw
     assert np.abs(result.params["hs_w"] - before).max() > 1e-3
 
 
+def _static_rnn_net():
+    main, startup = fluid.Program(), fluid.Program()
+    startup.random_seed = 4
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data(name="x", shape=[5, 3], dtype="float64")
+        y = fluid.layers.data(name="y", shape=[1], dtype="int64")
+        time_major = fluid.layers.transpose(x, [1, 0, 2])
+        rnn = fluid.layers.StaticRNN()
+        with rnn.step():
+            word = rnn.step_input(time_major)
+            prev = rnn.memory(shape=[-1, 8], batch_ref=word)
+            h = fluid.layers.fc([word, prev], 8, act="tanh")
+            rnn.update_memory(prev, h)
+            rnn.step_output(h)
+        last = fluid.layers.squeeze(fluid.layers.slice(rnn(), [0], [4], [5]), [0])
+        logits = fluid.layers.fc(last, 2)
+        loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, y))
+        fluid.optimizer.Adam(0.01).minimize(loss)
+    return main, startup
+
+
+def test_a_static_rnn_trained_by_two_trainers_equals_local(client):
+    # the recurrent op's weight gradients (summed over the steps) go to the pservers as any
+    # other parameter's
+    rng = np.random.default_rng(3)
+    steps, half = 3, 8
+    data = {"x": rng.standard_normal((steps * 2 * half, 5, 3)),
+            "y": rng.integers(0, 2, (steps * 2 * half, 1))}
+    global_batches = [_rows(data, 2 * half * s, 2 * half * (s + 1)) for s in range(steps)]
+    per_trainer = [_cat([_rows(b, r * half, (r + 1) * half) for b in global_batches])
+                   for r in (0, 1)]
+    main, startup = _static_rnn_net()
+    scope = _local(*_static_rnn_net(), global_batches)
+    result = train_pserver(client, main, startup, per_trainer, pservers=2, batch_size=half,
+                           shuffle=False)
+    _assert_params_equal(result.params, scope, 1e-6)
+    before = _local(*_static_rnn_net(), [])
+    assert np.abs(result.params["fc_0.w_1"] - before.get("fc_0.w_1")).max() > 1e-3
+
+
 @pytest.mark.parametrize("kwargs,exc,match", [
     ({"epochs": 0}, ValueError, "epochs = 0"),
     ({"batch_size": -1}, ValueError, "batch_size = -1"),
