@@ -1,5 +1,6 @@
-"""Control flow: ``ConditionalBlock`` and ``Switch`` (used by ``piecewise_decay``), and
-``StaticRNN`` (a recurrence over time-major inputs, op ``recurrent``)."""
+"""Control flow: ``ConditionalBlock`` and ``Switch`` (used by ``piecewise_decay``),
+``StaticRNN`` (a recurrence over time-major inputs, op ``recurrent``) and ``DynamicRNN`` (a
+recurrence over LoD sequences, op ``dynamic_recurrent``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from ..framework import Variable, VarType, default_main_program
 from .tensor import logical_and, logical_not
 
 __all__ = [
-    "ConditionalBlock", "StaticRNN", "Switch",
+    "ConditionalBlock", "DynamicRNN", "StaticRNN", "Switch",
 ]
 
 
@@ -85,11 +86,122 @@ class Switch:
 
 
 class _Memory:
-    def __init__(self, init: Variable, pre_mem: Variable) -> None:
+    def __init__(self, init: Variable, pre_mem: Variable, need_reorder: bool = False) -> None:
         self.init, self.pre_mem, self.mem = init, pre_mem, None
+        self.need_reorder = need_reorder
 
 
-class StaticRNN:
+class _StepBlockRNN:
+    """What StaticRNN and DynamicRNN share: the step block, the memories, the outputs, and the
+    op that runs the block (its parameters: what the block reads from outside)."""
+
+    _kind = ""
+    _enter = ""
+
+    def __init__(self, name: str | None = None) -> None:
+        from .. import unique_name
+
+        self.name = name or unique_name.generate(self._kind.lower())
+        self.inputs: list[Variable] = []
+        self.outputs: list[Variable] = []
+        self.memories: dict[str, _Memory] = {}
+        self._status = "before"
+
+    def _check(self, method: str) -> None:
+        if self._status != "in":
+            raise ValueError(f"{self._kind}.{method} must be called inside "
+                             f"'with rnn.{self._enter}():'")
+
+    @contextlib.contextmanager
+    def _step_block(self) -> Iterator[None]:
+        if self._status != "before":
+            raise ValueError(f"{self._kind}.{self._enter}() can be entered only once")
+        program = default_main_program()
+        program._create_block()
+        self._status = "in"
+        try:
+            yield
+            self._status = "after"
+            self._complete()
+        finally:
+            program._rollback()
+
+    def _parent(self):
+        program = default_main_program()
+        return program.block(program.current_block().parent_idx)
+
+    def _inner(self, x: Variable, method: str, shape: list[int], lod_level: int = 0) -> Variable:
+        """``x`` seen inside the step block: a variable of the same name (as in Fluid)."""
+        self._check(method)
+        if not isinstance(x, Variable):
+            raise TypeError(f"{self._kind}.{method} takes a Variable, got {type(x).__name__}")
+        block = default_main_program().current_block()
+        if x.name in block.vars:
+            raise ValueError(f"{self._kind}.{method}: {x.name!r} is made inside the step block "
+                             f"or already an input of it; make each input before "
+                             f"'with rnn.{self._enter}():' and pass it once")
+        return block.create_var(name=x.name, shape=shape, dtype=x.dtype, lod_level=lod_level)
+
+    def _new_memory(self, init: Variable, need_reorder: bool = False) -> Variable:
+        from .. import unique_name
+
+        block = default_main_program().current_block()
+        pre_mem = block.create_var(name=unique_name.generate(f"{self.name}@mem"),
+                                   shape=list(init.shape), dtype=init.dtype)
+        self.memories[pre_mem.name] = _Memory(init, pre_mem, need_reorder)
+        return pre_mem
+
+    def update_memory(self, mem: Variable, var: Variable) -> None:
+        """Carry ``var`` to the next step as the value of the memory ``mem``."""
+        self._check("update_memory")
+        if mem.name not in self.memories:
+            raise ValueError(f"{self._kind}.update_memory: {mem.name!r} is not a memory of "
+                             f"this {self._kind} (make it with rnn.memory)")
+        self.memories[mem.name].mem = var
+
+    def _add_output(self, o: Variable, shape: list[int], lod_level: int = 0) -> None:
+        if not isinstance(o, Variable):
+            raise TypeError(f"{self._kind}.output takes Variables, got {type(o).__name__}")
+        out = self._parent().create_var(name=o.name, dtype=o.dtype, shape=shape,
+                                        lod_level=lod_level)
+        self.outputs.append(out)
+
+    def __call__(self) -> Variable | list[Variable]:
+        if self._status != "after":
+            raise ValueError(f"{self._kind}: call rnn() after its 'with rnn.{self._enter}():' "
+                             "block")
+        if not self.outputs:
+            raise ValueError(f"{self._kind} has no output: call rnn.output inside the block")
+        return self.outputs[0] if len(self.outputs) == 1 else list(self.outputs)
+
+    def _states(self, block) -> list[str]:
+        """Each memory's new value copied by ``rnn_memory_helper`` (as Fluid): a state name of
+        its own, so a value that is both an output and a state gets both gradients."""
+        states = []
+        for name, mem in self.memories.items():
+            if mem.mem is None:
+                raise ValueError(f"{self._kind}: memory {name!r} (from {mem.init.name!r}) is "
+                                 "never updated; call rnn.update_memory in the block")
+            new = block.create_var(name=f"{mem.mem.name}@rnn_memory", shape=mem.mem.shape,
+                                   dtype=mem.mem.dtype)
+            block.append_op("rnn_memory_helper", inputs={"X": [mem.mem]},
+                            outputs={"Out": [new]}, attrs={"dtype": mem.mem.dtype})
+            states.append(new.name)
+        return states
+
+    def _parameters(self, block, local: set[str]) -> list[str]:
+        """The outer variables the block reads (weights, most often), in first-read order."""
+        local = local | {name for op in block.ops for name in op.output_arg_names}
+        params: list[str] = []
+        for op in block.ops:
+            params += [n for n in op.input_arg_names if n not in local and n not in params]
+        return params
+
+    def _complete(self) -> None:
+        raise NotImplementedError
+
+
+class StaticRNN(_StepBlockRNN):
     """A recurrence over the time steps of time-major ``[T, N, ...]`` inputs (Fluid's
     StaticRNN; op ``recurrent``).
 
@@ -111,54 +223,26 @@ class StaticRNN:
     >>> out = rnn()                                          # [T, N, 32]
     """
 
+    _kind, _enter = "StaticRNN", "step"
+
     def __init__(self, name: str | None = None) -> None:
-        from .. import unique_name
-
-        self.name = name or unique_name.generate("static_rnn")
-        self.inputs: list[Variable] = []
-        self.outputs: list[Variable] = []
-        self.memories: dict[str, _Memory] = {}
+        super().__init__(name)
         self.seq_len: int | None = None
-        self._status = "before"
 
-    def _check(self, method: str) -> None:
-        if self._status != "in":
-            raise ValueError(f"StaticRNN.{method} must be called inside 'with rnn.step():'")
-
-    @contextlib.contextmanager
-    def step(self) -> Iterator[None]:
-        if self._status != "before":
-            raise ValueError("StaticRNN.step() can be entered only once")
-        program = default_main_program()
-        program._create_block()
-        self._status = "in"
-        try:
-            yield
-            self._status = "after"
-            self._complete()
-        finally:
-            program._rollback()
-
-    def _parent(self):
-        program = default_main_program()
-        return program.block(program.current_block().parent_idx)
+    def step(self) -> contextlib.AbstractContextManager[None]:
+        """The block of one time step."""
+        return self._step_block()
 
     def step_input(self, x: Variable) -> Variable:
         """The slice ``x[t]`` of a ``[T, ...]`` input at the current step."""
         self._check("step_input")
-        if not isinstance(x, Variable):
-            raise TypeError(f"StaticRNN.step_input takes a Variable, got {type(x).__name__}")
-        if x.name in default_main_program().current_block().vars:
-            raise ValueError(f"StaticRNN.step_input: {x.name!r} is made inside the step block; "
-                             "make the [T, ...] input before 'with rnn.step():'")
-        if self.seq_len is None:
-            self.seq_len = x.shape[0]
-        elif x.shape[0] != -1 and x.shape[0] != self.seq_len:
-            raise ValueError(f"StaticRNN: every step input needs {self.seq_len} time steps, "
-                             f"{x.name!r} has {x.shape[0]}")
-        # the slice has the input's name inside the step block, as in Fluid
-        inner = default_main_program().current_block().create_var(
-            name=x.name, shape=list(x.shape[1:]), dtype=x.dtype)
+        if isinstance(x, Variable):
+            if self.seq_len is None:
+                self.seq_len = x.shape[0]
+            elif x.shape[0] != -1 and x.shape[0] != self.seq_len:
+                raise ValueError(f"StaticRNN: every step input needs {self.seq_len} time "
+                                 f"steps, {x.name!r} has {x.shape[0]}")
+        inner = self._inner(x, "step_input", list(x.shape[1:]))
         self.inputs.append(inner)
         return inner
 
@@ -170,71 +254,38 @@ class StaticRNN:
         self._check("memory")
         from .. import unique_name
 
-        block = default_main_program().current_block()
         if init is None:
             if shape is None or batch_ref is None:
                 raise ValueError("StaticRNN.memory needs init, or shape and batch_ref")
             parent = self._parent()
             boot = parent.create_var(name=unique_name.generate(f"{self.name}@memory_boot"),
                                      shape=list(shape), dtype=batch_ref.dtype)
+            # batch_ref has its outer variable's name: dim 1 of [T, N, ...] is the batch
             parent.append_op("fill_constant_batch_size_like", inputs={"Input": [batch_ref]},
                              outputs={"Out": [boot]},
                              attrs={"value": float(init_value), "shape": list(shape),
                                     "dtype": boot.dtype, "input_dim_idx": ref_batch_dim_idx,
                                     "output_dim_idx": init_batch_dim_idx})
             init = boot
-        pre_mem = block.create_var(name=unique_name.generate(f"{self.name}@mem"),
-                                   shape=list(init.shape), dtype=init.dtype)
-        self.memories[pre_mem.name] = _Memory(init, pre_mem)
-        return pre_mem
-
-    def update_memory(self, mem: Variable, var: Variable) -> None:
-        """Carry ``var`` to the next step as the value of the memory ``mem``."""
-        self._check("update_memory")
-        if mem.name not in self.memories:
-            raise ValueError(f"StaticRNN.update_memory: {mem.name!r} is not a memory of this "
-                             "StaticRNN (make it with rnn.memory)")
-        self.memories[mem.name].mem = var
+        return self._new_memory(init)
 
     def step_output(self, o: Variable) -> None:
         """Collect ``o`` at every step; ``rnn()`` returns them stacked, ``[T, ...]``."""
         self._check("step_output")
-        out = self._parent().create_var(name=o.name, dtype=o.dtype,
-                                        shape=[self.seq_len, *(o.shape or [])])
-        self.outputs.append(out)
+        self._add_output(o, [self.seq_len, *(o.shape or [])])
 
     def output(self, *outputs: Variable) -> None:
+        """:meth:`step_output` for each of ``outputs``."""
         for o in outputs:
             self.step_output(o)
 
-    def __call__(self) -> Variable | list[Variable]:
-        if self._status != "after":
-            raise ValueError("StaticRNN: call rnn() after its 'with rnn.step():' block")
-        if not self.outputs:
-            raise ValueError("StaticRNN has no output: call rnn.step_output inside the step")
-        return self.outputs[0] if len(self.outputs) == 1 else list(self.outputs)
-
     def _complete(self) -> None:
-        program = default_main_program()
-        block = program.current_block()
+        block = default_main_program().current_block()
         parent = self._parent()
         if not self.inputs:
             raise ValueError("StaticRNN needs at least one step_input")
-        local = {name for op in block.ops for name in op.output_arg_names}
-        local |= {v.name for v in self.inputs} | set(self.memories)
-        params = []
-        for op in block.ops:
-            params += [n for n in op.input_arg_names if n not in local and n not in params]
-        states = []
-        for name, mem in self.memories.items():
-            if mem.mem is None:
-                raise ValueError(f"StaticRNN: memory {name!r} (from {mem.init.name!r}) is "
-                                 "never updated; call rnn.update_memory in the step")
-            new = block.create_var(name=f"{mem.mem.name}@rnn_memory", shape=mem.mem.shape,
-                                   dtype=mem.mem.dtype)
-            block.append_op("rnn_memory_helper", inputs={"X": [mem.mem]},
-                            outputs={"Out": [new]}, attrs={"dtype": mem.mem.dtype})
-            states.append(new.name)
+        states = self._states(block)
+        params = self._parameters(block, {v.name for v in self.inputs} | set(self.memories))
         scopes = parent.create_var(name=f"{self.name}@step_scopes", type=VarType.STEP_SCOPES)
         parent.append_op(
             "recurrent",
@@ -245,3 +296,124 @@ class StaticRNN:
             attrs={"has_states": bool(states), "ex_states": list(self.memories),
                    "states": states, "sub_block": block.idx, "reverse": False,
                    "is_train": True})
+
+
+class DynamicRNN(_StepBlockRNN):
+    """A recurrence over the sequences of LoD tensors (Fluid's DynamicRNN; op
+    ``dynamic_recurrent``).
+
+    Step ``t`` runs the block once for every sequence that has a ``t``-th element, the
+    sequences ordered longest first (Fluid's rank table), so the batch shrinks as sequences
+    end. Inside ``with rnn.block():``, :meth:`step_input` gives those sequences' ``t``-th rows,
+    :meth:`static_input` a LoD tensor of their whole sequences (attention over an encoder's
+    output), :meth:`memory` a state per sequence (the rows of ended sequences drop out), and
+    :meth:`output` collects a row per sequence and step; ``rnn()`` returns LoD tensors with
+    the step inputs' LoD, each row where its element was. Trains like any layer.
+
+    Fluid builds this from a ``while`` op and LoD-tensor-array ops; here one op runs the
+    block over the steps and its gradient runs the block's gradient back over them.
+
+    Examples
+    --------
+    >>> drnn = DynamicRNN()
+    >>> with drnn.block():
+    ...     word = drnn.step_input(emb)                  # emb: LoD [total words, 32]
+    ...     enc = drnn.static_input(encoder_out)         # LoD [total source words, 32]
+    ...     prev = drnn.memory(init=encoder_last, need_reorder=True)
+    ...     h = fluid.layers.fc([word, prev], 32, act="tanh")
+    ...     drnn.update_memory(prev, h)
+    ...     drnn.output(h)
+    >>> out = drnn()                                     # LoD [total words, 32]
+    """
+
+    _kind, _enter = "DynamicRNN", "block"
+
+    def __init__(self, name: str | None = None) -> None:
+        super().__init__(name)
+        self.static_inputs: list[Variable] = []
+
+    def block(self) -> contextlib.AbstractContextManager[None]:
+        """The block of one step."""
+        return self._step_block()
+
+    def step_input(self, x: Variable, level: int = 0) -> Variable:
+        """The rows of the running sequences at the current step, ``[running, ...]``."""
+        self._check("step_input")
+        # whether x has sequences is known when it runs (Fluid's lod_level is not kept on
+        # every variable): the op checks its LoD then
+        if level != 0:
+            raise NotImplementedError(f"DynamicRNN.step_input(level={level}): only level 0 "
+                                      "is implemented")
+        inner = self._inner(x, "step_input", [-1, *x.shape[1:]])
+        self.inputs.append(inner)
+        return inner
+
+    def static_input(self, x: Variable) -> Variable:
+        """The whole sequences of ``x`` (one per step-input sequence), those of the running
+        sequences at each step, in the step's order; a LoD tensor inside the block."""
+        inner = self._inner(x, "static_input", [-1, *x.shape[1:]], lod_level=1)
+        self.static_inputs.append(inner)
+        return inner
+
+    def memory(self, init: Variable | None = None, shape: Sequence[int] | None = None,
+               value: float = 0.0, need_reorder: bool = False,
+               dtype: str = "float32") -> Variable:
+        """A state per sequence: ``init`` (one row per sequence; ``need_reorder=True`` when
+        its rows are in the sequences' own order rather than the steps' longest-first order),
+        or, without it, ``[sequences, *shape]`` filled with ``value``."""
+        self._check("memory")
+        if init is not None:
+            return self._new_memory(init, bool(need_reorder))
+        if shape is None:
+            raise ValueError("DynamicRNN.memory needs init or shape")
+        if not self.inputs:
+            raise ValueError("DynamicRNN.memory(shape=...) needs a step_input before it (the "
+                             "batch is its number of sequences)")
+        from .. import unique_name
+
+        parent, first_input = self._parent(), self.inputs[0]
+        ref = parent._var_recursive(first_input.name)
+        # one row per sequence: the first row of each sequence of the first step input
+        first = parent.create_var(name=unique_name.generate(f"{self.name}@first_rows"),
+                                  shape=[-1, *ref.shape[1:]], dtype=ref.dtype,
+                                  stop_gradient=True)
+        index = parent.create_var(name=unique_name.generate(f"{self.name}@first_index"),
+                                  shape=[-1, *ref.shape[1:]], dtype=ref.dtype,
+                                  stop_gradient=True)
+        parent.append_op("sequence_pool", inputs={"X": [ref]},
+                         outputs={"Out": [first], "MaxIndex": [index]},
+                         attrs={"pooltype": "FIRST", "is_test": False, "pad_value": 0.0})
+        boot = parent.create_var(name=unique_name.generate(f"{self.name}@memory_boot"),
+                                 shape=[-1, *shape], dtype=dtype, stop_gradient=True)
+        parent.append_op("fill_constant_batch_size_like", inputs={"Input": [first]},
+                         outputs={"Out": [boot]},
+                         attrs={"value": float(value), "shape": [-1, *shape], "dtype": dtype,
+                                "input_dim_idx": 0, "output_dim_idx": 0})
+        return self._new_memory(boot)
+
+    def output(self, *outputs: Variable) -> None:
+        """Collect each of ``outputs`` (one row per running sequence) at every step."""
+        self._check("output")
+        for o in outputs:
+            self._add_output(o, [-1, *((o.shape or [])[1:])], lod_level=1)
+
+    def _complete(self) -> None:
+        block = default_main_program().current_block()
+        parent = self._parent()
+        if not self.inputs:
+            raise ValueError("DynamicRNN needs at least one step_input")
+        states = self._states(block)
+        local = {v.name for v in self.inputs + self.static_inputs} | set(self.memories)
+        params = self._parameters(block, local)
+        scopes = parent.create_var(name=f"{self.name}@step_scopes", type=VarType.STEP_SCOPES)
+        parent.append_op(
+            "dynamic_recurrent",
+            inputs={"inputs": [parent._var_recursive(v.name) for v in self.inputs],
+                    "static_inputs": [parent._var_recursive(v.name)
+                                      for v in self.static_inputs],
+                    "initial_states": [m.init for m in self.memories.values()],
+                    "parameters": [parent._var_recursive(n) for n in params]},
+            outputs={"outputs": self.outputs, "step_scopes": [scopes]},
+            attrs={"ex_states": list(self.memories), "states": states,
+                   "need_reorder": [m.need_reorder for m in self.memories.values()],
+                   "sub_block": block.idx})

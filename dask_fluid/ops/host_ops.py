@@ -66,6 +66,20 @@ register_signature("recurrent_grad",
                     "is_train": True, "has_states": False},
                    optional=("inputs", "initial_states", "parameters", "outputs",
                              "outputs@GRAD"), provider=_RECURRENT)
+# DynamicRNN: the step block run over the sequences of LoD inputs, longest first
+_DYNAMIC_ATTRS = {"ex_states": [], "states": [], "need_reorder": [], "sub_block": -1}
+register_signature("dynamic_recurrent",
+                   ("inputs", "static_inputs", "initial_states", "parameters"),
+                   ("outputs", "step_scopes"), _DYNAMIC_ATTRS,
+                   optional=("static_inputs", "initial_states", "parameters"),
+                   provider=_RECURRENT, lod="kernel")
+register_signature("dynamic_recurrent_grad",
+                   ("inputs", "static_inputs", "initial_states", "parameters", "outputs",
+                    "outputs@GRAD", "step_scopes"),
+                   ("inputs@GRAD", "static_inputs@GRAD", "initial_states@GRAD",
+                    "parameters@GRAD"), _DYNAMIC_ATTRS,
+                   optional=("static_inputs", "initial_states", "parameters", "outputs",
+                             "outputs@GRAD"), provider=_RECURRENT, lod="kernel")
 register_signature("lookup_sparse_table", ("W", "Ids"), ("Out",),
                    {"is_test": False, "padding_idx": -1, "auto_grown_table": True})
 register_signature("save", ("X",), (),

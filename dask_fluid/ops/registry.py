@@ -103,11 +103,15 @@ def register(
 
 
 def register_signature(type: str, inputs=(), outputs=(), attrs=None, *, optional=(),
-                       host: bool = True, provider: str | None = None) -> None:
+                       host: bool = True, provider: str | None = None,
+                       lod: str | None = None) -> None:
     """Register an op that has no kernel here (RPC and control ops run by a host);
-    ``provider`` names the module that sets its kernel (imported on first use)."""
+    ``provider`` names the module that sets its kernel (imported on first use), ``lod`` as
+    for :func:`register`."""
+    if lod not in (None, "none", "kernel"):
+        raise ValueError(f"register_signature({type!r}): lod must be None, 'none' or 'kernel'")
     _OPS[type] = OpDef(type, tuple(inputs), tuple(outputs), dict(attrs or {}), None, None,
-                       tuple(optional), host, provider)
+                       tuple(optional), host, provider, lod=lod)
 
 
 def set_kernel(type: str, kernel: Kernel) -> None:
