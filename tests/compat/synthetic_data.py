@@ -23,18 +23,21 @@ import numpy as np
 
 from dask_fluid.compat.dataset import (
     common,
+    conll05,
     flowers,
     imdb,
     imikolov,
     mnist,
+    movielens,
     uci_housing,
     wmt14,
     wmt16,
 )
 
 __all__ = [
-    "closed_port_url", "write_flowers", "write_imdb", "write_imikolov", "write_mnist", "write_tgz",
-    "write_uci_housing", "write_wmt14", "write_wmt16",
+    "closed_port_url", "write_conll05", "write_flowers", "write_imdb", "write_imikolov",
+    "write_mnist", "write_movielens", "write_tgz", "write_uci_housing", "write_wmt14",
+    "write_wmt16",
 ]
 
 
@@ -622,3 +625,233 @@ def write_wmt16(
                                          for name, text in content.items())])
     common.register_substitute(path)
     return {"path": path, **content}
+
+
+# -- movielens ---------------------------------------------------------------------------------
+
+_ML_GENRES = (
+    "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary", "Drama",
+    "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller",
+    "War", "Western",
+)
+_ML_WORDS = (
+    "Story", "Toy", "Heat", "Night", "City", "Lost", "Children", "Love", "Dead", "Man", "Star",
+    "Wars", "Return", "Jumanji", "Casino", "Sabrina", "Nixon", "Babe", "Fargo", "Sense",
+)
+
+
+def _write_zip(path: str, members: Sequence[tuple[str, bytes | None]]) -> None:
+    """A zip of ``(name, data)`` members (``data`` None: a directory), the same bytes each run."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in members:
+            info = zipfile.ZipInfo(name, date_time=(2003, 3, 1, 0, 0, 0))
+            if data is None:
+                info.external_attr = (0o40755 << 16) | 0x10
+                zf.writestr(info, b"")
+            else:
+                info.compress_type = zipfile.ZIP_DEFLATED
+                info.external_attr = 0o644 << 16
+                zf.writestr(info, data)
+
+
+def write_movielens(
+    data_home: str | os.PathLike, n_movies: int = 14, n_users: int = 10, n_ratings: int = 300,
+    seed: int = 0,
+) -> dict:
+    """Write ``movielens%2Fml-1m.zip`` under ``data_home/movielens``, registered as a substitute.
+
+    Layout of the published archive: ``ml-1m/`` with ``README``, ``movies.dat``
+    (``MovieID::Title (Year)::Genre|Genre``), ``users.dat``
+    (``UserID::Gender::Age::Occupation::Zip-code``) and ``ratings.dat``
+    (``UserID::MovieID::Rating::Timestamp``), latin-1, ``\\n``-terminated lines. Movie ids have
+    gaps; titles mix capitals, a trailing ``, The``, an alternative title in brackets and
+    latin-1 letters (``Cité``, ``été``, which are not UTF-8 in the file); the first titles use
+    words in an order that is not alphabetical. Every user and movie is rated.
+
+    Returns
+    -------
+    dict
+        ``path`` and ``movies``, ``users``, ``ratings``: the lines of each file as ``str``,
+        without their newline.
+    """
+    rng = np.random.default_rng(seed)
+    movie_ids = sorted(int(i) for i in rng.choice(np.arange(1, 4 * n_movies), n_movies,
+                                                  replace=False))
+    specials = [
+        "Toy Story (1995)",
+        "City of Lost Children, The (Cité des enfants perdus, La) (1995)",
+        "Heat (1995)",
+        "été Night of the Dead (1978)",
+    ]
+    movies = []
+    for k, movie_id in enumerate(movie_ids):
+        if k < len(specials):
+            title = specials[k]
+        else:
+            words = rng.choice(_ML_WORDS, int(rng.integers(1, 4)), replace=False)
+            title = f"{' '.join(str(w) for w in words)} ({int(rng.integers(1930, 2001))})"
+        genres = rng.choice(_ML_GENRES, int(rng.integers(1, 4)), replace=False)
+        movies.append(f"{movie_id}::{title}::{'|'.join(str(g) for g in genres)}")
+    users = []
+    for uid in range(1, n_users + 1):
+        gender = "F" if rng.random() < 0.4 else "M"
+        age = (1, 18, 25, 35, 45, 50, 56)[int(rng.integers(7))]
+        job = int(rng.integers(0, 21))
+        zipcode = f"{int(rng.integers(10000, 99999))}" + ("-1234" if uid == 3 else "")
+        users.append(f"{uid}::{gender}::{age}::{job}::{zipcode}")
+    ratings = []
+    for k in range(n_ratings):
+        # the first lines rate every movie and every user once
+        uid = k + 1 if k < n_users else int(rng.integers(1, n_users + 1))
+        movie_id = movie_ids[k] if k < n_movies else int(rng.choice(movie_ids))
+        rating = int(rng.integers(1, 6))
+        ratings.append(f"{uid}::{movie_id}::{rating}::{978300000 + 37 * k}")
+
+    def text(lines: list[str]) -> bytes:
+        return "".join(line + "\n" for line in lines).encode("latin-1")
+
+    path = _cache_file(data_home, "movielens", movielens.URL)
+    _write_zip(path, [
+        ("ml-1m/", None),
+        ("ml-1m/README", b"synthetic stand-in for MovieLens 1M\n"),
+        ("ml-1m/movies.dat", text(movies)),
+        ("ml-1m/ratings.dat", text(ratings)),
+        ("ml-1m/users.dat", text(users)),
+    ])
+    common.register_substitute(path)
+    return {"path": path, "movies": movies, "users": users, "ratings": ratings}
+
+
+# -- conll05 -----------------------------------------------------------------------------------
+
+_CONLL_WORDS = (
+    "the company said it would buy shares of a bank in new york for million dollars "
+    "yesterday investors sold their stock after market closed and analysts expect profits"
+).split()
+# lemma -> the word the sentences use for it
+_CONLL_VERBS = {"say": "said", "buy": "buy", "sell": "sold", "close": "closed",
+                "expect": "expect", "go": "go"}
+_CONLL_TAGS = ("A0", "A1", "AM-TMP", "A2", "AM-LOC", "C-A1")
+
+
+def _props_lines(words: list[str], predicates: list[tuple[str, int, list]]) -> list[str]:
+    """The props lines of one sentence: the lemma column then one bracket column a predicate."""
+    columns = [["-"] * len(words)]
+    for lemma, verb_pos, spans in predicates:
+        columns[0][verb_pos] = lemma
+        col = ["*"] * len(words)
+        for start, end, tag in spans:  # end exclusive
+            if end - start == 1:
+                col[start] = f"({tag}*)"
+            else:
+                col[start] = f"({tag}*"
+                col[end - 1] = "*)"
+        columns.append(col)
+    return ["   ".join(c[i].ljust(8) for c in columns).rstrip() for i in range(len(words))]
+
+
+def write_conll05(data_home: str | os.PathLike, n_sentences: int = 10, seed: int = 0) -> dict:
+    """Write the five files of paddle.dataset.conll05 under ``data_home/conll05st``, each
+    registered as a substitute.
+
+    - ``conll05st-tests.tar.gz``: ``conll05st-release/`` with a README, the gzipped
+      ``test.wsj/words/test.wsj.words.gz`` (a word a line) and ``test.wsj/props/test.wsj.props.gz``
+      (the lemma column, ``-`` or the predicate's lemma, then one column of bracketed arguments
+      per predicate, space-aligned), a blank line after each sentence, and a ``test.brown`` pair
+      the module does not read. Sentences are random, 0 to 3 predicates each, arguments
+      ``(A0*`` ... ``*)`` or ``(A0*)`` around the verb ``(V*)``; fixed ones put the verb first,
+      last, alone in a one-word sentence, use a UTF-8 word (``café``), words outside the
+      dictionary and the lemma ``go``, which is not in the verb dictionary.
+    - ``conll05st%2FwordDict.txt``: ``<unk>`` (id 0), ``bos``, ``eos``, then most corpus words;
+    - ``conll05st%2FverbDict.txt``: the lemmas but ``go``;
+    - ``conll05st%2FtargetDict.txt``: labels, ``O`` first, tags in a non-alphabetical order,
+      ``C-A1`` only as ``I-C-A1``;
+    - ``conll05st%2Femb``: a 16-byte header and a float32 row of 32 per dictionary word.
+
+    Returns
+    -------
+    dict
+        ``path`` (the archive), ``dir``, ``word_dict``, ``verb_dict``, ``target_dict`` (lines),
+        ``emb`` (the float32 matrix) and ``sentences``: ``(words, predicates)`` with each
+        predicate ``(lemma, verb position, [(start, end exclusive, tag), ...])``, the verb's own
+        span ``V`` included.
+    """
+    rng = np.random.default_rng(seed)
+    lemmas = sorted(_CONLL_VERBS)
+    sentences: list[tuple[list[str], list]] = [
+        (["go"], [("go", 0, [(0, 1, "V")])]),
+        (["said", "the", "company"], [("say", 0, [(0, 1, "V"), (1, 3, "A0")])]),
+        (["investors", "sold", "café", "zzunknown", "yesterday"],
+         [("sell", 1, [(0, 1, "A0"), (1, 2, "V"), (2, 4, "A1"), (4, 5, "AM-TMP")])]),
+        (["the", "market", "closed"], [("close", 2, [(0, 2, "A1"), (2, 3, "V")])]),
+        (["new", "york", "and", "london"], []),
+    ]
+    while len(sentences) < n_sentences:
+        n = int(rng.integers(4, 13))
+        words = [str(w) for w in rng.choice(_CONLL_WORDS, n)]
+        positions = sorted(int(p) for p in rng.choice(n, int(rng.integers(1, 4)), replace=False))
+        predicates = []
+        for verb_pos in positions:
+            lemma = str(rng.choice([lemma for lemma in lemmas if lemma != "go"]))
+            words[verb_pos] = _CONLL_VERBS[lemma]
+            spans = [(verb_pos, verb_pos + 1, "V")]
+            # an argument before and one after the verb, when there is room
+            if verb_pos > 0:
+                start = int(rng.integers(0, verb_pos))
+                spans.insert(0, (start, verb_pos, str(rng.choice(_CONLL_TAGS))))
+            if verb_pos + 1 < n:
+                end = int(rng.integers(verb_pos + 2, n + 1))
+                spans.append((verb_pos + 1, end, str(rng.choice(_CONLL_TAGS))))
+            predicates.append((lemma, verb_pos, spans))
+        sentences.append((words, predicates))
+
+    words_lines: list[str] = []
+    props: list[str] = []
+    for words, predicates in sentences:
+        words_lines += [*words, ""]
+        props += [*_props_lines(words, predicates), ""]
+    corpus_words = list(dict.fromkeys(w for words, _ in sentences for w in words))
+    word_dict = ["<unk>", "bos", "eos", *(w for w in corpus_words if w != "zzunknown"),
+                 "extra"]
+    verb_dict = [lemma for lemma in lemmas if lemma != "go"]
+    target_dict = ["O", "B-V", "I-V", "B-AM-TMP", "I-AM-TMP", "B-A1", "I-A1", "B-A0", "I-A0",
+                   "B-A2", "I-A2", "B-AM-LOC", "I-AM-LOC", "I-C-A1"]
+    emb = rng.standard_normal((len(word_dict), 32)).astype(np.float32)
+
+    def gz(lines: list[str]) -> bytes:
+        buf = io.BytesIO()
+        with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as f:
+            f.write("".join(line + "\n" for line in lines).encode("utf-8"))
+        return buf.getvalue()
+
+    paths = {name: _cache_file(data_home, "conll05st", getattr(conll05, name)) for name in (
+        "DATA_URL", "WORDDICT_URL", "VERBDICT_URL", "TRGDICT_URL", "EMB_URL")}
+    release = "conll05st-release"
+    write_tgz(paths["DATA_URL"], [
+        (release, None),
+        (f"{release}/README", b"synthetic stand-in for the CoNLL-2005 test sets\n"),
+        (f"{release}/test.brown", None),
+        (f"{release}/test.brown/words", None),
+        (f"{release}/test.brown/words/test.brown.words.gz", gz(["the", "end", ""])),
+        (f"{release}/test.brown/props", None),
+        (f"{release}/test.brown/props/test.brown.props.gz", gz(["-   *", "-   *", ""])),
+        (f"{release}/test.wsj", None),
+        (f"{release}/test.wsj/words", None),
+        (f"{release}/test.wsj/words/test.wsj.words.gz", gz(words_lines)),
+        (f"{release}/test.wsj/props", None),
+        (f"{release}/test.wsj/props/test.wsj.props.gz", gz(props)),
+    ])
+    for name, lines in (("WORDDICT_URL", word_dict), ("VERBDICT_URL", verb_dict),
+                        ("TRGDICT_URL", target_dict)):
+        with open(paths[name], "wb") as f:
+            f.write("".join(line + "\n" for line in lines).encode("utf-8"))
+    header = np.array([0, 4], dtype="<u4").tobytes() + np.array([emb.size], "<u8").tobytes()
+    with open(paths["EMB_URL"], "wb") as f:
+        f.write(header + emb.tobytes())
+    for path in paths.values():
+        common.register_substitute(path)
+    return {"path": paths["DATA_URL"], "dir": os.path.dirname(paths["EMB_URL"]),
+            "word_dict": word_dict, "verb_dict": verb_dict, "target_dict": target_dict,
+            "emb": emb, "sentences": sentences}

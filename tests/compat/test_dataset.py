@@ -26,10 +26,12 @@ import pytest
 from dask_fluid.compat.batch import batch
 from dask_fluid.compat.dataset import (
     common,
+    conll05,
     flowers,
     imdb,
     imikolov,
     mnist,
+    movielens,
     uci_housing,
     wmt14,
     wmt16,
@@ -45,6 +47,8 @@ DATASET_URLS = {
     flowers: ["DATA_URL", "LABEL_URL", "SETID_URL"],
     wmt14: ["URL_TRAIN", "URL_MODEL", "URL_DEV_TEST"],
     wmt16: ["DATA_URL"],
+    movielens: ["URL"],
+    conll05: ["DATA_URL", "WORDDICT_URL", "VERBDICT_URL", "TRGDICT_URL", "EMB_URL"],
 }
 
 
@@ -258,6 +262,8 @@ def test_fetch_all_uses_the_substitutes(data_home):
     synthetic_data.write_flowers(data_home, n_images=3)
     synthetic_data.write_wmt14(data_home)
     synthetic_data.write_wmt16(data_home)
+    synthetic_data.write_movielens(data_home)
+    synthetic_data.write_conll05(data_home)
     common.fetch_all()
 
 

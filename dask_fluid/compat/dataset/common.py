@@ -56,7 +56,9 @@ RETRY_LIMIT = 3
 DOWNLOAD_TIMEOUT_S = 15.0
 SUBSTITUTE_SUFFIX = ".substitute-md5"
 
-_DATASET_MODULES = ("mnist", "uci_housing", "imikolov", "imdb", "flowers", "wmt14", "wmt16")
+_DATASET_MODULES = (
+    "mnist", "uci_housing", "imikolov", "imdb", "flowers", "wmt14", "wmt16", "movielens", "conll05",
+)
 
 
 class DownloadError(RuntimeError):
