@@ -272,17 +272,21 @@ class FluidEstimatorBase(BaseEstimator):
         elif not lazy:
             X = np.ascontiguousarray(X, dtype=np.float32)
         epochs = 1 if incremental else self.max_iter
+        per_epoch = _steps_per_epoch(X, batch_size)
         progress = ProgressBar(epochs, session.net.loss.name, enabled=bool(self.verbose),
-                               desc=type(self).__name__)
+                               desc=type(self).__name__,
+                               total_steps=None if per_epoch is None else epochs * per_epoch)
         best = None
+        step = 0  # global, as the distributed runtimes count
         try:
             for epoch in range(epochs):
                 total, seen = 0.0, 0
-                for step, (xb, yb) in enumerate(self._batches(X, Y, batch_size, rng, lazy)):
+                for xb, yb in self._batches(X, Y, batch_size, rng, lazy):
                     loss = session.step(xb, yb)
                     total += loss * len(xb)
                     seen += len(xb)
-                    progress({"type": "step", "rank": 0, "epoch": epoch, "step": step,
+                    step += 1
+                    progress({"type": "step", "rank": 0, "epoch": epoch, "step": step - 1,
                               "samples": len(xb),
                               "fetches": {session.net.loss.name: loss}})
                 self.t_ += seen
@@ -474,6 +478,14 @@ def _numpy_batches(X: np.ndarray, Y: np.ndarray, batch_size: int, rng: np.random
     for start in range(0, n, batch_size):
         b = idx[start:start + batch_size]
         yield X[b], Y[b]
+
+
+def _steps_per_epoch(X: Any, batch_size: int) -> int | None:
+    """Steps of one local epoch (dask input: batched block by block); None if unknown."""
+    chunks = X.chunks[0] if is_dask_array(X) else (len(X),)
+    if any(c != c for c in chunks):  # unknown chunk sizes are nan
+        return None
+    return sum(-(-int(c) // batch_size) for c in chunks)
 
 
 def _epoch_losses(history: list[dict], loss_name: str, epochs: int) -> list[float]:

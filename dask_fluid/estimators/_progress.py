@@ -1,4 +1,12 @@
-"""Training progress: a tqdm.auto bar fed by step events, and a loss-curve plot."""
+"""Training progress: a live view fed by the runtime's events, and a loss-curve plot.
+
+In Jupyter (an IPython kernel with ipywidgets) the view is a widget with a progress bar, the
+numbers and a live loss curve per trainer (:mod:`._widget`); elsewhere, and in Jupyter without
+ipywidgets, a text ``tqdm`` bar. Both read one
+:class:`~dask_fluid.distributed.launch.progress.JobProgress`, so the samples/s shown are the
+samples the trainers report having trained, and both redraw at most every
+:data:`REFRESH_S` however many events arrive.
+"""
 
 # Licence: Apache-2.0 (see pyproject.toml)
 
@@ -7,62 +15,106 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..distributed.launch.progress import JobProgress
+
+#: the view redraws at most this often (the last state is always drawn on close)
+REFRESH_S = 0.2
+
+
+def in_notebook() -> bool:
+    """Whether this runs in an IPython kernel that can show ipywidgets."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "kernel"):
+        return False
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class _TextView:
+    """A ``tqdm`` bar over steps; the postfix has the epoch, loss, samples/s, step time and
+    the slowest trainer."""
+
+    def __init__(self, desc: str) -> None:
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=None, desc=desc, unit="step", leave=True)
+
+    def render(self, progress: JobProgress, final: bool = False) -> None:
+        bar = self._bar
+        if progress.rounds and bar.total != progress.rounds:
+            bar.total = progress.rounds
+        step = progress.step if not progress.rounds else min(progress.step, progress.rounds)
+        bar.set_postfix(progress.describe(), refresh=False)
+        if step > bar.n:
+            bar.update(step - bar.n)  # redraws (tqdm's own mininterval applies)
+        else:
+            bar.refresh()
+
+    def close(self) -> None:
+        self._bar.close()
+
 
 class ProgressBar:
-    """Callable that turns runtime ``step`` events into a ``tqdm.auto`` bar over epochs.
+    """Callable that turns runtime events into a live progress view.
 
-    ``tqdm.auto`` renders as a widget in Jupyter and as text in a terminal. The postfix shows
-    the epoch, the running mean loss of the epoch and the samples per second of all trainers.
-    Disabled (a no-op) when ``enabled`` is False.
+    Every event is folded into :attr:`progress` (a ``JobProgress``); the view redraws at most
+    every :data:`REFRESH_S`. Disabled (the events are still folded, nothing is shown) when
+    ``enabled`` is False.
 
     Parameters
     ----------
     epochs : int
-        Length of the bar.
+        Epochs of the fit (shown until the job says how many steps it takes).
     loss_name : str
         Key of the loss in the events' ``fetches``.
     enabled : bool
     desc : str
+    total_steps : int, optional
+        Steps of the whole fit when the caller knows them (local training); distributed jobs
+        announce theirs in their ``job`` event.
+    widget : bool, optional
+        True: the Jupyter widget; False: the text bar; None: the widget where it can show.
     """
 
     def __init__(self, epochs: int, loss_name: str, enabled: bool = True,
-                 desc: str = "training") -> None:
+                 desc: str = "training", total_steps: int | None = None,
+                 widget: bool | None = None) -> None:
+        self.epochs = int(epochs)
         self.loss_name = loss_name
         self.enabled = enabled
-        self._bar: Any = None
-        self._epoch = -1
-        self._loss_sum = self._loss_n = 0.0
-        self._samples = 0
-        self._start = time.perf_counter()
+        self.progress = JobProgress(loss_name, rounds=total_steps)
+        self._view: Any = None
+        self._drawn = 0.0
         if enabled:
-            from tqdm.auto import tqdm
+            if widget if widget is not None else in_notebook():
+                from ._widget import WidgetView
 
-            self._bar = tqdm(total=epochs, desc=desc, unit="epoch", leave=True)
+                self._view = WidgetView(desc)
+            else:
+                self._view = _TextView(desc)
 
     def __call__(self, event: dict) -> None:
-        if self._bar is None or event.get("type") != "step":
+        self.progress(event)
+        if self._view is None or event.get("type") not in ("step", "job", "done"):
             return
-        epoch = int(event.get("epoch", 0))
-        if epoch != self._epoch:
-            if self._epoch >= 0:
-                self._bar.update(epoch - self._epoch)
-            self._epoch, self._loss_sum, self._loss_n = epoch, 0.0, 0.0
-        loss = event.get("fetches", {}).get(self.loss_name)
-        if loss is not None:
-            self._loss_sum += float(loss)
-            self._loss_n += 1
-        self._samples += int(event.get("samples", 0))
-        rate = self._samples / max(time.perf_counter() - self._start, 1e-9)
-        self._bar.set_postfix(epoch=epoch + 1,
-                              loss=f"{self._loss_sum / max(self._loss_n, 1):.4f}",
-                              samples_s=f"{rate:,.0f}", refresh=False)
+        now = time.perf_counter()
+        if now - self._drawn >= REFRESH_S:
+            self._drawn = now
+            self._view.render(self.progress)
 
     def close(self) -> None:
-        if self._bar is not None:
-            if self._epoch >= 0:
-                self._bar.update(self._bar.total - self._bar.n if self._bar.total else 1)
-            self._bar.close()
-            self._bar = None
+        """Draw the final state and release the view."""
+        if self._view is not None:
+            self._view.render(self.progress, final=True)
+            self._view.close()
+            self._view = None
 
 
 def plot_loss_curve(estimator: Any, ax: Any = None, **plot_kwargs: Any) -> Any:

@@ -70,7 +70,13 @@ from dask_fluid.distributed.launch.data import (
     local_arrays,
     partition_by_worker,
 )
-from dask_fluid.distributed.launch.events import Callback, TrainResult, publish, step_event
+from dask_fluid.distributed.launch.events import (
+    Callback,
+    StepMeter,
+    TrainResult,
+    publish,
+    step_event,
+)
 from dask_fluid.distributed.launch.feeds import (
     check_data_keys,
     check_finite,
@@ -363,7 +369,12 @@ def train_collective(client: Any, main_program: Program | None = None,
     tasks = [TaskSpec(w, _trainer_task, args=(cfg, r, assignment.parts[r]), role="trainer",
                       endpoint=labels.get(w)) for r, w in enumerate(ranks)]
     try:
-        results = run_tasks(client, job, tasks, callbacks=callbacks, deadline_s=flags.deadline_s)
+        info = {"kind": "collective", "backend": backend, "epochs": int(epochs),
+                "batch_size": int(batch_size), "rounds": int(epochs) * steps,
+                "summary": f"{len(ranks)} trainer(s), {backend} all-reduce, {steps} steps "
+                           f"per epoch"}
+        results = run_tasks(client, job, tasks, callbacks=callbacks, deadline_s=flags.deadline_s,
+                            info=info)
     except concurrent.futures.CancelledError as exc:
         raise _lost_worker_error(client, job, tasks) from exc
     finally:
@@ -482,7 +493,8 @@ def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list) -> dict:
     seed_r = rank_seed(cfg["seed"], rank)
     records: list[tuple] = []
     samples = 0
-    start = next_event = time.perf_counter()
+    meter = StepMeter(EVENT_INTERVAL_S)
+    start = meter.start
     for epoch in range(cfg["epochs"]):
         batches = batch_indices(n_rows, bs, epoch, seed_r, cfg["shuffle"])
         for s in range(steps):
@@ -493,14 +505,16 @@ def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list) -> dict:
             fetched = exe.run(compute, feed={k: v[idx] for k, v in feeds.items()},
                               fetch_list=fetch, scope=scope)
             check_finite(fetch, fetched, epoch, global_step)
+            reduce_start = time.perf_counter()
             reduce_gradients(comm, scope, grads, xp, host=host, step=global_step)
+            waited = time.perf_counter() - reduce_start
             exe.run(optimize, scope=scope)
             samples += len(idx)
+            meter.step(len(idx), waited)
             event = step_event(rank, epoch, global_step, len(idx), fetch, fetched)
-            now = time.perf_counter()
-            if now >= next_event or s == steps - 1:
+            if meter.due(last=s == steps - 1):
+                event.update(meter.fields())
                 publish(worker, cfg["job"], event)
-                next_event = now + EVENT_INTERVAL_S
             records.append((epoch, global_step, len(idx), list(event["fetches"].values())))
         publish(worker, cfg["job"], {"type": "epoch_end", "rank": rank, "epoch": epoch,
                                      "steps": steps, "samples": samples})

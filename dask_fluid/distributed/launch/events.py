@@ -8,6 +8,18 @@ while training runs, so a progress bar can follow. Event dicts carry plain Pytho
 ``{"type": "step", "job", "rank", "epoch", "step", "samples", "time", "fetches": {name: float}}``
 ``{"type": "epoch_end", "job", "rank", "epoch", "steps", "samples", "time"}``
 ``{"type": "done", "job", "rank", "steps", "samples", "elapsed"}``
+
+A trainer publishes a step event only every :data:`PUBLISH_INTERVAL_S` (and at each epoch's
+last step), so the ``samples`` of the events that arrive are not what was trained. Published step
+events therefore also carry the rank's running totals, from a :class:`StepMeter`: ``trained``
+(samples this rank has trained), ``done_steps``, ``elapsed`` (seconds since its loop started),
+and ``step_s`` and ``wait_s`` (seconds per step, and of that the part spent waiting for the
+pservers or the all-reduce, averaged over the steps since the previous published event).
+
+The launcher adds ``{"type": "job", ...}`` (what runs where) before the tasks start and
+``{"type": "job_end", "status", "error"}`` after; pserver tasks add ``{"type": "pserver",
+"endpoint", "worker", "rounds", "pushes", "optimize_s", "bytes_in", "bytes_out"}`` (running
+totals) every :data:`PSERVER_INTERVAL_S`.
 """
 
 from __future__ import annotations
@@ -23,6 +35,13 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 Callback = Callable[[dict], Any]
+
+#: A trainer publishes a step event at most this often (and at every epoch's last step): each
+#: one costs the scheduler and the client CPU that the workers need on a small machine.
+#: ``TrainResult.history`` still holds every step.
+PUBLISH_INTERVAL_S = 0.05
+#: how often a pserver task publishes its counters
+PSERVER_INTERVAL_S = 0.5
 
 
 def topic(job: str) -> str:
@@ -46,6 +65,50 @@ def step_event(rank: int, epoch: int, step: int, samples: int, fetch_names: Iter
             "fetches": fetches}
 
 
+class StepMeter:
+    """One trainer's running totals, and when its next step event is due.
+
+    Call :meth:`step` after every step; when :meth:`due` says so, add :meth:`fields` to the
+    step event and publish it.
+
+    Parameters
+    ----------
+    interval_s : float
+        At most one published event per this many seconds (an epoch's last step always is).
+    """
+
+    def __init__(self, interval_s: float = PUBLISH_INTERVAL_S) -> None:
+        self.interval_s = float(interval_s)
+        self.start = time.perf_counter()
+        self.trained = 0
+        self.steps = 0
+        self.wait_s = 0.0
+        self._now = self.start
+        self._published = (self.start, 0, 0.0)  # (time, steps, wait) at the last event
+
+    def step(self, samples: int, wait_s: float = 0.0) -> None:
+        """One step of ``samples`` rows done, of which ``wait_s`` seconds were spent waiting for
+        other processes (pserver replies, the all-reduce)."""
+        self._now = time.perf_counter()
+        self.trained += int(samples)
+        self.steps += 1
+        self.wait_s += float(wait_s)
+
+    def due(self, last: bool = False) -> bool:
+        """Whether the step just recorded should be published (``last``: it ends an epoch)."""
+        return last or self._now - self._published[0] >= self.interval_s
+
+    def fields(self) -> dict[str, Any]:
+        """The totals for the step event; starts the next averaging window."""
+        t, steps, wait = self._published
+        n = max(self.steps - steps, 1)
+        out = {"trained": self.trained, "done_steps": self.steps,
+               "elapsed": self._now - self.start, "step_s": (self._now - t) / n,
+               "wait_s": (self.wait_s - wait) / n}
+        self._published = (self._now, self.steps, self.wait_s)
+        return out
+
+
 class Subscription:
     """Calls ``callbacks`` with every event of ``job`` on the client (context manager)."""
 
@@ -58,6 +121,14 @@ class Subscription:
     def _handle(self, event: Any) -> None:
         # subscribe_topic delivers (timestamp, msg)
         msg = event[1] if isinstance(event, tuple) and len(event) == 2 else event
+        if isinstance(msg, dict) and msg.get("origin") == "client":
+            return  # the launcher's own event, already handed over by emit()
+        self.emit(msg)
+
+    def emit(self, msg: dict) -> None:
+        """Hand ``msg`` to the callbacks: the events from the tasks, and the launcher's own
+        (``origin: "client"``), which it publishes with a round trip that may reach the
+        scheduler before this subscription does."""
         self.events.append(msg)
         for cb in self.callbacks:
             try:

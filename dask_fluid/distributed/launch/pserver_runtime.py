@@ -439,8 +439,12 @@ class _Job:
                                   endpoint=w))
 
         try:
+            info = {"kind": "pserver", "mode": "sync" if sync else "async",
+                    "epochs": req.epochs, "batch_size": batch_size,
+                    "rounds": req.epochs * max(schedule), "summary": summarize(first)}
             results = run_tasks(client, job, tasks, callbacks=req.callbacks,
-                                deadline_s=flags.deadline_s, last_step=self.last_step)
+                                deadline_s=flags.deadline_s, last_step=self.last_step,
+                                info=info)
         except concurrent.futures.CancelledError as err:
             # A dead worker took the only copy of a task's data with it: Dask cancels the task
             # instead of failing it. Name the lost worker (the launcher detached the job's

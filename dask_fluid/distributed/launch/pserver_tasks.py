@@ -31,13 +31,12 @@ from . import elastic, events
 from .data import batch_indices, local_arrays
 from .feeds import check_finite, prepare_feeds
 from .malloc import training_malloc
+from .pserver_stats import StatsPublisher
 
 __all__ = ["ShardSpec", "TrainerSpec", "run_pserver", "run_trainer"]
 
-#: Step events go to the client at most this often (and at every epoch's last step): each one
-#: costs the scheduler and the client CPU that the workers need on a small machine.
-#: ``TrainResult.history`` still holds every step.
-PUBLISH_INTERVAL_S = 0.05
+#: Step events go to the client at most this often (and at every epoch's last step).
+PUBLISH_INTERVAL_S = events.PUBLISH_INTERVAL_S
 
 
 @dataclass
@@ -82,9 +81,11 @@ def run_pserver(spec: ShardSpec) -> dict:
     # pserver as its own process); the scheduler is told the task is long-running.
     secede()
     started: list[PServerShard] = []
+    stats: list[StatsPublisher] = []
 
     def on_start(shard: PServerShard) -> None:
         started.append(shard)
+        stats.append(StatsPublisher(worker, spec.job, shard))  # before any trainer call
         attach_service(worker, spec.job, service_name(spec.endpoint), shard)
 
     try:
@@ -110,6 +111,9 @@ def run_pserver(spec: ShardSpec) -> dict:
     except Exception as exc:  # name the role, endpoint and step, keep the cause
         raise DistributedTrainingError(f"{type(exc).__name__}: {exc}", "pserver",
                                        spec.endpoint, spec.schedule.start_round) from exc
+    finally:
+        for publisher in stats:
+            publisher.stop()
     shard = started[0]
     return {"endpoint": spec.endpoint, "worker": worker.address,
             "params": shard.final_params(), "info": shard.info()}
@@ -187,8 +191,8 @@ def _loop(worker: Any, spec: TrainerSpec, program: Program, feed_data: dict[str,
     exe.run(Program.from_json(spec.startup_json), scope=scope)
     history: list[dict] = []
     samples = steps = 0
-    published = 0.0
-    t0 = time.perf_counter()
+    meter = events.StepMeter(PUBLISH_INTERVAL_S)
+    t0 = meter.start
     for epoch in range(start_epoch, spec.epochs):
         batches = batch_indices(n_rows, spec.batch_size, epoch, spec.seed + 1000 * spec.rank,
                                 spec.shuffle)[:n_steps]
@@ -199,18 +203,19 @@ def _loop(worker: Any, spec: TrainerSpec, program: Program, feed_data: dict[str,
             state["round"] = round_index
             client.begin_step(round_index)
             feed = {name: arr[idx] for name, arr in feed_data.items()}
+            waited = client.rpc_s
             fetched = exe.run(program, feed=feed, fetch_list=spec.fetch_names, scope=scope)
             check_finite(spec.fetch_names, fetched, epoch, round_index)
             steps += 1
             samples += len(idx)
+            meter.step(len(idx), client.rpc_s - waited)
             event = events.step_event(spec.rank, epoch, round_index, len(idx),
                                       spec.fetch_names, fetched)
             event["time"] = time.time()
             history.append(event)
-            now = time.perf_counter()
-            if now - published >= PUBLISH_INTERVAL_S or s == len(batches) - 1:
+            if meter.due(last=s == len(batches) - 1):
+                event.update(meter.fields())
                 events.publish(worker, spec.job, event)
-                published = now
         events.publish(worker, spec.job, {"type": "epoch_end", "rank": spec.rank,
                                           "epoch": epoch, "steps": steps, "samples": samples})
     elapsed = time.perf_counter() - t0

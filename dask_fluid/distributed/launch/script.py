@@ -384,4 +384,6 @@ def launch_script(client: Any, script: str, args: Sequence[str] = (), *, pserver
     tasks = [TaskSpec(r.worker, run_role, (job, r, path, text), role=r.kind,
                       endpoint=r.endpoint) for r in roles]
     show = _printer(out or sys.stdout, err or sys.stderr)
-    return run_tasks(client, job, tasks, callbacks=[show])
+    return run_tasks(client, job, tasks, callbacks=[show],
+                     info={"kind": "launch", "mode": mode,
+                           "summary": f"{os.path.basename(path)}: {len(roles)} role(s)"})

@@ -19,7 +19,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +35,8 @@ from ..errors import (
     WorkerLostError,
     with_step,
 )
-from .events import Callback, Subscription
+from .dashboard.plugin import ensure_dashboard
+from .events import Callback, Subscription, topic
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ ABORT_ACK_S = 2.0
 #: themselves at their own deadline once it runs again. With these bounds a job ends at most
 #: ABORT_GRACE_S + DETACH_TIMEOUT_S after its first error.
 DETACH_TIMEOUT_S = 3.0
+#: how long a finished job waits for its trainers' last events to reach the callbacks
+DONE_GRACE_S = 2.0
 
 
 @dataclass
@@ -80,6 +83,29 @@ class LastStep:
     def __call__(self, event: dict) -> None:
         if event.get("type") == "step":
             self.step = max(self.step if self.step is not None else -1, int(event["step"]))
+
+
+class _Ends:
+    """An event callback that counts the trainers' ``done`` events, so that the launcher can
+    let them reach the callbacks before it unsubscribes (they travel through the scheduler,
+    the results do not, so the results can arrive first)."""
+
+    def __init__(self) -> None:
+        self.reporting = False  # the job's tasks publish progress at all
+        self.done: set[int] = set()
+
+    def __call__(self, event: dict) -> None:
+        kind = event.get("type")
+        if kind == "step":
+            self.reporting = True
+        elif kind == "done":
+            self.reporting = True
+            self.done.add(int(event.get("rank", 0)))
+
+    def wait(self, trainers: int, timeout_s: float = DONE_GRACE_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.reporting and len(self.done) < trainers and time.monotonic() < deadline:
+            time.sleep(0.005)
 
 
 def new_job_id() -> str:
@@ -175,9 +201,30 @@ def _watch(client: Any, pairs: list[tuple[Any, TaskSpec]], poll_s: float, deadli
     return None
 
 
+def _log(client: Any, job: str, event: dict, subscription: Subscription | None = None) -> None:
+    """Publish a launcher event on the job's topic (for the dashboard) and hand it to the
+    callbacks of ``subscription``."""
+    event = {**event, "job": job, "time": time.time(), "origin": "client"}
+    if subscription is not None:
+        subscription.emit(event)
+    try:
+        client.log_event(topic(job), event)
+    except Exception:  # watching must never stop a job
+        logger.debug("could not publish %s of job %s", event.get("type"), job, exc_info=True)
+
+
+def _job_event(tasks: Sequence[TaskSpec], info: Mapping[str, Any] | None) -> dict:
+    """What runs where: trainers in rank order, pservers by endpoint, plus ``info``."""
+    trainers = [t.worker for t in tasks if t.role == "trainer"]
+    pservers = {t.where: t.worker for t in tasks if t.role == "pserver"}
+    return {"type": "job", "kind": "tasks", "trainers": trainers, "pservers": pservers,
+            "roles": [[t.role, t.where] for t in tasks], **(info or {})}
+
+
 def run_tasks(client: Any, job: str, tasks: Sequence[TaskSpec], *,
               callbacks: Iterable[Callback] = (), poll_s: float = 0.2,
-              deadline_s: float | None = None, last_step: LastStep | None = None) -> list:
+              deadline_s: float | None = None, last_step: LastStep | None = None,
+              info: Mapping[str, Any] | None = None) -> list:
     """Run ``tasks`` (one pinned task each) and return their results in order.
 
     Parameters
@@ -196,6 +243,9 @@ def run_tasks(client: Any, job: str, tasks: Sequence[TaskSpec], *,
         ``FLAGS_rpc_deadline``, read now).
     last_step : LastStep, optional
         Follows the steps the tasks report (a fresh one by default).
+    info : mapping, optional
+        Published with the job's ``{"type": "job"}`` event before the tasks start (plain
+        values only): ``kind``, ``rounds`` (steps the job takes), ``summary``...
 
     Raises
     ------
@@ -209,13 +259,18 @@ def run_tasks(client: Any, job: str, tasks: Sequence[TaskSpec], *,
         deadline_s = RPCFlags.current().deadline_s
     last_step = last_step or LastStep()
     rpc.ensure_plugin(client)
+    ensure_dashboard(client)
     workers = sorted({t.worker for t in tasks})
     check_workers_alive(client, workers)
     pairs: list[tuple[Any, TaskSpec]] = []
     reachable = set(workers)  # an abort that a worker did not acknowledge drops it
+    end = {"type": "job_end", "status": "failed", "error": ""}
     try:
         # as_current: distributed.wait() otherwise goes through the newest client of the process
-        with client.as_current(), Subscription(client, job, [last_step, *callbacks]):
+        ends = _Ends()
+        with client.as_current(), Subscription(client, job,
+                                               [last_step, ends, *callbacks]) as subscription:
+            _log(client, job, _job_event(tasks, info), subscription)
             for i, spec in enumerate(tasks):
                 fn = functools.partial(spec.fn, **spec.kwargs) if spec.kwargs else spec.fn
                 future = client.submit(fn, *spec.args, key=f"dask-fluid-{spec.role}-{i}-{job}",
@@ -227,9 +282,17 @@ def run_tasks(client: Any, job: str, tasks: Sequence[TaskSpec], *,
                 reachable = _abort(client, job, workers, pairs, error)
                 if isinstance(error, DistributedTrainingError):
                     error = with_step(error, last_step.step)
+                end["error"] = f"{type(error).__name__}: {error}"[:2000]
                 raise error
-            return client.gather([f for f, _ in pairs])
+            results = client.gather([f for f, _ in pairs])
+            ends.wait(sum(1 for t in tasks if t.role == "trainer"))
+            end["status"] = "finished"
+            return results
+    except BaseException as exc:
+        end["error"] = end["error"] or f"{type(exc).__name__}: {exc}"[:2000]
+        raise
     finally:
+        _log(client, job, end)
         alive = sorted(live_workers(client) & reachable)
         try:
             client.run(_detach, job, workers=alive, on_error="ignore",

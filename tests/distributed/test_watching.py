@@ -1,0 +1,169 @@
+"""Watching training (issue 17): honest progress from the trainers' own totals, the pservers'
+counters, and the dashboard page that the scheduler plugin serves.
+
+Non-regression for issue 17: the progress bar summed the ``samples`` of the step events that
+reached the client, but trainers publish only a few step events per second, so it showed
+2,845-3,644 samples/s for a fit that ran at ~60k.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from dask_fluid.datasets import reference_blobs
+from dask_fluid.distributed import train_collective, train_pserver
+from dask_fluid.distributed.launch.dashboard.plugin import PLUGIN_NAME, Board
+from dask_fluid.distributed.launch.events import StepMeter
+from dask_fluid.distributed.launch.progress import JobProgress, LossCurve
+from dask_fluid.models import mlp
+
+pytestmark = pytest.mark.slow
+
+X, Y = reference_blobs(8_000)
+
+
+def _data(n_chunks: int = 2) -> dict:
+    chunk = len(X) // n_chunks
+    return {"x": da.from_array(X, chunks=(chunk, 64)),
+            "y": da.from_array(Y[:, None].astype(np.int64), chunks=(chunk, 1))}
+
+
+# -- pure parts ---------------------------------------------------------------------------------
+
+
+def test_loss_curve_stays_bounded_and_keeps_the_latest_steps():
+    curve = LossCurve(max_points=8)
+    for step in range(100):
+        curve.add(step, 1.0 / (step + 1))
+    assert 4 <= len(curve) < 8
+    assert curve.steps == sorted(curve.steps) and curve.steps[0] == 0
+    assert curve.steps[-1] >= 100 - 16  # the stride is at most 16 after four halvings
+
+
+def test_step_meter_averages_over_the_steps_since_the_last_event():
+    meter = StepMeter(interval_s=3600)
+    for _ in range(4):
+        meter.step(32, wait_s=0.001)
+    assert not meter.due() and meter.due(last=True)
+    fields = meter.fields()
+    assert fields["trained"] == 128 and fields["done_steps"] == 4
+    assert fields["wait_s"] == pytest.approx(0.001)
+    assert fields["step_s"] == pytest.approx(fields["elapsed"] / 4)
+    meter.step(32)
+    assert meter.fields()["wait_s"] == 0.0  # a new window
+
+
+def test_job_progress_counts_what_the_trainers_trained_not_the_events():
+    p = JobProgress("loss")
+    p({"type": "job", "job": "j", "rounds": 100, "trainers": ["w0", "w1"],
+       "pservers": {"ep0": "w0"}, "time": 1.0})
+    # two events arrive, but each trainer reports 50 steps of 128 samples in 0.5 s
+    for rank in (0, 1):
+        p({"type": "step", "rank": rank, "epoch": 0, "step": 49, "samples": 128,
+           "trained": 6400, "done_steps": 50, "elapsed": 0.5 + 0.5 * rank, "step_s": 0.01,
+           "wait_s": 0.004 * (1 - rank), "fetches": {"loss": 1.0 + rank}})
+    p({"type": "pserver", "endpoint": "ep0", "rounds": 50, "optimize_s": 0.1,
+       "bytes_in": 1000, "bytes_out": 2000})
+    assert p.trained == 12800
+    assert p.samples_per_s == pytest.approx(12800 / 1.0)  # the slowest trainer's clock
+    assert p.step == 50 and p.rounds == 100 and p.loss == pytest.approx(1.5)
+    assert p.slowest.rank == 1  # most compute per step
+    assert p.pservers["ep0"].update_s == pytest.approx(0.002)
+    assert p.trainers[1].worker == "w1" and len(p.trainers[0].curve) == 1
+    assert p.describe()["samples/s"] == "12,800"
+
+
+def test_board_keeps_running_jobs_and_drops_the_oldest_finished():
+    board = Board(max_jobs=2)
+    for i in range(4):
+        board({"type": "job", "job": f"j{i}"})
+        board({"type": "job_end", "job": f"j{i}", "status": "finished"})
+    board({"type": "job", "job": "live"})
+    assert "live" in board.jobs and len(board.jobs) <= 3
+    assert "j0" not in board.jobs
+    board({"type": "done", "job": "j0", "rank": 0})  # the tail of a dropped job
+    assert "j0" not in board.jobs
+
+
+# -- on the session cluster ---------------------------------------------------------------------
+
+
+def _board(client) -> dict:
+    def read(dask_scheduler=None):
+        board = dask_scheduler.plugins[PLUGIN_NAME].board
+        return {job: {"status": p.status, "kind": p.info.get("kind"), "step": p.step,
+                      "rounds": p.rounds, "rate": p.samples_per_s,
+                      "points": {r: len(t.curve) for r, t in p.trainers.items()},
+                      "bytes": {e: (s.bytes_in, s.bytes_out, s.rounds)
+                                for e, s in p.pservers.items()},
+                      "summary": p.info.get("summary", "")}
+                for job, p in board.jobs.items()}
+
+    return client.run_on_scheduler(read)
+
+
+def _finished_board(client, job: str, attempts: int = 600) -> dict:
+    """The board's view of ``job`` once its end reached the scheduler (the launcher's events go
+    through the client's batched stream, run_on_scheduler through another connection)."""
+    for _ in range(attempts):
+        b = _board(client).get(job)
+        if b is not None and b["status"] != "running":
+            return b
+        time.sleep(0.05)
+    raise AssertionError(f"job {job} never ended on the board: {_board(client).get(job)}")
+
+
+def test_pserver_progress_equals_the_result_and_reaches_the_board(dist_client, workers):
+    spec = mlp(hidden=(32,))
+    seen = JobProgress()
+    result = train_pserver(dist_client, spec.main, spec.startup, _data(), pservers=workers[:2],
+                           trainers=workers[:2], epochs=2, batch_size=64,
+                           fetch_list=[spec.loss], callbacks=[seen])
+    # the trainers' "done" totals reached the callbacks before train_pserver returned
+    assert seen.trained == result.samples == 2 * len(X)
+    assert seen.samples_per_s == pytest.approx(result.samples_per_s, rel=1e-6)
+    assert seen.step == seen.rounds == 2 * (len(X) // 2 // 64 + 1)
+    assert seen.info["kind"] == "pserver" and "pserver(s)" in seen.info["summary"]
+
+    b = _finished_board(dist_client, seen.job)
+    assert b["status"] == "finished" and b["step"] == seen.rounds
+    assert set(b["points"]) == {0, 1} and min(b["points"].values()) > 0
+    # every round each trainer pushes the gradients of the pserver's blocks and pulls them
+    # back: bytes in == bytes out, both non-zero, on both pservers
+    assert len(b["bytes"]) == 2
+    for bytes_in, bytes_out, rounds in b["bytes"].values():
+        assert rounds == seen.rounds and bytes_in > 0 and bytes_out >= bytes_in
+
+
+def test_collective_progress_equals_the_result(dist_client, workers):
+    spec = mlp(hidden=(32,))
+    seen = JobProgress()
+    result = train_collective(dist_client, spec.main, spec.startup, _data(),
+                              trainers=workers[:2], epochs=1, batch_size=64,
+                              fetch_list=[spec.loss], callbacks=[seen])
+    assert seen.trained == result.samples
+    assert seen.samples_per_s == pytest.approx(result.samples_per_s, rel=1e-6)
+    assert seen.info["kind"] == "collective" and seen.step == seen.rounds
+    assert all(t.step_s > 0 for t in seen.trainers.values())
+
+
+def test_dashboard_lists_and_serves_the_fluid_page(dist_client, workers):
+    spec = mlp(hidden=(16,))
+    train_pserver(dist_client, spec.main, spec.startup, _data(), pservers=workers[:1],
+                  trainers=workers[:2], epochs=1, batch_size=256, fetch_list=[spec.loss])
+    base = dist_client.dashboard_link.rsplit("/", 1)[0]
+    with urllib.request.urlopen(f"{base}/individual-plots.json", timeout=30) as reply:
+        plots = json.loads(reply.read())
+    fluid = {name: path for name, path in plots.items() if "fluid" in name.lower()}
+    assert fluid == {"Individual Fluid Training": "/individual-fluid-training"}
+    assert "Individual Task Stream" in plots  # distributed's own pages are still listed
+    with urllib.request.urlopen(f"{base}{fluid['Individual Fluid Training']}",
+                                timeout=30) as reply:
+        page = reply.read().decode()
+    assert "<title>Dask: Fluid Training</title>" in page
