@@ -23,6 +23,7 @@ from ..executor import CPUPlace, CUDAPlace, Executor, Scope
 from . import _predict
 from ._network import ACTIVATIONS, FEATURES, LABEL, NetSpec, build
 from ._progress import ProgressBar
+from ._repr import fitted_html
 from ._validation import Checked, check_input, is_dask_array
 
 logger = logging.getLogger(__name__)
@@ -101,6 +102,14 @@ class FluidEstimatorBase(BaseEstimator):
                              None],
         "client": "no_validation",
     }
+
+    # -- Jupyter ----------------------------------------------------------------------------
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict:
+        """scikit-learn's display, headed by what the fit did when fitted (issue 17)."""
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if hasattr(self, "coefs_") and "text/html" in bundle:
+            bundle["text/html"] = fitted_html(self) + bundle["text/html"]
+        return bundle
 
     # -- pickling ---------------------------------------------------------------------------
     def __getstate__(self) -> dict:

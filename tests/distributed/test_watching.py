@@ -19,7 +19,7 @@ import pytest
 from dask_fluid.datasets import reference_blobs
 from dask_fluid.distributed import train_collective, train_pserver
 from dask_fluid.distributed.launch.dashboard.plugin import PLUGIN_NAME, Board
-from dask_fluid.distributed.launch.events import StepMeter
+from dask_fluid.distributed.launch.events import StepMeter, TrainResult
 from dask_fluid.distributed.launch.progress import JobProgress, LossCurve
 from dask_fluid.models import mlp
 
@@ -89,6 +89,15 @@ def test_board_keeps_running_jobs_and_drops_the_oldest_finished():
     assert "j0" not in board.jobs
     board({"type": "done", "job": "j0", "rank": 0})  # the tail of a dropped job
     assert "j0" not in board.jobs
+
+
+def test_train_result_renders_in_jupyter():
+    result = TrainResult(params={"w": np.zeros((3, 4), np.float32)}, steps=10, samples=1280,
+                         epochs=[{"epoch": 0, "loss": 1.0}, {"epoch": 1, "loss": 0.5}],
+                         elapsed_s=0.5, samples_per_s=2560.0, summary="pserver <a> on w0")
+    page = result._repr_html_()
+    assert "<td>2,560</td>" in page and "<td>0.5000</td>" in page
+    assert "pserver &lt;a&gt; on w0" in page  # escaped
 
 
 # -- on the session cluster ---------------------------------------------------------------------

@@ -270,3 +270,19 @@ def test_bad_parameters():
         MLPClassifier(solver="lbfgs").fit(X_IRIS, Y_IRIS)
     with pytest.raises(ValueError, match="early_stopping=True is supported with mode='local'"):
         MLPClassifier(mode="pserver", early_stopping=True).fit(X_IRIS, Y_IRIS)
+
+
+def test_fitted_estimator_html_heads_sklearn_display():
+    """Issue 17: a fitted estimator shows its network, mode, topology and last loss."""
+    clf = MLPClassifier((4,), max_iter=2, random_state=0)
+    assert "dask-fluid-fitted" not in clf._repr_mimebundle_()["text/html"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf.fit(X_IRIS, Y_IRIS)
+    page = clf._repr_mimebundle_()["text/html"]
+    assert page.startswith("<div class='dask-fluid-fitted'><b>MLPClassifier</b>, fitted")
+    assert "4 → 4 relu → 3 softmax" in page and "one process" in page
+    assert f"{clf.loss_curve_[-1]:.4f}" in page
+    assert "sk-global" in page  # scikit-learn's own display follows
+    lin = LinearClassifier(max_iter=2, random_state=0).fit(X_IRIS, Y_IRIS)
+    assert "4 → 3 softmax" in lin._repr_mimebundle_()["text/html"]

@@ -24,6 +24,7 @@ totals) every :data:`PSERVER_INTERVAL_S`.
 
 from __future__ import annotations
 
+import html
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -184,3 +185,25 @@ class TrainResult:
     samples_per_s: float = 0.0
     summary: str = ""
     recoveries: list[dict] = field(default_factory=list)
+
+    def _repr_html_(self) -> str:
+        """Jupyter: the totals, the loss of each epoch and what ran where."""
+        rows = "".join(
+            f"<tr><th style='text-align:left'>{k}</th><td>{v}</td></tr>" for k, v in (
+                ("steps", f"{self.steps:,}"), ("samples", f"{self.samples:,}"),
+                ("training time", f"{self.elapsed_s:.2f} s"),
+                ("samples/s", f"{self.samples_per_s:,.0f}"),
+                ("parameters", f"{len(self.params)} arrays, "
+                               f"{sum(int(v.size) for v in self.params.values()):,} values")))
+        names = sorted({k for e in self.epochs for k in e if k != "epoch"})
+        epochs = "".join(
+            "<tr><td>{}</td>{}</tr>".format(
+                int(e.get("epoch", i)) + 1,
+                "".join(f"<td>{e[n]:.4f}</td>" if n in e else "<td></td>" for n in names))
+            for i, e in enumerate(self.epochs))
+        head = "".join(f"<th>{html.escape(n)}</th>" for n in names)
+        per_epoch = (f"<table><tr><th>epoch</th>{head}</tr>{epochs}</table>"
+                     if self.epochs else "")
+        summary = f"<pre>{html.escape(self.summary)}</pre>" if self.summary else ""
+        return (f"<div class='dask-fluid-train-result'><b>TrainResult</b>"
+                f"<table>{rows}</table>{per_epoch}{summary}</div>")
