@@ -243,7 +243,7 @@ class _Builder:
     # -- listen_and_serv ----------------------------------------------------------------------
     def finish(self, lr_block_id: int, table_attrs: dict) -> None:
         if not self.optimize_blocks:
-            logger.warning("pserver %s has no optimize block: it only serves barriers", self.ep)
+            logger.warning("pserver %s holds no block: it takes no step of any trainer", self.ep)
             self.optimize_blocks.append(self.prog._create_block(0).idx)
         attrs = {
             "endpoint": self.ep,

@@ -179,3 +179,19 @@ def test_elastic_and_checkpoints_outside_pserver_fit_are_refused(client):
 
         spec = mlp(hidden=HIDDEN)
         train_collective(client, spec.main, spec.startup, DATA, elastic=True)
+
+
+def test_the_restart_point_leaves_out_the_pservers_that_hold_nothing():
+    from dask_fluid.distributed.launch.elastic import restart_point
+
+    w = {"w": np.ones(2)}
+    working = {"pserver_id": 0, "sync": True, "round": 7, "arrays": w,
+               "previous": (6, {"w": np.zeros(2)}), "pushed": {}, "idle": False}
+    other = dict(working, pserver_id=2, round=6, previous=(5, w))
+    idle = {"pserver_id": 1, "sync": True, "round": -1, "arrays": {}, "previous": None,
+            "pushed": {}, "idle": True}
+    done, chosen = restart_point({0: working, 1: idle, 2: other}, 3, [0, 1])
+    # the newest round both working pservers have: 6 (pserver 0's previous state)
+    assert done == 6 and chosen[1] == {} and chosen[2] is w
+    np.testing.assert_array_equal(chosen[0]["w"], np.zeros(2))
+    assert restart_point({0: working, 1: idle}, 3, [0]) is None  # pserver 2 is missing

@@ -16,7 +16,7 @@ import pytest
 from dask_fluid.distributed.comm import wire
 from dask_fluid.distributed.comm.auth import client_handshake
 from dask_fluid.distributed.comm.rpc import pack_arrays, unpack_arrays
-from dask_fluid.distributed.errors import JobAbortedError
+from dask_fluid.distributed.errors import DeadlineExceededError, JobAbortedError
 from dask_fluid.distributed.pserver.shard import PServerShard, Schedule, ServeOptions
 from dask_fluid.executor import Executor, Scope
 from dask_fluid.flags import RPCFlags
@@ -208,3 +208,59 @@ def test_checkpoint_files_are_complete_and_atomic(tmp_path):
     doc = json.loads((tmp_path / "round-00000001" / "pserver-0.json").read_text())
     assert doc["round"] == 1 and doc["epoch"] == 0 and doc["step"] == 1
     assert "learning_rate_0" in doc["vars"] and "fc_0.w_0@GRAD" not in doc["vars"]
+
+
+def _idle_shard(deadline_ms: int, **kw) -> PServerShard:
+    """A pserver that holds nothing: the reference MLP's six parameters, unsliced, over seven
+    pservers."""
+    main, startup, _ = reference_mlp()
+    eps = [f"127.0.0.1:{6174 + i}" for i in range(7)]
+    t = DistributeTranspiler(config(slice_var_up=False))
+    t.transpile(0, program=main, startup_program=startup, pservers=",".join(eps), trainers=2)
+    held = {ep for pp in t.plan.params for ep in pp.endpoints}
+    ps_main, ps_startup = t.get_pserver_programs(next(ep for ep in eps if ep not in held))
+    scope = Scope()
+    Executor().run(ps_startup, scope=scope)
+    options = ServeOptions(secret=b"job", trainer_names=["w0", "w1"], bind=("127.0.0.1", 0),
+                           flags=RPCFlags(deadline_ms=deadline_ms), **kw)
+    return PServerShard(ps_main, scope, options)
+
+
+def test_a_pserver_holding_no_block_fails_when_its_trainers_go_silent():
+    shard = _idle_shard(1500)
+    assert shard.idle and shard.state_names() == []
+    start = time.monotonic()
+    with pytest.raises(DeadlineExceededError, match="heard nothing from trainer 0"):
+        shard.serve()
+    assert time.monotonic() - start < 10
+    shard.close()
+
+
+def test_a_pserver_holding_no_block_lives_on_pings_and_ends_on_complete():
+    shard = _idle_shard(1500)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        serving = pool.submit(shard.serve)
+        for _ in range(8):  # 2.4 s of pings every 0.3 s: longer than the deadline
+            for tid in (0, 1):
+                assert shard.handle(tid, {"method": "ping"}, {}) == ({}, None)
+            time.sleep(0.3)
+        assert not serving.done()
+        shard.complete(0)
+        shard.complete(1)
+        serving.result(5)
+    assert shard.info()["idle"] and shard.info()["pushes"] == 0
+    shard.close()
+
+
+def test_an_idle_pserver_is_recorded_once_and_a_working_one_clears_a_stale_record(tmp_path):
+    shard = _idle_shard(60_000, checkpoint_dir=str(tmp_path), checkpoint_every=1,
+                        n_pservers=7)
+    marker = tmp_path / f"idle-pserver-{shard.pserver_id}.json"
+    assert json.loads(marker.read_text())["idle"] is True
+    shard.close()
+    # the same id holding blocks in a later job: the record must go
+    spec, _ = _spec(1, True, checkpoint_dir=str(tmp_path), checkpoint_every=1)
+    (tmp_path / "idle-pserver-0.json").write_text(marker.read_text())
+    working = spec()
+    assert not (tmp_path / "idle-pserver-0.json").exists()
+    working.close()

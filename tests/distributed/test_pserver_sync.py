@@ -313,6 +313,44 @@ def test_a_static_rnn_trained_by_two_trainers_equals_local(client):
     assert np.abs(result.params["fc_0.w_1"] - before.get("fc_0.w_1")).max() > 1e-3
 
 
+def _linear_net():
+    """One parameter block (fc without bias, 640 values): of three pservers, two hold nothing."""
+    main, startup = fluid.Program(), fluid.Program()
+    startup.random_seed = 6
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data(name="x", shape=[64], dtype="float64")
+        y = fluid.layers.data(name="y", shape=[1], dtype="int64")
+        logits = fluid.layers.fc(x, 10, bias_attr=False)
+        loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, y))
+        fluid.optimizer.Momentum(0.1, 0.9).minimize(loss)
+    return main, startup
+
+
+def test_pservers_holding_no_block_take_no_step_and_checkpoints_still_resume(client, tmp_path):
+    steps, half = 4, 8
+    x = _data(steps * 2 * half)
+    global_batches = [_rows(x, 2 * half * s, 2 * half * (s + 1)) for s in range(steps)]
+    per_trainer = [_cat([_rows(b, r * half, (r + 1) * half) for b in global_batches])
+                   for r in (0, 1)]
+    scope = _local(*_linear_net(), global_batches)
+    result = train_pserver(client, *_linear_net(), per_trainer, pservers=3, batch_size=half,
+                           shuffle=False, checkpoint_dir=str(tmp_path), checkpoint_every=2)
+    _assert_params_equal(result.params, scope, 1e-6)
+    lines = [ln for ln in result.summary.splitlines() if ln.startswith("pserver ")]
+    assert len(lines) == 3
+    assert sum(f"{steps} steps, {2 * steps} pushes" in ln for ln in lines) == 1
+    assert sum("0 steps, 0 pushes" in ln for ln in lines) == 2, lines
+    # the idle pservers saved nothing, and every round is still whole
+    assert len(list(tmp_path.glob("idle-pserver-*.json"))) == 2
+    assert sorted(p.name for p in tmp_path.glob("round-*")) == ["round-00000001",
+                                                                "round-00000003"]
+    resumed = train_pserver(client, *_linear_net(), per_trainer, pservers=3, batch_size=half,
+                            shuffle=False, resume_from=str(tmp_path / "round-00000001"))
+    assert resumed.steps == 2
+    for name, value in result.params.items():
+        np.testing.assert_array_equal(resumed.params[name], value, err_msg=name)
+
+
 @pytest.mark.parametrize("kwargs,exc,match", [
     ({"epochs": 0}, ValueError, "epochs = 0"),
     ({"batch_size": -1}, ValueError, "batch_size = -1"),

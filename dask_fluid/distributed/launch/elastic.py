@@ -77,13 +77,17 @@ def restart_point(states: Mapping[int, dict[str, Any]], n_pservers: int,
     """
     if sorted(states) != list(range(n_pservers)):
         return None
-    if not all(s["sync"] for s in states.values()):
-        done = min((max(int(s["pushed"].get(r, -1)) for s in states.values())
+    # a pserver holding no block has no rounds and no state: the others decide
+    working = {k: s for k, s in states.items() if not s.get("idle")}
+    chosen: dict[int, dict[str, np.ndarray]] = {k: {} for k in states if k not in working}
+    if not working:
+        return None
+    if not all(s["sync"] for s in working.values()):
+        done = min((max(int(s["pushed"].get(r, -1)) for s in working.values())
                     for r in survivors), default=-1)
-        return done, {k: s["arrays"] for k, s in states.items()}
-    common = min(int(s["round"]) for s in states.values())
-    chosen = {}
-    for k, s in states.items():
+        return done, {**chosen, **{k: s["arrays"] for k, s in working.items()}}
+    common = min(int(s["round"]) for s in working.values())
+    for k, s in working.items():
         if int(s["round"]) == common:
             chosen[k] = s["arrays"]
         elif s["previous"] is not None and int(s["previous"][0]) == common:

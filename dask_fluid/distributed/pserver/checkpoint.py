@@ -9,12 +9,17 @@ Layout::
             pserver-1.npz
             pserver-1.json
 
+        idle-pserver-2.json   pserver 2 holds no block: it saves nothing, in no round
+
 Each file is written under a temporary name in the same directory and renamed (``os.replace``,
 atomic on POSIX), the JSON after the ``.npz``; the JSON records the size and SHA-256 of its
-``.npz``. A round is **intact** when every one of its ``n_pservers`` JSON files exists and every
-``.npz`` has the size and checksum its JSON recorded: a file truncated or damaged after it was
-written (a full disk, a copy cut short) makes the round unusable, and resuming from the
-checkpoint directory takes the latest intact round instead, saying which rounds it skipped.
+``.npz``. A round is **intact** when every one of its ``n_pservers`` pservers has its JSON
+there, or is idle (its ``idle-pserver-K.json`` at the root, written when it starts; a pserver
+that holds blocks removes any such file of its id when it starts, so a stale one cannot make a
+round look whole), and every ``.npz`` has the size and checksum its JSON recorded: a file
+truncated or damaged after it was written (a full disk, a copy cut short) makes the round
+unusable, and resuming from the checkpoint directory takes the latest intact round instead,
+saying which rounds it skipped.
 """
 
 from __future__ import annotations
@@ -33,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CheckpointInfo", "CheckpointWarning", "find_checkpoint", "read_shard", "round_dir",
-           "write_shard"]
+__all__ = ["CheckpointInfo", "CheckpointWarning", "find_checkpoint", "mark_idle", "read_shard",
+           "round_dir", "write_shard"]
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +108,23 @@ def write_shard(root: str | os.PathLike, meta: Mapping[str, Any],
     return directory
 
 
+def _idle_marker(root: str | os.PathLike, pserver_id: int) -> pathlib.Path:
+    return pathlib.Path(root) / f"idle-pserver-{int(pserver_id)}.json"
+
+
+def mark_idle(root: str | os.PathLike, pserver_id: int, idle: bool,
+              meta: Mapping[str, Any] | None = None) -> None:
+    """Record at the start of a job whether pserver ``pserver_id`` holds no block (it then
+    writes no round, and every round counts it as saved), or clear a stale record of it."""
+    marker = _idle_marker(root, pserver_id)
+    if not idle:
+        marker.unlink(missing_ok=True)
+        return
+    pathlib.Path(root).mkdir(parents=True, exist_ok=True)
+    doc = dict(meta or {}, format=FORMAT, pserver_id=int(pserver_id), idle=True)
+    _atomic_write(marker, lambda f: f.write(json.dumps(doc, indent=1).encode()))
+
+
 @dataclass(frozen=True)
 class CheckpointInfo:
     """A complete checkpoint: its directory and the metadata of pserver 0."""
@@ -120,19 +142,24 @@ class CheckpointInfo:
 def _check_round(directory: pathlib.Path) -> tuple[CheckpointInfo | None, str | None]:
     """``(info, None)`` for an intact round; ``(None, why)`` for a damaged one; ``(None,
     None)`` for a round still being written (not every pserver's JSON is there yet)."""
-    first = directory / "pserver-0.json"
-    if not first.is_file():
+    # the metadata of the lowest-numbered pserver that saved (pserver 0 may hold no block)
+    ids = sorted(int(p.stem[len("pserver-"):]) for p in directory.glob("pserver-*.json")
+                 if p.stem[len("pserver-"):].isdigit())
+    if not ids:
         return None, None
+    first = directory / f"pserver-{ids[0]}.json"
     try:
         meta = json.loads(first.read_text())
     except (OSError, ValueError) as exc:
-        return None, f"pserver-0.json is unreadable ({exc})"
+        return None, f"{first.name} is unreadable ({exc})"
     if meta.get("format") != FORMAT:
-        return None, f"pserver-0.json has format {meta.get('format')!r}, not {FORMAT!r}"
+        return None, f"{first.name} has format {meta.get('format')!r}, not {FORMAT!r}"
     n = int(meta["n_pservers"])
     for k in range(n):
         doc_path, npz = directory / f"pserver-{k}.json", directory / f"pserver-{k}.npz"
         if not doc_path.is_file():
+            if _idle_marker(directory.parent, k).is_file():
+                continue  # it holds nothing to save
             return None, None
         try:
             doc = json.loads(doc_path.read_text())
@@ -162,7 +189,7 @@ def find_checkpoint(path: str | os.PathLike) -> CheckpointInfo:
         ``path`` is a round directory, and it is damaged.
     """
     path = pathlib.Path(path)
-    if path.is_dir() and (path / "pserver-0.json").exists():
+    if path.is_dir() and path.name.startswith("round-") and any(path.glob("pserver-*.json")):
         info, why = _check_round(path)
         if info is not None:
             return info
@@ -190,6 +217,9 @@ def find_checkpoint(path: str | os.PathLike) -> CheckpointInfo:
 
 
 def read_shard(info: CheckpointInfo, pserver_id: int) -> dict[str, np.ndarray]:
-    """The arrays pserver ``pserver_id`` wrote in checkpoint ``info``."""
-    with np.load(info.path / f"pserver-{pserver_id}.npz") as data:
+    """The arrays pserver ``pserver_id`` wrote in checkpoint ``info`` (none for an idle one)."""
+    npz = info.path / f"pserver-{pserver_id}.npz"
+    if not npz.is_file() and _idle_marker(info.path.parent, pserver_id).is_file():
+        return {}
+    with np.load(npz) as data:
         return {name: data[name] for name in data.files}

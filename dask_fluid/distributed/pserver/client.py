@@ -40,6 +40,7 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import logging
+import math
 import sys
 import threading
 import time
@@ -220,9 +221,13 @@ class PServerClient:
         self.tls: TlsContexts | None = None
         #: seconds spent waiting for pservers (requests in flight), for the summary
         self.rpc_s = 0.0
-        #: tensor bytes sent to and received from pservers over sockets (benchmarks read them)
+        #: tensor bytes sent to and received from pservers over sockets, and requests made (one
+        #: round trip each, whatever the data path), for the summary and the benchmarks
         self.bytes_sent = 0
         self.bytes_received = 0
+        self.requests = 0
+        #: when this trainer last sent each pserver a request (pings go to the silent ones)
+        self._last_contact: dict[str, float] = {}
         #: wait for a pserver that does not accept connections yet (the ops' ``wait_port``)
         self.wait_port = True
         self._prefetch_lock = threading.Lock()
@@ -305,10 +310,11 @@ class PServerClient:
             self._in_flight_replies.update(reply)
 
     def _exchange_calls(self, want: dict[str, list[str]], push: bool) -> list[_Call]:
+        # only the pservers that take or hold a block of this step: one that holds no block
+        # has no round to count (Fluid's send_barrier goes to every pserver; that made a
+        # step's cost grow with trainers x pservers)
         endpoints = sorted(set(want) | (set(self._staged) if push else set()))
-        if push and self.sync_mode:
-            endpoints = sorted(self.endpoints)  # every pserver counts this trainer's step
-        calls = []
+        calls = self._pings(endpoints) if push else []
         for ep in endpoints:
             names = want.get(ep, [])
             if push:
@@ -322,6 +328,15 @@ class PServerClient:
         if push:
             self._staged.clear()
         return calls
+
+    def _pings(self, busy: list[str]) -> list[_Call]:
+        """A ``ping`` to each pserver this trainer has not reached for a quarter of the
+        deadline: a pserver that holds no block hears from its trainers that way, so that it
+        still fails the job when they all go silent."""
+        now = time.monotonic()
+        interval = self.flags.deadline_s / 4
+        return [_Call(ep, "ping", {"method": "ping"}, {}) for ep in sorted(self.endpoints)
+                if ep not in busy and now - self._last_contact.get(ep, -math.inf) > interval]
 
     def prefetch(self, epmap: list[str], ids: list[Any],
                  tables: list[str] | None = None) -> list[Any]:
@@ -417,7 +432,11 @@ class PServerClient:
     def _start(self, calls: list[_Call]) -> _Started:
         """Put every request on its way (sockets, Dask calls, the local shard's push)."""
         links = [self._link(c.endpoint) for c in calls]
-        deadline = time.monotonic() + self._deadline_s
+        now = time.monotonic()
+        deadline = now + self._deadline_s
+        self.requests += len(calls)
+        for c in calls:
+            self._last_contact[c.endpoint] = now
         futures = {}
         for i, (c, link) in enumerate(zip(calls, links, strict=True)):
             if isinstance(link, Connection):
@@ -479,6 +498,8 @@ class PServerClient:
         if c.method == "prefetch":
             return lambda: {"rows": guarded(shard.prefetch_sync, c.arrays["ids"],
                                             h.get("table"))}
+        if c.method == "ping":
+            return lambda: guarded(shard.ping, tid) or {}
         return lambda: guarded(shard.complete, tid) or {}
 
     def _unwrap(self, c: _Call, header: dict, buf: Any) -> dict[str, Any]:

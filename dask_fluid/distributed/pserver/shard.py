@@ -20,7 +20,7 @@ Requests. Three ways lead to the same thread-safe core (:meth:`PServerShard.push
 - on other clusters (``tls://``, ``ucx://``: the "dask" data path) the Dask handler
   :meth:`~PServerShard.request` runs :meth:`~PServerShard.handle` in a thread off the event loop.
 
-:meth:`~PServerShard.handle` knows four requests:
+:meth:`~PServerShard.handle` knows these requests:
 
 ``push_pull`` (one per pserver per step: Fluid's send + send_barrier + recv + fetch_barrier)
     *sync*: the gradients of step ``(epoch, step)`` are stored under the trainer's names; the
@@ -39,6 +39,10 @@ Requests. Three ways lead to the same thread-safe core (:meth:`PServerShard.push
 ``complete``
     The trainer is done (Fluid's COMPLETE): when all trainers are, :meth:`~PServerShard.run`
     returns. A trainer whose connection closes before it said so is lost, and fails the job.
+``ping``
+    The trainer is alive. A trainer's step reaches only the pservers holding a block it
+    sends or receives; the others hear a ping from it every quarter of ``FLAGS_rpc_deadline``,
+    so that a pserver holding no block still fails the job when its trainers go silent.
 
 Rounds (sync). A pserver started by hand has open-ended rounds: a round completes when every
 trainer that is not done yet has pushed. Under ``train_pserver`` every trainer's number of steps
@@ -243,6 +247,9 @@ class PServerShard(Service):
         self.flags = options.flags
         self.table = options.table
         self.recv_inputs = list(serv.input("X"))
+        #: holds no block: no trainer sends it a step (only pings and complete), it has no
+        #: rounds, and it saves nothing (its variables, a learning rate at most, serve nothing)
+        self.idle = not self.recv_inputs and self.table is None
         self.block_of_grad = {}
         for entry in self.attrs["grad_to_block_id"]:
             grad, idx = entry.rsplit(":", 1)
@@ -254,6 +261,9 @@ class PServerShard(Service):
         self.round = self.schedule.start_round if self.schedule else 0
         if options.checkpoint_every == "epoch" and self.schedule is None:
             raise ValueError("checkpoint_every='epoch' needs the job's epochs (train_pserver)")
+        if options.checkpoint_dir is not None and options.checkpoint_every is not None:
+            ckpt.mark_idle(options.checkpoint_dir, self.pserver_id, self.idle,
+                           {"n_pservers": options.n_pservers, "endpoint": self.endpoint})
         if options.resume_path:
             self._restore(options.resume_path)
         if options.resume_state is not None:
@@ -411,6 +421,11 @@ class PServerShard(Service):
             elif self.sync_mode and self.schedule is None:
                 self._advance()  # the current round may have been waiting for this trainer
 
+    def ping(self, trainer_id: int) -> None:
+        """Trainer ``trainer_id`` is alive (it sends this pserver nothing this step)."""
+        self._raise_if_failed()
+        self._last_activity = time.monotonic()
+
     def trainer_lost(self, trainer_id: int, why: str) -> None:
         """Trainer ``trainer_id`` hung up before it said it was done: the job cannot go on
         (its gradients would be missing from every later round)."""
@@ -427,9 +442,9 @@ class PServerShard(Service):
 
         ``header["method"]`` is ``push_pull`` (``round``, ``want``, ``sparse``; the arrays are
         the flattened gradients), ``pull`` (``want``, ``after_round``), ``prefetch`` (the array
-        ``ids``, and ``table`` for a parameter block) or ``complete``.
+        ``ids``, and ``table`` for a parameter block), ``complete`` or ``ping``.
         """
-        method = header["method"]
+        method = header["method"]  # push_pull, pull, prefetch, complete, ping or abort
         if method == "push_pull":
             grads = unflatten_tensors(arrays, header.get("sparse"))
             release = self.push(trainer_id, int(header["round"]), grads)
@@ -441,6 +456,9 @@ class PServerShard(Service):
             return {}, {"rows": self.prefetch_sync(arrays["ids"], header.get("table"))}
         if method == "complete":
             self.complete(trainer_id)
+            return {}, None
+        if method == "ping":
+            self.ping(trainer_id)
             return {}, None
         if method == "abort":  # the trainer gives up (e.g. another pserver died): say why
             self._fail(JobAbortedError(f"trainer {trainer_id} stopped the job: "
@@ -471,7 +489,7 @@ class PServerShard(Service):
 
     def info(self) -> dict:
         """Pool sizes, round and counters (tests, diagnostics)."""
-        return {"endpoint": self.endpoint, "round": self.round, **self.stats,
+        return {"endpoint": self.endpoint, "round": self.round, "idle": self.idle, **self.stats,
                 "send_threads": self.send_pool._max_workers,
                 "get_threads": self.get_pool._max_workers,
                 "prefetch_threads": self.prefetch_pool._max_workers,
@@ -662,6 +680,8 @@ class PServerShard(Service):
     # -- checkpoints ----------------------------------------------------------------------------
     def state_names(self) -> list[str]:
         """Every persistable variable worth saving: all but gradients and scratch."""
+        if self.idle:
+            return []
         grads = set(self.recv_inputs) | set(self.block_of_grad)
         return [n for n, v in self.program.global_block().vars.items()
                 if v.persistable and n not in grads and n != TRAINER_ID_VAR
@@ -709,15 +729,16 @@ class PServerShard(Service):
 
     def elastic_state(self) -> dict[str, Any]:
         """What an elastic restart needs of this pserver: ``{"pserver_id", "sync", "round",
-        "arrays", "previous", "pushed"}`` — the state after sync round ``round`` (the last one
-        it completed) and, in sync mode with ``elastic``, ``previous = (round - 1, arrays)``:
-        a lost trainer may have pushed its last gradients to some pservers only, so the
-        pservers can be one round apart, and the restart takes the older round. Async:
+        "arrays", "previous", "pushed", "idle"}`` — the state after sync round ``round`` (the
+        last one it completed) and, in sync mode with ``elastic``, ``previous = (round - 1,
+        arrays)``: a lost trainer may have pushed its last gradients to some pservers only, so
+        the pservers can be one round apart, and the restart takes the older round. Async:
         ``pushed`` maps each trainer to the last round of its that this pserver applied."""
         with self._cond:
             return {"pserver_id": self.pserver_id, "sync": self.sync_mode,
                     "round": self.round - 1, "arrays": self._state_copy(),
-                    "previous": self._previous, "pushed": dict(self._pushed)}
+                    "previous": self._previous, "pushed": dict(self._pushed),
+                    "idle": self.idle}
 
     # -- plumbing -------------------------------------------------------------------------------
     def _run_pool(self, pool: concurrent.futures.Executor, fn: Any, *args: Any) -> Any:
