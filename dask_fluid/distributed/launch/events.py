@@ -174,6 +174,12 @@ class TrainResult:
         Elastic training: the ``{"type": "recovery", ...}`` event of every restart after a
         lost worker (``lost``, ``start_round``, ``source``, ``message``); the other fields
         describe the last attempt.
+    stats : dict
+        Pserver mode: ``{"trainers": [...], "pservers": [...]}``, per trainer its steps,
+        samples, ``elapsed``, ``rpc_s`` (waiting for pservers), ``requests`` (pserver round
+        trips) and tensor ``bytes_sent``/``bytes_received`` over sockets; per pserver its
+        rounds, pushes, ``blocks`` held (``idle`` when none), tensor ``bytes_in``/``bytes_out``
+        and optimize time. Empty for the other runtimes.
     """
 
     params: dict[str, np.ndarray]
@@ -185,6 +191,7 @@ class TrainResult:
     samples_per_s: float = 0.0
     summary: str = ""
     recoveries: list[dict] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
 
     def _repr_html_(self) -> str:
         """Jupyter: the totals, the loss of each epoch and what ran where."""

@@ -579,7 +579,8 @@ def _describe(ps_result: dict) -> str:
             f"{info['prefetch_threads']} (used {info['threads_used']['send']}/"
             f"{info['threads_used']['get']}/{info['threads_used']['prefetch']}"
             f"{', numpy work inline' if info['inline'] else ''}); optimize "
-            f"{info['optimize_s']:.2f} s, replies {info['read_s']:.2f} s")
+            f"{info['optimize_s']:.2f} s, replies {info['read_s']:.2f} s; "
+            f"{info['bytes_in'] / 1e6:.1f} MB in, {info['bytes_out'] / 1e6:.1f} MB out")
 
 
 def _result(params: dict, ps_results: list[dict], tr_results: list[dict],
@@ -599,11 +600,18 @@ def _result(params: dict, ps_results: list[dict], tr_results: list[dict],
     elapsed = max(r["elapsed"] for r in tr_results)
     summary = "\n".join([summarize(tr)] + [_describe(r) for r in ps_results]
                         + [f"trainer {r} on worker {w}: {t['steps']} steps in {t['elapsed']:.2f} "
-                           f"s, {t['rpc_s']:.2f} s waiting for pservers"
+                           f"s, {t['rpc_s']:.2f} s waiting for pservers, "
+                           f"{t['requests'] / max(t['steps'], 1):.1f} requests per step"
                            for r, (w, t) in enumerate(zip(trainer_workers, tr_results,
                                                           strict=True))])
+    stats = {"trainers": [{"rank": r, "worker": w,
+                           **{k: t[k] for k in ("steps", "samples", "elapsed", "rpc_s",
+                                                "requests", "bytes_sent", "bytes_received")}}
+                          for r, (w, t) in enumerate(zip(trainer_workers, tr_results,
+                                                         strict=True))],
+             "pservers": [dict(r["info"], worker=r["worker"]) for r in ps_results]}
     return TrainResult(params=params, history=history, epochs=epochs,
                        steps=max(r["steps"] for r in tr_results), samples=samples,
                        elapsed_s=elapsed, samples_per_s=samples / elapsed if elapsed else 0.0,
-                       summary=summary)
+                       summary=summary, stats=stats)
 

@@ -146,7 +146,9 @@ class TrainerSpec:
 def run_trainer(spec: TrainerSpec, parts: list[Any]) -> dict:
     """The trainer task: train on this worker's rows against the pservers of the job.
 
-    Returns ``{"rank", "steps", "samples", "elapsed", "rpc_s", "history", "vars"}`` where
+    Returns ``{"rank", "steps", "samples", "elapsed", "rpc_s", "requests", "bytes_sent",
+    "bytes_received", "history", "vars"}`` (``requests``: pserver round trips; bytes: tensor
+    bytes over sockets) where
     ``history`` holds this trainer's step events and ``vars`` the values of
     ``spec.keep_vars``.
     """
@@ -224,4 +226,6 @@ def _loop(worker: Any, spec: TrainerSpec, program: Program, feed_data: dict[str,
     events.publish(worker, spec.job, {"type": "done", "rank": spec.rank, "steps": steps,
                                       "samples": samples, "elapsed": elapsed})
     return {"rank": spec.rank, "steps": steps, "samples": samples, "elapsed": elapsed,
-            "rpc_s": client.rpc_s, "history": history, "vars": kept}
+            "rpc_s": client.rpc_s, "requests": client.requests,
+            "bytes_sent": client.bytes_sent, "bytes_received": client.bytes_received,
+            "history": history, "vars": kept}

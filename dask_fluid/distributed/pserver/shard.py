@@ -106,6 +106,17 @@ _POLL_S = 0.5  # a waiter re-checks for failures at least this often
 DRAIN_S = 2.0
 
 
+def _tensor_bytes(values: Any) -> int:
+    """Bytes of dense arrays and SelectedRows (rows and values) together."""
+    total = 0
+    for v in values:
+        if isinstance(v, SelectedRows):
+            total += int(np.asarray(v.rows).nbytes) + int(v.value.nbytes)
+        else:
+            total += int(getattr(v, "nbytes", 0))
+    return total
+
+
 def service_name(endpoint: str) -> str:
     """The job-service name of the pserver at ``endpoint``."""
     return f"pserver/{endpoint}"
@@ -306,8 +317,10 @@ class PServerShard(Service):
         self._closed = False
         self._failed: BaseException | None = None
         self._last_activity = time.monotonic()
+        #: the tensor bytes that came in (gradients, ids) and went out (parameters, rows)
         self.stats = {"rounds": 0, "pushes": 0, "prefetches": 0, "optimize_s": 0.0,
-                      "read_s": 0.0}
+                      "read_s": 0.0, "bytes_in": 0, "bytes_out": 0}
+        self._stats_lock = threading.Lock()
         if self.schedule is not None:
             self._steps_max = max(self.schedule.steps_per_epoch)
             self._total_rounds: float = self.schedule.epochs * self._steps_max
@@ -348,6 +361,7 @@ class PServerShard(Service):
         """
         self._raise_if_failed()
         self._last_activity = time.monotonic()
+        self._count(_tensor_bytes(grads.values()), 0)
         if self.table is not None:
             grads = {n: self._rebase(n, g) for n, g in grads.items()}
         if not self.sync_mode:
@@ -408,8 +422,11 @@ class PServerShard(Service):
         self._raise_if_failed()
         self.stats["prefetches"] += 1
         if table is not None:
-            return self._run_pool(self.prefetch_pool, self._block_rows, str(table), ids)
-        return self._run_pool(self.prefetch_pool, self._lookup, ids)
+            rows = self._run_pool(self.prefetch_pool, self._block_rows, str(table), ids)
+        else:
+            rows = self._run_pool(self.prefetch_pool, self._lookup, ids)
+        self._count(_tensor_bytes([ids]), _tensor_bytes([rows]))
+        return rows
 
     def complete(self, trainer_id: int) -> None:
         """Trainer ``trainer_id`` has finished training (Fluid's COMPLETE)."""
@@ -489,7 +506,8 @@ class PServerShard(Service):
 
     def info(self) -> dict:
         """Pool sizes, round and counters (tests, diagnostics)."""
-        return {"endpoint": self.endpoint, "round": self.round, "idle": self.idle, **self.stats,
+        return {"endpoint": self.endpoint, "round": self.round, "idle": self.idle,
+                "blocks": len(self.param_names), **self.stats,
                 "send_threads": self.send_pool._max_workers,
                 "get_threads": self.get_pool._max_workers,
                 "prefetch_threads": self.prefetch_pool._max_workers,
@@ -621,9 +639,16 @@ class PServerShard(Service):
     def _read(self, want: tuple[str, ...], trainer_id: int | None) -> dict[str, Any]:
         t0 = time.perf_counter()
         try:
-            return self._run_pool(self.get_pool, self._read_arrays, want, trainer_id)
+            out = self._run_pool(self.get_pool, self._read_arrays, want, trainer_id)
         finally:
             self.stats["read_s"] += time.perf_counter() - t0
+        self._count(0, _tensor_bytes(out.values()))
+        return out
+
+    def _count(self, bytes_in: int, bytes_out: int) -> None:
+        with self._stats_lock:  # requests run in several threads at once
+            self.stats["bytes_in"] += bytes_in
+            self.stats["bytes_out"] += bytes_out
 
     def _read_arrays(self, want: tuple[str, ...], trainer_id: int | None) -> dict[str, Any]:
         if self.sync_mode:
