@@ -224,6 +224,15 @@ def get_service(worker: Any, job: str, name: str) -> Any:
         raise ServiceNotFoundError(job, name, worker.address) from None
 
 
+def worker_in_process(address: str) -> Any | None:
+    """The worker of this process listening at ``address`` (in-process clusters: every worker
+    is an object here), or None when it is another process's."""
+    from distributed import Worker
+
+    # a WeakSet of the process's workers, kept by distributed itself
+    return next((w for w in list(Worker._instances) if w.address == address), None)
+
+
 def detach_service(worker: Any, job: str, name: str) -> None:
     """Remove service ``name`` of ``job`` from ``worker`` and close it; no-op if absent."""
     with _lock(worker):

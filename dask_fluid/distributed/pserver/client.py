@@ -14,8 +14,9 @@ Two kinds of client, one round trip:
   ``wait_port``). ``exe.close()`` tells every pserver this trainer is done; so does a normal
   exit of the process (an unhandled exception does not: the pservers then fail the job instead
   of training on without this trainer).
-- :class:`DaskClient` (``train_pserver``): a pserver on the trainer's own worker is called
-  directly (its thread-safe core, no copy); others through their direct data path (framed
+- :class:`DaskClient` (``train_pserver``): a pserver on the trainer's own worker, or on any
+  worker of this process (an in-process cluster), is called directly (its thread-safe core, no
+  copy); others through their direct data path (framed
   messages of :mod:`..comm.wire`, the address learned from the shard's job service) or through
   Dask RPC (the "dask" data path, for ``tls://`` and other clusters).
 
@@ -803,8 +804,12 @@ class DaskClient(PServerClient):
             return self._links[ep]
         address = self.workers_of[ep]
         service = service_name(ep)
-        if address == self.worker.address:
-            link = self._retrying(ep, lambda: rpc.get_service(self.worker, self.job, service))
+        # the shard of a worker in this process (its own, or any worker of an in-process
+        # cluster) is called directly: a socket there would only add a thread hop
+        peer = (self.worker if address == self.worker.address
+                else rpc.worker_in_process(address))
+        if peer is not None:
+            link = self._retrying(ep, lambda: rpc.get_service(peer, self.job, service))
         else:
             info = self._retrying(ep, lambda: rpc.call_sync(
                 self.worker, address, self.job, service, "endpoint_info",
