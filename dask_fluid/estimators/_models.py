@@ -67,7 +67,8 @@ _COMMON_PARAMS_DOC = """
     n_pservers : int, default=2
         Parameter servers (pserver mode).
     n_trainers : int or None, default=None
-        Trainers; None = one per worker holding data.
+        Trainers; None = one per worker holding data. In pserver mode more trainers than
+        workers run several trainer loops per worker (the data needs a row chunk per trainer).
     sync_mode : bool, default=True
         Synchronous pserver training (False: asynchronous).
     slice_var_up : bool, default=True

@@ -351,11 +351,34 @@ def test_pservers_holding_no_block_take_no_step_and_checkpoints_still_resume(cli
         np.testing.assert_array_equal(resumed.params[name], value, err_msg=name)
 
 
+def test_more_trainers_than_workers_run_several_loops_per_worker_and_equal_local(client):
+    # 6 trainers on 3 workers: two trainer loops per worker, each on its own rows
+    steps, part = 3, 8
+    x = _data(steps * 6 * part)
+    global_batches = [_rows(x, 6 * part * s, 6 * part * (s + 1)) for s in range(steps)]
+    main, startup, loss = reference_mlp(optimizer=OPTIMIZERS["adam"], dtype="float64")
+    scope = _local(*reference_mlp(optimizer=OPTIMIZERS["adam"], dtype="float64")[:2],
+                   global_batches)
+    # as dask arrays of one chunk per trainer: rank r takes chunk r (a function of the data)
+    per_rank = [_cat([_rows(b, r * part, (r + 1) * part) for b in global_batches])
+                for r in range(6)]
+    data = {k: da.from_array(np.concatenate([p[k] for p in per_rank]),
+                             chunks=(steps * part, *per_rank[0][k].shape[1:]))
+            for k in ("x", "y")}
+    result = train_pserver(client, main, startup, data, pservers=2, trainers=6,
+                           batch_size=part, shuffle=False, fetch_list=[loss])
+    _assert_params_equal(result.params, scope, 1e-6)
+    workers = [t["worker"] for t in result.stats["trainers"]]
+    assert len(workers) == 6 and sorted(workers.count(w) for w in set(workers)) == [2, 2, 2]
+    assert result.steps == steps and result.samples == steps * 6 * part
+
+
 @pytest.mark.parametrize("kwargs,exc,match", [
     ({"epochs": 0}, ValueError, "epochs = 0"),
     ({"batch_size": -1}, ValueError, "batch_size = -1"),
     ({"checkpoint_every": 2}, ValueError, "needs checkpoint_dir"),
-    ({"trainers": 7}, ValueError, "the cluster has 3 workers"),
+    ({"trainers": 0}, ValueError, "need at least 1 trainer"),
+    ({"trainers": 40}, ValueError, "32 non-empty row chunk.*for 40 trainer.*rechunk"),
     ({"trainers": ["tcp://10.9.9.9:1"]}, ValueError, "unknown"),
     ({"pservers": "tcp://10.9.9.9:1"}, ValueError, "no such worker"),
     ({"sync_mode": False, "checkpoint_every": 1, "checkpoint_dir": "/tmp/x"}, ValueError,

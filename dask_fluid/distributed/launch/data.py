@@ -102,6 +102,7 @@ async def partition_by_worker_async(
     *,
     workers: Sequence[str] | None = None,
     timeout_s: float | None = None,
+    min_blocks: int = 1,
 ) -> DataPartition:
     """Asynchronous :func:`partition_by_worker`: with an asynchronous client, or via client.sync."""
     if not arrays:
@@ -109,7 +110,7 @@ async def partition_by_worker_async(
     names = tuple(arrays)
     values = {name: await _as_array(client, name, value) for name, value in arrays.items()}
     n_rows = _check_rows(values)
-    row_chunks = await _reference_row_chunks(client, values, n_rows, workers)
+    row_chunks = await _reference_row_chunks(client, values, n_rows, workers, min_blocks)
     chunk_futures = {}
     for name, value in values.items():
         chunk_futures[name] = await _chunk_futures(client, name, value, row_chunks, workers)
@@ -133,6 +134,7 @@ def partition_by_worker(
     *,
     workers: Sequence[str] | None = None,
     timeout_s: float | None = None,
+    min_blocks: int = 1,
 ) -> DataPartition:
     """Persist ``arrays`` on the cluster with chunk ``i`` of every input on one worker.
 
@@ -149,6 +151,9 @@ def partition_by_worker(
     timeout_s : float, optional
         Give up (``DeadlineExceededError`` naming the workers) when the parts are not in
         memory after this long (the runtimes pass ``FLAGS_rpc_deadline``).
+    min_blocks : int
+        numpy-only inputs are split into one row block per worker, or this many when more
+        (one per trainer when there are more trainers than workers).
 
     Returns
     -------
@@ -162,7 +167,7 @@ def partition_by_worker(
         If an input is not array-like.
     """
     return client.sync(partition_by_worker_async, client, arrays, workers=workers,
-                       timeout_s=timeout_s)
+                       timeout_s=timeout_s, min_blocks=min_blocks)
 
 
 @dataclass(frozen=True)
@@ -237,16 +242,20 @@ def _identity(part: Any) -> Any:
 
 def _by_locality(chunk_rows: Sequence[int], groups: list[list[int]], holder_of: dict[int, str],
                  free: list[str]) -> dict[int, str]:
-    """Group -> worker: the largest groups choose first, the worker holding most of their rows."""
+    """Group -> worker: the largest groups choose first, the worker holding most of their rows.
+    With more groups than workers each worker takes at most ``ceil(groups / workers)`` of them
+    (several trainer loops on one worker, each on its own rows)."""
     free = list(free)
+    slots = dict.fromkeys(free, -(-len(groups) // len(free)))
     local = [{w: sum(chunk_rows[i] for i in g if holder_of[i] == w) for w in free}
              for g in groups]
     where: dict[int, str] = {}
     for g in sorted(range(len(groups)), key=lambda g: (-sum(chunk_rows[i] for i in groups[g]),
                                                        g)):
-        best = max(free, key=lambda w: (local[g][w], -free.index(w)))
+        best = max((w for w in free if slots[w]), key=lambda w: (local[g][w], slots[w],
+                                                                   -free.index(w)))
         where[g] = best
-        free.remove(best)
+        slots[best] -= 1
     return where
 
 
@@ -259,8 +268,9 @@ async def assign_trainers_async(client: Any, partition: DataPartition, n: int,
     future_of = {i: f for parts in partition.parts.values() for i, f in parts}
     holder_of = {i: w for w, parts in partition.parts.items() for i, _ in parts}
     free = list(workers) if in_order else sorted(workers)
-    if len(free) < n:
-        raise ValueError(f"{n} trainers need {n} workers; {len(free)} are allowed ({free})")
+    if not free or (in_order and len(free) < n):
+        raise ValueError(f"{n} trainers bound to workers need {n} workers; {len(free)} are "
+                         f"allowed ({free})")
     where = dict(enumerate(free[:n])) if in_order else \
         _by_locality(partition.chunk_rows, groups, holder_of, free)
     token = uuid.uuid4().hex
@@ -296,7 +306,8 @@ def assign_trainers(client: Any, partition: DataPartition, n: int,
     n : int
         Number of trainers.
     workers : sequence of str
-        The workers trainers may run on (at least ``n``).
+        The workers trainers may run on; fewer than ``n`` gives some of them several trainers
+        (at most ``ceil(n / len(workers))`` each).
     timeout_s : float, optional
         Bound on the copies (``DeadlineExceededError``).
     in_order : bool
@@ -370,16 +381,17 @@ def _check_rows(values: Mapping[str, Any]) -> int:
 
 
 async def _reference_row_chunks(
-    client: Any, values: Mapping[str, Any], n_rows: int, workers: Sequence[str] | None
+    client: Any, values: Mapping[str, Any], n_rows: int, workers: Sequence[str] | None,
+    min_blocks: int = 1,
 ) -> tuple[int, ...]:
     for value in values.values():
         if isinstance(value, da.Array):
             return tuple(int(c) for c in value.chunks[0])
-    # numpy only: one block per worker, never an empty block
+    # numpy only: one block per worker (or per trainer), never an empty block
     if workers is None:
         identity = await client.scheduler.identity(n_workers=-1)
         workers = list(identity["workers"])
-    n_blocks = max(1, min(len(workers), n_rows))
+    n_blocks = max(1, min(max(len(workers), int(min_blocks)), n_rows))
     bounds = [n_rows * b // n_blocks for b in range(n_blocks + 1)]
     return tuple(hi - lo for lo, hi in zip(bounds[:-1], bounds[1:], strict=True))
 

@@ -99,8 +99,9 @@ def place_pservers(pservers: int | str | Sequence[str], workers: Sequence[str],
     if isinstance(pservers, int):
         if pservers < 1:
             raise ValueError(f"pservers = {pservers} is not allowed: need at least 1 pserver")
-        order = [w for w in preferred if w in workers] + [w for w in workers
-                                                         if w not in preferred]
+        # a worker with several trainers is listed once
+        first = [w for w in dict.fromkeys(preferred) if w in workers]
+        order = first + [w for w in workers if w not in first]
         if pservers <= len(order) and all(_ENDPOINT.match(w) for w in order[:pservers]):
             chosen = order[:pservers]
             return Placement(list(chosen), list(chosen))

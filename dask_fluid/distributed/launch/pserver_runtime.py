@@ -76,26 +76,28 @@ def _place_data(client: Any, data: Any, trainers: int | Sequence[str] | None,
                 workers: list[str], timeout_s: float
                 ) -> tuple[list[str], list[list[Any]], list[int]]:
     """(trainer workers, parts per trainer, rows per trainer)."""
+    count: int | None = None
     if isinstance(trainers, int) and not isinstance(trainers, bool):
-        if not 1 <= trainers <= len(workers):
-            raise ValueError(f"trainers = {trainers} is not allowed: the cluster has "
-                             f"{len(workers)} workers ({workers})")
-        wanted: list[str] | None = workers[:trainers]
+        if trainers < 1:
+            raise ValueError(f"trainers = {trainers} is not allowed: need at least 1 trainer")
+        count = trainers
+        # more trainers than workers: several trainer loops per worker, over all of them
+        wanted: list[str] | None = workers[:trainers] if trainers <= len(workers) else None
     elif trainers is None:
         wanted = None
     else:
         wanted = list(trainers)
         unknown = sorted(set(wanted) - set(workers))
-        if unknown or len(set(wanted)) != len(wanted):
+        # with one dict per trainer a worker may be named for several (an elastic restart
+        # keeps the workers of the trainers that are left)
+        repeated = len(set(wanted)) != len(wanted) and not isinstance(data, (list, tuple))
+        if unknown or repeated:
             raise ValueError(f"trainers {wanted} must be distinct addresses of live workers; "
                              f"unknown: {unknown}; the cluster's workers are {workers}")
     if isinstance(data, (list, tuple)):
         # one dict per trainer: trainer r trains on exactly data[r]
-        if wanted is None:
-            if len(data) > len(workers):
-                raise ValueError(f"data has {len(data)} per-trainer parts but the cluster has "
-                                 f"only {len(workers)} workers")
-            wanted = workers[:len(data)]
+        if wanted is None:  # trainer r on worker r, cycling when there are more trainers
+            wanted = [workers[r % len(workers)] for r in range(len(data))]
         if len(wanted) != len(data):
             raise ValueError(f"data has {len(data)} per-trainer parts for {len(wanted)} "
                              "trainers; give one dict per trainer")
@@ -119,10 +121,11 @@ def _place_data(client: Any, data: Any, trainers: int | Sequence[str] | None,
     if not isinstance(data, Mapping):
         raise TypeError(f"data must be a dict of name -> array or a list of such dicts, got "
                         f"{type(data).__name__}")
-    partition = partition_by_worker(client, data, workers=wanted, timeout_s=timeout_s)
+    partition = partition_by_worker(client, data, workers=wanted, timeout_s=timeout_s,
+                                    min_blocks=count or 1)
     allowed = wanted if wanted is not None else workers
     # rank r's rows depend on the data only (not on where Dask put the chunks): runs repeat
-    n = len(wanted) if wanted is not None else min(
+    n = count if count is not None else len(wanted) if wanted is not None else min(
         len(workers), sum(1 for r in partition.chunk_rows if r > 0))
     assignment = assign_trainers(client, partition, n, allowed, timeout_s)
     return assignment.workers, assignment.parts, assignment.rows
@@ -214,7 +217,10 @@ def train_pserver(client: Any, main_program: Program | None = None,
         A count, worker addresses, or Fluid endpoints (see :mod:`.placement`).
     trainers : int or list of str, optional
         Default: one per worker, at most one per non-empty row chunk. An int takes the first
-        workers in address order; a list names the workers. Trainer ``r`` trains on the
+        workers in address order; more trainers than workers run several trainer loops per
+        worker (at most ``ceil(trainers / workers)`` each, each on its own rows, as threads of
+        the worker: 50 trainers need 50 row chunks, not 50 workers). A list names the workers.
+        Trainer ``r`` trains on the
         ``r``-th contiguous run of row chunks (balanced by rows): a function of the data alone,
         so identical runs are bit-identical; it runs on the allowed worker that holds most of
         those rows, and chunks held elsewhere are copied there first.
