@@ -5,10 +5,12 @@ Run: ``python benchmarks/bench_pserver.py [--steps 1000] [--repeat 3]``. Writes
 
 1. The reference MLP (shared/reference/measurements.md) with 2 pservers and 2 trainers on a
    LocalCluster of 2 single-threaded worker processes (each worker holds one trainer and one
-   pserver), batch 128 per trainer, loss and accuracy fetched every step, 50 warm-up steps then
+   pserver; pinned one per core, as bench_collective.py pins them, unless ``--no-pin``),
+   batch 128 per trainer, loss and accuracy fetched every step, 50 warm-up steps then
    ``--steps`` timed steps; throughput = sum over trainers of timed steps x 128 / the slowest
-   trainer's timed span. The local executor is measured in the same run (same process
-   settings: one BLAS thread). Targets: >= 0.7 x local and >= 57k samples/s.
+   trainer's timed span. The local executor and the collective ring (2 trainers, the same
+   workers) are measured in the same run, interleaved. Targets (issue 16): >= 1.2 x local and
+   >= 0.9 x the ring.
 2. A ~25 MB model (1024 -> 2048 -> 2048 -> 10, batch 32) in sync mode, 2 pservers + 2
    trainers: ms per step, the local step of the same model, and the transport floor (each
    trainer pushes its gradients and pulls the parameters: 2 x 25 MB per trainer at the
@@ -45,7 +47,10 @@ from dask_fluid.distributed import train_pserver  # noqa: E402
 from dask_fluid.models import mlp  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from bench_collective import _pin_workers, run_collective  # noqa: E402
 from bench_local import run_local  # noqa: E402
+
+from dask_fluid.distributed.launch.data import partition_by_worker  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 LOOPBACK_BYTES_PER_S = 2.4e9  # measurements.md: loopback TCP ceiling
@@ -122,14 +127,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-pin", action="store_true",
+                        help="let the OS place the worker processes (default: one per core, "
+                             "as bench_collective.py does)")
     args = parser.parse_args(argv)
-    runs: dict[str, list] = {"local": [], "pserver": [], "big": []}
+    runs: dict[str, list] = {"local": [], "pserver": [], "ring": [], "big": []}
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=":0", silence_logs=40) as cluster, \
             Client(cluster) as client:
-        for _ in range(args.repeat):
+        pinned = not args.no_pin and _pin_workers(client)
+        x, y = reference_blobs()
+        partition = partition_by_worker(client, {"x": x, "y": y})
+        for _ in range(args.repeat):  # interleaved: all three see the same machine load
             runs["local"].append(run_local(args.steps))
             runs["pserver"].append(run_mlp(client, args.steps))
+            runs["ring"].append(run_collective(client, partition, args.steps))
         for _ in range(args.repeat):
             runs["big"].append(run_big(client))
 
@@ -137,14 +149,18 @@ def main(argv: list[str] | None = None) -> int:
         return statistics.median(r[key] for r in runs[kind])
 
     local_sps, ps_sps = med("local", "samples_per_s"), med("pserver", "samples_per_s")
+    ring_sps = med("ring", "samples_per_s")
     result = {
         "local_samples_per_s": local_sps,
         "local_ms_per_step": med("local", "ms_per_step"),
         "pserver_samples_per_s": ps_sps,
         "pserver_ms_per_step_per_trainer": med("pserver", "ms_per_step_per_trainer"),
         "pserver_over_local": ps_sps / local_sps,
+        "ring_samples_per_s": ring_sps,
+        "pserver_over_ring": ps_sps / ring_sps,
+        "workers_pinned": pinned,
         "pserver_train_accuracy": med("pserver", "train_accuracy_last_100"),
-        "targets": {"over_local": 0.7, "samples_per_s": 57000, "step_over_floor": 1.3},
+        "targets": {"over_local": 1.2, "over_ring": 0.9, "step_over_floor": 1.3},
         "big_model": {k: med("big", k) for k in runs["big"][0] if k != "batch"},
         "runs": runs,
     }
@@ -155,8 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'pserver sync, 2 pservers + 2 trainers':<44} {ps_sps:>10.0f} "
           f"{result['pserver_ms_per_step_per_trainer']:>8.2f} "
           f"{result['pserver_train_accuracy']:>6.3f}")
-    print(f"pserver / local = {result['pserver_over_local']:.2f} (target >= 0.7); "
-          f"target >= 57k samples/s; Fluid 1.8.5: 18.8k-23.5k")
+    print(f"{'collective ring, 2 trainers (same run)':<44} {ring_sps:>10.0f} "
+          f"{med('ring', 'ms_per_step'):>8.2f} {med('ring', 'train_accuracy_last_100'):>6.3f}")
+    print(f"pserver / local = {result['pserver_over_local']:.2f} (target >= 1.2), pserver / "
+          f"ring = {result['pserver_over_ring']:.2f} (target >= 0.9); workers pinned one per "
+          f"core: {pinned}; Fluid 1.8.5: 18.8k-23.5k")
     big = result["big_model"]
     print(f"{big['model_mb']:.1f} MB model, sync step {big['sync_step_ms']:.1f} ms, local step "
           f"{big['local_step_ms']:.1f} ms, transport floor {big['transport_floor_ms']:.1f} ms: "
