@@ -1,16 +1,18 @@
 """Sync pserver mode at the scale Fluid users run: step time over trainers x pservers.
 
-Run: ``python benchmarks/bench_scale.py [--grid 2x1,2x4,...] [--processes] [--steps 20]``.
-Writes ``benchmarks/results/scale[-processes].json`` and prints a table.
+Run: ``python benchmarks/bench_scale.py [--grid 2x1,2x4,...] [--processes] [--workers N]
+[--steps 20]``. Writes ``benchmarks/results/scale[-processes].json`` and prints a table.
 
 Each case trains a 64-64-10 MLP (the seed's scale example) for ``--steps`` timed sync steps
 of 64 rows per trainer (after 3 warm-up steps) with T trainers and P pservers on a LocalCluster
-of max(T, P) workers: in-process (threads, the default) or worker processes (``--processes``,
-one thread each). Reported per case: ms per sync step (the slowest trainer's timed span / its
-steps), the pserver requests each trainer makes per step (``messages``; every request is one
-round trip), tensor bytes per trainer step, how many pservers hold blocks, and the step time
-against the 2 x 2 case of the same run. Targets (issue 16): 50 x 20 in-process <= 10 x the
-2 x 2 step; messages per step <= 2 x (blocks sent) + trainers, counted over all trainers.
+of ``--workers`` workers (default: max(T, P) of the grid in-process, 2 with processes; more
+trainers than workers run several trainer loops per worker): in-process (threads, the
+default) or worker processes (``--processes``, one thread each). Reported per case: ms per
+sync step (the slowest trainer's timed span / its steps), the pserver requests each trainer
+makes per step (every request is one round trip; the startup pull and the final "complete"
+are spread over the steps), tensor bytes per trainer step, how many pservers hold blocks, and
+the step time against the 2 x 2 case of the same run. Targets (issue 16): 50 x 20 in-process
+<= 10 x the 2 x 2 step; messages per step <= 2 x (blocks sent) + trainers, over all trainers.
 """
 
 from __future__ import annotations
@@ -72,11 +74,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--processes", action="store_true",
                         help="worker processes instead of threads")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="cluster size (default: max(T, P) in-process, 2 with processes)")
     args = parser.parse_args(argv)
     grid = [tuple(int(v) for v in case.split("x")) for case in args.grid.split(",")]
     if (2, 2) not in grid:
         grid.insert(0, (2, 2))  # the reference every case is compared with
-    workers = max(max(t, p) for t, p in grid)
+    workers = args.workers or (2 if args.processes else max(max(t, p) for t, p in grid))
     rows = []
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=args.processes,
                       dashboard_address=":0", silence_logs=40) as cluster, \
@@ -90,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     base = next(r["ms_per_step"] for r in rows if (r["trainers"], r["pservers"]) == (2, 2))
     for r in rows:
         r["over_2x2"] = r["ms_per_step"] / base
-    kind = "worker processes" if args.processes else "in-process (threads)"
+    kind = (f"{workers} worker processes" if args.processes
+            else f"in-process (threads), {workers} workers")
     print(f"\nsync step, 64-64-10 MLP, 64 rows per trainer, {kind}:")
     print(f"{'T x P':>8} {'ms/step':>9} {'x 2x2':>7} {'req/trainer':>12} {'bound':>6} "
           f"{'KB sent':>8} {'P with blocks':>14}")
