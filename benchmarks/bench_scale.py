@@ -82,8 +82,11 @@ def main(argv: list[str] | None = None) -> int:
         grid.insert(0, (2, 2))  # the reference every case is compared with
     workers = args.workers or (2 if args.processes else max(max(t, p) for t, p in grid))
     rows = []
+    # no memory limit: the in-process workers share one process, and each would compare the
+    # whole process's memory with its 1/workers share, pause, and call gc.collect() over and
+    # over (98% of the samples of a 50-worker profile, holding the GIL)
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=args.processes,
-                      dashboard_address=":0", silence_logs=40) as cluster, \
+                      memory_limit=0, dashboard_address=":0", silence_logs=40) as cluster, \
             Client(cluster) as client:
         for trainers, pservers in grid:
             rows.append(run_case(client, trainers, pservers, args.steps))

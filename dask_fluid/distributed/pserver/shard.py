@@ -55,7 +55,8 @@ is done, so that every trainer starts the next epoch from the same parameters. I
 multiplies by ``1/k`` instead of ``1/N``: the update is the average gradient of the trainers that
 took the step (Fluid keeps ``1/N``, which shrinks the last steps of an epoch).
 
-Threads. The sync state lives under one condition variable; a push never waits for other
+Threads. The sync state lives under one condition variable (released while a round's
+optimize runs, so that the next round's pushes are not held up); a push never waits for other
 trainers (a trainer pushes to every pserver before it waits for any reply), a reply waits for
 its round. The numpy work of shards with at least ``inline_bytes`` of parameters goes to three
 pools: ``FLAGS_rpc_send_thread_num`` threads apply gradients (sync optimize steps, async
@@ -310,6 +311,8 @@ class PServerShard(Service):
         self.server: Any = None  # the direct data path, when started
         # sync state, under _cond
         self._cond = threading.Condition()
+        self._optimizing = False  # a round's optimize runs (with _cond released)
+        self._active_at: dict[int, list[int]] = {}
         self._pending: dict[int, dict[int, dict[str, Any]]] = {}
         self._round_started: dict[int, float] = {}
         self._completed: set[int] = set()
@@ -339,7 +342,11 @@ class PServerShard(Service):
         if self.schedule is None:  # open-ended: all but the trainers that are done
             return [r for r in range(self.trainer_num) if r not in self._completed]
         s = round_index % self._steps_max
-        return [r for r, n in enumerate(self.schedule.steps_per_epoch) if n > s]
+        active = self._active_at.get(s)
+        if active is None:  # asked by every push: computed once per step of the epoch
+            active = self._active_at[s] = [r for r, n in
+                                           enumerate(self.schedule.steps_per_epoch) if n > s]
+        return active
 
     def _release_round(self, trainer: int, round_index: int) -> int:
         if self.schedule is None:
@@ -394,8 +401,10 @@ class PServerShard(Service):
         place, the trainer only reads). Async mode: copies, taken under the blocks' locks.
         """
         if self.sync_mode:
-            with self._cond:
-                self._wait_until(release)
+            if self.round <= release:  # (a plain int read: no lock when the round is done)
+                with self._cond:
+                    self._wait_until(release)
+            self._raise_if_failed()
             return self._read(want, None)
         return self._read(want, trainer_id)
 
@@ -519,20 +528,33 @@ class PServerShard(Service):
 
     # -- sync rounds (under self._cond) ---------------------------------------------------------
     def _advance(self) -> None:
-        """Run the current round if every active trainer has pushed, and wake the waiters."""
-        while self._failed is None and self.round < self._total_rounds:
+        """Run the current round if every active trainer has pushed, and wake the waiters.
+
+        Called holding ``_cond`` once (not re-entered). The optimize itself runs with the lock
+        released: the next round's pushes (which only store gradients) and the replies' checks
+        go on meanwhile instead of queueing behind it (50 trainers on one shard spent most of a
+        step waiting for this lock). One optimize at a time; its thread then takes the lock
+        back, ends the round, and runs the next one if that is complete too."""
+        while (self._failed is None and not self._optimizing
+               and self.round < self._total_rounds):
             pending = self._pending.get(self.round, {})
             if len(pending) < len(self.active(self.round)):
                 return
             round_index = self.round
             if self.options.elastic:
                 self._previous = (round_index - 1, self._state_copy())
+            grads = self._pending.pop(round_index)
+            self._optimizing = True
+            self._cond.release()
             try:
-                self._run_pool(self.send_pool, self._optimize, round_index,
-                               self._pending.pop(round_index))
+                self._run_pool(self.send_pool, self._optimize, round_index, grads)
             except Exception as exc:  # a failed optimize ends the job: every waiter learns why
+                self._cond.acquire()
+                self._optimizing = False
                 self._fail(exc)
                 raise
+            self._cond.acquire()
+            self._optimizing = False
             self._round_started.pop(round_index, None)
             self.round = round_index + 1
             self.stats["rounds"] += 1
@@ -760,6 +782,8 @@ class PServerShard(Service):
         the pservers can be one round apart, and the restart takes the older round. Async:
         ``pushed`` maps each trainer to the last round of its that this pserver applied."""
         with self._cond:
+            while self._optimizing:  # the state between two rounds, never half updated
+                self._cond.wait(_POLL_S)
             return {"pserver_id": self.pserver_id, "sync": self.sync_mode,
                     "round": self.round - 1, "arrays": self._state_copy(),
                     "previous": self._previous, "pushed": dict(self._pushed),
@@ -827,7 +851,7 @@ class PServerShard(Service):
     def _missed_deadline(self) -> BaseException | None:
         deadline = self.flags.deadline_s
         now = time.monotonic()
-        if self.sync_mode:
+        if self.sync_mode and not self._optimizing:  # an optimizing round has every push
             for round_index, started in list(self._round_started.items()):
                 if now - started > deadline and round_index == self.round:
                     pushed = set(self._pending.get(round_index, {}))
