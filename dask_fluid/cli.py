@@ -198,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--role-args", action="store_true",
                         help="append Paddle-test-style --role, --endpoints, --trainer_id, "
                              "--current_endpoint and --trainers arguments")
+    launch.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress line (the trainers' steps, samples/s and loss)")
     launch.add_argument("script", nargs="?", metavar="SCRIPT", help="the Python file to run")
     launch.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
                         help="the script's own arguments")
@@ -348,9 +350,11 @@ def resolved_flags() -> list[dict[str, Any]]:
 
 def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     from .compat.run import run_script
+    from .distributed.launch.script_steps import install_from_env
 
     if args.script is None:
         raise UsageError(f"{PROG} run: SCRIPT is required: {PROG} run SCRIPT [ARGS...]")
+    install_from_env()  # a trainer role of dask-fluid launch: tell the worker its steps
     return run_script(args.script, args.args)
 
 
@@ -369,8 +373,10 @@ def _cmd_launch(args: argparse.Namespace, out: TextIO) -> int:
     if args.workers is None:
         args.workers = pservers + args.trainers
     device = "gpu" if args.mode == "nccl2" and gpu_status()["gpus"] else "cpu"
+    from ._launch_view import AboveBar, LaunchView
     from .distributed.launch.script import launch_script
 
+    view = LaunchView(f"{os.path.basename(args.script)} ({args.mode})")
     with contextlib.ExitStack() as stack:
         client, workers, desc = _connect(args, device, out, stack)
         print(f"{PROG} launch: {args.script} as {pservers} pserver(s) + {args.trainers} "
@@ -378,12 +384,28 @@ def _cmd_launch(args: argparse.Namespace, out: TextIO) -> int:
         try:
             launch_script(client, args.script, args.args, pservers=pservers,
                           trainers=args.trainers, mode=args.mode, role_args=args.role_args,
-                          out=out, workers=workers)
+                          out=AboveBar(out), err=AboveBar(sys.stderr), workers=workers,
+                          callbacks=[view] if args.progress else [])
         except (ValueError, TypeError) as err:
             raise UsageError(f"{PROG} launch: {err}") from err
         except Exception as err:
             raise _TrainingFailed(str(err)) from err
+        finally:
+            view.close()
+    _print_launch_totals(view, out)
     return 0
+
+
+def _print_launch_totals(view: Any, out: TextIO) -> None:
+    """What the trainers reported: samples, steps, samples/s, last loss."""
+    progress = view.progress
+    if progress is None:
+        return
+    loss = "" if progress.loss is None else f", last loss {progress.loss:.4f}"
+    steps = max((t.done_steps for t in progress.trainers.values()), default=0)
+    print(f"{PROG} launch: {len(progress.trainers)} trainer(s) trained {progress.trained:,} "
+          f"samples in {steps:,} step(s) each at most, {progress.samples_per_s:,.0f} samples/s "
+          f"in their training loops{loss}", file=out, flush=True)
 
 
 def _cmd_info(args: argparse.Namespace, out: TextIO) -> int:

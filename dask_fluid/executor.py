@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -182,6 +183,61 @@ class _Step:
 
 # Ops whose number of outputs is decided by how many names the program binds.
 _NEEDS_OUT_COUNTS = frozenset({"split", "split_ids", "split_byref", "split_selected_rows"})
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One finished :meth:`Executor.run`, as the run hooks see it.
+
+    Attributes
+    ----------
+    program : Program
+        The program that ran (a CompiledProgram's program).
+    feed : dict or list of dict
+        What it was fed (a reader's batch when the caller passed none; one dict per place for
+        a CompiledProgram over several places).
+    fetch_names : list of str
+    fetched : list
+        The fetched values, as ``run`` returns them.
+    seconds : float
+        Wall time of the run.
+    """
+
+    program: Program
+    feed: Any
+    fetch_names: list[str]
+    fetched: list
+    seconds: float
+
+
+RunHook = Callable[[RunInfo], None]
+# Process-wide, not per executor: a Fluid script builds its own Executors, and whoever watches
+# it (``dask-fluid launch`` counting a trainer's steps) cannot reach them. Empty by default, so
+# a run costs one list check.
+_RUN_HOOKS: list[RunHook] = []
+
+
+def add_run_hook(hook: RunHook) -> Callable[[], None]:
+    """Call ``hook(RunInfo)`` after every successful :meth:`Executor.run` in this process.
+
+    The hook runs on the caller's thread, inside ``run``: it must be quick and must not raise.
+
+    Parameters
+    ----------
+    hook : callable
+        Takes one :class:`RunInfo`.
+
+    Returns
+    -------
+    callable
+        Removes the hook (a no-op when it is already removed).
+    """
+    _RUN_HOOKS.append(hook)
+
+    def remove() -> None:
+        with contextlib.suppress(ValueError):
+            _RUN_HOOKS.remove(hook)
+    return remove
 
 
 class ExecutionError(RuntimeError):
@@ -401,8 +457,15 @@ class Executor:
         list of numpy.ndarray
             One array per fetched variable.
         """
+        t0 = time.perf_counter() if _RUN_HOOKS else 0.0
         with self._on_device():
-            return self._run(program, feed, fetch_list, scope, return_numpy)
+            fetched, ran, fed = self._run(program, feed, fetch_list, scope, return_numpy)
+        if _RUN_HOOKS:
+            info = RunInfo(ran, fed, self._fetch_names(ran.global_block(), fetch_list),
+                           fetched, time.perf_counter() - t0)
+            for hook in list(_RUN_HOOKS):
+                hook(info)
+        return fetched
 
     def _on_device(self) -> contextlib.AbstractContextManager:
         """``CUDAPlace(i)``: device i is current while this executor runs (kernels, feeds,
@@ -413,7 +476,8 @@ class Executor:
 
     def _run(self, program: Program | None, feed: dict | None,
              fetch_list: Sequence[Variable | str] | None, scope: Scope | None,
-             return_numpy: bool) -> list:
+             return_numpy: bool) -> tuple[list, Program, Any]:
+        """Run; return the fetched values, the Program that ran and what it was fed."""
         program = program if program is not None else default_main_program()
         scope = scope if scope is not None else global_scope()
         if not feed:
@@ -428,7 +492,8 @@ class Executor:
             program, feed = compiled._program_to_run(self.place, scope, feed)
             if not isinstance(program, Program):  # a step over several places
                 fetch_names = self._fetch_names(compiled._to_run.global_block(), fetch_list)
-                return program.run(self, scope, feed, fetch_names, return_numpy)
+                return (program.run(self, scope, feed, fetch_names, return_numpy),
+                        compiled._to_run, feed)
         block = program.global_block()
         fetch_names = self._fetch_names(block, fetch_list)
         fed, fed_lods = self._check_feed(block, feed or {})
@@ -439,7 +504,7 @@ class Executor:
             else:
                 scope.lods.pop(name, None)
         self.run_block(program, block, scope, frozenset(fed))
-        return self._fetch(scope, fetch_names, return_numpy)
+        return self._fetch(scope, fetch_names, return_numpy), program, feed or {}
 
     def train_from_dataset(self, program: Program | None = None, dataset: Any = None,
                            scope: Scope | None = None, thread: int = 0, debug: bool = False,

@@ -72,8 +72,8 @@ class ProgressBar:
     ----------
     epochs : int
         Epochs of the fit (shown until the job says how many steps it takes).
-    loss_name : str
-        Key of the loss in the events' ``fetches``.
+    loss_name : str, optional
+        Key of the loss in the events' ``fetches`` (default: the first fetched value).
     enabled : bool
     desc : str
     total_steps : int, optional
@@ -83,7 +83,7 @@ class ProgressBar:
         True: the Jupyter widget; False: the text bar; None: the widget where it can show.
     """
 
-    def __init__(self, epochs: int, loss_name: str, enabled: bool = True,
+    def __init__(self, epochs: int, loss_name: str | None, enabled: bool = True,
                  desc: str = "training", total_steps: int | None = None,
                  widget: bool | None = None) -> None:
         self.epochs = int(epochs)

@@ -8,7 +8,9 @@ reached the client, but trainers publish only a few step events per second, so i
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import time
 import urllib.request
 
@@ -21,7 +23,17 @@ from dask_fluid.distributed import train_collective, train_pserver
 from dask_fluid.distributed.launch.dashboard.plugin import PLUGIN_NAME, Board
 from dask_fluid.distributed.launch.events import StepMeter, TrainResult
 from dask_fluid.distributed.launch.progress import JobProgress, LossCurve
+from dask_fluid.distributed.launch.script import launch_script
+from dask_fluid.distributed.launch.script_steps import (
+    STEP_FD_ENV,
+    StepReporter,
+    install_from_env,
+    read_steps,
+)
+from dask_fluid.executor import Executor, Scope
 from dask_fluid.models import mlp
+
+from ..launch import cluster as launch_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -100,6 +112,48 @@ def test_train_result_renders_in_jupyter():
     assert "pserver &lt;a&gt; on w0" in page  # escaped
 
 
+def _records(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_step_reporter_counts_the_training_runs_their_rows_and_the_loss(tmp_path):
+    spec = mlp(hidden=(8,))
+    exe, scope = Executor(), Scope()
+    out = tmp_path / "steps.jsonl"
+    reporter = StepReporter(out.open("w"), interval_s=3600).install()
+    try:
+        exe.run(spec.startup, scope=scope)  # no backward ops: not a step
+        losses = [float(exe.run(spec.main, feed={"x": X[:32], "y": Y[:32, None]},
+                                fetch_list=[spec.loss], scope=scope)[0][0]) for _ in range(5)]
+        exe.run(spec.main.clone(for_test=True), feed={"x": X[:7], "y": Y[:7, None]},
+                fetch_list=[spec.loss], scope=scope)  # a test program: not a step
+    finally:
+        reporter.close()
+    exe.run(spec.main, feed={"x": X[:32], "y": Y[:32, None]}, scope=scope)  # closed: unheard
+    step, done = _records(out)  # the throttle held back all but the last step
+    assert step["type"] == "step" and step["step"] == 4 and step["samples"] == 32
+    assert step["trained"] == 5 * 32 and step["done_steps"] == 5
+    assert step["fetches"] == {spec.loss.name: pytest.approx(losses[-1])}
+    assert step["step_s"] == pytest.approx(step["elapsed"] / 5)  # from the first run's start
+    assert done == {"type": "done", "steps": 5, "samples": 160, "elapsed": step["elapsed"]}
+    # the worker side publishes them as trainer 3's events
+    published = []
+    assert read_steps(io.StringIO(out.read_text()), 3, published.append)["type"] == "done"
+    assert [e["rank"] for e in published] == [3, 3]
+
+
+def test_step_reporter_from_the_environment_hides_the_pipe_from_the_script(tmp_path):
+    r, w = os.pipe()
+    environ = {STEP_FD_ENV: str(w)}
+    reporter = install_from_env(environ)
+    assert reporter is not None and STEP_FD_ENV not in environ  # not seen by its children
+    assert not os.get_inheritable(w)
+    reporter.close()  # no step: nothing written, and the write end closed
+    with os.fdopen(r) as stream:
+        assert stream.read() == ""
+    assert install_from_env({}) is None
+
+
 # -- on the session cluster ---------------------------------------------------------------------
 
 
@@ -176,3 +230,26 @@ def test_dashboard_lists_and_serves_the_fluid_page(dist_client, workers):
                                 timeout=30) as reply:
         page = reply.read().decode()
     assert "<title>Dask: Fluid Training</title>" in page
+
+
+def test_launched_script_reports_its_steps_and_loss_to_the_progress_and_the_board(
+        dist_client, workers, tmp_path):
+    """``dask-fluid launch`` runs the user's script, which calls exe.run itself: its trainers'
+    steps reach the callbacks and the dashboard page all the same."""
+    seen = JobProgress()
+    launch_script(dist_client, str(launch_cluster.SCRIPT),
+                  [str(tmp_path / "{role}{trainer_id}.json"), "sync", "noslice"], pservers=1,
+                  trainers=2, out=io.StringIO(), err=io.StringIO(), workers=workers,
+                  callbacks=[seen])
+    assert seen.info["kind"] == "launch" and sorted(seen.trainers) == [0, 1]
+    for rank, t in seen.trainers.items():
+        losses = json.loads((tmp_path / f"trainer{rank}.json").read_text())["losses"]
+        # 12 steps of 16 rows each (fluid_script.py), the loss the script fetched last
+        assert t.done and t.done_steps == len(losses) == 12 and t.trained == 12 * 16
+        assert t.loss == pytest.approx(losses[-1]) and t.elapsed > 0
+    assert seen.step == 12 and not seen.has_epochs and "epoch" not in seen.describe()
+
+    b = _finished_board(dist_client, seen.job)
+    assert b["status"] == "finished" and b["kind"] == "launch" and b["step"] == 12
+    assert set(b["points"]) == {0, 1} and min(b["points"].values()) > 0
+    assert b["rate"] == pytest.approx(seen.samples_per_s, rel=1e-6)

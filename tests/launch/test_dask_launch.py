@@ -100,6 +100,9 @@ def test_dask_fluid_launch_command(tmp_path, local_losses):
     np.testing.assert_allclose((np.array(t0) + np.array(t1)) / 2, local_losses, atol=1e-5,
                                rtol=0)
     assert "[trainer1] step 11" in proc.stdout
+    # the trainers' steps, counted where the script ran exe.run: 2 x 12 steps of 16 rows
+    assert "2 trainer(s) trained 384 samples in 12 step(s) each at most" in proc.stdout
+    assert "fluid_script.py (pserver): 12step" in proc.stderr  # the progress line's last state
 
 
 def test_dask_fluid_launch_exits_non_zero_when_a_role_fails(tmp_path):

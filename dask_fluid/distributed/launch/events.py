@@ -76,11 +76,14 @@ class StepMeter:
     ----------
     interval_s : float
         At most one published event per this many seconds (an epoch's last step always is).
+    start : float, optional
+        When the training loop started, on the ``time.perf_counter`` clock (default: now).
     """
 
-    def __init__(self, interval_s: float = PUBLISH_INTERVAL_S) -> None:
+    def __init__(self, interval_s: float = PUBLISH_INTERVAL_S, start: float | None = None
+                 ) -> None:
         self.interval_s = float(interval_s)
-        self.start = time.perf_counter()
+        self.start = time.perf_counter() if start is None else float(start)
         self.trained = 0
         self.steps = 0
         self.wait_s = 0.0
@@ -94,6 +97,11 @@ class StepMeter:
         self.trained += int(samples)
         self.steps += 1
         self.wait_s += float(wait_s)
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds from the loop's start to the last recorded step."""
+        return self._now - self.start
 
     def due(self, last: bool = False) -> bool:
         """Whether the step just recorded should be published (``last``: it ends an epoch)."""

@@ -114,6 +114,7 @@ class JobProgress:
         self.started = time.time()
         self.ended: float | None = None
         self.version = 0  # bumped on every change a view shows
+        self.has_epochs = False  # whether any step event said its epoch
         self._clock_start = time.perf_counter()  # for events without trainer totals
 
     # -- folding events ---------------------------------------------------------------------
@@ -142,7 +143,9 @@ class JobProgress:
 
     def _on_step(self, event: dict) -> None:
         t = self._trainer(int(event.get("rank", 0)))
-        t.epoch = int(event.get("epoch", 0))
+        if "epoch" in event:  # a launched script's steps carry none
+            t.epoch = int(event["epoch"])
+            self.has_epochs = True
         t.step = max(t.step, int(event.get("step", 0)))
         if "trained" in event:
             t.trained = int(event["trained"])
@@ -232,7 +235,7 @@ class JobProgress:
 
     def describe(self) -> dict[str, str]:
         """Short formatted fields for a one-line view."""
-        out = {"epoch": str(self.epoch + 1)}
+        out = {"epoch": str(self.epoch + 1)} if self.has_epochs else {}
         if self.loss is not None:
             out["loss"] = f"{self.loss:.4f}"
         out["samples/s"] = f"{self.samples_per_s:,.0f}"

@@ -6,7 +6,9 @@ round-robin over the workers), gives every pserver (and, for nccl2, every traine
 ``host:port`` endpoint on its worker's host, and runs the script there as a child process of
 the worker (``dask-fluid run SCRIPT ARGS``: ``import paddle.fluid`` resolves to dask_fluid) with
 the ``PADDLE_*`` variables of both of Fluid 1.x's naming schemes and a fresh job secret. Each
-role's output comes back to the client as events, line by line, prefixed with the role. The
+role's output comes back to the client as events, line by line, prefixed with the role, and
+so do each trainer's steps (the runs of its training program, counted in its process:
+:mod:`.script_steps`), as the same ``step`` events as the other runtimes'. The
 first role that fails (non-zero exit) aborts the job: every other role's process is killed, and
 :func:`launch_script` raises that role's error. The pservers exit by themselves once every
 trainer has closed (:mod:`..pserver.ops`).
@@ -50,7 +52,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 from urllib.parse import urlsplit
@@ -59,6 +61,7 @@ from ..comm import rpc, tls
 from ..comm.auth import SECRET_ENV, new_secret
 from ..errors import DistributedTrainingError, JobAbortedError
 from . import events
+from .script_steps import STEP_FD_ENV, read_steps
 from .tasks import TaskSpec, live_workers, new_job_id, run_tasks
 
 __all__ = ["Role", "launch_script", "plan_roles"]
@@ -257,6 +260,24 @@ def _pump(stream: Any, name: str, kind: str, sink: Callable[[str, str], None],
     stream.close()
 
 
+def _pump_steps(stream: Any, worker: Any, job: str, role: Role, out: dict) -> None:
+    """Publish the trainer's step records as its events; keep the last in ``out``."""
+    with stream:
+        out["last"] = read_steps(stream, role.index,
+                                 lambda event: events.publish(worker, job, event))
+
+
+def _publish_done(worker: Any, job: str, role: Role, last: dict | None) -> None:
+    """The trainer's ``done`` event, unless its script sent one (it exits through atexit):
+    from its last step's totals, or without totals when it reported no step."""
+    if last is not None and last.get("type") == "done":
+        return
+    done: dict[str, Any] = {"type": "done", "rank": role.index}
+    if last is not None and "trained" in last:
+        done.update(steps=last["done_steps"], samples=last["trained"], elapsed=last["elapsed"])
+    events.publish(worker, job, done)
+
+
 def run_role(job: str, role: Role, script: str, script_text: str | None) -> dict:
     """The task of one role: run the script as a child process of this worker until it exits.
 
@@ -279,8 +300,23 @@ def run_role(job: str, role: Role, script: str, script_text: str | None) -> dict
     command = [sys.executable, "-m", "dask_fluid.cli", "run", path, *role.args]
     private = tempfile.mkdtemp(prefix=f"dask-fluid-{job}-{role.name}-")  # 0700
     env = {**os.environ, **role.env, **tls.export_env(worker, private), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            cwd=os.path.dirname(os.path.abspath(path)), start_new_session=True)
+    env.pop(STEP_FD_ENV, None)
+    steps_r = steps_w = None
+    if role.kind == "trainer":  # its steps come back on a pipe (script_steps)
+        steps_r, steps_w = os.pipe()
+        env[STEP_FD_ENV] = str(steps_w)
+    try:
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, cwd=os.path.dirname(os.path.abspath(path)),
+                                start_new_session=True,
+                                pass_fds=() if steps_w is None else (steps_w,))
+    except BaseException:
+        if steps_r is not None:
+            os.close(steps_r)
+        raise
+    finally:
+        if steps_w is not None:
+            os.close(steps_w)  # the script holds the only write end: EOF when it exits
     service = rpc.attach_service(worker, job, f"role/{role.name}", _RoleProcess(proc))
     pending: list[tuple[str, str]] = []
     lock = threading.Lock()
@@ -301,6 +337,10 @@ def run_role(job: str, role: Role, script: str, script_text: str | None) -> dict
                               daemon=True),
              threading.Thread(target=_pump, args=(proc.stderr, role.name, "stderr", sink, tail),
                               daemon=True)]
+    steps: dict[str, Any] = {}
+    if steps_r is not None:
+        pumps.append(threading.Thread(target=_pump_steps, daemon=True,
+                                      args=(os.fdopen(steps_r), worker, job, role, steps)))
     for t in pumps:
         t.start()
     try:
@@ -310,6 +350,8 @@ def run_role(job: str, role: Role, script: str, script_text: str | None) -> dict
         for t in pumps:
             t.join(KILL_GRACE_S)
         flush()
+        if role.kind == "trainer":
+            _publish_done(worker, job, role, steps.get("last"))
     finally:
         if proc.poll() is None:
             _terminate(proc)
@@ -344,7 +386,8 @@ def _printer(out: TextIO, err: TextIO) -> Callable[[dict], None]:
 def launch_script(client: Any, script: str, args: Sequence[str] = (), *, pservers: int = 0,
                   trainers: int = 1, mode: str = "pserver", role_args: bool = False,
                   out: TextIO | None = None, err: TextIO | None = None,
-                  workers: Sequence[str] | None = None) -> list[dict]:
+                  workers: Sequence[str] | None = None,
+                  callbacks: Iterable[events.Callback] = ()) -> list[dict]:
     """Run ``script`` once per role on the cluster of ``client`` (``dask-fluid launch``).
 
     Parameters
@@ -362,6 +405,11 @@ def launch_script(client: Any, script: str, args: Sequence[str] = (), *, pserver
         Where the roles' stdout and stderr lines go, prefixed ``[pserver0]``... (default: this
         process's).
     workers : sequence of str, optional
+    callbacks : iterable of callable
+        Called on the client with every event of the job: the roles' ``output``, and each
+        trainer's ``step`` events (the runs of its training program, throttled; see
+        :mod:`.script_steps`) and ``done``, e.g. a
+        :class:`~dask_fluid.distributed.launch.progress.JobProgress`.
 
     Returns
     -------
@@ -384,6 +432,6 @@ def launch_script(client: Any, script: str, args: Sequence[str] = (), *, pserver
     tasks = [TaskSpec(r.worker, run_role, (job, r, path, text), role=r.kind,
                       endpoint=r.endpoint) for r in roles]
     show = _printer(out or sys.stdout, err or sys.stderr)
-    return run_tasks(client, job, tasks, callbacks=[show],
+    return run_tasks(client, job, tasks, callbacks=[show, *callbacks],
                      info={"kind": "launch", "mode": mode,
                            "summary": f"{os.path.basename(path)}: {len(roles)} role(s)"})

@@ -183,7 +183,7 @@ class FluidPage:
             "kind": [str(p.info.get("kind", "")) for _, p in rows],
             "status": [p.status for _, p in rows],
             "steps": [f"{p.step}/{p.rounds}" if p.rounds else str(p.step) for _, p in rows],
-            "epoch": [str(p.epoch + 1) for _, p in rows],
+            "epoch": [str(p.epoch + 1) if p.has_epochs else "" for _, p in rows],
             "loss": ["" if p.loss is None else f"{p.loss:.4f}" for _, p in rows],
             "rate": [f"{p.samples_per_s:,.0f}" for _, p in rows],
             "elapsed": [_elapsed(p) for _, p in rows],
