@@ -45,6 +45,7 @@ from .plan import (
     optimize_ops,
     params_grads_of,
 )
+from .plan_html import nccl2_html, plan_html
 from .pserver_program import PserverBuild, build_pserver_program
 from .slicing import VarBlock, slice_variable
 from .startup import build_pserver_startup
@@ -366,6 +367,15 @@ class DistributeTranspiler:
                 build.program = pserver_program
             self._builds[endpoint] = build
         return build_pserver_startup(self._plan, endpoint, build, self._log)
+
+    def _repr_html_(self) -> str:
+        """Jupyter: which block of which parameter lives on which pserver (:mod:`.plan_html`)."""
+        if self._mode == "nccl2":
+            return nccl2_html(list(self._endpoints), self._trainer_id)
+        if self._plan is None:
+            return ("<div class='dask-fluid-transpile-plan'><b>DistributeTranspiler</b>: not "
+                    "transpiled yet; call transpile()</div>")
+        return plan_html(self._plan)
 
     # ------------------------------------------------------------------------------------------
     # metadata for runtimes
