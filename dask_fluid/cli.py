@@ -5,6 +5,8 @@
     train an ``MLPClassifier`` in pserver mode (or ``--mode collective|nccl2|local``) on the
     reference blobs held as a dask array of 8 chunks, and print the transpiled programs, the
     per-epoch progress, the test accuracy, the throughput and the elapsed time.
+    ``--dashboard [ADDRESS]`` starts the cluster's Dask dashboard and prints the URL of its
+    Fluid Training page.
 ``dask-fluid info``
     Versions, GPU/CuPy/NCCL availability, and the resolved ``FLAGS_rpc_*`` values.
 ``dask-fluid run SCRIPT [ARGS...]``
@@ -15,8 +17,9 @@
 ``dask-fluid launch [--scheduler ADDR | --workers N] --pservers P --trainers T SCRIPT [ARGS...]``
     Fluid's launch style on Dask: SCRIPT runs once per role (``dask-fluid run`` on the workers,
     an embedded LocalCluster without ``--scheduler``) with each role's ``PADDLE_*`` variables;
-    every role's output is printed prefixed with the role; the first role that fails stops the
-    others (exit 1); Ctrl-C stops everything (exit 130). ``--mode nccl2`` runs trainers only.
+    every role's output is printed prefixed with the role, under a progress line of the
+    trainers' steps; the first role that fails stops the others (exit 1); Ctrl-C stops
+    everything (exit 130). ``--mode nccl2`` runs trainers only.
     See :mod:`dask_fluid.distributed.launch.script`.
 
 Exit codes: 0 success, 1 the training (or the cluster) failed, 2 bad usage or configuration,
@@ -148,6 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--scheduler", metavar="ADDRESS", default=None,
                       help="connect to this Dask scheduler (e.g. tcp://10.0.0.5:8786) instead "
                            "of starting a LocalCluster")
+    demo.add_argument("--dashboard", nargs="?", const=":0", default=None, metavar="ADDRESS",
+                      help="start the embedded cluster with the Dask dashboard on ADDRESS "
+                           "(default :0, a free port) and print the URL of its Fluid Training "
+                           "page; with --scheduler, print that cluster's page")
     demo.add_argument("--seed", type=int, default=0, help="data and model seed (default 0)")
     demo.add_argument("--no-progress", dest="progress", action="store_false",
                       help="no progress bar")
@@ -176,7 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     launch = sub.add_parser(
         "launch", help="run a Fluid script once per role (pservers, trainers) on Dask workers",
         usage=f"{PROG} launch [-h] [--scheduler ADDRESS | --workers N] [--pservers P] "
-              "[--trainers T] [--mode {pserver,nccl2}] [--role-args] SCRIPT [ARGS...]",
+              "[--trainers T] [--mode {pserver,nccl2}] [--role-args] [--dashboard [ADDRESS]] "
+              "[--no-progress] SCRIPT [ARGS...]",
         description="Fluid's launch style on a Dask cluster: SCRIPT runs once per role on the "
                     "workers, with the PADDLE_* variables of both Fluid 1.x naming schemes "
                     "(endpoints on the workers' hosts, free ports), under 'dask-fluid run'. "
@@ -198,6 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--role-args", action="store_true",
                         help="append Paddle-test-style --role, --endpoints, --trainer_id, "
                              "--current_endpoint and --trainers arguments")
+    launch.add_argument("--dashboard", nargs="?", const=":0", default=None, metavar="ADDRESS",
+                        help="start the embedded cluster with the Dask dashboard on ADDRESS "
+                             "(default :0) and print the URL of its Fluid Training page; with "
+                             "--scheduler, print that cluster's page")
     launch.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress line (the trainers' steps, samples/s and loss)")
     launch.add_argument("script", nargs="?", metavar="SCRIPT", help="the Python file to run")
@@ -381,6 +393,8 @@ def _cmd_launch(args: argparse.Namespace, out: TextIO) -> int:
         client, workers, desc = _connect(args, device, out, stack)
         print(f"{PROG} launch: {args.script} as {pservers} pserver(s) + {args.trainers} "
               f"trainer(s) ({args.mode}) on {desc}", file=out, flush=True)
+        if args.dashboard is not None:
+            print(f"{PROG} launch: dashboard {_training_page(client)}", file=out, flush=True)
         try:
             launch_script(client, args.script, args.args, pservers=pservers,
                           trainers=args.trainers, mode=args.mode, role_args=args.role_args,
@@ -479,6 +493,10 @@ def _check_demo_args(args: argparse.Namespace) -> str:
                          "stale parameters of asynchronous training)")
     if args.mode != "pserver" and (args.dc_asgd or not args.sync):
         raise UsageError(f"{PROG} demo: --async and --dc-asgd apply to --mode pserver only")
+    if args.mode == "local" and args.dashboard is not None:
+        raise UsageError(f"{PROG} demo: --dashboard shows a cluster's page, and --mode local "
+                         "trains in this process; drop --dashboard or pick --mode pserver/"
+                         "collective/nccl2")
     if args.mode == "local" and args.scheduler:
         raise UsageError(f"{PROG} demo: --mode local trains in this process; drop --scheduler "
                          "or pick --mode pserver/collective/nccl2")
@@ -514,7 +532,9 @@ def _start_cluster(args: argparse.Namespace, device: str, out: TextIO,
                    stack: contextlib.ExitStack) -> Any:
     from distributed import LocalCluster
 
-    common = {"threads_per_worker": 1, "dashboard_address": None, "silence_logs": logging.ERROR}
+    # no dashboard unless asked: it costs the demo's small machine a web server
+    common = {"threads_per_worker": 1, "dashboard_address": getattr(args, "dashboard", None),
+              "silence_logs": logging.ERROR}
     n_workers = args.workers
     if device == "gpu":
         n_gpus = gpu_status()["gpus"]
@@ -559,6 +579,23 @@ def _connect(args: argparse.Namespace, device: str, out: TextIO,
     workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
     desc = f"{type(cluster).__name__}, {n} worker process(es) x 1 thread"
     return client, workers, desc
+
+
+def _training_page(client: Any) -> str:
+    """The URL of the cluster's Fluid Training page, served from now on, or why there is
+    none."""
+    from .distributed.launch.dashboard.page import ROUTE
+    from .distributed.launch.dashboard.plugin import ensure_dashboard
+
+    try:
+        link = client.dashboard_link
+    except KeyError:  # a scheduler without a dashboard has no "dashboard" service
+        link = None
+    if not link:
+        return ("none: the scheduler serves no dashboard (it needs bokeh>=3.1, and a "
+                "dashboard address)")
+    ensure_dashboard(client)  # the page is there before the first job
+    return f"{link.rsplit('/', 1)[0]}{ROUTE} (the Fluid Training page, while the demo runs)"
 
 
 def _make_data(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
@@ -784,6 +821,8 @@ def _run_demo(args: argparse.Namespace, device: str, out: TextIO) -> int:
             print(f"  cluster: {desc} ({timer.marks['cluster']:.1f} s to start)", file=out)
             for w in workers:
                 print(f"    {w}", file=out)
+            if args.dashboard is not None:
+                print(f"  dashboard: {_training_page(client)}", file=out, flush=True)
         else:
             print("  cluster: none (local mode trains in this process)", file=out)
         n_trainers = args.trainers or (min(len(workers), TRAIN_CHUNKS) if workers else 1)

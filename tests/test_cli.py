@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pathlib
 import shutil
 import subprocess
 import sys
+import urllib.request
 
 import pytest
 
@@ -101,6 +103,50 @@ def test_demo_collective_on_existing_scheduler(capsys):
         assert len(cluster.workers) == 2  # the demo did not shut the cluster down
 
 
+class _AtLine(io.StringIO):
+    """Standard output that, at the first line holding ``marker``, runs ``then(line)`` before
+    the writer goes on: the demo waits inside that print while ``then`` looks at its cluster
+    (whose scheduler and dashboard run on their own event-loop thread)."""
+
+    def __init__(self, marker: str, then) -> None:
+        super().__init__()
+        self.marker, self.then, self.seen = marker, then, None
+
+    def write(self, text: str) -> int:
+        if self.seen is None and self.marker in text:
+            self.seen = text
+            self.then(text)
+        return super().write(text)
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as reply:
+        return reply.read().decode()
+
+
+@pytest.mark.slow
+def test_demo_dashboard_prints_the_fluid_page_while_it_serves_it(monkeypatch):
+    served = {}
+
+    def visit(line: str) -> None:
+        url = line.split("dashboard: ", 1)[1].split()[0]
+        base = url.rsplit("/", 1)[0]
+        served["url"] = url
+        served["plots"] = json.loads(_get(f"{base}/individual-plots.json"))
+        served["page"] = _get(url)
+
+    out = _AtLine("  dashboard: ", visit)
+    monkeypatch.setattr(sys, "stdout", out)
+    code = cli.main(["demo", "--dashboard", "--samples", "2000", "--epochs", "1", "--hidden",
+                     "16", "--no-progress"])
+    assert code == 0, out.getvalue()
+    assert served["url"].startswith("http://") and served["url"].endswith(
+        "/individual-fluid-training")
+    assert served["plots"]["Individual Fluid Training"] == "/individual-fluid-training"
+    assert "<title>Dask: Fluid Training</title>" in served["page"]
+    assert "test accuracy" in out.getvalue()  # and the demo went on to the end
+
+
 def test_demo_unreachable_scheduler_exits_1(capsys):
     code = cli.main(["demo", "--scheduler", "tcp://127.0.0.1:9", *SMALL])
     err = capsys.readouterr().err
@@ -111,8 +157,10 @@ def test_demo_unreachable_scheduler_exits_1(capsys):
 
 @pytest.mark.slow
 def test_impossible_configuration_exits_2(capsys):
-    """More trainers than workers: refused by the runtime before any work, reported as usage."""
-    code = cli.main(["demo", "--workers", "1", "--trainers", "3", *SMALL])
+    """More collective trainers than workers: refused by the runtime before any work, reported
+    as usage. (Pserver mode runs several trainer loops per worker since 3709eaf.)"""
+    code = cli.main(["demo", "--mode", "collective", "--workers", "1", "--trainers", "3",
+                     *SMALL])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and err[0].startswith("dask-fluid demo: ValueError: ")
@@ -155,6 +203,7 @@ def test_training_failure_exits_1_with_one_line(monkeypatch, capsys):
         (["demo", "--mode", "local", "--scheduler", "tcp://127.0.0.1:8786"],
          "--mode local trains in this process"),
         (["demo", "--mode", "nccl2", "--device", "cpu"], "--mode nccl2 runs on GPUs only"),
+        (["demo", "--mode", "local", "--dashboard"], "--dashboard shows a cluster's page"),
         (["demo", "--device", "gpu"], "pserver mode runs its kernels on CPUs"),
         (["demo", "--hidden", "256,x"], "not a comma-separated list of layer sizes"),
         (["demo", "--learning-rate", "-1"], "--learning-rate -1.0 must be > 0"),
