@@ -67,6 +67,27 @@ def run_case(client, trainers: int, pservers: int, steps: int, batch: int = 64) 
             "wall_s": wall}
 
 
+def plot(rows: list[dict], kind: str, path: str) -> None:
+    """ms per sync step over trainers, one line per pserver count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=120)
+    for p in sorted({r["pservers"] for r in rows}):
+        pts = sorted((r["trainers"], r["ms_per_step"]) for r in rows if r["pservers"] == p)
+        ax.plot(*zip(*pts, strict=True), marker="o", label=f"{p} pserver{'s' * (p > 1)}")
+    ax.set_xlabel("trainers")
+    ax.set_ylabel("ms per sync step")
+    ax.set_title(f"64-64-10 MLP, 64 rows per trainer, {kind}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grid", default=",".join(f"{t}x{p}" for t, p in DEFAULT_GRID),
@@ -76,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="worker processes instead of threads")
     parser.add_argument("--workers", type=int, default=None,
                         help="cluster size (default: max(T, P) in-process, 2 with processes)")
+    parser.add_argument("--plot", metavar="PNG", default=None,
+                        help="also draw ms/step over trainers, a line per pserver count "
+                             "(needs matplotlib)")
     args = parser.parse_args(argv)
     grid = [tuple(int(v) for v in case.split("x")) for case in args.grid.split(",")]
     if (2, 2) not in grid:
@@ -109,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['bytes_sent_per_trainer_step'] / 1e3:>8.1f} "
               f"{r['pservers_holding_blocks']:>14}")
     print("targets: 50 x 20 <= 10 x the 2 x 2 step (in-process); requests <= the bound")
+    if args.plot:
+        plot(rows, kind, args.plot)
     RESULTS.mkdir(exist_ok=True)
     name = "scale-processes.json" if args.processes else "scale.json"
     (RESULTS / name).write_text(json.dumps({"kind": kind, "steps": args.steps, "rows": rows},

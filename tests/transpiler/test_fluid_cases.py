@@ -165,7 +165,7 @@ def test_empty_pserver_optimize_blocks(caplog):
     assert len(prog_b.blocks) == 2
     assert op_types(prog_b.block(1)) == []
     assert prog_b.block(0).ops[0].attrs["optimize_blocks"] == [1]
-    assert "has no optimize block" in caplog.text
+    assert "holds no block" in caplog.text
 
 
 def test_rmsprop_accumulators_are_sliced():
