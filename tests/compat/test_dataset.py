@@ -37,7 +37,7 @@ from dask_fluid.compat.dataset import (
     wmt16,
 )
 from tests.compat import synthetic_data
-from tests.compat.synthetic_data import closed_port_url
+from tests.compat.synthetic_data import closed_port_url, go_offline
 
 DATASET_URLS = {
     mnist: ["TRAIN_IMAGE_URL", "TRAIN_LABEL_URL", "TEST_IMAGE_URL", "TEST_LABEL_URL"],
@@ -55,9 +55,7 @@ DATASET_URLS = {
 @pytest.fixture(autouse=True)
 def offline(monkeypatch):
     for module, names in DATASET_URLS.items():
-        for name in names:
-            url = getattr(module, name)
-            monkeypatch.setattr(module, name, closed_port_url(url.split("/")[-1]))
+        go_offline(monkeypatch, module, names)
 
 
 @pytest.fixture

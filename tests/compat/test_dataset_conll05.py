@@ -20,7 +20,7 @@ import pytest
 from dask_fluid import compat
 from dask_fluid.compat.batch import batch
 from dask_fluid.compat.dataset import common, conll05
-from tests.compat.synthetic_data import closed_port_url, write_conll05, write_tgz
+from tests.compat.synthetic_data import go_offline, write_conll05, write_tgz
 
 URL_NAMES = ("DATA_URL", "WORDDICT_URL", "VERBDICT_URL", "TRGDICT_URL", "EMB_URL")
 
@@ -36,15 +36,7 @@ LABEL_DICT = {
 
 @pytest.fixture(autouse=True)
 def offline(monkeypatch):
-    for name in URL_NAMES:
-        url = getattr(conll05, name)
-        monkeypatch.setattr(conll05, name, closed_port_url(url.split("/")[-1]))
-
-
-@pytest.fixture
-def data_home(tmp_path, monkeypatch):
-    monkeypatch.setattr(common, "DATA_HOME", str(tmp_path))
-    return str(tmp_path)
+    go_offline(monkeypatch, conll05, URL_NAMES)
 
 
 # -- the test's own reading of the synthetic content -------------------------------------------

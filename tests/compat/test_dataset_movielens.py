@@ -19,7 +19,7 @@ import pytest
 
 from dask_fluid import compat
 from dask_fluid.compat.dataset import common, movielens
-from tests.compat.synthetic_data import closed_port_url, write_movielens
+from tests.compat.synthetic_data import go_offline, write_movielens
 
 AGES = [1, 18, 25, 35, 45, 50, 56]
 
@@ -29,16 +29,15 @@ AGES = [1, 18, 25, 35, 45, 50, 56]
 
 @pytest.fixture(autouse=True)
 def offline(monkeypatch):
-    monkeypatch.setattr(movielens, "URL", closed_port_url(movielens.URL.split("/")[-1]))
+    go_offline(monkeypatch, movielens, ("URL",))
 
 
 @pytest.fixture
-def data_home(tmp_path, monkeypatch):
-    monkeypatch.setattr(common, "DATA_HOME", str(tmp_path))
+def data_home(data_home, monkeypatch):
     # movielens keeps what it read in module globals, as Paddle does
     for name in ("MOVIE_INFO", "MOVIE_TITLE_DICT", "CATEGORIES_DICT", "USER_INFO"):
         monkeypatch.setattr(movielens, name, None)
-    return str(tmp_path)
+    return data_home
 
 
 # -- the test's own reading of the synthetic content -------------------------------------------

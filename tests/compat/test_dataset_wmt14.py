@@ -11,7 +11,7 @@ import os
 import pytest
 
 from dask_fluid.compat.dataset import common, wmt14
-from tests.compat.synthetic_data import closed_port_url, write_tgz, write_wmt14
+from tests.compat.synthetic_data import go_offline, write_tgz, write_wmt14
 
 MARKS = ["<s>", "<e>", "<unk>"]
 
@@ -20,15 +20,7 @@ MARKS = ["<s>", "<e>", "<unk>"]
 
 @pytest.fixture(autouse=True)
 def offline(monkeypatch):
-    for name in ("URL_TRAIN", "URL_MODEL", "URL_DEV_TEST"):
-        url = getattr(wmt14, name)
-        monkeypatch.setattr(wmt14, name, closed_port_url(url.split("/")[-1]))
-
-
-@pytest.fixture
-def data_home(tmp_path, monkeypatch):
-    monkeypatch.setattr(common, "DATA_HOME", str(tmp_path))
-    return str(tmp_path)
+    go_offline(monkeypatch, wmt14, ("URL_TRAIN", "URL_MODEL", "URL_DEV_TEST"))
 
 
 # -- the test's own reading of the synthetic content -------------------------------------------

@@ -12,7 +12,7 @@ import os
 import pytest
 
 from dask_fluid.compat.dataset import common, wmt16
-from tests.compat.synthetic_data import closed_port_url, write_wmt16
+from tests.compat.synthetic_data import go_offline, write_wmt16
 
 MARKS = ["<s>", "<e>", "<unk>"]
 
@@ -22,13 +22,7 @@ MARKS = ["<s>", "<e>", "<unk>"]
 
 @pytest.fixture(autouse=True)
 def offline(monkeypatch):
-    monkeypatch.setattr(wmt16, "DATA_URL", closed_port_url(wmt16.DATA_URL.split("/")[-1]))
-
-
-@pytest.fixture
-def data_home(tmp_path, monkeypatch):
-    monkeypatch.setattr(common, "DATA_HOME", str(tmp_path))
-    return str(tmp_path)
+    go_offline(monkeypatch, wmt16, ("DATA_URL",))
 
 
 # -- the test's own reading of the synthetic content -------------------------------------------

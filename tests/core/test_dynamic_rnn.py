@@ -10,6 +10,8 @@ import pytest
 
 import dask_fluid as fluid
 
+from .numeric_grad import numeric_gradient
+
 D, H = 3, 4
 LENGTHS = [2, 0, 4, 1, 4]          # an empty sequence, and a tie for the longest
 ENC_LENGTHS = [3, 1, 2, 2, 1]
@@ -130,16 +132,7 @@ def test_gradients_match_finite_differences(need_reorder):
         return float(value[0])
 
     def numeric(get, put):
-        base = np.array(get(), dtype=np.float64)
-        g = np.zeros_like(base)
-        for j in range(base.size):
-            for sign in (1, -1):
-                bumped = base.copy()
-                bumped.flat[j] += sign * 1e-6
-                put(bumped)
-                g.flat[j] += sign * f() / 2e-6
-        put(base)
-        return g
+        return numeric_gradient(f, get, put)
 
     for name in params:
         num = numeric(lambda n=name: scope.get(n), lambda v, n=name: scope.set(n, v))

@@ -9,6 +9,8 @@ import pytest
 
 import dask_fluid as fluid
 
+from .numeric_grad import numeric_gradient
+
 T, N, D, H = 3, 2, 3, 4
 
 
@@ -104,16 +106,7 @@ def test_gradients_match_finite_differences():
         return float(value[0])
 
     def numeric(get, put):
-        base = np.array(get(), dtype=np.float64)
-        g = np.zeros_like(base)
-        for j in range(base.size):
-            for sign in (1, -1):
-                bumped = base.copy()
-                bumped.flat[j] += sign * 1e-6
-                put(bumped)
-                g.flat[j] += sign * f() / 2e-6
-        put(base)
-        return g
+        return numeric_gradient(f, get, put)
 
     for name in ("wx", "wh", "b"):
         num = numeric(lambda n=name: scope.get(n), lambda v, n=name: scope.set(n, v))
