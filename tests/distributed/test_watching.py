@@ -89,6 +89,7 @@ def test_job_progress_counts_what_the_trainers_trained_not_the_events():
     assert p.pservers["ep0"].update_s == pytest.approx(0.002)
     assert p.trainers[1].worker == "w1" and len(p.trainers[0].curve) == 1
     assert p.describe()["samples/s"] == "12,800"
+    assert p.describe()["slowest"] == "trainer 1 (10.0 ms compute)"
 
 
 def test_board_keeps_running_jobs_and_drops_the_oldest_finished():
@@ -248,6 +249,7 @@ def test_launched_script_reports_its_steps_and_loss_to_the_progress_and_the_boar
         assert t.done and t.done_steps == len(losses) == 12 and t.trained == 12 * 16
         assert t.loss == pytest.approx(losses[-1]) and t.elapsed > 0
     assert seen.step == 12 and not seen.has_epochs and "epoch" not in seen.describe()
+    assert seen.describe()["slowest"].endswith("ms a step)")  # no wait: not called compute
 
     b = _finished_board(dist_client, seen.job)
     assert b["status"] == "finished" and b["kind"] == "launch" and b["step"] == 12

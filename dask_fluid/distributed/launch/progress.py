@@ -243,5 +243,9 @@ class JobProgress:
             out["step"] = f"{self.step_s * 1e3:.1f} ms"
         slowest = self.slowest
         if slowest is not None and len(self.trainers) > 1:
-            out["slowest"] = f"trainer {slowest.rank} ({slowest.compute_s * 1e3:.1f} ms compute)"
+            if any(t.wait_s > 0 for t in self.trainers.values()):
+                what = f"{slowest.compute_s * 1e3:.1f} ms compute"
+            else:  # no wait reported (a launched script): its whole step, not its compute
+                what = f"{slowest.step_s * 1e3:.1f} ms a step"
+            out["slowest"] = f"trainer {slowest.rank} ({what})"
         return out
