@@ -75,15 +75,16 @@ class Job:
 
 
 def start(tmp: Path, script: Path, mode: str, slicing: str, *, via_run: bool,
-          env: dict[str, str] | None = None, scheme: str = "endpoints") -> Job:
-    """2 pservers and 2 trainers; ``scheme`` picks which of Fluid's variable namings to use
-    ("endpoints": PADDLE_PSERVER_ENDPOINTS/PADDLE_TRAINERS_NUM/PADDLE_CURRENT_ENDPOINT, "ips":
+          env: dict[str, str] | None = None, scheme: str = "endpoints",
+          pservers: int = 2) -> Job:
+    """``pservers`` pservers (2; more only with the "endpoints" scheme) and 2 trainers;
+    ``scheme`` picks which of Fluid's variable namings to use ("endpoints":
+    PADDLE_PSERVER_ENDPOINTS/PADDLE_TRAINERS_NUM/PADDLE_CURRENT_ENDPOINT, "ips":
     PADDLE_PSERVER_IPS+PADDLE_PSERVER_PORT/PADDLE_TRAINERS/PADDLE_CURRENT_IP)."""
     job = Job()
     base = {**os.environ, "FLAGS_rpc_deadline": "30000", **(env or {})}
     if scheme == "endpoints":
-        p0, p1 = free_ports(2)
-        job.endpoints = [f"127.0.0.1:{p0}", f"127.0.0.1:{p1}"]
+        job.endpoints = [f"127.0.0.1:{p}" for p in free_ports(pservers)]
         common = {"PADDLE_PSERVER_ENDPOINTS": ",".join(job.endpoints),
                   "PADDLE_TRAINERS_NUM": "2"}
         current = [{"PADDLE_CURRENT_ENDPOINT": ep} for ep in job.endpoints]
@@ -95,7 +96,7 @@ def start(tmp: Path, script: Path, mode: str, slicing: str, *, via_run: bool,
                   "PADDLE_TRAINERS": "2"}
         current = [{"PADDLE_CURRENT_IP": ip} for ip in ips]
     roles = [(f"pserver{i}", {"PADDLE_TRAINING_ROLE": "PSERVER", **current[i]})
-             for i in range(2)]
+             for i in range(len(job.endpoints))]
     roles += [(f"trainer{i}", {"PADDLE_TRAINING_ROLE": "TRAINER", "PADDLE_TRAINER_ID": str(i)})
               for i in range(2)]
     for name, role_env in roles:

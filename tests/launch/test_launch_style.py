@@ -48,6 +48,16 @@ def test_sync_2x2_processes_equal_local_and_pservers_exit_by_themselves(tmp_path
     assert np.mean(local_losses[-3:]) < np.mean(local_losses[:3])  # and it does learn
 
 
+def test_a_pserver_holding_no_block_serves_until_the_trainers_complete(tmp_path, local_losses):
+    # four unsliced parameters dispatched round-robin over five pservers: the fifth holds
+    # nothing, takes no step (only a ping and the trainers' complete) and exits 0 on its own
+    job = cluster.start(tmp_path, cluster.dask_fluid_copy(tmp_path), "sync", "noslice",
+                        via_run=False, pservers=5)
+    _finish(job)
+    dist = (np.array(job.losses("trainer0")) + np.array(job.losses("trainer1"))) / 2
+    np.testing.assert_allclose(dist, local_losses, atol=1e-5, rtol=0)
+
+
 def test_the_unchanged_paddle_script_under_dask_fluid_run(tmp_path, local_losses):
     job = cluster.start(tmp_path, cluster.SCRIPT, "sync", "slice", via_run=True)
     _finish(job)
