@@ -11,6 +11,7 @@ import collections
 import gzip
 import hashlib
 import http.server
+import importlib
 import os
 import re
 import string
@@ -23,6 +24,7 @@ import threading
 import numpy as np
 import pytest
 
+from dask_fluid import compat
 from dask_fluid.compat.batch import batch
 from dask_fluid.compat.dataset import (
     common,
@@ -549,3 +551,13 @@ def test_flowers_splits_labels_and_the_test_mapping(data_home):
 def _jpeg_bytes(directory):
     with tarfile.open(os.path.join(directory, "102flowers.tgz")) as tar:
         return tar.extractfile("jpg/image_00002.jpg").read()
+
+
+@pytest.mark.parametrize("name", sorted(common._DATASET_MODULES))
+def test_every_dataset_module_imports_as_paddle_dataset(name):
+    compat.install()
+    try:
+        module = importlib.import_module(f"paddle.dataset.{name}")
+        assert module is importlib.import_module(f"dask_fluid.compat.dataset.{name}")
+    finally:
+        compat.uninstall()

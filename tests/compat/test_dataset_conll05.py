@@ -7,7 +7,6 @@ the synthetic sentences' argument spans (not from the bracket columns the module
 from __future__ import annotations
 
 import gzip
-import importlib
 import io
 import json
 import os
@@ -17,7 +16,6 @@ import sys
 import numpy as np
 import pytest
 
-from dask_fluid import compat
 from dask_fluid.compat.batch import batch
 from dask_fluid.compat.dataset import common, conll05
 from tests.compat.synthetic_data import go_offline, write_conll05, write_tgz
@@ -237,16 +235,6 @@ def test_offline_download_error(data_home):
     assert cached["TRGDICT_URL"].endswith(os.sep + "conll05st%2FtargetDict.txt")
     write_conll05(data_home)
     conll05.fetch()
-
-
-def test_import_through_the_compat_layer():
-    compat.install()
-    try:
-        import paddle.dataset.conll05 as paddle_conll05
-
-        assert paddle_conll05 is importlib.import_module("dask_fluid.compat.dataset.conll05")
-    finally:
-        compat.uninstall()
 
 
 def test_synthetic_files_are_deterministic(tmp_path):

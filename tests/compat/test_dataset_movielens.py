@@ -7,7 +7,6 @@ recipe (``numpy.random.seed`` then one ``numpy.random.random()`` per ratings lin
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -17,7 +16,6 @@ import zipfile
 import numpy as np
 import pytest
 
-from dask_fluid import compat
 from dask_fluid.compat.dataset import common, movielens
 from tests.compat.synthetic_data import go_offline, write_movielens
 
@@ -272,16 +270,6 @@ def test_title_without_a_year(data_home):
     with pytest.raises(ValueError, match=r"movies.dat line 15: the title 'No Year' does not end"):
         movielens.movie_info()
     assert movielens.MOVIE_INFO is None  # nothing half loaded
-
-
-def test_import_through_the_compat_layer():
-    compat.install()
-    try:
-        import paddle.dataset.movielens as paddle_movielens
-
-        assert paddle_movielens is importlib.import_module("dask_fluid.compat.dataset.movielens")
-    finally:
-        compat.uninstall()
 
 
 def test_synthetic_archive_is_deterministic(tmp_path):
