@@ -89,6 +89,19 @@ def _zeros_like(value: Any) -> Any:
     return registry.array_module(value).zeros_like(value)
 
 
+def _add_param_grads(sums: list[Any], local: dict, params: list[str]) -> None:
+    """Add one step's gradients of the outer variables the block reads to ``sums``."""
+    for k, name in enumerate(params):
+        d = local.get(grad_var_name(name))
+        if d is not None:
+            sums[k] = d if sums[k] is None else sums[k] + d
+
+
+def _param_grads(sums: list[Any], values: list[Any]) -> list[Any]:
+    """The summed gradients, zeros for an outer variable no step's gradient reached."""
+    return [d if d is not None else _zeros_like(p) for d, p in zip(sums, values, strict=True)]
+
+
 def _recurrent_grad(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     op = ctx.op
     steps = _steps_of(ins, op)
@@ -116,10 +129,7 @@ def _recurrent_grad(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dic
         for k, name in enumerate(names_in):
             input_grads[k][t] = local.get(grad_var_name(name))
         state_grads = [local.get(grad_var_name(name)) for name in ex]
-        for k, name in enumerate(params):
-            d = local.get(grad_var_name(name))
-            if d is not None:
-                param_grads[k] = d if param_grads[k] is None else param_grads[k] + d
+        _add_param_grads(param_grads, local, params)
     res: dict = {}
     if "inputs@GRAD" in outs:
         grads = []
@@ -132,8 +142,7 @@ def _recurrent_grad(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dic
         res["initial_states@GRAD"] = [d if d is not None else _zeros_like(s) for d, s in
                                       zip(state_grads, ins["initial_states"], strict=True)]
     if "parameters@GRAD" in outs:
-        res["parameters@GRAD"] = [d if d is not None else _zeros_like(p) for d, p in
-                                  zip(param_grads, ins["parameters"], strict=True)]
+        res["parameters@GRAD"] = _param_grads(param_grads, ins["parameters"])
     return res
 
 
@@ -178,14 +187,13 @@ def _dynamic_plan(ins: dict, attrs: dict, op: Any) -> tuple[_Plan, tuple[int, ..
     lods = attrs["_lods"]["inputs"]
     offsets = _level0(lods[0], names[0], "step input")
     for name, lod in zip(names[1:], lods[1:], strict=True):
-        other = _level0(lod, name, "step input")
-        if np.any(np.diff(other) != np.diff(offsets)):
+        if _level0(lod, name, "step input") != offsets:
             raise ValueError(f"DynamicRNN: the step inputs {names[0]!r} and {name!r} must have "
                              "sequences of the same lengths")
     return _plan(offsets), offsets
 
 
-def _static_layout(x: Any, lod: Any, name: str, plan: _Plan) -> tuple[np.ndarray, list[int]]:
+def _static_layout(lod: Any, name: str, plan: _Plan) -> tuple[np.ndarray, list[int]]:
     """The rows of a static input in rank order, and the offsets of its reordered sequences."""
     offsets = np.asarray(_level0(lod, name, "static input"), dtype=np.int64)
     if len(offsets) - 1 != plan.n_seq:
@@ -215,9 +223,12 @@ def _dynamic_recurrent(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> 
             raise ValueError(f"DynamicRNN: the memory's init {name!r} has {rows} rows; it needs "
                              f"one per sequence ({plan.n_seq})")
         states.append(init[plan.order] if again else init)
-    statics = [(name, x, *_static_layout(x, lod, name, plan)) for name, x, lod in
-               zip(op.input("static_inputs"), ins.get("static_inputs") or [],
-                   attrs["_lods"].get("static_inputs") or [], strict=True)]
+    layouts = [_static_layout(lod, name, plan) for name, lod in
+               zip(op.input("static_inputs"), attrs["_lods"].get("static_inputs") or [],
+                   strict=True)]
+    statics = [(name, x, index, soff) for name, x, (index, soff) in
+               zip(op.input("static_inputs"), ins.get("static_inputs") or [], layouts,
+                   strict=True)]
     block = ctx.program.block(attrs["sub_block"])
     names_in, names_out = op.input("inputs"), op.output("outputs")
     scopes: list[Any] = []
@@ -254,7 +265,7 @@ def _dynamic_recurrent(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> 
             out[plan.rows[t]] = values[k]
         outputs.append(out)
     lod = (tuple(offsets),)
-    return {"outputs": outputs, "step_scopes": [(scopes, plan)],
+    return {"outputs": outputs, "step_scopes": [(scopes, plan, layouts)],
             registry.LOD_KEY: {"outputs": [lod] * len(outputs)}}
 
 
@@ -264,16 +275,13 @@ def _dynamic_recurrent_grad(ins: dict, attrs: dict, outs: tuple, ctx: RunContext
     if kept is None:
         raise ValueError("dynamic_recurrent_grad: the forward op kept no step scopes for this "
                          "run; run the forward and backward ops in one program run")
-    scopes, plan = kept
+    scopes, plan, layouts = kept
     block = ctx.program.block(attrs["sub_block"])
     ex, st = list(attrs["ex_states"]), list(attrs["states"])
     names_in, names_out = op.input("inputs"), op.input("outputs")
     names_static, params = op.input("static_inputs"), op.input("parameters")
     d_outs = ins.get("outputs@GRAD") or [None] * len(names_out)
     xs = ins["inputs"]
-    statics = [(x, *_static_layout(x, lod, name, plan)) for name, x, lod in
-               zip(names_static, ins.get("static_inputs") or [],
-                   attrs["_lods"].get("static_inputs") or [], strict=True)]
     input_grads = [registry.array_module(x).zeros_like(x) for x in xs]
     static_grads = [registry.array_module(x).zeros_like(x) for x in ins.get("static_inputs") or []]
     param_grads: list[Any] = [None] * len(params)
@@ -298,13 +306,10 @@ def _dynamic_recurrent_grad(ins: dict, attrs: dict, outs: tuple, ctx: RunContext
         for k, name in enumerate(names_static):
             d = local.get(grad_var_name(name))
             if d is not None:
-                index, soff = statics[k][1], statics[k][2]
+                index, soff = layouts[k]
                 static_grads[k][index[:soff[n]]] += d
         state_grads = [local.get(grad_var_name(name)) for name in ex]
-        for k, name in enumerate(params):
-            d = local.get(grad_var_name(name))
-            if d is not None:
-                param_grads[k] = d if param_grads[k] is None else param_grads[k] + d
+        _add_param_grads(param_grads, local, params)
     lods = attrs["_lods"]
     # the gradients of LoD inputs keep the inputs' LoD
     res: dict = {registry.LOD_KEY: {"inputs@GRAD": list(lods["inputs"]),
@@ -326,8 +331,7 @@ def _dynamic_recurrent_grad(ins: dict, attrs: dict, outs: tuple, ctx: RunContext
             grads.append(full)
         res["initial_states@GRAD"] = grads
     if "parameters@GRAD" in outs:
-        res["parameters@GRAD"] = [d if d is not None else _zeros_like(p) for d, p in
-                                  zip(param_grads, ins["parameters"], strict=True)]
+        res["parameters@GRAD"] = _param_grads(param_grads, ins["parameters"])
     return res
 
 

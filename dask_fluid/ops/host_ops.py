@@ -53,17 +53,15 @@ register_signature("conditional_block", ("Cond", "Input"), ("Out", "Scope"),
                    optional=("Input",))
 # StaticRNN: the step block run over the time steps of its inputs (dask_fluid.recurrent_op)
 _RECURRENT = "dask_fluid.recurrent_op"
+_RECURRENT_ATTRS = {"ex_states": [], "states": [], "sub_block": -1, "reverse": False,
+                    "is_train": True, "has_states": False}
 register_signature("recurrent", ("inputs", "initial_states", "parameters"),
-                   ("outputs", "step_scopes"),
-                   {"ex_states": [], "states": [], "sub_block": -1, "reverse": False,
-                    "is_train": True, "has_states": False},
+                   ("outputs", "step_scopes"), _RECURRENT_ATTRS,
                    optional=("inputs", "initial_states", "parameters"), provider=_RECURRENT)
 register_signature("recurrent_grad",
                    ("inputs", "initial_states", "parameters", "outputs", "outputs@GRAD",
                     "step_scopes"),
-                   ("inputs@GRAD", "initial_states@GRAD", "parameters@GRAD"),
-                   {"ex_states": [], "states": [], "sub_block": -1, "reverse": False,
-                    "is_train": True, "has_states": False},
+                   ("inputs@GRAD", "initial_states@GRAD", "parameters@GRAD"), _RECURRENT_ATTRS,
                    optional=("inputs", "initial_states", "parameters", "outputs",
                              "outputs@GRAD"), provider=_RECURRENT)
 # DynamicRNN: the step block run over the sequences of LoD inputs, longest first

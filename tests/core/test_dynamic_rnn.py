@@ -288,3 +288,22 @@ def test_running_sums_and_the_errors_of_bad_feeds():
     with pytest.raises(fluid.ExecutionError, match=r"init 'h0' has 1 rows; it needs one per "
                                                    r"sequence \(2\)"):
         _run_one({"x": x, "h0": np.zeros((1, 3))}, need_reorder=True)
+
+
+def test_step_inputs_with_different_sequence_lengths_are_refused():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        a = fluid.layers.data(name="a", shape=[2], dtype="float64", lod_level=1)
+        b = fluid.layers.data(name="b", shape=[2], dtype="float64", lod_level=1)
+        drnn = fluid.layers.DynamicRNN()
+        with drnn.block():
+            h = fluid.layers.elementwise_add(drnn.step_input(a), drnn.step_input(b))
+            drnn.output(h)
+        out = drnn()
+    exe = fluid.Executor()
+    exe.run(startup)
+    feed = {"a": fluid.create_lod_tensor(np.ones((3, 2)), [[2, 1]], fluid.CPUPlace()),
+            "b": fluid.create_lod_tensor(np.ones((3, 2)), [[1, 1, 1]], fluid.CPUPlace())}
+    with pytest.raises(fluid.ExecutionError, match="step inputs 'a' and 'b' must have "
+                                                   "sequences of the same lengths"):
+        exe.run(main, feed=feed, fetch_list=[out], return_numpy=False)
