@@ -459,10 +459,10 @@ class Executor:
         """
         t0 = time.perf_counter() if _RUN_HOOKS else 0.0
         with self._on_device():
-            fetched, ran, fed = self._run(program, feed, fetch_list, scope, return_numpy)
+            fetched, ran, fed, fetch_names = self._run(program, feed, fetch_list, scope,
+                                                       return_numpy)
         if _RUN_HOOKS:
-            info = RunInfo(ran, fed, self._fetch_names(ran.global_block(), fetch_list),
-                           fetched, time.perf_counter() - t0)
+            info = RunInfo(ran, fed, fetch_names, fetched, time.perf_counter() - t0)
             for hook in list(_RUN_HOOKS):
                 hook(info)
         return fetched
@@ -476,8 +476,9 @@ class Executor:
 
     def _run(self, program: Program | None, feed: dict | None,
              fetch_list: Sequence[Variable | str] | None, scope: Scope | None,
-             return_numpy: bool) -> tuple[list, Program, Any]:
-        """Run; return the fetched values, the Program that ran and what it was fed."""
+             return_numpy: bool) -> tuple[list, Program, Any, list[str]]:
+        """Run; return the fetched values, the Program that ran, what it was fed and the
+        fetched names."""
         program = program if program is not None else default_main_program()
         scope = scope if scope is not None else global_scope()
         if not feed:
@@ -493,7 +494,7 @@ class Executor:
             if not isinstance(program, Program):  # a step over several places
                 fetch_names = self._fetch_names(compiled._to_run.global_block(), fetch_list)
                 return (program.run(self, scope, feed, fetch_names, return_numpy),
-                        compiled._to_run, feed)
+                        compiled._to_run, feed, fetch_names)
         block = program.global_block()
         fetch_names = self._fetch_names(block, fetch_list)
         fed, fed_lods = self._check_feed(block, feed or {})
@@ -504,7 +505,8 @@ class Executor:
             else:
                 scope.lods.pop(name, None)
         self.run_block(program, block, scope, frozenset(fed))
-        return self._fetch(scope, fetch_names, return_numpy), program, feed or {}
+        return (self._fetch(scope, fetch_names, return_numpy), program, feed or {},
+                fetch_names)
 
     def train_from_dataset(self, program: Program | None = None, dataset: Any = None,
                            scope: Scope | None = None, thread: int = 0, debug: bool = False,
