@@ -36,7 +36,7 @@ class LaunchView:
                 if kind == "job":
                     self._before.append(event)
                 return
-            self.bar = ProgressBar(1, None, desc=self.desc, widget=False)
+            self.bar = ProgressBar(None, desc=self.desc, widget=False)
             for early in self._before:  # folded, not drawn: the first drawing shows a step
                 self.bar.progress(early)
         if kind != "output":

@@ -282,7 +282,7 @@ class FluidEstimatorBase(BaseEstimator):
             X = np.ascontiguousarray(X, dtype=np.float32)
         epochs = 1 if incremental else self.max_iter
         per_epoch = _steps_per_epoch(X, batch_size)
-        progress = ProgressBar(epochs, session.net.loss.name, enabled=bool(self.verbose),
+        progress = ProgressBar(session.net.loss.name, enabled=bool(self.verbose),
                                desc=type(self).__name__,
                                total_steps=None if per_epoch is None else epochs * per_epoch)
         best = None
@@ -402,7 +402,7 @@ class FluidEstimatorBase(BaseEstimator):
         net = build(spec)
         feed = {FEATURES: X.astype(np.float32), LABEL: Y}
         loss_name = net.loss.name
-        progress = ProgressBar(self.max_iter, loss_name, enabled=bool(self.verbose),
+        progress = ProgressBar(loss_name, enabled=bool(self.verbose),
                                desc=f"{type(self).__name__} ({self.mode})")
         common = dict(epochs=self.max_iter, batch_size=batch_size, fetch_list=(loss_name,),
                       shuffle=self.shuffle, seed=seed, callbacks=(progress,))

@@ -70,8 +70,6 @@ class ProgressBar:
 
     Parameters
     ----------
-    epochs : int
-        Epochs of the fit (shown until the job says how many steps it takes).
     loss_name : str, optional
         Key of the loss in the events' ``fetches`` (default: the first fetched value).
     enabled : bool
@@ -83,12 +81,9 @@ class ProgressBar:
         True: the Jupyter widget; False: the text bar; None: the widget where it can show.
     """
 
-    def __init__(self, epochs: int, loss_name: str | None, enabled: bool = True,
+    def __init__(self, loss_name: str | None, enabled: bool = True,
                  desc: str = "training", total_steps: int | None = None,
                  widget: bool | None = None) -> None:
-        self.epochs = int(epochs)
-        self.loss_name = loss_name
-        self.enabled = enabled
         self.progress = JobProgress(loss_name, rounds=total_steps)
         self._view: Any = None
         self._drawn = 0.0
