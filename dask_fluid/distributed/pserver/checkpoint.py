@@ -127,7 +127,8 @@ def mark_idle(root: str | os.PathLike, pserver_id: int, idle: bool,
 
 @dataclass(frozen=True)
 class CheckpointInfo:
-    """A complete checkpoint: its directory and the metadata of pserver 0."""
+    """A complete checkpoint: its directory and the metadata of its lowest-numbered saved
+    pserver (pserver 0 unless that one holds no block)."""
 
     path: pathlib.Path
     round: int
