@@ -131,11 +131,8 @@ def test_gradients_match_finite_differences(need_reorder):
         value, = exe.run(main, feed=_feed(data), fetch_list=[loss], scope=scope)
         return float(value[0])
 
-    def numeric(get, put):
-        return numeric_gradient(f, get, put)
-
     for name in params:
-        num = numeric(lambda n=name: scope.get(n), lambda v, n=name: scope.set(n, v))
+        num = numeric_gradient(f, lambda n=name: scope.get(n), lambda v, n=name: scope.set(n, v))
         np.testing.assert_allclose(analytic[f"{name}@GRAD"], num, rtol=1e-6, atol=1e-7,
                                    err_msg=name)
     for name in ("x", "enc", "h0"):
@@ -147,8 +144,8 @@ def test_gradients_match_finite_differences(need_reorder):
         def put(v, n=name, lod=lod):
             data[n] = (v, data[n][1]) if lod else v
 
-        np.testing.assert_allclose(analytic[f"{name}@GRAD"], numeric(get, put), rtol=1e-6,
-                                   atol=1e-7, err_msg=name)
+        np.testing.assert_allclose(analytic[f"{name}@GRAD"], numeric_gradient(f, get, put),
+                                   rtol=1e-6, atol=1e-7, err_msg=name)
 
 
 def test_a_gru_unit_block_equals_dynamic_gru_with_the_same_weights():

@@ -105,16 +105,13 @@ def test_gradients_match_finite_differences():
         value, = exe.run(main, feed=feed, fetch_list=[loss], scope=scope)
         return float(value[0])
 
-    def numeric(get, put):
-        return numeric_gradient(f, get, put)
-
     for name in ("wx", "wh", "b"):
-        num = numeric(lambda n=name: scope.get(n), lambda v, n=name: scope.set(n, v))
+        num = numeric_gradient(f, lambda n=name: scope.get(n), lambda v, n=name: scope.set(n, v))
         np.testing.assert_allclose(analytic[name], num, rtol=1e-6, atol=1e-7, err_msg=name)
     for name in ("x", "h0"):
         def put(v, n=name):
             feed[n] = v
-        num = numeric(lambda n=name: feed[n], put)
+        num = numeric_gradient(f, lambda n=name: feed[n], put)
         np.testing.assert_allclose(analytic[f"{name}@GRAD"], num, rtol=1e-6, atol=1e-7,
                                    err_msg=name)
 
