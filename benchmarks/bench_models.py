@@ -13,7 +13,9 @@ batch 32 of 3x32x32, 16 channels):
 - **torch**: the same network (same layers, shapes, loss and optimizer) in PyTorch on one
   thread, when torch is installed (skipped, and said so, otherwise).
 
-Target (issue 14): local >= 0.5 x torch's CPU throughput.
+Target (issue 14): local >= 0.5 x torch's CPU throughput. Measured on the 2-core machine
+(2026-12-06, torch 2.14, two runs): mnist_cnn 0.71 / 0.74, resnet_block 0.52 / 0.45
+(docs/performance.md).
 
 The CTR model (``benchmarks/ctr_job.py``: LoD id lists, a distributed lookup table of 200k x 64,
 a sparse wide embedding, ``sequence_pool``; batch 128 per trainer): **local** samples/s in this
