@@ -197,6 +197,29 @@ def test_thread_pools_follow_the_flags_and_do_the_work():
     assert info["inline"] is False and info["pushes"] == 8
 
 
+def test_work_goes_to_the_pools_by_its_own_size():
+    """A lookup counts the rows it returns and a sync reply copies nothing: both stay in the
+    calling thread under ``inline_bytes`` even though the shard's parameters are over it; an
+    update counts the shard's parameters, and a lookup of many rows goes to its pool."""
+    row = 256 * 4  # a row of fc_1.w_0, float32
+    spec, grads = _spec(1, True, inline_bytes=10 * row)
+    shard = spec()
+    assert shard.param_bytes > 10 * row
+    _push_pull(shard, 0, 0, _grads(grads, "", 1.0), ["fc_0.w_0"])
+    shard.prefetch_sync(np.array([[3], [0], [3]]), "fc_1.w_0")
+    used = shard.info()["threads_used"]
+    assert (used["send"], used["get"], used["prefetch"]) == (1, 0, 0)
+    rows = shard.prefetch_sync(np.arange(100).reshape(-1, 1), "fc_1.w_0")
+    assert rows.shape == (100, 256) and shard.info()["threads_used"]["prefetch"] == 1
+    shard.close()
+
+    spec, grads = _spec(1, False, inline_bytes=10 * row)  # async replies are copies
+    shard = spec()
+    _push_pull(shard, 0, 0, _grads(grads, "", 1.0), ["fc_1.w_0"])  # 256 rows
+    assert shard.info()["threads_used"]["get"] == 1
+    shard.close()
+
+
 def test_checkpoint_files_are_complete_and_atomic(tmp_path):
     spec, grads = _spec(1, True, checkpoint_dir=str(tmp_path), checkpoint_every=2)
     shard = spec()

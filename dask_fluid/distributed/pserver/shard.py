@@ -58,11 +58,14 @@ took the step (Fluid keeps ``1/N``, which shrinks the last steps of an epoch).
 Threads. The sync state lives under one condition variable (released while a round's
 optimize runs, so that the next round's pushes are not held up); a push never waits for other
 trainers (a trainer pushes to every pserver before it waits for any reply), a reply waits for
-its round. The numpy work of shards with at least ``inline_bytes`` of parameters goes to three
-pools: ``FLAGS_rpc_send_thread_num`` threads apply gradients (sync optimize steps, async
-blocks), ``FLAGS_rpc_get_thread_num`` threads read parameters for replies, and
-``FLAGS_rpc_prefetch_thread_num`` threads serve table lookups; smaller shards do it in the
-calling thread, where a thread hop would cost more than the work.
+its round. Numpy work of at least ``inline_bytes`` goes to three pools:
+``FLAGS_rpc_send_thread_num`` threads apply gradients (sync optimize steps, async blocks),
+``FLAGS_rpc_get_thread_num`` threads copy parameters for async replies, and
+``FLAGS_rpc_prefetch_thread_num`` threads serve table lookups; smaller work runs in the calling
+thread, where a thread hop would cost more than the work. An update counts the shard's
+parameter bytes (Adam touches every row even for a sparse gradient), a lookup the rows it
+returns (a 25 MB table's 1,000-row lookup runs inline), a reply what it copies (nothing in sync
+mode, which replies with the live parameters).
 """
 
 from __future__ import annotations
@@ -430,10 +433,15 @@ class PServerShard(Service):
         with ``table``, rows ``ids`` of that parameter block (a remote-prefetch table)."""
         self._raise_if_failed()
         self.stats["prefetches"] += 1
+        source = self.table.name if table is None and self.table is not None else table
+        value = self.scope.vars.get(source) if source is not None else None
+        work = (int(np.size(ids)) * (value.nbytes // max(len(value), 1))
+                if isinstance(value, np.ndarray) and value.ndim else None)
         if table is not None:
-            rows = self._run_pool(self.prefetch_pool, self._block_rows, str(table), ids)
+            rows = self._run_pool(self.prefetch_pool, self._block_rows, str(table), ids,
+                                  work_bytes=work)
         else:
-            rows = self._run_pool(self.prefetch_pool, self._lookup, ids)
+            rows = self._run_pool(self.prefetch_pool, self._lookup, ids, work_bytes=work)
         self._count(_tensor_bytes([ids]), _tensor_bytes([rows]))
         return rows
 
@@ -661,7 +669,10 @@ class PServerShard(Service):
     def _read(self, want: tuple[str, ...], trainer_id: int | None) -> dict[str, Any]:
         t0 = time.perf_counter()
         try:
-            out = self._run_pool(self.get_pool, self._read_arrays, want, trainer_id)
+            copied = 0 if self.sync_mode else sum(
+                int(getattr(self.scope.vars.get(n), "nbytes", 0)) for n in want)
+            out = self._run_pool(self.get_pool, self._read_arrays, want, trainer_id,
+                                 work_bytes=copied)
         finally:
             self.stats["read_s"] += time.perf_counter() - t0
         self._count(0, _tensor_bytes(out.values()))
@@ -790,8 +801,11 @@ class PServerShard(Service):
                     "idle": self.idle}
 
     # -- plumbing -------------------------------------------------------------------------------
-    def _run_pool(self, pool: concurrent.futures.Executor, fn: Any, *args: Any) -> Any:
-        if self.param_bytes < self.inline_bytes:
+    def _run_pool(self, pool: concurrent.futures.Executor, fn: Any, *args: Any,
+                  work_bytes: int | None = None) -> Any:
+        """``fn(*args)`` in ``pool``, or here when ``work_bytes`` (default: the shard's
+        parameter bytes) is under :attr:`inline_bytes`."""
+        if (self.param_bytes if work_bytes is None else work_bytes) < self.inline_bytes:
             return fn(*args)
         return pool.submit(self._in_pool, pool, fn, args).result()
 
