@@ -14,7 +14,7 @@ batch 32 of 3x32x32, 16 channels):
   thread, when torch is installed (skipped, and said so, otherwise).
 
 Target (issue 14): local >= 0.5 x torch's CPU throughput. Measured on the 2-core machine
-(2026-12-06, torch 2.14, two runs): mnist_cnn 0.71 / 0.74, resnet_block 0.52 / 0.45
+(2026-12-06, torch 2.14, two runs): mnist_cnn 0.79 / 0.78, resnet_block 0.57 / 0.55
 (docs/performance.md).
 
 The CTR model (``benchmarks/ctr_job.py``: LoD id lists, a distributed lookup table of 200k x 64,
