@@ -3,7 +3,8 @@
 The kernel picks a route from the shapes (``conv_ops``: column matrices of whole padded rows
 or of output-width runs, the input gradient as a convolution or as a scatter, images taken in
 batches of a byte budget); the limits are forced here so that every route runs on small
-inputs, and each must give what the loops give. ``batch_norm_grad``'s centred form is checked
+inputs, and each must give what the loops give, on numpy and (with a GPU) CuPy.
+``batch_norm_grad``'s centred form is checked
 where the mean is large against the spread (float32 against a float64 reference)."""
 
 from __future__ import annotations
@@ -56,9 +57,24 @@ CASES = [  # x shape, filters, kernel, stride, pads, dilation, groups
 ]
 
 
+def _array_module(name: str):
+    if name == "numpy":
+        return np
+    from .test_cupy import _gpu_reason
+
+    reason = _gpu_reason()
+    if reason is not None:
+        pytest.skip(f"the CuPy run of the conv routes needs a CUDA GPU ({reason})")
+    import cupy
+
+    return cupy
+
+
+@pytest.mark.parametrize("module", ["numpy", "cupy"])
 @pytest.mark.parametrize("route", ["rows_as_conv", "runs_scatter", "one_image_batches"])
 @pytest.mark.parametrize("case", CASES, ids=[f"case{i}" for i in range(len(CASES))])
-def test_every_route_matches_loops(monkeypatch, route, case):
+def test_every_route_matches_loops(monkeypatch, route, case, module):
+    xp = _array_module(module)
     xshape, m, (kh, kw), stride, pads, dilation, groups = case
     if route == "rows_as_conv":  # whole padded rows and the gradient as a conv wherever valid
         monkeypatch.setattr(conv_ops, "_ROW_RATIO", 100.0)
@@ -72,14 +88,17 @@ def test_every_route_matches_loops(monkeypatch, route, case):
     w = rng.standard_normal((m, xshape[1] // groups, kh, kw))
     attrs = {"strides": list(stride), "paddings": list(pads), "dilations": list(dilation),
              "groups": groups}
-    out = run_op("conv2d", {"Input": [x], "Filter": [w]}, attrs)["Output"][0]
+    host = (lambda a: a) if xp is np else xp.asnumpy
+    out = host(run_op("conv2d", {"Input": [xp.asarray(x)], "Filter": [xp.asarray(w)]},
+                      attrs)["Output"][0])
     dout = rng.standard_normal(out.shape)
     ref_out, ref_dx, ref_dw = _loops(x, w, dout, stride, pads, dilation, groups)
     np.testing.assert_allclose(out, ref_out, rtol=1e-10, atol=1e-10)
-    grads = run_op("conv2d_grad", {"Input": [x], "Filter": [w], "Output@GRAD": [dout]}, attrs,
+    grads = run_op("conv2d_grad", {"Input": [xp.asarray(x)], "Filter": [xp.asarray(w)],
+                                   "Output@GRAD": [xp.asarray(dout)]}, attrs,
                    ("Input@GRAD", "Filter@GRAD"))
-    np.testing.assert_allclose(grads["Input@GRAD"][0], ref_dx, rtol=1e-10, atol=1e-10)
-    np.testing.assert_allclose(grads["Filter@GRAD"][0], ref_dw, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(host(grads["Input@GRAD"][0]), ref_dx, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(host(grads["Filter@GRAD"][0]), ref_dw, rtol=1e-10, atol=1e-10)
 
 
 def test_routes_are_chosen_by_shape():
