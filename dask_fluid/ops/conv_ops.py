@@ -274,7 +274,8 @@ def _input_grad_as_conv(xp: Any, dout: Any, w: Any, geo: _ConvGeometry) -> Any |
     filter flipped in space and with its channel axes swapped per group, padded by the
     kernel's extent less the forward padding. That is one column matrix and one product
     instead of ``KH * KW`` strided adds of short rows (4x faster on a 16-channel 3x3 conv).
-    None where it does not apply (a stride, or a padding wider than the kernel's extent)."""
+    None where it does not apply (a stride, or a padding wider than the kernel's extent) or
+    does not pay (an output much smaller than the input: see :data:`_AS_CONV_AREA`)."""
     if (geo.sh, geo.sw) != (1, 1):
         return None
     top, bottom, left, right = geo.pads

@@ -21,8 +21,8 @@ _BN_ATTRS = {"momentum": 0.9, "epsilon": 1e-5, "is_test": False, "data_layout": 
              "trainable_statistics": False}
 
 
-def _layout(x: Any, attrs: dict) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
-    """(channel axis, reduced axes, the broadcast shape of a per-channel vector)."""
+def _layout(x: Any, attrs: dict) -> tuple[int, tuple[int, ...]]:
+    """(channel axis, the broadcast shape of a per-channel vector)."""
     layout = attrs.get("data_layout", "NCHW")
     if layout not in ("NCHW", "NHWC", "AnyLayout"):
         raise ValueError(f"batch_norm: data_layout must be 'NCHW' or 'NHWC', got {layout!r}")
@@ -31,7 +31,7 @@ def _layout(x: Any, attrs: dict) -> tuple[int, tuple[int, ...], tuple[int, ...]]
     axis = x.ndim - 1 if layout == "NHWC" else 1
     shape = [1] * x.ndim
     shape[axis] = x.shape[axis]
-    return axis, tuple(a for a in range(x.ndim) if a != axis), tuple(shape)
+    return axis, tuple(shape)
 
 
 def _uses_global_stats(attrs: dict) -> bool:
@@ -74,7 +74,7 @@ def batch_norm(ins: dict, attrs: dict, outs: tuple) -> dict:
     x, scale, bias = ins["X"][0], ins["Scale"][0], ins["Bias"][0]
     mean, var = ins["Mean"][0], ins["Variance"][0]
     xp = array_module(x)
-    axis, reduce, shape = _layout(x, attrs)
+    axis, shape = _layout(x, attrs)
     eps = x.dtype.type(attrs.get("epsilon", 1e-5))
     if _uses_global_stats(attrs):
         inv_std = 1.0 / xp.sqrt(var + eps)
@@ -105,7 +105,7 @@ def batch_norm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     ``dY·a + (X − mean)·b + c`` for per-channel ``a, b, c``: one centred map, no x̂."""
     x, scale = ins["X"][0], ins["Scale"][0]
     xp = array_module(x)
-    axis, reduce, shape = _layout(x, attrs)
+    axis, shape = _layout(x, attrs)
     dy = ins["Y" + GRAD][0]
     if dy is None:
         dy = xp.zeros_like(x)
