@@ -295,13 +295,12 @@ class AdamOptimizer(Optimizer):
                     "Moment1": [m1], "Moment2": [m2],
                     "Beta1Pow": [self._acc("beta1_pow_acc", p)],
                     "Beta2Pow": [self._acc("beta2_pow_acc", p)]},
-            outputs={"ParamOut": [p], "Moment1Out": [m1], "Moment2Out": [m2]},
+            # Fluid 1.8: the op advances the beta powers itself (no scale ops after it)
+            outputs={"ParamOut": [p], "Moment1Out": [m1], "Moment2Out": [m2],
+                     "Beta1PowOut": [self._acc("beta1_pow_acc", p)],
+                     "Beta2PowOut": [self._acc("beta2_pow_acc", p)]},
             attrs={"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon,
                    "lazy_mode": self._lazy_mode})
-
-    def _finish_update(self, block, params_grads):
-        self._advance_powers(block, params_grads, [("beta1_pow_acc", self._beta1),
-                                                   ("beta2_pow_acc", self._beta2)])
 
 
 class AdamaxOptimizer(Optimizer):
@@ -340,9 +339,10 @@ class AdamaxOptimizer(Optimizer):
 
 
 class LambOptimizer(AdamOptimizer):
-    """LAMB: Adam's direction plus weight decay, scaled per parameter by the trust ratio
-    ``‖p‖ / ‖r‖`` (the ``lamb`` op). ``exclude_from_weight_decay_fn(param)`` true gives that
-    parameter no decay."""
+    """LAMB: Adam's moments (not bias-corrected, as Fluid 1.8's ``lamb`` op) plus weight decay,
+    scaled per parameter by the trust ratio ``‖p‖ / ‖r‖``. ``exclude_from_weight_decay_fn(param)``
+    true gives that parameter no decay. The beta powers are passed to the op and, as in Fluid
+    1.8, never advanced."""
 
     type = "lamb"
 

@@ -108,13 +108,15 @@ def lars_momentum(ins: dict, attrs: dict, outs: tuple) -> dict:
 
 @register("adam",
           ("Param", "Grad", "LearningRate", "Moment1", "Moment2", "Beta1Pow", "Beta2Pow"),
-          ("ParamOut", "Moment1Out", "Moment2Out"),
+          ("ParamOut", "Moment1Out", "Moment2Out", "Beta1PowOut", "Beta2PowOut"),
           {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "lazy_mode": False})
 def adam(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Fluid 1.x Adam: lr_t = lr·√(1−β2ᵗ)/(1−β1ᵗ), m1 = β1·m1 + (1−β1)·g,
     m2 = β2·m2 + (1−β2)·g², p −= lr_t·m1 / (√m2 + ε·√(1−β2ᵗ)).
 
-    Beta1Pow and Beta2Pow are read, not advanced: the optimizer appends ``scale`` ops for that.
+    Where the op binds ``Beta1PowOut``/``Beta2PowOut`` (Fluid 1.8's AdamOptimizer does; it
+    appends no ``scale`` ops), they get β1ᵗ·β1 and β2ᵗ·β2 after the update; an op without them
+    (a program of older Fluid, which advanced the powers with ``scale`` ops) leaves them.
     """
     param, grad = ins["Param"][0], ins["Grad"][0]
     m1, m2 = ins["Moment1"][0], ins["Moment2"][0]
@@ -136,7 +138,12 @@ def adam(ins: dict, attrs: dict, outs: tuple) -> dict:
         p -= lr_t * m1 / (xp.sqrt(m2) + eps_hat)
 
     _apply(update, param, grad, [m1, m2])
-    return {"ParamOut": [param], "Moment1Out": [m1], "Moment2Out": [m2]}
+    res = {"ParamOut": [param], "Moment1Out": [m1], "Moment2Out": [m2]}
+    for slot, beta in (("Beta1Pow", b1), ("Beta2Pow", b2)):
+        if slot + "Out" in outs:
+            power = ins[slot][0]
+            res[slot + "Out"] = [power * power.dtype.type(beta)]
+    return res
 
 
 @register("adagrad", ("Param", "Grad", "Moment", "LearningRate"), ("ParamOut", "MomentOut"),
@@ -270,8 +277,10 @@ def ftrl(ins: dict, attrs: dict, outs: tuple) -> dict:
           ("ParamOut", "Moment1Out", "Moment2Out"),
           {"weight_decay": 0.01, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-6})
 def lamb(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """Adam's bias-corrected direction r = m̂ / (√v̂ + ε) + wd·p, scaled by the trust ratio
-    ‖p‖ / ‖r‖ (1 when either is 0): p −= lr·ratio·r (Paddle's lamb_op.h). Dense only."""
+    """Adam's moments without bias correction, r = m1 / (√m2 + ε) + wd·p, scaled by the trust
+    ratio ‖p‖ / ‖r‖ (1 when either is 0): p −= lr·ratio·r (Paddle 1.8's lamb_op.h; its
+    LambOptimizer passes Beta1Pow/Beta2Pow, "not used in op temporarily", and never advances
+    them). Dense only."""
     param, grad = ins["Param"][0], ins["Grad"][0]
     if isinstance(grad, SelectedRows):
         raise NotImplementedError("lamb with a sparse (SelectedRows) gradient is not "
@@ -281,13 +290,11 @@ def lamb(ins: dict, attrs: dict, outs: tuple) -> dict:
     lr = _lr(ins, param)
     b1, b2 = _f(param, attrs.get("beta1", 0.9)), _f(param, attrs.get("beta2", 0.999))
     eps, wd = _f(param, attrs.get("epsilon", 1e-6)), _f(param, attrs.get("weight_decay", 0.01))
-    b1p = ins["Beta1Pow"][0].reshape(()).astype(param.dtype)
-    b2p = ins["Beta2Pow"][0].reshape(()).astype(param.dtype)
     m1 *= b1
     m1 += (1 - b1) * grad
     m2 *= b2
     m2 += (1 - b2) * grad * grad
-    r = (m1 / (1 - b1p)) / (xp.sqrt(m2 / (1 - b2p)) + eps) + wd * param
+    r = m1 / (xp.sqrt(m2) + eps) + wd * param
     p_norm, r_norm = xp.sqrt((param * param).sum()), xp.sqrt((r * r).sum())
     ratio = xp.where((p_norm > 0) & (r_norm > 0), p_norm / r_norm, param.dtype.type(1))
     param -= lr * ratio.astype(param.dtype) * r

@@ -192,3 +192,26 @@ def test_bad_clips_are_refused():
         fluid.optimizer.SGD(0.1, grad_clip=3.0)
     with pytest.raises(NotImplementedError, match="grad_clip="):
         fluid.clip.set_gradient_clip(fluid.clip.GradientClipByGlobalNorm(1.0))
+
+
+def test_adam_advances_its_beta_powers_in_the_op_as_fluid_1_8():
+    """Fluid 1.8's AdamOptimizer appends one ``adam`` op per parameter, which writes
+    Beta1PowOut/Beta2PowOut itself: no ``scale`` ops follow it (Lamb passes the powers and
+    never advances them; Adamax still advances its one power with a ``scale``)."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data(name="x", shape=[3], dtype="float32")
+        loss = layers.mean(layers.fc(x, 2))
+        fluid.optimizer.Adam(0.1).minimize(loss)
+    ops = main.global_block().ops
+    opt = [op.type for op in ops if op.type in ("adam", "scale")]
+    assert opt == ["adam", "adam"]
+    adam = next(op for op in ops if op.type == "adam")
+    assert adam.output("Beta1PowOut") == adam.input("Beta1Pow")
+    assert adam.output("Beta2PowOut") == adam.input("Beta2Pow")
+    scope, exe = fluid.Scope(), fluid.Executor()
+    exe.run(startup, scope=scope)
+    for _ in range(3):
+        exe.run(main, feed={"x": X.astype("float32")}, scope=scope)
+    np.testing.assert_allclose(scope.get(adam.input("Beta1Pow")[0]), [0.9 ** 4], rtol=1e-6)
+    np.testing.assert_allclose(scope.get(adam.input("Beta2Pow")[0]), [0.999 ** 4], rtol=1e-6)

@@ -88,7 +88,8 @@ def ref_lamb(p, g, s, a, t):
     b1, b2, eps, wd = 0.9, 0.999, 1e-6, a["weight_decay"]
     m1 = b1 * s["Moment1"] + (1 - b1) * g
     m2 = b2 * s["Moment2"] + (1 - b2) * g * g
-    r = (m1 / (1 - b1 ** (t + 1))) / (np.sqrt(m2 / (1 - b2 ** (t + 1))) + eps) + wd * p
+    # Paddle 1.8's lamb_op.h: no bias correction (the beta powers are passed, not used)
+    r = m1 / (np.sqrt(m2) + eps) + wd * p
     ratio = np.linalg.norm(p) / np.linalg.norm(r)
     return p - LR * ratio * r, {"Moment1": m1, "Moment2": m2}
 
@@ -215,14 +216,25 @@ def test_rmsprop_centered_without_mean_grad_raises():
                {"centered": True})
 
 
-def test_adam_does_not_advance_beta_pows():
-    p = np.ones(SHAPE)
-    b1p, b2p = np.array([0.9]), np.array([0.999])
-    res = run_op("adam", {"Param": [p], "Grad": [p.copy()], "LearningRate": [np.array([LR])],
-                          "Moment1": [np.zeros(SHAPE)], "Moment2": [np.zeros(SHAPE)],
-                          "Beta1Pow": [b1p], "Beta2Pow": [b2p]})
-    assert set(res) == {"ParamOut", "Moment1Out", "Moment2Out"}
-    assert b1p[0] == 0.9 and b2p[0] == 0.999
+def test_adam_advances_beta_pows_only_where_the_op_binds_them():
+    """Fluid 1.8's adam op writes Beta1PowOut/Beta2PowOut (β^t·β, after the update); an op of
+    an older program, which binds no such outputs, leaves the powers to its scale ops."""
+    def step(outs):
+        p = np.ones(SHAPE)
+        b1p, b2p = np.array([0.9]), np.array([0.999])
+        res = run_op("adam", {"Param": [p], "Grad": [p.copy()],
+                              "LearningRate": [np.array([LR])], "Moment1": [np.zeros(SHAPE)],
+                              "Moment2": [np.zeros(SHAPE)], "Beta1Pow": [b1p],
+                              "Beta2Pow": [b2p]}, {}, outs)
+        assert b1p[0] == 0.9 and b2p[0] == 0.999  # the inputs themselves are not written
+        return res
+
+    res = step(("ParamOut", "Moment1Out", "Moment2Out", "Beta1PowOut", "Beta2PowOut"))
+    np.testing.assert_allclose(res["Beta1PowOut"][0], [0.81])
+    np.testing.assert_allclose(res["Beta2PowOut"][0], [0.999 * 0.999])
+    older = step(("ParamOut", "Moment1Out", "Moment2Out"))
+    assert set(older) == {"ParamOut", "Moment1Out", "Moment2Out"}
+    np.testing.assert_array_equal(older["ParamOut"][0], res["ParamOut"][0])
 
 
 def test_sparse_height_mismatch_raises():

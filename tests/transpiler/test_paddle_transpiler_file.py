@@ -1,11 +1,18 @@
 """Paddle 1.8's own test_dist_transpiler.py, unchanged, through ``dask_fluid.compat``.
 
-23 of its 26 cases pass; this holds on to them, so that none regresses, and prints the count.
+18 of its 26 cases pass; this holds on to them, so that none regresses, and prints the count.
 The file was not kept in step with Paddle's code (2.x still carries the same TestL2Decay and
-lookup-table expectations although 2.x's ``minimize`` has no ``grad_clip``), so each of the three
-that fail was checked against Fluid's source. The v1.8.0 tree itself (0231f58e) was not
-readable here; the versions read are named.
+lookup-table expectations although 2.x's ``minimize`` has no ``grad_clip``), so each case that
+fails was checked against Fluid's source, and Fluid's source wins. The v1.8.0 tree itself
+(0231f58e) was not readable here; the versions read are named.
 
+- TestLocalLookupTable, TestDistLookupTable, TestAsyncLocalLookupTable,
+  TestAsyncDistLookupTable and TestRemoteLookupTable want each Adam block to end in
+  ``adam, scale, scale``. Those two ``scale`` ops are a 1.5-era AdamOptimizer's
+  ``_finish_update``; the 1.7- and 1.8-era optimizer.py (the latter with ``set_lr``,
+  ``_LearningRateEpochDecay`` and ``grad_clip`` in ``__init__``) bind ``Beta1PowOut`` and
+  ``Beta2PowOut`` on the ``adam`` op and append no ``scale``, so real 1.8 gives ``adam`` alone,
+  as we do (issue 14 asks for exactly this).
 - TestRMSPropOptimizer looks up ``momentum_1`` in the pserver startup. Fluid 1.8 names an
   accumulator ``Optimizer._add_accumulator``: ``var_name = param.name + "_" + name`` then
   ``unique_name.generate(var_name)``, so RMSProp's are ``fc_w_momentum_0`` and
@@ -43,8 +50,8 @@ readable here; the versions read are named.
   ``PADDLE_ENABLE_REMOTE_PREFETCH`` changes none of it: layers.embedding sets
   ``remote_prefetch = is_sparse and (not is_distributed)``, and none of the layers or
   transpiler code read reads the variable, so the TestRemote* classes that set it change
-  nothing for the classes after them. We keep the older rule, which the two lookup-table
-  cases that pass need.
+  nothing for the classes after them. We keep the older rule (TestBasicModel's startup keeps
+  the learning rate's init under it).
 
 It runs in a child process: the file sets ``gc.set_debug`` and installs ``paddle``."""
 
@@ -65,11 +72,9 @@ pytestmark = pytest.mark.skipif(not (UNITTESTS / "test_dist_transpiler.py").exis
                                        "this checkout")
 
 PASSING = {
-    "TestBasicModel", "TestDistLookupTable", "TestAsyncDistLookupTable",
-    "TestBasicModelWithLargeBlockSize", "TestDecayedAdagrad", "TestDistArgsInProgram",
-    "TestDistLookupTableBase", "TestDistLookupTableSliceSize",
-    "TestEmptyPserverOptimizeBlocks", "TestFtrl", "TestLocalLookupTable",
-    "TestAsyncLocalLookupTable", "TestRemoteLookupTable", "TestRemoteNce", "TestRemoteHsigmoid",
+    "TestBasicModel", "TestBasicModelWithLargeBlockSize", "TestDecayedAdagrad",
+    "TestDistArgsInProgram", "TestDistLookupTableBase", "TestDistLookupTableSliceSize",
+    "TestEmptyPserverOptimizeBlocks", "TestFtrl", "TestRemoteNce", "TestRemoteHsigmoid",
     "TestL2DecayWithPiecewise", "TestLRDecay",
     "TestLRDecayConditional", "TestLoadSliceVar", "TestNCCL2Transpile", "TestNoSliceVar",
     "TranspilerTest",

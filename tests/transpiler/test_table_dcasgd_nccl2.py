@@ -42,7 +42,7 @@ def test_local_sparse_table():
     prog_a, _ = t.get_pserver_programs(A)
     assert len(prog_a.blocks) == 3
     for blk in prog_a.blocks[1:]:
-        assert op_types(blk) == ["sum", "scale", "adam", "scale", "scale"]
+        assert op_types(blk) == ["sum", "scale", "adam"]
     assert prog_a.block(0).ops[0].attrs["sparse_grad_to_param"] == [
         "shared_w@GRAD.block0:shared_w.block0"]
 
@@ -123,8 +123,7 @@ def test_distributed_table(sync):
     assert not [n for n in startup.global_block().vars if n.startswith("shared_w_")]
     prog_a, start_a = t.get_pserver_programs(A)
     assert len(prog_a.blocks) == 5
-    assert op_types(prog_a.block(1)) == (["sum", "scale"] if sync else []) + [
-        "adam", "scale", "scale"]
+    assert op_types(prog_a.block(1)) == (["sum", "scale"] if sync else []) + ["adam"]
     assert op_types(prog_a.block(2)) == (["sum", "sgd"] if sync else ["sgd"])
     assert [op_types(prog_a.block(i)) for i in (3, 4)] == [["lookup_sparse_table"], ["save"]]
     table = prog_a.global_block().var("shared_w")
