@@ -324,7 +324,8 @@ class DistributeTranspiler:
         if not isinstance(wait_port, bool):
             raise TypeError(f"wait_port must be a bool, got {wait_port!r}")
         if not plan.mode.geo:
-            tables = [plan.table.name] if plan.table else []
+            tables = ([plan.table.name] if plan.table else []) + [
+                pp.param for pp in plan.params if pp.remote]
             trainer_rewrite.strip_optimizer(self._program, self._startup, tables, self._log)
         trainer_rewrite.set_program_attrs(self._program, plan, self._current_endpoint)
         self._program._parameters_on_pservers = vars_distributed.from_plan(plan)

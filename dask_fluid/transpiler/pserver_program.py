@@ -9,7 +9,7 @@ pserver), the distributed-table blocks, or a single empty block when there is no
 An optimize block, with ``G`` the merged gradient and ``P`` the parameter block:
 ``sum(G.trainer_*) -> G`` and ``scale(G, 1/N)`` (sync, N > 1), then the parameter's clip and
 decay ops, the DC-ASGD compensation (async), the optimizer op with its accumulators sliced to
-the block, and the ops that follow it (Adam's beta powers). Every name is rewritten so the
+the block, and the ops that follow it (Adamax's beta power). Every name is rewritten so the
 block reads and writes only this pserver's variables: the optimizer's ``Grad`` is whatever the
 clip/decay ops produced (Fluid wires the raw merged gradient, skipping them).
 

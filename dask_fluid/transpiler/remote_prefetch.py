@@ -9,7 +9,8 @@ rows only (the op keeps its type and gets ``epmap``, ``height_sections``, ``tabl
 ``trainer_id``, as in Fluid). The grad ops that read the table (``nce_grad``,
 ``hierarchical_sigmoid_grad``) are marked too, so that they read the same rows as their forward
 op rather than the trainer's stale copy (Fluid's grad kernels read that copy). The trainer
-startup still receives the table once.
+startup does not receive the table either: ``get_trainer_program`` makes its init a
+``fake_init``, as Fluid 1.8's ``_fake_init_sparsetable``.
 
 A table stays received whole (the plain path) when some other op reads it in the forward pass
 (a tied embedding used by a ``matmul``): that op needs every row. GEO-SGD trainers optimize

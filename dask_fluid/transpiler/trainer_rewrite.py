@@ -155,6 +155,9 @@ def append_param_fetch(program: Program, plan: TranspilePlan, control: ControlVa
     ``send_dummies`` is None for the trainer startup: no barrier before the recvs, and the
     fetch_barrier is always appended (as Fluid) so every trainer starts from the same values;
     the startup always receives the blocks and concatenates them, runtime split or not.
+    Neither receives a remote-prefetch table: its lookups ask the pservers for their rows, and
+    the trainer startup initialises it with ``fake_init`` (:func:`strip_optimizer`), as Fluid
+    1.8's ``_get_trainer_startup_program`` skips its sparse tables.
     """
     block = program.global_block()
     startup = send_dummies is None
@@ -169,8 +172,7 @@ def append_param_fetch(program: Program, plan: TranspilePlan, control: ControlVa
                                          half_async=not mode.barriers,
                                          sync_mode=plan.sync_mode))
     recv_outputs: list[str] = []
-    # the step does not receive a table its lookups prefetch from; the startup still does
-    fetched = [pp for pp in plan.params if startup or not pp.remote]
+    fetched = [pp for pp in plan.params if not pp.remote]
     for pp in fetched:
         names = pp.param_block_names
         if startup:
@@ -256,12 +258,13 @@ def _delete_ops(block: Block, ops: list) -> None:
 
 def strip_optimizer(program: Program, startup: Program, fake_init_tables: list[str],
                     log: Callable[..., None]) -> None:
-    """Remove optimize and LR ops from the trainer and the optimizer-only variables
-    (learning rate, accumulators) from its main program; the distributed table's init
-    becomes a ``fake_init`` appended to the startup program. Idempotent.
-
-    The startup program keeps the optimizer-only variables' init ops, as Fluid 1.8's
-    ``get_trainer_program`` does (test_dist_transpiler's startup op lists count them)."""
+    """Fluid 1.8's ``get_trainer_program`` on the trainer and its startup: remove the optimize
+    and LR ops from the trainer, and the optimizer-only variables (learning rate,
+    accumulators: what the optimize ops read besides their parameters and gradients) from both
+    programs, their init ops included (``_delete_trainer_optimizer(is_startup=True)``: real
+    Fluid 1.8.5's trainer startup has no ``learning_rate_0`` init); the init of each table the
+    trainer never holds (``fake_init_tables``) becomes a ``fake_init`` appended to the startup
+    (``_fake_init_sparsetable``). Idempotent."""
     block = program.global_block()
     opt = optimize_ops(block)
     lr = lr_ops(block)
@@ -279,13 +282,21 @@ def strip_optimizer(program: Program, startup: Program, fake_init_tables: list[s
         log("trainer: removed %d optimize and %d LR ops; optimizer-only vars %s",
             len(opt), len(lr), dead)
     sblock = startup.global_block()
+    inits = [op for op in sblock.ops if set(op.output_arg_names) & set(dead)]
+    _delete_ops(sblock, inits)
+    for name in dead:
+        if sblock.has_var(name):
+            sblock._remove_var(name)
+    if inits:
+        log("trainer startup: removed the inits of optimizer-only vars %s",
+            sorted({n for op in inits for n in op.output_arg_names}))
     for table in fake_init_tables:
         inits = [op for op in sblock.ops if table in op.output_arg_names]
         if len(inits) == 1 and inits[0].type == "fake_init":
             continue
         if len(inits) != 1:
-            raise ValueError(f"the distributed table {table!r} must have exactly 1 init op in "
-                             f"the startup program, found {len(inits)}")
+            raise ValueError(f"the sparse table {table!r} must have exactly 1 init op in the "
+                             f"startup program, found {len(inits)}")
         shape = list(inits[0].attrs.get("shape", sblock.var(table).shape))
         sblock._remove_op(sblock.ops.index(inits[0]))
         sblock.append_op("fake_init", outputs={"Out": [table]},

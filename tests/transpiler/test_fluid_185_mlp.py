@@ -6,10 +6,8 @@ With ``slice_var_up=False`` Fluid shuffles the gradient list with
 ``np.random.RandomState(program.random_seed).shuffle``, which is the same legacy generator and
 the same algorithm, so the placement matches Fluid's exactly here (both are asserted below).
 
-One deliberate difference: the trainer's startup program keeps the learning rate's
-``fill_constant``. Fluid 1.8.5 drops the optimizer-only variables' init ops there; Fluid 1.8.0,
-whose test_dist_transpiler.py is our acceptance test (TestBasicModel, TestDistLookupTable),
-keeps them, and so do we.
+The trainer's startup program has no ``fill_constant`` for the learning rate: Fluid 1.8.5
+drops the optimizer-only variables' init ops there, and so do we.
 """
 
 from __future__ import annotations
@@ -27,15 +25,13 @@ FWD_BWD_HEAD = ["mul", "elementwise_add", "relu", "mul", "elementwise_add", "rel
                 "elementwise_add_grad", "send", "mul_grad", "send", "relu_grad",
                 "elementwise_add_grad", "send", "mul_grad"]
 INIT = ["fill_constant", "uniform_random"] * 3
-#: Fluid 1.8.0's trainer startup: the learning rate's init kept (1.8.5 drops it)
-LR_INIT = ["fill_constant"]
 
 SLICED = {
     "trainer": FWD_BWD_HEAD + [
         "split_byref", "send", "relu_grad", "elementwise_add_grad", "send", "mul_grad",
         "split_byref", "send", "send_barrier"] + ["recv"] * 6 + ["fetch_barrier", "concat",
                                                                   "concat"],
-    "startup": LR_INIT + INIT + ["recv"] * 6 + ["fetch_barrier", "concat", "concat"],
+    "startup": INIT + ["recv"] * 6 + ["fetch_barrier", "concat", "concat"],
     "sends": [
         (["fc_2.b_0@GRAD.trainer_0"], [E1]),
         (["fc_2.w_0@GRAD.trainer_0"], [E2]),
@@ -65,7 +61,7 @@ UNSLICED = {
     "trainer": FWD_BWD_HEAD + [
         "send", "relu_grad", "elementwise_add_grad", "send", "mul_grad", "send",
         "send_barrier"] + ["recv"] * 6 + ["fetch_barrier"],
-    "startup": LR_INIT + INIT + ["recv"] * 6 + ["fetch_barrier"],
+    "startup": INIT + ["recv"] * 6 + ["fetch_barrier"],
     "sends": [
         (["fc_2.b_0@GRAD.trainer_0"], [E1]), (["fc_2.w_0@GRAD.trainer_0"], [E2]),
         (["fc_1.b_0@GRAD.trainer_0"], [E1]), (["fc_1.w_0@GRAD.trainer_0"], [E1]),

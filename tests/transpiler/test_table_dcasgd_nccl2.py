@@ -32,11 +32,14 @@ def test_local_sparse_table():
         assert op.attrs["table_names"] == ["shared_w.block0", "shared_w.block1"]
         assert op.attrs["height_sections"] == [500, 500]
         assert op.attrs["trainer_id"] == 0
-    # the startup still receives the whole table once
-    assert op_types(startup.global_block())[-5:] == ["recv", "recv", "recv", "fetch_barrier",
-                                                     "concat"]
-    assert next(op for op in startup.global_block().ops
-                if op.type == "concat").output("Out") == ["shared_w"]
+    # nor does the startup (Fluid 1.8's _get_trainer_startup_program skips sparse tables):
+    # the table's init becomes a fake_init, and Adam's state and the learning rate are
+    # the pservers' alone
+    t.get_trainer_program()
+    assert op_types(startup.global_block()) == ["fill_constant", "uniform_random", "recv",
+                                                "recv", "fetch_barrier", "fake_init"]
+    assert [op.output("Out") for op in startup.global_block().ops
+            if op.type in ("recv", "fake_init")] == [["fc_b"], ["fc_w"], ["shared_w"]]
     split = next(op for op in main.global_block().ops if op.type == "split_selected_rows")
     assert split.attrs["height_sections"] == [500, 500]
     prog_a, _ = t.get_pserver_programs(A)

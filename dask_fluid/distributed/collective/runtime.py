@@ -8,7 +8,7 @@ step, on every rank:
    its first Optimize-role op;
 2. one all-reduce of every gradient (mean over ranks, Fluid's 1/nranks scaling), fused into one
    flat buffer per dtype;
-3. the optimize ops (and anything after them: LR schedule, Adam's beta powers), locally.
+3. the optimize ops (and anything after them: LR schedule, Adamax's beta power), locally.
 
 The split and the communication of a step live in :mod:`.data_parallel`, which a
 ``CompiledProgram`` with ``num_trainers > 1`` (Fluid's launch style) runs too.
