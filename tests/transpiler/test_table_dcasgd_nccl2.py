@@ -72,6 +72,12 @@ def test_a_table_another_forward_op_reads_stays_received_whole():
     assert "tied_w" in [n for op in trainer.ops if op.type in ("recv", "concat")
                         for n in op.output("Out")]
     assert not any(pp.remote for pp in t.plan.params)
+    # the first step's matmul reads the whole table before any step receives it: the startup
+    # receives it too, and keeps its real init (Fluid 1.8 would fake_init it and read zeros)
+    sops = startup.global_block().ops
+    assert "fake_init" not in op_types(startup.global_block())
+    assert "tied_w" in [n for op in sops if op.type in ("recv", "concat")
+                        for n in op.output("Out")]
 
 
 def test_geo_trainers_keep_their_tables():
