@@ -58,6 +58,15 @@ def _cat(parts: list[dict]) -> dict:
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
+def _two_trainers(data: dict, steps: int, half: int) -> tuple[list[dict], list[dict]]:
+    """``steps`` global batches of ``2 * half`` rows, and each of 2 trainers' rows: trainer r
+    takes half r of every global batch."""
+    global_batches = [_rows(data, 2 * half * s, 2 * half * (s + 1)) for s in range(steps)]
+    per_trainer = [_cat([_rows(b, r * half, (r + 1) * half) for b in global_batches])
+                   for r in (0, 1)]
+    return global_batches, per_trainer
+
+
 def _assert_params_equal(params: dict, scope: fluid.Scope, rtol: float) -> None:
     assert params
     for name, value in params.items():
@@ -89,10 +98,7 @@ def test_two_trainers_three_pservers_equal_local_with_the_global_batch(
         client, optimizer, slice_var_up, split_method):
     steps, half = 4, 16
     x = _data(steps * 2 * half)
-    global_batches = [_rows(x, 2 * half * s, 2 * half * (s + 1)) for s in range(steps)]
-    # trainer r takes half r of every global batch
-    per_trainer = [_cat([_rows(b, r * half, (r + 1) * half) for b in global_batches])
-                   for r in (0, 1)]
+    global_batches, per_trainer = _two_trainers(x, steps, half)
     main, startup, loss = reference_mlp(optimizer=OPTIMIZERS[optimizer], dtype="float64")
     lmain, lstartup, _ = reference_mlp(optimizer=OPTIMIZERS[optimizer], dtype="float64")
     scope = _local(lmain, lstartup, global_batches)
@@ -106,9 +112,7 @@ def test_two_trainers_three_pservers_equal_local_with_the_global_batch(
 def test_lars_unsliced_equals_local(client):
     steps, half = 3, 16
     x = _data(steps * 2 * half)
-    global_batches = [_rows(x, 2 * half * s, 2 * half * (s + 1)) for s in range(steps)]
-    per_trainer = [_cat([_rows(b, r * half, (r + 1) * half) for b in global_batches])
-                   for r in (0, 1)]
+    global_batches, per_trainer = _two_trainers(x, steps, half)
     main, startup, loss = reference_mlp(optimizer=OPTIMIZERS["lars_momentum"], dtype="float64")
     lmain, lstartup, _ = reference_mlp(optimizer=OPTIMIZERS["lars_momentum"], dtype="float64")
     scope = _local(lmain, lstartup, global_batches)
@@ -124,9 +128,7 @@ def test_both_data_paths_equal_local_on_worker_processes(dist_client, transport)
     # socket ("tcp") or through Dask RPC ("dask"), and the one on their worker directly
     steps, half = 3, 16
     x = _data(steps * 2 * half)
-    global_batches = [_rows(x, 2 * half * s, 2 * half * (s + 1)) for s in range(steps)]
-    per_trainer = [_cat([_rows(b, r * half, (r + 1) * half) for b in global_batches])
-                   for r in (0, 1)]
+    global_batches, per_trainer = _two_trainers(x, steps, half)
     main, startup, loss = reference_mlp(optimizer=OPTIMIZERS["momentum"], dtype="float64")
     lmain, lstartup, _ = reference_mlp(optimizer=OPTIMIZERS["momentum"], dtype="float64")
     scope = _local(lmain, lstartup, global_batches)
@@ -226,9 +228,7 @@ def test_a_sparse_table_looked_up_on_the_pservers_equals_local_with_two_trainers
     data = {"ids_a": rng.integers(0, 1000, (steps * 2 * half, 1)),
             "ids_b": rng.integers(0, 1000, (steps * 2 * half, 1)),
             "label": rng.integers(0, 2, (steps * 2 * half, 1))}
-    global_batches = [_rows(data, 2 * half * s, 2 * half * (s + 1)) for s in range(steps)]
-    per_trainer = [_cat([_rows(b, r * half, (r + 1) * half) for b in global_batches])
-                   for r in (0, 1)]
+    global_batches, per_trainer = _two_trainers(data, steps, half)
     net = lambda: table_net(is_distributed=False,  # noqa: E731
                             optimizer=lambda: fluid.optimizer.Adam(0.01))
     main, startup = net()
@@ -261,9 +261,7 @@ def test_a_sparse_custom_tree_hsigmoid_read_on_the_pservers_equals_local_with_tw
         client):
     steps, half = 3, 16
     data = word_data(steps * 2 * half, seed=2)
-    global_batches = [_rows(data, 2 * half * s, 2 * half * (s + 1)) for s in range(steps)]
-    per_trainer = [_cat([_rows(b, r * half, (r + 1) * half) for b in global_batches])
-                   for r in (0, 1)]
+    global_batches, per_trainer = _two_trainers(data, steps, half)
     main, startup = word_net("hsigmoid")
     scope = _local(*word_net("hsigmoid"), global_batches)
     result = train_pserver(client, main, startup, per_trainer, pservers=2, batch_size=half,
@@ -301,9 +299,7 @@ def test_a_static_rnn_trained_by_two_trainers_equals_local(client):
     steps, half = 3, 8
     data = {"x": rng.standard_normal((steps * 2 * half, 5, 3)),
             "y": rng.integers(0, 2, (steps * 2 * half, 1))}
-    global_batches = [_rows(data, 2 * half * s, 2 * half * (s + 1)) for s in range(steps)]
-    per_trainer = [_cat([_rows(b, r * half, (r + 1) * half) for b in global_batches])
-                   for r in (0, 1)]
+    global_batches, per_trainer = _two_trainers(data, steps, half)
     main, startup = _static_rnn_net()
     scope = _local(*_static_rnn_net(), global_batches)
     result = train_pserver(client, main, startup, per_trainer, pservers=2, batch_size=half,
@@ -329,9 +325,7 @@ def _linear_net():
 def test_pservers_holding_no_block_take_no_step_and_checkpoints_still_resume(client, tmp_path):
     steps, half = 4, 8
     x = _data(steps * 2 * half)
-    global_batches = [_rows(x, 2 * half * s, 2 * half * (s + 1)) for s in range(steps)]
-    per_trainer = [_cat([_rows(b, r * half, (r + 1) * half) for b in global_batches])
-                   for r in (0, 1)]
+    global_batches, per_trainer = _two_trainers(x, steps, half)
     scope = _local(*_linear_net(), global_batches)
     result = train_pserver(client, *_linear_net(), per_trainer, pservers=3, batch_size=half,
                            shuffle=False, checkpoint_dir=str(tmp_path), checkpoint_every=2)
