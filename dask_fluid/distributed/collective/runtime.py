@@ -37,7 +37,6 @@ import concurrent.futures
 import hashlib
 import logging
 import math
-import os
 import secrets
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -71,6 +70,7 @@ from dask_fluid.distributed.launch.data import (
     partition_by_worker,
 )
 from dask_fluid.distributed.launch.events import (
+    PUBLISH_INTERVAL_S,
     Callback,
     StepMeter,
     TrainResult,
@@ -100,10 +100,6 @@ logger = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "ring", "nccl")
 _DEVICES = ("cpu", "gpu", "cuda")
-#: step events are published at most this often per rank (and always for an epoch's last step);
-#: TrainResult.history still has every step. Each event costs the scheduler and the client CPU
-#: time, which on a small machine is taken from the trainers (see docs/collective.md).
-EVENT_INTERVAL_S = float(os.environ.get("DASK_FLUID_EVENT_INTERVAL", "0.05"))
 # The batch order of rank r uses seed + _RANK_STRIDE * r: distinct from every (seed, epoch) pair
 # of the other ranks for fewer than _RANK_STRIDE epochs.
 _RANK_STRIDE = 10007
@@ -493,7 +489,7 @@ def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list) -> dict:
     seed_r = rank_seed(cfg["seed"], rank)
     records: list[tuple] = []
     samples = 0
-    meter = StepMeter(EVENT_INTERVAL_S)
+    meter = StepMeter(PUBLISH_INTERVAL_S)
     start = meter.start
     for epoch in range(cfg["epochs"]):
         batches = batch_indices(n_rows, bs, epoch, seed_r, cfg["shuffle"])

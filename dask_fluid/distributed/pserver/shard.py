@@ -303,6 +303,7 @@ class PServerShard(Service):
         self.prefetch_pool = concurrent.futures.ThreadPoolExecutor(
             flags.prefetch_thread_num, thread_name_prefix=f"pserver-prefetch-{k}")
         self._variants: dict[int, tuple[Program, dict[int, FusedUpdate | None]]] = {}
+        self._names_of_trainer: dict[int, list[str]] = {}
         # async mode: one lock per optimize block (its gradient and parameter), a shard-wide
         # one for DC-ASGD (the trainer id is one scope variable)
         self._block_locks = {idx: threading.Lock() for idx in self.attrs["optimize_blocks"]}
@@ -598,10 +599,17 @@ class PServerShard(Service):
         self._maybe_checkpoint(round_index)
 
     def _trainer_names(self, tid: int) -> list[str]:
-        if self.trainer_num == 1:
-            return self.recv_inputs
-        suffix = f".trainer_{tid}"
-        return [n for n in self.recv_inputs if n.endswith(suffix) or f"{suffix}." in n]
+        # asked for every trainer of every round: worked out once per trainer
+        names = self._names_of_trainer.get(tid)
+        if names is None:
+            if self.trainer_num == 1:
+                names = self.recv_inputs
+            else:
+                suffix = f".trainer_{tid}"
+                inner = suffix + "."
+                names = [n for n in self.recv_inputs if n.endswith(suffix) or inner in n]
+            self._names_of_trainer[tid] = names
+        return names
 
     def _zeros(self, name: str) -> Any:
         shape, dtype, sparse = self._shapes[name]
