@@ -11,6 +11,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
+import sys
 import time
 import urllib.request
 
@@ -90,6 +92,27 @@ def test_job_progress_counts_what_the_trainers_trained_not_the_events():
     assert p.trainers[1].worker == "w1" and len(p.trainers[0].curve) == 1
     assert p.describe()["samples/s"] == "12,800"
     assert p.describe()["slowest"] == "trainer 1 (10.0 ms compute)"
+
+
+def test_the_event_interval_comes_from_the_workers_environment_and_is_checked():
+    probe = ("from dask_fluid.distributed.launch import events, pserver_tasks\n"
+             "from dask_fluid.distributed.collective import runtime\n"
+             "print(events.PUBLISH_INTERVAL_S, events.StepMeter().interval_s, "
+             "pserver_tasks.PUBLISH_INTERVAL_S, runtime.PUBLISH_INTERVAL_S)")
+
+    def run(value):
+        env = {k: v for k, v in os.environ.items() if k != "DASK_FLUID_EVENT_INTERVAL"}
+        if value is not None:
+            env["DASK_FLUID_EVENT_INTERVAL"] = value
+        return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    assert run(None).stdout.split() == ["0.2"] * 4
+    assert run("0.5").stdout.split() == ["0.5"] * 4
+    for bad in ("fast", "-1", "inf", "nan"):
+        out = run(bad)
+        assert out.returncode != 0
+        assert f"DASK_FLUID_EVENT_INTERVAL='{bad}' is not allowed" in out.stderr
 
 
 def test_board_keeps_running_jobs_and_drops_the_oldest_finished():
