@@ -16,6 +16,12 @@ Run: ``python benchmarks/bench_pserver.py [--steps 1000] [--repeat 3]``. Writes
    trainer pushes its gradients and pulls the parameters: 2 x 25 MB per trainer at the
    loopback ceiling of about 2.4 GB/s from measurements.md). Target: step <= 1.3 x floor;
    also reported: (step - local step) / floor, the cost of distribution against the floor.
+3. With ``--cpu`` (Linux): where each worker's CPU goes per step, for the pserver job and the
+   ring, from the per-thread CPU counters of /proc sampled over a window of a longer run (4000
+   steps): the trainer loop, the pserver's connection threads (serving the other trainer),
+   the worker's event loop (Dask's heartbeats, profiler and the progress events), and the rest;
+   and how busy that makes the worker's core. A job whose cores are busy at every step cannot
+   gain from overlapping communication with compute: it can only do less work.
 
 Measured on the 2-core development machine (2026-12-03; medians of 3; the machine is a shared
 VM, so runs vary by about 10%): local 133-134k samples/s, pserver 109-111k (0.82-0.83x local);
@@ -90,6 +96,66 @@ def run_mlp(client, steps: int, warmup: int = 50, batch: int = 128) -> dict:
     return out
 
 
+def _thread_cpu() -> dict[int, tuple[str, float]]:
+    """On a worker: thread id -> (name, CPU seconds so far), from /proc (Linux)."""
+    import threading  # noqa: PLC0415 - runs on the worker
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        out[int(tid)] = (names.get(int(tid), "?"), (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def _role(thread_name: str) -> str:
+    if "Dask-Default-Threads" in thread_name:
+        return "trainer loop"
+    if "greet" in thread_name:
+        return "pserver connections"
+    if thread_name == "MainThread":
+        return "event loop"
+    return "other"
+
+
+def cpu_per_step(client, job, window_s: float = 3.0, settle_s: float = 2.5) -> dict:
+    """Run ``job()`` (a long run) in a thread; over a window of its steady state, each worker's
+    CPU milliseconds per step by thread role, its step time and its busy share."""
+    import threading  # noqa: PLC0415
+
+    result: dict = {}
+    runner = threading.Thread(target=lambda: result.update(job()))
+    runner.start()
+    time.sleep(settle_s)
+    before, t0 = client.run(_thread_cpu), time.perf_counter()
+    time.sleep(window_s)
+    after, window = client.run(_thread_cpu), time.perf_counter() - t0
+    runner.join()
+    step_ms = result.get("ms_per_step_per_trainer", result.get("ms_per_step"))
+    steps = window * 1000 / step_ms
+    workers = {}
+    for w in after:
+        roles: dict[str, float] = {}
+        for tid, (name, cpu) in after[w].items():
+            spent = cpu - before[w].get(tid, (name, cpu))[1]
+            roles[_role(name)] = roles.get(_role(name), 0.0) + 1000 * spent / steps
+        workers[w] = {"ms_per_step": roles, "busy": sum(roles.values()) / step_ms}
+    return {"step_ms": step_ms, "workers": workers}
+
+
+def _print_cpu(kind: str, cpu: dict) -> None:
+    roles = ("trainer loop", "pserver connections", "event loop", "other")
+    for w, info in sorted(cpu["workers"].items()):
+        parts = ", ".join(f"{r} {info['ms_per_step'].get(r, 0.0):.3f}" for r in roles)
+        print(f"{kind:<8} step {cpu['step_ms']:.3f} ms; CPU ms per step on {w}: {parts}; "
+              f"core busy {info['busy']:.0%}")
+
+
 def _big_model():
     return mlp(n_features=1024, hidden=(2048, 2048), n_classes=10)
 
@@ -127,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--cpu", action="store_true",
+                        help="also report each worker's CPU per step by thread (Linux, about "
+                             "20 s more)")
     parser.add_argument("--no-pin", action="store_true",
                         help="let the OS place the worker processes (default: one per core, "
                              "as bench_collective.py does)")
@@ -144,6 +213,11 @@ def main(argv: list[str] | None = None) -> int:
             runs["ring"].append(run_collective(client, partition, args.steps))
         for _ in range(args.repeat):
             runs["big"].append(run_big(client))
+        cpu = None
+        if args.cpu and os.path.isdir("/proc/self/task"):
+            cpu = {"pserver": cpu_per_step(client, lambda: run_mlp(client, 4000)),
+                   "ring": cpu_per_step(client, lambda: run_collective(client, partition,
+                                                                       4000))}
 
     def med(kind: str, key: str) -> float:
         return statistics.median(r[key] for r in runs[kind])
@@ -162,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         "pserver_train_accuracy": med("pserver", "train_accuracy_last_100"),
         "targets": {"over_local": 1.2, "over_ring": 0.9, "step_over_floor": 1.3},
         "big_model": {k: med("big", k) for k in runs["big"][0] if k != "batch"},
+        "cpu_per_step": cpu,
         "runs": runs,
     }
     print(f"{'system':<44} {'samples/s':>10} {'ms/step':>8} {'acc':>6}")
@@ -181,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{big['local_step_ms']:.1f} ms, transport floor {big['transport_floor_ms']:.1f} ms: "
           f"step/floor {big['step_over_floor']:.2f}, (step - local)/floor "
           f"{big['step_minus_local_over_floor']:.2f} (target 1.3)")
+    if cpu is not None:
+        for kind in ("pserver", "ring"):
+            _print_cpu(kind, cpu[kind])
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "pserver.json").write_text(json.dumps(result, indent=2, default=str))
     return 0
