@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .registry import GRAD, array_module, register
-from .selected_rows import grad_maker, grad_slots, to_dtype
+from .selected_rows import grad_maker, grad_slots, scatter_add, to_dtype
 from .tensor_ops import _xshape
 
 __all__ = ["slice_bounds", "squeeze_shape", "unsqueeze_shape"]
@@ -122,12 +122,7 @@ def gather_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     idx = index.reshape(-1).astype(np.int64)
     d = _d(ins, (idx.size,) + tuple(x.shape[1:]), xp, x.dtype)
     dx = xp.zeros_like(x)
-    if xp is np:
-        np.add.at(dx, idx, d)
-    else:
-        import cupyx  # noqa: PLC0415
-
-        cupyx.scatter_add(dx, idx, d)
+    scatter_add(xp, dx, idx, d)
     return {"X" + GRAD: [dx]}
 
 

@@ -115,6 +115,36 @@ def test_selected_rows_merged_and_dense():
         SelectedRows(np.array([0, 1]), np.ones((3, 2)), 4)
 
 
+def test_scatter_add_gives_the_bits_of_np_add_at_on_every_path():
+    # layered adds (many wide rows, few repeats) and every fallback to np.add.at: few rows,
+    # narrow rows, an index repeated more than _LAYER_MAX_REPEAT times, a negative index,
+    # a broadcast value; float32 and float64, rows of 1 to 3 dimensions
+    from dask_fluid.ops import selected_rows as sr
+
+    rng = np.random.default_rng(3)
+    cases = [((300, 16), rng.integers(0, 300, 500)),  # layered
+             ((300, 4, 3), rng.integers(0, 300, 500)),  # layered, 3-D rows
+             ((50, 16), rng.integers(0, 5, 500)),  # too many repeats
+             ((300, 16), rng.integers(0, 300, 20)),  # few rows
+             ((300, 2), rng.integers(0, 300, 500)),  # narrow rows
+             ((300,), rng.integers(0, 300, 500)),  # scalars
+             ((300, 16), np.r_[rng.integers(0, 300, 499), -1])]  # negative index
+    for shape, idx in cases:
+        for dtype in (np.float32, np.float64):
+            v = rng.standard_normal((len(idx), *shape[1:])).astype(dtype)
+            a = rng.standard_normal(shape).astype(dtype)
+            want, got = a.copy(), a.copy()
+            np.add.at(want, idx, v)
+            sr.scatter_add(np, got, idx, v)
+            assert np.array_equal(want.view(np.uint8), got.view(np.uint8)), (shape, dtype)
+    got = np.zeros((300, 16))
+    sr.scatter_add(np, got, rng.integers(0, 300, 500), 1.0)  # broadcast value
+    assert got.sum() == 500 * 16
+    assert sr._LAYER_MAX_REPEAT < 500 / 5  # the repeat case above does fall back
+    with pytest.raises(IndexError):
+        sr.scatter_add(np, np.zeros((10, 16)), np.arange(100) % 11, np.ones((100, 16)))
+
+
 # ---------------------------------------------------------------------------------------------
 # nn
 
