@@ -135,7 +135,11 @@ def cpu_per_step(client, job, window_s: float = 3.0, settle_s: float = 2.5) -> d
     before, t0 = client.run(_thread_cpu), time.perf_counter()
     time.sleep(window_s)
     after, window = client.run(_thread_cpu), time.perf_counter() - t0
+    ended_early = not runner.is_alive()
     runner.join()
+    if ended_early:  # the window saw the job's end, not only its steady state
+        raise RuntimeError(f"the run ended within the {settle_s + window_s:.1f} s CPU window: "
+                           "give it more steps")
     step_ms = result.get("ms_per_step_per_trainer", result.get("ms_per_step"))
     steps = window * 1000 / step_ms
     workers = {}
