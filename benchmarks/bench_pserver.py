@@ -17,7 +17,7 @@ Run: ``python benchmarks/bench_pserver.py [--steps 1000] [--repeat 3]``. Writes
    loopback ceiling of about 2.4 GB/s from measurements.md). Target: step <= 1.3 x floor;
    also reported: (step - local step) / floor, the cost of distribution against the floor.
 3. With ``--cpu`` (Linux): where each worker's CPU goes per step, for the pserver job and the
-   ring, from the per-thread CPU counters of /proc sampled over a window of a longer run (4000
+   ring, from the per-thread CPU counters of /proc sampled over a window of a longer run (6000
    steps): the trainer loop, the pserver's connection threads (serving the other trainer),
    the worker's event loop (Dask's heartbeats, profiler and the progress events), and the rest;
    and how busy that makes the worker's core. A job whose cores are busy at every step cannot
@@ -97,7 +97,10 @@ def run_mlp(client, steps: int, warmup: int = 50, batch: int = 128) -> dict:
 
 
 def _thread_cpu() -> dict[int, tuple[str, float]]:
-    """On a worker: thread id -> (name, CPU seconds so far), from /proc (Linux)."""
+    """On a worker: thread id -> (name, CPU seconds so far), from /proc (Linux): the
+    scheduler's run time (``schedstat``, nanoseconds), or the tick counts of ``stat`` where
+    there is no schedstat (those are sampled at the timer tick: a thread that sleeps and wakes
+    between ticks, as a ring trainer in ``select`` does, can be under-counted)."""
     import threading  # noqa: PLC0415 - runs on the worker
 
     names = {t.native_id: t.name for t in threading.enumerate()}
@@ -105,11 +108,16 @@ def _thread_cpu() -> dict[int, tuple[str, float]]:
     tick = os.sysconf("SC_CLK_TCK")
     for tid in os.listdir("/proc/self/task"):
         try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            try:
+                with open(f"/proc/self/task/{tid}/schedstat") as f:
+                    seconds = int(f.read().split()[0]) / 1e9
+            except FileNotFoundError:
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                seconds = (int(fields[11]) + int(fields[12])) / tick
         except OSError:  # the thread ended meanwhile
             continue
-        out[int(tid)] = (names.get(int(tid), "?"), (int(fields[11]) + int(fields[12])) / tick)
+        out[int(tid)] = (names.get(int(tid), "?"), seconds)
     return out
 
 
@@ -219,9 +227,9 @@ def main(argv: list[str] | None = None) -> int:
             runs["big"].append(run_big(client))
         cpu = None
         if args.cpu and os.path.isdir("/proc/self/task"):
-            cpu = {"pserver": cpu_per_step(client, lambda: run_mlp(client, 4000)),
+            cpu = {"pserver": cpu_per_step(client, lambda: run_mlp(client, 6000)),
                    "ring": cpu_per_step(client, lambda: run_collective(client, partition,
-                                                                       4000))}
+                                                                       6000))}
 
     def med(kind: str, key: str) -> float:
         return statistics.median(r[key] for r in runs[kind])
