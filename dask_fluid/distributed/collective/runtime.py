@@ -61,7 +61,6 @@ from dask_fluid.distributed.collective.nccl import (
 from dask_fluid.distributed.comm import transport
 from dask_fluid.distributed.comm.rpc import abort_job_sync
 from dask_fluid.distributed.errors import WorkerLostError
-from dask_fluid.distributed.launch import malloc
 from dask_fluid.distributed.launch.data import (
     DataPartition,
     assign_trainers,
@@ -84,6 +83,7 @@ from dask_fluid.distributed.launch.feeds import (
     prepare_feeds,
 )
 from dask_fluid.distributed.launch.tasks import TaskSpec, live_workers, new_job_id, run_tasks
+from dask_fluid.distributed.launch.worker_tuning import WorkerTuning, tuned_for_training
 from dask_fluid.flags import RPCFlags
 from dask_fluid.framework import (
     OP_ROLE_KEY,
@@ -358,7 +358,7 @@ def train_collective(client: Any, main_program: Program | None = None,
            "addresses": ranks, "deadline_s": flags.deadline_s, "epochs": int(epochs),
            "batch_size": int(batch_size), "steps": steps, "fetch": fetch_names,
            "shuffle": bool(shuffle), "seed": int(seed), "device": device, "session": None,
-           "tune_malloc": malloc.enabled(), "secret": secrets.token_bytes(32),
+           "tuning": WorkerTuning.from_config(), "secret": secrets.token_bytes(32),
            "transport": transport.choose(transport.COLLECTIVE_KEY, ranks, ("tcp://", "tls://"))}
     session = create_session(client) if backend == "nccl" else None
     cfg["session"] = session
@@ -456,7 +456,7 @@ def _trainer_task(cfg: dict, rank: int, parts: list) -> dict:
     worker = get_worker()
     comm = _make_comm(cfg, worker, rank)
     try:
-        with malloc.training_malloc(cfg.get("tune_malloc", True)):
+        with tuned_for_training(worker, cfg["tuning"]):
             return _train(cfg, rank, worker, comm, parts)
     except BaseException as exc:
         if not isinstance(exc, JobAbortedError):  # wake the others now, not at the deadline

@@ -30,13 +30,14 @@ from ..comm.rpc import ensure_plugin
 from ..errors import DeadlineExceededError, DistributedTrainingError, WorkerLostError
 from ..pserver import checkpoint as ckpt
 from ..pserver.shard import Schedule
-from . import elastic, malloc
+from . import elastic
 from .data import assign_trainers, partition_by_worker
 from .events import Callback, TrainResult
 from .feeds import check_data_keys, feed_names
 from .placement import Placement, place_pservers
 from .pserver_tasks import ShardSpec, TrainerSpec, run_pserver, run_trainer
 from .tasks import DETACH_TIMEOUT_S, LastStep, TaskSpec, live_workers, new_job_id, run_tasks
+from .worker_tuning import WorkerTuning
 
 __all__ = ["train_pserver"]
 
@@ -369,7 +370,7 @@ class _Job:
         workers = sorted(live_workers(client) - lost)
         data_path = transport.choose(transport.PSERVER_KEY, workers,
                                      ("tcp://", "tls://", "inproc://"))
-        tune_malloc = malloc.enabled()
+        tuning = WorkerTuning.from_config()
         data, trainers = (req.data, req.trainers) if restart is None else (restart.data,
                                                                              restart.trainers)
         trainer_workers, parts, rows = _place_data(client, data, trainers, workers,
@@ -427,7 +428,7 @@ class _Job:
         tasks = _pserver_tasks(job, secret, first, placement, trainer_workers,
                                Schedule(tuple(schedule), req.epochs, start_round), flags,
                                req.checkpoint_dir, req.checkpoint_every, resume_path, data_path,
-                               tune_malloc, req.elastic, states)
+                               tuning, req.elastic, states)
         on_pservers = {pp.param for pp in first.plan.params}
         if first.plan.table is not None:
             on_pservers.add(first.plan.table.name)
@@ -440,7 +441,7 @@ class _Job:
             spec = TrainerSpec(job, secret, rank, prog.to_json(), startup.to_json(), workers_of,
                                names, fetch_names, schedule, req.epochs, batch_size,
                                req.shuffle, req.seed, sync, flags, start_round,
-                               keep if rank == 0 else [], tune_malloc)
+                               keep if rank == 0 else [], tuning)
             tasks.append(TaskSpec(w, run_trainer, (spec, parts[rank]), role="trainer",
                                   endpoint=w))
 
@@ -561,7 +562,7 @@ def _recover(client: Any, req: _Request, job: _Job, err: DistributedTrainingErro
 def _pserver_tasks(job: str, secret: bytes, tr: DistributeTranspiler, placement: Placement,
                    trainer_workers: list[str], schedule: Schedule, flags: RPCFlags,
                    checkpoint_dir: str | None, checkpoint_every: Any, resume_path: str | None,
-                   data_path: str, tune_malloc: bool, elastic_mode: bool = False,
+                   data_path: str, tuning: WorkerTuning, elastic_mode: bool = False,
                    states: dict[int, dict[str, np.ndarray]] | None = None) -> list[TaskSpec]:
     inline_bytes = dask.config.get(INLINE_BYTES_KEY, None)
     tasks = []
@@ -570,7 +571,7 @@ def _pserver_tasks(job: str, secret: bytes, tr: DistributeTranspiler, placement:
         spec = ShardSpec(job, secret, ep, main.to_json(), startup.to_json(),
                          list(trainer_workers), schedule, len(placement.endpoints), flags,
                          None if checkpoint_dir is None else str(checkpoint_dir),
-                         checkpoint_every, resume_path, inline_bytes, data_path, tune_malloc,
+                         checkpoint_every, resume_path, inline_bytes, data_path, tuning,
                          elastic_mode, None if states is None else states[k])
         tasks.append(TaskSpec(w, run_pserver, (spec,), role="pserver", endpoint=ep))
     return tasks

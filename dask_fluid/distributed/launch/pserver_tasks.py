@@ -30,8 +30,8 @@ from ..pserver.shard import PServerShard, Schedule, ServeOptions, service_name
 from . import elastic, events
 from .data import batch_indices, local_arrays
 from .feeds import check_finite, prepare_feeds
-from .malloc import training_malloc
 from .pserver_stats import StatsPublisher
+from .worker_tuning import WorkerTuning, tuned_for_training
 
 __all__ = ["ShardSpec", "TrainerSpec", "run_pserver", "run_trainer"]
 
@@ -62,7 +62,7 @@ class ShardSpec:
     #: "tcp": trainers on other workers reach the shard through its own socket; "dask":
     #: through Dask RPC handlers
     transport: str = "dask"
-    tune_malloc: bool = True
+    tuning: WorkerTuning = field(default_factory=WorkerTuning)
     #: elastic training: on failure, leave the state for the launcher's restart (:mod:`.elastic`)
     elastic: bool = False
     #: an elastic restart's state for this pserver (instead of its startup values)
@@ -102,7 +102,7 @@ def run_pserver(spec: ShardSpec) -> dict:
             checkpoint_every=spec.checkpoint_every, resume_path=spec.resume_path,
             inline_bytes=spec.inline_bytes, loop=worker.loop.asyncio_loop, on_start=on_start,
             fail_on_hangup=False, elastic=spec.elastic, resume_state=spec.resume_state)
-        with training_malloc(spec.tune_malloc):
+        with tuned_for_training(worker, spec.tuning):
             exe.run(program, scope=scope)
     except DistributedTrainingError:
         if spec.elastic and started:
@@ -140,7 +140,7 @@ class TrainerSpec:
     flags: RPCFlags = field(default_factory=RPCFlags)
     start_round: int = 0
     keep_vars: list[str] = field(default_factory=list)
-    tune_malloc: bool = True
+    tuning: WorkerTuning = field(default_factory=WorkerTuning)
 
 
 def run_trainer(spec: TrainerSpec, parts: list[Any]) -> dict:
@@ -158,7 +158,7 @@ def run_trainer(spec: TrainerSpec, parts: list[Any]) -> dict:
     secede()  # a pserver task may share this worker's thread slot
     state = {"round": spec.start_round}
     try:
-        with training_malloc(spec.tune_malloc):
+        with tuned_for_training(worker, spec.tuning):
             return _train(worker, spec, parts, state)
     except DistributedTrainingError:
         raise
