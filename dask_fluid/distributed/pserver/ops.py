@@ -45,6 +45,7 @@ the op registry the first time a program needs one of these kernels.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -91,53 +92,79 @@ def _client(ctx: RunContext) -> PServerClient:
     return client
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What an RPC op's attributes say, worked out on its first run: a trainer runs its
+    dozen ``send``/``recv`` ops every step."""
+
+    epmap: tuple[str, ...]
+    names: list[str]  # send_varnames / recv_varnames, else the op's own variables
+    inputs: list[str]
+    outputs: list[str]
+    mode: DistributedMode | None
+    dummies: tuple  # values of the control-dependency outputs ``Out``
+
+    def control_outputs(self, outs: tuple) -> dict:
+        return {"Out": self.dummies} if "Out" in outs else {}
+
+
+def _plan(attrs: dict, ctx: RunContext, names_attr: str | None = None) -> _Plan:
+    # cached in the attrs of the executor's compiled step (its own copy of the op's attrs)
+    plan = attrs.get("_rpc_plan")
+    if plan is None:
+        op = ctx.op
+        inputs, outputs = op.input("X"), op.output("Out")
+        own = inputs if names_attr == "send_varnames" else outputs
+        named = attrs.get(names_attr) if names_attr else None
+        plan = attrs["_rpc_plan"] = _Plan(
+            tuple(attrs.get("epmap", ())), list(named or own), inputs, outputs, _mode(attrs),
+            (_DUMMY,) * len(outputs))
+    return plan
+
+
 def _mode(attrs: dict) -> DistributedMode | None:
     """The op's ``distributed_mode`` (None on the startup's pull, the same in every mode)."""
     mode = attrs.get("distributed_mode")
     return None if mode is None else DistributedMode(int(mode))
 
 
-def _dummies(ctx: RunContext, outs: tuple) -> dict:
-    return {"Out": [_DUMMY] * len(ctx.op.output("Out"))} if "Out" in outs else {}
-
-
 def _send(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     client = _client(ctx)
-    epmap = list(attrs["epmap"])
+    plan = _plan(attrs, ctx, "send_varnames")
+    epmap = plan.epmap
     client.endpoints.update(epmap)
-    inputs = ctx.op.input("X")
-    missing = [n for n, v in zip(inputs, ins["X"], strict=True) if v is None]
-    if missing:
+    values = ins["X"]
+    if any(v is None for v in values):
+        missing = [n for n, v in zip(plan.inputs, values, strict=True) if v is None]
         raise ValueError(f"send: {missing} were not computed before this op; run the trainer "
                          "program the transpiler produced, with every data layer fed")
-    names = list(attrs.get("send_varnames") or inputs)
-    values = list(ins["X"])
-    if _mode(attrs) == DistributedMode.GEO:
+    names = plan.names
+    if plan.mode == DistributedMode.GEO:
         if names == [GEO_PARAM_INIT]:
             client.geo_init(int(attrs["trainers"]), int(attrs["geo_sgd_need_push_nums"]),
-                            inputs, values)
+                            plan.inputs, list(values))
         else:
-            client.geo_send(inputs[0], values[0], epmap, names, list(attrs["sections"]))
-        return _dummies(ctx, outs)
+            client.geo_send(plan.inputs[0], values[0], list(epmap), names,
+                            list(attrs["sections"]))
+        return plan.control_outputs(outs)
     if len(values) == 1 and len(names) > 1:  # runtime split: the whole gradient came in
         values = split_rows(values[0], [int(r) for r in attrs["sections"]])
     client.stage(epmap, names, values)
-    return _dummies(ctx, outs)
+    return plan.control_outputs(outs)
 
 
 def _send_barrier(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     client = _client(ctx)
     client.endpoints.update(attrs.get("endpoints", ()))
     client.exchange(client.wanted(ctx.block, ctx.op), push=True)
-    return _dummies(ctx, outs)
+    return _plan(attrs, ctx).control_outputs(outs)
 
 
 def _recv(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     client = _client(ctx)
-    client.endpoints.update(attrs["epmap"])
-    names = list(attrs.get("recv_varnames") or ctx.op.output("Out"))
-    out = ctx.op.output("Out")
-    mode = _mode(attrs)
+    plan = _plan(attrs, ctx, "recv_varnames")
+    client.endpoints.update(plan.epmap)
+    names, out, mode = plan.names, plan.outputs, plan.mode
     if mode == DistributedMode.GEO:
         return {"Out": [_geo_recv(client, names, out[0], ctx)]}
     if not client.has_replies(names):
@@ -168,7 +195,7 @@ def _geo_recv(client: PServerClient, names: list[str], param: str, ctx: RunConte
 
 
 def _fetch_barrier(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
-    return _dummies(ctx, outs)
+    return _plan(attrs, ctx).control_outputs(outs)
 
 
 def _prefetch(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
