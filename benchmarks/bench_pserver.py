@@ -28,6 +28,8 @@ VM, so runs vary by about 10%): local 133-134k samples/s, pserver 109-111k (0.82
 25 MB model: sync step 35-41 ms, local step 16-18 ms, floor 21.1 ms, so step/floor 1.7-1.9 and
 (step - local)/floor 0.9-1.1. Before the direct data path: 60k (0.43x); before the cache-blocked
 update and shared-memory payloads: a 44-48 ms step (docs/pserver.md has the steps between).
+2026-12-06, two runs: local 145k, pserver 185-186k (1.28x local), ring 224-231k (pserver 0.80-
+0.83x the ring); 25 MB model 24.4-25.3 ms, 1.16-1.20x the floor (docs/performance.md).
 """
 
 from __future__ import annotations
