@@ -140,7 +140,9 @@ def test_an_elastic_estimator_fit_survives_a_lost_trainer_worker(client):
 
     def kill_once_training():
         # a worker that runs a trainer but not the pserver (whose shards would need a
-        # checkpoint) has trained for a moment: kill it mid-fit
+        # checkpoint) has trained for a moment: kill it mid-fit. The fit trains for about
+        # 2 s (20 epochs of 63 steps): at 6 epochs a faster step once let the kill land after
+        # the job's last step, when there was nothing left to recover
         while not done.is_set():
             for worker, keys in client.processing().items():
                 keys = [str(k) for k in keys]
@@ -153,7 +155,7 @@ def test_an_elastic_estimator_fit_survives_a_lost_trainer_worker(client):
             done.wait(0.02)
 
     est = dict(hidden_layer_sizes=HIDDEN, mode="pserver", n_pservers=1, n_trainers=3,
-               max_iter=6, batch_size=32, solver="sgd", learning_rate_init=0.05, momentum=0.0,
+               max_iter=20, batch_size=32, solver="sgd", learning_rate_init=0.05, momentum=0.0,
                random_state=0, client=client)
     baseline = MLPClassifier(**est).fit(X[:6000], Y[:6000]).score(X_TEST, Y_TEST)
     killer = threading.Thread(target=kill_once_training, daemon=True)
