@@ -57,6 +57,35 @@ def test_results_and_events(dist_client):
         (r, s) for r in range(3) for s in range(3)]
 
 
+def _report_late(job, rank):
+    """Returns at once; its step and ``done`` events go out 0.3 s later (events travel through
+    the scheduler, the result does not: this makes the result win the race every time)."""
+    import threading
+
+    worker = get_worker()
+
+    def later():
+        time.sleep(0.3)
+        events.publish(worker, job, {"type": "step", "rank": rank, "step": 0})
+        events.publish(worker, job, {"type": "done", "rank": rank})
+
+    threading.Thread(target=later, daemon=True).start()
+    return rank
+
+
+def test_the_last_events_of_a_task_that_reports_done_reach_the_callbacks(dist_client):
+    job = new_job_id()
+    workers = sorted(dist_client.scheduler_info()["workers"])[:2]
+    seen = []
+    out = run_tasks(dist_client, job, [TaskSpec(w, _report_late, (job, r), reports_done=True)
+                                       for r, w in enumerate(workers)],
+                    callbacks=[seen.append])
+    assert out == [0, 1]
+    # no sleep here: run_tasks returned only once both "done" events had been delivered
+    assert sorted((e["type"], e["rank"]) for e in seen if e["type"] != "job") == [
+        ("done", 0), ("done", 1), ("step", 0), ("step", 1)]
+
+
 def test_failure_aborts_blocked_tasks_quickly(dist_client):
     job = new_job_id()
     w0, w1, w2 = sorted(dist_client.scheduler_info()["workers"])

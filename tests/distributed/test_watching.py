@@ -228,6 +228,30 @@ def test_pserver_progress_equals_the_result_and_reaches_the_board(dist_client, w
         assert rounds == seen.rounds and bytes_in > 0 and bytes_out >= bytes_in
 
 
+@pytest.mark.parametrize("kind", ["pserver", "collective"])
+def test_a_job_shorter_than_the_event_interval_still_shows_its_steps(dist_client, workers,
+                                                                      kind):
+    # 2 epochs of 2 steps train in well under the 0.2 s event interval: each trainer's step
+    # events are then only its epochs' last steps, and they must reach the callbacks before
+    # the job returns (once, they came after it and the notebook's loss curve stayed empty)
+    spec = mlp(hidden=(8,))
+    data = {"x": X[:256], "y": Y[:256]}
+    events: list[dict] = []
+    if kind == "pserver":
+        train_pserver(dist_client, spec.main, spec.startup, data, pservers=workers[:1],
+                      trainers=workers[:2], epochs=2, batch_size=64, shuffle=False,
+                      fetch_list=[spec.loss], callbacks=[events.append])
+    else:
+        train_collective(dist_client, spec.main, spec.startup, data, trainers=workers[:2],
+                         epochs=2, batch_size=64, fetch_list=[spec.loss],
+                         callbacks=[events.append])
+    for rank in (0, 1):
+        steps = [e for e in events if e["type"] == "step" and e["rank"] == rank]
+        assert {e["epoch"] for e in steps} == {0, 1}, (rank, steps)
+        assert all(spec.loss.name in e["fetches"] for e in steps)
+        assert [e for e in events if e["type"] == "done" and e["rank"] == rank]
+
+
 def test_collective_progress_equals_the_result(dist_client, workers):
     spec = mlp(hidden=(32,))
     seen = JobProgress()

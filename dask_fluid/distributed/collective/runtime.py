@@ -363,7 +363,7 @@ def train_collective(client: Any, main_program: Program | None = None,
     session = create_session(client) if backend == "nccl" else None
     cfg["session"] = session
     tasks = [TaskSpec(w, _trainer_task, args=(cfg, r, assignment.parts[r]), role="trainer",
-                      endpoint=labels.get(w)) for r, w in enumerate(ranks)]
+                      endpoint=labels.get(w), reports_done=True) for r, w in enumerate(ranks)]
     try:
         info = {"kind": "collective", "backend": backend, "epochs": int(epochs),
                 "batch_size": int(batch_size), "rounds": int(epochs) * steps,

@@ -443,7 +443,7 @@ class _Job:
                                req.shuffle, req.seed, sync, flags, start_round,
                                keep if rank == 0 else [], tuning)
             tasks.append(TaskSpec(w, run_trainer, (spec, parts[rank]), role="trainer",
-                                  endpoint=w))
+                                  endpoint=w, reports_done=True))
 
         try:
             info = {"kind": "pserver", "mode": "sync" if sync else "async",

@@ -430,7 +430,7 @@ def launch_script(client: Any, script: str, args: Sequence[str] = (), *, pserver
                        role_args=role_args, workers=workers)
     job = new_job_id()
     tasks = [TaskSpec(r.worker, run_role, (job, r, path, text), role=r.kind,
-                      endpoint=r.endpoint) for r in roles]
+                      endpoint=r.endpoint, reports_done=r.kind == "trainer") for r in roles]
     show = _printer(out or sys.stdout, err or sys.stderr)
     return run_tasks(client, job, tasks, callbacks=[show, *callbacks],
                      info={"kind": "launch", "mode": mode,

@@ -67,6 +67,9 @@ class TaskSpec:
     kwargs: dict = field(default_factory=dict)
     role: str = "trainer"
     endpoint: str | None = None
+    #: the task publishes a ``done`` event as it ends (the runtimes' trainers): the launcher
+    #: waits for those (at most DONE_GRACE_S) so that the callbacks see the job's last events
+    reports_done: bool = False
 
     @property
     def where(self) -> str:
@@ -88,23 +91,19 @@ class LastStep:
 class _Ends:
     """An event callback that counts the trainers' ``done`` events, so that the launcher can
     let them reach the callbacks before it unsubscribes (they travel through the scheduler,
-    the results do not, so the results can arrive first)."""
+    the results do not, so the results can arrive first: a short job's step events could
+    arrive after it returned, its progress view would then miss them)."""
 
     def __init__(self) -> None:
-        self.reporting = False  # the job's tasks publish progress at all
         self.done: set[int] = set()
 
     def __call__(self, event: dict) -> None:
-        kind = event.get("type")
-        if kind == "step":
-            self.reporting = True
-        elif kind == "done":
-            self.reporting = True
+        if event.get("type") == "done":
             self.done.add(int(event.get("rank", 0)))
 
     def wait(self, trainers: int, timeout_s: float = DONE_GRACE_S) -> None:
         deadline = time.monotonic() + timeout_s
-        while self.reporting and len(self.done) < trainers and time.monotonic() < deadline:
+        while len(self.done) < trainers and time.monotonic() < deadline:
             time.sleep(0.005)
 
 
@@ -285,7 +284,7 @@ def run_tasks(client: Any, job: str, tasks: Sequence[TaskSpec], *,
                 end["error"] = f"{type(error).__name__}: {error}"[:2000]
                 raise error
             results = client.gather([f for f, _ in pairs])
-            ends.wait(sum(1 for t in tasks if t.role == "trainer"))
+            ends.wait(sum(1 for t in tasks if t.reports_done))
             end["status"] = "finished"
             return results
     except BaseException as exc:
