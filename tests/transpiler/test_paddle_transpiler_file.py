@@ -12,7 +12,9 @@ fails was checked against Fluid's source, and Fluid's source wins. The v1.8.0 tr
   ``_finish_update``; the 1.7- and 1.8-era optimizer.py (the latter with ``set_lr``,
   ``_LearningRateEpochDecay`` and ``grad_clip`` in ``__init__``) bind ``Beta1PowOut`` and
   ``Beta2PowOut`` on the ``adam`` op and append no ``scale``, so real 1.8 gives ``adam`` alone,
-  as we do (issue 14 asks for exactly this).
+  as we do (issue 14 asks for exactly this). The change is Paddle PR #21777 ("Optimize adam
+  speed", merged 2019-12-17: the two ``scale`` ops of ``_finish_update`` fused into the
+  ``adam`` op), before the 1.7 and 1.8 branches.
 - TestRMSPropOptimizer looks up ``momentum_1`` in the pserver startup. Fluid 1.8 names an
   accumulator ``Optimizer._add_accumulator``: ``var_name = param.name + "_" + name`` then
   ``unique_name.generate(var_name)``, so RMSProp's are ``fc_w_momentum_0`` and
