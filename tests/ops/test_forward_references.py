@@ -8,34 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from . import run_op
+from . import conv2d_by_loops, run_op
 
 rng = np.random.default_rng(0)
-
-
-def _naive_conv(x, w, stride, pads, dilation, groups):
-    n, c, h, wd = x.shape
-    m, cg, kh, kw = w.shape
-    top, bottom, left, right = pads
-    xp = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
-    oh = (h + top + bottom - dilation[0] * (kh - 1) - 1) // stride[0] + 1
-    ow = (wd + left + right - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    out = np.zeros((n, m, oh, ow))
-    mg = m // groups
-    for b in range(n):
-        for f in range(m):
-            g = f // mg
-            for i in range(oh):
-                for j in range(ow):
-                    acc = 0.0
-                    for ci in range(cg):
-                        for a in range(kh):
-                            for e in range(kw):
-                                acc += w[f, ci, a, e] * xp[b, g * cg + ci,
-                                                          i * stride[0] + a * dilation[0],
-                                                          j * stride[1] + e * dilation[1]]
-                    out[b, f, i, j] = acc
-    return out
 
 
 @pytest.mark.parametrize("stride,pads,dilation,groups", [
@@ -49,7 +24,7 @@ def test_conv2d_matches_direct_loops(stride, pads, dilation, groups):
     out = run_op("conv2d", {"Input": [x], "Filter": [w]},
                  {"strides": list(stride), "paddings": list(pads),
                   "dilations": list(dilation), "groups": groups})["Output"][0]
-    np.testing.assert_allclose(out, _naive_conv(x, w, stride, pads, dilation, groups),
+    np.testing.assert_allclose(out, conv2d_by_loops(x, w, stride, pads, dilation, groups)[0],
                                rtol=1e-10, atol=1e-10)
 
 
@@ -70,7 +45,7 @@ def test_conv2d_same_and_valid_padding_algorithms():
                   {"padding_algorithm": "SAME", "strides": [2, 2]})["Output"][0]
     assert same.shape == (1, 3, 4, 3)  # ceil(7 / 2), ceil(5 / 2)
     # SAME pads (total // 2, total - total // 2): 7 -> total 2 -> (1, 1); 5 -> total 2
-    np.testing.assert_allclose(same, _naive_conv(x, w, (2, 2), (1, 1, 1, 1), (1, 1), 1))
+    np.testing.assert_allclose(same, conv2d_by_loops(x, w, (2, 2), (1, 1, 1, 1), (1, 1), 1)[0])
     valid = run_op("conv2d", {"Input": [x], "Filter": [w]},
                    {"padding_algorithm": "VALID", "paddings": [5, 5]})["Output"][0]
     assert valid.shape == (1, 3, 5, 3)
