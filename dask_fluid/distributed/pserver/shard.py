@@ -265,6 +265,9 @@ class PServerShard(Service):
         #: holds no block: no trainer sends it a step (only pings and complete), it has no
         #: rounds, and it saves nothing (its variables, a learning rate at most, serve nothing)
         self.idle = not self.recv_inputs and self.table is None
+        #: each trainer's gradient variables among them (every round reads them)
+        self._names_of_trainer = {tid: self._trainer_names(tid)
+                                  for tid in range(self.trainer_num)}
         self.block_of_grad = {}
         for entry in self.attrs["grad_to_block_id"]:
             grad, idx = entry.rsplit(":", 1)
@@ -303,7 +306,6 @@ class PServerShard(Service):
         self.prefetch_pool = concurrent.futures.ThreadPoolExecutor(
             flags.prefetch_thread_num, thread_name_prefix=f"pserver-prefetch-{k}")
         self._variants: dict[int, tuple[Program, dict[int, FusedUpdate | None]]] = {}
-        self._names_of_trainer: dict[int, list[str]] = {}
         # async mode: one lock per optimize block (its gradient and parameter), a shard-wide
         # one for DC-ASGD (the trainer id is one scope variable)
         self._block_locks = {idx: threading.Lock() for idx in self.attrs["optimize_blocks"]}
@@ -586,7 +588,7 @@ class PServerShard(Service):
         n = self.trainer_num
         for tid in range(n):
             received = grads.get(tid)
-            for name in self._trainer_names(tid):
+            for name in self._names_of_trainer[tid]:
                 if received is not None and name in received:
                     vals[name] = received[name]
                 else:  # a trainer that left this epoch adds nothing
@@ -599,17 +601,10 @@ class PServerShard(Service):
         self._maybe_checkpoint(round_index)
 
     def _trainer_names(self, tid: int) -> list[str]:
-        # asked for every trainer of every round: worked out once per trainer
-        names = self._names_of_trainer.get(tid)
-        if names is None:
-            if self.trainer_num == 1:
-                names = self.recv_inputs
-            else:
-                suffix = f".trainer_{tid}"
-                inner = suffix + "."
-                names = [n for n in self.recv_inputs if n.endswith(suffix) or inner in n]
-            self._names_of_trainer[tid] = names
-        return names
+        if self.trainer_num == 1:
+            return self.recv_inputs
+        suffix = f".trainer_{tid}"
+        return [n for n in self.recv_inputs if n.endswith(suffix) or f"{suffix}." in n]
 
     def _zeros(self, name: str) -> Any:
         shape, dtype, sparse = self._shapes[name]
