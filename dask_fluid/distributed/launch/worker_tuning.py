@@ -37,7 +37,8 @@ __all__ = ["PROFILE_INTERVAL_KEY", "WorkerTuning", "profile_interval_s", "sparse
            "tuned_for_training"]
 
 PROFILE_INTERVAL_KEY = "dask_fluid.worker.profile-interval"
-_DEFAULT_INTERVAL = "100ms"
+#: the default of that setting, seconds
+_DEFAULT_INTERVAL_S = 0.1
 
 _lock = threading.Lock()
 #: worker -> [training tasks running, its own profiler interval (ms), whether it was changed]
@@ -53,7 +54,7 @@ def profile_interval_s() -> float | None:
         The value is neither a duration (``"100ms"``, seconds as a number) above 0 nor
         None/false/"off".
     """
-    value = dask.config.get(PROFILE_INTERVAL_KEY, _DEFAULT_INTERVAL)
+    value = dask.config.get(PROFILE_INTERVAL_KEY, _DEFAULT_INTERVAL_S)
     if value is None or value is False or (isinstance(value, str) and value.lower() in
                                            ("off", "false", "none")):
         return None
@@ -118,7 +119,7 @@ class WorkerTuning:
     #: raise glibc's malloc thresholds while training (:func:`.malloc.training_malloc`)
     malloc: bool = True
     #: Dask's profiler samples at most this often while training; None: left alone
-    profile_interval_s: float | None = 0.1
+    profile_interval_s: float | None = _DEFAULT_INTERVAL_S
 
     @classmethod
     def from_config(cls) -> WorkerTuning:
