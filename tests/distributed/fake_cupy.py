@@ -101,6 +101,10 @@ class World:
         self.local = threading.local()
         self.lock = threading.Lock()
         self.allocations: dict[int, weakref.ref] = {}
+        #: pointers of freed allocations, dropped from ``allocations`` under the lock later: a
+        #: finalizer runs wherever the garbage collector does, also in a thread that holds
+        #: ``lock`` (taking it there deadlocked the world, once in a full run)
+        self._freed: deque[int] = deque()
         self.null_streams: dict[int, Stream] = {}
         self.streams: dict[int, Stream] = {}
         self.sticky: dict[int, BaseException] = {}
@@ -151,15 +155,17 @@ class World:
     # allocations
     def register(self, allocation: _Allocation) -> None:
         with self.lock:
+            self._drop_freed()
             self.allocations[allocation.ptr] = weakref.ref(allocation)
-        weakref.finalize(allocation, self._forget, allocation.ptr)
+        weakref.finalize(allocation, self._freed.append, allocation.ptr)  # deque: no lock
 
-    def _forget(self, ptr: int) -> None:
-        with self.lock:
-            self.allocations.pop(ptr, None)
+    def _drop_freed(self) -> None:  # under self.lock
+        while self._freed:
+            self.allocations.pop(self._freed.popleft(), None)
 
     def find(self, ptr: int, nbytes: int) -> _Allocation | None:
         with self.lock:
+            self._drop_freed()
             refs = list(self.allocations.values())
         for ref in refs:
             a = ref()

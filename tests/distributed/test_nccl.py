@@ -351,6 +351,18 @@ def test_close_never_masks_the_first_error(world, caplog, monkeypatch):
     fake_cupy.check_released()  # the failed destroys were followed by aborts
 
 
+def test_the_fake_frees_memory_inside_its_own_lock(world):
+    # the garbage collector runs finalizers in whatever thread allocates, also one that
+    # holds the fake's lock: freeing must not take that lock again (it once hung a full run)
+    memory = fake_cupy._Allocation(64, 0)
+    ptr = memory.ptr
+    assert world.find(ptr, 1) is memory
+    with world.lock:
+        del memory  # its finalizer runs here
+    assert world.find(ptr, 1) is None
+    assert ptr not in world.allocations  # dropped at that look-up
+
+
 def test_world_size_one_all_ops(world):
     with _solo() as comm:
         import cupy
