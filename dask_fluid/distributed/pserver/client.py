@@ -42,6 +42,7 @@ import atexit
 import concurrent.futures
 import logging
 import math
+import ssl
 import sys
 import threading
 import time
@@ -58,7 +59,7 @@ from ..comm import rpc
 from ..comm.auth import HandshakeError, client_handshake, split_endpoint
 from ..comm.rpc import pack_arrays, unpack_arrays
 from ..comm.tls import TlsContexts, worker_contexts
-from ..comm.wire import Connection, PeerClosed, WireTimeout, connect
+from ..comm.wire import POLL_S, Connection, PeerClosed, WireTimeout, connect
 from ..errors import (
     DeadlineExceededError,
     DistributedTrainingError,
@@ -68,6 +69,7 @@ from ..errors import (
     WorkerLostError,
 )
 from .shard import PServerShard, flatten_tensors, service_name, unflatten_tensors
+from .shard_server import ShardServer, serve_while_waiting
 
 __all__ = ["DaskClient", "DirectClient", "PServerClient"]
 
@@ -77,6 +79,9 @@ logger = logging.getLogger(__name__)
 CONNECT_RETRY_S = 0.1
 #: how long a failing trainer spends telling each other pserver why it stops
 ABORT_NOTICE_S = 2.0
+#: a trainer waiting for its own shard's round re-checks it this often (another thread may end
+#: it); requests on the connections lent to it wake it at once
+ROUND_CHECK_S = 0.001
 
 
 @dataclass
@@ -237,6 +242,9 @@ class PServerClient:
         self._in_flight: _Started | None = None
         self._in_flight_replies: dict[str, Any] = {}
         self.geo: GeoState | None = None
+        #: the direct data paths of this process's shards this trainer waits on: while it
+        #: waits, it answers the requests on the connections they lend it (:mod:`.shard_server`)
+        self._serving: list[ShardServer] = []
 
     # -- step bookkeeping -----------------------------------------------------------------------
     def begin_step(self, round_index: int) -> None:
@@ -461,6 +469,7 @@ class PServerClient:
         # this thread reads it, and the local reply costs nothing once its round is done
         for i, (c, link) in enumerate(zip(calls, started.links, strict=True)):
             if isinstance(link, Connection):
+                self._serve_until_readable(link, deadline)
                 # copied out of shared memory: the parameters it holds outlive the message
                 header, buf = self._wire(c, lambda link=link: link.recv(
                     deadline=deadline, stop=self._stopped, copy=True))
@@ -475,6 +484,28 @@ class PServerClient:
 
     def _on_failure(self, err: DistributedTrainingError) -> None:
         """A round trip failed for good (the subclass may tell the other pservers)."""
+
+    def _serve_until_readable(self, link: Connection, deadline: float) -> None:
+        """Wait for ``link``'s reply, answering the requests lent to this trainer meanwhile
+        (returns at once when nothing is lent: ``link.recv`` then waits as usual)."""
+        servers = [s for s in self._serving if s.lending]
+        if not servers or isinstance(link.sock, ssl.SSLSocket):  # (TLS: bytes poll can't see)
+            return
+        fd = link.sock.fileno()
+        while not serve_while_waiting(servers, (fd,), POLL_S):
+            if self._stopped() or time.monotonic() > deadline:
+                return  # link.recv says what went wrong
+
+    def _serve_until_done(self, shard: PServerShard, release: int) -> None:
+        """Wait for round ``release`` of this process's ``shard``, answering the requests lent
+        to this trainer meanwhile (the round may need one of them)."""
+        server = shard.server
+        if server is None or server not in self._serving:
+            return
+        give_up = time.monotonic() + self._deadline_s
+        while (server.lending and not shard.round_done(release) and not self._stopped()
+               and time.monotonic() < give_up):
+            serve_while_waiting([server], (), ROUND_CHECK_S)
 
     def _local(self, c: _Call, shard: PServerShard) -> Any:
         """Start ``c`` on a shard of this process; return what finishes it (may block)."""
@@ -493,7 +524,11 @@ class PServerClient:
         if c.method == "push_pull":
             grads = unflatten_tensors(c.arrays, h["sparse"])
             release = guarded(shard.push, tid, h["round"], grads)
-            return lambda: guarded(shard.reply, tid, release, tuple(h["want"]))
+
+            def finish() -> Any:
+                self._serve_until_done(shard, release)
+                return guarded(shard.reply, tid, release, tuple(h["want"]))
+            return finish
         if c.method == "pull":
             return lambda: guarded(shard.pull_sync, tid, tuple(h["want"]), h["after_round"])
         if c.method == "prefetch":
@@ -560,6 +595,9 @@ class PServerClient:
 
     def close(self) -> None:
         """Close the connections (the pservers see the trainer hang up)."""
+        serving, self._serving = self._serving, []
+        for server in serving:  # their connections are read by their own threads again
+            server.detach_waiter(self.trainer_id)
         for link in list(self._links.values()):
             if isinstance(link, Connection):
                 link.close()
@@ -810,6 +848,9 @@ class DaskClient(PServerClient):
                 else rpc.worker_in_process(address))
         if peer is not None:
             link = self._retrying(ep, lambda: rpc.get_service(peer, self.job, service))
+            if link.server is not None and self.sync_mode:
+                link.server.attach_waiter(self.trainer_id)
+                self._serving.append(link.server)
         else:
             info = self._retrying(ep, lambda: rpc.call_sync(
                 self.worker, address, self.job, service, "endpoint_info",

@@ -326,6 +326,8 @@ class PServerShard(Service):
         self._closed = False
         self._failed: BaseException | None = None
         self._last_activity = time.monotonic()
+        #: round -> what sends the replies waiting for its end (see :meth:`reply_later`)
+        self._on_round_end: dict[int, list[Callable[[], None]]] = {}
         #: the tensor bytes that came in (gradients, ids) and went out (parameters, rows)
         self.stats = {"rounds": 0, "pushes": 0, "prefetches": 0, "optimize_s": 0.0,
                       "read_s": 0.0, "bytes_in": 0, "bytes_out": 0}
@@ -397,6 +399,9 @@ class PServerShard(Service):
             pending[trainer_id] = grads
             self._round_started.setdefault(round, time.monotonic())
             self._advance()
+            due = self._take_due()
+        for send in due:
+            send()
         return self._release_round(trainer_id, round)
 
     def reply(self, trainer_id: int, release: int, want: tuple[str, ...]) -> dict[str, Any]:
@@ -413,6 +418,33 @@ class PServerShard(Service):
             self._raise_if_failed()
             return self._read(want, None)
         return self._read(want, trainer_id)
+
+    def push_request(self, trainer_id: int, header: Mapping[str, Any],
+                     arrays: dict[str, Any]) -> int:
+        """:meth:`push` of a ``push_pull`` request's flattened gradients."""
+        return self.push(trainer_id, int(header["round"]),
+                         unflatten_tensors(arrays, header.get("sparse")))
+
+    def round_done(self, release: int) -> bool:
+        """Whether round ``release`` is over (or the job failed: :meth:`reply` says why)."""
+        return self.round > release or self._failed is not None
+
+    def reply_later(self, release: int, send: Callable[[], None]) -> bool:
+        """Sync mode: have ``send`` (which replies to a push) called by the thread that ends
+        round ``release``, and return True; False when that round is over already (reply now)."""
+        if not self.sync_mode:
+            return False
+        with self._cond:
+            if self.round > release or self._failed is not None:
+                return False
+            self._on_round_end.setdefault(release, []).append(send)
+            return True
+
+    def _take_due(self) -> list[Callable[[], None]]:
+        due = []
+        for r in [r for r in self._on_round_end if r < self.round or self._failed is not None]:
+            due.extend(self._on_round_end.pop(r))
+        return due
 
     def pull_sync(self, trainer_id: int, want: tuple[str, ...],
                   after_round: int = 0) -> dict[str, Any]:
@@ -457,6 +489,9 @@ class PServerShard(Service):
                 self._done.set()
             elif self.sync_mode and self.schedule is None:
                 self._advance()  # the current round may have been waiting for this trainer
+            due = self._take_due()
+        for send in due:
+            send()
 
     def ping(self, trainer_id: int) -> None:
         """Trainer ``trainer_id`` is alive (it sends this pserver nothing this step)."""
@@ -483,8 +518,7 @@ class PServerShard(Service):
         """
         method = header["method"]  # push_pull, pull, prefetch, complete, ping or abort
         if method == "push_pull":
-            grads = unflatten_tensors(arrays, header.get("sparse"))
-            release = self.push(trainer_id, int(header["round"]), grads)
+            release = self.push_request(trainer_id, header, arrays)
             return {}, self.reply(trainer_id, release, tuple(header["want"]))
         if method == "pull":
             return {}, self.pull_sync(trainer_id, tuple(header["want"]),
@@ -838,7 +872,11 @@ class PServerShard(Service):
             if self._failed is None:
                 self._failed = exc
             self._cond.notify_all()
+            due = self._take_due()
         self._done.set()
+        if due:  # the caller may hold the lock: the error replies go out from a thread
+            threading.Thread(target=lambda: [send() for send in due], daemon=True,
+                             name=f"pserver-{self.pserver_id}-fail-replies").start()
 
     def abort(self, reason: str) -> None:
         self._fail(JobAbortedError(f"job aborted: {reason}", "pserver", self.endpoint,
