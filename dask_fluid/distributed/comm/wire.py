@@ -208,6 +208,13 @@ class Connection:
         self._out = shared_payload.OutSegment() if shared else None
         self._in = shared_payload.InSegment() if shared else None
 
+    @property
+    def sends_shared(self) -> bool:
+        """Whether payloads of :data:`SHM_MIN_BYTES` or more go through shared memory (the
+        socket then only carries headers and small payloads, which never block a sender whose
+        peer reads one message at a time)."""
+        return self._out is not None and not self._out.failed
+
     def send(self, header: Mapping[str, Any], arrays: Mapping[str, np.ndarray] | None = None,
              *, deadline: float, stop: Callable[[], bool] = lambda: False) -> None:
         """:func:`send_message`, the payload through shared memory when it can."""

@@ -587,7 +587,15 @@ def _describe(ps_result: dict) -> str:
             f"{info['threads_used']['get']}/{info['threads_used']['prefetch']}"
             f"{', numpy work inline' if info['inline'] else ''}); optimize "
             f"{info['optimize_s']:.2f} s, replies {info['read_s']:.2f} s; "
-            f"{info['bytes_in'] / 1e6:.1f} MB in, {info['bytes_out'] / 1e6:.1f} MB out")
+            f"{info['bytes_in'] / 1e6:.1f} MB in, {info['bytes_out'] / 1e6:.1f} MB out"
+            f"{_read_by(info.get('read_by', {}))}")
+
+
+def _read_by(counts: dict[str, int]) -> str:
+    if not counts.get("trainer"):
+        return ""
+    return (f"; requests read by the worker's waiting trainer {counts['trainer']}, by "
+            f"connection threads {counts['threads']}")
 
 
 def _result(params: dict, ps_results: list[dict], tr_results: list[dict],

@@ -16,7 +16,9 @@ Requests. Three ways lead to the same thread-safe core (:meth:`PServerShard.push
 - a trainer on the shard's own worker calls the core directly (no copy, no serialisation);
 - a trainer on another worker of a ``tcp://`` (or ``inproc://``) cluster talks to the shard's own
   socket (:mod:`.shard_server`, the "tcp" data path), where one thread per trainer connection
-  calls :meth:`~PServerShard.handle`;
+  calls :meth:`~PServerShard.handle`, or, while the trainer of the shard's own worker waits for
+  its replies, that trainer (a sync push whose round is still open is answered by whoever
+  ends the round: :meth:`~PServerShard.reply_later`);
 - on other clusters (``tls://``, ``ucx://``: the "dask" data path) the Dask handler
   :meth:`~PServerShard.request` runs :meth:`~PServerShard.handle` in a thread off the event loop.
 
@@ -569,7 +571,8 @@ class PServerShard(Service):
                 "inline": self.param_bytes < self.inline_bytes,
                 "param_bytes": self.param_bytes,
                 "transport": "dask" if self.server is None else
-                "tls" if self.options.tls is not None else "tcp"}
+                "tls" if self.options.tls is not None else "tcp",
+                "read_by": dict(self.server.read_by) if self.server is not None else {}}
 
     # -- sync rounds (under self._cond) ---------------------------------------------------------
     def _advance(self) -> None:

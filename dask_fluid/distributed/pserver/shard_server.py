@@ -101,10 +101,10 @@ class _Peer:
 
 
 def _lendable(conn: Connection) -> bool:
-    # a reply sent by the thread that ends a round, or by a trainer, must not block it: the
-    # payloads go through shared memory (only headers on the socket); an SSL socket must not
-    # be read and written by two threads at once
-    return conn.shared and not isinstance(conn.sock, ssl.SSLSocket)
+    # a reply sent by the thread that ends a round, or by a trainer, must not block it (a
+    # trainer stuck in a send serves nobody): the payloads go through shared memory; and an SSL
+    # socket must not be read and written by two threads at once
+    return conn.sends_shared and not isinstance(conn.sock, ssl.SSLSocket)
 
 
 def _readable(sock: socket.socket) -> bool:
@@ -166,6 +166,8 @@ class ShardServer:
         #: trainers of this process that wait on this shard (lending needs exactly one)
         self._waiters: set[int] = set()
         self._lent: dict[int, _Peer] = {}
+        #: requests read by the connection threads and by the waiting trainer
+        self.read_by = {"threads": 0, "trainer": 0}
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._pending = 0
@@ -237,7 +239,10 @@ class ShardServer:
         peer = _Peer(tid, conn)
         while not self._stopped and peer.open:
             # a trainer may compute for long between requests: wait without a deadline
-            if self._serve_one(peer, float("inf")) == _DEFERRED and self._lend(peer):
+            outcome = self._serve_one(peer, float("inf"))
+            if outcome != _CLOSED:
+                self.read_by["threads"] += 1
+            if outcome == _DEFERRED and self._lend(peer):
                 self._park(peer)
         conn.close()
 
@@ -353,7 +358,10 @@ class ShardServer:
             if not peer.lent:
                 return
             deadline = time.monotonic() + self.shard.flags.deadline_s
-            if self._serve_one(peer, deadline) == _CLOSED:
+            outcome = self._serve_one(peer, deadline)
+            if outcome != _CLOSED:
+                self.read_by["trainer"] += 1
+            else:
                 peer.lent = False
                 with self._lock:
                     self._lent.pop(peer.tid, None)
