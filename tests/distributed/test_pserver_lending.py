@@ -205,3 +205,24 @@ def test_a_lent_connection_that_closes_fails_the_round_naming_the_trainer(two_tr
            "the waiting trainer to see the connection close")
     with pytest.raises(WorkerLostError, match="lost trainer 1"):
         shard.serve()
+
+
+def test_a_shard_with_large_parameters_keeps_a_thread_per_connection():
+    # past inline_bytes each reply is a large copy: the connection threads make them in
+    # parallel instead of the thread that ends the round making them in turn
+    spec, names = _spec(2, True, inline_bytes=0)
+    shard = spec()
+    shard.start_server()
+    shard.server.attach_waiter(0)
+    conn = _remote_trainer(shard, 1)
+    try:
+        _push(conn, 0, _grads(names, ".trainer_1", 1.0))
+        _until(lambda: shard.stats["pushes"] == 1, "the push to be read")
+        time.sleep(0.05)
+        assert not shard.server.lending
+        shard.push(0, 0, _grads(names, ".trainer_0", 1.0))
+        assert _reply(conn)["fc_2.b_0"].shape == (10,)
+        assert shard.server.read_by == {"threads": 1, "trainer": 0}
+    finally:
+        conn.close()
+        shard.close()

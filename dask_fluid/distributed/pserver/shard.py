@@ -433,8 +433,13 @@ class PServerShard(Service):
 
     def reply_later(self, release: int, send: Callable[[], None]) -> bool:
         """Sync mode: have ``send`` (which replies to a push) called by the thread that ends
-        round ``release``, and return True; False when that round is over already (reply now)."""
-        if not self.sync_mode:
+        round ``release``, and return True; False when that round is over already (reply now).
+
+        Only for shards under :attr:`inline_bytes` of parameters: the thread that ends a round
+        then sends every deferred reply in turn, which costs less than waking each connection's
+        thread only while the replies are small; larger ones are copied out by their own
+        threads, in parallel."""
+        if not self.sync_mode or self.param_bytes >= self.inline_bytes:
             return False
         with self._cond:
             if self.round > release or self._failed is not None:

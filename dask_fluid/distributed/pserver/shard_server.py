@@ -108,7 +108,9 @@ def _lendable(conn: Connection) -> bool:
 
 
 def _readable(sock: socket.socket) -> bool:
-    return bool(select.select([sock], [], [], 0)[0])
+    poller = select.poll()  # (select.select refuses descriptors past FD_SETSIZE)
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def serve_while_waiting(servers: Iterable[ShardServer], fds: Iterable[int],
