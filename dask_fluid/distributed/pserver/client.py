@@ -79,9 +79,10 @@ logger = logging.getLogger(__name__)
 CONNECT_RETRY_S = 0.1
 #: how long a failing trainer spends telling each other pserver why it stops
 ABORT_NOTICE_S = 2.0
-#: a trainer waiting for its own shard's round re-checks it this often (another thread may end
-#: it); requests on the connections lent to it wake it at once
+#: a trainer waiting for its own shard's round re-checks it this often, then less and less often
+#: (another thread may end it); requests on the connections lent to it wake it at once
 ROUND_CHECK_S = 0.001
+ROUND_CHECK_MAX_S = 0.05
 
 
 @dataclass
@@ -503,9 +504,11 @@ class PServerClient:
         if server is None or server not in self._serving:
             return
         give_up = time.monotonic() + self._deadline_s
+        check_s = ROUND_CHECK_S
         while (server.lending and not shard.round_done(release) and not self._stopped()
                and time.monotonic() < give_up):
-            serve_while_waiting([server], (), ROUND_CHECK_S)
+            serve_while_waiting([server], (), check_s)
+            check_s = min(2 * check_s, ROUND_CHECK_MAX_S)  # a long wait: a stalled trainer
 
     def _local(self, c: _Call, shard: PServerShard) -> Any:
         """Start ``c`` on a shard of this process; return what finishes it (may block)."""
