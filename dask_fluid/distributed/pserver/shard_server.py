@@ -170,6 +170,7 @@ class ShardServer:
         self._lent: dict[int, _Peer] = {}
         #: requests read by the connection threads and by the waiting trainer
         self.read_by = {"threads": 0, "trainer": 0}
+        self._count_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._pending = 0
@@ -241,15 +242,14 @@ class ShardServer:
         peer = _Peer(tid, conn)
         while not self._stopped and peer.open:
             # a trainer may compute for long between requests: wait without a deadline
-            outcome = self._serve_one(peer, float("inf"))
-            if outcome != _CLOSED:
-                self.read_by["threads"] += 1
+            outcome = self._serve_one(peer, float("inf"), "threads")
             if outcome == _DEFERRED and self._lend(peer):
                 self._park(peer)
         conn.close()
 
-    def _serve_one(self, peer: _Peer, deadline: float) -> str:
-        """Read one request of ``peer`` and answer it (or have its round's end answer it)."""
+    def _serve_one(self, peer: _Peer, deadline: float, reader: str) -> str:
+        """Read one request of ``peer`` and answer it (or have its round's end answer it);
+        ``reader`` (``"threads"`` or ``"trainer"``) is who counts it."""
         conn, tid, stop = peer.conn, peer.tid, self._is_stopped
         try:
             header, buf = conn.recv(deadline=deadline, stop=stop)
@@ -261,6 +261,8 @@ class ShardServer:
                 self.shard.trainer_lost(tid, f"its connection closed ({exc})")
             return _CLOSED
         peer.served += 1
+        with self._count_lock:  # connection threads read at the same time
+            self.read_by[reader] += 1
         shard = self.shard
         try:
             arrays = unpack_arrays(header["meta"], buf) if header["meta"]["names"] else {}
@@ -360,10 +362,7 @@ class ShardServer:
             if not peer.lent:
                 return
             deadline = time.monotonic() + self.shard.flags.deadline_s
-            outcome = self._serve_one(peer, deadline)
-            if outcome != _CLOSED:
-                self.read_by["trainer"] += 1
-            else:
+            if self._serve_one(peer, deadline, "trainer") == _CLOSED:
                 peer.lent = False
                 with self._lock:
                     self._lent.pop(peer.tid, None)
