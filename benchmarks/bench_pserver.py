@@ -29,7 +29,10 @@ VM, so runs vary by about 10%): local 133-134k samples/s, pserver 109-111k (0.82
 (step - local)/floor 0.9-1.1. Before the direct data path: 60k (0.43x); before the cache-blocked
 update and shared-memory payloads: a 44-48 ms step (docs/pserver.md has the steps between).
 2026-12-06, two runs: local 145k, pserver 185-186k (1.28x local), ring 224-231k (pserver 0.80-
-0.83x the ring); 25 MB model 24.4-25.3 ms, 1.16-1.20x the floor (docs/performance.md).
+0.83x the ring); 25 MB model 24.4-25.3 ms, 1.16-1.20x the floor (docs/performance.md). Then,
+with the worker's trainer reading the other trainer's requests while it waits, three runs:
+local 146-148k, pserver 201-205k (1.35-1.40x local), ring 227-229k (0.88-0.90x the ring); 25 MB
+model 24.1-25.0 ms, 1.14-1.19x the floor.
 """
 
 from __future__ import annotations
