@@ -5,6 +5,7 @@ replies that wait for a round. In-process shards, real sockets and shared memory
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import time
@@ -55,18 +56,27 @@ def _readable(conn, timeout_s: float) -> bool:
     return bool(select.select([conn.sock], [], [], timeout_s)[0])
 
 
-@pytest.fixture
-def two_trainers():
-    """A 2-trainer shard serving on a socket, trainer 0 waiting on it in this process,
-    trainer 1 connected over the socket."""
-    spec, names = _spec(2, True)
+@contextlib.contextmanager
+def _serving(trainers: int = 2, waiters: tuple[int, ...] = (0,), **kw):
+    """A shard serving on a socket, ``waiters`` waiting on it in this process, trainer 1
+    connected over the socket: ``(shard, connection, gradient names)``."""
+    spec, names = _spec(trainers, True, **kw)
     shard = spec()
     shard.start_server()
-    shard.server.attach_waiter(0)
+    for tid in waiters:
+        shard.server.attach_waiter(tid)
     conn = _remote_trainer(shard, 1)
-    yield shard, conn, names
-    conn.close()
-    shard.close()
+    try:
+        yield shard, conn, names
+    finally:
+        conn.close()
+        shard.close()
+
+
+@pytest.fixture
+def two_trainers():
+    with _serving() as served:
+        yield served
 
 
 def test_the_round_ender_answers_the_open_push_and_the_waiting_trainer_reads_the_next(
@@ -140,13 +150,7 @@ def test_a_trainer_that_stops_waiting_gives_its_connections_back(two_trainers):
 
 
 def test_two_waiting_trainers_in_one_process_borrow_nothing():
-    spec, names = _spec(3, True)
-    shard = spec()
-    shard.start_server()
-    conn = _remote_trainer(shard, 1)
-    try:
-        shard.server.attach_waiter(0)
-        shard.server.attach_waiter(2)
+    with _serving(3, (0, 2)) as (shard, conn, names):
         _push(conn, 0, _grads(names, ".trainer_1", 1.0))
         _until(lambda: shard.stats["pushes"] == 1, "the push to be read")
         time.sleep(0.05)
@@ -154,20 +158,12 @@ def test_two_waiting_trainers_in_one_process_borrow_nothing():
         shard.push(0, 0, _grads(names, ".trainer_0", 1.0))
         shard.push(2, 0, _grads(names, ".trainer_2", 1.0))
         assert _reply(conn)["fc_2.b_0"].shape == (10,)
-    finally:
-        conn.close()
-        shard.close()
 
 
 def test_a_push_past_a_trainers_last_step_is_answered_when_the_epoch_ends():
     # trainer 1 has 2 steps, trainer 0 has 3: trainer 1's last push is released by the end of
     # round 2, which only trainer 0 takes part in
-    spec, names = _spec(2, True, schedule=Schedule((3, 2), 1))
-    shard = spec()
-    shard.start_server()
-    shard.server.attach_waiter(0)
-    conn = _remote_trainer(shard, 1)
-    try:
+    with _serving(schedule=Schedule((3, 2), 1)) as (shard, conn, names):
         _push(conn, 0, _grads(names, ".trainer_1", 1.0))
         _until(lambda: shard.server.lending, "the connection to be lent")
         shard.push(0, 0, _grads(names, ".trainer_0", 1.0))
@@ -179,9 +175,6 @@ def test_a_push_past_a_trainers_last_step_is_answered_when_the_epoch_ends():
         assert shard.round == 2 and not _readable(conn, 0.05)  # waits for round 2
         shard.push(0, 2, _grads(names, ".trainer_0", 1.0))
         assert _reply(conn)["fc_2.b_0"].shape == (10,) and shard.round == 3
-    finally:
-        conn.close()
-        shard.close()
 
 
 def test_a_failure_answers_the_replies_that_wait_for_a_round_with_its_reason(two_trainers):
@@ -210,12 +203,7 @@ def test_a_lent_connection_that_closes_fails_the_round_naming_the_trainer(two_tr
 def test_a_shard_with_large_parameters_keeps_a_thread_per_connection():
     # past inline_bytes each reply is a large copy: the connection threads make them in
     # parallel instead of the thread that ends the round making them in turn
-    spec, names = _spec(2, True, inline_bytes=0)
-    shard = spec()
-    shard.start_server()
-    shard.server.attach_waiter(0)
-    conn = _remote_trainer(shard, 1)
-    try:
+    with _serving(inline_bytes=0) as (shard, conn, names):
         _push(conn, 0, _grads(names, ".trainer_1", 1.0))
         _until(lambda: shard.stats["pushes"] == 1, "the push to be read")
         time.sleep(0.05)
@@ -223,6 +211,3 @@ def test_a_shard_with_large_parameters_keeps_a_thread_per_connection():
         shard.push(0, 0, _grads(names, ".trainer_0", 1.0))
         assert _reply(conn)["fc_2.b_0"].shape == (10,)
         assert shard.server.read_by == {"threads": 1, "trainer": 0}
-    finally:
-        conn.close()
-        shard.close()
