@@ -289,7 +289,14 @@ class ShardServer:
             reply, out = {"ok": True}, self.shard.reply(peer.tid, release, want)
         except Exception as exc:
             reply, out = {"ok": False, "error": wire_error(exc)}, None
-        self._send(peer, reply, out)
+        try:
+            self._send(peer, reply, out)
+        except Exception:  # never into the push of whoever ended the round: the trainer of
+            # this connection sees it break instead of waiting for its reply
+            logger.warning("pserver %s: the reply to trainer %d failed", self.shard.endpoint,
+                           peer.tid, exc_info=True)
+            peer.open = False
+            peer.conn.shutdown()
 
     def _send(self, peer: _Peer, reply: dict[str, Any], out: dict[str, Any] | None) -> str:
         deadline = time.monotonic() + self.shard.flags.deadline_s
