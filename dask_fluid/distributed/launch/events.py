@@ -107,8 +107,9 @@ class StepMeter:
         self._published = (self.start, 0, 0.0)  # (time, steps, wait) at the last event
 
     def step(self, samples: int, wait_s: float = 0.0) -> None:
-        """One step of ``samples`` rows done, of which ``wait_s`` seconds were spent waiting for
-        other processes (pserver replies, the all-reduce)."""
+        """One step of ``samples`` rows done, of which ``wait_s`` seconds were spent in exchanges
+        with other processes (waiting for pserver replies or the all-reduce; a pserver trainer
+        also answers the requests its worker's pserver lent it meanwhile): not compute."""
         self._now = time.perf_counter()
         self.trained += int(samples)
         self.steps += 1
@@ -200,8 +201,9 @@ class TrainResult:
         describe the last attempt.
     stats : dict
         Pserver mode: ``{"trainers": [...], "pservers": [...]}``, per trainer its steps,
-        samples, ``elapsed``, ``rpc_s`` (waiting for pservers), ``requests`` (pserver round
-        trips) and tensor ``bytes_sent``/``bytes_received`` over sockets; per pserver its
+        samples, ``elapsed``, ``rpc_s`` (in pserver exchanges: waiting, and answering the
+        requests its worker's pserver lent it), ``requests`` (pserver round trips) and tensor
+        ``bytes_sent``/``bytes_received`` over sockets; per pserver its
         rounds, pushes, ``blocks`` held (``idle`` when none), tensor ``bytes_in``/``bytes_out``
         and optimize time. Empty for the other runtimes.
     """

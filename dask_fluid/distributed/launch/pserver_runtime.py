@@ -615,7 +615,7 @@ def _result(params: dict, ps_results: list[dict], tr_results: list[dict],
     elapsed = max(r["elapsed"] for r in tr_results)
     summary = "\n".join([summarize(tr)] + [_describe(r) for r in ps_results]
                         + [f"trainer {r} on worker {w}: {t['steps']} steps in {t['elapsed']:.2f} "
-                           f"s, {t['rpc_s']:.2f} s waiting for pservers, "
+                           f"s, {t['rpc_s']:.2f} s in pserver exchanges, "
                            f"{t['requests'] / max(t['steps'], 1):.1f} requests per step"
                            for r, (w, t) in enumerate(zip(trainer_workers, tr_results,
                                                           strict=True))])

@@ -226,7 +226,8 @@ class PServerClient:
         self._aborted: str | None = None
         #: the direct connections' TLS (on a ``tls://`` Dask cluster); None: plain TCP
         self.tls: TlsContexts | None = None
-        #: seconds spent waiting for pservers (requests in flight), for the summary
+        #: seconds spent in pserver exchanges (requests in flight; this includes answering
+        #: the requests lent to this trainer meanwhile), for the summary
         self.rpc_s = 0.0
         #: tensor bytes sent to and received from pservers over sockets, and requests made (one
         #: round trip each, whatever the data path), for the summary and the benchmarks
