@@ -24,52 +24,7 @@ from .lod import LoD, LoDTensor, check_lod
 from .ops import registry
 from .ops.registry import LOD_KEY
 from .ops.selected_rows import SelectedRows
-
-
-class CPUPlace:
-    """Run kernels on numpy."""
-
-    xp_name = "numpy"
-
-    def __repr__(self) -> str:
-        return "CPUPlace()"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, CPUPlace)
-
-    __hash__ = object.__hash__
-
-
-class CUDAPlace:
-    """Run kernels on cupy, on GPU ``device_id``."""
-
-    xp_name = "cupy"
-
-    def __init__(self, device_id: int = 0) -> None:
-        self.device_id = int(device_id)
-
-    def __repr__(self) -> str:
-        return f"CUDAPlace({self.device_id})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, CUDAPlace) and other.device_id == self.device_id
-
-    __hash__ = object.__hash__
-
-
-def _cupy(place: CUDAPlace):
-    try:
-        import cupy
-
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as err:  # ImportError, CUDARuntimeError: both mean "no usable GPU"
-        raise RuntimeError(
-            "CUDAPlace needs CuPy and a CUDA GPU: install the 'gpu' extra "
-            f"(pip install 'dask-fluid[gpu]') on a machine with a GPU ({err})") from err
-    if not 0 <= place.device_id < count:
-        raise ValueError(f"{place!r}: this process sees {count} CUDA device(s), numbered "
-                         f"0..{count - 1} (CUDA_VISIBLE_DEVICES renumbers them)")
-    return cupy
+from .places import CPUPlace, CUDAPlace, cupy_for
 
 
 class _Tensor:
@@ -260,7 +215,7 @@ class Executor:
 
     def __init__(self, place: CPUPlace | CUDAPlace | None = None) -> None:
         self.place = place or CPUPlace()
-        self._xp = _cupy(self.place) if isinstance(self.place, CUDAPlace) else np
+        self._xp = cupy_for(self.place) if isinstance(self.place, CUDAPlace) else np
         self._cache: dict[tuple, _Compiled] = {}
         #: hooks the distributed runtimes install for host ops (send, recv, ...)
         self.host_context: dict[str, Any] = {}
@@ -484,9 +439,8 @@ class Executor:
         if not feed:
             feed = _reader_feed(program) or feed
         if not isinstance(program, Program):
-            from .compiler import CompiledProgram  # here: compiler imports this module
-
-            if not isinstance(program, CompiledProgram):
+            # a CompiledProgram (known by what it does: compiler.py sits above this module)
+            if not callable(getattr(program, "_program_to_run", None)):
                 raise TypeError("Executor.run expects a Program or a CompiledProgram, got "
                                 f"{type(program).__name__}")
             compiled = program

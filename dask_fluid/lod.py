@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from .places import CPUPlace, CUDAPlace
+
 __all__ = ["LoD", "LoDTensor", "check_lod", "create_lod_tensor", "create_random_int_lodtensor",
            "lengths_to_offsets", "offsets_to_lengths"]
 
@@ -95,8 +97,6 @@ class LoDTensor:
 
     def set(self, array: Any, place: Any) -> None:
         """Store a copy of ``array`` on ``place`` (``CPUPlace`` or ``CUDAPlace``)."""
-        from .executor import CPUPlace, CUDAPlace  # the places live with the executor
-
         if isinstance(place, CUDAPlace):
             import cupy
 
