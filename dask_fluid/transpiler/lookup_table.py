@@ -28,7 +28,7 @@ from .plan import TablePlan, TranspilePlan, is_optimizer_op
 from .trainer_rewrite import ControlVars, last_writer
 
 if TYPE_CHECKING:
-    from .pserver_program import _Builder
+    from .pserver_builder import PserverBuilder
 
 logger = logging.getLogger("dask_fluid.transpiler")
 
@@ -128,7 +128,7 @@ def rewrite_trainer(program: Program, plan: TranspilePlan, control: ControlVars)
     return dummy
 
 
-def add_table_blocks(builder: _Builder, parent: int) -> dict:
+def add_table_blocks(builder: PserverBuilder, parent: int) -> dict:
     """Append the table's optimize, prefetch and checkpoint blocks to a pserver program;
     returns the listen_and_serv attrs they set."""
     plan, table, gblock = builder.plan, builder.plan.table, builder.gblock
@@ -185,5 +185,5 @@ def add_table_blocks(builder: _Builder, parent: int) -> dict:
                                    table.shard_rows]}
 
 
-def _params_on(builder: _Builder) -> list[str]:
+def _params_on(builder: PserverBuilder) -> list[str]:
     return [pp.param_block_names[k] for pp, k in builder.plan.blocks_on(builder.ep)]

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from ..framework import OP_ROLE_KEY, OpRole, Program
 from .plan import TranspilePlan
-from .pserver_program import PserverBuild, clone_var
+from .pserver_builder import PserverBuild, clone_var
 
 RANDOM_INIT_OPS = ("uniform_random", "gaussian_random", "truncated_gaussian_random")
 SKIPPED_OPS = ("recv", "fetch_barrier", "concat")
