@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import unique_name
+from . import layers, unique_name
+from .framework import default_main_program, install_hook
 
 __all__ = ["GradientClipByGlobalNorm", "GradientClipByNorm", "GradientClipByValue",
            "clip_from_dict", "set_gradient_clip"]
@@ -110,8 +111,6 @@ class GradientClipByGlobalNorm(_Clip):
         self.group_name = group_name
 
     def __call__(self, params_grads: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
-        from . import layers  # noqa: PLC0415  (layers build on the framework this module uses)
-
         clipped = [(p, g) for p, g in params_grads if g is not None and self._wanted(p)]
         if not clipped:
             return params_grads
@@ -151,11 +150,12 @@ def clip_from_dict(d: dict | None) -> _Clip | None:
     return GradientClipByGlobalNorm(d["clip_norm"])
 
 
+install_hook("clip_from_dict", clip_from_dict)  # programs read back from JSON
+
+
 def set_gradient_clip(clip: _Clip, param_list=None, program=None) -> None:
     """Clip the gradients of ``param_list`` (default: every parameter of ``program``) one by
     one (not :class:`GradientClipByGlobalNorm`: give that to the optimizer's ``grad_clip=``)."""
-    from .framework import default_main_program
-
     if isinstance(clip, GradientClipByGlobalNorm):
         raise NotImplementedError("set_gradient_clip with GradientClipByGlobalNorm is not "
                                   "implemented: pass it as the optimizer's grad_clip=")

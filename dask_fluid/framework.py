@@ -14,14 +14,43 @@ import contextvars
 import copy
 import html
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from . import unique_name
 from .ops import registry
+from .regularizer import regularizer_from_dict
 
 GRAD_SUFFIX = "@GRAD"
 EMPTY_VAR = "@EMPTY@"
+
+
+class _Hooks:
+    """What modules above this one install when they are imported (Fluid's monkey patches):
+    ``binary_op(x, other, op_type, reverse)`` (:mod:`.layers`: a Variable's arithmetic) and
+    ``clip_from_dict`` (:mod:`.clip`: a parameter's gradient clip, read back from JSON)."""
+
+    binary_op: Callable[[Variable, Any, str, bool], Variable] | None = None
+    clip_from_dict: Callable[[Any], Any] | None = None
+
+
+_hooks = _Hooks()
+
+
+def install_hook(name: str, fn: Callable[..., Any]) -> None:
+    """Install hook ``name`` (``"binary_op"`` or ``"clip_from_dict"``, see :class:`_Hooks`)."""
+    if name not in ("binary_op", "clip_from_dict"):
+        raise ValueError(f"framework has no hook {name!r}")
+    setattr(_hooks, name, fn)
+
+
+def _clip_from_dict(data: Any) -> Any:
+    if data is None:
+        return None
+    if _hooks.clip_from_dict is None:
+        raise RuntimeError("a program with a gradient clip is read back by dask_fluid.clip: "
+                           "import dask_fluid (or dask_fluid.clip) first")
+    return _hooks.clip_from_dict(data)
 
 
 def grad_var_name(name: str) -> str:
@@ -143,11 +172,13 @@ class Variable:
 
     __repr__ = __str__
 
-    # Operator overloading creates ops in the current block, as Fluid's monkey patch does.
+    # Operator overloading creates ops in the current block, as Fluid's monkey patch does: the
+    # layers (above this module) install the op builder when they are imported
     def _binary(self, other: Any, op_type: str, reverse: bool = False) -> Variable:
-        from . import layers
-
-        return layers._binary_op(self, other, op_type, reverse)
+        if _hooks.binary_op is None:
+            raise RuntimeError(f"Variable arithmetic ({op_type}) builds layers: import "
+                               "dask_fluid (or dask_fluid.layers) first")
+        return _hooks.binary_op(self, other, op_type, reverse)
 
     def __add__(self, other):
         return self._binary(other, "elementwise_add")
@@ -597,9 +628,6 @@ class Program:
 
     @classmethod
     def _from_dict(cls, data: dict) -> Program:
-        from .clip import clip_from_dict
-        from .regularizer import regularizer_from_dict
-
         prog = cls()
         prog.random_seed = data["random_seed"]
         for k, v in data.get("attrs", {}).items():
@@ -615,7 +643,7 @@ class Program:
                 name = vd.pop("name")
                 if kind == "param":
                     vd["regularizer"] = regularizer_from_dict(vd.get("regularizer"))
-                    vd["gradient_clip_attr"] = clip_from_dict(vd.get("gradient_clip_attr"))
+                    vd["gradient_clip_attr"] = _clip_from_dict(vd.get("gradient_clip_attr"))
                     stop = vd.pop("stop_gradient")
                     var = Parameter(block, name, **vd)
                     var.stop_gradient = stop

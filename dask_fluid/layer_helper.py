@@ -14,6 +14,11 @@ from .framework import (
 from .initializer import ConstantInitializer, Initializer, XavierInitializer
 from .param_attr import ParamAttr
 
+#: the ``act=`` a layer takes (each is an op of the same name)
+ACTIVATIONS = ("relu", "sigmoid", "tanh", "softmax", "exp", "sqrt", "abs", "square",
+               "leaky_relu", "relu6", "elu", "softplus", "softsign", "hard_sigmoid", "swish",
+               "gelu", "log")
+
 
 class LayerHelper:
     """Names a layer instance (``fc_0``) and creates its parameters and temporaries."""
@@ -68,3 +73,14 @@ class LayerHelper:
 
     def append_op(self, *args: Any, **kwargs: Any):
         return self.main_program.current_block().append_op(*args, **kwargs)
+
+    def append_activation(self, x: Variable, act: str | None) -> Variable:
+        """``x`` through the activation op ``act`` (None: ``x`` itself), as Fluid's
+        ``LayerHelper.append_activation``."""
+        if act is None:
+            return x
+        if act not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {act!r}; use one of {ACTIVATIONS} or None")
+        out = self.create_tmp(dtype=x.dtype, shape=x.shape)
+        self.append_op(act, inputs={"X": [x]}, outputs={"Out": [out]})
+        return out

@@ -17,7 +17,6 @@ from ..ops.conv_ops import (
     resolve_paddings,
 )
 from ..param_attr import ParamAttr
-from .nn import _append_activation
 from .tensor import _check_var
 
 __all__ = ["batch_norm", "conv2d", "conv2d_transpose", "pool2d"]
@@ -134,7 +133,7 @@ def conv2d(input: Variable, num_filters: int, filter_size: int | Sequence[int],
                             "groups": groups, "use_cudnn": bool(use_cudnn),
                             "use_mkldnn": False, "fuse_relu_before_depthwise_conv": False,
                             "padding_algorithm": algorithm, "data_format": data_format})
-    return _append_activation(helper, _channel_bias(helper, pre_bias, bias_attr), act)
+    return helper.append_activation(_channel_bias(helper, pre_bias, bias_attr), act)
 
 
 def pool2d(input: Variable, pool_size: int | Sequence[int] = -1, pool_type: str = "max",
@@ -230,7 +229,7 @@ def batch_norm(input: Variable, act: str | None = None, is_test: bool = False,
                             "is_test": bool(is_test), "data_layout": data_layout,
                             "use_mkldnn": False, "fuse_with_relu": False,
                             "use_global_stats": bool(use_global_stats)})
-    return _append_activation(helper, out, act)
+    return helper.append_activation(out, act)
 
 
 def conv2d_transpose(input: Variable, num_filters: int, output_size: Any = None,
@@ -281,4 +280,4 @@ def conv2d_transpose(input: Variable, num_filters: int, output_size: Any = None,
                             "padding_algorithm": algorithm, "dilations": dilations,
                             "groups": groups, "use_cudnn": bool(use_cudnn),
                             "data_format": data_format})
-    return _append_activation(helper, _channel_bias(helper, pre_bias, bias_attr), act)
+    return helper.append_activation(_channel_bias(helper, pre_bias, bias_attr), act)

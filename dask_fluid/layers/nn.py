@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from .. import unique_name
-from ..framework import Variable
+from ..framework import Variable, install_hook
 from ..initializer import ConstantInitializer, NumpyArrayInitializer
 from ..layer_helper import LayerHelper
 from ..param_attr import ParamAttr
@@ -24,21 +24,6 @@ __all__ = [
     "softmax", "softmax_with_cross_entropy", "softplus", "softsign", "sqrt", "square",
     "square_error_cost", "swish", "tanh", "topk",
 ]
-
-_ACTIVATIONS = ("relu", "sigmoid", "tanh", "softmax", "exp", "sqrt", "abs", "square",
-                "leaky_relu", "relu6", "elu", "softplus", "softsign", "hard_sigmoid", "swish",
-                "gelu", "log")
-
-
-def _append_activation(helper: LayerHelper, x: Variable, act: str | None) -> Variable:
-    if act is None:
-        return x
-    if act not in _ACTIVATIONS:
-        raise ValueError(f"unknown activation {act!r}; use one of {_ACTIVATIONS} or None")
-    out = helper.create_tmp(dtype=x.dtype, shape=x.shape)
-    helper.append_op(act, inputs={"X": [x]}, outputs={"Out": [out]})
-    return out
-
 
 def _unary(op_type: str, x: Variable, name: str | None = None, **attrs: Any) -> Variable:
     _check_var(x, "x", op_type)
@@ -92,7 +77,7 @@ def scale(x: Variable, scale: float = 1.0, bias: float = 0.0, bias_after_scale: 
     helper = LayerHelper("scale", name)
     out = _unary("scale", x, None, scale=float(scale), bias=float(bias),
                  bias_after_scale=bool(bias_after_scale))
-    return _append_activation(helper, out, act)
+    return helper.append_activation(out, act)
 
 
 def mean(x: Variable, name: str | None = None) -> Variable:
@@ -135,7 +120,7 @@ def _elementwise(op_type: str, x: Variable, y: Variable, axis: int, act: str | N
     out = helper.create_tmp(dtype=x.dtype, shape=x.shape)
     helper.append_op(op_type, inputs={"X": [x], "Y": [y]}, outputs={"Out": [out]},
                      attrs={"axis": axis})
-    return _append_activation(helper, out, act)
+    return helper.append_activation(out, act)
 
 
 def elementwise_add(x: Variable, y: Variable, axis: int = -1, act: str | None = None,
@@ -178,6 +163,9 @@ def _binary_op(x: Variable, other: Any, op_type: str, reverse: bool) -> Variable
 
         return less_than(a, b)
     return _elementwise(op_type, a, b, -1, None, None)
+
+
+install_hook("binary_op", _binary_op)  # a Variable's + - * / build these ops
 
 
 def fc(input: Variable | Sequence[Variable], size: int, num_flatten_dims: int = 1,
@@ -227,7 +215,7 @@ def fc(input: Variable | Sequence[Variable], size: int, num_flatten_dims: int = 
         pre_act = helper.create_tmp(dtype=pre_bias.dtype, shape=pre_bias.shape)
         helper.append_op("elementwise_add", inputs={"X": [pre_bias], "Y": [b]},
                          outputs={"Out": [pre_act]}, attrs={"axis": num_flatten_dims})
-    return _append_activation(helper, pre_act, act)
+    return helper.append_activation(pre_act, act)
 
 
 def embedding(input: Variable, size: Sequence[int], is_sparse: bool = False,
@@ -452,7 +440,7 @@ def layer_norm(input: Variable, scale: bool = True, shift: bool = True,
     helper.append_op("layer_norm", inputs=inputs,
                      outputs={"Y": [out], "Mean": [mean], "Variance": [variance]},
                      attrs={"epsilon": float(epsilon), "begin_norm_axis": int(begin_norm_axis)})
-    return _append_activation(helper, out, act)
+    return helper.append_activation(out, act)
 
 
 def leaky_relu(x: Variable, alpha: float = 0.02, name: str | None = None) -> Variable:

@@ -9,7 +9,6 @@ from ..framework import Variable
 from ..initializer import ConstantInitializer
 from ..layer_helper import LayerHelper
 from ..param_attr import ParamAttr
-from .nn import _append_activation
 from .tensor import _check_var
 
 __all__ = ["lod_reset", "sequence_concat", "sequence_conv", "sequence_enumerate",
@@ -117,7 +116,7 @@ def sequence_conv(input: Variable, num_filters: int, filter_size: int = 3,
         pre_act = helper.create_tmp(dtype=input.dtype, shape=[-1, num_filters])
         helper.append_op("elementwise_add", inputs={"X": [pre_bias], "Y": [b]},
                          outputs={"Out": [pre_act]}, attrs={"axis": 1})
-    return _append_activation(helper, pre_act, act)
+    return helper.append_activation(pre_act, act)
 
 
 def _like(helper: LayerHelper, x: Variable, stop_gradient: bool = False) -> Variable:

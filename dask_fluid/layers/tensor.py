@@ -126,8 +126,6 @@ def sums(input: Sequence[Variable], out: Variable | None = None) -> Variable:
 def reshape(x: Variable, shape: Sequence[int], actual_shape: Any = None, act: str | None = None,
             inplace: bool = False, name: str | None = None) -> Variable:
     """Reshape (``reshape2``): 0 copies the input dim, -1 is inferred."""
-    from .nn import _append_activation
-
     helper = LayerHelper("reshape2", name)
     shape = [int(d) for d in shape]
     if shape.count(-1) > 1:
@@ -139,7 +137,7 @@ def reshape(x: Variable, shape: Sequence[int], actual_shape: Any = None, act: st
     xshape = helper.create_tmp(dtype=x.dtype, stop_gradient=True)
     helper.append_op("reshape2", inputs={"X": [x]}, outputs={"Out": [out], "XShape": [xshape]},
                      attrs={"shape": shape})
-    return _append_activation(helper, out, act)
+    return helper.append_activation(out, act)
 
 
 def increment(x: Variable, value: float = 1.0, in_place: bool = True) -> Variable:
