@@ -240,3 +240,24 @@ def test_all_attrs_gives_block_attributes_as_blocks():
     assert attrs["sub_block"] is main.block(cond.attr("sub_block"))
     assert isinstance(cond.attr("sub_block"), int)  # stored as an index
     assert lr.name in main.global_block().vars
+
+
+def test_parameter_clip_and_regularizer_survive_json():
+    # framework reads them back through the hook clip installs (it imports no layer or clip)
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data(name="x", shape=[4])
+        layers.fc(x, 2, param_attr=fluid.ParamAttr(
+            name="w", gradient_clip=fluid.clip.GradientClipByNorm(2.5),
+            regularizer=fluid.regularizer.L2Decay(0.01)))
+    w = fluid.Program.from_json(main.to_json()).global_block().var("w")
+    assert isinstance(w.gradient_clip_attr, fluid.clip.GradientClipByNorm)
+    assert w.gradient_clip_attr.clip_norm == 2.5
+    assert isinstance(w.regularizer, fluid.regularizer.L2Decay)
+
+
+def test_framework_hooks_are_named():
+    from dask_fluid.framework import install_hook
+
+    with pytest.raises(ValueError, match="no hook 'binary'"):
+        install_hook("binary", lambda *a: None)
