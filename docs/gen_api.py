@@ -31,6 +31,7 @@ MODULES: list[tuple[str, str]] = [
     ("dask_fluid.optimizer", "Optimizers"),
     ("dask_fluid.regularizer", "Regularizers"),
     ("dask_fluid.clip", "Gradient clipping"),
+    ("dask_fluid.places", "Places: where kernels run"),
     ("dask_fluid.executor", "Executor and scopes"),
     ("dask_fluid.lod", "LoD tensors (variable-length sequences)"),
     ("dask_fluid.py_reader", "PyReader"),
