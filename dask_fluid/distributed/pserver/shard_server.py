@@ -357,10 +357,14 @@ class ShardServer:
 
     def _take_back(self, peer: _Peer) -> None:
         with peer.lock:  # not while a trainer is answering one of its requests
-            peer.lent = False
-            with self._lock:
-                if self._lent.get(peer.tid) is peer:
-                    del self._lent[peer.tid]
+            self._unlend(peer)
+
+    def _unlend(self, peer: _Peer) -> None:
+        """``peer`` is read by its own thread again (the caller holds ``peer.lock``)."""
+        peer.lent = False
+        with self._lock:
+            if self._lent.get(peer.tid) is peer:  # (not a newer connection of that trainer)
+                del self._lent[peer.tid]
         peer.wake.set()
 
     def _take_back_all(self) -> None:
@@ -378,10 +382,7 @@ class ShardServer:
                 return
             deadline = time.monotonic() + self.shard.flags.deadline_s
             if self._serve_one(peer, deadline, "trainer") == _CLOSED:
-                peer.lent = False
-                with self._lock:
-                    self._lent.pop(peer.tid, None)
-                peer.wake.set()  # its thread closes it
+                self._unlend(peer)  # its thread closes it
         finally:
             peer.lock.release()
 
