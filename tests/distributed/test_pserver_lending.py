@@ -52,6 +52,18 @@ def _reply(conn) -> dict:
     return unpack_arrays(header["meta"], buf)
 
 
+def _push_and_lend(shard, conn, names, value: float = 1.0) -> None:
+    """Trainer 1 pushes round 0, which waits for trainer 0: its connection is lent."""
+    _push(conn, 0, _grads(names, ".trainer_1", value))
+    _until(lambda: shard.server.lending, "the connection to be lent")
+
+
+def _served_until(shard, done) -> None:
+    """Wait as a trainer of the shard's process does until ``done()``."""
+    _until(lambda: serve_while_waiting([shard.server], (), 0.5) or done(),
+           "the waiting trainer to read the push")
+
+
 def _readable(conn, timeout_s: float) -> bool:
     return bool(select.select([conn.sock], [], [], timeout_s)[0])
 
@@ -83,8 +95,7 @@ def test_the_round_ender_answers_the_open_push_and_the_waiting_trainer_reads_the
         two_trainers):
     shard, conn, names = two_trainers
     server = shard.server
-    _push(conn, 0, _grads(names, ".trainer_1", 3.0))
-    _until(lambda: server.lending, "the connection to be lent")
+    _push_and_lend(shard, conn, names, 3.0)
     assert shard.round == 0 and server.read_by == {"threads": 1, "trainer": 0}
     assert not _readable(conn, 0.05)  # its round waits for trainer 0
     before = shard.scope.get("fc_2.b_0").copy()
@@ -96,8 +107,7 @@ def test_the_round_ender_answers_the_open_push_and_the_waiting_trainer_reads_the
 
     # the next push is read by the waiting trainer, not by the parked connection thread
     _push(conn, 1, _grads(names, ".trainer_1", 1.0))
-    _until(lambda: serve_while_waiting([server], (), 0.5) or server.read_by["trainer"],
-           "the waiting trainer to read the push")
+    _served_until(shard, lambda: server.read_by["trainer"])
     assert server.read_by == {"threads": 1, "trainer": 1} and shard.stats["pushes"] == 3
     shard.push(0, 1, _grads(names, ".trainer_0", 1.0))
     assert _reply(conn)["fc_2.b_0"].shape == (10,) and shard.round == 2
@@ -105,8 +115,7 @@ def test_the_round_ender_answers_the_open_push_and_the_waiting_trainer_reads_the
 
 def test_a_wait_returns_when_its_own_reply_can_be_read(two_trainers):
     shard, conn, names = two_trainers
-    _push(conn, 0, _grads(names, ".trainer_1", 1.0))
-    _until(lambda: shard.server.lending, "the connection to be lent")
+    _push_and_lend(shard, conn, names)
     mine, theirs = socket.socketpair()
     try:
         assert not serve_while_waiting([shard.server], (mine.fileno(),), 0.05)
@@ -120,8 +129,7 @@ def test_a_wait_returns_when_its_own_reply_can_be_read(two_trainers):
 def test_a_request_left_unread_is_taken_back_by_the_connection_thread(two_trainers):
     shard, conn, names = two_trainers
     server = shard.server
-    _push(conn, 0, _grads(names, ".trainer_1", 1.0))
-    _until(lambda: server.lending, "the connection to be lent")
+    _push_and_lend(shard, conn, names)
     shard.push(0, 0, _grads(names, ".trainer_0", 1.0))
     _reply(conn)
     # trainer 0 does not wait (it computes): the push must not sit there for ever (two checks
@@ -138,8 +146,7 @@ def test_a_request_left_unread_is_taken_back_by_the_connection_thread(two_traine
 def test_a_trainer_that_stops_waiting_gives_its_connections_back(two_trainers):
     shard, conn, names = two_trainers
     server = shard.server
-    _push(conn, 0, _grads(names, ".trainer_1", 1.0))
-    _until(lambda: server.lending, "the connection to be lent")
+    _push_and_lend(shard, conn, names)
     server.detach_waiter(0)
     assert not server.lending
     shard.push(0, 0, _grads(names, ".trainer_0", 1.0))
@@ -164,13 +171,11 @@ def test_a_push_past_a_trainers_last_step_is_answered_when_the_epoch_ends():
     # trainer 1 has 2 steps, trainer 0 has 3: trainer 1's last push is released by the end of
     # round 2, which only trainer 0 takes part in
     with _serving(schedule=Schedule((3, 2), 1)) as (shard, conn, names):
-        _push(conn, 0, _grads(names, ".trainer_1", 1.0))
-        _until(lambda: shard.server.lending, "the connection to be lent")
+        _push_and_lend(shard, conn, names)
         shard.push(0, 0, _grads(names, ".trainer_0", 1.0))
         _reply(conn)
         _push(conn, 1, _grads(names, ".trainer_1", 1.0))  # its last step: release = round 2
-        _until(lambda: serve_while_waiting([shard.server], (), 0.5)
-               or shard.stats["pushes"] == 3, "the waiting trainer to read the push")
+        _served_until(shard, lambda: shard.stats["pushes"] == 3)
         shard.push(0, 1, _grads(names, ".trainer_0", 1.0))
         assert shard.round == 2 and not _readable(conn, 0.05)  # waits for round 2
         shard.push(0, 2, _grads(names, ".trainer_0", 1.0))
@@ -179,8 +184,7 @@ def test_a_push_past_a_trainers_last_step_is_answered_when_the_epoch_ends():
 
 def test_a_failure_answers_the_replies_that_wait_for_a_round_with_its_reason(two_trainers):
     shard, conn, names = two_trainers
-    _push(conn, 0, _grads(names, ".trainer_1", 1.0))
-    _until(lambda: shard.server.lending, "the connection to be lent")
+    _push_and_lend(shard, conn, names)
     shard.abort("trainer 0's worker died")
     assert _readable(conn, 5)
     header, _ = conn.recv(deadline=time.monotonic() + 5)
@@ -189,8 +193,7 @@ def test_a_failure_answers_the_replies_that_wait_for_a_round_with_its_reason(two
 
 def test_a_lent_connection_that_closes_fails_the_round_naming_the_trainer(two_trainers):
     shard, conn, names = two_trainers
-    _push(conn, 0, _grads(names, ".trainer_1", 1.0))
-    _until(lambda: shard.server.lending, "the connection to be lent")
+    _push_and_lend(shard, conn, names)
     shard.push(0, 0, _grads(names, ".trainer_0", 1.0))
     _reply(conn)
     conn.close()  # trainer 1 dies while its connection is lent to trainer 0
