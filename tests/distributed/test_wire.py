@@ -89,6 +89,34 @@ def test_large_payloads_go_through_shared_memory_and_small_ones_over_the_socket(
     assert _segments() == before
 
 
+@needs_shm
+@pytest.mark.parametrize("value", ["1", "yes"])
+def test_dask_fluid_shm_disable_keeps_the_payloads_on_the_socket(monkeypatch, value):
+    monkeypatch.setenv(shared_payload.DISABLE_ENV, value)
+    assert not shared_payload.available()
+    before = _segments()
+    seen: list = []
+    port, thread = _echo_server(b"hello", seen)
+    conn = wire.connect("127.0.0.1", port, lambda sock: sock.sendall(b"hello"), 5)
+    try:
+        assert not conn.shared and not conn.sends_shared and _server_saw(seen) == [False]
+        x = np.arange(1_000_000, dtype=np.float32)  # far above SHM_MIN_BYTES
+        conn.send({"n": 0}, {"x": x}, deadline=time.monotonic() + 10)
+        header, buf = conn.recv(deadline=time.monotonic() + 10)
+        np.testing.assert_array_equal(unpack_arrays(header["meta"], buf)["x"], 2 * x)
+        assert _segments() == before  # not even a probe file
+    finally:
+        conn.close()
+        thread.join(10)
+
+
+def test_dask_fluid_shm_disable_0_or_empty_leaves_shared_memory_on(monkeypatch):
+    for value in ("0", "", " "):
+        monkeypatch.setenv(shared_payload.DISABLE_ENV, value)
+        assert shared_payload.available() == (os.path.isdir("/dev/shm")
+                                              and os.access("/dev/shm", os.W_OK))
+
+
 def test_a_socket_only_connection_carries_the_payload_itself():
     a, b = socket.socketpair()
     a.settimeout(wire.POLL_S)

@@ -62,7 +62,11 @@ class Job:
         return self.procs[name].stderr.read().decode(errors="replace")
 
     def losses(self, name: str) -> list[float]:
-        return json.loads(self.outs[name].read_text())["losses"]
+        return self.output(name)["losses"]
+
+    def output(self, name: str) -> dict:
+        """What role ``name`` wrote (fluid_script.py's JSON)."""
+        return json.loads(self.outs[name].read_text())
 
     def kill_all(self) -> None:
         for p in self.procs.values():

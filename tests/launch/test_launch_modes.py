@@ -33,6 +33,20 @@ def test_completely_not_async_2x2_processes_equal_local(tmp_path, local_losses):
     np.testing.assert_allclose(dist, local_losses, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("mode", ["sync", "sync_split"])
+def test_early_pushes_over_the_socket_2x2_processes_equal_local(tmp_path, local_losses, mode):
+    # every gradient goes out ahead of the barrier, over the socket (no shared memory)
+    job = cluster.start(tmp_path, cluster.dask_fluid_copy(tmp_path), mode, "slice",
+                        via_run=False, env={"DASK_FLUID_SHM_DISABLE": "1",
+                                            "DASK_DASK_FLUID__PSERVER__EARLY_PUSH_BYTES": "0"})
+    _finish(job)
+    dist = (np.array(job.losses("trainer0")) + np.array(job.losses("trainer1"))) / 2
+    np.testing.assert_allclose(dist, local_losses, atol=1e-5, rtol=0)
+    for name in ("trainer0", "trainer1"):
+        # at least one per pserver and step (12 steps, 2 pservers)
+        assert job.output(name)["early_pushes"] >= 24, job.output(name)
+
+
 @pytest.mark.parametrize("mode", ["half_async", "async_split", "geo"])
 def test_async_modes_2x2_processes_train(tmp_path, mode):
     # a short sleep per step interleaves the two trainers on a small machine

@@ -15,6 +15,11 @@ unlinks a segment's file as soon as it has mapped it (the memory lives on while 
 the sender unlinks it at close in case the receiver never did. Space is reserved with
 ``posix_fallocate``, so a full ``/dev/shm`` (Docker's default is 64 MB) makes that message go
 over the socket instead of raising SIGBUS later.
+
+``DASK_FLUID_SHM_DISABLE=1`` in a process's environment (as ``NCCL_SHM_DISABLE`` for NCCL) keeps
+its connections on the socket: for a ``/dev/shm`` that other jobs need, or to measure the
+socket path on one machine (``benchmarks/bench_overlap.py``). Either end of a connection that
+has it set is enough.
 """
 
 from __future__ import annotations
@@ -27,14 +32,20 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["InSegment", "OutSegment", "available", "check_probe", "make_probe", "remove"]
+__all__ = ["DISABLE_ENV", "InSegment", "OutSegment", "available", "check_probe", "make_probe",
+           "remove"]
 
+#: environment variable: "1" (or any value but "", "0") keeps this process off shared memory
+DISABLE_ENV = "DASK_FLUID_SHM_DISABLE"
 _DIR = "/dev/shm"
 _PREFIX = "dask-fluid-"
 
 
 def available() -> bool:
-    """Whether this machine has a shared-memory file system at ``/dev/shm``."""
+    """Whether this process may use shared memory: ``/dev/shm`` is there and writable, and
+    :data:`DISABLE_ENV` does not turn it off."""
+    if os.environ.get(DISABLE_ENV, "").strip() not in ("", "0"):
+        return False
     return os.path.isdir(_DIR) and os.access(_DIR, os.W_OK) and hasattr(os, "posix_fallocate")
 
 

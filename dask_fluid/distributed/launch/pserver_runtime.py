@@ -29,6 +29,7 @@ from ..comm import transport
 from ..comm.rpc import ensure_plugin
 from ..errors import DeadlineExceededError, DistributedTrainingError, WorkerLostError
 from ..pserver import checkpoint as ckpt
+from ..pserver.client import early_push_setting
 from ..pserver.shard import Schedule
 from . import elastic
 from .data import assign_trainers, partition_by_worker
@@ -371,6 +372,7 @@ class _Job:
         data_path = transport.choose(transport.PSERVER_KEY, workers,
                                      ("tcp://", "tls://", "inproc://"))
         tuning = WorkerTuning.from_config()
+        early_push = early_push_setting()
         data, trainers = (req.data, req.trainers) if restart is None else (restart.data,
                                                                              restart.trainers)
         trainer_workers, parts, rows = _place_data(client, data, trainers, workers,
@@ -441,7 +443,8 @@ class _Job:
             spec = TrainerSpec(job, secret, rank, prog.to_json(), startup.to_json(), workers_of,
                                names, fetch_names, schedule, req.epochs, batch_size,
                                req.shuffle, req.seed, sync, flags, start_round,
-                               keep if rank == 0 else [], tuning)
+                               keep if rank == 0 else [], tuning,
+                               early_push_bytes=early_push)
             tasks.append(TaskSpec(w, run_trainer, (spec, parts[rank]), role="trainer",
                                   endpoint=w, reports_done=True))
 
@@ -581,7 +584,8 @@ def _describe(ps_result: dict) -> str:
     info = ps_result["info"]
     return (f"pserver {info['endpoint']} on worker {ps_result['worker']} ({info['transport']} "
             f"data path): {info['rounds']} "
-            f"steps, {info['pushes']} pushes, {info['prefetches']} prefetches; threads "
+            f"steps, {info['pushes']} pushes{_early(info)}, {info['prefetches']} prefetches; "
+            "threads "
             f"send/get/prefetch {info['send_threads']}/{info['get_threads']}/"
             f"{info['prefetch_threads']} (used {info['threads_used']['send']}/"
             f"{info['threads_used']['get']}/{info['threads_used']['prefetch']}"
@@ -589,6 +593,11 @@ def _describe(ps_result: dict) -> str:
             f"{info['optimize_s']:.2f} s, replies {info['read_s']:.2f} s; "
             f"{info['bytes_in'] / 1e6:.1f} MB in, {info['bytes_out'] / 1e6:.1f} MB out"
             f"{_read_by(info.get('read_by', {}))}")
+
+
+def _early(info: dict) -> str:
+    n = info.get("early_pushes", 0)
+    return f" (and {n} early pushes ahead of them)" if n else ""
 
 
 def _read_by(counts: dict[str, int]) -> str:

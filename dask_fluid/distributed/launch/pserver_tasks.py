@@ -141,6 +141,9 @@ class TrainerSpec:
     start_round: int = 0
     keep_vars: list[str] = field(default_factory=list)
     tuning: WorkerTuning = field(default_factory=WorkerTuning)
+    #: sync gradients for a pserver on a network link go out at this many bytes (None: with
+    #: the barrier; :data:`..pserver.client.EARLY_PUSH_KEY`, read on the client)
+    early_push_bytes: int | None = None
 
 
 def run_trainer(spec: TrainerSpec, parts: list[Any]) -> dict:
@@ -171,7 +174,7 @@ def _train(worker: Any, spec: TrainerSpec, parts: list[Any], state: dict) -> dic
     program = Program.from_json(spec.program_json)
     feed_data = prepare_feeds(program, local_arrays(parts), spec.feed_names)
     client = DaskClient(worker, spec.job, spec.secret, spec.rank, spec.workers_of, spec.flags,
-                        spec.sync_mode)
+                        spec.sync_mode, early_push_bytes=spec.early_push_bytes)
     try:
         return _loop(worker, spec, program, feed_data, client, state)
     finally:

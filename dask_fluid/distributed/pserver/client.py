@@ -23,6 +23,18 @@ Two kinds of client, one round trip:
 A round trip sends to every remote pserver, starts the Dask calls, pushes to the local shard,
 and only then waits for replies, so that no pserver waits on a trainer that is itself waiting.
 
+Early pushes (sync mode, the overlap of Fluid's asynchronous ``send`` ops). Fluid's transpiler
+puts each ``send`` right after the op that makes its gradient, so the last layers' gradients are
+ready while the backward pass still runs through the first layers. Where a pserver is reached
+over a network link (a direct connection whose payloads go through the socket: another host,
+TLS, or ``DASK_FLUID_SHM_DISABLE``), once the gradients staged for it reach
+``early_push_bytes`` (the ``dask.config`` key :data:`EARLY_PUSH_KEY`, 1 MiB by default;
+``None`` turns it off) they go out at once as a ``push_part``, from a sender thread, while the
+executor goes on with the backward pass; the step's ``push_pull`` carries the rest and the
+number of parts. Nothing changes in what the pserver computes: its round still starts with
+every active trainer's whole gradient. Shared memory and the local shard take a push in
+microseconds, so they keep the one ``push_pull``.
+
 The training modes of Fluid 1.8 (``distributed_mode`` on the RPC ops, :mod:`...transpiler.modes`)
 differ only here, on the trainer side:
 
@@ -42,6 +54,7 @@ import atexit
 import concurrent.futures
 import logging
 import math
+import queue
 import ssl
 import sys
 import threading
@@ -50,7 +63,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import dask.config
 import numpy as np
+from dask.utils import parse_bytes
 
 from ...flags import RPCFlags
 from ...ops.selected_rows import SelectedRows
@@ -71,7 +86,8 @@ from ..errors import (
 from .shard import PServerShard, flatten_tensors, service_name, unflatten_tensors
 from .shard_server import ShardServer, serve_while_waiting
 
-__all__ = ["DaskClient", "DirectClient", "PServerClient"]
+__all__ = ["EARLY_PUSH_KEY", "DaskClient", "DirectClient", "PServerClient",
+           "early_push_setting"]
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +99,36 @@ ABORT_NOTICE_S = 2.0
 #: (another thread may end it); requests on the connections lent to it wake it at once
 ROUND_CHECK_S = 0.001
 ROUND_CHECK_MAX_S = 0.05
+#: dask.config key: gradients staged for a pserver on a network link go out as soon as they
+#: reach this many bytes (an int, or a string such as "4 MiB"); None: only with the barrier
+EARLY_PUSH_KEY = "dask_fluid.pserver.early-push-bytes"
+EARLY_PUSH_DEFAULT = 1 << 20
+
+
+def early_push_setting() -> int | None:
+    """The :data:`EARLY_PUSH_KEY` setting of this process: bytes, or None (off).
+
+    Raises
+    ------
+    ValueError
+        The value is neither None, a byte count of 0 or more, nor a string of one.
+    """
+    value = dask.config.get(EARLY_PUSH_KEY, EARLY_PUSH_DEFAULT)
+    if value is None or value is False:
+        return None
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        n = parse_bytes(value) if isinstance(value, str) else int(value)
+        if isinstance(value, float) and value != n:
+            raise TypeError
+    except (TypeError, ValueError):
+        n = -1
+    if n < 0:
+        raise ValueError(f"dask.config {EARLY_PUSH_KEY!r} is {value!r}: give a byte count of "
+                         "0 or more (e.g. 1048576 or \"1 MiB\"), or None to send every "
+                         "gradient with the step's barrier")
+    return n
 
 
 @dataclass
@@ -103,6 +149,66 @@ class _Started:
     links: list[Any]
     futures: dict[int, concurrent.futures.Future]
     finishers: dict[int, Any]
+
+
+class _PartSender:
+    """One thread that writes a trainer's early pushes, in order, while the trainer computes.
+
+    :meth:`drain` waits until everything handed over is written: the trainer calls it before it
+    writes anything else to a connection (a connection carries one message at a time), and
+    gets the first failure then.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._cond = threading.Condition()
+        self._unsent = 0
+        self._failure: tuple[_Call, BaseException] | None = None
+        self._current: _Call | None = None
+        self._thread: threading.Thread | None = None
+
+    def put(self, call: _Call, send: Any) -> None:
+        """Write ``call`` with ``send()`` after what was put before."""
+        with self._cond:
+            self._unsent += 1
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
+        self._queue.put((call, send))
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            call, send = item
+            self._current = call
+            try:
+                if self._failure is None:  # after a failure the rest would only fail too
+                    send()
+            except BaseException as exc:  # handed to the trainer by drain
+                self._failure = (call, exc)
+            finally:
+                with self._cond:
+                    self._unsent -= 1
+                    self._cond.notify_all()
+
+    def drain(self, timeout_s: float) -> tuple[_Call, BaseException] | None:
+        """Wait until every early push is written (each write has its own deadline; this
+        gives up after ``timeout_s`` in any case): the first that failed, and why."""
+        give_up = time.monotonic() + timeout_s
+        with self._cond:
+            while self._unsent and time.monotonic() < give_up:
+                self._cond.wait(POLL_S)
+            failure, self._failure = self._failure, None
+            if failure is None and self._unsent and self._current is not None:
+                failure = (self._current, WireTimeout("an early push was not written in time"))
+        return failure
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
 
 
 #: a reply that is not there yet (the first step of the pipelined async mode): the ``recv``
@@ -210,10 +316,13 @@ class PServerClient:
     sync_mode : bool
     endpoints : iterable of str
         Every pserver of the job (the RPC ops add the ones they name).
+    early_push_bytes : int, optional
+        Sync mode: gradients staged for a pserver on a network link go out as soon as they
+        reach this many bytes (module docstring); None: only with the step's barrier.
     """
 
     def __init__(self, trainer_id: int, flags: RPCFlags, sync_mode: bool,
-                 endpoints: Iterable[str] = ()) -> None:
+                 endpoints: Iterable[str] = (), *, early_push_bytes: int | None = None) -> None:
         self.trainer_id = int(trainer_id)
         self.flags = flags
         self.sync_mode = bool(sync_mode)
@@ -247,6 +356,11 @@ class PServerClient:
         #: the direct data paths of this process's shards this trainer waits on: while it
         #: waits, it answers the requests on the connections they lend it (:mod:`.shard_server`)
         self._serving: list[ShardServer] = []
+        self.early_push_bytes = early_push_bytes
+        #: early pushes made so far, and this step's per pserver (the push_pull counts them)
+        self.early_pushes = 0
+        self._parts_sent: dict[str, int] = {}
+        self._sender = _PartSender(f"trainer-{self.trainer_id}-early-push")
 
     # -- step bookkeeping -----------------------------------------------------------------------
     def begin_step(self, round_index: int) -> None:
@@ -255,8 +369,37 @@ class PServerClient:
         self._replies.clear()
 
     def stage(self, epmap: list[str], names: list[str], values: list[Any]) -> None:
+        """Keep gradient blocks ``values`` for the pservers ``epmap`` until the step's push;
+        push early the ones that fill a network link's batch (module docstring)."""
         for ep, name, value in zip(epmap, names, values, strict=True):
             self._staged.setdefault(ep, {})[name] = value
+        if self.early_push_bytes is not None and self.sync_mode:
+            for ep in dict.fromkeys(epmap):
+                self._push_early(ep)
+
+    def _push_early(self, ep: str) -> None:
+        """Hand what is staged for ``ep`` to the sender if it is on a network link and has
+        reached ``early_push_bytes``."""
+        link = self._links.get(ep)
+        # a link opens at the startup's pull; a shard of this process, Dask RPC or shared
+        # memory take the whole push at the barrier for less than a part would cost
+        if not isinstance(link, Connection) or link.sends_shared:
+            return
+        staged = self._staged[ep]
+        if sum(int(getattr(v, "nbytes", 0)) for v in staged.values()) < self.early_push_bytes:
+            return
+        del self._staged[ep]
+        arrays, sparse = flatten_tensors(staged)
+        call = _Call(ep, "push_part", {"method": "push_part", "round": self.round,
+                                       "sparse": sparse}, arrays)
+        deadline = time.monotonic() + self._deadline_s
+        self._parts_sent[ep] = self._parts_sent.get(ep, 0) + 1
+        self.early_pushes += 1
+        self.requests += 1
+        self.bytes_sent += sum(int(a.nbytes) for a in arrays.values())
+        self._last_contact[ep] = time.monotonic()
+        self._sender.put(call, lambda: link.send(call.header, arrays, deadline=deadline,
+                                                 stop=self._stopped))
 
     def wanted(self, block: Any, op: Any) -> dict[str, list[str]]:
         """Endpoint -> the blocks every ``recv`` of ``block`` from ``op`` on wants."""
@@ -324,7 +467,8 @@ class PServerClient:
         # only the pservers that take or hold a block of this step: one that holds no block
         # has no round to count (Fluid's send_barrier goes to every pserver; that made a
         # step's cost grow with trainers x pservers)
-        endpoints = sorted(set(want) | (set(self._staged) if push else set()))
+        parts = self._parts_sent if push else {}
+        endpoints = sorted(set(want) | (set(self._staged) | set(parts) if push else set()))
         calls = self._pings(endpoints) if push else []
         for ep in endpoints:
             names = want.get(ep, [])
@@ -332,12 +476,15 @@ class PServerClient:
                 arrays, sparse = flatten_tensors(self._staged.get(ep, {}))
                 header = {"method": "push_pull", "round": self.round, "want": names,
                           "sparse": sparse}
+                if ep in parts:
+                    header["parts"] = parts[ep]
             else:
                 arrays, header = {}, {"method": "pull", "want": names,
                                       "after_round": self.round}
             calls.append(_Call(ep, header["method"], header, arrays))
         if push:
             self._staged.clear()
+            self._parts_sent = {}
         return calls
 
     def _pings(self, busy: list[str]) -> list[_Call]:
@@ -441,7 +588,15 @@ class PServerClient:
             raise
 
     def _start(self, calls: list[_Call]) -> _Started:
-        """Put every request on its way (sockets, Dask calls, the local shard's push)."""
+        """Put every request on its way (sockets, Dask calls, the local shard's push), after
+        the early pushes."""
+        failed = self._sender.drain(self._deadline_s + POLL_S)
+        if failed is not None:
+            call, exc = failed
+
+            def reraise() -> None:
+                raise exc
+            self._wire(call, reraise)
         links = [self._link(c.endpoint) for c in calls]
         now = time.monotonic()
         deadline = now + self._deadline_s
@@ -599,6 +754,7 @@ class PServerClient:
 
     def close(self) -> None:
         """Close the connections (the pservers see the trainer hang up)."""
+        self._sender.close()
         serving, self._serving = self._serving, []
         for server in serving:  # their connections are read by their own threads again
             server.detach_waiter(self.trainer_id)
@@ -641,12 +797,15 @@ class DirectClient(PServerClient):
         The job secret (:func:`..comm.auth.env_secret`).
     tls : TlsContexts, optional
         Connect with TLS (:func:`..comm.tls.env_contexts`).
+
+    Early pushes follow this process's :data:`EARLY_PUSH_KEY` setting.
     """
 
     def __init__(self, trainer_id: int, flags: RPCFlags, sync_mode: bool,
                  endpoints: Iterable[str] = (), *, secret: bytes = b"",
                  tls: TlsContexts | None = None) -> None:
-        super().__init__(trainer_id, flags, sync_mode, endpoints)
+        super().__init__(trainer_id, flags, sync_mode, endpoints,
+                         early_push_bytes=early_push_setting())
         self.secret = secret
         self.tls = tls
         self._done = False
@@ -825,11 +984,15 @@ class DaskClient(PServerClient):
         Fluid endpoint -> Dask worker address of each pserver.
     flags : RPCFlags
     sync_mode : bool
+    early_push_bytes : int, optional
+        As :class:`PServerClient` (the job's client process read the setting).
     """
 
     def __init__(self, worker: Any, job: str, secret: bytes, trainer_id: int,
-                 workers_of: dict[str, str], flags: RPCFlags, sync_mode: bool) -> None:
-        super().__init__(trainer_id, flags, sync_mode, workers_of)
+                 workers_of: dict[str, str], flags: RPCFlags, sync_mode: bool, *,
+                 early_push_bytes: int | None = None) -> None:
+        super().__init__(trainer_id, flags, sync_mode, workers_of,
+                         early_push_bytes=early_push_bytes)
         self.worker = worker
         self.job = job
         self.secret = secret

@@ -32,6 +32,13 @@ Requests. Three ways lead to the same thread-safe core (:meth:`PServerShard.push
     *async*: each gradient runs its block from ``grad_to_block_id`` at once, unscaled; the reply
     carries the current parameters, and with DC-ASGD the reply to trainer ``i`` copies each
     parameter into ``P.trainer_i_bak``.
+``push_part`` (sync, no reply)
+    Gradients of the trainer's coming ``push_pull`` of step ``round``, sent ahead while the
+    trainer still computes (its early pushes on a network link, :mod:`.client`). They are kept
+    apart and join that ``push_pull``, whose ``parts`` header says how many came: the step is
+    the trainer's only when the ``push_pull`` arrives, so a round still starts only after
+    every active trainer's whole gradient. A part that is refused (a past step, a step after
+    the trainer's last, a gradient sent twice) fails that ``push_pull`` with the reason.
 ``pull``
     Parameter values without a push (trainer start-up, resume).
 ``prefetch``
@@ -330,9 +337,13 @@ class PServerShard(Service):
         self._last_activity = time.monotonic()
         #: round -> what sends the replies waiting for its end (see :meth:`reply_later`)
         self._on_round_end: dict[int, list[Callable[[], None]]] = {}
+        #: (trainer, round) -> the parts that came ahead of its push (:meth:`push_part`), and
+        #: why a part was refused (the push then fails with it)
+        self._parts: dict[tuple[int, int], list[dict[str, Any]]] = {}
+        self._part_errors: dict[tuple[int, int], str] = {}
         #: the tensor bytes that came in (gradients, ids) and went out (parameters, rows)
-        self.stats = {"rounds": 0, "pushes": 0, "prefetches": 0, "optimize_s": 0.0,
-                      "read_s": 0.0, "bytes_in": 0, "bytes_out": 0}
+        self.stats = {"rounds": 0, "pushes": 0, "early_pushes": 0, "prefetches": 0,
+                      "optimize_s": 0.0, "read_s": 0.0, "bytes_in": 0, "bytes_out": 0}
         self._stats_lock = threading.Lock()
         if self.schedule is not None:
             self._steps_max = max(self.schedule.steps_per_epoch)
@@ -368,13 +379,14 @@ class PServerShard(Service):
 
     # -- the thread-safe core: called by trainer threads on this worker, by the connection
     # -- threads of the direct data path (shard_server) and by the Dask handlers below ----------
-    def push(self, trainer_id: int, round: int, grads: dict[str, Any]) -> int:
+    def push(self, trainer_id: int, round: int, grads: dict[str, Any], parts: int = 0) -> int:
         """Take one step's gradients; return the round whose end :meth:`reply` waits for.
 
-        Sync mode: when this push completes the step (every trainer active in it has pushed),
-        the optimize blocks run here, in the caller's thread. Async mode: the gradients are
-        applied at once. Never waits for other trainers: a trainer pushes to every pserver
-        before it waits for any reply.
+        Sync mode: ``parts`` of them came ahead (:meth:`push_part`) and join these. When this
+        push completes the step (every trainer active in it has pushed), the optimize blocks
+        run here, in the caller's thread. Async mode: the gradients are applied at once. Never
+        waits for other trainers: a trainer pushes to every pserver before it waits for any
+        reply.
         """
         self._raise_if_failed()
         self._last_activity = time.monotonic()
@@ -382,29 +394,99 @@ class PServerShard(Service):
         if self.table is not None:
             grads = {n: self._rebase(n, g) for n, g in grads.items()}
         if not self.sync_mode:
+            if parts:
+                raise ValueError(f"trainer {trainer_id} sent early pushes to an async pserver "
+                                 f"({self.endpoint}): they are for sync mode")
             self.stats["pushes"] += 1
             self._run_pool(self.send_pool, self._apply_async, trainer_id, grads)
             self._pushed[trainer_id] = max(self._pushed.get(trainer_id, -1), int(round))
             return round
         with self._cond:
-            self._raise_if_failed()
-            if round < self.round:
-                raise ValueError(f"trainer {trainer_id} pushed step {round}, but pserver "
-                                 f"{self.endpoint} is already at step {self.round}")
-            if trainer_id not in self.active(round):
-                raise ValueError(f"trainer {trainer_id} pushed step {round}, which is past its "
-                                 "last step of the epoch")
-            pending = self._pending.setdefault(round, {})
-            if trainer_id in pending:
-                raise ValueError(f"trainer {trainer_id} pushed step {round} twice")
+            self._check_push(trainer_id, round)
+            grads = self._join_parts(trainer_id, round, int(parts), grads)
             self.stats["pushes"] += 1
-            pending[trainer_id] = grads
+            self._pending.setdefault(round, {})[trainer_id] = grads
             self._round_started.setdefault(round, time.monotonic())
             self._advance()
             due = self._take_due()
         for send in due:
             send()
         return self._release_round(trainer_id, round)
+
+    def push_part(self, trainer_id: int, round: int, grads: dict[str, Any]) -> None:
+        """Keep gradients that came ahead of trainer ``trainer_id``'s push of step ``round``
+        (sync). A refused part is not raised here (nobody waits for an answer): the push it
+        came ahead of fails with the reason."""
+        self._last_activity = time.monotonic()
+        self._count(_tensor_bytes(grads.values()), 0)
+        try:
+            self._raise_if_failed()
+            if not self.sync_mode:
+                raise ValueError(f"pserver {self.endpoint} is async: early pushes are for sync "
+                                 "mode")
+            if self.table is not None:
+                grads = {n: self._rebase(n, g) for n, g in grads.items()}
+            with self._cond:
+                self._check_push(trainer_id, round)
+                parts = self._parts.setdefault((trainer_id, round), [])
+                repeated = sorted(n for part in parts for n in grads if n in part)
+                if repeated:
+                    raise ValueError(f"trainer {trainer_id} sent {repeated} of step {round} "
+                                     "twice")
+                parts.append(grads)
+                self.stats["early_pushes"] += 1
+        except Exception as exc:
+            with self._cond:
+                self._part_errors.setdefault((trainer_id, round), str(exc))
+
+    def push_part_request(self, trainer_id: int, header: Mapping[str, Any],
+                          arrays: dict[str, Any]) -> None:
+        """:meth:`push_part` of a ``push_part`` request's flattened gradients (a malformed
+        one is refused the same way)."""
+        try:
+            round_index = int(header["round"])
+            grads = unflatten_tensors(arrays, header.get("sparse"))
+        except Exception as exc:
+            with self._cond:
+                self._part_errors.setdefault((trainer_id, int(header.get("round", -1))),
+                                             f"a malformed early push ({exc!r})")
+            return
+        self.push_part(trainer_id, round_index, grads)
+
+    def _check_push(self, trainer_id: int, round: int) -> None:
+        """Whether trainer ``trainer_id`` may push step ``round`` now (holding ``_cond``)."""
+        self._raise_if_failed()
+        if round < self.round:
+            raise ValueError(f"trainer {trainer_id} pushed step {round}, but pserver "
+                             f"{self.endpoint} is already at step {self.round}")
+        if trainer_id not in self.active(round):
+            raise ValueError(f"trainer {trainer_id} pushed step {round}, which is past its "
+                             "last step of the epoch")
+        if trainer_id in self._pending.get(round, ()):
+            raise ValueError(f"trainer {trainer_id} pushed step {round} twice")
+
+    def _join_parts(self, trainer_id: int, round: int, expected: int,
+                    grads: dict[str, Any]) -> dict[str, Any]:
+        """``grads`` with the parts that came ahead of them (holding ``_cond``)."""
+        key = (trainer_id, round)
+        error = self._part_errors.pop(key, None)
+        parts = self._parts.pop(key, [])
+        if error is not None:
+            raise ValueError(f"pserver {self.endpoint} refused an early push of trainer "
+                             f"{trainer_id}'s step {round}: {error}")
+        if len(parts) != expected:
+            raise ValueError(f"trainer {trainer_id}'s push of step {round} counts {expected} "
+                             f"early pushes, but pserver {self.endpoint} received {len(parts)}")
+        if not parts:
+            return grads
+        joined: dict[str, Any] = {}
+        for part in parts:
+            joined.update(part)
+        repeated = sorted(set(joined) & set(grads))
+        if repeated:
+            raise ValueError(f"trainer {trainer_id} sent {repeated} of step {round} twice")
+        joined.update(grads)
+        return joined
 
     def reply(self, trainer_id: int, release: int, want: tuple[str, ...]) -> dict[str, Any]:
         """The parameters ``want`` once round ``release`` is done (sync; at once in async).
@@ -425,7 +507,8 @@ class PServerShard(Service):
                      arrays: dict[str, Any]) -> int:
         """:meth:`push` of a ``push_pull`` request's flattened gradients."""
         return self.push(trainer_id, int(header["round"]),
-                         unflatten_tensors(arrays, header.get("sparse")))
+                         unflatten_tensors(arrays, header.get("sparse")),
+                         int(header.get("parts", 0)))
 
     def round_done(self, release: int) -> bool:
         """Whether round ``release`` is over (or the job failed: :meth:`reply` says why)."""
@@ -519,14 +602,18 @@ class PServerShard(Service):
                arrays: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """Answer one request of a trainer on another worker: ``(reply header, arrays)``.
 
-        ``header["method"]`` is ``push_pull`` (``round``, ``want``, ``sparse``; the arrays are
-        the flattened gradients), ``pull`` (``want``, ``after_round``), ``prefetch`` (the array
-        ``ids``, and ``table`` for a parameter block), ``complete`` or ``ping``.
+        ``header["method"]`` is ``push_pull`` (``round``, ``want``, ``sparse``, ``parts``; the
+        arrays are the flattened gradients), ``push_part`` (``round``, ``sparse``: answered
+        with nothing), ``pull`` (``want``, ``after_round``), ``prefetch`` (the array ``ids``,
+        and ``table`` for a parameter block), ``complete`` or ``ping``.
         """
-        method = header["method"]  # push_pull, pull, prefetch, complete, ping or abort
+        method = header["method"]  # those, or abort
         if method == "push_pull":
             release = self.push_request(trainer_id, header, arrays)
             return {}, self.reply(trainer_id, release, tuple(header["want"]))
+        if method == "push_part":  # no reply goes back (shard_server sends none)
+            self.push_part_request(trainer_id, header, arrays)
+            return {}, None
         if method == "pull":
             return {}, self.pull_sync(trainer_id, tuple(header["want"]),
                                       int(header.get("after_round", 0)))

@@ -62,8 +62,8 @@ MAX_PENDING_HANDSHAKES = 64
 #: a lent connection's thread checks this often whether a request waits unread
 RECLAIM_CHECK_S = 0.05
 
-# what serving one message came to
-_CLOSED, _ANSWERED, _DEFERRED = "closed", "answered", "deferred"
+# what serving one message came to (_KEPT: a push_part, which is never answered)
+_CLOSED, _ANSWERED, _DEFERRED, _KEPT = "closed", "answered", "deferred", "kept"
 
 
 def _bind(host: str, port: int, endpoint: str) -> socket.socket:
@@ -266,7 +266,11 @@ class ShardServer:
         shard = self.shard
         try:
             arrays = unpack_arrays(header["meta"], buf) if header["meta"]["names"] else {}
-            if header.get("method") == "push_pull" and self._may_lend(conn):
+            method = header.get("method")
+            if method == "push_part":  # the push it came ahead of says what became of it
+                shard.push_part_request(tid, header, arrays)
+                return _KEPT
+            if method == "push_pull" and self._may_lend(conn):
                 release = shard.push_request(tid, header, arrays)
                 want = tuple(header["want"])
                 if shard.reply_later(release, lambda: self._reply_at_round_end(
