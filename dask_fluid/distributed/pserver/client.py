@@ -424,7 +424,9 @@ class PServerClient:
 
     @property
     def staged(self) -> bool:
-        return bool(self._staged)
+        """Whether this step has gradients to push (staged, or gone ahead as early pushes that
+        the step's push_pull must count)."""
+        return bool(self._staged) or bool(self._parts_sent)
 
     # -- requests -------------------------------------------------------------------------------
     def exchange(self, want: dict[str, list[str]], push: bool) -> None:
