@@ -26,6 +26,7 @@ from dask_fluid.flags import RPCFlags
 from dask_fluid.models import mlp
 
 from ..transpiler.models import reference_mlp
+from .test_pserver_lending import _until
 from .test_pserver_shard import EP, _grads, _spec
 from .test_pserver_sync import OPTIMIZERS, _assert_params_equal, _data, _local, _two_trainers
 
@@ -145,14 +146,6 @@ def _served(monkeypatch):
     finally:
         conn.close()
         shard.close()
-
-
-def _until(check, what: str, timeout_s: float = 5.0) -> None:
-    give_up = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > give_up:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.002)
 
 
 def test_a_push_part_on_the_wire_gets_no_reply_and_joins_the_push_pull(monkeypatch):
