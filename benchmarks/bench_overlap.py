@@ -31,10 +31,12 @@ as they reach 1 MiB), interleaved, on the shaped link and on the plain loopback:
 Reported: ms per step (the slowest trainer's, after 3 warm-up steps; median over
 ``--repeat``) and early / barrier-only; the parameters' transfer time on the link.
 
-Measured on the 2-core development machine (2026-12-06, 10gbit, 2 runs): cnn_fc_head 52.6-56.0
-ms with the barrier only, 47.2-47.9 ms with early pushes (0.85-0.90 x); mlp_25mb 54.1-54.7 ->
-52.7-53.3 ms (0.97 x). What is left of the step's exchange is the pull of the updated
-parameters, which waits for every trainer's last gradient (sync).
+Measured on the 2-core development machine (2026-12-06, 10gbit, two runs, medians of 2 and 3):
+cnn_fc_head 53.1-53.7 ms with the barrier only, 49.9-51.4 ms with early pushes (0.93-0.97 x);
+mlp_25mb 55.1-55.3 -> 54.0-54.5 ms (0.98-0.99 x); on the unshaped loopback 1.00-1.02 x. An
+exploratory script gave 0.85-0.90 x for cnn_fc_head before this one existed. What is left of
+the step's exchange is the pull of the updated parameters, which waits for every trainer's last
+gradient (sync).
 """
 
 from __future__ import annotations
