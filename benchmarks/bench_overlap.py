@@ -116,8 +116,7 @@ def run(client: Client, model: str, steps: int, batch: int = 32) -> dict:
     parts = [feed(rng, batch * (steps + WARMUP)) for _ in range(2)]
     result = train_pserver(client, main, startup, parts, pservers=2, batch_size=batch,
                            shuffle=False, fetch_list=[loss])
-    early = sum(int(line.split("(and ")[1].split()[0]) for line in result.summary.splitlines()
-                if "early pushes ahead" in line)
+    early = sum(p["early_pushes"] for p in result.stats["pservers"])
     return {"ms_per_step": _timed(result, WARMUP, batch)["ms_per_step_per_trainer"],
             "model_mb": nbytes / 1e6, "early_pushes": early}
 

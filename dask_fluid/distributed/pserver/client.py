@@ -197,6 +197,8 @@ class _PartSender:
     def drain(self, timeout_s: float) -> tuple[_Call, BaseException] | None:
         """Wait until every early push is written (each write has its own deadline; this
         gives up after ``timeout_s`` in any case): the first that failed, and why."""
+        if self._thread is None:  # nothing was ever handed over (the usual case)
+            return None
         give_up = time.monotonic() + timeout_s
         with self._cond:
             while self._unsent and time.monotonic() < give_up:
@@ -392,12 +394,13 @@ class PServerClient:
         arrays, sparse = flatten_tensors(staged)
         call = _Call(ep, "push_part", {"method": "push_part", "round": self.round,
                                        "sparse": sparse}, arrays)
-        deadline = time.monotonic() + self._deadline_s
+        now = time.monotonic()
+        deadline = now + self._deadline_s
         self._parts_sent[ep] = self._parts_sent.get(ep, 0) + 1
         self.early_pushes += 1
         self.requests += 1
         self.bytes_sent += sum(int(a.nbytes) for a in arrays.values())
-        self._last_contact[ep] = time.monotonic()
+        self._last_contact[ep] = now
         self._sender.put(call, lambda: link.send(call.header, arrays, deadline=deadline,
                                                  stop=self._stopped))
 

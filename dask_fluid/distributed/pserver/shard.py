@@ -389,10 +389,7 @@ class PServerShard(Service):
         reply.
         """
         self._raise_if_failed()
-        self._last_activity = time.monotonic()
-        self._count(_tensor_bytes(grads.values()), 0)
-        if self.table is not None:
-            grads = {n: self._rebase(n, g) for n, g in grads.items()}
+        grads = self._take_in(grads)
         if not self.sync_mode:
             if parts:
                 raise ValueError(f"trainer {trainer_id} sent early pushes to an async pserver "
@@ -417,15 +414,12 @@ class PServerShard(Service):
         """Keep gradients that came ahead of trainer ``trainer_id``'s push of step ``round``
         (sync). A refused part is not raised here (nobody waits for an answer): the push it
         came ahead of fails with the reason."""
-        self._last_activity = time.monotonic()
-        self._count(_tensor_bytes(grads.values()), 0)
         try:
             self._raise_if_failed()
+            grads = self._take_in(grads)
             if not self.sync_mode:
                 raise ValueError(f"pserver {self.endpoint} is async: early pushes are for sync "
                                  "mode")
-            if self.table is not None:
-                grads = {n: self._rebase(n, g) for n, g in grads.items()}
             with self._cond:
                 self._check_push(trainer_id, round)
                 parts = self._parts.setdefault((trainer_id, round), [])
@@ -452,6 +446,14 @@ class PServerShard(Service):
                                              f"a malformed early push ({exc!r})")
             return
         self.push_part(trainer_id, round_index, grads)
+
+    def _take_in(self, grads: dict[str, Any]) -> dict[str, Any]:
+        """Count gradients that came in (a push or a part); the table's rows rebased."""
+        self._last_activity = time.monotonic()
+        self._count(_tensor_bytes(grads.values()), 0)
+        if self.table is not None:
+            grads = {n: self._rebase(n, g) for n, g in grads.items()}
+        return grads
 
     def _check_push(self, trainer_id: int, round: int) -> None:
         """Whether trainer ``trainer_id`` may push step ``round`` now (holding ``_cond``)."""
