@@ -82,6 +82,7 @@ def test_parts_join_the_push_and_the_step_equals_whole_pushes(sync_shard):
     ("twice in parts", r"refused an early push of trainer 1's step 0: trainer 1 sent .* twice"),
     ("part and push", "trainer 1 sent .* of step 0 twice"),
     ("malformed", "refused an early push .* malformed early push"),
+    ("no step", "refused an early push .* malformed early push .*'one', not an integer"),
 ])
 def test_a_part_that_does_not_fit_fails_the_push_with_the_reason(sync_shard, case, message):
     shard, names = sync_shard
@@ -91,6 +92,8 @@ def test_a_part_that_does_not_fit_fails_the_push_with_the_reason(sync_shard, cas
     if case == "malformed":
         shard.push_part_request(1, {"round": 0, "sparse": {"x": "not a row count"}},
                                 flatten_tensors(first)[0])
+    elif case == "no step":
+        shard.push_part_request(1, {"round": "one", "sparse": {}}, flatten_tensors(first)[0])
     else:
         shard.push_part(1, 0, first)
     if case == "count":

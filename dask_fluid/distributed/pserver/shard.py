@@ -340,7 +340,7 @@ class PServerShard(Service):
         #: (trainer, round) -> the parts that came ahead of its push (:meth:`push_part`), and
         #: why a part was refused (the push then fails with it)
         self._parts: dict[tuple[int, int], list[dict[str, Any]]] = {}
-        self._part_errors: dict[tuple[int, int], str] = {}
+        self._part_errors: dict[tuple[int, int | None], str] = {}
         #: the tensor bytes that came in (gradients, ids) and went out (parameters, rows)
         self.stats = {"rounds": 0, "pushes": 0, "early_pushes": 0, "prefetches": 0,
                       "optimize_s": 0.0, "read_s": 0.0, "bytes_in": 0, "bytes_out": 0}
@@ -437,13 +437,17 @@ class PServerShard(Service):
                           arrays: dict[str, Any]) -> None:
         """:meth:`push_part` of a ``push_part`` request's flattened gradients (a malformed
         one is refused the same way)."""
+        round_index = header.get("round")
+        stepped = type(round_index) is int
         try:
-            round_index = int(header["round"])
+            if not stepped:
+                raise ValueError(f"its step is {round_index!r}, not an integer")
             grads = unflatten_tensors(arrays, header.get("sparse"))
         except Exception as exc:
+            # without a step of its own the refusal waits for the trainer's next push
+            key = (trainer_id, round_index if stepped else None)
             with self._cond:
-                self._part_errors.setdefault((trainer_id, int(header.get("round", -1))),
-                                             f"a malformed early push ({exc!r})")
+                self._part_errors.setdefault(key, f"a malformed early push ({exc!r})")
             return
         self.push_part(trainer_id, round_index, grads)
 
@@ -472,6 +476,8 @@ class PServerShard(Service):
         """``grads`` with the parts that came ahead of them (holding ``_cond``)."""
         key = (trainer_id, round)
         error = self._part_errors.pop(key, None)
+        unstepped = self._part_errors.pop((trainer_id, None), None)  # a part without a step
+        error = error if error is not None else unstepped
         parts = self._parts.pop(key, [])
         if error is not None:
             raise ValueError(f"pserver {self.endpoint} refused an early push of trainer "
