@@ -1,7 +1,7 @@
 """The benchmarks of this tree against an earlier revision: did anything get slower?
 
 Run: ``python benchmarks/compare_revisions.py --base REV [--only local,pserver] [--rounds 2]``.
-Writes ``benchmarks/results/compare_revisions.json`` and prints a table.
+Writes ``benchmarks/results/compare_revisions.json`` (or ``--out``) and prints a table.
 
 Each benchmark script of *this* tree runs twice per round: once importing ``dask_fluid`` from
 a ``git worktree`` of ``REV`` (through ``PYTHONPATH``, which the LocalCluster's worker processes
@@ -136,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threshold", type=float, default=0.10,
                         help="mark rows this far from 1 (default 0.10)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per script run")
+    parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "compare_revisions.json",
+                        help="where the JSON goes (default: %(default)s)")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = sorted(set(names) - set(BENCHMARKS))
@@ -197,9 +199,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{cell(row['current']):>11} {speed:>6}  {row['verdict'] or ''}")
         for why in failures.get(name, []):
             print(f"{name:<11} failed on {why}")
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "compare_revisions.json").write_text(json.dumps(report, indent=2))
-    print(f"wrote {RESULTS / 'compare_revisions.json'} ({report['wall_s']:.0f} s)")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    print(f"wrote {args.out} ({report['wall_s']:.0f} s)")
     return 0
 
 
