@@ -42,10 +42,10 @@ from .framework import (
     VarType,
     default_main_program,
 )
-from .py_reader import PyReader
+from .py_reader import DataLoader, PyReader
 
 __all__ = [
-    "PyReader", "is_parameter", "is_persistable", "load", "load_inference_model",
+    "DataLoader", "PyReader", "is_parameter", "is_persistable", "load", "load_inference_model",
     "load_params", "load_persistables", "load_vars", "read_tensor", "save",
     "save_inference_model", "save_params", "save_persistables", "save_vars", "write_tensor",
 ]

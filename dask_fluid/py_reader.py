@@ -12,12 +12,22 @@ Two ways, as in Fluid:
 Batches come from ``decorate_sample_generator`` (samples, batched here),
 ``decorate_sample_list_generator`` (lists of samples, converted by :class:`DataFeeder`: LoD
 fields become LoD tensors) or ``decorate_batch_generator`` (one array, or LoDTensor, per
-variable). There is no background thread and no ``capacity`` queue: a batch is converted when
-the run asks for it, which gives the same feeds in the same order.
+variable).
+
+As in Fluid, a thread reads the source ahead of the runs into a queue of ``capacity`` batches
+(Fluid's ``LoDTensorBlockingQueue`` and its feeding thread), and ``use_double_buffer`` adds
+Fluid's second stage of :data:`DOUBLE_BUFFER` batches: the next batches are converted while
+the program runs (or while a trainer waits for its pservers' parameters). There is one reader
+thread and the queue is first in, first out, so the feeds are the same, in the same order, as
+reading on demand. An exception raised by the source is raised again by the run (or the
+iteration) that would have taken the batch after the last good one; ``reset()``, leaving the
+``for`` loop early and the end of the pass stop the thread.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -25,7 +35,14 @@ from .data_feeder import DataFeeder
 from .executor import CPUPlace
 from .framework import Program, Variable
 
-__all__ = ["EOFException", "PyReader"]
+__all__ = ["DOUBLE_BUFFER", "DataLoader", "EOFException", "PyReader"]
+
+#: batches Fluid's double buffer holds ahead of the program (its ``BufferedReader``'s 2 slots)
+DOUBLE_BUFFER = 2
+#: the queue's size when no capacity is given
+DEFAULT_CAPACITY = 2
+#: how often a reader thread blocked on a full queue checks whether it was stopped
+_POLL_S = 0.1
 
 
 class EOFException(Exception):
@@ -41,9 +58,9 @@ class PyReader:
     feed_list : list of Variable
         The data layers each batch fills, in order.
     capacity : int, optional
-        Fluid's queue size; batches are made on demand here, so it only has to be positive.
+        Batches the reader thread makes ahead of the runs (default :data:`DEFAULT_CAPACITY`).
     use_double_buffer : bool
-        Fluid's prefetch to the device; no effect here (batches move at run time).
+        Fluid's second read-ahead stage: :data:`DOUBLE_BUFFER` more batches ahead.
     iterable : bool
         See the module docstring.
     return_list : bool
@@ -58,10 +75,12 @@ class PyReader:
         if capacity is not None and int(capacity) <= 0:
             raise ValueError(f"PyReader: capacity must be positive, got {capacity}")
         self._feed_list = list(feed_list)
+        self._ahead = ((DEFAULT_CAPACITY if capacity is None else int(capacity))
+                       + (DOUBLE_BUFFER if use_double_buffer else 0))
         self._iterable = bool(iterable)
         self._return_list = bool(return_list)
         self._batches: Callable[[], Iterable[dict]] | None = None
-        self._running: Iterator[dict] | None = None
+        self._running: _ReadAhead | None = None
         self._program: Program = self._feed_list[0].block.program
         if not self._iterable:
             readers = self._program.__dict__.setdefault("_py_readers", [])
@@ -112,8 +131,16 @@ class PyReader:
         if not self._iterable:
             raise RuntimeError("a PyReader with iterable=False is not iterable: call start() "
                                "and run the program without a feed until EOFException")
-        for feed in self._source()():
-            yield [list(feed.values())] if self._return_list else [feed]
+        ahead = _ReadAhead(self._source()(), self._ahead)
+        try:
+            while True:
+                try:
+                    feed = ahead.next()
+                except StopIteration:
+                    return
+                yield [list(feed.values())] if self._return_list else [feed]
+        finally:  # the end of the pass, or a loop left early
+            ahead.close()
 
     # -- non-iterable mode -------------------------------------------------------------------------
     def start(self) -> None:
@@ -122,13 +149,15 @@ class PyReader:
             raise RuntimeError("start() is for a PyReader with iterable=False")
         if self._running is not None:
             raise RuntimeError("PyReader.start(): the reader is already running; reset() first")
-        self._running = iter(self._source()())
+        self._running = _ReadAhead(self._source()(), self._ahead)
 
     def reset(self) -> None:
         """End the pass (after EOFException, or to stop early)."""
         if self._iterable:
             raise RuntimeError("reset() is for a PyReader with iterable=False")
-        self._running = None
+        running, self._running = self._running, None
+        if running is not None:
+            running.close()
 
     def _source(self) -> Callable[[], Iterable[dict]]:
         if self._batches is None:
@@ -142,6 +171,114 @@ class PyReader:
                                "reader.start() before exe.run (and reader.reset() after "
                                "EOFException)")
         try:
-            return next(self._running)
+            return self._running.next()
         except StopIteration:
             raise EOFException("There is no next data.") from None
+
+
+class DataLoader:
+    """Fluid 1.8's ``fluid.io.DataLoader`` for static programs: :meth:`from_generator`."""
+
+    @staticmethod
+    def from_generator(feed_list: Sequence[Variable] | None = None, capacity: int | None = None,
+                       use_double_buffer: bool = True, iterable: bool = True,
+                       return_list: bool = False, use_multiprocess: bool = False,
+                       drop_last: bool = True) -> GeneratorLoader:
+        """A loader fed by a Python generator: :class:`PyReader`'s reading, with Fluid's
+        ``set_sample_generator``, ``set_sample_list_generator`` and ``set_batch_generator``
+        (each returns the loader).
+
+        ``drop_last`` is Fluid's rule for the last batch when it cannot be split over several
+        places; this executor runs one place, which never drops a batch.
+        ``use_multiprocess=True`` (a reader subprocess) is not implemented here: the reader
+        runs in a thread of this process.
+        """
+        if use_multiprocess:
+            raise NotImplementedError("DataLoader.from_generator(use_multiprocess=True): the "
+                                      "reader runs in a thread of this process here; pass "
+                                      "use_multiprocess=False")
+        return GeneratorLoader(feed_list, capacity, use_double_buffer, iterable, return_list)
+
+
+class GeneratorLoader(PyReader):
+    """What :meth:`DataLoader.from_generator` returns (Fluid's ``GeneratorLoader``)."""
+
+    def set_sample_generator(self, reader: Callable[[], Iterable], batch_size: int,
+                             drop_last: bool = True, places: Any = None) -> GeneratorLoader:
+        """:meth:`PyReader.decorate_sample_generator`; returns the loader."""
+        self.decorate_sample_generator(reader, batch_size, drop_last, places)
+        return self
+
+    def set_sample_list_generator(self, reader: Callable[[], Iterable[list]],
+                                  places: Any = None) -> GeneratorLoader:
+        """:meth:`PyReader.decorate_sample_list_generator`; returns the loader."""
+        self.decorate_sample_list_generator(reader, places)
+        return self
+
+    def set_batch_generator(self, reader: Callable[[], Iterable], places: Any = None
+                            ) -> GeneratorLoader:
+        """:meth:`PyReader.decorate_batch_generator`; returns the loader."""
+        self.decorate_batch_generator(reader, places)
+        return self
+
+
+class _Failed:
+    """What the reader thread queues when the source raised."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+_END = object()  # queued after the last batch
+
+
+class _ReadAhead:
+    """A thread that reads ``batches`` into a queue of ``size`` while the runs take them."""
+
+    def __init__(self, batches: Iterable[dict], size: int) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, size))
+        self._stopped = threading.Event()
+        self._done = False
+        self._thread = threading.Thread(target=self._read, args=(batches,),
+                                        name="dask-fluid-py-reader", daemon=True)
+        self._thread.start()
+
+    def _read(self, batches: Iterable[dict]) -> None:
+        try:
+            for feed in batches:
+                if not self._put(feed):
+                    return
+        except BaseException as exc:  # noqa: BLE001 - the run that takes it raises it
+            self._put(_Failed(exc))
+            return
+        self._put(_END)
+
+    def _put(self, item: object) -> bool:
+        """Queue ``item`` unless the reader is stopped meanwhile."""
+        while not self._stopped.is_set():
+            try:
+                self._queue.put(item, timeout=_POLL_S)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def next(self) -> dict:
+        """The next batch; StopIteration after the last one, or the source's exception."""
+        if self._done:
+            raise StopIteration
+        item = self._queue.get()
+        if item is _END:
+            self._done = True
+            raise StopIteration
+        if isinstance(item, _Failed):
+            self._done = True
+            raise item.exc
+        return item
+
+    def close(self) -> None:
+        """Stop the thread (a source blocked in its own code is left to finish on its own: the
+        thread is a daemon and queues nothing more)."""
+        self._stopped.set()
+        self._done = True
+        self._thread.join(timeout=2 * _POLL_S)

@@ -34,7 +34,7 @@ MODULES: list[tuple[str, str]] = [
     ("dask_fluid.places", "Places: where kernels run"),
     ("dask_fluid.executor", "Executor and scopes"),
     ("dask_fluid.lod", "LoD tensors (variable-length sequences)"),
-    ("dask_fluid.py_reader", "PyReader"),
+    ("dask_fluid.py_reader", "PyReader and DataLoader.from_generator"),
     ("dask_fluid.queue_dataset", "File datasets and train_from_dataset"),
     ("dask_fluid.compiler", "CompiledProgram and the build strategies"),
     ("dask_fluid.parallel_executor", "ParallelExecutor"),

@@ -134,3 +134,146 @@ def test_dataset_errors_say_what_is_wrong(tmp_path):
         dataset.global_shuffle()
     with pytest.raises(ValueError, match="datafeed class Nope does not exist"):
         fluid.DatasetFactory().create_dataset("Nope")
+
+
+# -- the reader thread: batches made ahead of the runs (Fluid's blocking queue) ----------------
+
+def _until(predicate, timeout_s=10.0):
+    import time
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def _reader_threads():
+    import threading
+    return [t for t in threading.enumerate() if t.name == "dask-fluid-py-reader"]
+
+
+def _counting_batches(n, made, fail_at=None):
+    """A batch generator of ``n`` batches that records each one it makes."""
+    def gen():
+        for i in range(n):
+            if i == fail_at:
+                raise OSError(f"disk gone at batch {i}")
+            made.append(i)
+            yield [np.full((2, 1), i, dtype=np.float32)]
+    return gen
+
+
+def _dense():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[1])
+        out = fluid.layers.scale(x, scale=2.0)
+    return main, startup, x, out
+
+
+@pytest.mark.parametrize("capacity, double_buffer", [(3, False), (3, True), (None, False)])
+def test_the_reader_thread_makes_capacity_batches_ahead_and_no_more(capacity, double_buffer):
+    from dask_fluid.py_reader import DEFAULT_CAPACITY, DOUBLE_BUFFER
+    main, startup, x, out = _dense()
+    made = []
+    reader = fluid.io.PyReader(feed_list=[x], capacity=capacity, iterable=False,
+                               use_double_buffer=double_buffer)
+    reader.decorate_batch_generator(_counting_batches(50, made))
+    ahead = (capacity or DEFAULT_CAPACITY) + (DOUBLE_BUFFER if double_buffer else 0)
+    exe = fluid.Executor()
+    reader.start()
+    try:
+        # one batch taken: the thread refills the queue to `ahead` batches, makes one more
+        # and waits with it for a free slot
+        (got,) = exe.run(main, fetch_list=[out])
+        assert got[0, 0] == 0.0
+        _until(lambda: len(made) == 2 + ahead)
+        import time
+        time.sleep(0.2)
+        assert len(made) == 2 + ahead
+        (got,) = exe.run(main, fetch_list=[out])
+        assert got[0, 0] == 2.0  # batch 1, in order
+    finally:
+        reader.reset()
+    _until(lambda: not _reader_threads())
+
+
+def test_a_source_exception_is_raised_by_the_run_after_the_last_good_batch():
+    main, startup, x, out = _dense()
+    reader = fluid.io.PyReader(feed_list=[x], capacity=4, iterable=False)
+    reader.decorate_batch_generator(_counting_batches(10, [], fail_at=3))
+    exe = fluid.Executor()
+    reader.start()
+    got = [exe.run(main, fetch_list=[out])[0][0, 0] for _ in range(3)]
+    assert got == [0.0, 2.0, 4.0]
+    with pytest.raises(OSError, match="disk gone at batch 3"):
+        exe.run(main, fetch_list=[out])
+    with pytest.raises(EOFException):  # the pass is over, nothing hangs
+        exe.run(main, fetch_list=[out])
+    reader.reset()
+    # the iterable form raises it from the loop
+    it = fluid.io.PyReader(feed_list=[x], capacity=2, iterable=True)
+    it.decorate_batch_generator(_counting_batches(10, [], fail_at=2))
+    seen = []
+    with pytest.raises(OSError, match="disk gone at batch 2"):
+        for data in it():
+            seen.append(float(data[0]["x"][0, 0]))
+    assert seen == [0.0, 1.0]
+    _until(lambda: not _reader_threads())
+
+
+def test_reset_mid_pass_and_leaving_the_loop_early_stop_the_thread_and_start_over():
+    main, startup, x, out = _dense()
+    made = []
+    reader = fluid.io.PyReader(feed_list=[x], capacity=2, iterable=False)
+    reader.decorate_batch_generator(_counting_batches(1000, made))
+    exe = fluid.Executor()
+    for _ in range(2):
+        reader.start()
+        assert exe.run(main, fetch_list=[out])[0][0, 0] == 0.0  # each pass from the start
+        reader.reset()
+        _until(lambda: not _reader_threads())
+    assert len(made) < 20  # the thread stopped with the pass, it did not read all 1000
+    it = fluid.io.PyReader(feed_list=[x], capacity=2, iterable=True)
+    it.decorate_batch_generator(_counting_batches(1000, made))
+    for i, _ in enumerate(it()):
+        if i == 3:
+            break
+    _until(lambda: not _reader_threads())
+
+
+def test_read_ahead_gives_the_same_feeds_in_the_same_order_as_the_source():
+    main, startup, ids, y, loss = _net()
+    samples = _samples(40)
+    loaders = []
+    for capacity in (1, 16):
+        with fluid.program_guard(main, startup):
+            it = fluid.io.PyReader(feed_list=[ids, y], capacity=capacity, iterable=True)
+        it.decorate_sample_generator(lambda: iter(samples), batch_size=3, drop_last=False)
+        loaders.append([(np.array(d[0]["ids"]), d[0]["ids"].lod(), np.array(d[0]["y"]))
+                        for d in it()])
+    direct = fluid.DataFeeder([ids, y], fluid.CPUPlace(), program=main)
+    expected = [direct.feed(samples[i:i + 3]) for i in range(0, 40, 3)]
+    for got in loaders:
+        assert len(got) == len(expected) == 14
+        for (i, lod, yy), want in zip(got, expected, strict=True):
+            assert np.array_equal(i, np.array(want["ids"])) and lod == want["ids"].lod()
+            assert np.array_equal(yy, np.array(want["y"]))
+
+
+def test_data_loader_from_generator_is_fluid_1_8s_generator_loader():
+    main, startup, x, out = _dense()
+    loader = fluid.io.DataLoader.from_generator(feed_list=[x], capacity=4, iterable=True,
+                                                return_list=True)
+    assert loader.set_batch_generator(_counting_batches(3, [])) is loader
+    assert [float(d[0][0][0, 0]) for d in loader()] == [0.0, 1.0, 2.0]
+    exe = fluid.Executor()
+    looped = fluid.io.DataLoader.from_generator(feed_list=[x], capacity=2, iterable=False)
+    looped.set_sample_list_generator(lambda: ([([float(i)],), ([float(i)],)] for i in range(2)))
+    looped.start()
+    got = [exe.run(main, fetch_list=[out])[0][:, 0].tolist() for _ in range(2)]
+    with pytest.raises(EOFException):
+        exe.run(main, fetch_list=[out])
+    looped.reset()
+    assert got == [[0.0, 0.0], [2.0, 2.0]]
+    with pytest.raises(NotImplementedError, match="use_multiprocess=True"):
+        fluid.io.DataLoader.from_generator(feed_list=[x], capacity=2, use_multiprocess=True)
