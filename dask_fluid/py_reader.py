@@ -16,7 +16,7 @@ variable).
 
 As in Fluid, a thread reads the source ahead of the runs into a queue of ``capacity`` batches
 (Fluid's ``LoDTensorBlockingQueue`` and its feeding thread), and ``use_double_buffer`` adds
-Fluid's second stage of :data:`DOUBLE_BUFFER` batches: the next batches are converted while
+Fluid's double buffer, :data:`DOUBLE_BUFFER` batch more: the next batches are converted while
 the program runs (or while a trainer waits for its pservers' parameters). There is one reader
 thread and the queue is first in, first out, so the feeds are the same, in the same order, as
 reading on demand. An exception raised by the source is raised again by the run (or the
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -37,8 +38,9 @@ from .framework import Program, Variable
 
 __all__ = ["DOUBLE_BUFFER", "DataLoader", "EOFException", "PyReader"]
 
-#: batches Fluid's double buffer holds ahead of the program (its ``BufferedReader``'s 2 slots)
-DOUBLE_BUFFER = 2
+#: batches Fluid's double buffer reads ahead of the program besides the queue (its docs: "the
+#: memory of one batch")
+DOUBLE_BUFFER = 1
 #: the queue's size when no capacity is given
 DEFAULT_CAPACITY = 2
 #: how often a reader thread blocked on a full queue checks whether it was stopped
@@ -60,7 +62,7 @@ class PyReader:
     capacity : int, optional
         Batches the reader thread makes ahead of the runs (default :data:`DEFAULT_CAPACITY`).
     use_double_buffer : bool
-        Fluid's second read-ahead stage: :data:`DOUBLE_BUFFER` more batches ahead.
+        Fluid's double buffer: :data:`DOUBLE_BUFFER` more batch read ahead.
     iterable : bool
         See the module docstring.
     return_list : bool
@@ -190,13 +192,14 @@ class DataLoader:
 
         ``drop_last`` is Fluid's rule for the last batch when it cannot be split over several
         places; this executor runs one place, which never drops a batch.
-        ``use_multiprocess=True`` (a reader subprocess) is not implemented here: the reader
-        runs in a thread of this process.
+        ``use_multiprocess`` is for Fluid's dygraph mode: in static programs it has no effect
+        in Fluid 1.8, and here neither (the reader is a thread); ``True`` warns that it does
+        nothing.
         """
         if use_multiprocess:
-            raise NotImplementedError("DataLoader.from_generator(use_multiprocess=True): the "
-                                      "reader runs in a thread of this process here; pass "
-                                      "use_multiprocess=False")
+            warnings.warn("DataLoader.from_generator(use_multiprocess=True) has no effect on a "
+                          "static program (as in Fluid 1.8, where it is for dygraph mode): "
+                          "the batches are read by a thread of this process", stacklevel=2)
         return GeneratorLoader(feed_list, capacity, use_double_buffer, iterable, return_list)
 
 
