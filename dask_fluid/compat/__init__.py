@@ -22,6 +22,8 @@ What each name resolves to:
 ``paddle.fluid``
     :mod:`dask_fluid.compat._fluid`: dask_fluid's namespace (the same objects) plus Fluid's
     ``core``, ``profiler``, ``dygraph``, ``incubate``.
+``paddle.fluid.reader``
+    :mod:`dask_fluid.py_reader` (``PyReader``, ``DataLoader``).
 ``paddle.fluid.<module>``
     ``dask_fluid.<module>`` for Fluid 1.8 module names that dask_fluid implements (``layers``,
     ``framework``, ``transpiler``, ``compiler``, ``io`` ...); the others raise
@@ -51,6 +53,7 @@ _ALIASES: dict[str, str] = {
     "paddle.fluid.core": "dask_fluid.compat.core",
     "paddle.fluid.profiler": "dask_fluid.compat.profiler",
     "paddle.fluid.log_helper": "dask_fluid.compat.log_helper",
+    "paddle.fluid.reader": "dask_fluid.py_reader",  # PyReader, DataLoader, GeneratorLoader
     "paddle.fluid.dygraph": "dask_fluid.compat.dygraph",
     "paddle.fluid.incubate": "dask_fluid.compat.incubate",
     "paddle.compat": "dask_fluid.compat.paddle_compat",

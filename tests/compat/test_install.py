@@ -71,6 +71,15 @@ def test_submodule_imports_resolve_to_the_same_modules(paddle):
     assert dask_fluid.layers.__spec__.name == "dask_fluid.layers"
 
 
+def test_fluid_reader_is_the_py_reader_module(paddle):
+    from paddle.fluid.reader import DataLoader, GeneratorLoader, PyReader
+
+    import dask_fluid.py_reader as py_reader
+    assert (DataLoader, GeneratorLoader, PyReader) == (
+        py_reader.DataLoader, py_reader.GeneratorLoader, py_reader.PyReader)
+    assert importlib.import_module("paddle.fluid").io.DataLoader is DataLoader
+
+
 def test_uninstall_removes_finder_and_aliases(paddle):
     import paddle.fluid  # noqa: F401
     import paddle.fluid.core  # noqa: F401
