@@ -36,7 +36,8 @@ from .data_feeder import DataFeeder
 from .executor import CPUPlace
 from .framework import Program, Variable
 
-__all__ = ["DOUBLE_BUFFER", "DataLoader", "EOFException", "PyReader"]
+__all__ = ["DEFAULT_CAPACITY", "DOUBLE_BUFFER", "DataLoader", "EOFException", "GeneratorLoader",
+           "PyReader"]
 
 #: batches Fluid's double buffer reads ahead of the program besides the queue (its docs: "the
 #: memory of one batch")
