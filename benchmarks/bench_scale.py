@@ -1,17 +1,21 @@
 """Sync pserver mode at the scale Fluid users run: step time over trainers x pservers.
 
 Run: ``python benchmarks/bench_scale.py [--grid 2x1,2x4,...] [--processes] [--workers N]
-[--steps 20]``. Writes ``benchmarks/results/scale[-processes].json`` and prints a table.
+[--steps 20] [--one-core]``. Writes ``benchmarks/results/scale[-processes|-one-core].json`` and
+prints a table.
 
 Each case trains a 64-64-10 MLP (the seed's scale example) for ``--steps`` timed sync steps
 of 64 rows per trainer (after 3 warm-up steps) with T trainers and P pservers on a LocalCluster
 of ``--workers`` workers (default: max(T, P) of the grid in-process, 2 with processes; more
 trainers than workers run several trainer loops per worker): in-process (threads, the
-default) or worker processes (``--processes``, one thread each). Reported per case: ms per
-sync step (the slowest trainer's timed span / its steps), the pserver requests each trainer
+default; ``--one-core`` confines the process to one core) or worker processes
+(``--processes``, one thread each, pinned one per core unless ``--no-pin``). Reported per case:
+ms per sync step (the slowest trainer's timed span / its steps), the pserver requests each trainer
 makes per step (every request is one round trip; the startup pull and the final "complete"
 are spread over the steps), tensor bytes per trainer step, how many pservers hold blocks, and
-the step time against the 2 x 2 case of the same run. Targets (issue 16): 50 x 20 in-process
+the step time against the 2 x 2 case of the same run and against the floor (one trainer's step
+alone on the local executor, times the trainers that share one interpreter: they take turns
+holding its lock, whatever the communication costs). Targets (issue 16): 50 x 20 in-process
 <= 10 x the 2 x 2 step; messages per step <= 2 x (blocks sent) + trainers, over all trainers.
 """
 
@@ -33,6 +37,9 @@ from distributed import Client, LocalCluster  # noqa: E402
 
 from dask_fluid.distributed import train_pserver  # noqa: E402
 from dask_fluid.models import mlp  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from bench_collective import _pin_workers  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 DEFAULT_GRID = [(t, p) for t in (2, 8, 32, 50) for p in (1, 4, 20)]
@@ -67,6 +74,25 @@ def run_case(client, trainers: int, pservers: int, steps: int, batch: int = 64) 
             "wall_s": wall}
 
 
+def local_step_ms(steps: int = 300, batch: int = 64) -> float:
+    """One trainer's work alone: the same model's step on the local executor in this process
+    (forward, backward and SGD; a pserver trainer leaves the SGD to its pservers)."""
+    import dask_fluid as fluid  # noqa: PLC0415
+
+    rng = np.random.default_rng(0)
+    spec = mlp(n_features=64, hidden=(64,), n_classes=10)
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(spec.startup, scope=scope)
+    feed = {"x": rng.standard_normal((batch, 64)).astype(np.float32),
+            "y": rng.integers(0, 10, (batch, 1))}
+    for _ in range(20):
+        exe.run(spec.main, feed=feed, fetch_list=[spec.loss], scope=scope)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        exe.run(spec.main, feed=feed, fetch_list=[spec.loss], scope=scope)
+    return 1000 * (time.perf_counter() - t0) / steps
+
+
 def plot(rows: list[dict], kind: str, path: str) -> None:
     """ms per sync step over trainers, one line per pserver count."""
     import matplotlib
@@ -97,6 +123,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="worker processes instead of threads")
     parser.add_argument("--workers", type=int, default=None,
                         help="cluster size (default: max(T, P) in-process, 2 with processes)")
+    parser.add_argument("--one-core", action="store_true",
+                        help="in-process: confine this process (every trainer thread) to one "
+                             "core (Linux), to separate the trainers' own work from the cost "
+                             "of their threads moving between cores")
+    parser.add_argument("--no-pin", action="store_true",
+                        help="with --processes, let the OS place the worker processes "
+                             "(default: one per core, as bench_collective.py pins them)")
     parser.add_argument("--plot", metavar="PNG", default=None,
                         help="also draw ms/step over trainers, a line per pserver count "
                              "(needs matplotlib)")
@@ -105,6 +138,12 @@ def main(argv: list[str] | None = None) -> int:
     if (2, 2) not in grid:
         grid.insert(0, (2, 2))  # the reference every case is compared with
     workers = args.workers or (2 if args.processes else max(max(t, p) for t, p in grid))
+    one_core = None
+    if args.one_core:
+        if args.processes or not hasattr(os, "sched_setaffinity"):
+            parser.error("--one-core is for in-process runs on Linux")
+        one_core = min(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {one_core})  # before the cluster's threads start
     rows = []
     # no memory limit: the in-process workers share one process, and each would compare the
     # whole process's memory with its 1/workers share, pause, and call gc.collect() over and
@@ -112,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=args.processes,
                       memory_limit=0, dashboard_address=":0", silence_logs=40) as cluster, \
             Client(cluster) as client:
+        pinned = args.processes and not args.no_pin and _pin_workers(client)
         for trainers, pservers in grid:
             rows.append(run_case(client, trainers, pservers, args.steps))
             r = rows[-1]
@@ -119,16 +159,25 @@ def main(argv: list[str] | None = None) -> int:
                   f"ms/step, {r['messages_per_trainer_step']:5.1f} requests/trainer step",
                   flush=True)
     base = next(r["ms_per_step"] for r in rows if (r["trainers"], r["pservers"]) == (2, 2))
+    # the floor: the trainers of one interpreter take turns (one lock), so T trainers cost at
+    # least T single-trainer steps per process, whatever the communication costs
+    local = local_step_ms()
     for r in rows:
         r["over_2x2"] = r["ms_per_step"] / base
-    kind = (f"{workers} worker processes" if args.processes
-            else f"in-process (threads), {workers} workers")
-    print(f"\nsync step, 64-64-10 MLP, 64 rows per trainer, {kind}:")
-    print(f"{'T x P':>8} {'ms/step':>9} {'x 2x2':>7} {'req/trainer':>12} {'bound':>6} "
-          f"{'KB sent':>8} {'P with blocks':>14}")
+        per_process = -(-r["trainers"] // workers) if args.processes else r["trainers"]
+        r["compute_floor_ms"] = per_process * local
+        r["over_floor"] = r["ms_per_step"] / r["compute_floor_ms"]
+    kind = (f"{workers} worker processes{', pinned one per core' if pinned else ''}"
+            if args.processes else f"in-process (threads), {workers} workers"
+            + ("" if one_core is None else f", confined to core {one_core}"))
+    print(f"\nsync step, 64-64-10 MLP, 64 rows per trainer, {kind}; one trainer's step alone "
+          f"{local:.2f} ms, the floor = that x the trainers per process:")
+    print(f"{'T x P':>8} {'ms/step':>9} {'x 2x2':>7} {'floor':>7} {'x floor':>8} "
+          f"{'req/trainer':>12} {'bound':>6} {'KB sent':>8} {'P with blocks':>14}")
     for r in rows:
         print(f"{r['trainers']:>3} x {r['pservers']:<3} {r['ms_per_step']:>9.1f} "
-              f"{r['over_2x2']:>7.1f} {r['messages_per_trainer_step']:>12.1f} "
+              f"{r['over_2x2']:>7.1f} {r['compute_floor_ms']:>7.1f} {r['over_floor']:>8.2f} "
+              f"{r['messages_per_trainer_step']:>12.1f} "
               f"{r['messages_bound_per_trainer_step']:>6.1f} "
               f"{r['bytes_sent_per_trainer_step'] / 1e3:>8.1f} "
               f"{r['pservers_holding_blocks']:>14}")
@@ -136,8 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         plot(rows, kind, args.plot)
     RESULTS.mkdir(exist_ok=True)
-    name = "scale-processes.json" if args.processes else "scale.json"
-    (RESULTS / name).write_text(json.dumps({"kind": kind, "steps": args.steps, "rows": rows},
+    name = ("scale-processes.json" if args.processes else
+            "scale-one-core.json" if one_core is not None else "scale.json")
+    (RESULTS / name).write_text(json.dumps({"kind": kind, "steps": args.steps,
+                                            "workers_pinned": bool(pinned),
+                                            "one_trainer_step_ms": local, "rows": rows},
                                            indent=2))
     return 0
 
