@@ -136,11 +136,7 @@ class PyReader:
                                "and run the program without a feed until EOFException")
         ahead = _ReadAhead(self._source()(), self._ahead)
         try:
-            while True:
-                try:
-                    feed = ahead.next()
-                except StopIteration:
-                    return
+            for feed in ahead:
                 yield [list(feed.values())] if self._return_list else [feed]
         finally:  # the end of the pass, or a loop left early
             ahead.close()
@@ -174,7 +170,7 @@ class PyReader:
                                "reader.start() before exe.run (and reader.reset() after "
                                "EOFException)")
         try:
-            return self._running.next()
+            return next(self._running)
         except StopIteration:
             raise EOFException("There is no next data.") from None
 
@@ -226,13 +222,6 @@ class GeneratorLoader(PyReader):
         return self
 
 
-class _Failed:
-    """What the reader thread queues when the source raised."""
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-
 _END = object()  # queued after the last batch
 
 
@@ -253,7 +242,7 @@ class _ReadAhead:
                 if not self._put(feed):
                     return
         except BaseException as exc:  # noqa: BLE001 - the run that takes it raises it
-            self._put(_Failed(exc))
+            self._put(exc)  # (a batch is a dict, never an exception)
             return
         self._put(_END)
 
@@ -267,7 +256,10 @@ class _ReadAhead:
                 continue
         return False
 
-    def next(self) -> dict:
+    def __iter__(self) -> _ReadAhead:
+        return self
+
+    def __next__(self) -> dict:
         """The next batch; StopIteration after the last one, or the source's exception."""
         if self._done:
             raise StopIteration
@@ -275,9 +267,9 @@ class _ReadAhead:
         if item is _END:
             self._done = True
             raise StopIteration
-        if isinstance(item, _Failed):
+        if isinstance(item, BaseException):
             self._done = True
-            raise item.exc
+            raise item
         return item
 
     def close(self) -> None:
