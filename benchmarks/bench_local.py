@@ -28,6 +28,20 @@ from dask_fluid.models import mlp  # noqa: E402
 RESULTS = pathlib.Path(__file__).parent / "results"
 
 
+def fixed_feed_step_ms(main, startup, feed: dict, fetch_list: list, steps: int,
+                       warmup: int) -> float:
+    """ms per step of ``main`` on a fresh scope of the local executor fed ``feed`` every step
+    (the compute alone: no batch is prepared), after ``warmup`` untimed steps."""
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    for _ in range(warmup):
+        exe.run(main, feed=feed, fetch_list=fetch_list, scope=scope)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        exe.run(main, feed=feed, fetch_list=fetch_list, scope=scope)
+    return 1000 * (time.perf_counter() - t0) / steps
+
+
 def run_local(steps: int, warmup: int = 50, batch: int = 128) -> dict:
     """Train the reference MLP for ``warmup + steps`` steps and time the last ``steps``."""
     x, y = reference_blobs()

@@ -52,14 +52,13 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 from distributed import Client, LocalCluster  # noqa: E402
 
-import dask_fluid as fluid  # noqa: E402
 from dask_fluid.datasets import reference_blobs  # noqa: E402
 from dask_fluid.distributed import train_pserver  # noqa: E402
 from dask_fluid.models import mlp  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from bench_collective import _pin_workers, run_collective  # noqa: E402
-from bench_local import run_local  # noqa: E402
+from bench_local import fixed_feed_step_ms, run_local  # noqa: E402
 
 from dask_fluid.distributed.launch.data import partition_by_worker  # noqa: E402
 
@@ -189,15 +188,9 @@ def run_big(client, steps: int = 50, batch: int = 32) -> dict:
     timed = _timed(result, 3, batch)
     # the local step of the same model, in this process
     local = _big_model()
-    exe, scope = fluid.Executor(), fluid.Scope()
-    exe.run(local.startup, scope=scope)
     feed = {"x": parts[0]["x"][:batch], "y": parts[0]["y"][:batch, None]}
-    for _ in range(3):
-        exe.run(local.main, feed=feed, scope=scope)
-    t0 = time.perf_counter()
-    for _ in range(20):
-        exe.run(local.main, feed=feed, fetch_list=[local.loss], scope=scope)
-    local_ms = 50 * (time.perf_counter() - t0)
+    local_ms = fixed_feed_step_ms(local.main, local.startup, feed, [local.loss], steps=20,
+                                  warmup=3)
     floor_ms = 1000 * 2 * nbytes / LOOPBACK_BYTES_PER_S
     step_ms = timed["ms_per_step_per_trainer"]
     return {"model_mb": nbytes / 1e6, "batch": batch, "sync_step_ms": step_ms,

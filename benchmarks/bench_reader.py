@@ -40,6 +40,7 @@ import dask_fluid as fluid  # noqa: E402
 from dask_fluid.py_reader import EOFException  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from bench_local import fixed_feed_step_ms  # noqa: E402
 from bench_overlap import cnn_fc_head  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).parent / "results"
@@ -92,14 +93,8 @@ def run(way: str, steps: int, io_ms: float) -> float:
 def compute_ms(steps: int) -> float:
     """The step without any preparation: one batch fed again and again."""
     main, startup, loss, _ = cnn_fc_head()
-    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
-    exe.run(startup, scope=scope)
     xs, ys = next(source(1, 0)())
-    exe.run(main, feed={"x": xs, "y": ys}, fetch_list=[loss], scope=scope)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        exe.run(main, feed={"x": xs, "y": ys}, fetch_list=[loss], scope=scope)
-    return 1000 * (time.perf_counter() - t0) / steps
+    return fixed_feed_step_ms(main, startup, {"x": xs, "y": ys}, [loss], steps, warmup=1)
 
 
 WAYS = ["on demand", "PyReader, iterable", "PyReader, non-iterable"]

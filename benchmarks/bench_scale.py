@@ -40,6 +40,7 @@ from dask_fluid.models import mlp  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from bench_collective import _pin_workers  # noqa: E402
+from bench_local import fixed_feed_step_ms  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 DEFAULT_GRID = [(t, p) for t in (2, 8, 32, 50) for p in (1, 4, 20)]
@@ -77,20 +78,11 @@ def run_case(client, trainers: int, pservers: int, steps: int, batch: int = 64) 
 def local_step_ms(steps: int = 300, batch: int = 64) -> float:
     """One trainer's work alone: the same model's step on the local executor in this process
     (forward, backward and SGD; a pserver trainer leaves the SGD to its pservers)."""
-    import dask_fluid as fluid  # noqa: PLC0415
-
     rng = np.random.default_rng(0)
     spec = mlp(n_features=64, hidden=(64,), n_classes=10)
-    exe, scope = fluid.Executor(), fluid.Scope()
-    exe.run(spec.startup, scope=scope)
     feed = {"x": rng.standard_normal((batch, 64)).astype(np.float32),
             "y": rng.integers(0, 10, (batch, 1))}
-    for _ in range(20):
-        exe.run(spec.main, feed=feed, fetch_list=[spec.loss], scope=scope)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        exe.run(spec.main, feed=feed, fetch_list=[spec.loss], scope=scope)
-    return 1000 * (time.perf_counter() - t0) / steps
+    return fixed_feed_step_ms(spec.main, spec.startup, feed, [spec.loss], steps, warmup=20)
 
 
 def plot(rows: list[dict], kind: str, path: str) -> None:
