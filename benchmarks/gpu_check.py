@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     report["raw_cupy"] = _raw_cupy()
     if not args.no_tests:
         report["gpu_tests"] = _subprocess([sys.executable, "-m", "pytest", "-q", "-m", "gpu",
-                                           "-p", "no:cacheprovider", "tests"], 150)
+                                           "-p", "no:cacheprovider", "tests"], 240)
     if not args.no_demo:
         report["demo"] = _subprocess([sys.executable, "-m", "dask_fluid.cli", "demo", "--mode",
                                       "nccl2"], 90)

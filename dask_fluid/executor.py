@@ -22,7 +22,7 @@ from . import ops as _ops  # noqa: F401  (registers every kernel)
 from .framework import EMPTY_VAR, Block, Program, Variable, default_main_program
 from .lod import LoD, LoDTensor, check_lod
 from .ops import registry
-from .ops.registry import LOD_KEY
+from .ops.registry import LOD_KEY, array_module
 from .ops.selected_rows import SelectedRows
 from .places import CPUPlace, CUDAPlace, cupy_for
 
@@ -355,7 +355,8 @@ class Executor:
                         d >= 0 and d != s for d, s in zip(var.shape, shape, strict=False)):
                     raise ValueError(f"feed {name!r} has shape {list(shape)} but the variable "
                                      f"expects {list(var.shape)} (-1 is any size)")
-            if arr.dtype.kind == "f" and not bool(self._xp.isfinite(arr).all()):
+            # the feed's own module: a numpy feed is checked before it goes to the GPU
+            if arr.dtype.kind == "f" and not bool(array_module(arr).isfinite(arr).all()):
                 raise ValueError(f"feed {name!r} contains NaN or inf; clean the input data")
             if self._xp is not np and isinstance(arr, np.ndarray):
                 arr = self._xp.asarray(arr)

@@ -205,18 +205,22 @@ class FluidEstimatorBase(BaseEstimator):
             ) from err
 
     def _check_cluster(self, client: Any) -> None:
-        """Scheduler metadata only (no task): GPUs present for nccl2."""
+        """GPUs present for nccl2, asked of the workers before any task runs.
+
+        The nccl backend's own probe (``client.run``, no task): Dask's NVML metrics are not
+        a test, as NVML may be absent where CUDA works."""
         if self.mode != "nccl2":
             return
-        workers = client.scheduler_info().get("workers", {})
-        with_gpu = [a for a, w in workers.items()
-                    if "gpu" in w.get("metrics", {}) or w.get("gpu_name")]
-        if not with_gpu:
+        from ..distributed.collective.nccl_setup import probe_gpus
+
+        infos = probe_gpus(client)
+        if not any(not info.problem for info in infos.values()):
+            problems = sorted({info.problem for info in infos.values()})
             raise RuntimeError(
-                f"mode='nccl2' needs GPU workers, but none of the {len(workers)} workers of "
-                "the cluster reports a GPU. Start the cluster with dask-cuda "
-                "(LocalCUDACluster, one worker per GPU), or use mode='collective' or "
-                "mode='pserver' on CPU workers.")
+                f"mode='nccl2' needs GPU workers, but none of the {len(infos)} workers of "
+                f"the cluster can run an NCCL rank ({'; '.join(problems) or 'no workers'}). "
+                "Start the cluster with dask-cuda (LocalCUDACluster, one worker per GPU), or "
+                "use mode='collective' or mode='pserver' on CPU workers.")
 
     # -- targets (overridden) ---------------------------------------------------------------
     def _prepare_targets(self, data: Checked, first: bool, incremental: bool,

@@ -21,13 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from .registry import GRAD, LOD_KEY, array_module, register
+from .registry import GRAD, LOD_KEY, array_module, register, to_host
 from .selected_rows import grad_maker, grad_slots
 from .sequence_ops import input_lod
-
-
-def _host(a: Any) -> np.ndarray:
-    return a.get() if hasattr(a, "get") else np.asarray(a)
 
 
 def _chains(ins: dict, attrs: dict, op: str) -> tuple[np.ndarray, np.ndarray, tuple, tuple]:
@@ -39,7 +35,7 @@ def _chains(ins: dict, attrs: dict, op: str) -> tuple[np.ndarray, np.ndarray, tu
         if x.ndim != 3:
             raise ValueError(f"{op}: with Length, Emission must be [N, S, D], got "
                              f"{list(x.shape)}")
-        lens = _host(length).reshape(-1).astype(np.int64)
+        lens = to_host(length).reshape(-1).astype(np.int64)
         n, s = x.shape[:2]
         if lens.size != n or (lens < 0).any() or (lens > s).any():
             raise ValueError(f"{op}: Length must give each of the {n} rows of Emission a "
@@ -61,7 +57,7 @@ def _steps(starts: np.ndarray, lens: np.ndarray):
 
 
 def _labels(ins: dict, rows: int, tags: int, op: str) -> np.ndarray:
-    label = _host(ins["Label"][0]).reshape(-1)
+    label = to_host(ins["Label"][0]).reshape(-1)
     if label.size != rows:
         raise ValueError(f"{op}: Label has {label.size} entries for {rows} emission rows")
     if label.dtype.kind not in "iu":
@@ -208,11 +204,11 @@ def crf_decoding(ins: dict, attrs: dict, outs: tuple) -> dict:
             track[r] = cand.argmax(axis=1)
             score[r] = cand.max(axis=1) + x2[r]
     path = np.zeros(x2.shape[0], dtype=np.int64)
-    host_score, host_track = _host(score), _host(track)
+    host_score, host_track = to_host(score), to_host(track)
     for start, n in zip(starts, lens, strict=True):
         if n == 0:
             continue
-        best = int(np.argmax(host_score[start + n - 1] + _host(w[1])))
+        best = int(np.argmax(host_score[start + n - 1] + to_host(w[1])))
         for k in range(start + n - 1, start - 1, -1):
             path[k] = best
             best = int(host_track[k, best])

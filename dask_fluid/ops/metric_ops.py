@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .registry import array_module, register
+from .registry import array_module, register, to_host
 
 _AUC_ATTRS = {"curve": "ROC", "num_thresholds": 2**12 - 1, "slide_steps": 1}
 
@@ -15,8 +15,8 @@ _AUC_ATTRS = {"curve": "ROC", "num_thresholds": 2**12 - 1, "slide_steps": 1}
 def _buckets(predict: Any, label: Any, num_thresholds: int) -> tuple[np.ndarray, np.ndarray]:
     """This batch's counts per bucket ``int(p * num_thresholds)`` of the positive-class
     probability (the last column), for positive (label > 0) and negative (0) samples."""
-    p = np.asarray(predict.get() if hasattr(predict, "get") else predict, dtype=np.float64)
-    lab = np.asarray(label.get() if hasattr(label, "get") else label).reshape(-1)
+    p = to_host(predict).astype(np.float64, copy=False)
+    lab = to_host(label).reshape(-1)
     p = p.reshape(p.shape[0], -1)[:, -1]
     if p.size and (p.min() < 0 or p.max() > 1):
         bad = p[(p < 0) | (p > 1)][0]
@@ -57,10 +57,8 @@ def auc(ins: dict, attrs: dict, outs: tuple) -> dict:
     t = int(attrs.get("num_thresholds", 2**12 - 1))
     steps = int(attrs.get("slide_steps", 1))
     length = t + 1
-    stat_pos = np.array(ins["StatPos"][0].get() if xp is not np else ins["StatPos"][0],
-                        dtype=np.int64).reshape(-1)
-    stat_neg = np.array(ins["StatNeg"][0].get() if xp is not np else ins["StatNeg"][0],
-                        dtype=np.int64).reshape(-1)
+    stat_pos = np.array(to_host(ins["StatPos"][0]), dtype=np.int64).reshape(-1)
+    stat_neg = np.array(to_host(ins["StatNeg"][0]), dtype=np.int64).reshape(-1)
     want = (1 + steps) * length + (1 if steps > 0 else 0)
     if stat_pos.size != want or stat_neg.size != want:
         raise ValueError(f"auc: StatPos/StatNeg must hold {want} counts for num_thresholds={t}"

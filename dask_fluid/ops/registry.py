@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 Kernel = Callable[[dict, dict, tuple], dict]
 #: A grad maker receives the forward op description and returns grad op descriptions:
 #: dicts with ``type``, ``inputs``, ``outputs`` and ``attrs`` (names, not arrays).
@@ -169,6 +171,12 @@ def has(type: str) -> bool:
 def registered() -> list[str]:
     """All registered op types, sorted."""
     return sorted(_OPS)
+
+
+def to_host(a: Any) -> np.ndarray:
+    """A numpy array of ``a``, copied from the GPU when it is a cupy array (which refuses
+    implicit conversion)."""
+    return a.get() if type(a).__module__.startswith("cupy") else np.asarray(a)
 
 
 def array_module(*arrays: Any):

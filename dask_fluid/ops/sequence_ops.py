@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..lod import check_lod
-from .registry import GRAD, LOD_KEY, array_module, register
+from .registry import GRAD, LOD_KEY, array_module, register, to_host
 from .selected_rows import grad_maker, grad_slots, scatter_add, to_dtype
 
 # ---------------------------------------------------------------------------------------------
@@ -257,12 +257,7 @@ def sequence_softmax(ins: dict, attrs: dict, outs: tuple) -> dict:
     o = np.asarray(lod[-1], dtype=np.int64)
     seg = segment_ids(xp, o)
     peak = xp.full(len(o) - 1, -xp.inf, dtype=x.dtype)
-    if xp is np:
-        np.maximum.at(peak, seg, flat)
-    else:
-        import cupyx
-
-        cupyx.scatter_max(peak, seg, flat)
+    xp.maximum.at(peak, seg, flat)
     e = xp.exp(flat - peak[seg])
     total = segment_sum(xp, e[:, None], lod[-1])[:, 0]
     return {"Out": [(e / total[seg]).reshape(x.shape)], LOD_KEY: {"Out": [lod]}}
@@ -365,7 +360,7 @@ def lod_reset(ins: dict, attrs: dict, outs: tuple) -> dict:
         new = tuple(y_lod)
     else:
         if y is not None:
-            level = np.asarray(y.get() if hasattr(y, "get") else y).reshape(-1)
+            level = to_host(y).reshape(-1)
         else:
             level = np.asarray(attrs.get("target_lod") or [], dtype=np.int64)
         if level.size == 0:
@@ -560,8 +555,7 @@ def sequence_pad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
 
 
 def _unpad_lengths(length: Any, x: Any) -> np.ndarray:
-    lengths = np.asarray(length.get() if hasattr(length, "get") else length,
-                         dtype=np.int64).reshape(-1)
+    lengths = to_host(length).astype(np.int64, copy=False).reshape(-1)
     if len(lengths) != x.shape[0] or (lengths < 0).any() or (lengths > x.shape[1]).any():
         raise ValueError(f"sequence_unpad: Length must hold one length in [0, {x.shape[1]}] "
                          f"per row of X ({x.shape[0]}), got {lengths.tolist()}")
@@ -598,8 +592,8 @@ def sequence_unpad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
 def _slice_rows(attrs: dict, ins: dict, op: str) -> tuple[np.ndarray, tuple, tuple]:
     lod = input_lod(attrs, "X", op)
     o = np.asarray(lod[-1], dtype=np.int64)
-    off = np.asarray(ins["Offset"][0], dtype=np.int64).reshape(-1)
-    length = np.asarray(ins["Length"][0], dtype=np.int64).reshape(-1)
+    off = to_host(ins["Offset"][0]).astype(np.int64, copy=False).reshape(-1)
+    length = to_host(ins["Length"][0]).astype(np.int64, copy=False).reshape(-1)
     n = len(o) - 1
     if len(off) != n or len(length) != n:
         raise ValueError(f"{op}: Offset and Length need one value per sequence ({n}), got "

@@ -39,12 +39,15 @@ from typing import Any
 import numpy as np
 
 from .host_ops import PSERVER_OPS
-from .registry import GRAD, array_module, register, set_remote_provider, table_rows
+from .registry import (
+    GRAD,
+    array_module,
+    register,
+    set_remote_provider,
+    table_rows,
+    to_host,
+)
 from .selected_rows import SelectedRows, grad_maker, grad_slots, scatter_add
-
-
-def _host(a: Any) -> np.ndarray:
-    return a.get() if hasattr(a, "get") else np.asarray(a)
 
 
 def _rows_grad(xp: Any, idx: Any, contrib: Any, height: int, sparse: bool) -> Any:
@@ -96,7 +99,7 @@ class _Sampler:
             if any(a is None for a in got):
                 raise ValueError("nce: the custom_dist sampler needs CustomDistProbs, "
                                  "CustomDistAlias and CustomDistAliasProbs")
-            self.probs, self.alias, self.alias_probs = (_host(a).reshape(-1) for a in got)
+            self.probs, self.alias, self.alias_probs = (to_host(a).reshape(-1) for a in got)
             if not self.probs.size == self.alias.size == self.alias_probs.size == self.n:
                 raise ValueError(f"nce: the custom distribution must have num_total_classes="
                                  f"{self.n} entries, got {self.probs.size}")
@@ -122,7 +125,7 @@ class _Sampler:
 
 
 def _true_labels(label: Any, n: int, num_classes: int) -> np.ndarray:
-    lab = _host(label).reshape(n, -1)
+    lab = to_host(label).reshape(n, -1)
     if lab.dtype.kind not in "iu":
         raise TypeError(f"nce: Label must hold int64 class ids, got {lab.dtype}")
     lab = lab.astype(np.int64)
@@ -189,9 +192,9 @@ def nce_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     for negatives; spread to the rows of W and b at SampleLabels and to the Input rows."""
     x, w = ins["Input"][0], ins["Weight"][0]
     xp = array_module(x)
-    o, samples = ins["SampleLogits"][0], _host(ins["SampleLabels"][0]).astype(np.int64)
+    o, samples = ins["SampleLogits"][0], to_host(ins["SampleLabels"][0]).astype(np.int64)
     n, s = samples.shape
-    t = _host(ins["Label"][0]).reshape(n, -1).shape[1]
+    t = to_host(ins["Label"][0]).reshape(n, -1).shape[1]
     d = (ins.get("Cost" + GRAD) or [None])[0]
     q = xp.asarray(_Sampler(ins, attrs).probability(samples) * int(attrs["num_neg_samples"]),
                    dtype=x.dtype)
@@ -233,7 +236,7 @@ def _paths(ins: dict, attrs: dict, n: int, height: int) -> tuple[np.ndarray, np.
         if code is None:
             raise ValueError("hierarchical_sigmoid: a custom tree needs PathCode with "
                              "PathTable")
-        table, code = _host(table).reshape(n, -1), _host(code).reshape(n, -1)
+        table, code = to_host(table).reshape(n, -1), to_host(code).reshape(n, -1)
         if table.shape != code.shape:
             raise ValueError(f"hierarchical_sigmoid: PathTable {list(table.shape)} and "
                              f"PathCode {list(code.shape)} must have the same shape")
@@ -243,7 +246,7 @@ def _paths(ins: dict, attrs: dict, n: int, height: int) -> tuple[np.ndarray, np.
                              f"out of range: W has {height} rows")
         return np.where(on, table, 0).astype(np.int64), (code != 0) & on, on
     classes = int(attrs["num_classes"])
-    label = _host(ins["Label"][0]).reshape(-1).astype(np.int64)
+    label = to_host(ins["Label"][0]).reshape(-1).astype(np.int64)
     if label.size != n:
         raise ValueError(f"hierarchical_sigmoid: Label has {label.size} entries for {n} rows")
     if label.size and (label.min() < 0 or label.max() >= classes):

@@ -173,6 +173,7 @@ def test_sparse_embedding_updates_only_touched_rows():
     assert list(changed) == [3, 5]
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif("not __import__('importlib').util.find_spec('cupy')",
                     reason="CuPy is not installed (pip install 'dask-fluid[gpu]' on a GPU machine)")
 def test_cuda_place_trains_like_cpu():

@@ -502,6 +502,24 @@ def test_two_gpu_trainer_processes_use_nccl_and_equal_local(tmp_path, local_loss
     np.testing.assert_allclose(dist, local_losses, atol=1e-4, rtol=0)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(_gpus() < 1, reason="needs a CUDA GPU with CuPy and NCCL; this machine has "
+                                        "none usable")
+def test_one_gpu_trainer_process_equals_local_on_cpu(tmp_path):
+    # the launch style's GPU path on a one-GPU machine: CUDAPlace(FLAGS_selected_gpus) in a
+    # trainer process of one, against the script's local run on CPU with the same batch
+    out = tmp_path / "local.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PADDLE_")}
+    subprocess.run(cluster.command(SCRIPT, str(out), via_run=True),
+                   env={**env, "CPU_NUM": "1", "PADDLE_TRAINERS_NUM": "1"}, check=True,
+                   timeout=TIMEOUT_S, capture_output=True)
+    job = _Trainers(tmp_path, 1, gpus=True)
+    codes = job.finish()
+    assert all(code == 0 for code, _ in codes.values()), codes
+    np.testing.assert_allclose(job.losses(0), json.loads(out.read_text())["losses"], atol=1e-4,
+                               rtol=0)
+
+
 def test_errors_of_the_ring_name_the_endpoint():
     # a DistributedTrainingError raised by a rank carries the peer's endpoint as its endpoint
     eps = _endpoints(2)

@@ -40,7 +40,7 @@ def _array_module(name: str):
     return cupy
 
 
-@pytest.mark.parametrize("module", ["numpy", "cupy"])
+@pytest.mark.parametrize("module", ["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("route", ["rows_as_conv", "runs_scatter", "one_image_batches"])
 @pytest.mark.parametrize("case", CASES, ids=[f"case{i}" for i in range(len(CASES))])
 def test_every_route_matches_loops(monkeypatch, route, case, module):
