@@ -27,17 +27,59 @@ from .ops.selected_rows import SelectedRows
 from .places import CPUPlace, CUDAPlace, cupy_for
 
 
+class _ScopeTensor(LoDTensor):
+    """The LoDTensor of one scope variable (Fluid's ``var.get_tensor()``): reads and writes go
+    to the scope, so ``t.set(array, place)`` changes what the next run sees, on that place."""
+
+    def __init__(self, scope: Scope, name: str) -> None:  # no data of its own
+        self._scope, self._name = scope, name
+
+    @property
+    def _array(self) -> Any:
+        return self._scope.vars.get(self._name)
+
+    @_array.setter
+    def _array(self, value: Any) -> None:
+        self._scope.vars[self._name] = value
+
+    @property
+    def _lod(self) -> LoD:
+        return self._scope.lods.get(self._name, ())
+
+    @_lod.setter
+    def _lod(self, lod: LoD) -> None:
+        if lod:
+            self._scope.lods[self._name] = tuple(lod)
+        else:
+            self._scope.lods.pop(self._name, None)
+
+    @property
+    def _place(self) -> Any:
+        value = self._array
+        return CPUPlace() if value is None or isinstance(value, np.ndarray) else \
+            CUDAPlace(int(getattr(getattr(value, "device", None), "id", 0)))
+
+    @_place.setter
+    def _place(self, place: Any) -> None:  # set() stores the place with the data: derived here
+        pass
+
+
 class _Tensor:
     """What ``Scope.find_var(name)`` returns (Fluid's Variable holding a LoDTensor)."""
 
     def __init__(self, scope: Scope, name: str) -> None:
         self._scope, self._name = scope, name
 
-    def get_tensor(self) -> Any:
-        return self._scope.vars[self._name]
+    def get_tensor(self) -> LoDTensor:
+        """The variable's LoDTensor: ``np.array(t)`` reads it, ``t.set(array, place)`` writes
+        a copy on ``place``, ``t.lod()`` and ``t.set_lod()`` are its sequences."""
+        return _ScopeTensor(self._scope, self._name)
 
     def set(self, value: Any, place: Any = None) -> None:
-        self._scope.vars[self._name] = value
+        if place is None:
+            self._scope.vars[self._name] = value
+        else:
+            _ScopeTensor(self._scope, self._name).set(value, place)
 
 
 class Scope:
@@ -422,6 +464,24 @@ class Executor:
             for hook in list(_RUN_HOOKS):
                 hook(info)
         return fetched
+
+    def to_place(self, value: Any) -> Any:
+        """``value`` where this executor keeps its variables: a host array copied to the GPU
+        of a ``CUDAPlace`` executor (its runs refuse host arrays there); unchanged on
+        ``CPUPlace``.
+
+        Parameters
+        ----------
+        value : array-like
+
+        Returns
+        -------
+        numpy.ndarray or cupy.ndarray
+        """
+        if self._xp is np:
+            return value
+        with self._on_device():
+            return self._xp.asarray(value)
 
     def _on_device(self) -> contextlib.AbstractContextManager:
         """``CUDAPlace(i)``: device i is current while this executor runs (kernels, feeds,

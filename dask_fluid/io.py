@@ -42,6 +42,7 @@ from .framework import (
     VarType,
     default_main_program,
 )
+from .ops.registry import array_module
 from .py_reader import DataLoader, PyReader
 
 __all__ = [
@@ -208,6 +209,17 @@ def _scope_of(executor: Executor | None) -> Any:
     return global_scope()
 
 
+def _placed(executor: Executor | None, scope: Any, name: str, value: np.ndarray) -> Any:
+    """A loaded ``value`` where the executor keeps variables (Fluid sets a loaded tensor on
+    the executor's place); without an executor, where the variable's current value is."""
+    if executor is not None:
+        return executor.to_place(value)
+    current = scope.vars.get(name)
+    if current is not None and not isinstance(current, np.ndarray) and hasattr(current, "get"):
+        return array_module(current).asarray(value)
+    return value
+
+
 # -- save / load -------------------------------------------------------------------------------
 
 def save_vars(executor: Executor | None, dirname: str, main_program: Program | None = None,
@@ -285,7 +297,7 @@ def load_vars(executor: Executor | None, dirname: str, main_program: Program | N
                     d >= 0 and d != v for d, v in zip(declared, value.shape, strict=True)):
                 raise ValueError(f"variable {name!r} is declared {list(declared)} but the "
                                  f"saved value is {list(value.shape)}")
-        scope.set(name, value)
+        scope.set(name, _placed(executor, scope, name, value))
 
 
 def save_params(executor: Executor | None, dirname: str, main_program: Program | None = None,
@@ -560,4 +572,4 @@ def load(program: Program, model_path: str, executor: Executor | None = None,
                 d >= 0 and d != s for d, s in zip(v.shape, value.shape, strict=True)):
             raise ValueError(f"variable {v.name!r} is declared {list(v.shape)} but the saved "
                              f"value is {list(value.shape)}")
-        scope.set(v.name, value)
+        scope.set(v.name, _placed(executor, scope, v.name, value))

@@ -44,7 +44,7 @@ class _Session:
         for name, value in (state or {}).items():
             # a state saved under another solver or shape is skipped: the startup value stays
             if name in self.scope and np.shape(self.scope.get(name)) == np.shape(value):
-                self.scope.set(name, self.exe._xp.asarray(np.array(value, copy=True)))
+                self.scope.set(name, self.exe.to_place(np.array(value, copy=True)))
 
     def step(self, xb: np.ndarray, yb: np.ndarray) -> float:
         (loss,) = self.exe.run(self.net.main, feed={FEATURES: xb, LABEL: yb},

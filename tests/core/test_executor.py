@@ -173,15 +173,8 @@ def test_sparse_embedding_updates_only_touched_rows():
     assert list(changed) == [3, 5]
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif("not __import__('importlib').util.find_spec('cupy')",
-                    reason="CuPy is not installed (pip install 'dask-fluid[gpu]' on a GPU machine)")
-def test_cuda_place_trains_like_cpu():
-    cupy = pytest.importorskip("cupy")
-    try:
-        cupy.cuda.runtime.getDeviceCount()
-    except Exception as err:  # no driver / no device
-        pytest.skip(f"no CUDA GPU: {err}")
+def test_cuda_place_trains_like_cpu(device_xp):
+    # numpy feeds, as a Fluid script gives them: the executor moves them to the device
     x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
     y = (x[:, 0] > 0).astype(np.int64)
     params = []
@@ -193,8 +186,31 @@ def test_cuda_place_trains_like_cpu():
         for _ in range(5):
             exe.run(spec.main, feed={"x": x, "y": y[:, None]}, scope=scope)
         w = scope.get("fc_0.w_0")
+        assert isinstance(w, device_xp.ndarray) == isinstance(place, fluid.CUDAPlace)
         params.append(w.get() if hasattr(w, "get") else w)
     np.testing.assert_allclose(params[0], params[1], rtol=1e-4, atol=1e-5)
+
+
+def test_a_scope_variables_tensor_reads_and_writes_the_scope(device_xp):
+    # Fluid's idiom: scope.find_var(name).get_tensor() then np.array(t) / t.set(value, place)
+    spec = mlp(hidden=(4,), n_features=3, n_classes=2)
+    x = np.ones((2, 3), np.float32)
+    y = np.zeros((2, 1), np.int64)
+    for place in (fluid.CPUPlace(), fluid.CUDAPlace(0)):
+        exe, scope = fluid.Executor(place), fluid.Scope()
+        exe.run(spec.startup, scope=scope)
+        t = scope.find_var("fc_0.w_0").get_tensor()
+        assert t.shape() == [3, 4] and t.lod() == []
+        t.set(np.full((3, 4), 0.5, np.float32), place)  # on the executor's place
+        value = scope.get("fc_0.w_0")
+        assert isinstance(value, device_xp.ndarray) == isinstance(place, fluid.CUDAPlace)
+        exe.run(spec.main, feed={"x": x, "y": y}, scope=scope)
+        assert not np.allclose(np.array(t), 0.5)  # the run updated what the tensor shows
+        words = scope.var("words").get_tensor()
+        words.set(np.arange(5).reshape(5, 1), place)
+        words.set_lod([[0, 2, 5]])
+        assert scope.lods["words"] == ((0, 2, 5),) and words.recursive_sequence_lengths() == \
+            [[2, 3]]
 
 
 def _lr_values(build, steps: int = 6) -> list[float]:

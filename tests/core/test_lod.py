@@ -159,7 +159,7 @@ def test_sequence_conv_pool_classifies_sequences_by_their_words():
     assert float(np.array(a)[0]) == 1.0
 
 
-def test_sequence_layers_compose_and_train_end_to_end():
+def _sequence_net():
     # pad -> per-position fc -> unpad -> expand by a 2-level LoD -> pool: gradients reach the
     # embedding through every sequence op
     main, startup = fluid.Program(), fluid.Program()
@@ -178,10 +178,15 @@ def test_sequence_layers_compose_and_train_end_to_end():
         pooled = fluid.layers.sequence_pool(weighted, "sum")
         loss = fluid.layers.mean(fluid.layers.square_error_cost(fluid.layers.fc(pooled, 1), y))
         fluid.optimizer.Adam(0.05).minimize(loss)
-    exe, scope = fluid.Executor(), fluid.Scope()
-    exe.run(startup, scope=scope)
     feed = {"words": _words([[1, 2, 3], [4], [5, 6]]),
             "y": np.array([[1.0], [-1.0], [0.5]], np.float32)}
+    return main, startup, feed, loss, unpadded, soft
+
+
+def test_sequence_layers_compose_and_train_end_to_end():
+    main, startup, feed, loss, unpadded, soft = _sequence_net()
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(startup, scope=scope)
     losses = [exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0][0]
               for _ in range(40)]
     assert losses[-1] < 0.05 * losses[0]
@@ -189,6 +194,25 @@ def test_sequence_layers_compose_and_train_end_to_end():
                    return_numpy=False)
     assert u.lod() == s.lod() == [[0, 3, 4, 6]]
     np.testing.assert_allclose([np.array(s)[0:3].sum(), np.array(s)[3:4].sum()], [1, 1],
+                               rtol=1e-5)
+
+
+def test_sequence_network_on_the_device_trains_like_cpu(device_xp):
+    # LoD feeds, sequence kernels and LoD fetches with the tensors on the device
+    losses, fetched = {}, {}
+    for place in (fluid.CPUPlace(), fluid.CUDAPlace(0)):
+        with fluid.unique_name.guard():  # the same names, so the same initial values
+            main, startup, feed, loss, unpadded, soft = _sequence_net()
+        exe, scope = fluid.Executor(place), fluid.Scope()
+        exe.run(startup, scope=scope)
+        key = type(place).__name__
+        losses[key] = [float(exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0][0])
+                       for _ in range(10)]
+        fetched[key] = exe.run(main, feed=feed, fetch_list=[soft], scope=scope,
+                               return_numpy=False)[0]
+    np.testing.assert_allclose(losses["CUDAPlace"], losses["CPUPlace"], rtol=1e-5)
+    assert fetched["CUDAPlace"].lod() == fetched["CPUPlace"].lod() == [[0, 3, 4, 6]]
+    np.testing.assert_allclose(np.array(fetched["CUDAPlace"]), np.array(fetched["CPUPlace"]),
                                rtol=1e-5)
 
 

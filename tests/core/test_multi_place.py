@@ -260,11 +260,7 @@ def test_parallel_executor_equals_compiled_program_and_shares_vars(monkeypatch):
     test.close()
 
 
-@pytest.mark.gpu
-def test_parallel_executor_on_gpus_equals_cpu():
-    if fluid.compiler._cuda_device_count() == 0:
-        pytest.skip("no CUDA GPU visible to CuPy: the GPU places of ParallelExecutor are "
-                    "checked on a GPU machine")
+def test_parallel_executor_on_gpus_equals_cpu(device_xp):
     main, startup, loss = _net()
     scope = fluid.Scope()
     fluid.Executor(fluid.CUDAPlace(0)).run(startup, scope=scope)

@@ -1,6 +1,7 @@
-"""The estimators on a GPU: ``device="gpu"`` in this process, and ``mode="nccl2"`` on a Dask
-worker process that owns the GPU, fitted on a dask array. Skipped, saying why, without a CUDA
-GPU that CuPy sees and NCCL."""
+"""The estimators on a GPU: ``device="gpu"`` in this process (on the real CuPy with a GPU, and on
+the strict CPU CuPy everywhere), and ``mode="nccl2"`` on a Dask worker process that owns the
+GPU, fitted on a dask array (skipped, saying why, without a CUDA GPU that CuPy sees and
+NCCL)."""
 
 from __future__ import annotations
 
@@ -13,17 +14,13 @@ from dask_fluid.datasets import reference_blobs
 from dask_fluid.estimators import MLPClassifier
 
 _GPU = gpu_status()
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not _GPU["gpus"], reason=f"needs a CUDA GPU: {_GPU['reason']}"),
-    pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning"),
-]
+pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 
 PARAMS = dict(hidden_layer_sizes=(32,), max_iter=3, batch_size=64, learning_rate_init=0.01,
               shuffle=False, random_state=0)
 
 
-def test_gpu_device_trains_like_cpu():
+def test_gpu_device_trains_like_cpu(device_xp):
     X, y = reference_blobs(2_000, n_features=16, n_classes=4, seed=2)
     cpu = MLPClassifier(device="cpu", **PARAMS).fit(X, y)
     gpu = MLPClassifier(device="gpu", **PARAMS).fit(X, y)
@@ -36,6 +33,8 @@ def test_gpu_device_trains_like_cpu():
     np.testing.assert_allclose(proba, cpu.predict_proba(X), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not _GPU["gpus"], reason=f"needs a CUDA GPU: {_GPU['reason']}")
 @pytest.mark.skipif(_GPU["gpus"] and not _GPU["nccl"], reason="CuPy cannot load NCCL")
 def test_nccl2_on_a_gpu_worker_equals_the_cpu_ring():
     from distributed import Client, Nanny, Scheduler, SpecCluster

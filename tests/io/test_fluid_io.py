@@ -136,3 +136,32 @@ def test_fluid_save_and_load_with_a_restricted_unpickler(tmp_path):
         pickle.dump({"fc_0.w_0": Boom()}, f)
     with fluid.scope_guard(fresh), pytest.raises(pickle.UnpicklingError, match="not allowed"):
         fluid.load(spec.main, path, exe)
+
+
+def test_saved_from_and_loaded_onto_the_device(tmp_path, device_xp):
+    # saving copies device values to the host; loading with a CUDAPlace executor puts them
+    # back on the device, where the next run needs them (a host array there is refused)
+    spec = mlp(hidden=(8,), n_features=5, n_classes=3, opt=fluid.optimizer.Momentum(0.1, 0.9))
+    exe, scope = fluid.Executor(fluid.CUDAPlace(0)), fluid.Scope()
+    rng = np.random.default_rng(0)
+    feed = {"x": rng.standard_normal((4, 5)).astype(np.float32), "y": rng.integers(0, 3, (4, 1))}
+    with fluid.scope_guard(scope):
+        exe.run(spec.startup)
+        exe.run(spec.main, feed=feed)
+        fluid.io.save_persistables(exe, str(tmp_path / "vars"), spec.main)
+        fluid.save(spec.main, str(tmp_path / "model"))
+        fluid.io.save_inference_model(str(tmp_path / "infer"), ["x"], [spec.logits], exe,
+                                      spec.main)
+        expected = exe.run(spec.main, feed=feed, fetch_list=[spec.loss])[0]
+    for load in (lambda: fluid.io.load_persistables(exe, str(tmp_path / "vars"), spec.main),
+                 lambda: fluid.load(spec.main, str(tmp_path / "model"), exe)):
+        fresh = fluid.Scope()
+        with fluid.scope_guard(fresh):
+            load()
+            assert all(isinstance(fresh.get(p.name), device_xp.ndarray)
+                       for p in spec.main.all_parameters())
+            np.testing.assert_allclose(exe.run(spec.main, feed=feed, fetch_list=[spec.loss])[0],
+                                       expected, rtol=1e-6)
+    with fluid.scope_guard(fluid.Scope()):
+        program, feeds, fetches = fluid.io.load_inference_model(str(tmp_path / "infer"), exe)
+        assert exe.run(program, feed={"x": feed["x"]}, fetch_list=fetches)[0].shape == (4, 3)

@@ -3,7 +3,8 @@
 The kernel picks a route from the shapes (``conv_ops``: column matrices of whole padded rows
 or of output-width runs, the input gradient as a convolution or as a scatter, images taken in
 batches of a byte budget); the limits are forced here so that every route runs on small
-inputs, and each must give what the loops give, on numpy and (with a GPU) CuPy.
+inputs, and each must give what the loops give, on numpy and on the device modules
+(the real CuPy with a GPU, the strict CPU CuPy everywhere).
 ``batch_norm_grad``'s centred form is checked
 where the mean is large against the spread (float32 against a float64 reference)."""
 
@@ -14,6 +15,7 @@ import pytest
 
 from dask_fluid.ops import conv_ops
 
+from .. import strict_cupy
 from . import conv2d_by_loops, run_op
 
 rng = np.random.default_rng(7)
@@ -27,24 +29,15 @@ CASES = [  # x shape, filters, kernel, stride, pads, dilation, groups
 ]
 
 
-def _array_module(name: str):
-    if name == "numpy":
-        return np
-    from .test_cupy import _gpu_reason
-
-    reason = _gpu_reason()
-    if reason is not None:
-        pytest.skip(f"the CuPy run of the conv routes needs a CUDA GPU ({reason})")
-    import cupy
-
-    return cupy
+@pytest.fixture(params=["numpy", *strict_cupy.DEVICE_PARAMS])
+def xp(request):
+    """numpy, and the device modules (the real CuPy on a GPU, the strict CPU CuPy)."""
+    return np if request.param == "numpy" else strict_cupy.device_module(request.param, request)
 
 
-@pytest.mark.parametrize("module", ["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("route", ["rows_as_conv", "runs_scatter", "one_image_batches"])
 @pytest.mark.parametrize("case", CASES, ids=[f"case{i}" for i in range(len(CASES))])
-def test_every_route_matches_loops(monkeypatch, route, case, module):
-    xp = _array_module(module)
+def test_every_route_matches_loops(monkeypatch, route, case, xp):
     xshape, m, (kh, kw), stride, pads, dilation, groups = case
     if route == "rows_as_conv":  # whole padded rows and the gradient as a conv wherever valid
         monkeypatch.setattr(conv_ops, "_ROW_RATIO", 100.0)

@@ -1,9 +1,14 @@
-"""The same kernels on cupy and numpy give the same results (skipped without a CUDA GPU).
+"""The same kernels on cupy and numpy give the same results.
 
 Every grad-check case of ``test_grad_check`` runs forward and backward on both array modules
 (float64; agreement to 1e-9 relative: GPU transcendental functions may differ in the last
 bits); the non-differentiable kernels, the optimizers (dense and SelectedRows) and the random
 ops (bit-identical, since they draw on the host) are compared too.
+
+Each test runs twice: on the real CuPy with a CUDA GPU (``gpu``, skipped without one) and on
+``tests/strict_cupy.py`` (``strict``, always), a CuPy on the CPU that refuses what CuPy refuses
+(implicit host copies, host arrays in device arithmetic), so a kernel that only works on numpy
+fails without a GPU too.
 """
 
 from __future__ import annotations
@@ -19,71 +24,56 @@ from . import run_op
 from .test_grad_check import CASES, PARAMS, analytic_grads, forward, objective_outputs
 
 
-def _gpu_reason() -> str | None:
-    try:
-        import cupy
-
-        if cupy.cuda.runtime.getDeviceCount() > 0:
-            return None
-        return "no CUDA device found"
-    except Exception as err:  # ImportError, or a CUDA runtime error without a driver
-        return f"{type(err).__name__}: {err}"
+@pytest.fixture
+def cp(device_xp):
+    return device_xp
 
 
-_REASON = _gpu_reason()
-if _REASON is not None:
-    pytest.skip(f"CuPy with a CUDA GPU is not available: {_REASON}", allow_module_level=True)
-
-import cupy as cp  # noqa: E402
-
-pytestmark = pytest.mark.gpu
-
-
-def to_cp(obj: Any) -> Any:
+def to_cp(cp: Any, obj: Any) -> Any:
     if isinstance(obj, SelectedRows):
         return SelectedRows(cp.asarray(obj.rows), cp.asarray(obj.value), obj.height)
     if isinstance(obj, np.ndarray):
         return cp.asarray(obj)
     if isinstance(obj, dict):
-        return {k: to_cp(v) for k, v in obj.items()}
+        return {k: to_cp(cp, v) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [to_cp(v) for v in obj]
+        return [to_cp(cp, v) for v in obj]
     return obj
 
 
-def assert_same(gpu: Any, cpu: Any, rtol: float = 1e-9, what: str = "") -> None:
+def assert_same(cp: Any, gpu: Any, cpu: Any, rtol: float = 1e-9, what: str = "") -> None:
     if isinstance(cpu, SelectedRows):
         assert isinstance(gpu, SelectedRows) and gpu.height == cpu.height, what
         np.testing.assert_array_equal(cp.asnumpy(gpu.rows), cpu.rows, err_msg=what)
-        assert_same(gpu.value, cpu.value, rtol, what)
+        assert_same(cp, gpu.value, cpu.value, rtol, what)
         return
     assert isinstance(gpu, cp.ndarray), (what, type(gpu))
     assert gpu.dtype == cpu.dtype and gpu.shape == cpu.shape, (what, gpu.dtype, gpu.shape)
     np.testing.assert_allclose(cp.asnumpy(gpu), cpu, rtol=rtol, atol=1e-12, err_msg=what)
 
 
-def assert_same_result(gpu: dict, cpu: dict, what: str) -> None:
+def assert_same_result(cp: Any, gpu: dict, cpu: dict, what: str) -> None:
     assert set(gpu) == set(cpu), what
     for slot in cpu:
         assert len(gpu[slot]) == len(cpu[slot]), (what, slot)
         for g, c in zip(gpu[slot], cpu[slot], strict=True):
-            assert_same(g, c, what=f"{what} {slot}")
+            assert_same(cp, g, c, what=f"{what} {slot}")
 
 
 @pytest.mark.parametrize("op_type, case", PARAMS)
-def test_forward_and_grad_match_numpy(op_type, case):
+def test_forward_and_grad_match_numpy(cp, op_type, case):
     _, ins, attrs = CASES[op_type][case]
     op_n, env_n = forward(op_type, ins, attrs)
-    op_c, env_c = forward(op_type, to_cp(ins), attrs)
+    op_c, env_c = forward(op_type, to_cp(cp, ins), attrs)
     for name, value in env_n.items():
-        assert_same(env_c[name], value, what=f"{op_type} {name}")
+        assert_same(cp, env_c[name], value, what=f"{op_type} {name}")
     rng = np.random.default_rng(1)
     seeds = {n: rng.standard_normal(env_n[n].shape) for n in objective_outputs(op_n)}
     grads_n = analytic_grads(op_n, env_n, seeds)
-    grads_c = analytic_grads(op_c, env_c, to_cp(seeds))
+    grads_c = analytic_grads(op_c, env_c, to_cp(cp, seeds))
     assert set(grads_c) == set(grads_n)
     for name, g in grads_n.items():
-        assert_same(grads_c[name], g, what=f"{op_type} d{name}")
+        assert_same(cp, grads_c[name], g, what=f"{op_type} d{name}")
 
 
 def _forward_cases() -> list[tuple[str, dict, dict]]:
@@ -124,18 +114,18 @@ def _forward_cases() -> list[tuple[str, dict, dict]]:
 
 
 @pytest.mark.parametrize("case", range(len(_forward_cases())))
-def test_forward_only_kernels_match_numpy(case):
+def test_forward_only_kernels_match_numpy(cp, case):
     op_type, ins, attrs = _forward_cases()[case]
-    assert_same_result(run_op(op_type, to_cp(ins), attrs), run_op(op_type, ins, attrs),
+    assert_same_result(cp, run_op(op_type, to_cp(cp, ins), attrs), run_op(op_type, ins, attrs),
                        f"{op_type}#{case}")
 
 
-def test_selected_rows_helpers_on_cupy():
+def test_selected_rows_helpers_on_cupy(cp):
     sr = SelectedRows(np.array([5, 1, 5, 0], np.int64), np.arange(8.0).reshape(4, 2), 6)
-    g = to_cp(sr)
+    g = to_cp(cp, sr)
     assert g.xp is cp
-    assert_same(g.to_dense(), sr.to_dense())
-    assert_same(g.merged(), sr.merged())
+    assert_same(cp, g.to_dense(), sr.to_dense())
+    assert_same(cp, g.merged(), sr.merged())
 
 
 @pytest.mark.parametrize("op, attrs, slots", [
@@ -151,7 +141,7 @@ def test_selected_rows_helpers_on_cupy():
     ("lamb", {}, ["Moment1", "Moment2"]),
 ])
 @pytest.mark.parametrize("sparse", [False, True])
-def test_optimizers_match_numpy(op, attrs, slots, sparse):
+def test_optimizers_match_numpy(cp, op, attrs, slots, sparse):
     if sparse and op in ("lars_momentum", "lamb"):
         pytest.skip(f"{op} takes dense gradients only, as in Paddle")
     rng = np.random.default_rng(4)
@@ -165,16 +155,16 @@ def test_optimizers_match_numpy(op, attrs, slots, sparse):
         ins["Beta2Pow"] = [np.array([0.999])]
     ins["Grad"] = [SelectedRows(np.array([4, 1, 4], np.int64), rng.standard_normal((3, 3)), 6)
                    if sparse else rng.standard_normal((6, 3))]
-    gpu_ins = to_cp(ins)
+    gpu_ins = to_cp(cp, ins)
     res_c = run_op(op, gpu_ins, attrs)
     res_n = run_op(op, ins, attrs)
     assert res_c["ParamOut"][0] is gpu_ins["Param"][0]  # in place on the device too
-    assert_same_result(res_c, res_n, op)
+    assert_same_result(cp, res_c, res_n, op)
 
 
 @pytest.mark.parametrize("op", ["uniform_random", "gaussian_random",
                                 "truncated_gaussian_random", "fake_init"])
-def test_random_ops_are_bit_identical_on_gpu(op):
+def test_random_ops_are_bit_identical_on_gpu(cp, op):
     attrs = {"shape": [5, 4], "seed": 3, "_out_name": "w", "full_shape": [9, 4],
              "row_offset": 2}
     cpu = run_op(op, {}, attrs)["Out"][0]
@@ -183,15 +173,15 @@ def test_random_ops_are_bit_identical_on_gpu(op):
     np.testing.assert_array_equal(cp.asnumpy(gpu), cpu)
 
 
-def test_dropout_mask_is_the_same_on_both_devices():
+def test_dropout_mask_is_the_same_on_both_devices(cp):
     x = np.random.default_rng(0).standard_normal((40, 30)).astype(np.float32)
     attrs = {"dropout_prob": 0.4, "dropout_implementation": "upscale_in_train"}
     cpu = run_op("dropout", {"X": [x]}, {**attrs, "_rng": np.random.default_rng(9)})
     gpu = run_op("dropout", {"X": [cp.asarray(x)]}, {**attrs, "_rng": np.random.default_rng(9)})
-    assert_same_result(gpu, cpu, "dropout")
+    assert_same_result(cp, gpu, cpu, "dropout")
 
 
-def test_fill_constant_on_gpu_and_float32_hot_path():
+def test_fill_constant_on_gpu_and_float32_hot_path(cp):
     out = run_op("fill_constant", {}, {"shape": [2, 2], "value": 1.5, "_place": "gpu"})["Out"][0]
     assert isinstance(out, cp.ndarray) and out.dtype == np.float32 and float(out[0, 0]) == 1.5
     rng = np.random.default_rng(0)
