@@ -425,6 +425,10 @@ class Executor:
             if return_numpy:
                 value = value.get() if hasattr(value, "get") and self._xp is not np else value
                 value = np.array(value, copy=True)
+            elif not isinstance(value, np.ndarray):
+                # a device array as Fluid gives it: a LoDTensor, which np.array() copies to
+                # the host (a bare cupy array refuses np.array)
+                value = LoDTensor._of(value, (), self.place)
             out.append(value)
         return out
 
@@ -510,6 +514,14 @@ class Executor:
                 fetch_names = self._fetch_names(compiled._to_run.global_block(), fetch_list)
                 return (program.run(self, scope, feed, fetch_names, return_numpy),
                         compiled._to_run, feed, fetch_names)
+        if isinstance(feed, (list, tuple)):
+            # one dict per place (an iterable PyReader's batches): Fluid runs a Program on
+            # one place, and takes a list of one
+            if len(feed) != 1:
+                raise ValueError(f"feed is a list of {len(feed)} dicts (one per place), but a "
+                                 "Program runs on one place: run a CompiledProgram "
+                                 "with_data_parallel, or give the reader one place")
+            feed = feed[0]
         block = program.global_block()
         fetch_names = self._fetch_names(block, fetch_list)
         fed, fed_lods = self._check_feed(block, feed or {})
