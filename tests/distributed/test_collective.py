@@ -318,3 +318,24 @@ def test_collective_refuses_silent_input_and_stops_a_diverging_loss(dist_client,
                        r"\(epoch 0\): training diverged"):
         train_collective(dist_client, wild.main, wild.startup, {"x": x, "y": y},
                          trainers=workers[:2], backend="ring", batch_size=16)
+
+
+def test_ring_over_device_arrays_equals_the_ring_over_host_arrays(device_xp):
+    # device="gpu" trainers all-reduce device gradients through the ring (no NCCL here): an
+    # in-process cluster, so that its workers see the test's CuPy (the strict one included)
+    from distributed import Client, LocalCluster
+
+    x, y = reference_blobs(256, n_features=8, n_classes=3, seed=2)
+    params = {}
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        for device in ("cpu", "gpu"):
+            spec = _small()
+            result = train_collective(client, spec.main, spec.startup, (x, y), backend="ring",
+                                      device=device, batch_size=16, epochs=2)
+            assert "backend ring" in result.summary
+            assert len({r["digest"] for r in result.ranks}) == 1
+            params[device] = result.params
+    for name, value in params["cpu"].items():
+        assert isinstance(params["gpu"][name], np.ndarray)  # results come back to the host
+        np.testing.assert_allclose(params["gpu"][name], value, rtol=1e-6, atol=1e-7)
