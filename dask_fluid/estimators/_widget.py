@@ -8,7 +8,9 @@ extension, and the notebook keeps it in the widget state after the run.
 
 from __future__ import annotations
 
+import contextvars
 import html
+import threading
 
 from ..distributed.launch.progress import JobProgress
 
@@ -81,8 +83,18 @@ class WidgetView:
         self.box = widgets.VBox([widgets.HBox([self._title, self._bar]), self._stats,
                                  self._curve])
         display(self.box)
+        # The kernel tags every message with the request it answers, from a context variable.
+        # Renders come from Dask's event-loop thread, whose context belongs to whichever cell
+        # started it: run them in this cell's context, or a notebook runner (nbclient,
+        # nbconvert --execute) files the updates under another cell and keeps none of them.
+        self._context = contextvars.copy_context()
+        self._lock = threading.Lock()  # a context runs in one thread at a time
 
     def render(self, progress: JobProgress, final: bool = False) -> None:
+        with self._lock:
+            self._context.run(self._render, progress, final)
+
+    def _render(self, progress: JobProgress, final: bool) -> None:
         rounds = progress.rounds or max(progress.step, 1)
         self._bar.max = rounds
         self._bar.value = min(progress.step, rounds)

@@ -57,3 +57,20 @@ def test_nccl2_on_a_gpu_worker_equals_the_cpu_ring():
     for a, b in zip(ring.coefs_ + ring.intercepts_, gpu.coefs_ + gpu.intercepts_, strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
     assert gpu.score(X, y) == pytest.approx(ring.score(X, y), abs=1e-3)
+
+
+def test_collective_gpu_estimator_on_a_dask_array_equals_cpu(device_xp):
+    # device="gpu" trainers in an in-process cluster (its workers see the test's CuPy)
+    from distributed import Client, LocalCluster
+
+    X, y = reference_blobs(2_000, n_features=16, n_classes=4, seed=4)
+    Xd, yd = da.from_array(X, chunks=(500, 16)), da.from_array(y, chunks=500)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        fitted = {device: MLPClassifier(mode="collective", backend="ring", device=device,
+                                        client=client, **PARAMS).fit(Xd, yd)
+                  for device in ("cpu", "gpu")}
+    for a, b in zip(fitted["cpu"].coefs_, fitted["gpu"].coefs_, strict=True):
+        assert isinstance(b, np.ndarray)
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(fitted["gpu"].predict(X), fitted["cpu"].predict(X))
