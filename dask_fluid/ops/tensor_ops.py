@@ -15,7 +15,12 @@ from .selected_rows import grad_maker, grad_slots, place_module, to_dtype
           {"shape": [], "dtype": "float32", "value": 0.0, "force_cpu": False},
           optional=("ValueTensor", "ShapeTensor"))
 def fill_constant(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """Out = a tensor of ``shape`` filled with ``value`` (on the op's place)."""
+    """Out = a tensor of ``shape`` filled with ``value`` (on the op's place).
+
+    ``force_cpu`` is Fluid's hint to keep a small control tensor (a step counter, a decay
+    boundary) in host memory, Fluid copying it between places as the ops that read it need.
+    Here a kernel reads all its inputs on one place, so the tensor is made where the executor
+    runs: on a GPU executor a host tensor would meet device tensors in the next op."""
     shape = [int(s) for s in attrs.get("shape", [])]
     if ins.get("ShapeTensor") and ins["ShapeTensor"][0] is not None:
         shape = [int(s) for s in ins["ShapeTensor"][0].reshape(-1).tolist()]
@@ -25,7 +30,7 @@ def fill_constant(ins: dict, attrs: dict, outs: tuple) -> dict:
     if any(s < 0 for s in shape):
         raise ValueError(f"fill_constant: shape {shape} has a negative dim; the executor must "
                          f"resolve -1 dims before running the op")
-    xp = np if attrs.get("force_cpu", False) else place_module(attrs)
+    xp = place_module(attrs)
     return {"Out": [xp.full(shape, value, dtype=to_dtype(attrs.get("dtype", "float32")))]}
 
 
@@ -242,7 +247,8 @@ def transpose2_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
            "output_dim_idx": 0, "force_cpu": False})
 def fill_constant_batch_size_like(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = ``shape`` filled with ``value``, its ``output_dim_idx`` dim taken from dim
-    ``input_dim_idx`` of Input (the batch size, known only at run time)."""
+    ``input_dim_idx`` of Input (the batch size, known only at run time); on Input's place
+    (``force_cpu`` as in :func:`fill_constant`)."""
     x = ins["Input"][0]
     shape = [int(s) for s in attrs.get("shape", [])]
     out_idx, in_idx = int(attrs.get("output_dim_idx", 0)), int(attrs.get("input_dim_idx", 0))
@@ -251,7 +257,7 @@ def fill_constant_batch_size_like(ins: dict, attrs: dict, outs: tuple) -> dict:
                          f"shape {shape} and input_dim_idx={in_idx} the input's "
                          f"{x.ndim} dims")
     shape[out_idx] = int(x.shape[in_idx])
-    xp = np if attrs.get("force_cpu", False) else array_module(x)
+    xp = array_module(x)
     return {"Out": [xp.full(shape, attrs.get("value", 0.0),
                             dtype=to_dtype(attrs.get("dtype", "float32")))]}
 

@@ -12,7 +12,7 @@ import pytest
 
 import dask_fluid as fluid
 
-STEPS = 3
+STEPS = 3  # steps of each comparison
 
 
 def _program(build: Callable[[], tuple]) -> tuple:
@@ -154,3 +154,20 @@ def test_a_list_of_feeds_for_several_places_is_refused_by_a_program():
     feed = _dense_batches(None)[0]
     with pytest.raises(ValueError, match="a list of 2 dicts .* runs on one place"):
         exe.run(main, feed=[feed, feed], fetch_list=[loss], scope=scope)
+
+
+def test_piecewise_decay_with_host_placed_boundaries_on_the_device(device_xp):
+    # Fluid makes the step counter and boundaries with force_cpu=True and a Switch reads them;
+    # on a GPU executor they are made on the device, where less_than meets the counter
+    def build():
+        x = fluid.layers.data("x", shape=[5])
+        loss = fluid.layers.mean(fluid.layers.fc(x, 1))
+        lr = fluid.layers.piecewise_decay([2, 4], [1.0, 0.5, 0.1])
+        fluid.optimizer.SGD(lr).minimize(loss)
+        return loss, lr
+
+    batches = [{"x": np.ones((2, 5), np.float32)}] * 6
+    got = _on_both(build, lambda place: batches)
+    _assert_same(got)
+    assert [float(run[1][0]) for run in got["CUDAPlace"]] == pytest.approx(
+        [1.0, 1.0, 0.5, 0.5, 0.1, 0.1])
