@@ -53,6 +53,7 @@ import numpy as np
 from ...executor import RunContext
 from ...flags import RPCFlags
 from ...ops import registry
+from ...ops.selected_rows import SelectedRows
 from ...transpiler.modes import DistributedMode
 from ...transpiler.trainer_rewrite import GEO_PARAM_INIT
 from ..comm.auth import env_secret
@@ -78,6 +79,17 @@ def table_shard(attrs: dict) -> TableShard | None:
         return None
     name, grad, n, rows = entry
     return TableShard(str(name), str(grad), int(n), int(attrs.get("pserver_id", 0)), int(rows))
+
+
+def _on_host(value: Any) -> Any:
+    """What a trainer sends: a GPU trainer's gradient (a device array, or a SelectedRows of
+    them) copied to the host; host values as they are."""
+    if isinstance(value, SelectedRows):
+        if isinstance(value.value, np.ndarray):
+            return value
+        return SelectedRows(registry.to_host(value.rows), registry.to_host(value.value),
+                            value.height)
+    return value if isinstance(value, np.ndarray) else registry.to_host(value)
 
 
 def _client(ctx: RunContext) -> PServerClient:
@@ -133,7 +145,7 @@ def _send(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     plan = _plan(attrs, ctx, "send_varnames")
     epmap = plan.epmap
     client.endpoints.update(epmap)
-    values = ins["X"]
+    values = [_on_host(v) if v is not None else None for v in ins["X"]]
     if any(v is None for v in values):
         missing = [n for n, v in zip(plan.inputs, values, strict=True) if v is None]
         raise ValueError(f"send: {missing} were not computed before this op; run the trainer "
@@ -177,11 +189,13 @@ def _recv(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     if len(out) == len(values):
         if any(v is NOT_YET for v in values):
             values = [ctx.scope.get(n) for n in out]
-        return {"Out": values}
+            return {"Out": values}
+        # where the trainer's executor keeps its variables (a GPU trainer's device)
+        return {"Out": [ctx.executor.to_place(v) for v in values]}
     # runtime split: the blocks make the one output
     if any(v is NOT_YET for v in values):  # the first async step: nothing came back yet
         return {"Out": [ctx.scope.get(out[0])]}
-    return {"Out": [join_rows(values)]}
+    return {"Out": [ctx.executor.to_place(join_rows(values))]}
 
 
 def _geo_recv(client: PServerClient, names: list[str], param: str, ctx: RunContext) -> object:
@@ -191,7 +205,8 @@ def _geo_recv(client: PServerClient, names: list[str], param: str, ctx: RunConte
         return current
     if not client.has_replies(names):  # the step's first recv: one exchange for all of them
         client.exchange(client.wanted(ctx.block, ctx.op), push=client.staged)
-    return client.geo.merge(param, current, join_rows(client.take(names)))
+    merged = client.geo.merge(param, _on_host(current), join_rows(client.take(names)))
+    return ctx.executor.to_place(merged)
 
 
 def _fetch_barrier(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
@@ -201,7 +216,8 @@ def _fetch_barrier(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict
 def _prefetch(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     client = _client(ctx)
     client.endpoints.update(attrs["epmap"])
-    return {"Out": client.prefetch(list(attrs["epmap"]), ins["X"])}
+    rows = client.prefetch(list(attrs["epmap"]), [_on_host(ids) for ids in ins["X"]])
+    return {"Out": [ctx.executor.to_place(r) for r in rows]}
 
 
 def _remote_rows(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
