@@ -36,7 +36,9 @@ from dask_fluid.distributed.errors import (
     JobAbortedError,
 )
 from dask_fluid.distributed.launch.script import launch_script
+from dask_fluid.models import mlp
 
+from .. import strict_cupy
 from . import cluster
 
 SCRIPT = Path(__file__).parent / "nccl2_script.py"
@@ -526,3 +528,46 @@ def test_errors_of_the_ring_name_the_endpoint():
     with pytest.raises(DistributedTrainingError) as info:
         EndpointRingCommunicator(0, eps, 0.5, secret=b"k")
     assert info.value.endpoint == eps[1]
+
+
+def test_gpu_trainers_without_nccl_all_reduce_through_host_memory_as_cpu(monkeypatch, request):
+    # two nccl2 trainers on CUDAPlace in threads, on the strict CPU CuPy (it has no NCCL):
+    # device gradients over the TCP ring through host memory, the same steps as on CPUs
+    monkeypatch.setenv("DASK_FLUID_JOB_SECRET", "s3cret")
+    monkeypatch.setenv("CPU_NUM", "1")
+    strict_cupy.device_module("strict", request)
+    rng = np.random.default_rng(0)
+    batches = [(rng.standard_normal((8, 5)).astype(np.float32), rng.integers(0, 3, (8, 1)))
+               for _ in range(3)]
+
+    def job(place):
+        eps = _endpoints(2)
+
+        def trainer(i: int):
+            with unique_name.guard():
+                spec = mlp(hidden=(8,), n_features=5, n_classes=3, seed=3)
+            config = fluid.DistributeTranspilerConfig()
+            config.mode = "nccl2"
+            fluid.DistributeTranspiler(config=config).transpile(
+                i, program=spec.main, startup_program=spec.startup, trainers=",".join(eps),
+                current_endpoint=eps[i])
+            exe, scope = fluid.Executor(place), fluid.Scope()
+            exe.run(spec.startup, scope=scope)
+            strategy = fluid.BuildStrategy()
+            strategy.num_trainers, strategy.trainer_id = 2, i
+            compiled = fluid.CompiledProgram(spec.main).with_data_parallel(
+                loss_name=spec.loss.name, build_strategy=strategy)
+            losses = [float(exe.run(compiled, feed={"x": x[4 * i:4 * i + 4],
+                                                    "y": y[4 * i:4 * i + 4]},
+                                    fetch_list=[spec.loss], scope=scope)[0][0])
+                      for x, y in batches]
+            weight = scope.get("fc_0.w_0")
+            return losses, weight.get() if hasattr(weight, "get") else weight
+
+        return _in_threads(2, trainer)
+
+    on_gpu, on_cpu = job(fluid.CUDAPlace(0)), job(fluid.CPUPlace())
+    for (gpu_losses, gpu_w), (cpu_losses, cpu_w) in zip(on_gpu, on_cpu, strict=True):
+        np.testing.assert_allclose(gpu_losses, cpu_losses, rtol=1e-6)
+        np.testing.assert_allclose(gpu_w, cpu_w, rtol=1e-6)
+    np.testing.assert_array_equal(on_gpu[0][1], on_gpu[1][1])  # one model on both trainers
