@@ -214,10 +214,8 @@ def _placed(executor: Executor | None, scope: Any, name: str, value: np.ndarray)
     the executor's place); without an executor, where the variable's current value is."""
     if executor is not None:
         return executor.to_place(value)
-    current = scope.vars.get(name)
-    if current is not None and not isinstance(current, np.ndarray) and hasattr(current, "get"):
-        return array_module(current).asarray(value)
-    return value
+    xp = array_module(scope.vars.get(name))
+    return value if xp is np else xp.asarray(value)
 
 
 # -- save / load -------------------------------------------------------------------------------
