@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import operator
+import sys
 import types
 from typing import Any
 
@@ -219,9 +220,10 @@ class _Namespace(types.ModuleType):
 def _function(name: str, fn: Any) -> Any:
     if name in _CONVERT:
         def convert(obj: Any, dtype: Any = None, *args: Any, **kwargs: Any) -> ndarray:
+            if isinstance(obj, ndarray) and name != "array":  # a device array stays, as in CuPy
+                return ndarray(np.asarray(obj._a, dtype=dtype))
             host = obj._a if isinstance(obj, ndarray) else obj
-            out = np.array(host, dtype=dtype, copy=name == "array" or not isinstance(obj, ndarray))
-            return ndarray(out)
+            return ndarray(np.array(host, dtype=dtype, copy=True))  # a copy to the device
         return convert
     if name in _HOST_ARGS:
         return lambda *args, **kwargs: _wrap(fn(*_host_ok(args), **kwargs))
@@ -310,8 +312,6 @@ def device_module(kind: str, request: pytest.FixtureRequest) -> Any:
         import cupy
 
         return cupy
-    import sys
-
     from dask_fluid.compiler import _cuda_device_count
 
     monkeypatch = pytest.MonkeyPatch()
