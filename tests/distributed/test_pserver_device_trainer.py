@@ -6,6 +6,7 @@ strict CPU CuPy everywhere and on the real CuPy with a GPU (``device_xp``)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import dask_fluid as fluid
 from dask_fluid.distributed.pserver.client import DirectClient
@@ -38,3 +39,17 @@ def test_a_device_trainer_of_a_cpu_pserver_trains_as_local(device_xp):
     server.join(30)
     assert "error" not in done, done.get("error")
     np.testing.assert_allclose(losses, _local(), rtol=1e-5)
+
+
+def test_a_pserver_program_on_a_device_executor_is_refused_naming_the_fix(device_xp):
+    ep = f"127.0.0.1:{_free_port()}"
+    main, startup, _ = reference_mlp()
+    t = fluid.DistributeTranspiler()
+    t.transpile(0, program=main, startup_program=startup, pservers=ep, trainers=1)
+    prog = t.get_pserver_program(ep)
+    exe, scope = Executor(fluid.CUDAPlace(0)), Scope()
+    exe.run(t.get_startup_program(ep, prog), scope=scope)
+    with pytest.raises(fluid.ExecutionError, match=r"NotImplementedError: a pserver program on "
+                                                   r"a CUDAPlace executor is not implemented: "
+                                                   r".*CPUPlace"):
+        exe.run(prog, scope=scope)

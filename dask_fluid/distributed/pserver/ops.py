@@ -54,6 +54,7 @@ from ...executor import RunContext
 from ...flags import RPCFlags
 from ...ops import registry
 from ...ops.selected_rows import SelectedRows
+from ...places import CUDAPlace
 from ...transpiler.modes import DistributedMode
 from ...transpiler.trainer_rewrite import GEO_PARAM_INIT
 from ..comm.auth import env_secret
@@ -265,6 +266,12 @@ def _remote_rows(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
 
 
 def _listen_and_serv(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    if isinstance(ctx.executor.place, CUDAPlace):
+        # the shard's update kernels, wire and checkpoints work on host arrays
+        raise NotImplementedError(
+            "a pserver program on a CUDAPlace executor is not implemented: run it with "
+            "fluid.Executor(fluid.CPUPlace()), as Paddle's dist tests run their pservers; "
+            "its trainers may use CUDAPlace")
     options = ctx.executor.host_context.get(SERVE_KEY)
     if options is None:  # a pserver started by hand: bind the endpoint, open-ended rounds
         options = ServeOptions(secret=env_secret(), flags=RPCFlags.current(), tls=env_contexts(),
