@@ -423,8 +423,7 @@ class Executor:
                 out.append(LoDTensor._of(value, lod, self.place))
                 continue
             if return_numpy:
-                value = value.get() if hasattr(value, "get") and self._xp is not np else value
-                value = np.array(value, copy=True)
+                value = np.array(registry.to_host(value), copy=True)
             elif not isinstance(value, np.ndarray):
                 # a device array as Fluid gives it: a LoDTensor, which np.array() copies to
                 # the host (a bare cupy array refuses np.array)

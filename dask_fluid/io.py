@@ -42,7 +42,7 @@ from .framework import (
     VarType,
     default_main_program,
 )
-from .ops.registry import array_module
+from .ops.registry import array_module, to_host
 from .py_reader import DataLoader, PyReader
 
 __all__ = [
@@ -125,7 +125,7 @@ def _parse_tensor_desc(buf: bytes) -> tuple[np.dtype, tuple[int, ...]]:
 
 def write_tensor(f: BinaryIO, value: Any, lod: Sequence[Sequence[int]] = ()) -> None:
     """Write one LoDTensor record (see the module docstring)."""
-    arr = np.ascontiguousarray(value.get() if hasattr(value, "get") else np.asarray(value))
+    arr = np.ascontiguousarray(to_host(value))
     if arr.dtype not in _DTYPE_CODES:
         raise TypeError(f"cannot save a tensor of dtype {arr.dtype} in Paddle's layout; known "
                         f"dtypes: {sorted(str(d) for d in _DTYPE_CODES)}")
@@ -379,7 +379,7 @@ def _save_remote_state(executor: Executor | None, dirname: str, program: Program
                                    OP_ROLE_KEY: int(OpRole.RPC)})
             exe.run(fetch, scope=scope)
             value = scope.vars.pop(tmp.name)
-            values.append(np.asarray(value.get() if hasattr(value, "get") else value))
+            values.append(to_host(value))
         whole = np.concatenate(values, axis=0) if sliced else values[0]
         with open(os.path.join(dirname, name), "wb") as f:
             write_tensor(f, whole.reshape(parts[0].origin.shape))
@@ -534,7 +534,7 @@ def save(program: Program, model_path: str) -> None:
         for v in program.list_vars():
             if pred(v) and v.name in scope:
                 value = scope.get(v.name)
-                out[v.name] = np.array(value.get() if hasattr(value, "get") else value)
+                out[v.name] = np.array(to_host(value))
         return out
 
     with open(model_path + ".pdparams", "wb") as f:

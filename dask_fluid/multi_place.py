@@ -40,6 +40,7 @@ import numpy as np
 from .executor import CUDAPlace, Executor, Scope
 from .framework import OP_ROLE_KEY, OpRole, Program, VarType
 from .lod import LoDTensor
+from .ops.registry import to_host
 from .ops.selected_rows import SelectedRows
 from .program_phases import gradient_names, optimize_start
 
@@ -254,8 +255,7 @@ class MultiPlaceStep:
                                  if getattr(v, "ndim", 1) == 0 else _on_first(v, values[0])
                                  for v in values])
         if return_numpy:
-            merged = np.array(merged.get() if hasattr(merged, "get") and xp is not np
-                              else merged, copy=True)
+            merged = np.array(to_host(merged), copy=True)
         return merged
 
 

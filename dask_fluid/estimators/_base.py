@@ -20,6 +20,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ..executor import CPUPlace, CUDAPlace, Executor, Scope
+from ..ops.registry import to_host
 from . import _predict
 from ._network import ACTIVATIONS, FEATURES, LABEL, NetSpec, build
 from ._progress import ProgressBar
@@ -53,7 +54,7 @@ class _Session:
 
     def get(self, name: str) -> np.ndarray:
         value = self.scope.get(name)
-        return np.array(value.get() if hasattr(value, "get") else value, copy=True)
+        return np.array(to_host(value), copy=True)
 
     def params(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
         return ([self.get(n) for n in self.net.weights], [self.get(n) for n in self.net.biases])

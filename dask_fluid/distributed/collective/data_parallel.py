@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from dask_fluid.framework import OP_ROLE_KEY, OpRole, Program, VarType
+from dask_fluid.ops.registry import to_host
 from dask_fluid.program_phases import gradient_names, optimize_start, split_program
 
 __all__ = ["ALLREDUCE_OP", "broadcast_persistables", "gradient_names", "optimize_start",
@@ -57,17 +58,11 @@ def persistable_names(main: Program) -> list[str]:
                   if v.persistable and v.type != VarType.RAW and not v.is_data)
 
 
-def as_host(value: Any) -> np.ndarray:
-    """``value`` as a numpy array (copied off the GPU for cupy arrays)."""
-    return value.get() if hasattr(value, "get") and not isinstance(value, np.ndarray) else \
-        np.asarray(value)
-
-
 def _writable(scope: Any, name: str, xp: Any, *, host: bool) -> Any:
     """The array under ``name``, contiguous and writable (numpy when ``host``), kept in scope."""
     value = scope.vars[name]
     if host and xp is not np:
-        return np.array(as_host(value), copy=True)
+        return np.array(to_host(value), copy=True)
     if isinstance(value, np.ndarray):
         if not (value.flags.writeable and value.flags.c_contiguous):
             value = np.array(value, copy=True)

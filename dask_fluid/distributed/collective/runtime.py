@@ -45,7 +45,6 @@ from typing import Any
 import numpy as np
 
 from dask_fluid.distributed.collective.data_parallel import (
-    as_host,
     broadcast_persistables,
     persistable_names,
     reduce_gradients,
@@ -93,6 +92,7 @@ from dask_fluid.framework import (
     default_main_program,
     default_startup_program,
 )
+from dask_fluid.ops.registry import to_host
 
 __all__ = ["BACKENDS", "rank_seed", "split_program", "train_collective"]
 
@@ -517,7 +517,7 @@ def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list) -> dict:
     elapsed = time.perf_counter() - start
     publish(worker, cfg["job"], {"type": "done", "rank": rank, "steps": len(records),
                                  "samples": samples, "elapsed": elapsed})
-    params = {n: np.array(as_host(scope.vars[n]), copy=True) for n in persist}
+    params = {n: np.array(to_host(scope.vars[n]), copy=True) for n in persist}
     digest = hashlib.sha256()
     for n in persist:
         digest.update(n.encode())

@@ -243,7 +243,7 @@ def _remote_rows(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     def fetch(ids: Any) -> Any:
         """Rows ``ids`` of the table: each distinct id asked once of the pserver whose block
         (``height_sections``, in order) holds it."""
-        host_ids = ids.get() if hasattr(ids, "get") else np.asarray(ids)
+        host_ids = registry.to_host(ids)
         uniq, inverse = np.unique(host_ids.reshape(-1), return_inverse=True)
         block = np.searchsorted(offsets, uniq, side="right") - 1
         asked = [k for k in range(len(sections)) if (block == k).any()]
