@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from .. import unique_name
 from ..framework import Variable, convert_dtype, default_main_program
 from ..initializer import ConstantInitializer
@@ -77,10 +79,43 @@ def create_global_var(shape: Sequence[int], value: float, dtype: Any,
     return var
 
 
-def assign(input: Variable, output: Variable | None = None) -> Variable:
-    """Copy ``input`` into ``output``."""
+#: Fluid 1.8's ``assign`` of a numpy array: the dtypes its ``assign_value`` op carries there
+_ASSIGN_SLOTS = {"float32": "fp32_values", "int32": "int32_values"}
+#: and the most values it carries in the program (larger arrays belong in a file)
+_ASSIGN_MAX_VALUES = 1024 * 1024
+
+
+def assign(input: Variable | np.ndarray, output: Variable | None = None) -> Variable:
+    """Copy ``input`` into ``output`` (a new variable when None).
+
+    ``input`` is a Variable (op ``assign``) or, as in Fluid 1.8, a float32 or int32 numpy
+    array of at most 1M values, which the program carries as a constant (op ``assign_value``).
+
+    Raises
+    ------
+    TypeError
+        ``input`` is neither, or an array of another dtype.
+    ValueError
+        The array has more than 1M values.
+    """
     helper = LayerHelper("assign")
-    _check_var(input, "input", "assign")
+    if isinstance(input, np.ndarray):
+        slot = _ASSIGN_SLOTS.get(str(input.dtype))
+        if slot is None:
+            raise TypeError(f"assign: a numpy input must be float32 or int32 (Fluid 1.8), got "
+                            f"{input.dtype}; convert it with .astype()")
+        if input.size > _ASSIGN_MAX_VALUES:
+            raise ValueError(f"assign: the array has {input.size} values, more than a program "
+                             f"carries ({_ASSIGN_MAX_VALUES}); save it to a file and load it")
+        if output is None:
+            output = helper.create_tmp(dtype=str(input.dtype), shape=list(input.shape))
+        helper.append_op("assign_value", outputs={"Out": [output]},
+                         attrs={"dtype": str(input.dtype), "shape": list(input.shape),
+                                slot: input.reshape(-1).tolist()})
+        return output
+    if not isinstance(input, Variable):
+        raise TypeError(f"assign: input must be a Variable or a numpy array, got "
+                        f"{type(input).__name__}")
     if output is None:
         output = helper.create_tmp(dtype=input.dtype, shape=input.shape)
     helper.append_op("assign", inputs={"X": [input]}, outputs={"Out": [output]})
@@ -123,21 +158,98 @@ def sums(input: Sequence[Variable], out: Variable | None = None) -> Variable:
     return out
 
 
-def reshape(x: Variable, shape: Sequence[int], actual_shape: Any = None, act: str | None = None,
+def reshape(x: Variable, shape: Sequence[int | Variable] | Variable,
+            actual_shape: Variable | None = None, act: str | None = None,
             inplace: bool = False, name: str | None = None) -> Variable:
-    """Reshape (``reshape2``): 0 copies the input dim, -1 is inferred."""
+    """Reshape (``reshape2``): 0 copies the input dim, one -1 is inferred.
+
+    As in Fluid 1.8, the shape can come from the graph: ``shape`` may be an int Variable (the
+    whole shape, input ``Shape``) or a list whose items are ints or one-element int Variables
+    (input ``ShapeTensor``); ``actual_shape``, an int Variable, overrides a list of ints at run
+    time (input ``Shape``; the list still gives the shape known when the program is built).
+    At run time ``ShapeTensor`` comes first, then ``Shape``, then the ``shape`` attribute.
+    With ``inplace=True`` the result is ``x`` itself (Fluid's in-place reshape): ``x`` holds
+    the reshaped tensor after the op.
+
+    Raises
+    ------
+    TypeError
+        ``shape`` is not a list, tuple or Variable, or ``actual_shape`` is not a Variable.
+    ValueError
+        More than one -1, a 0 past the input's rank, a negative dimension, or an empty shape.
+    """
+    _check_var(x, "x", "reshape")
+    if not isinstance(shape, (list, tuple, Variable)):
+        raise TypeError(f"reshape: shape must be a list, tuple or Variable, got "
+                        f"{type(shape).__name__}")
+    if actual_shape is not None and not isinstance(actual_shape, Variable):
+        raise TypeError(f"reshape: actual_shape must be a Variable or None, got "
+                        f"{type(actual_shape).__name__}")
     helper = LayerHelper("reshape2", name)
-    shape = [int(d) for d in shape]
-    if shape.count(-1) > 1:
-        raise ValueError(f"reshape: at most one dimension may be -1, got {shape}")
-    out_shape = None
-    if x.shape is not None:
-        out_shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
-    out = helper.create_tmp(dtype=x.dtype, shape=out_shape)
+    inputs: dict[str, list[Variable]] = {"X": [x]}
+    attrs: dict[str, Any] = {}
+    if isinstance(shape, Variable):
+        shape.stop_gradient = True
+        inputs["Shape"] = [shape]
+        # the rank is the number of values Shape holds; every dim is known at run time only
+        rank = int(shape.shape[0]) if shape.shape and len(shape.shape) == 1 else -1
+        out_shape = [-1] * rank if rank >= 0 else None
+    else:
+        attrs["shape"] = _reshape_attr(shape, x)
+        if any(isinstance(d, Variable) for d in shape):
+            inputs["ShapeTensor"] = _shape_tensor_list(shape)
+        elif actual_shape is not None:
+            actual_shape.stop_gradient = True
+            inputs["Shape"] = [actual_shape]
+        out_shape = None
+        if x.shape is not None:
+            out_shape = [x.shape[i] if d == 0 else d for i, d in enumerate(attrs["shape"])]
+    if inplace:
+        out = x
+        out.shape = tuple(out_shape) if out_shape is not None else None
+    else:
+        out = helper.create_tmp(dtype=x.dtype, shape=out_shape)
     xshape = helper.create_tmp(dtype=x.dtype, stop_gradient=True)
-    helper.append_op("reshape2", inputs={"X": [x]}, outputs={"Out": [out], "XShape": [xshape]},
-                     attrs={"shape": shape})
+    helper.append_op("reshape2", inputs=inputs, outputs={"Out": [out], "XShape": [xshape]},
+                     attrs=attrs)
     return helper.append_activation(out, act)
+
+
+def _reshape_attr(shape: Sequence[int | Variable], x: Variable) -> list[int]:
+    """The ``shape`` attribute: ints as given, -1 for each Variable (Fluid's rules checked)."""
+    if len(shape) == 0:
+        raise ValueError("reshape: shape must not be empty")
+    out: list[int] = []
+    inferred = False  # a Variable's -1 is a placeholder, not the dim to infer
+    for i, d in enumerate(shape):
+        if isinstance(d, Variable):
+            out.append(-1)
+            continue
+        d = int(d)
+        if d == -1:
+            if inferred:
+                raise ValueError(f"reshape: at most one dimension may be -1, got {list(shape)}")
+            inferred = True
+        if d == 0 and x.shape is not None and i >= len(x.shape):
+            raise ValueError(f"reshape: shape[{i}] is 0 (copy the input's dim), but the input "
+                             f"has only {len(x.shape)} dims")
+        if d < -1:
+            raise ValueError(f"reshape: shape[{i}] = {d}; a dimension is positive, 0 (copy) "
+                             "or the one -1 (inferred)")
+        out.append(d)
+    return out
+
+
+def _shape_tensor_list(shape: Sequence[int | Variable]) -> list[Variable]:
+    """``ShapeTensor``: each Variable as it is, each int as a one-element int32 constant."""
+    items = []
+    for d in shape:
+        if isinstance(d, Variable):
+            d.stop_gradient = True
+            items.append(d)
+        else:
+            items.append(fill_constant([1], "int32", int(d), force_cpu=True))
+    return items
 
 
 def increment(x: Variable, value: float = 1.0, in_place: bool = True) -> Variable:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .registry import GRAD, array_module, default_grad, register
+from .registry import GRAD, array_module, default_grad, register, to_host
 from .selected_rows import grad_maker, grad_slots, place_module, to_dtype
 
 
@@ -184,18 +184,30 @@ def infer_reshape(in_shape: tuple, shape: list[int], op: str = "reshape2") -> tu
 _reshape_grad_maker = grad_maker(("XShape",))
 
 
-@register("reshape2", ("X", "Shape"), ("Out", "XShape"), {"shape": []}, optional=("Shape",),
-          grad=_reshape_grad_maker)
+@register("reshape2", ("X", "Shape", "ShapeTensor"), ("Out", "XShape"), {"shape": []},
+          optional=("Shape", "ShapeTensor"), grad=_reshape_grad_maker)
 def reshape2(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """Out = X reshaped (a view); 0 copies a dim, -1 is inferred."""
+    """Out = X reshaped (a view); 0 copies a dim, -1 is inferred. The shape comes from
+    ``ShapeTensor`` (one value per dim), else ``Shape``, else the ``shape`` attribute."""
     x = ins["X"][0]
     shape = list(attrs.get("shape", []))
-    if ins.get("Shape") and ins["Shape"][0] is not None:
-        shape = [int(s) for s in ins["Shape"][0].reshape(-1).tolist()]
+    dims = [d for d in ins.get("ShapeTensor") or () if d is not None]
+    if dims:
+        shape = [_one_int(d, i) for i, d in enumerate(dims)]
+    elif ins.get("Shape") and ins["Shape"][0] is not None:
+        shape = [int(s) for s in to_host(ins["Shape"][0]).reshape(-1).tolist()]
     res = {"Out": [x.reshape(infer_reshape(tuple(x.shape), shape))]}
     if "XShape" in outs:
         res["XShape"] = [_xshape(x)]
     return res
+
+
+def _one_int(d: Any, i: int) -> int:
+    values = to_host(d).reshape(-1)
+    if values.size != 1:
+        raise ValueError(f"reshape2: ShapeTensor[{i}] must hold one value (a dim), got shape "
+                         f"{list(d.shape)}")
+    return int(values[0])
 
 
 @register("reshape2_grad", *grad_slots(("XShape",)), {"shape": []})

@@ -138,7 +138,15 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
         ("sections", {"X": [n((6, 4))]}, {"sections": [1, 2, 3], "axis": 0}),
         ("num_axis1", {"X": [n((3, 4))]}, {"num": 2, "axis": 1}),
     ]
-    c["reshape2"] = [("zero_minus1", {"X": [n((2, 3, 4))]}, {"shape": [0, -1]})]
+    c["reshape2"] = [
+        ("zero_minus1", {"X": [n((2, 3, 4))]}, {"shape": [0, -1]}),
+        # the run-time shape wins over the attribute (layers.reshape's actual_shape, shape=Var)
+        ("shape_input", {"X": [n((2, 3, 4))], "Shape": [np.array([4, -1], np.int32)]},
+         {"shape": [2, 12]}),
+        ("shape_tensor", {"X": [n((2, 3, 4))], "ShapeTensor": [
+            np.array([1], np.int32), np.array([0], np.int32), np.array([-1], np.int64)]},
+         {"shape": [-1, 0, -1]}),
+    ]
     c["transpose2"] = [("perm", {"X": [n((2, 3, 4))]}, {"axis": [2, 0, 1]})]
     c["conv2d"] = [
         ("plain", {"Input": [n((2, 3, 5, 5))], "Filter": [n((4, 3, 3, 3))]}, {}),

@@ -1,0 +1,160 @@
+"""Tensor layers where Fluid 1.8 takes more than a plain list or Variable: ``layers.reshape``
+with the shape taken from the graph (``actual_shape``, a Variable ``shape``, a list holding
+Variables) and in place, and ``layers.assign`` of a numpy array. Program structure as Fluid
+builds it, values against numpy, training through an in-place reshape against the plain one."""
+
+import numpy as np
+import pytest
+
+import dask_fluid as fluid
+from dask_fluid import layers
+
+X = np.arange(24, dtype="float32").reshape(2, 3, 4)
+
+
+def _run(main, startup, feed, fetch):
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    exe.run(startup, scope=scope)
+    return exe.run(main, feed=feed, fetch_list=fetch, scope=scope)
+
+
+def test_actual_shape_wins_at_run_time_and_the_list_gives_the_built_shape():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data("x", [3, 4])
+        actual = layers.data("actual", [2], dtype="int32", append_batch_size=False)
+        out = layers.reshape(x, [-1, 12], actual_shape=actual)
+    op = main.global_block().ops[-1]
+    assert op.type == "reshape2"
+    assert op.input("Shape") == [actual.name] and op.attr("shape") == [-1, 12]
+    assert out.shape == (-1, 12)  # what the program knows before it runs
+    assert actual.stop_gradient
+    (got,) = _run(main, startup, {"x": X, "actual": np.array([4, -1], np.int32)}, [out])
+    np.testing.assert_array_equal(got, X.reshape(4, 6))
+
+
+def test_a_variable_shape_is_the_whole_shape():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data("x", [3, 4])
+        shape = layers.assign(np.array([0, 12, 1], np.int32))
+        out = layers.reshape(x, shape)
+    op = main.global_block().ops[-1]
+    assert op.input("Shape") == [shape.name] and op.attr("shape") == []  # its default
+    assert out.shape == (-1, -1, -1)  # Fluid: rank from Shape, every dim known at run time
+    (got,) = _run(main, startup, {"x": X}, [out])
+    np.testing.assert_array_equal(got, X.reshape(2, 12, 1))
+
+
+def test_a_list_with_variables_becomes_shape_tensor():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data("x", [3, 4])
+        rows = layers.data("rows", [1], dtype="int32", append_batch_size=False)
+        out = layers.reshape(x, [rows, 0, -1])
+    ops = main.global_block().ops
+    op = ops[-1]
+    # ints become one-element int32 constants, as Fluid's get_new_shape_tensor
+    assert [o.type for o in ops] == ["fill_constant", "fill_constant", "reshape2"]
+    assert [o.attr("force_cpu") for o in ops[:2]] == [True, True]
+    assert op.input("ShapeTensor")[0] == rows.name and len(op.input("ShapeTensor")) == 3
+    assert op.attr("shape") == [-1, 0, -1] and "Shape" not in op.inputs
+    assert out.shape == (-1, 3, -1)
+    (got,) = _run(main, startup, {"x": X, "rows": np.array([1], np.int32)}, [out])
+    np.testing.assert_array_equal(got, X.reshape(1, 3, 8))
+
+
+def test_shape_tensor_comes_before_actual_shape():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data("x", [3, 4])
+        rows = layers.data("rows", [1], dtype="int32", append_batch_size=False)
+        actual = layers.data("actual", [2], dtype="int32", append_batch_size=False)
+        out = layers.reshape(x, [rows, -1], actual_shape=actual)
+    assert "Shape" not in main.global_block().ops[-1].inputs  # as Fluid: ignored then
+    (got,) = _run(main, startup, {"x": X, "rows": np.array([6], np.int32),
+                                  "actual": np.array([24], np.int32)}, [out])
+    np.testing.assert_array_equal(got, X.reshape(6, 4))
+
+
+def _trained_weights(inplace: bool) -> np.ndarray:
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = 5
+    with fluid.program_guard(main, startup):
+        x = layers.data("x", [3, 4])
+        h = layers.fc(x, size=6, num_flatten_dims=2)  # [-1, 3, 6]
+        r = layers.reshape(h, [0, 18], inplace=inplace)
+        if inplace:
+            assert r is h and h.shape == (-1, 18)
+        loss = layers.mean(layers.square(layers.fc(r, size=1)))
+        fluid.optimizer.SGD(0.1).minimize(loss)
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    exe.run(startup, scope=scope)
+    for _ in range(3):
+        exe.run(main, feed={"x": X / 24}, fetch_list=[loss], scope=scope)
+    return np.array(scope.get("fc_0.w_0"))
+
+
+def test_inplace_reshape_trains_as_the_plain_one():
+    with fluid.unique_name.guard():
+        plain = _trained_weights(False)
+    with fluid.unique_name.guard():
+        inplace = _trained_weights(True)
+    np.testing.assert_array_equal(inplace, plain)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"shape": 12}, TypeError, "shape must be a list, tuple or Variable, got int"),
+    ({"shape": [2, 12], "actual_shape": [2, 12]}, TypeError,
+     "actual_shape must be a Variable or None, got list"),
+    ({"shape": []}, ValueError, "shape must not be empty"),
+    ({"shape": [-1, -1]}, ValueError, "at most one dimension may be -1"),
+    ({"shape": [0, 0, 0, 0]}, ValueError, r"shape\[3\] is 0 .* has only 3 dims"),
+    ({"shape": [2, -3]}, ValueError, r"shape\[1\] = -3"),
+])
+def test_bad_shapes_are_refused_when_the_program_is_built(kwargs, error, match):
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        x = layers.data("x", [3, 4])
+        with pytest.raises(error, match=match):
+            layers.reshape(x, **kwargs)
+
+
+# -- assign of a numpy array (Fluid 1.8: an assign_value op carries it) ------------------------
+
+@pytest.mark.parametrize("value", [np.arange(6, dtype="float32").reshape(2, 3) / 7,
+                                   np.array([[3, -1]], dtype="int32")])
+def test_assign_a_numpy_array(value):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        out = layers.assign(value)
+    op = main.global_block().ops[-1]
+    slot = "fp32_values" if value.dtype == np.float32 else "int32_values"
+    assert op.type == "assign_value" and op.attr("shape") == list(value.shape)
+    assert op.attr("dtype") == str(value.dtype) and len(op.attr(slot)) == value.size
+    assert out.dtype == str(value.dtype) and out.shape == value.shape
+    (got,) = _run(main, startup, {}, [out])
+    np.testing.assert_array_equal(got, value)
+    assert got.dtype == value.dtype
+
+
+def test_assign_into_an_existing_variable():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        target = layers.create_tensor("float32")
+        out = layers.assign(np.ones((2, 2), "float32"), target)
+    assert out is target
+    np.testing.assert_array_equal(_run(main, startup, {}, [target])[0], np.ones((2, 2)))
+
+
+@pytest.mark.parametrize("value, error, match", [
+    (np.ones(3, "float64"), TypeError, "must be float32 or int32 .* got float64"),
+    (np.ones(3, "int64"), TypeError, "must be float32 or int32 .* got int64"),
+    ([1.0, 2.0], TypeError, "must be a Variable or a numpy array, got list"),
+    (np.zeros(1024 * 1024 + 1, "float32"), ValueError, "more than a program carries"),
+])
+def test_assign_refuses_what_fluid_refuses(value, error, match):
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        with pytest.raises(error, match=match):
+            layers.assign(value)
