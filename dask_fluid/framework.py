@@ -229,6 +229,7 @@ class Parameter(Variable):
         regularizer: Any = None,
         gradient_clip_attr: Any = None,
         optimize_attr: dict | None = None,
+        do_model_average: bool | None = None,
         **kwargs: Any,
     ) -> None:
         for d in shape:
@@ -243,11 +244,13 @@ class Parameter(Variable):
         self.regularizer = regularizer
         self.gradient_clip_attr = gradient_clip_attr
         self.optimize_attr = dict(optimize_attr or {"learning_rate": 1.0})
+        #: whether Fluid's ModelAverage averages it (ParamAttr's ``do_model_average``)
+        self.do_model_average = do_model_average
 
     def _to_dict(self) -> dict:
         d = super()._to_dict()
         d.update(kind="param", trainable=self.trainable,
-                 optimize_attr=self.optimize_attr,
+                 optimize_attr=self.optimize_attr, do_model_average=self.do_model_average,
                  regularizer=None if self.regularizer is None else self.regularizer._to_dict(),
                  gradient_clip_attr=None if self.gradient_clip_attr is None
                  else self.gradient_clip_attr._to_dict())

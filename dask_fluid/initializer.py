@@ -31,15 +31,18 @@ class Initializer:
 
 
 class ConstantInitializer(Initializer):
-    """Every element equals ``value``."""
+    """Every element equals ``value``; ``force_cpu`` is recorded on the op as in Fluid (the
+    executor makes every startup value on its own place: see ``fill_constant``)."""
 
     op_type = "fill_constant"
 
     def __init__(self, value: float = 0.0, force_cpu: bool = False) -> None:
         self.value = float(value)
+        self.force_cpu = bool(force_cpu)
 
     def _attrs(self, var, block):
-        return {"shape": list(var.shape), "dtype": var.dtype, "value": self.value}
+        return {"shape": list(var.shape), "dtype": var.dtype, "value": self.value,
+                "force_cpu": self.force_cpu}
 
 
 class UniformInitializer(Initializer):

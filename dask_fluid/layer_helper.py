@@ -51,7 +51,8 @@ class LayerHelper:
         param = self.main_program.global_block().create_parameter(
             name, shape, dtype=dtype, trainable=attr.trainable, regularizer=attr.regularizer,
             gradient_clip_attr=attr.gradient_clip,
-            optimize_attr={"learning_rate": attr.learning_rate})
+            optimize_attr={"learning_rate": attr.learning_rate},
+            do_model_average=attr.do_model_average)
         self.set_variable_initializer(param, init)
         return param
 

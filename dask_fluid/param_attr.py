@@ -22,6 +22,9 @@ class ParamAttr:
         Overrides the optimizer's regularization for this parameter.
     trainable : bool
     gradient_clip : GradientClipByValue, optional
+    do_model_average : bool
+        Whether Fluid's ``ModelAverage`` averages this parameter; kept on the parameter
+        (``Parameter.do_model_average``) and in saved programs.
     """
 
     def __init__(
@@ -32,6 +35,7 @@ class ParamAttr:
         regularizer: Any = None,
         trainable: bool = True,
         gradient_clip: Any = None,
+        do_model_average: bool = True,
     ) -> None:
         if initializer is not None and not isinstance(initializer, Initializer):
             raise TypeError(
@@ -43,6 +47,7 @@ class ParamAttr:
         self.regularizer = regularizer
         self.trainable = trainable
         self.gradient_clip = gradient_clip
+        self.do_model_average = bool(do_model_average)
 
     @staticmethod
     def _to_attr(arg: Any) -> ParamAttr | bool:

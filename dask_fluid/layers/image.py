@@ -211,11 +211,13 @@ def batch_norm(input: Variable, act: str | None = None, is_test: bool = False,
                                    is_bias=True)
     mean = helper.create_parameter(
         ParamAttr(name=moving_mean_name, initializer=ConstantInitializer(0.0),
-                  trainable=False), [channels], dtype)
+                  trainable=False, do_model_average=do_model_average_for_mean_and_var),
+        [channels], dtype)
     mean.stop_gradient = True
     variance = helper.create_parameter(
         ParamAttr(name=moving_variance_name, initializer=ConstantInitializer(1.0),
-                  trainable=False), [channels], dtype)
+                  trainable=False, do_model_average=do_model_average_for_mean_and_var),
+        [channels], dtype)
     variance.stop_gradient = True
     saved_mean = helper.create_tmp(dtype=dtype, shape=[channels], stop_gradient=True)
     saved_variance = helper.create_tmp(dtype=dtype, shape=[channels], stop_gradient=True)

@@ -50,8 +50,8 @@ def tanh(x: Variable, name: str | None = None) -> Variable:
 
 def softmax(input: Variable, use_cudnn: bool = False, name: str | None = None,
             axis: int = -1) -> Variable:
-    """Softmax along ``axis``."""
-    return _unary("softmax", input, name, axis=axis)
+    """Softmax along ``axis`` (``use_cudnn`` is recorded on the op, as in Fluid)."""
+    return _unary("softmax", input, name, axis=axis, use_cudnn=bool(use_cudnn))
 
 
 def square(x: Variable, name: str | None = None) -> Variable:
@@ -287,7 +287,8 @@ def softmax_with_cross_entropy(logits: Variable, label: Variable, soft_label: bo
                      inputs={"Logits": [logits], "Label": [label]},
                      outputs={"Softmax": [softmax_out], "Loss": [loss]},
                      attrs={"soft_label": soft_label, "ignore_index": ignore_index,
-                            "axis": axis})
+                            # Fluid records it; its CPU kernel, as this one, is always stable
+                            "numeric_stable_mode": bool(numeric_stable_mode), "axis": axis})
     return (loss, softmax_out) if return_softmax else loss
 
 

@@ -75,7 +75,7 @@ def create_global_var(shape: Sequence[int], value: float, dtype: Any,
     name = name or unique_name.generate("global_var")
     var = helper.main_program.global_block().create_var(
         name=name, shape=list(shape), dtype=dtype, persistable=persistable, stop_gradient=True)
-    helper.set_variable_initializer(var, ConstantInitializer(float(value)))
+    helper.set_variable_initializer(var, ConstantInitializer(float(value), force_cpu=force_cpu))
     return var
 
 
@@ -261,18 +261,22 @@ def increment(x: Variable, value: float = 1.0, in_place: bool = True) -> Variabl
     return out
 
 
-def _compare(op_type: str, x: Variable, y: Variable, cond: Variable | None = None) -> Variable:
+def _compare(op_type: str, x: Variable, y: Variable, cond: Variable | None = None,
+             attrs: dict[str, Any] | None = None) -> Variable:
     helper = LayerHelper(op_type)
     if cond is None:
         cond = helper.create_tmp(dtype="bool", shape=x.shape, stop_gradient=True)
-    helper.append_op(op_type, inputs={"X": [x], "Y": [y]}, outputs={"Out": [cond]})
+    helper.append_op(op_type, inputs={"X": [x], "Y": [y]}, outputs={"Out": [cond]},
+                     attrs=attrs)
     return cond
 
 
 def less_than(x: Variable, y: Variable, force_cpu: Any = None, cond: Variable | None = None
               ) -> Variable:
-    """Element-wise ``x < y`` (bool)."""
-    return _compare("less_than", x, y, cond)
+    """Element-wise ``x < y`` (bool); ``force_cpu``, when given, is recorded on the op as in
+    Fluid."""
+    attrs = {} if force_cpu is None else {"force_cpu": bool(force_cpu)}
+    return _compare("less_than", x, y, cond, attrs)
 
 
 def logical_and(x: Variable, y: Variable, out: Variable | None = None) -> Variable:

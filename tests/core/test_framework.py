@@ -261,3 +261,36 @@ def test_framework_hooks_are_named():
 
     with pytest.raises(ValueError, match="no hook 'binary'"):
         install_hook("binary", lambda *a: None)
+
+
+def test_layers_record_the_attributes_fluid_records():
+    """Placement and kernel hints that do not change values here are still kept on the ops
+    and parameters, as Fluid 1.8 keeps them (saved programs and transpiled ones carry them)."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data("x", [4, 3, 3])
+        label = layers.data("label", [1], dtype="int64")
+        bn = layers.batch_norm(x, do_model_average_for_mean_and_var=False)
+        logits = layers.fc(bn, 4, param_attr=fluid.ParamAttr(do_model_average=False))
+        layers.softmax(logits, use_cudnn=True)
+        layers.softmax_with_cross_entropy(logits, label, numeric_stable_mode=False)
+        layers.less_than(x, x, force_cpu=True)
+        layers.less_than(x, x)
+        layers.create_global_var([1], 0.5, "float32", force_cpu=True, name="g")
+    ops = {op.type: op for op in main.global_block().ops}
+    assert ops["softmax"].attr("use_cudnn") is True
+    assert ops["softmax_with_cross_entropy"].attr("numeric_stable_mode") is False
+    less = [op for op in main.global_block().ops if op.type == "less_than"]
+    assert less[0].attr("force_cpu") is True and less[1].attr("force_cpu") is False
+    init = {op.output("Out")[0]: op for op in startup.global_block().ops}
+    assert init["g"].attr("force_cpu") is True
+    assert init["fc_0.w_0"].type != "fill_constant"
+    assert init["batch_norm_0.w_0"].attr("force_cpu") is False  # the scale's Constant(1.0)
+    params = {p.name: p for p in main.global_block().all_parameters()}
+    assert params["batch_norm_0.w_1"].do_model_average is False  # moving mean
+    assert params["batch_norm_0.w_2"].do_model_average is False  # moving variance
+    assert params["batch_norm_0.w_0"].do_model_average is True
+    assert params["fc_0.w_0"].do_model_average is False
+    # and a saved program keeps them
+    again = fluid.Program.from_json(main.to_json())
+    assert again.global_block().var("fc_0.w_0").do_model_average is False
