@@ -142,8 +142,16 @@ def _addup_repetitive_outputs(descs: list[dict], seeds: Iterable[str] = ()) -> l
     return descs
 
 
-def create_grad_vars(block: Block, descs: list[dict]) -> None:
-    """Declare the variables ``descs`` write in ``block`` (SelectedRows where the op says)."""
+def create_grad_vars(block: Block, descs: list[dict], seeds: Iterable[str] = ()) -> None:
+    """Declare the variables ``descs`` write in ``block`` (SelectedRows where the op says),
+    and the ``seeds`` they read that no op writes there (a step block's output gradients,
+    which the recurrent grad op supplies at each step): every name a program uses is declared,
+    as in Fluid."""
+    for name in seeds:
+        if block._find_var_recursive(name) is None:
+            fwd = block._find_var_recursive(_strip_grad(name))
+            block.create_var(name=name, shape=None if fwd is None else fwd.shape,
+                             dtype="float32" if fwd is None else fwd.dtype)
     for desc in descs:
         sparse_slots = (registry.get(desc["type"]).sparse_outputs
                         if desc["attrs"].get("is_sparse") else ())

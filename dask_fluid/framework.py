@@ -158,7 +158,17 @@ class Variable:
             "need_check_feed": self.need_check_feed,
         }
 
-    def __str__(self) -> str:
+    def to_string(self, throw_on_error: bool = False, with_details: bool = False) -> str:
+        """One line: name, dtype, shape and flags; ``with_details`` adds the LoD level, data
+        layer and (for parameters) training fields, as Fluid's ``with_details``.
+
+        Raises
+        ------
+        ValueError
+            ``throw_on_error`` and the variable lacks a dtype.
+        """
+        if throw_on_error and not self.dtype:
+            raise ValueError(f"variable {self.name!r} has no dtype")
         flags = []
         if self.persistable:
             flags.append("persistable")
@@ -166,9 +176,17 @@ class Variable:
             flags.append("stop_gradient")
         if self.type != VarType.LOD_TENSOR:
             flags.append(self.type)
+        if with_details:
+            flags += [f"{k}={v!r}" for k, v in self._details().items()]
         extra = f" ({', '.join(flags)})" if flags else ""
         shape = "?" if self.shape is None else list(self.shape)
         return f"var {self.name} : {self.dtype}{shape}{extra}"
+
+    def _details(self) -> dict[str, Any]:
+        return {"lod_level": self.lod_level, "is_data": self.is_data}
+
+    def __str__(self) -> str:
+        return self.to_string()
 
     __repr__ = __str__
 
@@ -246,6 +264,12 @@ class Parameter(Variable):
         self.optimize_attr = dict(optimize_attr or {"learning_rate": 1.0})
         #: whether Fluid's ModelAverage averages it (ParamAttr's ``do_model_average``)
         self.do_model_average = do_model_average
+
+    def _details(self) -> dict[str, Any]:
+        return {**super()._details(), "trainable": self.trainable,
+                "optimize_attr": self.optimize_attr, "regularizer": self.regularizer,
+                "gradient_clip_attr": self.gradient_clip_attr,
+                "do_model_average": self.do_model_average}
 
     def _to_dict(self) -> dict:
         d = super()._to_dict()
@@ -365,13 +389,35 @@ class Operator:
         return {"type": self.type, "inputs": self.inputs, "outputs": self.outputs,
                 "attrs": self.attrs}
 
-    def __str__(self) -> str:
+    def to_string(self, throw_on_error: bool = False) -> str:
+        """``{outputs} = type(inputs={...}, attrs...)``.
+
+        Raises
+        ------
+        ValueError
+            ``throw_on_error`` and the op reads or writes a variable that neither its block nor
+            an enclosing block declares.
+        """
+        if throw_on_error:
+            missing = self._undeclared()
+            if missing:
+                raise ValueError(f"op {self.type!r} in block {self.block.idx} uses variables "
+                                 f"no enclosing block declares: {missing}")
+
         def slots(d: dict[str, list[str]]) -> str:
             return ", ".join(f"{k}={v}" for k, v in d.items())
 
         shown = {k: v for k, v in self.attrs.items() if k not in (OP_ROLE_KEY,)}
         attrs = ", ".join(f"{k}={v!r}" for k, v in sorted(shown.items()))
         return f"{{{slots(self.outputs)}}} = {self.type}(inputs={{{slots(self.inputs)}}}, {attrs})"
+
+    def _undeclared(self) -> list[str]:
+        names = [n for slot in (self.inputs, self.outputs) for ns in slot.values() for n in ns]
+        return sorted({n for n in names
+                       if n != EMPTY_VAR and self.block._find_var_recursive(n) is None})
+
+    def __str__(self) -> str:
+        return self.to_string()
 
     __repr__ = __str__
 
@@ -476,16 +522,18 @@ class Block:
             "ops": [op._to_dict() for op in self.ops],
         }
 
-    def to_string(self) -> str:
+    def to_string(self, throw_on_error: bool = False, with_details: bool = False) -> str:
+        """The block's variables, then its ops (see :meth:`Program.to_string`)."""
         lines = [f"block {self.idx} (parent {self.parent_idx}) {{"]
-        lines += [f"    {v}" for v in self.vars.values()]
+        lines += [f"    {v.to_string(throw_on_error, with_details)}" for v in self.vars.values()]
         if self.vars and self.ops:
             lines.append("")
-        lines += [f"    {op}" for op in self.ops]
+        lines += [f"    {op.to_string(throw_on_error)}" for op in self.ops]
         lines.append("}")
         return "\n".join(lines)
 
-    __str__ = to_string
+    def __str__(self) -> str:
+        return self.to_string()
 
 
 _PROGRAM_ATTRS = (
@@ -665,10 +713,33 @@ class Program:
     __hash__ = object.__hash__
 
     def to_string(self, throw_on_error: bool = False, with_details: bool = False) -> str:
-        """Readable text of every block (Fluid's ``to_string``)."""
-        return "\n".join(b.to_string() for b in self.blocks)
+        """Readable text of every block (Fluid's ``to_string``).
 
-    __str__ = to_string
+        Parameters
+        ----------
+        throw_on_error : bool
+            Check the program while printing it: raise instead of printing a variable without
+            a dtype, or an op that uses a variable no enclosing block declares (a program
+            edited by hand or by a faulty pass).
+        with_details : bool
+            Also print each variable's LoD level and data-layer flag, and each parameter's
+            ``trainable``, ``optimize_attr``, ``regularizer``, ``gradient_clip_attr`` and
+            ``do_model_average``.
+
+        Raises
+        ------
+        TypeError
+            An argument is not a bool (as Fluid asserts).
+        ValueError
+            ``throw_on_error`` and the program is malformed as above.
+        """
+        if not isinstance(throw_on_error, bool) or not isinstance(with_details, bool):
+            raise TypeError(f"to_string(throw_on_error, with_details) take bools, got "
+                            f"{throw_on_error!r}, {with_details!r}")
+        return "\n".join(b.to_string(throw_on_error, with_details) for b in self.blocks)
+
+    def __str__(self) -> str:
+        return self.to_string()
 
     def __repr__(self) -> str:
         n_ops = sum(len(b.ops) for b in self.blocks)

@@ -354,7 +354,7 @@ def _step_grad_maker(op: Any) -> list[dict]:
     grad_block = program._create_block(parent_idx=step_block.idx)
     grad_block.forward_block_idx = step_block.idx
     program.current_block_idx = current
-    create_grad_vars(grad_block, descs)
+    create_grad_vars(grad_block, descs, seeds)
     for desc in descs:
         grad_block.append_op(desc["type"], desc["inputs"], desc["outputs"], desc["attrs"])
 

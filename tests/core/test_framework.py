@@ -294,3 +294,58 @@ def test_layers_record_the_attributes_fluid_records():
     # and a saved program keeps them
     again = fluid.Program.from_json(main.to_json())
     assert again.global_block().var("fc_0.w_0").do_model_average is False
+
+
+def _rnn_program(kind):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        if kind == "dynamic":
+            sent = layers.data("s", [4], lod_level=1)
+            rnn = layers.DynamicRNN()
+            with rnn.block():
+                word = rnn.step_input(sent)
+                mem = rnn.memory(shape=[8])
+                h = layers.fc([word, mem], 8, act="tanh")
+                rnn.update_memory(mem, h)
+                rnn.output(h)
+            loss = layers.mean(layers.sequence_pool(rnn(), "sum"))
+        else:
+            x = layers.data("x", [5, 2, 4], append_batch_size=False)
+            rnn = layers.StaticRNN()
+            with rnn.step():
+                word = rnn.step_input(x)
+                mem = rnn.memory(shape=[-1, 8], batch_ref=word)
+                h = layers.fc([word, mem], 8, act="tanh")
+                rnn.update_memory(mem, h)
+                rnn.step_output(h)
+            loss = layers.mean(rnn())
+        fluid.optimizer.Adam(0.01).minimize(loss)
+    return main
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "static"])
+def test_to_string_checks_programs_with_step_blocks(kind):
+    """Every name the backward pass of a step block uses is declared, as in Fluid (the step's
+    output gradients, which the recurrent grad op supplies, included)."""
+    text = _rnn_program(kind).to_string(throw_on_error=True, with_details=True)
+    assert "@GRAD" in text and "trainable=True" in text
+
+
+def test_to_string_with_details_and_its_checks():
+    main, startup, _ = _square_error_program()
+    plain, detailed = main.to_string(False), main.to_string(False, with_details=True)
+    assert "var fc_w : float32[1000, 1000] (persistable)" in plain
+    assert ("var fc_w : float32[1000, 1000] (persistable, lod_level=0, is_data=False, "
+            "trainable=True, optimize_attr={'learning_rate': 1.0}, regularizer=None, "
+            "gradient_clip_attr=None, do_model_average=True)") in detailed
+    assert "var x : float32[-1, 1000] (stop_gradient, lod_level=0, is_data=True)" in detailed
+    assert str(main) == plain and main.to_string(True) == plain  # a sound program
+    with pytest.raises(TypeError, match="take bools"):
+        main.to_string("yes")
+    # a hand-made op on a variable nobody declared: printed, or refused when checking
+    main.global_block().append_op("scale", inputs={"X": ["nowhere"]},
+                                  outputs={"Out": ["fc_w"]}, attrs={"scale": 2.0})
+    assert "inputs={X=['nowhere']}" in main.to_string(False)
+    with pytest.raises(ValueError, match=r"op 'scale' in block 0 uses variables no enclosing "
+                                         r"block declares: \['nowhere'\]"):
+        main.to_string(True)
