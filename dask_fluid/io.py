@@ -437,7 +437,13 @@ def save_inference_model(dirname: str, feeded_var_names: Sequence[str],
                          program_only: bool = False) -> list[str]:
     """Prune ``main_program`` to what ``target_vars`` need from ``feeded_var_names``, write it
     (``model_filename``, default ``__model__``) and, unless ``program_only``, its persistable
-    variables (one file each, or ``params_filename``). Returns the target names."""
+    variables (one file each, or ``params_filename``). Returns the target names.
+
+    With ``export_for_deployment=False``, as Fluid 1.8: nothing is pruned; the whole program
+    goes to ``<model_filename>.main_program`` and every persistable variable of it (optimizer
+    state too) is saved, for further training. ``load_inference_model`` reads it back when
+    given that file name.
+    """
     if isinstance(feeded_var_names, str):
         feeded_var_names = [feeded_var_names]
     if isinstance(target_vars, Variable):
@@ -446,15 +452,21 @@ def save_inference_model(dirname: str, feeded_var_names: Sequence[str],
     if not targets:
         raise ValueError("save_inference_model needs at least one target variable")
     program = main_program or default_main_program()
-    pruned = _inference_program(program, list(feeded_var_names), targets)
+    model_path = os.path.join(dirname, model_filename or MODEL_FILENAME)
+    if export_for_deployment:
+        pruned = _inference_program(program, list(feeded_var_names), targets)
+    else:
+        pruned, model_path = program, model_path + ".main_program"
     os.makedirs(dirname, exist_ok=True)
     doc = {"format": "dask_fluid.inference/1", "program": pruned._to_dict(),
            "feed": list(feeded_var_names), "fetch": targets}
     import json  # noqa: PLC0415
 
-    with open(os.path.join(dirname, model_filename or MODEL_FILENAME), "w") as f:
+    with open(model_path, "w") as f:
         json.dump(doc, f)
-    if not program_only:
+    if not program_only and not export_for_deployment:
+        save_persistables(executor, dirname, program, filename=params_filename)
+    elif not program_only:
         used = {n for op in pruned.global_block().ops for n in op.input_arg_names}
         names = [v.name for v in pruned.list_vars() if is_persistable(v) and v.name in used]
         save_vars(executor, dirname, pruned, vars=names, filename=params_filename)

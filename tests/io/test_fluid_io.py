@@ -117,6 +117,31 @@ def test_inference_model_round_trip_predicts_the_same(tmp_path):
     assert not any(op.type in ("momentum", "mean") for op in program.global_block().ops)
 
 
+def test_inference_model_not_for_deployment_keeps_the_whole_program(tmp_path):
+    """Fluid 1.8's ``export_for_deployment=False``: the unpruned program in
+    ``__model__.main_program`` and every persistable variable, optimizer state included."""
+    spec, exe, scope = _trained()
+    with fluid.scope_guard(scope):
+        names = fluid.io.save_inference_model(str(tmp_path), ["x"], [spec.logits], exe,
+                                              spec.main, export_for_deployment=False)
+    assert names == [spec.logits.name]
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        ["__model__.main_program"] + [v.name for v in spec.main.list_vars()
+                                      if fio.is_persistable(v)])
+    assert any("velocity" in n for n in os.listdir(tmp_path))  # Momentum's state
+    with pytest.raises(FileNotFoundError):  # no deployment model was written, as in Fluid
+        fluid.io.load_inference_model(str(tmp_path), exe)
+    fresh = fluid.Scope()
+    with fluid.scope_guard(fresh):
+        program, feeds, fetches = fluid.io.load_inference_model(
+            str(tmp_path), exe, model_filename="__model__.main_program")
+    assert program == spec.main and feeds == ["x"] and fetches[0].name == spec.logits.name
+    for v in spec.main.list_vars():
+        if fio.is_persistable(v):
+            np.testing.assert_array_equal(np.asarray(fresh.get(v.name)),
+                                          np.asarray(scope.get(v.name)))
+
+
 def test_fluid_save_and_load_with_a_restricted_unpickler(tmp_path):
     spec, exe, scope = _trained()
     path = str(tmp_path / "model")
