@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import time
+import warnings
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from . import ops as _ops  # noqa: F401  (registers every kernel)
-from .framework import EMPTY_VAR, Block, Program, Variable, default_main_program
+from .framework import EMPTY_VAR, Block, Operator, Program, Variable, default_main_program
 from .lod import LoD, LoDTensor, check_lod
 from .ops import registry
 from .ops.registry import LOD_KEY, array_module
@@ -259,6 +260,8 @@ class Executor:
         self.place = place or CPUPlace()
         self._xp = cupy_for(self.place) if isinstance(self.place, CUDAPlace) else np
         self._cache: dict[tuple, _Compiled] = {}
+        #: use_prune's programs, by program, its version and ops, feed names and fetch list
+        self._pruned_programs: dict[tuple, Program] = {}
         #: hooks the distributed runtimes install for host ops (send, recv, ...)
         self.host_context: dict[str, Any] = {}
 
@@ -315,7 +318,7 @@ class Executor:
 
     def _compiled(self, program: Program, block: Block, feed_names: frozenset,
                   scope: Scope) -> _Compiled:
-        key = (id(program), block.idx, tuple(map(id, block.ops)), feed_names,
+        key = (id(program), program._version, block.idx, tuple(map(id, block.ops)), feed_names,
                getattr(scope, "_compile_key", id(scope)))
         compiled = self._cache.get(key)
         if compiled is None:
@@ -435,33 +438,80 @@ class Executor:
         self,
         program: Program | None = None,
         feed: dict | None = None,
-        fetch_list: Sequence[Variable | str] | None = None,
+        fetch_list: Any = None,
+        feed_var_name: str = "feed",
+        fetch_var_name: str = "fetch",
         scope: Scope | None = None,
         return_numpy: bool = True,
-        use_program_cache: bool = True,
+        use_program_cache: bool = False,
+        return_merged: bool = True,
+        use_prune: bool = False,
     ) -> list:
-        """Run the global block of ``program``.
+        """Run the global block of ``program`` (Fluid 1.8's signature, argument for argument).
 
         Parameters
         ----------
         program : Program or CompiledProgram, optional
-            Defaults to :func:`default_main_program`. A CompiledProgram runs its program on this
-            executor's place (one place; see :mod:`dask_fluid.compiler`).
+            Defaults to :func:`default_main_program`. A CompiledProgram runs its program on
+            its places (see :mod:`dask_fluid.compiler`).
         feed : dict, optional
-            Data-layer name (or Variable) → array.
-        fetch_list : list of Variable or str, optional
+            Data-layer name (or Variable) → array; a CompiledProgram also takes one dict per
+            place.
+        fetch_list : list, optional
+            Variables or names to fetch. Optimize ops (the first item of what
+            ``Optimizer.minimize`` returns, or that whole tuple) may be listed too: they are not
+            fetched, they make the run prune the program to them (``use_prune``).
+        feed_var_name, fetch_var_name : str
+            The names of the feed and fetch holder variables Fluid's executor adds. This
+            executor feeds the scope and fetches from it directly, so there are no holders:
+            the names are checked (strings) and name nothing.
         scope : Scope, optional
             Defaults to :func:`global_scope`.
+        return_numpy : bool
+            numpy arrays, or LoDTensors on the executor's place.
+        use_program_cache : bool
+            Fluid's speed hint. The plan of a program is always kept here, keyed by the program,
+            its ops, the fed names and the scope, and made again when an op is added, removed
+            or given a new attribute (``op._set_attr``): both settings run the current program.
+        return_merged : bool
+            With a CompiledProgram over several places: each fetched variable's values of
+            every place concatenated (True), or a list per fetched variable of each place's
+            value (False, Fluid's unmerged fetch). One list of one value per variable on one
+            place; ignored for a Program, as in Fluid.
+        use_prune : bool
+            Run only the ops the fetched variables and the optimize ops (those listed in
+            ``fetch_list``, else all of them) need, given the feed; ops that compute fed
+            variables go too. Feed entries the pruned program does not use are dropped with a
+            warning, as in Fluid. The pruned program is made once per program, feed names and
+            fetch list.
 
         Returns
         -------
-        list of numpy.ndarray
-            One array per fetched variable.
+        list
+            One array (or LoDTensor) per fetched variable; lists of them with
+            ``return_merged=False``.
+
+        Raises
+        ------
+        TypeError
+            ``feed_var_name`` or ``fetch_var_name`` is not a string, or ``fetch_list`` holds
+            an op that is not an optimize op, or something else than variables and ops.
+        ValueError
+            After pruning, a data layer the remaining ops read is not fed.
+        NotImplementedError
+            ``use_prune`` (or optimize ops in ``fetch_list``) with a CompiledProgram.
         """
+        for arg, value in (("feed_var_name", feed_var_name), ("fetch_var_name", fetch_var_name)):
+            if not isinstance(value, str):
+                raise TypeError(f"Executor.run: {arg} must be a string, got "
+                                f"{type(value).__name__}")
+        fetch_list, optimize_ops = _split_fetch_list(fetch_list)
+        if use_prune or optimize_ops:
+            program, feed = self._pruned(program, feed, fetch_list, optimize_ops)
         t0 = time.perf_counter() if _RUN_HOOKS else 0.0
         with self._on_device():
             fetched, ran, fed, fetch_names = self._run(program, feed, fetch_list, scope,
-                                                       return_numpy)
+                                                       return_numpy, return_merged)
         if _RUN_HOOKS:
             info = RunInfo(ran, fed, fetch_names, fetched, time.perf_counter() - t0)
             for hook in list(_RUN_HOOKS):
@@ -493,9 +543,51 @@ class Executor:
             return contextlib.nullcontext()
         return self._xp.cuda.Device(self.place.device_id)
 
+    def _pruned(self, program: Program | None, feed: Any, fetch_list: list,
+                optimize_ops: list[Operator]) -> tuple[Program, Any]:
+        """``use_prune``: the pruned program (made once per program, feed names and fetch
+        list) and the feed without the entries it does not use (Fluid's ``_update_feed``)."""
+        program = program if program is not None else default_main_program()
+        if not isinstance(program, Program):
+            raise NotImplementedError("Executor.run(use_prune=True), or optimize ops in "
+                                      "fetch_list, with a CompiledProgram is not implemented; "
+                                      "prune the Program (run it with use_prune) instead")
+        feeds = feed if isinstance(feed, (list, tuple)) else [feed or {}]
+        feed_names = sorted({k.name if isinstance(k, Variable) else str(k)
+                             for each in feeds for k in each})
+        fetch_names = tuple(f.name if isinstance(f, Variable) else str(f) for f in fetch_list)
+        key = (id(program), program._version, tuple(map(id, program.global_block().ops)),
+               tuple(feed_names), fetch_names, tuple(map(id, optimize_ops)))
+        pruned = self._pruned_programs.get(key)
+        if pruned is None:
+            targets = list(fetch_list) + (optimize_ops or [
+                op for op in program.global_block().ops if op._is_optimize_op()])
+            pruned = program._prune_with_input(feed_names, targets)
+            block = pruned.global_block()
+            read = {n for op in block.ops for n in op.input_arg_names}
+            for name in sorted(read - set(feed_names)):
+                var = block.vars.get(name)
+                if var is not None and var.is_data and not var.persistable:
+                    raise ValueError(f"Need feed data for variable {name}: the pruned program "
+                                     "reads it")
+            self._pruned_programs[key] = pruned
+        block = pruned.global_block()
+        kept = []
+        for each in feeds:
+            each = dict(each)
+            for k in list(each):
+                name = k.name if isinstance(k, Variable) else str(k)
+                if not block.has_var(name):
+                    del each[k]
+                    warnings.warn(f"The variable {name} is not found in program. It is not "
+                                  "declared or is pruned.", stacklevel=3)
+            kept.append(each)
+        return pruned, (kept if isinstance(feed, (list, tuple)) else kept[0])
+
     def _run(self, program: Program | None, feed: dict | None,
              fetch_list: Sequence[Variable | str] | None, scope: Scope | None,
-             return_numpy: bool) -> tuple[list, Program, Any, list[str]]:
+             return_numpy: bool, return_merged: bool = True
+             ) -> tuple[list, Program, Any, list[str]]:
         """Run; return the fetched values, the Program that ran, what it was fed and the
         fetched names."""
         program = program if program is not None else default_main_program()
@@ -511,8 +603,13 @@ class Executor:
             program, feed = compiled._program_to_run(self.place, scope, feed)
             if not isinstance(program, Program):  # a step over several places
                 fetch_names = self._fetch_names(compiled._to_run.global_block(), fetch_list)
-                return (program.run(self, scope, feed, fetch_names, return_numpy),
+                return (program.run(self, scope, feed, fetch_names, return_numpy,
+                                    return_merged),
                         compiled._to_run, feed, fetch_names)
+            if not return_merged:  # Fluid's unmerged fetch of one place
+                fetched, ran, fed, names = self._run(program, feed, fetch_list, scope,
+                                                     return_numpy)
+                return [[value] for value in fetched], ran, fed, names
         if isinstance(feed, (list, tuple)):
             # one dict per place (an iterable PyReader's batches): Fluid runs a Program on
             # one place, and takes a list of one
@@ -575,6 +672,7 @@ class Executor:
         """Release the executor (Fluid's ``Executor.close``): drop compiled blocks, and tell
         the runtimes of the host ops it ran, e.g. a trainer's pservers that it is done."""
         self._cache.clear()
+        self._pruned_programs.clear()
         hooks, self.host_context = self.host_context, {}
         for hook in hooks.values():
             on_close = getattr(hook, "on_executor_close", None)
@@ -640,3 +738,50 @@ def _conditional_block(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> 
 
 
 registry.set_kernel("conditional_block", _conditional_block)
+
+
+def _split_fetch_list(fetch_list: Any) -> tuple[list, list[Operator]]:
+    """Fluid's fetch list, flattened: ``(variables and names, optimize ops)``. Items may be a
+    variable or name, a list of them or of optimize ops, or ``Optimizer.minimize``'s
+    ``(optimize_ops, params_grads)`` tuple.
+
+    Raises
+    ------
+    TypeError
+        An op that is not an optimize op, a tuple whose first item is not a list of ops, or
+        anything else than variables, names and ops.
+    """
+    if fetch_list is None:
+        return [], []
+    if isinstance(fetch_list, (Variable, str)):
+        return [fetch_list], []
+    if not isinstance(fetch_list, (list, tuple)):
+        raise TypeError(f"fetch_list must be a list or tuple, got {type(fetch_list).__name__}")
+    fetches: list = []
+    optimize_ops: list[Operator] = []
+
+    def take(item: Any) -> None:
+        if isinstance(item, Operator):
+            if not item._is_optimize_op():
+                raise TypeError(f"fetch_list holds op {item.type!r}, which is not an optimize "
+                                "op: only optimize ops (to prune the program to) may be listed")
+            optimize_ops.append(item)
+        elif isinstance(item, (Variable, str)):
+            fetches.append(item)
+        else:
+            raise TypeError(f"fetch_list items must be variables, names or optimize ops, got "
+                            f"{type(item).__name__}")
+
+    for i, item in enumerate(fetch_list):
+        if isinstance(item, list):
+            for each in item:
+                take(each)
+        elif isinstance(item, tuple):
+            if not item or not isinstance(item[0], (list, tuple)):
+                raise TypeError(f"fetch_list[{i}] is a tuple: its first item must be the list "
+                                "of optimize ops (what Optimizer.minimize returns)")
+            for each in item[0]:
+                take(each)
+        else:
+            take(item)
+    return fetches, optimize_ops

@@ -372,6 +372,11 @@ class Operator:
 
     def _set_attr(self, name: str, value: Any) -> None:
         self.attrs[name] = value
+        self.block.program._version += 1  # an executor's plan of the program is stale now
+
+    def _is_optimize_op(self) -> bool:
+        """Whether the op's role has the Optimize bit (Fluid's ``_is_optimize_op``)."""
+        return bool(int(self.attrs.get(OP_ROLE_KEY, 0)) & OpRole.Optimize)
 
     def _rename_input(self, old: str, new: str) -> None:
         for names in self.inputs.values():
@@ -550,6 +555,8 @@ class Program:
     def __init__(self) -> None:
         self.blocks: list[Block] = [Block(self, 0)]
         self.current_block_idx = 0
+        #: bumped when an op's attribute changes in place: executors re-plan the program
+        self._version = 0
         self.random_seed = 0
         self._current_role = OpRole.Forward
         self._current_role_var: list[str] = []
@@ -619,6 +626,48 @@ class Program:
         if for_test:
             prog._prune_for_test()
         return prog
+
+    def _prune_with_input(self, feeded_var_names: Sequence[str],
+                          targets: Sequence[Any]) -> Program:
+        """A copy holding only the global-block ops that ``targets`` (variables, names, or ops
+        of this program's global block) need, given that ``feeded_var_names`` are fed: the ops
+        that compute fed variables go too, as in Fluid's ``_prune_with_input``. Variables no
+        kept op uses are dropped, persistable ones kept.
+
+        Raises
+        ------
+        ValueError
+            A target is neither a variable of the program nor one of its global-block ops.
+        """
+        block = self.global_block()
+        feeds = set(feeded_var_names)
+        needed: set[str] = set()
+        target_ops: set[int] = set()
+        index = {id(op): i for i, op in enumerate(block.ops)}
+        for t in targets:
+            if isinstance(t, Operator):
+                if id(t) not in index:
+                    raise ValueError(f"prune target op {t.type!r} is not an op of this "
+                                     "program's global block")
+                target_ops.add(index[id(t)])
+                continue
+            name = t.name if isinstance(t, Variable) else str(t)
+            if block._find_var_recursive(name) is None:
+                raise ValueError(f"prune target {name!r} is not a variable of the program")
+            needed.add(name)
+        kept: list[int] = []
+        for i in range(len(block.ops) - 1, -1, -1):
+            op = block.ops[i]
+            if i in target_ops or set(op.output_arg_names) & needed:
+                kept.append(i)
+                needed |= {n for n in op.input_arg_names if n not in feeds}
+        pruned = Program._from_dict(self._to_dict())
+        pblock = pruned.global_block()
+        pblock.ops = [pblock.ops[i] for i in reversed(kept)]
+        used = {n for op in pblock.ops for n in (*op.input_arg_names, *op.output_arg_names)}
+        used |= needed
+        pblock.vars = {n: v for n, v in pblock.vars.items() if n in used or v.persistable}
+        return pruned
 
     def _prune_for_test(self) -> None:
         train_roles = OpRole.Backward | OpRole.Optimize | OpRole.LRSched

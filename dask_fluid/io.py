@@ -417,15 +417,7 @@ def _load_distributed_persistables(executor: Executor | None, dirname: str, prog
 def _inference_program(program: Program, feeds: Sequence[str], targets: Sequence[str]
                        ) -> Program:
     """``program`` for test, keeping only the ops the targets need."""
-    pruned = program.clone(for_test=True)
-    block = pruned.global_block()
-    needed, kept = set(targets), []
-    for op in reversed(block.ops):
-        if set(op.output_arg_names) & needed:
-            kept.append(op)
-            needed |= {n for n in op.input_arg_names if n not in feeds}
-    block.ops = list(reversed(kept))
-    return pruned
+    return program.clone(for_test=True)._prune_with_input(feeds, targets)
 
 
 def save_inference_model(dirname: str, feeded_var_names: Sequence[str],

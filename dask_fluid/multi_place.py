@@ -179,8 +179,10 @@ class MultiPlaceStep:
                                         thread_name_prefix="dask-fluid-place")
 
     def run(self, executor: Executor, scope: Scope, feed: Any, fetch_names: list[str],
-            return_numpy: bool) -> list:
-        """One step: ``executor`` (place 0's) and ``scope`` are the caller's."""
+            return_numpy: bool, return_merged: bool = True) -> list:
+        """One step: ``executor`` (place 0's) and ``scope`` are the caller's. Each fetched
+        variable comes back merged over the places, or (``return_merged=False``) as the list
+        of each place's value."""
         count = len(self.places)
         self._main_scope = scope
         if isinstance(feed, list | tuple):
@@ -197,6 +199,8 @@ class MultiPlaceStep:
             for grad in self.grads:
                 scope.vars[grad] = self._summed(scope, grad)
             executor.run(self.optimize, scope=scope, return_numpy=False)
+        if not return_merged:
+            return [self._place_values(scope, name, return_numpy) for name in fetch_names]
         return [self._merged_fetch(executor, scope, name, return_numpy) for name in fetch_names]
 
     def drop_local_scopes(self) -> None:
@@ -239,8 +243,8 @@ class MultiPlaceStep:
                                 parts[0].height)
         return _sum_dense(parts)
 
-    def _merged_fetch(self, executor: Executor, scope: Scope, name: str,
-                      return_numpy: bool) -> Any:
+    def _values(self, scope: Scope, name: str) -> list:
+        """``name``'s value on each place (dense)."""
         if name in self.persistables:
             # one value for all places after the update; Fluid returns it once per place
             values = [scope.vars.get(name)] * len(self.places)
@@ -249,7 +253,15 @@ class MultiPlaceStep:
         if any(v is None for v in values):
             raise ValueError(f"fetch {name!r}: the variable was not computed on every place "
                              "by this run")
-        values = [v.to_dense() if isinstance(v, SelectedRows) else v for v in values]
+        return [v.to_dense() if isinstance(v, SelectedRows) else v for v in values]
+
+    def _place_values(self, scope: Scope, name: str, return_numpy: bool) -> list:
+        values = self._values(scope, name)
+        return [np.array(to_host(v), copy=True) for v in values] if return_numpy else values
+
+    def _merged_fetch(self, executor: Executor, scope: Scope, name: str,
+                      return_numpy: bool) -> Any:
+        values = self._values(scope, name)
         xp = executor._xp
         merged = xp.concatenate([xp.reshape(_on_first(v, values[0]), (1,))
                                  if getattr(v, "ndim", 1) == 0 else _on_first(v, values[0])
