@@ -262,6 +262,8 @@ class Executor:
         self._cache: dict[tuple, _Compiled] = {}
         #: use_prune's programs, by program, its version and ops, feed names and fetch list
         self._pruned_programs: dict[tuple, Program] = {}
+        #: while set (train_from_dataset's ``debug``): (block, op index, type) -> [seconds, runs]
+        self._op_times: dict[tuple[int, int, str], list] | None = None
         #: hooks the distributed runtimes install for host ops (send, recv, ...)
         self.host_context: dict[str, Any] = {}
 
@@ -330,7 +332,9 @@ class Executor:
                   feed_names: frozenset = frozenset()) -> None:
         """Run every op of ``block`` against ``scope`` (used by control-flow ops too)."""
         vals, lods = scope.vars, scope.lods
+        times = self._op_times
         for i, step in enumerate(self._compiled(program, block, feed_names, scope).steps):
+            t0 = time.perf_counter() if times is not None else 0.0
             try:
                 attrs = step.attrs
                 if step.rng_key is not None:
@@ -372,6 +376,10 @@ class Executor:
                             vals[name] = arr
                 if out_lods is not None or lods:
                     _set_output_lods(step, out, out_lods, vals, lods)
+            if times is not None:
+                spent = times.setdefault((block.idx, i, step.op.type), [0.0, 0])
+                spent[0] += time.perf_counter() - t0
+                spent[1] += 1
 
     def _check_feed(self, block: Block, feed: dict) -> tuple[dict, dict]:
         """The fed arrays by name, checked, and the LoDs of those fed as LoD tensors."""
@@ -638,7 +646,14 @@ class Executor:
                            fetch_handler: Any = None) -> None:
         """Train ``program`` on every batch of ``dataset`` (a ``fluid.DatasetFactory``
         dataset; :mod:`dask_fluid.queue_dataset`), printing ``fetch_info`` of ``fetch_list``
-        every ``print_period`` batches."""
+        every ``print_period`` batches.
+
+        ``thread`` is Fluid's number of hogwild training threads (0: the dataset's
+        ``thread_num``); here the batches run one after another in file order whatever it is
+        (:mod:`dask_fluid.queue_dataset`): the same samples and updates, without the races.
+        ``debug=True`` prints, as Fluid's debug workers do, the mean time of reading a batch
+        and of each op of the program per batch, to standard error, when the data is done.
+        """
         from .queue_dataset import run_from_dataset  # its module needs nothing of this one
 
         if fetch_handler is not None:
@@ -648,7 +663,8 @@ class Executor:
         if dataset is None:
             raise RuntimeError("dataset is needed and should be initialized")
         program = program if program is not None else default_main_program()
-        run_from_dataset(self, program, dataset, scope, fetch_list, fetch_info, print_period)
+        run_from_dataset(self, program, dataset, scope, fetch_list, fetch_info, print_period,
+                         debug)
 
     def infer_from_dataset(self, program: Program | None = None, dataset: Any = None,
                            scope: Scope | None = None, thread: int = 0, debug: bool = False,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -202,9 +203,10 @@ class DatasetFactory:
 
 def run_from_dataset(executor: Any, program: Any, dataset: DatasetBase, scope: Any,
                      fetch_list: Sequence[Any] | None, fetch_info: Sequence[str] | None,
-                     print_period: int) -> None:
+                     print_period: int, debug: bool = False) -> None:
     """What ``Executor.train_from_dataset`` does: every batch through ``program``, printing
-    ``fetch_info: value`` of the fetches every ``print_period`` batches."""
+    ``fetch_info: value`` of the fetches every ``print_period`` batches; with ``debug``, the
+    mean read time and each op's mean time per batch at the end (standard error)."""
     if not isinstance(dataset, DatasetBase):
         raise TypeError(f"dataset must be a Dataset of fluid.DatasetFactory, got "
                         f"{type(dataset).__name__}")
@@ -212,9 +214,32 @@ def run_from_dataset(executor: Any, program: Any, dataset: DatasetBase, scope: A
     info = list(fetch_info or [getattr(f, "name", str(f)) for f in fetch_list])
     if len(info) != len(fetch_list):
         raise ValueError(f"fetch_info has {len(info)} names for {len(fetch_list)} fetches")
-    for step, feed in enumerate(dataset._feeds()):
-        values = executor.run(program, feed=feed, fetch_list=fetch_list, scope=scope)
-        if fetch_list and print_period and step % int(print_period) == 0:
-            print(", ".join(f"{name}: {np.array(v).reshape(-1)[:4]}"
-                            for name, v in zip(info, values, strict=True)), file=sys.stdout,
-                  flush=True)
+    read_s, batches = 0.0, 0
+    feeds = dataset._feeds()
+    saved, executor._op_times = executor._op_times, ({} if debug else None)
+    try:
+        while True:
+            t0 = time.perf_counter()
+            feed = next(feeds, None)
+            if feed is None:
+                break
+            read_s += time.perf_counter() - t0
+            values = executor.run(program, feed=feed, fetch_list=fetch_list, scope=scope)
+            if fetch_list and print_period and batches % int(print_period) == 0:
+                print(", ".join(f"{name}: {np.array(v).reshape(-1)[:4]}"
+                                for name, v in zip(info, values, strict=True)),
+                      file=sys.stdout, flush=True)
+            batches += 1
+        if debug:
+            _print_op_times(executor._op_times, read_s, batches)
+    finally:
+        executor._op_times = saved
+
+
+def _print_op_times(times: dict, read_s: float, batches: int) -> None:
+    """Fluid's debug report: mean seconds per batch of reading and of each op."""
+    n = max(batches, 1)
+    lines = [f"batches: {batches}", f"read time: {read_s / n:.6f}s"]
+    lines += [f"op_name:[{i}][{op_type}] (block {blk}), op_mean_time:[{spent[0] / n:.6f}s]"
+              for (blk, i, op_type), spent in sorted(times.items())]
+    print("\n".join(lines), file=sys.stderr, flush=True)

@@ -116,6 +116,32 @@ def test_train_from_dataset_through_a_data_generator(tmp_path, capsys, kind):
     assert not np.allclose(before, np.array(scope.vars["fc_0.w_0"]))
 
 
+def test_train_from_dataset_debug_reports_each_ops_time(tmp_path, capsys):
+    """Fluid's ``debug=True``: the mean read time and each op's mean time per batch, on
+    standard error; the training is the same as without it."""
+    main, startup, ids, y, loss = _net()
+    command, data = _generator_script(tmp_path)
+    results = []
+    for debug in (False, True):
+        dataset = fluid.DatasetFactory().create_dataset("QueueDataset")
+        dataset.set_use_var([ids, y])
+        dataset.set_batch_size(4)
+        dataset.set_pipe_command(command)
+        dataset.set_filelist([data])
+        exe, scope = fluid.Executor(), fluid.Scope()
+        exe.run(startup, scope=scope)
+        exe.train_from_dataset(main, dataset, scope=scope, thread=3, debug=debug)
+        results.append(np.array(scope.vars["fc_0.w_0"]))
+        assert exe._op_times is None  # timing is off again after the call
+    np.testing.assert_array_equal(results[0], results[1])
+    report = capsys.readouterr().err.splitlines()
+    ops = main.global_block().ops
+    assert report[0] == "batches: 3" and report[1].startswith("read time: ")
+    assert len(report) == 2 + len(ops)
+    for line, (i, op) in zip(report[2:], enumerate(ops), strict=True):
+        assert line.startswith(f"op_name:[{i}][{op.type}] (block 0), op_mean_time:[")
+
+
 def test_dataset_errors_say_what_is_wrong(tmp_path):
     main, startup, ids, y, loss = _net()
     dataset = fluid.DatasetFactory().create_dataset()
