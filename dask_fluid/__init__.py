@@ -17,6 +17,7 @@ from . import (
     initializer,
     io,
     layers,
+    loop_ops,  # noqa: F401  (the while and tensor-array ops' kernels and gradient rules)
     nets,
     optimizer,
     recurrent_op,  # noqa: F401  (the recurrent op's kernels and gradient rule)
@@ -53,7 +54,7 @@ from .framework import (
     program_guard,
 )
 from .io import load, save
-from .lod import LoDTensor, create_lod_tensor, create_random_int_lodtensor
+from .lod import LoDTensor, LoDTensorArray, create_lod_tensor, create_random_int_lodtensor
 from .parallel_executor import ParallelExecutor
 from .param_attr import ParamAttr
 from .queue_dataset import DatasetFactory
@@ -84,7 +85,8 @@ def __getattr__(name: str):
 __all__ = [
     "Block", "BuildStrategy", "CPUPlace", "CUDAPlace", "CompiledProgram", "DataFeeder",
     "DatasetFactory",
-    "ExecutionError", "ExecutionStrategy", "Executor", "LoDTensor", "OpRole", "Operator",
+    "ExecutionError", "ExecutionStrategy", "Executor", "LoDTensor", "LoDTensorArray", "OpRole",
+    "Operator",
     "ParallelExecutor", "ParamAttr", "Parameter", "Program", "Scope", "Variable",
     "append_backward", "backward",
     "clip", "compiler", "cpu_places", "create_lod_tensor", "create_random_int_lodtensor",

@@ -20,8 +20,16 @@ from typing import Any
 import numpy as np
 
 from . import ops as _ops  # noqa: F401  (registers every kernel)
-from .framework import EMPTY_VAR, Block, Operator, Program, Variable, default_main_program
-from .lod import LoD, LoDTensor, check_lod
+from .framework import (
+    EMPTY_VAR,
+    Block,
+    Operator,
+    Program,
+    Variable,
+    VarType,
+    default_main_program,
+)
+from .lod import LoD, LoDTensor, LoDTensorArray, check_lod
 from .ops import registry
 from .ops.registry import LOD_KEY, array_module
 from .ops.selected_rows import SelectedRows
@@ -243,8 +251,11 @@ class ExecutionError(RuntimeError):
 
 
 class _Compiled:
-    def __init__(self, steps: list[_Step]) -> None:
+    def __init__(self, steps: list[_Step], arrays: tuple[str, ...] = ()) -> None:
         self.steps = steps
+        #: (global block) the program's temporary tensor arrays: each run starts them empty,
+        #: as Fluid creates temporaries in a scope of the run
+        self.arrays = arrays
 
 
 class Executor:
@@ -316,7 +327,10 @@ class Executor:
             steps.append(_Step(op, kernel, ins, outs, out_slots, attrs, host,
                                rng_key, opdef.lod))
             known.update(n for _, names in outs for n in names)
-        return _Compiled(steps)
+        arrays = () if block.idx else tuple(
+            v.name for b in program.blocks for v in b.vars.values()
+            if v.type == VarType.LOD_TENSOR_ARRAY and not v.persistable)
+        return _Compiled(steps, arrays)
 
     def _compiled(self, program: Program, block: Block, feed_names: frozenset,
                   scope: Scope) -> _Compiled:
@@ -422,6 +436,9 @@ class Executor:
             if name not in scope.vars:
                 raise ValueError(f"fetch {name!r}: the variable was not computed by this run")
             value = scope.vars[name]
+            if isinstance(value, LoDTensorArray):
+                out.append(self._fetch_array(name, value, return_numpy))
+                continue
             if isinstance(value, SelectedRows):
                 value = value.to_dense()
             lod = scope.lods.get(name)
@@ -441,6 +458,21 @@ class Executor:
                 value = LoDTensor._of(value, (), self.place)
             out.append(value)
         return out
+
+    @staticmethod
+    def _fetch_array(name: str, array: LoDTensorArray, return_numpy: bool) -> Any:
+        """A fetched tensor array: the array itself, or (Fluid's ``as_numpy``) a list of each
+        item as numpy, which refuses items that carry LoD, as for a tensor."""
+        if not return_numpy:
+            return array
+        items = []
+        for i, item in enumerate(array):
+            if item._lod:
+                raise RuntimeError(f"fetch {name!r}: item {i} holds LoD information, which a "
+                                   "numpy array cannot carry: run with return_numpy=False to "
+                                   "get the LoDTensorArray (Fluid's rule)")
+            items.append(np.array(registry.to_host(item._require()), copy=True))
+        return items
 
     def run(
         self,
@@ -635,6 +667,8 @@ class Executor:
                 scope.lods[name] = fed_lods[name]
             else:
                 scope.lods.pop(name, None)
+        for name in self._compiled(program, block, frozenset(fed), scope).arrays:
+            scope.vars.pop(name, None)
         self.run_block(program, block, scope, frozenset(fed))
         return (self._fetch(scope, fetch_names, return_numpy), program, feed or {},
                 fetch_names)

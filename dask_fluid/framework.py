@@ -96,6 +96,7 @@ class VarType:
     SELECTED_ROWS = "selected_rows"
     RAW = "raw"
     STEP_SCOPES = "step_scopes"
+    LOD_TENSOR_ARRAY = "lod_tensor_array"
 
 
 class Variable:

@@ -21,8 +21,8 @@ import numpy as np
 
 from .places import CPUPlace, CUDAPlace
 
-__all__ = ["LoD", "LoDTensor", "check_lod", "create_lod_tensor", "create_random_int_lodtensor",
-           "lengths_to_offsets", "offsets_to_lengths"]
+__all__ = ["LoD", "LoDTensor", "LoDTensorArray", "check_lod", "create_lod_tensor",
+           "create_random_int_lodtensor", "lengths_to_offsets", "offsets_to_lengths"]
 
 #: a LoD as the executor stores it: a tuple of levels, each a tuple of int offsets
 LoD = tuple[tuple[int, ...], ...]
@@ -163,6 +163,17 @@ class LoDTensor:
         lod = f", lod={self.lod()}" if self._lod else ""
         return (f"LoDTensor(shape={self.shape()}, dtype={self._dtype()}{lod}, "
                 f"place={self._place!r})")
+
+
+class LoDTensorArray(list):
+    """A list of :class:`LoDTensor` (Fluid's ``core.LoDTensorArray``): the value of a tensor
+    array variable (``layers.create_array``), written and read by index inside loops."""
+
+    def append(self, tensor: LoDTensor) -> None:
+        """Add ``tensor`` at the end (Fluid's ``LoDTensorArray.append``)."""
+        if not isinstance(tensor, LoDTensor):
+            raise TypeError(f"a LoDTensorArray holds LoDTensors, got {type(tensor).__name__}")
+        super().append(tensor)
 
 
 def create_lod_tensor(data: Any, recursive_seq_lens: Sequence[Sequence[int]],

@@ -4,15 +4,27 @@ Each submodule lists what it exports in its ``__all__``; this package is their u
 Fluid's ``fluid.layers`` is the union of ``layers.nn``, ``layers.tensor`` and the others.
 """
 
-from . import control_flow, crf, image, learning_rate_scheduler, nn, rnn, sequence_lod, tensor
+from . import (
+    control_flow,
+    crf,
+    image,
+    learning_rate_scheduler,
+    loops,
+    nn,
+    rnn,
+    sequence_lod,
+    tensor,
+)
 from .control_flow import *  # noqa: F403
 from .crf import *  # noqa: F403
 from .image import *  # noqa: F403
 from .learning_rate_scheduler import *  # noqa: F403
+from .loops import *  # noqa: F403
 from .nn import *  # noqa: F403
 from .rnn import *  # noqa: F403
 from .sequence_lod import *  # noqa: F403
 from .tensor import *  # noqa: F403
 
 __all__ = [*control_flow.__all__, *crf.__all__, *image.__all__, *learning_rate_scheduler.__all__,
+           *loops.__all__,
            *nn.__all__, *rnn.__all__, *sequence_lod.__all__, *tensor.__all__]

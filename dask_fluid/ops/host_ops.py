@@ -51,6 +51,13 @@ register_signature("fused_allreduce", ("X", "Comm"), ("Out",), {"average": True}
 register_signature("conditional_block", ("Cond", "Input"), ("Out", "Scope"),
                    {"sub_block": -1, "is_scalar_condition": True},
                    optional=("Input",))
+# layers.While and the tensor arrays (dask_fluid.loop_ops)
+_LOOP = "dask_fluid.loop_ops"
+register_signature("while", ("X", "Condition"), ("Out", "StepScopes"),
+                   {"sub_block": -1, "is_test": False}, optional=("X",), provider=_LOOP)
+register_signature("write_to_array", ("X", "I"), ("Out",), {}, provider=_LOOP, lod="kernel")
+register_signature("read_from_array", ("X", "I"), ("Out",), {}, provider=_LOOP, lod="kernel")
+register_signature("lod_array_length", ("X",), ("Out",), {}, provider=_LOOP, lod="none")
 # StaticRNN: the step block run over the time steps of its inputs (dask_fluid.recurrent_op)
 _RECURRENT = "dask_fluid.recurrent_op"
 _RECURRENT_ATTRS = {"ex_states": [], "states": [], "sub_block": -1, "reverse": False,

@@ -1,0 +1,146 @@
+"""Loops: ``While`` and the tensor arrays it writes (``create_array``, ``array_write``,
+``array_read``, ``array_length``), as Fluid 1.8 builds them (ops ``while``,
+``write_to_array``, ``read_from_array``, ``lod_array_length``; kernels in
+:mod:`dask_fluid.loop_ops`, which also says what is not implemented: the backward pass through
+them)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import numpy as np
+
+from ..framework import Variable, VarType
+from ..layer_helper import LayerHelper
+
+__all__ = ["While", "array_length", "array_read", "array_write", "create_array"]
+
+
+def _check_index(i: Variable, layer: str) -> None:
+    if not isinstance(i, Variable):
+        raise TypeError(f"{layer}: i must be a Variable (an int64 tensor of one element, e.g. "
+                        f"layers.fill_constant([1], 'int64', 0)), got {type(i).__name__}")
+    if i.dtype not in ("int64", "int32"):
+        raise TypeError(f"{layer}: i must be an integer tensor, got {i.dtype}")
+
+
+class While:
+    """Run the ops of :meth:`block` while ``cond`` holds (Fluid's ``layers.While``).
+
+    The block must update ``cond`` (e.g. ``layers.less_than(i, n, cond=cond)``); it runs in
+    the enclosing scope, so the variables it writes keep their last values after the loop.
+
+    Parameters
+    ----------
+    cond : Variable
+        A bool tensor of one element.
+    is_test : bool
+        Recorded on the op, as in Fluid.
+    name : str, optional
+
+    Raises
+    ------
+    TypeError
+        ``cond`` is not a bool Variable of one element.
+
+    Examples
+    --------
+    >>> i = layers.fill_constant([1], "int64", 0)
+    >>> n = layers.fill_constant([1], "int64", 10)
+    >>> cond = layers.less_than(i, n)
+    >>> loop = layers.While(cond)
+    >>> with loop.block():
+    ...     layers.increment(i)
+    ...     layers.less_than(i, n, cond=cond)
+    """
+
+    def __init__(self, cond: Variable, is_test: bool = False, name: str | None = None) -> None:
+        if not isinstance(cond, Variable) or cond.dtype != "bool":
+            got = cond.dtype if isinstance(cond, Variable) else type(cond).__name__
+            raise TypeError(f"While: cond must be a bool Variable, got {got}")
+        if cond.shape is not None and int(np.prod(cond.shape)) != 1:
+            raise TypeError(f"While: condition expected shape as [], but given shape as "
+                            f"{list(cond.shape)}")
+        self.helper = LayerHelper("while", name)
+        self.cond_var = cond
+        self.is_test = bool(is_test)
+
+    @contextlib.contextmanager
+    def block(self) -> Iterator[None]:
+        """The loop's body: ops appended inside run at every iteration."""
+        program = self.helper.main_program
+        program._create_block()
+        try:
+            yield
+            self._complete()
+        finally:
+            program._rollback()
+
+    def _complete(self) -> None:
+        program = self.helper.main_program
+        body = program.current_block()
+        parent = program.block(body.parent_idx)
+        written = {self.cond_var.name}
+        read: dict[str, None] = {}
+        for op in body.ops:
+            for name in op.input_arg_names:
+                if name not in written:
+                    read[name] = None
+            written.update(op.output_arg_names)
+        outs = [v for v in (parent._find_var_recursive(n) for n in dict.fromkeys(
+            [self.cond_var.name, *(n for op in body.ops for n in op.output_arg_names)]))
+            if v is not None]
+        steps = parent.create_var(name=f"_while_scopes_{body.idx}", type=VarType.STEP_SCOPES)
+        parent.append_op("while",
+                         inputs={"X": [parent._var_recursive(n) for n in read],
+                                 "Condition": [self.cond_var]},
+                         outputs={"Out": outs, "StepScopes": [steps]},
+                         attrs={"sub_block": body.idx, "is_test": self.is_test})
+
+
+def create_array(dtype: str) -> Variable:
+    """An empty tensor array of ``dtype`` items (Fluid's ``create_array``)."""
+    helper = LayerHelper("array")
+    return helper.main_program.current_block().create_var(
+        name=f"{helper.name}.out", type=VarType.LOD_TENSOR_ARRAY, dtype=str(np.dtype(dtype)))
+
+
+def array_write(x: Variable, i: Variable, array: Variable | None = None) -> Variable:
+    """Write ``x`` at index ``i`` of ``array`` (a new array when None), growing it as needed;
+    returns the array. As Fluid's shape inference, the array takes ``x``'s shape, which
+    :func:`array_read` gives its output."""
+    _check_index(i, "array_write")
+    helper = LayerHelper("array_write")
+    if array is None:
+        array = helper.main_program.current_block().create_var(
+            name=f"{helper.name}.out", type=VarType.LOD_TENSOR_ARRAY, dtype=x.dtype)
+    elif array.type != VarType.LOD_TENSOR_ARRAY:
+        raise TypeError(f"array_write: array must be a tensor array (layers.create_array), "
+                        f"got {array.name!r} of type {array.type}")
+    helper.append_op("write_to_array", inputs={"X": [x], "I": [i]}, outputs={"Out": [array]})
+    array.shape = x.shape
+    return array
+
+
+def array_read(array: Variable, i: Variable) -> Variable:
+    """Item ``i`` of ``array`` (with its LoD)."""
+    _check_index(i, "array_read")
+    if not isinstance(array, Variable) or array.type != VarType.LOD_TENSOR_ARRAY:
+        raise TypeError("array_read: array must be a tensor array Variable "
+                        "(layers.create_array or array_write)")
+    helper = LayerHelper("array_read")
+    out = helper.create_tmp(dtype=array.dtype, shape=array.shape)
+    helper.append_op("read_from_array", inputs={"X": [array], "I": [i]},
+                     outputs={"Out": [out]})
+    return out
+
+
+def array_length(array: Variable) -> Variable:
+    """The number of items of ``array`` (an int64 tensor ``[1]``)."""
+    if not isinstance(array, Variable) or array.type != VarType.LOD_TENSOR_ARRAY:
+        raise TypeError("array_length: array must be a tensor array Variable")
+    helper = LayerHelper("array_length")
+    out = helper.create_tmp(dtype="int64", shape=[1], stop_gradient=True)
+    helper.append_op("lod_array_length", inputs={"X": [array]}, outputs={"Out": [out]})
+    return out
