@@ -7,6 +7,7 @@ Fluid's ``fluid.layers`` is the union of ``layers.nn``, ``layers.tensor`` and th
 from . import (
     control_flow,
     crf,
+    debug,
     image,
     learning_rate_scheduler,
     loops,
@@ -17,6 +18,7 @@ from . import (
 )
 from .control_flow import *  # noqa: F403
 from .crf import *  # noqa: F403
+from .debug import *  # noqa: F403
 from .image import *  # noqa: F403
 from .learning_rate_scheduler import *  # noqa: F403
 from .loops import *  # noqa: F403
@@ -25,6 +27,6 @@ from .rnn import *  # noqa: F403
 from .sequence_lod import *  # noqa: F403
 from .tensor import *  # noqa: F403
 
-__all__ = [*control_flow.__all__, *crf.__all__, *image.__all__, *learning_rate_scheduler.__all__,
-           *loops.__all__,
-           *nn.__all__, *rnn.__all__, *sequence_lod.__all__, *tensor.__all__]
+__all__ = [*control_flow.__all__, *crf.__all__, *debug.__all__, *image.__all__,
+           *learning_rate_scheduler.__all__, *loops.__all__, *nn.__all__, *rnn.__all__,
+           *sequence_lod.__all__, *tensor.__all__]

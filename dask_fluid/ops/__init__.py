@@ -24,6 +24,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     nn_ops,
     norm_ops,
     optimizer_ops,
+    print_ops,
     random_ops,
     registry,
     rnn_ops,
