@@ -14,7 +14,8 @@ import numpy as np
 from ..framework import Variable, VarType
 from ..layer_helper import LayerHelper
 
-__all__ = ["While", "array_length", "array_read", "array_write", "create_array"]
+__all__ = ["While", "array_length", "array_read", "array_write", "beam_search",
+           "beam_search_decode", "create_array", "is_empty"]
 
 
 def _check_index(i: Variable, layer: str) -> None:
@@ -144,3 +145,98 @@ def array_length(array: Variable) -> Variable:
     out = helper.create_tmp(dtype="int64", shape=[1], stop_gradient=True)
     helper.append_op("lod_array_length", inputs={"X": [array]}, outputs={"Out": [out]})
     return out
+
+
+def is_empty(x: Variable, cond: Variable | None = None) -> Variable:
+    """Whether ``x`` has no elements (a bool ``[1]``; into ``cond`` when given), e.g. to stop
+    a decoding loop once beam search has no candidates left."""
+    if not isinstance(x, Variable):
+        raise TypeError(f"is_empty: x must be a Variable, got {type(x).__name__}")
+    helper = LayerHelper("is_empty")
+    if cond is None:
+        cond = helper.create_tmp(dtype="bool", shape=[1], stop_gradient=True)
+    elif cond.dtype != "bool":
+        raise TypeError(f"is_empty: cond must be bool, got {cond.dtype}")
+    helper.append_op("is_empty", inputs={"X": [x]}, outputs={"Out": [cond]})
+    return cond
+
+
+def beam_search(pre_ids: Variable, pre_scores: Variable, ids: Variable | None,
+                scores: Variable, beam_size: int, end_id: int, level: int = 0,
+                is_accumulated: bool = True, name: str | None = None,
+                return_parent_idx: bool = False) -> tuple[Variable, ...]:
+    """One step of beam search (Fluid 1.8's ``layers.beam_search``; the rules are in
+    :mod:`dask_fluid.ops.beam_search_ops`).
+
+    Parameters
+    ----------
+    pre_ids, pre_scores : Variable
+        The previous step's selection (int64 and float ``[N, 1]``, LoD of 2 levels).
+    ids : Variable or None
+        The candidates' ids ``[N, K]`` (None: the column index is the id).
+    scores : Variable
+        The candidates' scores ``[N, K]``, with the LoD of ``pre_ids``.
+    beam_size, end_id : int
+    level : int
+        The LoD level that gives each source its prefixes.
+    is_accumulated : bool
+        ``scores`` are already total scores; else ``pre_score + log(score)`` is used.
+    return_parent_idx : bool
+        Also return each selected candidate's prefix index (int32).
+
+    Returns
+    -------
+    tuple of Variable
+        ``(selected_ids, selected_scores)`` (``[M, 1]``, LoD of 2 levels), and
+        ``parent_idx`` with ``return_parent_idx``.
+
+    Raises
+    ------
+    TypeError
+        An input is not a Variable of the dtype Fluid asks for.
+    """
+    for arg, var, dtypes in (("pre_ids", pre_ids, ("int64",)),
+                             ("pre_scores", pre_scores, ("float32", "float64")),
+                             ("scores", scores, ("float32", "float64"))):
+        if not isinstance(var, Variable) or var.dtype not in dtypes:
+            got = var.dtype if isinstance(var, Variable) else type(var).__name__
+            raise TypeError(f"beam_search: {arg} must be a Variable of {list(dtypes)}, got {got}")
+    if ids is not None and not isinstance(ids, Variable):
+        raise TypeError(f"beam_search: ids must be a Variable or None, got {type(ids).__name__}")
+    helper = LayerHelper("beam_search", name)
+    inputs = {"pre_ids": [pre_ids], "pre_scores": [pre_scores], "scores": [scores]}
+    if ids is not None:
+        inputs["ids"] = [ids]
+    selected_scores = helper.create_tmp(dtype=pre_scores.dtype, shape=[-1, 1],
+                                        stop_gradient=True)
+    selected_ids = helper.create_tmp(dtype=pre_ids.dtype, shape=[-1, 1], stop_gradient=True)
+    parent_idx = helper.create_tmp(dtype="int32", shape=[-1], stop_gradient=True)
+    helper.append_op("beam_search", inputs=inputs,
+                     outputs={"selected_ids": [selected_ids],
+                              "selected_scores": [selected_scores],
+                              "parent_idx": [parent_idx]},
+                     attrs={"level": int(level), "beam_size": int(beam_size),
+                            "end_id": int(end_id), "is_accumulated": bool(is_accumulated)})
+    if return_parent_idx:
+        return selected_ids, selected_scores, parent_idx
+    return selected_ids, selected_scores
+
+
+def beam_search_decode(ids: Variable, scores: Variable, beam_size: int, end_id: int,
+                       name: str | None = None) -> tuple[Variable, Variable]:
+    """The hypotheses out of every step of a beam search (Fluid 1.8's
+    ``layers.beam_search_decode``): ``ids`` and ``scores`` are the tensor arrays the loop
+    wrote each step's selection to. Returns ``(sentence_ids, sentence_scores)``, 1-D with a
+    LoD of 2 levels: the hypotheses of each source (best first), the tokens of each."""
+    for arg, var in (("ids", ids), ("scores", scores)):
+        if not isinstance(var, Variable) or var.type != VarType.LOD_TENSOR_ARRAY:
+            raise TypeError(f"beam_search_decode: {arg} must be a tensor array Variable "
+                            "(what array_write fills)")
+    helper = LayerHelper("beam_search_decode", name)
+    sentence_ids = helper.create_tmp(dtype=ids.dtype, shape=[-1], stop_gradient=True)
+    sentence_scores = helper.create_tmp(dtype=scores.dtype, shape=[-1], stop_gradient=True)
+    helper.append_op("beam_search_decode", inputs={"Ids": [ids], "Scores": [scores]},
+                     outputs={"SentenceIds": [sentence_ids],
+                              "SentenceScores": [sentence_scores]},
+                     attrs={"beam_size": int(beam_size), "end_id": int(end_id)})
+    return sentence_ids, sentence_scores

@@ -19,9 +19,9 @@ __all__ = [
     "_binary_op", "accuracy", "auc", "clip", "cos", "cos_sim", "cross_entropy", "dropout",
     "elementwise_add", "elementwise_div", "elementwise_max", "elementwise_min", "elementwise_mul",
     "elementwise_pow", "elementwise_sub", "elu", "embedding", "exp", "fc", "floor", "gelu",
-    "hard_sigmoid", "hsigmoid", "layer_norm", "leaky_relu", "matmul", "mean", "pow", "reduce_mean",
-    "nce", "reduce_sum", "relu", "relu6", "scale", "sigmoid", "sigmoid_cross_entropy_with_logits",
-    "softmax", "softmax_with_cross_entropy", "softplus", "softsign", "sqrt", "square",
+    "hard_sigmoid", "hsigmoid", "layer_norm", "leaky_relu", "log", "matmul", "mean", "pow",
+    "reduce_mean", "nce", "reduce_sum", "relu", "relu6", "scale", "sigmoid",
+    "sigmoid_cross_entropy_with_logits", "softmax", "softmax_with_cross_entropy", "softplus", "softsign", "sqrt", "square",
     "square_error_cost", "swish", "tanh", "topk",
 ]
 
@@ -52,6 +52,11 @@ def softmax(input: Variable, use_cudnn: bool = False, name: str | None = None,
             axis: int = -1) -> Variable:
     """Softmax along ``axis`` (``use_cudnn`` is recorded on the op, as in Fluid)."""
     return _unary("softmax", input, name, axis=axis, use_cudnn=bool(use_cudnn))
+
+
+def log(x: Variable, name: str | None = None) -> Variable:
+    """Natural logarithm, element-wise."""
+    return _unary("log", x, name)
 
 
 def square(x: Variable, name: str | None = None) -> Variable:

@@ -15,6 +15,7 @@ Conventions the executor follows when it runs a kernel ``kernel(ins, attrs, outs
 """
 
 from . import (  # noqa: F401  (imported for their registrations)
+    beam_search_ops,
     conv_ops,
     crf_ops,
     dense_ops,

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .registry import GRAD, array_module, default_grad, register, to_host
+from .registry import GRAD, LOD_KEY, array_module, default_grad, register, to_host
 from .selected_rows import grad_maker, grad_slots, place_module, to_dtype
 
 
@@ -87,14 +87,16 @@ def _concat_grad_maker(op: Any) -> list[dict]:
     return grad_maker(("X",))(op)
 
 
-@register("concat", ("X",), ("Out",), {"axis": 0}, grad=_concat_grad_maker)
+@register("concat", ("X",), ("Out",), {"axis": 0}, grad=_concat_grad_maker, lod="kernel")
 def concat(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """Out = X[0], X[1], ... joined along ``axis``."""
+    """Out = X[0], X[1], ... joined along ``axis``; Out has X[0]'s LoD (Fluid's
+    ``ShareLoD("X", "Out")``: the first input's, not another's with as many rows)."""
     xs = ins["X"]
     xp = array_module(*xs)
+    lod = {"Out": [((attrs.get("_lods") or {}).get("X") or [None])[0]]}
     if len(xs) == 1:
-        return {"Out": [xs[0].copy()]}
-    return {"Out": [xp.concatenate(xs, axis=attrs.get("axis", 0))]}
+        return {"Out": [xs[0].copy()], LOD_KEY: lod}
+    return {"Out": [xp.concatenate(xs, axis=attrs.get("axis", 0))], LOD_KEY: lod}
 
 
 @register("concat_grad", *grad_slots(("X",)), {"axis": 0})
@@ -256,11 +258,13 @@ def transpose2_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
 
 @register("fill_constant_batch_size_like", ("Input",), ("Out",),
           {"shape": [], "dtype": "float32", "value": 0.0, "input_dim_idx": 0,
-           "output_dim_idx": 0, "force_cpu": False})
+           "output_dim_idx": 0, "force_cpu": False}, lod="kernel")
 def fill_constant_batch_size_like(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = ``shape`` filled with ``value``, its ``output_dim_idx`` dim taken from dim
     ``input_dim_idx`` of Input (the batch size, known only at run time); on Input's place
-    (``force_cpu`` as in :func:`fill_constant`)."""
+    (``force_cpu`` as in :func:`fill_constant`). As Fluid's kernel: an Input with a LoD and
+    ``input_dim_idx`` 0 gives the number of its sequences (last level) instead of its rows,
+    and Out has no LoD."""
     x = ins["Input"][0]
     shape = [int(s) for s in attrs.get("shape", [])]
     out_idx, in_idx = int(attrs.get("output_dim_idx", 0)), int(attrs.get("input_dim_idx", 0))
@@ -268,10 +272,12 @@ def fill_constant_batch_size_like(ins: dict, attrs: dict, outs: tuple) -> dict:
         raise ValueError(f"fill_constant_batch_size_like: output_dim_idx={out_idx} must index "
                          f"shape {shape} and input_dim_idx={in_idx} the input's "
                          f"{x.ndim} dims")
-    shape[out_idx] = int(x.shape[in_idx])
+    lod = (attrs.get("_lods") or {}).get("Input", [None])[0]
+    shape[out_idx] = len(lod[-1]) - 1 if lod and in_idx == 0 else int(x.shape[in_idx])
     xp = array_module(x)
     return {"Out": [xp.full(shape, attrs.get("value", 0.0),
-                            dtype=to_dtype(attrs.get("dtype", "float32")))]}
+                            dtype=to_dtype(attrs.get("dtype", "float32")))],
+            LOD_KEY: {"Out": [None]}}
 
 
 @register("one_hot", ("X", "depth_tensor"), ("Out",),
@@ -316,3 +322,10 @@ def label_smooth_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """dX = (1 − ε)·dOut."""
     d = ins["Out" + GRAD][0]
     return {"X" + GRAD: [d * d.dtype.type(1 - attrs.get("epsilon", 0.0))]}
+
+
+@register("is_empty", ("X",), ("Out",))
+def is_empty(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = [X has no elements] (a bool of one element)."""
+    x = ins["X"][0]
+    return {"Out": [array_module(x).asarray([int(x.size) == 0], dtype=bool)]}
