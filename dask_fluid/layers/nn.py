@@ -21,8 +21,8 @@ __all__ = [
     "elementwise_pow", "elementwise_sub", "elu", "embedding", "exp", "fc", "floor", "gelu",
     "hard_sigmoid", "hsigmoid", "layer_norm", "leaky_relu", "log", "matmul", "mean", "pow",
     "reduce_mean", "nce", "reduce_sum", "relu", "relu6", "scale", "sigmoid",
-    "sigmoid_cross_entropy_with_logits", "softmax", "softmax_with_cross_entropy", "softplus", "softsign", "sqrt", "square",
-    "square_error_cost", "swish", "tanh", "topk",
+    "sigmoid_cross_entropy_with_logits", "softmax", "softmax_with_cross_entropy", "softplus",
+    "softsign", "sqrt", "square", "square_error_cost", "swish", "tanh", "topk",
 ]
 
 def _unary(op_type: str, x: Variable, name: str | None = None, **attrs: Any) -> Variable:
