@@ -14,10 +14,10 @@ from . import (
     backward,
     clip,
     compiler,
+    control_flow_ops,  # noqa: F401  (the control-flow ops' kernels and gradient rules)
     initializer,
     io,
     layers,
-    loop_ops,  # noqa: F401  (the while and tensor-array ops' kernels and gradient rules)
     nets,
     optimizer,
     recurrent_op,  # noqa: F401  (the recurrent op's kernels and gradient rule)

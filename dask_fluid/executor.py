@@ -777,17 +777,6 @@ def _rows(value: Any) -> int | None:
     return int(shape[0])
 
 
-def _conditional_block(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
-    """Run the sub-block in the same scope when the (scalar) condition holds."""
-    cond = ins["Cond"][0]
-    flag = bool(cond.reshape(-1)[0]) if attrs.get("is_scalar_condition", True) else bool(
-        cond.size)
-    if flag:
-        ctx.executor.run_block(ctx.program, ctx.program.block(attrs["sub_block"]), ctx.scope)
-    return {}
-
-
-registry.set_kernel("conditional_block", _conditional_block)
 
 
 def _split_fetch_list(fetch_list: Any) -> tuple[list, list[Operator]]:

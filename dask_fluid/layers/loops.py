@@ -1,8 +1,8 @@
 """Loops: ``While`` and the tensor arrays it writes (``create_array``, ``array_write``,
 ``array_read``, ``array_length``), as Fluid 1.8 builds them (ops ``while``,
 ``write_to_array``, ``read_from_array``, ``lod_array_length``; kernels in
-:mod:`dask_fluid.loop_ops`, which also says what is not implemented: the backward pass through
-them)."""
+:mod:`dask_fluid.control_flow_ops`, which also says what is not implemented: the backward
+pass through them)."""
 
 from __future__ import annotations
 

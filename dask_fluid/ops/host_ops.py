@@ -48,11 +48,11 @@ register_signature("gen_nccl_id", (), ("NCCLID",),
 # gradient X all-reduced (mean, or sum without ``average``) through the communicator in Comm
 register_signature("fused_allreduce", ("X", "Comm"), ("Out",), {"average": True},
                    provider=_COLLECTIVE_OPS)
+# ConditionalBlock/Switch, layers.While and the tensor arrays (dask_fluid.control_flow_ops)
+_LOOP = "dask_fluid.control_flow_ops"
 register_signature("conditional_block", ("Cond", "Input"), ("Out", "Scope"),
                    {"sub_block": -1, "is_scalar_condition": True},
-                   optional=("Input",))
-# layers.While and the tensor arrays (dask_fluid.loop_ops)
-_LOOP = "dask_fluid.loop_ops"
+                   optional=("Input",), provider=_LOOP)
 register_signature("while", ("X", "Condition"), ("Out", "StepScopes"),
                    {"sub_block": -1, "is_test": False}, optional=("X",), provider=_LOOP)
 register_signature("write_to_array", ("X", "I"), ("Out",), {}, provider=_LOOP, lod="kernel")

@@ -3,6 +3,8 @@ merge ops of the distributed runtime, and the error messages of bad inputs."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -421,10 +423,15 @@ def test_random_op_values_and_errors():
 def test_host_ops_are_registered_as_host_ops():
     # the executor or the runtime may already have attached kernels with set_kernel
     for t in ("send", "recv", "send_barrier", "fetch_barrier", "listen_and_serv", "prefetch",
-              "gen_nccl_id", "conditional_block", "lookup_sparse_table", "save",
-              "checkpoint_notify"):
+              "gen_nccl_id", "lookup_sparse_table", "save", "checkpoint_notify"):
         d = registry.get(t)
         assert d.host and d.grad is None, t
+    # control flow: a gradient rule that refuses by name (dask_fluid.control_flow_ops)
+    for t in ("conditional_block", "while", "write_to_array", "read_from_array"):
+        d = registry.get(t)
+        assert d.host and d.grad is not None, t
+        with pytest.raises(NotImplementedError, match=f"through the '{t}' op"):
+            d.grad(SimpleNamespace(type=t))
     assert registry.get("listen_and_serv").attrs["checkpint_block_id"] == -1
 
 

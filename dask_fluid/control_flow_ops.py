@@ -1,6 +1,9 @@
-"""The ``while`` op and the tensor-array ops (Fluid 1.8's ``layers.While``, ``create_array``,
-``array_write``, ``array_read``, ``array_length``): the kernels and their gradient rules.
+"""The control-flow ops (Fluid 1.8's ``ConditionalBlock``/``Switch``, ``layers.While``) and
+the tensor-array ops (``create_array``, ``array_write``, ``array_read``, ``array_length``):
+the kernels and their gradient rules.
 
+- ``conditional_block`` runs its sub-block, in the caller's scope, when its (scalar)
+  condition holds (or, not scalar, when it has elements);
 - ``while`` runs its sub-block, in the caller's scope, as long as its ``Condition`` (a bool of
   one element, which the sub-block updates) holds, as Fluid's ``WhileOp``;
 - a tensor array is a :class:`~dask_fluid.lod.LoDTensorArray` in the scope: ``write_to_array``
@@ -9,11 +12,12 @@
   the number of items. An index out of range for a read, or negative, is an error naming
   both.
 
-These run forward only. Training through a loop (Fluid's ``while_grad`` and the array ops'
-gradients, which re-run the loop's steps from their kept scopes) is not implemented: building
-the backward pass of a loss that depends on a ``while`` or a tensor-array op raises
-``NotImplementedError`` naming the op, instead of leaving the parameters inside the loop
-without gradients. Inference loops (greedy or beam-search decoding) need no backward pass.
+These run forward only. Training through them (Fluid's ``conditional_block_grad``,
+``while_grad`` and the array ops' gradients, which re-run the blocks from their kept scopes)
+is not implemented: building the backward pass of a loss that depends on one raises
+``NotImplementedError`` naming the op, instead of leaving the parameters inside the block
+without gradients. Learning-rate schedules (``piecewise_decay``'s Switch) and inference
+loops (greedy or beam-search decoding) need no backward pass through them.
 """
 
 from __future__ import annotations
@@ -85,6 +89,16 @@ def _array_length(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     return {"Out": [xp.asarray([len(array)], dtype="int64")]}
 
 
+def _conditional_block(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    """Run the sub-block in the same scope when the (scalar) condition holds."""
+    cond = ins["Cond"][0]
+    flag = bool(to_host(cond).reshape(-1)[0]) if attrs.get("is_scalar_condition", True) \
+        else bool(cond.size)
+    if flag:
+        ctx.executor.run_block(ctx.program, ctx.program.block(attrs["sub_block"]), ctx.scope)
+    return {}
+
+
 def _while(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     name = ctx.op.input("Condition")[0]
     program, block = ctx.program, ctx.program.block(attrs["sub_block"])
@@ -106,14 +120,16 @@ def _while(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
 def _no_gradient(op: Any) -> NoReturn:
     raise NotImplementedError(
         f"append_backward through the {op.type!r} op is not implemented in dask_fluid (Fluid's "
-        "while_grad and the tensor arrays' gradients): the loss depends on a While loop or a "
-        "tensor array. Use StaticRNN or DynamicRNN for a recurrence you train; keep While "
-        "loops for inference (decoding), outside the loss")
+        "conditional_block_grad, while_grad and the tensor arrays' gradients): the loss "
+        "depends on a ConditionalBlock/Switch, a While loop or a tensor array. Use StaticRNN "
+        "or DynamicRNN for a recurrence you train; keep these blocks for learning-rate "
+        "schedules and inference (decoding), outside the loss")
 
 
-for _type, _kernel in (("while", _while), ("write_to_array", _write_to_array),
+for _type, _kernel in (("conditional_block", _conditional_block), ("while", _while),
+                       ("write_to_array", _write_to_array),
                        ("read_from_array", _read_from_array),
                        ("lod_array_length", _array_length)):
     registry.set_kernel(_type, _kernel)
-for _type in ("while", "write_to_array", "read_from_array"):
+for _type in ("conditional_block", "while", "write_to_array", "read_from_array"):
     registry.set_grad(_type, _no_gradient)
