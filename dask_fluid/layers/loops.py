@@ -7,15 +7,17 @@ pass through them)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
 from ..framework import Variable, VarType
 from ..layer_helper import LayerHelper
+from .tensor import assign
 
 __all__ = ["While", "array_length", "array_read", "array_write", "beam_search",
-           "beam_search_decode", "create_array", "is_empty"]
+           "beam_search_decode", "create_array", "is_empty", "while_loop"]
 
 
 def _check_index(i: Variable, layer: str) -> None:
@@ -98,6 +100,55 @@ class While:
                                  "Condition": [self.cond_var]},
                          outputs={"Out": outs, "StepScopes": [steps]},
                          attrs={"sub_block": body.idx, "is_test": self.is_test})
+
+
+def while_loop(cond: Callable[..., Variable], body: Callable[..., Any],
+               loop_vars: Sequence[Variable], is_test: bool = False,
+               name: str | None = None) -> list[Variable]:
+    """``while cond(*loop_vars): loop_vars = body(*loop_vars)`` as a :class:`While` loop
+    (Fluid 1.8's ``layers.while_loop``): ``body`` builds the ops of one iteration and returns
+    the new values, which are assigned to ``loop_vars`` at its end; returns ``loop_vars``.
+
+    Raises
+    ------
+    TypeError
+        ``cond`` or ``body`` is not callable, ``loop_vars`` is not a list or tuple of
+        Variables, or ``cond`` does not give a bool of one element.
+    ValueError
+        ``loop_vars`` is empty, or ``body`` returns another number of values.
+    """
+    if not callable(cond):
+        raise TypeError("cond in while_loop should be callable")
+    if not callable(body):
+        raise TypeError("body in while_loop should be callable")
+    if not isinstance(loop_vars, (list, tuple)):
+        raise TypeError(f"loop_vars in while_loop must be a list or tuple, got "
+                        f"{type(loop_vars).__name__}")
+    if len(loop_vars) == 0:
+        raise ValueError("loop_vars in while_loop should not be empty")
+    if not all(isinstance(v, Variable) for v in loop_vars):
+        raise TypeError("loop_vars in while_loop must be Variables (nested structures are not "
+                        "implemented)")
+    pre_cond = cond(*loop_vars)
+    if not isinstance(pre_cond, Variable) or pre_cond.dtype != "bool":
+        raise TypeError("the variable returned by cond in while_loop must be a bool Variable")
+    if pre_cond.shape is not None and int(np.prod(pre_cond.shape)) != 1:
+        raise TypeError(f"the shape of the variable returned by cond should be [1],but given "
+                        f"shape as {list(pre_cond.shape)}.")
+    loop = While(pre_cond, is_test, name)
+    with loop.block():
+        outputs = body(*loop_vars)
+        if not isinstance(outputs, (list, tuple)):
+            outputs = [outputs]
+        if len(outputs) != len(loop_vars):
+            raise ValueError("body in while_loop should return the same arity (length and "
+                             "structure) and types as loop_vars")
+        now_cond = cond(*outputs)
+        for out, var in zip(outputs, loop_vars, strict=True):
+            if out is not var:
+                assign(out, var)
+        assign(now_cond, pre_cond)
+    return list(loop_vars)
 
 
 def create_array(dtype: str) -> Variable:

@@ -213,3 +213,38 @@ def test_training_through_a_conditional_block_is_refused_by_name():
             layers.assign(layers.mean(layers.fc(x, 2)), out)
         with pytest.raises(NotImplementedError, match="through the 'conditional_block' op"):
             fluid.optimizer.SGD(0.1).minimize(layers.mean(out))
+
+
+def test_while_loop_as_fluid_documents_it():
+    """Fluid 1.8's while_loop example: i from 0 to 10, and a value doubled each step."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        i = layers.fill_constant([1], "int64", 0)
+        ten = layers.fill_constant([1], "int64", 10)
+        acc = layers.fill_constant([1], "float32", 1.0)
+        out_i, out_acc = layers.while_loop(
+            lambda i, a: layers.less_than(i, ten),
+            lambda i, a: [layers.increment(i, in_place=False), layers.scale(a, scale=2.0)],
+            [i, acc])
+    assert (out_i, out_acc) == (i, acc)  # the loop variables, updated in place
+    loop = next(op for op in main.global_block().ops if op.type == "while")
+    assert [op.type for op in main.block(loop.attr("sub_block")).ops] == [
+        "increment", "scale", "less_than", "assign", "assign", "assign"]
+    _, _, (got_i, got_acc) = _run(main, startup, {}, [i, acc])
+    assert got_i.tolist() == [10] and got_acc.tolist() == [1024.0]
+
+
+def test_while_loop_errors():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        i = layers.fill_constant([1], "int64", 0)
+        ok = lambda i: layers.less_than(i, i)  # noqa: E731
+        with pytest.raises(TypeError, match="cond in while_loop should be callable"):
+            layers.while_loop(None, lambda i: i, [i])
+        with pytest.raises(TypeError, match="body in while_loop should be callable"):
+            layers.while_loop(ok, None, [i])
+        with pytest.raises(ValueError, match="should not be empty"):
+            layers.while_loop(ok, lambda: [], [])
+        with pytest.raises(TypeError, match="must be a bool Variable"):
+            layers.while_loop(lambda i: i, lambda i: i, [i])
+        with pytest.raises(ValueError, match="the same arity"):
+            layers.while_loop(ok, lambda i: [i, i], [i])
