@@ -99,6 +99,21 @@ def _conditional_block(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> 
     return {}
 
 
+def _select_input(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    """Out = X[Mask] (``layers.cond``'s merge of its branches: only the branch that ran has
+    computed its input)."""
+    mask = to_host(ins["Mask"][0]).reshape(-1)
+    index = int(mask[0])
+    names = ctx.op.input("X")
+    if not 0 <= index < len(names):
+        raise ValueError(f"select_input: Mask is {index}, but there are {len(names)} inputs")
+    value = ins["X"][index]
+    if value is None:
+        raise ValueError(f"select_input: input {index} ({names[index]!r}) was not computed: "
+                         "its branch did not run")
+    return {"Out": [value], LOD_KEY: {"Out": [attrs["_lods"]["X"][index]]}}
+
+
 def _while(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     name = ctx.op.input("Condition")[0]
     program, block = ctx.program, ctx.program.block(attrs["sub_block"])
@@ -121,15 +136,16 @@ def _no_gradient(op: Any) -> NoReturn:
     raise NotImplementedError(
         f"append_backward through the {op.type!r} op is not implemented in dask_fluid (Fluid's "
         "conditional_block_grad, while_grad and the tensor arrays' gradients): the loss "
-        "depends on a ConditionalBlock/Switch, a While loop or a tensor array. Use StaticRNN "
+        "depends on a ConditionalBlock/Switch/cond, a While loop or a tensor array. Use StaticRNN "
         "or DynamicRNN for a recurrence you train; keep these blocks for learning-rate "
         "schedules and inference (decoding), outside the loss")
 
 
 for _type, _kernel in (("conditional_block", _conditional_block), ("while", _while),
+                       ("select_input", _select_input),
                        ("write_to_array", _write_to_array),
                        ("read_from_array", _read_from_array),
                        ("lod_array_length", _array_length)):
     registry.set_kernel(_type, _kernel)
-for _type in ("conditional_block", "while", "write_to_array", "read_from_array"):
+for _type in ("conditional_block", "select_input", "while", "write_to_array", "read_from_array"):
     registry.set_grad(_type, _no_gradient)

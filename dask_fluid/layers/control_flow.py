@@ -1,17 +1,23 @@
-"""Control flow: ``ConditionalBlock`` and ``Switch`` (used by ``piecewise_decay``),
+"""Control flow: ``ConditionalBlock``, ``Switch`` (used by ``piecewise_decay``) and ``cond``,
 ``StaticRNN`` (a recurrence over time-major inputs, op ``recurrent``) and ``DynamicRNN`` (a
 recurrence over LoD sequences, op ``dynamic_recurrent``)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
 
 from ..framework import Variable, VarType, default_main_program
-from .tensor import logical_and, logical_not
+from ..layer_helper import LayerHelper
+from .tensor import assign, cast, equal, fill_constant, logical_and, logical_not
 
 __all__ = [
-    "ConditionalBlock", "DynamicRNN", "StaticRNN", "Switch",
+    "ConditionalBlock", "DynamicRNN", "StaticRNN", "Switch", "case", "cond", "select_input",
+    "switch_case",
 ]
 
 
@@ -83,6 +89,199 @@ class Switch:
         if not self.pre_not_conditions:
             raise ValueError("Switch.default needs at least one case before it")
         return ConditionalBlock([self.pre_not_conditions[-1]], is_scalar_condition=True).block()
+
+
+def select_input(inputs: Sequence[Variable], mask: Variable) -> Variable:
+    """``inputs[mask]`` at run time (op ``select_input``; ``mask`` an int32 ``[1]``)."""
+    helper = LayerHelper("select_input")
+    out = helper.create_tmp(dtype=inputs[0].dtype, shape=inputs[0].shape)
+    helper.append_op("select_input", inputs={"X": list(inputs), "Mask": [mask]},
+                     outputs={"Out": [out]})
+    return out
+
+
+def _copy_to_parent(var: Variable) -> Variable:
+    """A variable of the enclosing block that ``var``'s value is assigned to, inside the
+    branch (Fluid's ``copy_var_to_parent_block``)."""
+    program = default_main_program()
+    parent = program.block(program.current_block().parent_idx)
+    helper = LayerHelper("cond")
+    out = parent.create_var(name=f"{helper.name}.out", dtype=var.dtype, shape=var.shape,
+                            type=var.type)
+    assign(var, out)
+    return out
+
+
+def _map(fn: Any, *trees: Any) -> Any:
+    """``fn`` over the Variables of equally shaped nests of lists and tuples."""
+    first = trees[0]
+    if isinstance(first, (list, tuple)):
+        return type(first)(_map(fn, *items) for items in zip(*trees, strict=True))
+    return fn(*trees)
+
+
+def _structure(tree: Any) -> Any:
+    if isinstance(tree, (list, tuple)):
+        return (type(tree).__name__, [_structure(t) for t in tree])
+    if not isinstance(tree, Variable):
+        raise TypeError(f"cond: a branch returned a {type(tree).__name__}; branches return "
+                        "Variables, or lists and tuples of them")
+    return "var"
+
+
+def cond(pred: Variable, true_fn: Any = None, false_fn: Any = None,
+         name: str | None = None) -> Any:
+    """``true_fn()`` if ``pred`` else ``false_fn()`` (Fluid 1.8's ``layers.cond``): each
+    branch's ops go into a ConditionalBlock that runs only when its side is taken, and their
+    results are merged with ``select_input``. Forward only (the backward pass through the
+    blocks raises NotImplementedError naming it).
+
+    Parameters
+    ----------
+    pred : Variable
+        A bool of one element.
+    true_fn, false_fn : callable, optional
+        Build a branch and return its results: a Variable, or lists/tuples of them, the same
+        structure on both sides (or None on both).
+
+    Returns
+    -------
+    Variable, list, tuple or None
+        The taken branch's results.
+
+    Raises
+    ------
+    TypeError
+        ``pred`` is not a bool Variable of one element, a branch is not callable, or a branch
+        returns something else than Variables.
+    ValueError
+        One branch returns None and the other not, or their structures differ.
+    """
+    if not isinstance(pred, Variable) or pred.dtype != "bool":
+        raise TypeError("cond: pred must be a bool Variable")
+    if pred.shape is not None and int(np.prod(pred.shape)) != 1:
+        raise TypeError(f"cond: pred must hold one element, got shape {list(pred.shape)}")
+    outputs = []
+    for fn, condition, what in ((true_fn, pred, "true_fn"),
+                                (false_fn, None, "false_fn")):
+        result = None
+        if fn is not None:
+            if not callable(fn):
+                raise TypeError(f"The {what} in cond must be callable, but received "
+                                f"{type(fn).__name__}")
+            block = ConditionalBlock([condition if condition is not None else
+                                      logical_not(pred)], is_scalar_condition=True)
+            with block.block():
+                returned = fn()
+                if returned is not None:
+                    _structure(returned)
+                    result = _map(_copy_to_parent, returned)
+        outputs.append(result)
+    true_out, false_out = outputs
+    if true_out is None and false_out is None:
+        return None
+    if true_out is None or false_out is None:
+        none, other = ("true_fn", "false_fn") if true_out is None else ("false_fn", "true_fn")
+        raise ValueError(f"Incompatible return values of true_fn and false_fn in cond: {none} "
+                         f"returns None while {other} returns non-None")
+    if _structure(true_out) != _structure(false_out):
+        raise ValueError("Incompatible return values of true_fn and false_fn in cond: they "
+                         "differ in structure")
+    mask = cast(pred, "int32")
+    return _map(lambda f, t: select_input([f, t], mask), false_out, true_out)
+
+
+def case(pred_fn_pairs: Sequence[tuple[Variable, Any]], default: Any = None,
+         name: str | None = None) -> Any:
+    """The function of the first ``(pred, fn)`` pair whose ``pred`` holds, else ``default``
+    (Fluid 1.8's ``layers.case``: nested :func:`cond`; without ``default`` the last pair's
+    function is the default).
+
+    Raises
+    ------
+    TypeError
+        ``pred_fn_pairs`` is not a list or tuple of ``(Variable, callable)`` pairs, or
+        ``default`` is not callable.
+    """
+    if not isinstance(pred_fn_pairs, (list, tuple)):
+        raise TypeError(f"The type of 'pred_fn_pairs' in Op(case) must be list or tuple, but "
+                        f"received {type(pred_fn_pairs).__name__}")
+    for pair in pred_fn_pairs:
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise TypeError("The elements of 'pred_fn_pairs' in Op(case) must be (pred, fn) "
+                            f"tuples, got {pair!r}")
+        pred, fn = pair
+        if not isinstance(pred, Variable):
+            raise TypeError(f"The pred of 'pred_fn_pairs' in Op(case) must be a Variable, got "
+                            f"{type(pred).__name__}")
+        if not callable(fn):
+            raise TypeError(f"The fn for {pred.name} of pred_fn_pairs in Op(case) must be "
+                            "callable.")
+    pairs = list(pred_fn_pairs)
+    if default is None:
+        default = pairs[-1][1]
+        pairs = pairs[:-1]
+    elif not callable(default):
+        raise TypeError("The default in Op(case) must be callable.")
+    chosen = default
+    for pred, fn in reversed(pairs):
+        chosen = functools.partial(cond, pred, fn, chosen)
+    return chosen()
+
+
+def switch_case(branch_index: Variable, branch_fns: Any, default: Any = None,
+                name: str | None = None) -> Any:
+    """The function of ``branch_fns`` whose key is ``branch_index``'s value, else
+    ``default`` (Fluid 1.8's ``layers.switch_case``: ``branch_fns`` a list of functions (keys
+    0, 1, ...), a list of ``(key, fn)`` or a dict; without ``default`` the largest key's
+    function is the default).
+
+    Raises
+    ------
+    TypeError
+        ``branch_index`` is not an integer Variable, or ``branch_fns`` is not keys and
+        callables.
+    ValueError
+        A key appears twice.
+    """
+    if not isinstance(branch_index, Variable) or branch_index.dtype not in (
+            "uint8", "int32", "int64"):
+        raise TypeError("The branch_index in Op(switch_case) must be an integer Variable")
+    if branch_index.dtype != "int64":
+        branch_index = cast(branch_index, "int64")
+    if not isinstance(branch_fns, (list, tuple, dict)):
+        raise TypeError(f"The type of 'branch_fns' in Op(switch_case) must be list, tuple or "
+                        f"dict, but received {type(branch_fns).__name__}")
+    pairs = list(branch_fns.items()) if isinstance(branch_fns, dict) else list(branch_fns)
+    if all(callable(fn) for fn in pairs):
+        pairs = list(enumerate(pairs))
+    keys: list[int] = []
+    for pair in pairs:
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise TypeError("The elements of 'branch_fns' in Op(switch_case) must be (key, fn) "
+                            f"tuples, got {pair!r}")
+        key, fn = pair
+        if not isinstance(key, int):
+            raise TypeError(f"The key in 'branch_fns' in Op(switch_case) must be an int, got "
+                            f"{type(key).__name__}")
+        if key in keys:
+            raise ValueError(f"The key in 'branch_fns' must be unique, but '{key}' appears more "
+                             "than once.")
+        keys.append(key)
+        if not callable(fn):
+            raise TypeError(f"The fn for key {key} in 'branch_fns' in Op(switch_case) must be "
+                            "callable.")
+    pairs.sort(key=lambda p: p[0])
+    if default is None:
+        default = pairs[-1][1]
+        pairs = pairs[:-1]
+    elif not callable(default):
+        raise TypeError("The default in Op(switch_case) must be callable.")
+    chosen = default
+    for key, fn in pairs:
+        pred = equal(branch_index, fill_constant([1], "int64", key))
+        chosen = functools.partial(cond, pred, fn, chosen)
+    return chosen()
 
 
 class _Memory:

@@ -14,9 +14,9 @@ from ..layer_helper import LayerHelper
 
 __all__ = [
     "argmax", "assign", "cast", "concat", "create_global_var", "create_parameter", "create_tensor",
-    "data", "expand", "fill_constant", "fill_constant_batch_size_like", "gather", "increment",
-    "label_smooth", "less_than", "logical_and", "logical_not", "one_hot", "ones", "reshape",
-    "slice", "split", "squeeze", "stack", "sums", "transpose", "unsqueeze", "zeros",
+    "data", "equal", "expand", "fill_constant", "fill_constant_batch_size_like", "gather",
+    "increment", "label_smooth", "less_than", "logical_and", "logical_not", "one_hot", "ones",
+    "reshape", "slice", "split", "squeeze", "stack", "sums", "transpose", "unsqueeze", "zeros",
 ]
 
 
@@ -277,6 +277,11 @@ def less_than(x: Variable, y: Variable, force_cpu: Any = None, cond: Variable | 
     Fluid."""
     attrs = {} if force_cpu is None else {"force_cpu": bool(force_cpu)}
     return _compare("less_than", x, y, cond, attrs)
+
+
+def equal(x: Variable, y: Variable, cond: Variable | None = None) -> Variable:
+    """Element-wise ``x == y`` (bool)."""
+    return _compare("equal", x, y, cond)
 
 
 def logical_and(x: Variable, y: Variable, out: Variable | None = None) -> Variable:

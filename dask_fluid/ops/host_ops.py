@@ -50,6 +50,7 @@ register_signature("fused_allreduce", ("X", "Comm"), ("Out",), {"average": True}
                    provider=_COLLECTIVE_OPS)
 # ConditionalBlock/Switch, layers.While and the tensor arrays (dask_fluid.control_flow_ops)
 _LOOP = "dask_fluid.control_flow_ops"
+register_signature("select_input", ("X", "Mask"), ("Out",), {}, provider=_LOOP, lod="kernel")
 register_signature("conditional_block", ("Cond", "Input"), ("Out", "Scope"),
                    {"sub_block": -1, "is_scalar_condition": True},
                    optional=("Input",), provider=_LOOP)

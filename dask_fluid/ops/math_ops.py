@@ -187,6 +187,14 @@ def less_than(ins: dict, attrs: dict, outs: tuple) -> dict:
     return {"Out": [x < yb]}
 
 
+@register("equal", ("X", "Y"), ("Out",), {"axis": -1, "force_cpu": False})
+def equal(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = X == Y (bool), with elementwise broadcasting."""
+    x, y = ins["X"][0], ins["Y"][0]
+    yb = y.reshape(_y_bshape(x.shape, y.shape, attrs.get("axis", -1), "equal"))
+    return {"Out": [x == yb]}
+
+
 @register("logical_and", ("X", "Y"), ("Out",))
 def logical_and(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = X and Y (bool)."""

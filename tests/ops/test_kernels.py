@@ -79,6 +79,11 @@ def test_scale_sum_cast_compare_increment_assign():
     assert run_op("cast", {"X": [x]}, {"out_dtype": 6})["Out"][0].dtype == np.float64
     lt = run_op("less_than", {"X": [x], "Y": [np.full((1,), 2.5, np.float32)]})["Out"][0]
     np.testing.assert_array_equal(lt, x < 2.5)
+    eq = run_op("equal", {"X": [x], "Y": [x[:1].copy()]}, {"axis": 0})["Out"][0]
+    np.testing.assert_array_equal(eq, x == x[:1])
+    np.testing.assert_array_equal(
+        run_op("equal", {"X": [np.arange(4)], "Y": [np.array([2])]})["Out"][0],
+        [False, False, True, False])
     np.testing.assert_array_equal(run_op("logical_not", {"X": [lt]})["Out"][0], ~lt)
     np.testing.assert_array_equal(run_op("logical_and", {"X": [lt], "Y": [~lt]})["Out"][0],
                                   np.zeros_like(lt))

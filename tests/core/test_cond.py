@@ -1,0 +1,97 @@
+"""``layers.cond``, ``case`` and ``switch_case`` (Fluid 1.8: each branch in a
+ConditionalBlock that runs only when taken, the results merged by ``select_input``): the
+taken branch's values for every choice, nested results, program structure, and the errors
+Fluid gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dask_fluid as fluid
+from dask_fluid import layers
+
+
+def _run(main, startup, feed, fetch):
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    return exe.run(main, feed=feed, fetch_list=fetch, scope=scope)
+
+
+def test_cond_runs_only_the_taken_branch():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data("x", [2])
+        flag = layers.data("flag", [1], dtype="bool", append_batch_size=False)
+        out = layers.cond(flag, lambda: layers.scale(x, 2.0), lambda: layers.scale(x, -1.0))
+        pair = layers.cond(flag, lambda: (x, [layers.scale(x, 3.0)]),
+                           lambda: (layers.scale(x, 0.0), [x]))
+    ops = [op.type for op in main.global_block().ops]
+    assert ops.count("conditional_block") == 4 and ops.count("select_input") == 3
+    assert isinstance(pair, tuple) and isinstance(pair[1], list)
+    x_val = np.array([[1.0, -2.0]], np.float32)
+    for taken in (True, False):
+        got = _run(main, startup, {"x": x_val, "flag": np.array([taken])},
+                   [out, pair[0], pair[1][0]])
+        want = [x_val * 2, x_val, x_val * 3] if taken else [-x_val, 0 * x_val, x_val]
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)
+    assert main.to_string(True)
+
+
+def test_case_and_switch_case_pick_like_fluid():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        i = layers.data("i", [1], dtype="int32", append_batch_size=False)
+        one = layers.fill_constant([1], "float32", 1.0)
+        by_key = layers.switch_case(i, {1: lambda: layers.scale(one, 10.0),
+                                        2: lambda: layers.scale(one, 20.0)},
+                                    default=lambda: layers.scale(one, -1.0))
+        by_list = layers.switch_case(i, [lambda: layers.scale(one, 0.0),
+                                         lambda: layers.scale(one, 1.0)])  # last: default
+        i64 = layers.cast(i, "int64")
+        first_true = layers.case(
+            [(layers.less_than(i64, layers.fill_constant([1], "int64", 1)),
+              lambda: layers.scale(one, 5.0)),
+             (layers.less_than(i64, layers.fill_constant([1], "int64", 3)),
+              lambda: layers.scale(one, 6.0))],
+            default=lambda: layers.scale(one, 7.0))
+    for v, want in ((0, [-1, 0, 5]), (1, [10, 1, 6]), (2, [20, 1, 6]), (5, [-1, 1, 7])):
+        got = _run(main, startup, {"i": np.array([v], np.int32)},
+                   [by_key, by_list, first_true])
+        assert [float(g[0]) for g in got] == want, v
+
+
+def test_errors_fluid_gives():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        x = layers.data("x", [2])
+        flag = layers.fill_constant([1], "bool", True)
+        with pytest.raises(TypeError, match="pred must be a bool Variable"):
+            layers.cond(x, lambda: x, lambda: x)
+        with pytest.raises(TypeError, match="true_fn in cond must be callable"):
+            layers.cond(flag, 3, lambda: x)
+        with pytest.raises(ValueError, match="true_fn returns None while false_fn returns "
+                                             "non-None"):
+            layers.cond(flag, lambda: None, lambda: x)
+        with pytest.raises(ValueError, match="differ in structure"):
+            layers.cond(flag, lambda: [x, x], lambda: [x])
+        assert layers.cond(flag, lambda: None, lambda: None) is None
+        with pytest.raises(TypeError, match="must be \\(pred, fn\\) tuples"):
+            layers.case([flag])
+        with pytest.raises(TypeError, match="default in Op\\(case\\) must be callable"):
+            layers.case([(flag, lambda: x)], default=1)
+        i = layers.fill_constant([1], "int64", 0)
+        with pytest.raises(ValueError, match="'1' appears more than once"):
+            layers.switch_case(i, [(1, lambda: x), (1, lambda: x)])
+        with pytest.raises(TypeError, match="branch_index in Op\\(switch_case\\) must be an "
+                                            "integer Variable"):
+            layers.switch_case(x, [lambda: x])
+
+
+def test_training_through_cond_is_refused_by_name():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        x = layers.data("x", [2])
+        flag = layers.fill_constant([1], "bool", True)
+        out = layers.cond(flag, lambda: layers.fc(x, 1), lambda: layers.fc(x, 1))
+        with pytest.raises(NotImplementedError, match="through the 'select_input' op"):
+            fluid.optimizer.SGD(0.1).minimize(layers.mean(out))
