@@ -588,6 +588,8 @@ class Executor:
         """``use_prune``: the pruned program (made once per program, feed names and fetch
         list) and the feed without the entries it does not use (Fluid's ``_update_feed``)."""
         program = program if program is not None else default_main_program()
+        if not feed:  # a started non-iterable PyReader of the program feeds it
+            feed = _reader_feed(program) or feed
         if not isinstance(program, Program):
             raise NotImplementedError("Executor.run(use_prune=True), or optimize ops in "
                                       "fetch_list, with a CompiledProgram is not implemented; "
