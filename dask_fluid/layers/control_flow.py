@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,20 @@ __all__ = [
 ]
 
 
+@contextlib.contextmanager
+def sub_block(complete: Callable[[], None]) -> Iterator[None]:
+    """Ops appended inside go to a new sub-block of the current block; ``complete`` runs on
+    a normal exit, still inside, to append the op that runs the sub-block to the enclosing
+    one (Fluid's ``BlockGuard``)."""
+    program = default_main_program()
+    program._create_block()
+    try:
+        yield
+        complete()
+    finally:
+        program._rollback()
+
+
 class ConditionalBlock:
     """Ops appended inside :meth:`block` run only when ``inputs[0]`` is true."""
 
@@ -28,15 +42,8 @@ class ConditionalBlock:
         self.inputs = list(inputs)
         self.is_scalar_condition = is_scalar_condition
 
-    @contextlib.contextmanager
-    def block(self) -> Iterator[None]:
-        program = default_main_program()
-        program._create_block()
-        try:
-            yield
-            self._complete()
-        finally:
-            program._rollback()
+    def block(self) -> contextlib.AbstractContextManager:
+        return sub_block(self._complete)
 
     def _complete(self) -> None:
         program = default_main_program()

@@ -7,13 +7,14 @@ pass through them)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..framework import Variable, VarType
 from ..layer_helper import LayerHelper
+from .control_flow import sub_block
 from .tensor import assign
 
 __all__ = ["While", "array_length", "array_read", "array_write", "beam_search",
@@ -69,16 +70,9 @@ class While:
         self.cond_var = cond
         self.is_test = bool(is_test)
 
-    @contextlib.contextmanager
-    def block(self) -> Iterator[None]:
+    def block(self) -> contextlib.AbstractContextManager:
         """The loop's body: ops appended inside run at every iteration."""
-        program = self.helper.main_program
-        program._create_block()
-        try:
-            yield
-            self._complete()
-        finally:
-            program._rollback()
+        return sub_block(self._complete)
 
     def _complete(self) -> None:
         program = self.helper.main_program
