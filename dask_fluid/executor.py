@@ -273,7 +273,8 @@ class Executor:
         self._cache: dict[tuple, _Compiled] = {}
         #: use_prune's programs, by program, its version and ops, feed names and fetch list
         self._pruned_programs: dict[tuple, Program] = {}
-        #: while set (train_from_dataset's ``debug``): (block, op index, type) -> [seconds, runs]
+        #: while set (train_from_dataset's ``debug``), plans time their kernels here:
+        #: (block, op index, type) -> [seconds, runs]; the untimed plans carry no timer
         self._op_times: dict[tuple[int, int, str], list] | None = None
         #: hooks the distributed runtimes install for host ops (send, recv, ...)
         self.host_context: dict[str, Any] = {}
@@ -324,6 +325,9 @@ class Executor:
             outs = tuple((slot, tuple(names)) for slot, names in op.outputs.items())
             out_slots = tuple(slot for slot, names in op.outputs.items()
                               if any(n != EMPTY_VAR for n in names))
+            if self._op_times is not None:  # a timed plan (train_from_dataset's debug)
+                kernel = _timed(kernel, self._op_times.setdefault((block.idx, idx, op.type),
+                                                                   [0.0, 0]))
             steps.append(_Step(op, kernel, ins, outs, out_slots, attrs, host,
                                rng_key, opdef.lod))
             known.update(n for _, names in outs for n in names)
@@ -335,7 +339,7 @@ class Executor:
     def _compiled(self, program: Program, block: Block, feed_names: frozenset,
                   scope: Scope) -> _Compiled:
         key = (id(program), program._version, block.idx, tuple(map(id, block.ops)), feed_names,
-               getattr(scope, "_compile_key", id(scope)))
+               getattr(scope, "_compile_key", id(scope)), self._op_times is not None)
         compiled = self._cache.get(key)
         if compiled is None:
             compiled = self._cache[key] = self._compile(program, block, feed_names, scope)
@@ -346,9 +350,7 @@ class Executor:
                   feed_names: frozenset = frozenset()) -> None:
         """Run every op of ``block`` against ``scope`` (used by control-flow ops too)."""
         vals, lods = scope.vars, scope.lods
-        times = self._op_times
         for i, step in enumerate(self._compiled(program, block, feed_names, scope).steps):
-            t0 = time.perf_counter() if times is not None else 0.0
             try:
                 attrs = step.attrs
                 if step.rng_key is not None:
@@ -390,10 +392,6 @@ class Executor:
                             vals[name] = arr
                 if out_lods is not None or lods:
                     _set_output_lods(step, out, out_lods, vals, lods)
-            if times is not None:
-                spent = times.setdefault((block.idx, i, step.op.type), [0.0, 0])
-                spent[0] += time.perf_counter() - t0
-                spent[1] += 1
 
     def _check_feed(self, block: Block, feed: dict) -> tuple[dict, dict]:
         """The fed arrays by name, checked, and the LoDs of those fed as LoD tensors."""
@@ -779,6 +777,18 @@ def _rows(value: Any) -> int | None:
     return int(shape[0])
 
 
+
+
+def _timed(kernel: Any, spent: list) -> Any:
+    """``kernel``, adding its wall time and one run to ``spent`` at each call."""
+    def run(*args: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return kernel(*args)
+        finally:
+            spent[0] += time.perf_counter() - t0
+            spent[1] += 1
+    return run
 
 
 def _split_fetch_list(fetch_list: Any) -> tuple[list, list[Operator]]:
