@@ -3,7 +3,8 @@ the tensor-array ops (``create_array``, ``array_write``, ``array_read``, ``array
 the kernels and their gradient rules.
 
 - ``conditional_block`` runs its sub-block, in the caller's scope, when its (scalar)
-  condition holds (or, not scalar, when it has elements);
+  condition holds (or, not scalar, when every condition input has elements: IfElse's
+  branches, which run on their parts of the batch);
 - ``while`` runs its sub-block, in the caller's scope, as long as its ``Condition`` (a bool of
   one element, which the sub-block updates) holds, as Fluid's ``WhileOp``;
 - a tensor array is a :class:`~dask_fluid.lod.LoDTensorArray` in the scope: ``write_to_array``
@@ -90,10 +91,11 @@ def _array_length(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
 
 
 def _conditional_block(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
-    """Run the sub-block in the same scope when the (scalar) condition holds."""
-    cond = ins["Cond"][0]
-    flag = bool(to_host(cond).reshape(-1)[0]) if attrs.get("is_scalar_condition", True) \
-        else bool(cond.size)
+    """Run the sub-block in the same scope when the (scalar) condition holds, or, not scalar,
+    when every condition input has elements (Fluid's rule)."""
+    conds = ins["Cond"]
+    flag = bool(to_host(conds[0]).reshape(-1)[0]) if attrs.get("is_scalar_condition", True) \
+        else all(c is not None and int(c.size) > 0 for c in conds)
     if flag:
         ctx.executor.run_block(ctx.program, ctx.program.block(attrs["sub_block"]), ctx.scope)
     return {}

@@ -11,13 +11,14 @@ from typing import Any
 
 import numpy as np
 
+from .. import unique_name
 from ..framework import Variable, VarType, default_main_program
 from ..layer_helper import LayerHelper
 from .tensor import assign, cast, equal, fill_constant, logical_and, logical_not
 
 __all__ = [
-    "ConditionalBlock", "DynamicRNN", "StaticRNN", "Switch", "case", "cond", "select_input",
-    "switch_case",
+    "ConditionalBlock", "DynamicRNN", "IfElse", "StaticRNN", "Switch", "case", "cond",
+    "select_input", "switch_case",
 ]
 
 
@@ -96,6 +97,106 @@ class Switch:
         if not self.pre_not_conditions:
             raise ValueError("Switch.default needs at least one case before it")
         return ConditionalBlock([self.pre_not_conditions[-1]], is_scalar_condition=True).block()
+
+
+class IfElse:
+    """Rows of a batch through one of two branches by a per-row (or per-sequence) condition
+    (Fluid 1.8's ``layers.IfElse``): ``input(x)`` inside a branch gives that branch's part of
+    ``x`` (``split_lod_tensor``), ``output(...)`` gives the branch's results, and calling
+    the IfElse merges each result of the two branches back in the rows' order
+    (``merge_lod_tensor``). Both branches run (on their parts, possibly empty). Forward only.
+
+    Examples
+    --------
+    >>> ie = layers.IfElse(layers.less_than(x, limit))
+    >>> with ie.true_block():
+    ...     ie.output(layers.scale(ie.input(x), 2.0))
+    >>> with ie.false_block():
+    ...     ie.output(ie.input(x))
+    >>> out, = ie()
+    """
+
+    def __init__(self, cond: Variable, name: str | None = None) -> None:
+        if not isinstance(cond, Variable):
+            raise TypeError(f"IfElse: cond must be a Variable, got {type(cond).__name__}")
+        self.helper = LayerHelper("ifelse", name)
+        self.cond = cond
+        self._inputs: dict[int, tuple[Variable, Variable]] = {}
+        self._branch: bool | None = None
+        self._blocks = {True: ConditionalBlock([cond]), False: ConditionalBlock([cond])}
+        self._outputs: dict[bool, list[Variable]] = {True: [], False: []}
+
+    @contextlib.contextmanager
+    def _block(self, side: bool) -> Iterator[None]:
+        if self._branch is not None:
+            raise ValueError("IfElse: a branch cannot open inside another")
+        self._branch = side
+        try:
+            with self._blocks[side].block():
+                yield
+        finally:
+            self._branch = None
+
+    def true_block(self) -> contextlib.AbstractContextManager:
+        """The branch of the rows whose condition is true."""
+        return self._block(True)
+
+    def false_block(self) -> contextlib.AbstractContextManager:
+        """The branch of the rows whose condition is false."""
+        return self._block(False)
+
+    def _parent(self) -> Any:
+        program = default_main_program()
+        return program.block(program.current_block().parent_idx)
+
+    def input(self, x: Variable) -> Variable:
+        """This branch's part of ``x`` (split once for both branches)."""
+        if self._branch is None:
+            raise ValueError("input must in true/false blocks")
+        if id(x) not in self._inputs:
+            parent = self._parent()
+            parts = tuple(parent.create_var(name=f"{self.helper.name}.input_{side}",
+                                            dtype=x.dtype, shape=x.shape)
+                          for side in ("true", "false"))
+            parent.append_op("split_lod_tensor", inputs={"X": [x], "Mask": [self.cond]},
+                             outputs={"OutTrue": [parts[0]], "OutFalse": [parts[1]]},
+                             attrs={"level": 0})
+            self._inputs[id(x)] = parts
+        return self._inputs[id(x)][0 if self._branch else 1]
+
+    def output(self, *outs: Variable) -> None:
+        """This branch's results, one per output of the IfElse."""
+        if self._branch is None:
+            raise ValueError("output can only be invoked in the sub-block")
+        parent = self._parent()
+        for out in outs:
+            if not isinstance(out, Variable):
+                raise TypeError(f"IfElse.output takes Variables, got {type(out).__name__}")
+            outside = parent.create_var(name=unique_name.generate(f"{self.helper.name}.output"),
+                                        dtype=out.dtype, shape=out.shape)
+            self._outputs[self._branch].append(outside)
+            assign(out, outside)
+
+    def __call__(self) -> list[Variable]:
+        """The merged outputs (or one branch's, when only one branch gave outputs)."""
+        if self._branch is not None:
+            raise ValueError("IfElse::__call__ must be out of sub-block")
+        true_outs, false_outs = self._outputs[True], self._outputs[False]
+        if not true_outs and not false_outs:
+            raise ValueError("Must invoke true_block/false_block before __call__")
+        if true_outs and false_outs and len(true_outs) != len(false_outs):
+            raise ValueError("The output side must be same")
+        if not true_outs or not false_outs:
+            return list(true_outs or false_outs)
+        merged = []
+        for t, f in zip(true_outs, false_outs, strict=True):
+            out = self.helper.create_tmp(dtype=t.dtype, shape=t.shape)
+            self.helper.append_op("merge_lod_tensor",
+                                  inputs={"X": [self.cond], "Mask": [self.cond],
+                                          "InTrue": [t], "InFalse": [f]},
+                                  outputs={"Out": [out]}, attrs={"level": 0})
+            merged.append(out)
+        return merged
 
 
 def select_input(inputs: Sequence[Variable], mask: Variable) -> Variable:

@@ -20,6 +20,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     crf_ops,
     dense_ops,
     host_ops,
+    mask_ops,
     math_ops,
     metric_ops,
     nn_ops,

@@ -95,3 +95,63 @@ def test_training_through_cond_is_refused_by_name():
         out = layers.cond(flag, lambda: layers.fc(x, 1), lambda: layers.fc(x, 1))
         with pytest.raises(NotImplementedError, match="through the 'select_input' op"):
             fluid.optimizer.SGD(0.1).minimize(layers.mean(out))
+
+
+@pytest.mark.parametrize("lod_level", [0, 1])
+def test_ifelse_parts_rows_or_sequences(lod_level):
+    """Fluid 1.8's IfElse: each row (or sequence) through the branch its condition picks,
+    merged back in order; both branches run on their parts."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data("x", [2], lod_level=lod_level)
+        pick = layers.data("pick", [1], dtype="bool", append_batch_size=False)
+        ie = layers.IfElse(pick)
+        with ie.true_block():
+            part = ie.input(x)
+            ie.output(layers.scale(part, 10.0), part)
+        with ie.false_block():
+            part = ie.input(x)
+            ie.output(layers.scale(part, -1.0), layers.scale(part, 0.0))
+        scaled, kept = ie()
+    ops = [op.type for op in main.global_block().ops]
+    assert ops.count("split_lod_tensor") == 1 and ops.count("merge_lod_tensor") == 2
+    x_val = np.arange(10, dtype=np.float32).reshape(5, 2)
+    if lod_level:
+        seqs, mask = [[0, 2], [2, 3], [3, 5]], np.array([True, False, True])
+        feed_x = fluid.create_lod_tensor(x_val, [[2, 1, 2]], fluid.CPUPlace())
+    else:
+        seqs = [[i, i + 1] for i in range(5)]
+        mask = np.array([True, False, False, True, True])
+        feed_x = x_val
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    got_scaled, got_kept = exe.run(main, feed={"x": feed_x, "pick": mask[:, None]},
+                                   fetch_list=[scaled, kept], scope=scope,
+                                   return_numpy=not lod_level)
+    want_scaled = np.concatenate([x_val[a:b] * (10 if m else -1)
+                                  for (a, b), m in zip(seqs, mask, strict=True)])
+    want_kept = np.concatenate([x_val[a:b] * (1 if m else 0)
+                                for (a, b), m in zip(seqs, mask, strict=True)])
+    np.testing.assert_array_equal(np.array(got_scaled), want_scaled)
+    np.testing.assert_array_equal(np.array(got_kept), want_kept)
+    if lod_level:
+        assert got_scaled.lod() == [[0, 2, 3, 5]]
+
+
+def test_ifelse_errors():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        x = layers.data("x", [2])
+        pick = layers.data("pick", [1], dtype="bool")
+        ie = layers.IfElse(pick)
+        with pytest.raises(ValueError, match="input must in true/false blocks"):
+            ie.input(x)
+        with pytest.raises(ValueError, match="Must invoke true_block/false_block"):
+            ie()
+        with ie.true_block():
+            ie.output(ie.input(x), ie.input(x))
+        with ie.false_block():
+            ie.output(ie.input(x))
+        with pytest.raises(ValueError, match="The output side must be same"):
+            ie()
+        with pytest.raises(TypeError, match="cond must be a Variable"):
+            layers.IfElse(True)
