@@ -12,6 +12,7 @@ from . import (
     learning_rate_scheduler,
     loops,
     nn,
+    python_ops,
     rnn,
     sequence_lod,
     tensor,
@@ -23,10 +24,11 @@ from .image import *  # noqa: F403
 from .learning_rate_scheduler import *  # noqa: F403
 from .loops import *  # noqa: F403
 from .nn import *  # noqa: F403
+from .python_ops import *  # noqa: F403
 from .rnn import *  # noqa: F403
 from .sequence_lod import *  # noqa: F403
 from .tensor import *  # noqa: F403
 
 __all__ = [*control_flow.__all__, *crf.__all__, *debug.__all__, *image.__all__,
-           *learning_rate_scheduler.__all__, *loops.__all__, *nn.__all__, *rnn.__all__,
-           *sequence_lod.__all__, *tensor.__all__]
+           *learning_rate_scheduler.__all__, *loops.__all__, *nn.__all__,
+           *python_ops.__all__, *rnn.__all__, *sequence_lod.__all__, *tensor.__all__]

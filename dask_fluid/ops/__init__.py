@@ -27,6 +27,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     norm_ops,
     optimizer_ops,
     print_ops,
+    py_func_ops,
     random_ops,
     registry,
     rnn_ops,
