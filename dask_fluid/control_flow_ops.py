@@ -13,22 +13,27 @@ the kernels and their gradient rules.
   the number of items. An index out of range for a read, or negative, is an error naming
   both.
 
-These run forward only. Training through them (Fluid's ``conditional_block_grad``,
-``while_grad`` and the array ops' gradients, which re-run the blocks from their kept scopes)
-is not implemented: building the backward pass of a loss that depends on one raises
-``NotImplementedError`` naming the op, instead of leaving the parameters inside the block
-without gradients. Learning-rate schedules (``piecewise_decay``'s Switch) and inference
-loops (greedy or beam-search decoding) need no backward pass through them.
+Gradients: ``conditional_block`` has Fluid's ``conditional_block_grad``: the sub-block's ops
+are differentiated into a grad block, run when the forward block ran, and the block's inputs
+get zero gradients when it did not; ``select_input`` (``layers.cond``'s merge) has Fluid's
+``select_output``, which routes the gradient to the branch that ran. So ``ConditionalBlock``,
+``Switch`` and ``cond`` train. Training through a loop (``while_grad`` and the tensor arrays'
+gradients, which re-run the steps from kept scopes) is not implemented: building the
+backward pass of a loss that depends on a ``while`` or a tensor-array op raises
+``NotImplementedError`` naming the op, instead of leaving the parameters inside the loop
+without gradients. Inference loops (greedy or beam-search decoding) need none.
 """
 
 from __future__ import annotations
 
 from typing import Any, NoReturn
 
+from .backward import create_grad_vars, grad_descs
 from .executor import RunContext
+from .framework import EMPTY_VAR, grad_var_name
 from .lod import LoDTensor, LoDTensorArray
 from .ops import registry
-from .ops.registry import LOD_KEY, to_host
+from .ops.registry import LOD_KEY, array_module, to_host
 
 
 def _index(i: Any, op: str) -> int:
@@ -90,15 +95,82 @@ def _array_length(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     return {"Out": [xp.asarray([len(array)], dtype="int64")]}
 
 
+def _holds(conds: list, attrs: dict) -> bool:
+    """A conditional block's condition: the scalar's value, or (not scalar) whether every
+    condition input has elements (Fluid's rule)."""
+    if attrs.get("is_scalar_condition", True):
+        return bool(to_host(conds[0]).reshape(-1)[0])
+    return all(c is not None and int(c.size) > 0 for c in conds)
+
+
 def _conditional_block(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
-    """Run the sub-block in the same scope when the (scalar) condition holds, or, not scalar,
-    when every condition input has elements (Fluid's rule)."""
-    conds = ins["Cond"]
-    flag = bool(to_host(conds[0]).reshape(-1)[0]) if attrs.get("is_scalar_condition", True) \
-        else all(c is not None and int(c.size) > 0 for c in conds)
-    if flag:
+    """Run the sub-block in the same scope when the condition holds."""
+    if _holds(ins["Cond"], attrs):
         ctx.executor.run_block(ctx.program, ctx.program.block(attrs["sub_block"]), ctx.scope)
     return {}
+
+
+def _conditional_block_grad(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    """When the forward block ran: run its grad block (the sub-block's ops differentiated),
+    whose gradients of the block's inputs land in the scope; zeros for the inputs it gives no
+    gradient, and for all of them when the block did not run."""
+    held = _holds(ins["Cond"], attrs)
+    if held:
+        ctx.executor.run_block(ctx.program, ctx.program.block(attrs["sub_block"]), ctx.scope)
+    grads = []
+    for name, value, out in zip(ctx.op.input("Input"), ins.get("Input", []),
+                                ctx.op.output("Input@GRAD"), strict=True):
+        if out == EMPTY_VAR or value is None:
+            grads.append(None)
+            continue
+        g = ctx.scope.vars.get(grad_var_name(name)) if held else None
+        grads.append(array_module(value).zeros_like(value) if g is None else g)
+    return {"Input@GRAD": grads}
+
+
+def _conditional_block_grad_maker(op: Any) -> list[dict]:
+    """``conditional_block_grad`` with the grad block of the sub-block, built beside it: the
+    gradients of the block's inputs from those of its outputs."""
+    program = op.block.program
+    body = program.block(op.attrs["sub_block"])
+    outputs = list(op.outputs.get("Out", []))
+    inputs = list(op.inputs.get("Input", []))
+    no_grad = {grad_var_name(v.name) for v in body.vars.values() if v.stop_gradient}
+    for name in inputs:
+        var = op.block._find_var_recursive(name)
+        if var is None or var.stop_gradient:
+            no_grad.add(grad_var_name(name))
+    seeds = [grad_var_name(n) for n in outputs]
+    descs = grad_descs(body.ops, no_grad, seeds)
+    current = program.current_block_idx
+    grad_block = program._create_block(parent_idx=body.idx)
+    grad_block.forward_block_idx = body.idx
+    program.current_block_idx = current
+    create_grad_vars(grad_block, descs, seeds)
+    for desc in descs:
+        grad_block.append_op(desc["type"], desc["inputs"], desc["outputs"], desc["attrs"])
+    return [{"type": "conditional_block_grad",
+             "inputs": {"Cond": list(op.inputs["Cond"]), "Input": inputs, "Out": outputs,
+                        "Out@GRAD": seeds, "Scope": list(op.outputs.get("Scope", []))},
+             "outputs": {"Input@GRAD": [EMPTY_VAR if grad_var_name(n) in no_grad
+                                        else grad_var_name(n) for n in inputs]},
+             "attrs": {"sub_block": grad_block.idx,
+                       "is_scalar_condition": op.attrs.get("is_scalar_condition", True)}}]
+
+
+def _select_output(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    """Out[Mask] = X; the other outputs are left unset (their branches did not run)."""
+    index = int(to_host(ins["Mask"][0]).reshape(-1)[0])
+    names = ctx.op.output("Out")
+    if not 0 <= index < len(names):
+        raise ValueError(f"select_output: Mask is {index}, but there are {len(names)} outputs")
+    return {"Out": [ins["X"][0] if i == index else None for i in range(len(names))]}
+
+
+def _select_input_grad_maker(op: Any) -> list[dict]:
+    return [{"type": "select_output",
+             "inputs": {"X": [grad_var_name(op.outputs["Out"][0])], "Mask": op.inputs["Mask"]},
+             "outputs": {"Out": [grad_var_name(n) for n in op.inputs["X"]]}, "attrs": {}}]
 
 
 def _select_input(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
@@ -137,17 +209,19 @@ def _while(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
 def _no_gradient(op: Any) -> NoReturn:
     raise NotImplementedError(
         f"append_backward through the {op.type!r} op is not implemented in dask_fluid (Fluid's "
-        "conditional_block_grad, while_grad and the tensor arrays' gradients): the loss "
-        "depends on a ConditionalBlock/Switch/cond, a While loop or a tensor array. Use StaticRNN "
-        "or DynamicRNN for a recurrence you train; keep these blocks for learning-rate "
-        "schedules and inference (decoding), outside the loss")
+        "while_grad and the tensor arrays' gradients): the loss depends on a While loop or a "
+        "tensor array. Use StaticRNN or DynamicRNN for a recurrence you train; keep While "
+        "loops for inference (decoding), outside the loss")
 
 
 for _type, _kernel in (("conditional_block", _conditional_block), ("while", _while),
-                       ("select_input", _select_input),
+                       ("conditional_block_grad", _conditional_block_grad),
+                       ("select_input", _select_input), ("select_output", _select_output),
                        ("write_to_array", _write_to_array),
                        ("read_from_array", _read_from_array),
                        ("lod_array_length", _array_length)):
     registry.set_kernel(_type, _kernel)
-for _type in ("conditional_block", "select_input", "while", "write_to_array", "read_from_array"):
+for _type in ("while", "write_to_array", "read_from_array"):
     registry.set_grad(_type, _no_gradient)
+registry.set_grad("conditional_block", _conditional_block_grad_maker)
+registry.set_grad("select_input", _select_input_grad_maker)

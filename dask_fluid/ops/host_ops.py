@@ -51,6 +51,11 @@ register_signature("fused_allreduce", ("X", "Comm"), ("Out",), {"average": True}
 # ConditionalBlock/Switch, layers.While and the tensor arrays (dask_fluid.control_flow_ops)
 _LOOP = "dask_fluid.control_flow_ops"
 register_signature("select_input", ("X", "Mask"), ("Out",), {}, provider=_LOOP, lod="kernel")
+# select_input's gradient: the incoming gradient to the input the mask chose, none to the others
+register_signature("select_output", ("X", "Mask"), ("Out",), {}, provider=_LOOP)
+register_signature("conditional_block_grad", ("Cond", "Input", "Out", "Out@GRAD", "Scope"),
+                   ("Input@GRAD",), {"sub_block": -1, "is_scalar_condition": True},
+                   optional=("Input", "Out", "Out@GRAD", "Scope"), provider=_LOOP)
 register_signature("conditional_block", ("Cond", "Input"), ("Out", "Scope"),
                    {"sub_block": -1, "is_scalar_condition": True},
                    optional=("Input",), provider=_LOOP)

@@ -88,13 +88,75 @@ def test_errors_fluid_gives():
             layers.switch_case(x, [lambda: x])
 
 
-def test_training_through_cond_is_refused_by_name():
-    with fluid.program_guard(fluid.Program(), fluid.Program()):
-        x = layers.data("x", [2])
-        flag = layers.fill_constant([1], "bool", True)
-        out = layers.cond(flag, lambda: layers.fc(x, 1), lambda: layers.fc(x, 1))
-        with pytest.raises(NotImplementedError, match="through the 'select_input' op"):
-            fluid.optimizer.SGD(0.1).minimize(layers.mean(out))
+def _grads_and_numeric(build, feed, params):
+    """The analytic gradients append_backward gives the parameters, and central differences
+    of the loss (float64 kept by the scope's arrays)."""
+    from tests.core.numeric_grad import numeric_gradient
+
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = 4
+    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+        loss = build()
+        pairs = fluid.append_backward(loss)
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    for p in params:  # float64 parameters: differences precise enough
+        scope.vars[p] = np.array(scope.vars[p], np.float64)
+    grads = {p.name: g.name for p, g in pairs}
+    fetched = exe.run(main, feed=feed, fetch_list=[grads[p] for p in params], scope=scope)
+
+    def loss_value():
+        return float(exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0].sum())
+
+    out = {}
+    for p, g in zip(params, fetched, strict=True):
+        numeric = numeric_gradient(loss_value, lambda p=p: scope.vars[p],
+                                   lambda v, p=p: scope.vars.__setitem__(p, v))
+        out[p] = (np.array(g), numeric)
+    return out
+
+
+@pytest.mark.parametrize("taken", [True, False])
+def test_gradients_through_cond_match_finite_differences(taken):
+    """Both branches read the same weights; only the taken one's ops contribute, and the
+    other branch's block gives zeros (conditional_block_grad, select_output)."""
+    x = np.random.default_rng(1).standard_normal((3, 4))
+
+    def build():
+        xv = layers.data("x", [4], dtype="float64")
+        flag = layers.data("flag", [1], dtype="bool", append_batch_size=False)
+        h = layers.fc(xv, 3, act="tanh", param_attr="w", bias_attr="b")
+        out = layers.cond(flag, lambda: layers.square(h),
+                          lambda: layers.scale(layers.fc(h, 3, param_attr="v",
+                                                         bias_attr=False), 2.0))
+        return layers.mean(out)
+
+    got = _grads_and_numeric(build, {"x": x, "flag": np.array([taken])}, ["w", "b", "v"])
+    for name, (analytic, numeric) in got.items():
+        np.testing.assert_allclose(analytic, numeric, rtol=1e-5, atol=1e-8, err_msg=name)
+    assert (np.abs(got["v"][0]).sum() == 0) == taken  # v only lives in the false branch
+
+
+def test_gradients_through_a_switch():
+    """Switch: the first case that holds runs; the parameters of the others get zeros."""
+    x = np.random.default_rng(2).standard_normal((2, 3))
+
+    def build():
+        xv = layers.data("x", [3], dtype="float64")
+        k = layers.data("k", [1], dtype="int64", append_batch_size=False)
+        out = layers.create_tensor("float64")  # (a fill_constant's output stops gradients)
+        with layers.Switch() as switch:
+            with switch.case(layers.less_than(k, layers.fill_constant([1], "int64", 1))):
+                layers.assign(layers.fc(xv, 2, param_attr="a", bias_attr=False), out)
+            with switch.default():
+                layers.assign(layers.tanh(layers.fc(xv, 2, param_attr="c", bias_attr=False)),
+                              out)
+        return layers.mean(layers.square(out))
+
+    for k, live, dead in ((0, "a", "c"), (5, "c", "a")):
+        got = _grads_and_numeric(build, {"x": x, "k": np.array([k])}, ["a", "c"])
+        np.testing.assert_allclose(got[live][0], got[live][1], rtol=1e-5, atol=1e-8)
+        assert np.abs(got[live][0]).sum() > 0 and np.abs(got[dead][0]).sum() == 0
 
 
 @pytest.mark.parametrize("lod_level", [0, 1])
@@ -155,3 +217,26 @@ def test_ifelse_errors():
             ie()
         with pytest.raises(TypeError, match="cond must be a Variable"):
             layers.IfElse(True)
+
+
+def test_gradients_through_ifelse():
+    """Each row through its branch's fc; the weights' gradients from the rows that took it
+    (split_lod_tensor/merge_lod_tensor and both conditional blocks differentiated)."""
+    x = np.random.default_rng(3).standard_normal((5, 3))
+    mask = np.array([[True], [False], [True], [True], [False]])
+
+    def build():
+        xv = layers.data("x", [3], dtype="float64")
+        pick = layers.data("pick", [1], dtype="bool")
+        ie = layers.IfElse(pick)
+        with ie.true_block():
+            ie.output(layers.fc(ie.input(xv), 2, act="tanh", param_attr="t", bias_attr=False))
+        with ie.false_block():
+            ie.output(layers.fc(ie.input(xv), 2, param_attr="f", bias_attr=False))
+        merged, = ie()
+        return layers.mean(layers.square(merged))
+
+    got = _grads_and_numeric(build, {"x": x, "pick": mask}, ["t", "f"])
+    for name, (analytic, numeric) in got.items():
+        np.testing.assert_allclose(analytic, numeric, rtol=1e-5, atol=1e-8, err_msg=name)
+        assert np.abs(analytic).sum() > 0

@@ -201,20 +201,6 @@ def test_training_through_a_loop_is_refused_by_name():
             fluid.optimizer.SGD(0.1).minimize(loss)
 
 
-def test_training_through_a_conditional_block_is_refused_by_name():
-    """Before, the backward pass skipped the block: the fc inside got no gradient, silently."""
-    main, startup = fluid.Program(), fluid.Program()
-    with fluid.program_guard(main, startup):
-        x = layers.data("x", [3])
-        out = layers.fill_constant([1], "float32", 0.0)
-        flag = layers.less_than(layers.fill_constant([1], "int64", 0),
-                                layers.fill_constant([1], "int64", 1))
-        with layers.ConditionalBlock([flag], is_scalar_condition=True).block():
-            layers.assign(layers.mean(layers.fc(x, 2)), out)
-        with pytest.raises(NotImplementedError, match="through the 'conditional_block' op"):
-            fluid.optimizer.SGD(0.1).minimize(layers.mean(out))
-
-
 def test_while_loop_as_fluid_documents_it():
     """Fluid 1.8's while_loop example: i from 0 to 10, and a value doubled each step."""
     main, startup = fluid.Program(), fluid.Program()

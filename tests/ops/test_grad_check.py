@@ -148,6 +148,20 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
          {"shape": [-1, 0, -1]}),
     ]
     c["transpose2"] = [("perm", {"X": [n((2, 3, 4))]}, {"axis": [2, 0, 1]})]
+    rows_mask = np.array([[True], [False], [False], [True]])
+    seq_mask = np.array([True, False, True, False])
+    c["split_lod_tensor"] = [
+        ("rows", {"X": [n((4, 3))], "Mask": [rows_mask]}, {"_lods": {"X": [None]}}),
+        ("sequences", {"X": [n((7, 2))], "Mask": [seq_mask]},
+         {"_lods": {"X": [((0, 2, 2, 5, 7),)]}}),
+    ]
+    c["merge_lod_tensor"] = [
+        ("rows", {"X": [rows_mask], "Mask": [rows_mask], "InTrue": [n((2, 3))],
+                  "InFalse": [n((2, 3))]}, {"_lods": {}}),
+        ("sequences", {"X": [seq_mask], "Mask": [seq_mask], "InTrue": [n((5, 2))],
+                       "InFalse": [n((2, 2))]},
+         {"_lods": {"InTrue": [((0, 2, 5),)], "InFalse": [((0, 0, 2),)]}}),
+    ]
     c["conv2d"] = [
         ("plain", {"Input": [n((2, 3, 5, 5))], "Filter": [n((4, 3, 3, 3))]}, {}),
         ("stride_pad4_dilation_groups",
