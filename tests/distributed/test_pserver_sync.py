@@ -309,6 +309,45 @@ def test_a_static_rnn_trained_by_two_trainers_equals_local(client):
     assert np.abs(result.params["fc_0.w_1"] - before.get("fc_0.w_1")).max() > 1e-3
 
 
+def _ifelse_net():
+    """Rows through one of two fc branches by the sign of their first feature (IfElse)."""
+    main, startup = fluid.Program(), fluid.Program()
+    startup.random_seed = 5
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data(name="x", shape=[4], dtype="float64")
+        y = fluid.layers.data(name="y", shape=[1], dtype="int64")
+        h = fluid.layers.fc(x, 6, act="tanh")
+        zero = fluid.layers.fill_constant([1], "float64", 0.0)
+        pick = fluid.layers.less_than(fluid.layers.slice(x, [1], [0], [1]), zero)
+        ie = fluid.layers.IfElse(pick)
+        with ie.true_block():
+            ie.output(fluid.layers.fc(ie.input(h), 6, act="relu"))
+        with ie.false_block():
+            ie.output(fluid.layers.fc(ie.input(h), 6, act="tanh"))
+        merged, = ie()
+        loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(
+            fluid.layers.fc(merged, 2), y))
+        fluid.optimizer.Adam(0.01).minimize(loss)
+    return main, startup
+
+
+def test_an_ifelse_trained_by_two_trainers_equals_local(client):
+    # the branches' weights get their gradients through conditional_block_grad and
+    # split/merge_lod_tensor on each trainer, and go to the pservers as any other's
+    rng = np.random.default_rng(5)
+    steps, half = 3, 8
+    data = {"x": rng.standard_normal((steps * 2 * half, 4)),
+            "y": rng.integers(0, 2, (steps * 2 * half, 1))}
+    global_batches, per_trainer = _two_trainers(data, steps, half)
+    scope = _local(*_ifelse_net(), global_batches)
+    result = train_pserver(client, *_ifelse_net(), per_trainer, pservers=2, batch_size=half,
+                           shuffle=False)
+    _assert_params_equal(result.params, scope, 1e-6)
+    before = _local(*_ifelse_net(), [])
+    for name in ("fc_1.w_0", "fc_2.w_0"):  # the true and the false branch
+        assert np.abs(result.params[name] - before.get(name)).max() > 1e-3, name
+
+
 def _linear_net():
     """One parameter block (fc without bias, 640 values): of three pservers, two hold nothing."""
     main, startup = fluid.Program(), fluid.Program()
