@@ -16,13 +16,14 @@ from ..param_attr import ParamAttr
 from .tensor import _check_var, fill_constant
 
 __all__ = [
-    "_binary_op", "accuracy", "auc", "clip", "cos", "cos_sim", "cross_entropy", "dropout",
+    "_binary_op", "abs", "accuracy", "auc", "clip", "cos", "cos_sim", "cross_entropy", "dropout",
     "elementwise_add", "elementwise_div", "elementwise_max", "elementwise_min", "elementwise_mul",
     "elementwise_pow", "elementwise_sub", "elu", "embedding", "exp", "fc", "floor", "gelu",
     "hard_sigmoid", "hsigmoid", "layer_norm", "leaky_relu", "log", "matmul", "mean", "pow",
-    "reduce_mean", "nce", "reduce_sum", "relu", "relu6", "scale", "sigmoid",
+    "reduce_all", "reduce_any", "reduce_max", "reduce_mean", "reduce_min", "reduce_prod",
+    "nce", "reduce_sum", "relu", "relu6", "scale", "sigmoid",
     "sigmoid_cross_entropy_with_logits", "softmax", "softmax_with_cross_entropy", "softplus",
-    "softsign", "sqrt", "square", "square_error_cost", "swish", "tanh", "topk",
+    "sign", "softsign", "sqrt", "square", "square_error_cost", "swish", "tanh", "topk",
 ]
 
 def _unary(op_type: str, x: Variable, name: str | None = None, **attrs: Any) -> Variable:
@@ -52,6 +53,18 @@ def softmax(input: Variable, use_cudnn: bool = False, name: str | None = None,
             axis: int = -1) -> Variable:
     """Softmax along ``axis`` (``use_cudnn`` is recorded on the op, as in Fluid)."""
     return _unary("softmax", input, name, axis=axis, use_cudnn=bool(use_cudnn))
+
+
+def abs(x: Variable, name: str | None = None) -> Variable:  # noqa: A001 (Fluid's name)
+    """Element-wise absolute value."""
+    return _unary("abs", x, name)
+
+
+def sign(x: Variable) -> Variable:
+    """Element-wise sign (-1, 0 or 1; no gradient)."""
+    out = _unary("sign", x)
+    out.stop_gradient = True
+    return out
 
 
 def log(x: Variable, name: str | None = None) -> Variable:
@@ -99,7 +112,14 @@ def _reduce(op_type: str, input: Variable, dim: Any, keep_dim: bool, name: str |
     helper = LayerHelper(op_type, name)
     reduce_all = dim is None
     dims = [0] if dim is None else ([dim] if isinstance(dim, int) else list(dim))
-    out = helper.create_tmp(dtype=input.dtype)
+    shape = None
+    if input.shape is not None:  # Fluid's ReduceOp::InferShape
+        rank = len(input.shape)
+        axes = set(range(rank)) if reduce_all else {d % rank for d in dims}
+        shape = [1 if i in axes else s for i, s in enumerate(input.shape)]
+        if not keep_dim:
+            shape = [s for i, s in enumerate(shape) if i not in axes] or [1]
+    out = helper.create_tmp(dtype=input.dtype, shape=shape)
     helper.append_op(op_type, inputs={"X": [input]}, outputs={"Out": [out]},
                      attrs={"dim": dims, "keep_dim": keep_dim, "reduce_all": reduce_all})
     return out
@@ -115,6 +135,40 @@ def reduce_mean(input: Variable, dim: Any = None, keep_dim: bool = False,
                 name: str | None = None) -> Variable:
     """Mean over ``dim`` (all dims when None)."""
     return _reduce("reduce_mean", input, dim, keep_dim, name)
+
+
+def reduce_max(input: Variable, dim: Any = None, keep_dim: bool = False,
+               name: str | None = None) -> Variable:
+    """Maximum over ``dim`` (all dims when None); the gradient goes to every maximum."""
+    return _reduce("reduce_max", input, dim, keep_dim, name)
+
+
+def reduce_min(input: Variable, dim: Any = None, keep_dim: bool = False,
+               name: str | None = None) -> Variable:
+    """Minimum over ``dim`` (all dims when None); the gradient goes to every minimum."""
+    return _reduce("reduce_min", input, dim, keep_dim, name)
+
+
+def reduce_prod(input: Variable, dim: Any = None, keep_dim: bool = False,
+                name: str | None = None) -> Variable:
+    """Product over ``dim`` (all dims when None)."""
+    return _reduce("reduce_prod", input, dim, keep_dim, name)
+
+
+def reduce_all(input: Variable, dim: Any = None, keep_dim: bool = False,
+               name: str | None = None) -> Variable:
+    """Whether every element of a bool ``input`` over ``dim`` is true (all dims when None)."""
+    out = _reduce("reduce_all", input, dim, keep_dim, name)
+    out.stop_gradient = True
+    return out
+
+
+def reduce_any(input: Variable, dim: Any = None, keep_dim: bool = False,
+               name: str | None = None) -> Variable:
+    """Whether any element of a bool ``input`` over ``dim`` is true (all dims when None)."""
+    out = _reduce("reduce_any", input, dim, keep_dim, name)
+    out.stop_gradient = True
+    return out
 
 
 def _elementwise(op_type: str, x: Variable, y: Variable, axis: int, act: str | None,

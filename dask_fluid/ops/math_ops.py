@@ -413,6 +413,68 @@ _reduce_register("reduce_sum", is_mean=False)
 _reduce_register("reduce_mean", is_mean=True)
 
 
+def _reduced(x: Any, attrs: dict, fn: str) -> Any:
+    out = array_module(x).asarray(getattr(x, fn)(axis=_reduce_axes(x, attrs),
+                                                 keepdims=attrs.get("keep_dim", False)))
+    return out.reshape(1) if out.ndim == 0 else out  # Fluid never makes 0-d tensors
+
+
+def _kept(x: Any, attrs: dict, value: Any) -> Any:
+    """``value`` (an output or its gradient) reshaped to keep the reduced dims as 1s."""
+    axes = _reduce_axes(x, attrs)
+    return value.reshape(tuple(1 if i in axes else s for i, s in enumerate(x.shape)))
+
+
+def _extreme_register(type: str, fn: str) -> None:
+    """reduce_max / reduce_min; the gradient goes to every element equal to the extreme, as
+    Fluid's (``dX = dOut * (X == Out)``)."""
+    maker, grad_register = _register_grad(type, ("X", "Out"), attrs=_REDUCE_ATTRS)
+
+    @register(type, ("X",), ("Out",), _REDUCE_ATTRS, grad=maker)
+    def kernel(ins: dict, attrs: dict, outs: tuple) -> dict:
+        return {"Out": [_reduced(ins["X"][0], attrs, fn)]}
+
+    @grad_register
+    def grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+        x, out = ins["X"][0], ins["Out"][0]
+        d = _kept(x, attrs, _dout(ins, out))
+        return {"X" + GRAD: [(x == _kept(x, attrs, out)) * d]}
+
+    kernel.__doc__ = f"Out = the {fn} of X over ``dim`` (all dims when ``reduce_all``)."
+    grad.__doc__ = f"dX = dOut where X equals the {fn} (every tie gets it), else 0."
+
+
+_extreme_register("reduce_max", "max")
+_extreme_register("reduce_min", "min")
+
+_prod_maker, _prod_grad_register = _register_grad("reduce_prod", ("X", "Out"),
+                                                  attrs=_REDUCE_ATTRS)
+
+
+@register("reduce_prod", ("X",), ("Out",), _REDUCE_ATTRS, grad=_prod_maker)
+def reduce_prod(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = the product of X over ``dim`` (all dims when ``reduce_all``)."""
+    return {"Out": [_reduced(ins["X"][0], attrs, "prod")]}
+
+
+@_prod_grad_register
+def reduce_prod_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = dOut * Out / X (Fluid's rule: a zero in X gives inf or nan there)."""
+    x, out = ins["X"][0], ins["Out"][0]
+    return {"X" + GRAD: [_kept(x, attrs, _dout(ins, out)) * _kept(x, attrs, out) / x]}
+
+
+for _type, _fn in (("reduce_all", "all"), ("reduce_any", "any")):
+    def _logical(ins: dict, attrs: dict, outs: tuple, _fn: str = _fn) -> dict:
+        x = ins["X"][0]
+        if x.dtype != np.bool_:
+            raise TypeError(f"reduce_{_fn}: X must be bool, got {x.dtype}")
+        return {"Out": [_reduced(x, attrs, _fn)]}
+
+    _logical.__doc__ = f"Out = whether {_fn} of X over ``dim`` hold (bool, no gradient)."
+    register(_type, ("X",), ("Out",), _REDUCE_ATTRS)(_logical)
+
+
 def _sum_grad_maker(op: Any) -> list[dict]:
     attrs = {k: v for k, v in op.attrs.items() if k not in ("op_role", "op_role_var")}
     return [{"type": "sum_grad",

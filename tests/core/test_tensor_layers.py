@@ -158,3 +158,15 @@ def test_assign_refuses_what_fluid_refuses(value, error, match):
     with fluid.program_guard(fluid.Program(), fluid.Program()):
         with pytest.raises(error, match=match):
             layers.assign(value)
+
+
+@pytest.mark.parametrize("dim, keep, want", [(None, False, (1,)), (None, True, (1, 1, 1)),
+                                             (1, False, (-1, 4)), ([0, -1], True, (1, 3, 1))])
+def test_reduce_layers_infer_fluids_shapes(dim, keep, want):
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        x = layers.data("x", [3, 4])
+        for layer in (layers.reduce_sum, layers.reduce_max, layers.reduce_min,
+                      layers.reduce_prod, layers.reduce_mean):
+            assert layer(x, dim=dim, keep_dim=keep).shape == want
+        flags = layers.less_than(x, x)
+        assert layers.reduce_any(flags, dim=dim, keep_dim=keep).stop_gradient

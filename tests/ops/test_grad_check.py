@@ -92,7 +92,7 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
     c["clip"] = [("x", {"X": [_away_from(n((4, 5)), [-0.5, 0.5])]}, {"min": -0.5, "max": 0.5})]
     c["mean"] = [("x", {"X": [n((3, 4))]}, {})]
     c["sum"] = [("3 inputs", {"X": [n((3, 4)), n((3, 4)), n((3, 4))]}, {})]
-    for op in ("reduce_sum", "reduce_mean"):
+    for op in ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min"):
         c[op] = [
             ("dim1", {"X": [n((2, 3, 4))]}, {"dim": [1]}),
             ("dims02_keep", {"X": [n((2, 3, 4))]}, {"dim": [0, -1], "keep_dim": True}),
@@ -146,6 +146,11 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
         ("shape_tensor", {"X": [n((2, 3, 4))], "ShapeTensor": [
             np.array([1], np.int32), np.array([0], np.int32), np.array([-1], np.int64)]},
          {"shape": [-1, 0, -1]}),
+    ]
+    away = _away_from(n((2, 3, 4)), [0.0], gap=0.3)  # products of values near 0 are flat
+    c["reduce_prod"] = [
+        ("dim1", {"X": [away]}, {"dim": [1]}),
+        ("all_keep", {"X": [away]}, {"reduce_all": True, "keep_dim": True}),
     ]
     c["transpose2"] = [("perm", {"X": [n((2, 3, 4))]}, {"axis": [2, 0, 1]})]
     rows_mask = np.array([[True], [False], [False], [True]])

@@ -482,3 +482,26 @@ def test_auc_over_a_sliding_window_of_batches():
                        "StatPos": [np.zeros((1, t + 1), np.int64)],
                        "StatNeg": [np.zeros((1, t + 1), np.int64)]},
                {"num_thresholds": t, "slide_steps": 0})
+
+
+def test_reductions_against_numpy():
+    x = np.random.default_rng(4).standard_normal((2, 3, 4))
+    for op, fn in (("reduce_max", np.max), ("reduce_min", np.min), ("reduce_prod", np.prod)):
+        np.testing.assert_allclose(run_op(op, {"X": [x]}, {"dim": [1]})["Out"][0],
+                                   fn(x, axis=1))
+        np.testing.assert_allclose(run_op(op, {"X": [x]}, {"dim": [0, -1], "keep_dim": True})
+                                   ["Out"][0], fn(x, axis=(0, 2), keepdims=True))
+        assert run_op(op, {"X": [x]}, {"reduce_all": True})["Out"][0].shape == (1,)
+    b = x > 0
+    np.testing.assert_array_equal(run_op("reduce_all", {"X": [b]}, {"dim": [2]})["Out"][0],
+                                  b.all(axis=2))
+    np.testing.assert_array_equal(run_op("reduce_any", {"X": [b]}, {"reduce_all": True})
+                                  ["Out"][0], [b.any()])
+    with pytest.raises(TypeError, match="X must be bool"):
+        run_op("reduce_any", {"X": [x]})
+    # every tie of the maximum gets the whole gradient, as Fluid's (X == Out) * dOut
+    ties = np.array([[1.0, 3.0, 3.0]])
+    out = run_op("reduce_max", {"X": [ties]}, {"dim": [1]})["Out"][0]
+    g = run_op("reduce_max_grad", {"X": [ties], "Out": [out], "Out@GRAD": [np.ones(1)]},
+               {"dim": [1]})["X@GRAD"][0]
+    np.testing.assert_array_equal(g, [[0.0, 1.0, 1.0]])
