@@ -17,9 +17,11 @@ from .tensor import _check_var, fill_constant
 
 __all__ = [
     "_binary_op", "abs", "accuracy", "auc", "clip", "cos", "cos_sim", "cross_entropy", "dropout",
-    "elementwise_add", "elementwise_div", "elementwise_max", "elementwise_min", "elementwise_mul",
+    "clip_by_norm", "elementwise_add", "elementwise_div", "elementwise_floordiv",
+    "elementwise_max", "elementwise_min", "elementwise_mod", "elementwise_mul",
     "elementwise_pow", "elementwise_sub", "elu", "embedding", "exp", "fc", "floor", "gelu",
-    "hard_sigmoid", "hsigmoid", "layer_norm", "leaky_relu", "log", "matmul", "mean", "pow",
+    "hard_sigmoid", "hsigmoid", "l2_normalize", "layer_norm", "leaky_relu", "log", "matmul",
+    "mean", "mse_loss", "mul", "pow",
     "reduce_all", "reduce_any", "reduce_max", "reduce_mean", "reduce_min", "reduce_prod",
     "nce", "reduce_sum", "relu", "relu6", "scale", "sigmoid",
     "sigmoid_cross_entropy_with_logits", "softmax", "softmax_with_cross_entropy", "softplus",
@@ -180,6 +182,60 @@ def _elementwise(op_type: str, x: Variable, y: Variable, axis: int, act: str | N
     helper.append_op(op_type, inputs={"X": [x], "Y": [y]}, outputs={"Out": [out]},
                      attrs={"axis": axis})
     return helper.append_activation(out, act)
+
+
+def elementwise_mod(x: Variable, y: Variable, axis: int = -1, act: str | None = None,
+                    name: str | None = None) -> Variable:
+    """``x mod y`` (the sign of ``y``), Fluid broadcasting; no gradient."""
+    return _elementwise("elementwise_mod", x, y, axis, act, name)
+
+
+def elementwise_floordiv(x: Variable, y: Variable, axis: int = -1, act: str | None = None,
+                         name: str | None = None) -> Variable:
+    """``trunc(x / y)`` (Fluid 1.8's kernel), Fluid broadcasting; no gradient."""
+    return _elementwise("elementwise_floordiv", x, y, axis, act, name)
+
+
+def mul(x: Variable, y: Variable, x_num_col_dims: int = 1, y_num_col_dims: int = 1,
+        name: str | None = None) -> Variable:
+    """Matrix product of ``x`` and ``y`` flattened to matrices at ``x_num_col_dims`` and
+    ``y_num_col_dims`` (op ``mul``, what ``fc`` uses)."""
+    _check_var(x, "x", "mul")
+    _check_var(y, "y", "mul")
+    helper = LayerHelper("mul", name)
+    shape = None
+    if x.shape is not None and y.shape is not None:
+        shape = list(x.shape[:x_num_col_dims]) + list(y.shape[y_num_col_dims:])
+    out = helper.create_tmp(dtype=x.dtype, shape=shape)
+    helper.append_op("mul", inputs={"X": [x], "Y": [y]}, outputs={"Out": [out]},
+                     attrs={"x_num_col_dims": int(x_num_col_dims),
+                            "y_num_col_dims": int(y_num_col_dims)})
+    return out
+
+
+def l2_normalize(x: Variable, axis: int, epsilon: float = 1e-12,
+                 name: str | None = None) -> Variable:
+    """``x / sqrt(sum(x^2 over axis) + epsilon)`` (op ``norm``, as Fluid 1.8's)."""
+    _check_var(x, "x", "l2_normalize")
+    if x.shape is not None and len(x.shape) == 1:
+        axis = 0
+    helper = LayerHelper("l2_normalize", name)
+    out = helper.create_tmp(dtype=x.dtype, shape=x.shape)
+    norm = helper.create_tmp(dtype=x.dtype)
+    helper.append_op("norm", inputs={"X": [x]}, outputs={"Out": [out], "Norm": [norm]},
+                     attrs={"axis": 1 if axis is None else int(axis),
+                            "epsilon": float(epsilon)})
+    return out
+
+
+def clip_by_norm(x: Variable, max_norm: float, name: str | None = None) -> Variable:
+    """``x`` scaled down to an L2 norm of at most ``max_norm``."""
+    return _unary("clip_by_norm", x, name, max_norm=float(max_norm))
+
+
+def mse_loss(input: Variable, label: Variable) -> Variable:
+    """The mean of ``(input - label)^2`` (Fluid 1.8: ``reduce_mean(square_error_cost)``)."""
+    return reduce_mean(square_error_cost(input, label))
 
 
 def elementwise_add(x: Variable, y: Variable, axis: int = -1, act: str | None = None,

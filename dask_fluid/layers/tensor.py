@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins  # this module defines Fluid's layers.sum
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,9 +15,10 @@ from ..layer_helper import LayerHelper
 
 __all__ = [
     "argmax", "assign", "cast", "concat", "create_global_var", "create_parameter", "create_tensor",
-    "data", "equal", "expand", "fill_constant", "fill_constant_batch_size_like", "gather",
-    "increment", "label_smooth", "less_than", "logical_and", "logical_not", "one_hot", "ones",
-    "reshape", "slice", "split", "squeeze", "stack", "sums", "transpose", "unsqueeze", "zeros",
+    "data", "equal", "expand", "fill_constant", "fill_constant_batch_size_like", "flatten",
+    "gather", "increment", "label_smooth", "less_than", "logical_and", "logical_not",
+    "logical_or", "logical_xor", "one_hot", "ones", "reshape", "shape", "slice", "split",
+    "squeeze", "stack", "sum", "sums", "transpose", "unsqueeze", "zeros",
 ]
 
 
@@ -142,7 +144,7 @@ def concat(input: Sequence[Variable], axis: int = 0, name: str | None = None) ->
         shape = list(input[0].shape)
         ax = axis % len(shape)
         sizes = [v.shape[ax] for v in input]
-        shape[ax] = -1 if any(s < 0 for s in sizes) else sum(sizes)
+        shape[ax] = -1 if any(s < 0 for s in sizes) else builtins.sum(sizes)
     out = helper.create_tmp(dtype=input[0].dtype, shape=shape)
     helper.append_op("concat", inputs={"X": list(input)}, outputs={"Out": [out]},
                      attrs={"axis": axis})
@@ -287,6 +289,59 @@ def equal(x: Variable, y: Variable, cond: Variable | None = None) -> Variable:
 def logical_and(x: Variable, y: Variable, out: Variable | None = None) -> Variable:
     """Element-wise ``x and y``."""
     return _compare("logical_and", x, y, out)
+
+
+def logical_or(x: Variable, y: Variable, out: Variable | None = None) -> Variable:
+    """Element-wise ``x or y``."""
+    return _compare("logical_or", x, y, out)
+
+
+def logical_xor(x: Variable, y: Variable, out: Variable | None = None) -> Variable:
+    """Element-wise ``x xor y``."""
+    return _compare("logical_xor", x, y, out)
+
+
+def flatten(x: Variable, axis: int = 1, name: str | None = None) -> Variable:
+    """``x`` as a matrix: the dims before ``axis`` make the rows, the rest the columns
+    (op ``flatten2``, as Fluid 1.8's ``layers.flatten``).
+
+    Raises
+    ------
+    ValueError
+        ``axis`` is not in ``[0, rank]``.
+    """
+    _check_var(x, "x", "flatten")
+    rank = len(x.shape) if x.shape is not None else None
+    if not isinstance(axis, int) or axis < 0 or (rank is not None and axis > rank):
+        raise ValueError(f"flatten: the axis should be a int, and in range [0, rank(x)], got "
+                         f"{axis}")
+    helper = LayerHelper("flatten2", name)
+    shape = None
+    if x.shape is not None:
+        def size(dims: Sequence[int]) -> int:
+            return -1 if any(d < 0 for d in dims) else int(np.prod(dims, dtype=np.int64))
+        shape = [size(x.shape[:axis]), size(x.shape[axis:])]
+    out = helper.create_tmp(dtype=x.dtype, shape=shape)
+    xshape = helper.create_tmp(dtype=x.dtype, stop_gradient=True)
+    helper.append_op("flatten2", inputs={"X": [x]}, outputs={"Out": [out], "XShape": [xshape]},
+                     attrs={"axis": axis})
+    return out
+
+
+def shape(input: Variable) -> Variable:
+    """The shape of ``input`` at run time (int32 ``[rank]``)."""
+    _check_var(input, "input", "shape")
+    helper = LayerHelper("shape")
+    rank = len(input.shape) if input.shape is not None else -1
+    out = helper.create_tmp(dtype="int32", shape=[rank], stop_gradient=True)
+    helper.append_op("shape", inputs={"Input": [input]}, outputs={"Out": [out]})
+    return out
+
+
+def sum(x: Variable | Sequence[Variable]) -> Variable:  # noqa: A001 (Fluid's name)
+    """The element-wise sum of ``x`` (a Variable or a list), op ``sum`` (Fluid 1.8's
+    ``layers.sum``; :func:`sums` with an ``out``)."""
+    return sums([x] if isinstance(x, Variable) else list(x))
 
 
 def logical_not(x: Variable, out: Variable | None = None) -> Variable:
@@ -527,8 +582,8 @@ def split(input: Variable, num_or_sections: int | Sequence[int], dim: int = -1,
         if sizes.count(-1) > 1:
             raise ValueError(f"split: at most one section may be -1, got {sizes}")
         if -1 in sizes and size > 0:
-            sizes[sizes.index(-1)] = size - sum(n for n in sizes if n != -1)
-        if size > 0 and sum(sizes) != size:
+            sizes[sizes.index(-1)] = size - builtins.sum(n for n in sizes if n != -1)
+        if size > 0 and builtins.sum(sizes) != size:
             raise ValueError(f"split: sections {list(num_or_sections)} do not add up to dim "
                              f"{dim} of {input.name!r} ({size})")
         attrs = {"num": 0, "sections": [int(n) for n in num_or_sections], "axis": axis}

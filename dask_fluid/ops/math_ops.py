@@ -202,6 +202,73 @@ def logical_and(ins: dict, attrs: dict, outs: tuple) -> dict:
     return {"Out": [array_module(x).logical_and(x, y)]}
 
 
+@register("logical_or", ("X", "Y"), ("Out",))
+def logical_or(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = X or Y (bool)."""
+    x, y = ins["X"][0], ins["Y"][0]
+    return {"Out": [array_module(x).logical_or(x, y)]}
+
+
+@register("logical_xor", ("X", "Y"), ("Out",))
+def logical_xor(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = X xor Y (bool)."""
+    x, y = ins["X"][0], ins["Y"][0]
+    return {"Out": [array_module(x).logical_xor(x, y)]}
+
+
+def _trunc_div(xp: Any, x: Any, y: Any) -> Any:
+    """Fluid's ``FloorDivFunctor``: ``trunc(x / y)`` (exact for integers)."""
+    if x.dtype.kind not in "iu":
+        return xp.trunc(x / y)
+    q = xp.floor_divide(x, y)
+    return q + ((xp.mod(x, y) != 0) & ((x < 0) != (y < 0)))
+
+
+for _type, _fn in (("elementwise_mod", "mod"), ("elementwise_floordiv", "trunc_div")):
+    def _integer_ew(ins: dict, attrs: dict, outs: tuple, _type: str = _type,
+                    _fn: str = _fn) -> dict:
+        x, y = ins["X"][0], ins["Y"][0]
+        yb = y.reshape(_y_bshape(x.shape, y.shape, attrs.get("axis", -1), _type))
+        xp = array_module(x)
+        if x.dtype.kind in "iu" and not bool((yb != 0).all()):
+            raise ZeroDivisionError(f"{_type}: Integer division by zero encountered (Y holds "
+                                    "a zero)")
+        out = xp.mod(x, yb) if _fn == "mod" else _trunc_div(xp, x, yb)
+        return {"Out": [out.astype(x.dtype, copy=False)]}
+
+    _integer_ew.__doc__ = ("Out = X mod Y, with the sign of Y (Fluid's ModFunctor)" if _fn == "mod"
+                           else "Out = trunc(X / Y) (Fluid's FloorDivFunctor)") + \
+        ", with Fluid's broadcasting; no gradient, as in Fluid."
+    register(_type, ("X", "Y"), ("Out",), {"axis": -1})(_integer_ew)
+
+
+_norm_maker, _norm_grad_register = _register_grad("norm", ("X", "Norm"), ("Out",),
+                                                  attrs={"axis": 1, "epsilon": 1e-10,
+                                                         "is_test": False})
+
+
+@register("norm", ("X",), ("Out", "Norm"), {"axis": 1, "epsilon": 1e-10, "is_test": False},
+          grad=_norm_maker)
+def norm(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = X / Norm, Norm = sqrt(sum(X^2 over ``axis``) + epsilon) (kept dim), as Fluid's
+    ``norm`` op (``layers.l2_normalize``)."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    axis = int(attrs.get("axis", 1)) % x.ndim
+    n = xp.sqrt((x * x).sum(axis=axis, keepdims=True) + x.dtype.type(attrs.get("epsilon", 1e-10)))
+    return {"Out": [x / n], "Norm": [n]}
+
+
+@_norm_grad_register
+def norm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = (dOut - Out * sum(dOut * Out over ``axis``)) / Norm."""
+    x, n = ins["X"][0], ins["Norm"][0]
+    axis = int(attrs.get("axis", 1)) % x.ndim
+    d = _dout(ins, x)
+    y = x / n
+    return {"X" + GRAD: [(d - y * (d * y).sum(axis=axis, keepdims=True)) / n]}
+
+
 @register("logical_not", ("X",), ("Out",))
 def logical_not(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = not X (bool)."""

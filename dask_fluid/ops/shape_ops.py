@@ -218,3 +218,29 @@ def arg_max(ins: dict, attrs: dict, outs: tuple) -> dict:
     if attrs.get("keepdims"):
         out = array_module(x).expand_dims(out, axis)
     return {"Out": [out.astype(to_dtype(attrs.get("dtype", "int64")))]}
+
+
+# -- flatten2, shape ------------------------------------------------------------------------------
+
+@register("flatten2", ("X",), ("Out", "XShape"), {"axis": 1}, grad=grad_maker(("XShape",)))
+def flatten2(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = X as a matrix: the dims before ``axis`` make the rows, the rest the columns."""
+    x = ins["X"][0]
+    axis = int(attrs.get("axis", 1))
+    if not 0 <= axis <= x.ndim:
+        raise ValueError(f"flatten2: axis must be in [0, {x.ndim}], got {axis}")
+    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+    res = {"Out": [x.reshape(rows, -1 if rows else int(np.prod(x.shape[axis:])))]}
+    if "XShape" in outs:
+        res["XShape"] = [array_module(x).empty((0,) + tuple(x.shape), dtype=x.dtype)]
+    return res
+
+
+register("flatten2_grad", *grad_slots(("XShape",)), {"axis": 1})(_reshape_back)
+
+
+@register("shape", ("Input",), ("Out",))
+def shape(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = the shape of Input (int32)."""
+    x = ins["Input"][0]
+    return {"Out": [array_module(x).asarray(np.array(x.shape, dtype=np.int32))]}

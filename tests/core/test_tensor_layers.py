@@ -170,3 +170,32 @@ def test_reduce_layers_infer_fluids_shapes(dim, keep, want):
             assert layer(x, dim=dim, keep_dim=keep).shape == want
         flags = layers.less_than(x, x)
         assert layers.reduce_any(flags, dim=dim, keep_dim=keep).stop_gradient
+
+
+def test_more_fluid_layers_build_and_run():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data("x", [3, 4])
+        flat = layers.flatten(x, axis=2)
+        shp = layers.shape(x)
+        total = layers.sum([x, x])
+        w = layers.create_parameter([4, 2], "float32", name="mw")
+        prod = layers.mul(x, w, x_num_col_dims=2)
+        unit = layers.l2_normalize(x, axis=-1)
+        clipped = layers.clip_by_norm(x, max_norm=1.0)
+        mse = layers.mse_loss(x, layers.scale(x, 0.0))
+    assert flat.shape == (-1, 4) and shp.shape == (3,) and prod.shape == (-1, 3, 2)
+    xv = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    got = _run(main, startup, {"x": xv}, [flat, shp, total, prod, unit, clipped, mse, "mw"])
+    g_flat, g_shp, g_total, g_prod, g_unit, g_clip, g_mse, g_w = got
+    np.testing.assert_array_equal(g_flat, xv.reshape(6, 4))
+    assert g_shp.tolist() == [2, 3, 4]
+    np.testing.assert_array_equal(g_total, 2 * xv)
+    np.testing.assert_allclose(g_prod, xv @ g_w, rtol=1e-5)
+    np.testing.assert_allclose(g_unit, xv / np.linalg.norm(xv, axis=-1, keepdims=True),
+                               rtol=1e-5)
+    assert np.linalg.norm(g_clip) <= 1.0 + 1e-5
+    np.testing.assert_allclose(g_mse, [np.mean(xv ** 2)], rtol=1e-5)
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        with pytest.raises(ValueError, match=r"in range \[0, rank\(x\)\]"):
+            layers.flatten(layers.data("y", [3]), axis=3)

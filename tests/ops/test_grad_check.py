@@ -152,6 +152,10 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
         ("dim1", {"X": [away]}, {"dim": [1]}),
         ("all_keep", {"X": [away]}, {"reduce_all": True, "keep_dim": True}),
     ]
+    c["flatten2"] = [("axis2", {"X": [n((2, 3, 4))]}, {"axis": 2}),
+                     ("axis0", {"X": [n((2, 3))]}, {"axis": 0})]
+    c["norm"] = [("axis1", {"X": [n((3, 4))]}, {"axis": 1, "epsilon": 1e-10}),
+                 ("axis0_3d", {"X": [n((3, 2, 2))]}, {"axis": 0, "epsilon": 1e-6})]
     c["transpose2"] = [("perm", {"X": [n((2, 3, 4))]}, {"axis": [2, 0, 1]})]
     rows_mask = np.array([[True], [False], [False], [True]])
     seq_mask = np.array([True, False, True, False])

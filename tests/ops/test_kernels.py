@@ -505,3 +505,34 @@ def test_reductions_against_numpy():
     g = run_op("reduce_max_grad", {"X": [ties], "Out": [out], "Out@GRAD": [np.ones(1)]},
                {"dim": [1]})["X@GRAD"][0]
     np.testing.assert_array_equal(g, [[0.0, 1.0, 1.0]])
+
+
+def test_flatten_shape_logical_and_integer_elementwise_against_numpy():
+    x = np.arange(24.0).reshape(2, 3, 4)
+    res = run_op("flatten2", {"X": [x]}, {"axis": 2})
+    np.testing.assert_array_equal(res["Out"][0], x.reshape(6, 4))
+    assert res["XShape"][0].shape == (0, 2, 3, 4)
+    assert run_op("flatten2", {"X": [x]}, {"axis": 0})["Out"][0].shape == (1, 24)
+    assert run_op("flatten2", {"X": [x]}, {"axis": 3})["Out"][0].shape == (24, 1)
+    with pytest.raises(ValueError, match=r"axis must be in \[0, 3\]"):
+        run_op("flatten2", {"X": [x]}, {"axis": 4})
+    out = run_op("shape", {"Input": [x]})["Out"][0]
+    assert out.dtype == np.int32 and out.tolist() == [2, 3, 4]
+    a, b = np.array([True, True, False, False]), np.array([True, False, True, False])
+    np.testing.assert_array_equal(run_op("logical_or", {"X": [a], "Y": [b]})["Out"][0], a | b)
+    np.testing.assert_array_equal(run_op("logical_xor", {"X": [a], "Y": [b]})["Out"][0], a ^ b)
+    xi, yi = np.array([7, -7, 7, -7, 6]), np.array([2, 2, -2, -2, 3])
+    # Fluid 1.8: mod takes the divisor's sign (Python's %); floordiv truncates
+    np.testing.assert_array_equal(
+        run_op("elementwise_mod", {"X": [xi], "Y": [yi]})["Out"][0], [1, 1, -1, -1, 0])
+    np.testing.assert_array_equal(
+        run_op("elementwise_floordiv", {"X": [xi], "Y": [yi]})["Out"][0], [3, -3, -3, 3, 2])
+    np.testing.assert_array_equal(
+        run_op("elementwise_floordiv", {"X": [xi * 1.0], "Y": [yi * 1.0]})["Out"][0],
+        [3, -3, -3, 3, 2])
+    with pytest.raises(ZeroDivisionError, match="Integer division by zero"):
+        run_op("elementwise_floordiv", {"X": [xi], "Y": [np.zeros(5, int)]})
+    v = np.array([[3.0, 4.0], [0.0, 2.0]])
+    normed = run_op("norm", {"X": [v]}, {"axis": 1, "epsilon": 0.0})
+    np.testing.assert_allclose(normed["Out"][0], [[0.6, 0.8], [0.0, 1.0]])
+    np.testing.assert_allclose(normed["Norm"][0], [[5.0], [2.0]])
