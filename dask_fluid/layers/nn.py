@@ -16,16 +16,16 @@ from ..param_attr import ParamAttr
 from .tensor import _check_var, fill_constant
 
 __all__ = [
-    "_binary_op", "abs", "accuracy", "auc", "clip", "cos", "cos_sim", "cross_entropy", "dropout",
-    "clip_by_norm", "elementwise_add", "elementwise_div", "elementwise_floordiv",
-    "elementwise_max", "elementwise_min", "elementwise_mod", "elementwise_mul",
-    "elementwise_pow", "elementwise_sub", "elu", "embedding", "exp", "fc", "floor", "gelu",
-    "hard_sigmoid", "hsigmoid", "l2_normalize", "layer_norm", "leaky_relu", "log", "matmul",
-    "mean", "mse_loss", "mul", "pow",
-    "reduce_all", "reduce_any", "reduce_max", "reduce_mean", "reduce_min", "reduce_prod",
-    "nce", "reduce_sum", "relu", "relu6", "scale", "sigmoid",
-    "sigmoid_cross_entropy_with_logits", "softmax", "softmax_with_cross_entropy", "softplus",
-    "sign", "softsign", "sqrt", "square", "square_error_cost", "swish", "tanh", "topk",
+    "_binary_op", "abs", "accuracy", "auc", "brelu", "clip", "clip_by_norm", "cos", "cos_sim",
+    "cross_entropy", "dropout", "elementwise_add", "elementwise_div", "elementwise_floordiv",
+    "elementwise_max", "elementwise_min", "elementwise_mod", "elementwise_mul", "elementwise_pow",
+    "elementwise_sub", "elu", "embedding", "exp", "fc", "floor", "gelu", "hard_sigmoid",
+    "hard_swish", "hsigmoid", "l2_normalize", "layer_norm", "leaky_relu", "log", "matmul", "mean",
+    "mse_loss", "mul", "nce", "pow", "reduce_all", "reduce_any", "reduce_max", "reduce_mean",
+    "reduce_min", "reduce_prod", "reduce_sum", "relu", "relu6", "scale", "selu", "sigmoid",
+    "sigmoid_cross_entropy_with_logits", "sign", "soft_relu", "softmax",
+    "softmax_with_cross_entropy", "softplus", "softsign", "sqrt", "square", "square_error_cost",
+    "stanh", "swish", "tanh", "topk",
 ]
 
 def _unary(op_type: str, x: Variable, name: str | None = None, **attrs: Any) -> Variable:
@@ -67,6 +67,37 @@ def sign(x: Variable) -> Variable:
     out = _unary("sign", x)
     out.stop_gradient = True
     return out
+
+
+def selu(x: Variable, scale: float | None = None, alpha: float | None = None,
+         name: str | None = None) -> Variable:
+    """``scale * (x if x > 0 else alpha * (exp(x) - 1))`` (Fluid's defaults when None)."""
+    attrs = {k: float(v) for k, v in (("scale", scale), ("alpha", alpha)) if v is not None}
+    return _unary("selu", x, name, **attrs)
+
+
+def hard_swish(x: Variable, threshold: float = 6.0, scale: float = 6.0, offset: float = 3.0,
+               name: str | None = None) -> Variable:
+    """``x * min(max(x + offset, 0), threshold) / scale``."""
+    return _unary("hard_swish", x, name, threshold=float(threshold), scale=float(scale),
+                  offset=float(offset))
+
+
+def brelu(x: Variable, t_min: float = 0.0, t_max: float = 24.0,
+          name: str | None = None) -> Variable:
+    """``x`` clipped into ``[t_min, t_max]``."""
+    return _unary("brelu", x, name, t_min=float(t_min), t_max=float(t_max))
+
+
+def soft_relu(x: Variable, threshold: float = 40.0, name: str | None = None) -> Variable:
+    """``log(1 + exp(clip(x, -threshold, threshold)))``."""
+    return _unary("soft_relu", x, name, threshold=float(threshold))
+
+
+def stanh(x: Variable, scale_a: float = 0.67, scale_b: float = 1.7159,
+          name: str | None = None) -> Variable:
+    """``scale_b * tanh(scale_a * x)``."""
+    return _unary("stanh", x, name, scale_a=float(scale_a), scale_b=float(scale_b))
 
 
 def log(x: Variable, name: str | None = None) -> Variable:

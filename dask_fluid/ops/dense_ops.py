@@ -182,6 +182,32 @@ _ACTIVATIONS: dict[str, tuple] = {
               lambda xp, x, o, d, a: d * (_sig(xp, _f(x, a, "beta") * x) * (
                   1 + _f(x, a, "beta") * x * (1 - _sig(xp, _f(x, a, "beta") * x))))),
     "gelu": ({"approximate": False}, "X", _gelu, _gelu_grad),
+    "selu": ({"scale": 1.0507009873554805, "alpha": 1.6732632423543772}, "X",
+             lambda xp, x, a: _f(x, a, "scale") * xp.where(
+                 x > 0, x, _f(x, a, "alpha") * (xp.exp(xp.minimum(x, 0)) - 1)),
+             lambda xp, x, o, d, a: d * _f(x, a, "scale") * xp.where(
+                 x > 0, x.dtype.type(1), _f(x, a, "alpha") * xp.exp(xp.minimum(x, 0)))),
+    "hard_swish": ({"threshold": 6.0, "scale": 6.0, "offset": 3.0}, "X",
+                   lambda xp, x, a: x * xp.clip(x + _f(x, a, "offset"), x.dtype.type(0),
+                                                _f(x, a, "threshold")) / _f(x, a, "scale"),
+                   # Fluid 1.8's gradient: 1 where saturated (exact when threshold == scale)
+                   lambda xp, x, o, d, a: d * xp.where(
+                       x + _f(x, a, "offset") <= 0, x.dtype.type(0),
+                       xp.where(x + _f(x, a, "offset") >= _f(x, a, "threshold"),
+                                x.dtype.type(1),
+                                (2 * x + _f(x, a, "offset")) / _f(x, a, "scale")))),
+    "brelu": ({"t_min": 0.0, "t_max": 24.0}, "X",
+              lambda xp, x, a: xp.clip(x, _f(x, a, "t_min"), _f(x, a, "t_max")),
+              lambda xp, x, o, d, a: d * ((x > _f(x, a, "t_min")) & (x < _f(x, a, "t_max")))),
+    "soft_relu": ({"threshold": 40.0}, "Out",
+                  lambda xp, x, a: xp.log1p(xp.exp(xp.clip(x, -_f(x, a, "threshold"),
+                                                           _f(x, a, "threshold")))),
+                  lambda xp, x, o, d, a: d * (1 - xp.exp(-o)) * (
+                      (x > -_f(x, a, "threshold")) & (x < _f(x, a, "threshold")))),
+    "stanh": ({"scale_a": 0.67, "scale_b": 1.7159}, "X",
+              lambda xp, x, a: _f(x, a, "scale_b") * xp.tanh(_f(x, a, "scale_a") * x),
+              lambda xp, x, o, d, a: d * _f(x, a, "scale_a") * _f(x, a, "scale_b") * (
+                  1 - xp.tanh(_f(x, a, "scale_a") * x) ** 2)),
     "pow": ({"factor": 1.0}, "X", lambda xp, x, a: x ** _f(x, a, "factor"),
             lambda xp, x, o, d, a: d * _f(x, a, "factor") * x ** (_f(x, a, "factor") - 1)),
 }

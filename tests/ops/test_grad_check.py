@@ -230,6 +230,18 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
     c["gelu"] = [("erf", {"X": [n((3, 4)) * 2]}, {}),
                  ("tanh", {"X": [n((3, 4)) * 2]}, {"approximate": True})]
     c["pow"] = [("factor", {"X": [u(0.5, 2.0, (3, 4))]}, {"factor": 2.5})]
+    c["selu"] = [("defaults", {"X": [_away_from(n((3, 4)), [0.0])]}, {}),
+                 ("attrs", {"X": [_away_from(n((3, 4)), [0.0])]}, {"scale": 1.2, "alpha": 0.5})]
+    c["hard_swish"] = [("x", {"X": [_away_from(n((3, 4)) * 3, [-3.0, 3.0])]}, {}),
+                       # Fluid 1.8's gradient is 1 where x + offset >= threshold, exact
+                       # only when threshold == scale (its defaults): checked there
+                       ("attrs", {"X": [_away_from(n((3, 4)) * 2, [-1.0, 3.0])]},
+                        {"threshold": 4.0, "scale": 4.0, "offset": 1.0})]
+    c["brelu"] = [("x", {"X": [_away_from(n((3, 4)) * 3, [-1.0, 2.0])]},
+                   {"t_min": -1.0, "t_max": 2.0})]
+    c["soft_relu"] = [("x", {"X": [_away_from(n((3, 4)) * 3, [-2.0, 2.0])]},
+                       {"threshold": 2.0})]
+    c["stanh"] = [("x", {"X": [n((3, 4))]}, {"scale_a": 0.8, "scale_b": 1.5})]
     c["layer_norm"] = [
         ("axis1", {"X": [n((3, 4, 2))], "Scale": [u(0.5, 1.5, 8)], "Bias": [n(8)]}, {}),
         ("axis2", {"X": [n((2, 3, 5))], "Scale": [u(0.5, 1.5, 5)], "Bias": [n(5)]},

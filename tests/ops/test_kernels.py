@@ -536,3 +536,18 @@ def test_flatten_shape_logical_and_integer_elementwise_against_numpy():
     normed = run_op("norm", {"X": [v]}, {"axis": 1, "epsilon": 0.0})
     np.testing.assert_allclose(normed["Out"][0], [[0.6, 0.8], [0.0, 1.0]])
     np.testing.assert_allclose(normed["Norm"][0], [[5.0], [2.0]])
+
+
+def test_more_activations_against_their_formulas():
+    x = np.linspace(-8, 8, 33)
+    checks = {
+        "selu": ({}, 1.0507009873554805 * np.where(x > 0, x, 1.6732632423543772 *
+                                                   (np.exp(x) - 1))),
+        "hard_swish": ({}, x * np.clip(x + 3, 0, 6) / 6),
+        "brelu": ({"t_min": -1.0, "t_max": 5.0}, np.clip(x, -1, 5)),
+        "soft_relu": ({"threshold": 4.0}, np.log(1 + np.exp(np.clip(x, -4, 4)))),
+        "stanh": ({}, 1.7159 * np.tanh(0.67 * x)),
+    }
+    for op, (attrs, want) in checks.items():
+        np.testing.assert_allclose(run_op(op, {"X": [x]}, attrs)["Out"][0], want, rtol=1e-12,
+                                   err_msg=op)
