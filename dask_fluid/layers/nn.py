@@ -20,12 +20,12 @@ __all__ = [
     "cross_entropy", "dropout", "elementwise_add", "elementwise_div", "elementwise_floordiv",
     "elementwise_max", "elementwise_min", "elementwise_mod", "elementwise_mul", "elementwise_pow",
     "elementwise_sub", "elu", "embedding", "exp", "fc", "floor", "gelu", "hard_sigmoid",
-    "hard_swish", "hsigmoid", "l2_normalize", "layer_norm", "leaky_relu", "log", "matmul", "mean",
-    "mse_loss", "mul", "nce", "pow", "reduce_all", "reduce_any", "reduce_max", "reduce_mean",
-    "reduce_min", "reduce_prod", "reduce_sum", "relu", "relu6", "scale", "selu", "sigmoid",
-    "sigmoid_cross_entropy_with_logits", "sign", "soft_relu", "softmax",
-    "softmax_with_cross_entropy", "softplus", "softsign", "sqrt", "square", "square_error_cost",
-    "stanh", "swish", "tanh", "topk",
+    "hard_swish", "hsigmoid", "huber_loss", "l2_normalize", "layer_norm", "leaky_relu", "log",
+    "log_loss", "matmul", "mean", "mse_loss", "mul", "nce", "pow", "prelu", "reduce_all",
+    "reduce_any", "reduce_max", "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum", "relu",
+    "relu6", "scale", "selu", "sigmoid", "sigmoid_cross_entropy_with_logits", "sign", "soft_relu",
+    "softmax", "softmax_with_cross_entropy", "softplus", "softsign", "sqrt", "square",
+    "square_error_cost", "stanh", "swish", "tanh", "topk",
 ]
 
 def _unary(op_type: str, x: Variable, name: str | None = None, **attrs: Any) -> Variable:
@@ -262,6 +262,58 @@ def l2_normalize(x: Variable, axis: int, epsilon: float = 1e-12,
 def clip_by_norm(x: Variable, max_norm: float, name: str | None = None) -> Variable:
     """``x`` scaled down to an L2 norm of at most ``max_norm``."""
     return _unary("clip_by_norm", x, name, max_norm=float(max_norm))
+
+
+def log_loss(input: Variable, label: Variable, epsilon: float = 1e-4,
+             name: str | None = None) -> Variable:
+    """The negative log likelihood of probabilities ``input`` for 0/1 ``label`` (per row)."""
+    _check_var(input, "input", "log_loss")
+    _check_var(label, "label", "log_loss")
+    helper = LayerHelper("log_loss", name)
+    loss = helper.create_tmp(dtype=input.dtype, shape=input.shape)
+    helper.append_op("log_loss", inputs={"Predicted": [input], "Labels": [label]},
+                     outputs={"Loss": [loss]}, attrs={"epsilon": float(epsilon)})
+    return loss
+
+
+def huber_loss(input: Variable, label: Variable, delta: float) -> Variable:
+    """Huber's loss of ``label - input``: quadratic within ``delta``, linear beyond."""
+    _check_var(input, "input", "huber_loss")
+    _check_var(label, "label", "huber_loss")
+    helper = LayerHelper("huber_loss")
+    out = helper.create_tmp(dtype=input.dtype, shape=input.shape)
+    residual = helper.create_tmp(dtype=input.dtype, shape=input.shape, stop_gradient=True)
+    helper.append_op("huber_loss", inputs={"X": [input], "Y": [label]},
+                     outputs={"Out": [out], "Residual": [residual]},
+                     attrs={"delta": float(delta)})
+    return out
+
+
+def prelu(x: Variable, mode: str, param_attr: Any = None, name: str | None = None) -> Variable:
+    """``x`` where positive, else ``alpha * x``, with ``alpha`` a parameter (0.25 at first):
+    one value (``"all"``), one per channel (``"channel"``) or one per element of a sample
+    (``"element"``), as Fluid 1.8's.
+
+    Raises
+    ------
+    ValueError
+        ``mode`` is none of the three.
+    """
+    _check_var(x, "x", "prelu")
+    if mode not in ("all", "channel", "element"):
+        raise ValueError("mode should be one of all, channel, element.")
+    shape = [1]
+    if mode == "channel":
+        shape = [1, x.shape[1], 1, 1]
+    elif mode == "element":
+        shape = [1, *x.shape[1:]]
+    helper = LayerHelper("prelu", name)
+    alpha = helper.create_parameter(ParamAttr._to_attr(param_attr), shape, "float32",
+                                    default_initializer=ConstantInitializer(0.25))
+    out = helper.create_tmp(dtype=x.dtype, shape=x.shape)
+    helper.append_op("prelu", inputs={"X": [x], "Alpha": [alpha]}, outputs={"Out": [out]},
+                     attrs={"mode": mode})
+    return out
 
 
 def mse_loss(input: Variable, label: Variable) -> Variable:

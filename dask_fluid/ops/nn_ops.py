@@ -485,3 +485,95 @@ def sigmoid_cross_entropy_with_logits_grad(ins: dict, attrs: dict, outs: tuple) 
     if count is not None:
         dx = dx / xp.maximum(count, 1).astype(x.dtype)
     return {"X" + GRAD: [dx.astype(x.dtype, copy=False)]}
+
+
+# -- log_loss, huber_loss, prelu -----------------------------------------------------------------
+
+@register("log_loss", ("Predicted", "Labels"), ("Loss",), {"epsilon": 1e-4},
+          grad=grad_maker(("Predicted", "Labels"), ("Loss",), ("Predicted",)))
+def log_loss(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Loss = -Labels log(Predicted + eps) - (1 - Labels) log(1 - Predicted + eps)."""
+    p, y = ins["Predicted"][0], ins["Labels"][0]
+    xp, eps = array_module(p), p.dtype.type(attrs.get("epsilon", 1e-4))
+    return {"Loss": [-y * xp.log(p + eps) - (1 - y) * xp.log(1 - p + eps)]}
+
+
+@register("log_loss_grad", *grad_slots(("Predicted", "Labels"), ("Loss",), ("Predicted",)),
+          {"epsilon": 1e-4})
+def log_loss_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dPredicted = dLoss (-Labels / (Predicted + eps) + (1 - Labels) / (1 - Predicted + eps))."""
+    p, y, d = ins["Predicted"][0], ins["Labels"][0], ins["Loss" + GRAD][0]
+    eps = p.dtype.type(attrs.get("epsilon", 1e-4))
+    d = array_module(p).zeros_like(p) if d is None else d
+    return {"Predicted" + GRAD: [d * (-y / (p + eps) + (1 - y) / (1 - p + eps))]}
+
+
+@register("huber_loss", ("X", "Y"), ("Out", "Residual"), {"delta": 1.0},
+          grad=grad_maker(("Residual",), ("Out",), ("X", "Y")))
+def huber_loss(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Residual = Y - X; Out = r^2 / 2 where |r| <= delta, else delta (|r| - delta / 2)."""
+    x, y = ins["X"][0], ins["Y"][0]
+    xp, delta = array_module(x), x.dtype.type(attrs.get("delta", 1.0))
+    r = y - x
+    a = xp.abs(r)
+    return {"Out": [xp.where(a <= delta, r * r / 2, delta * (a - delta / 2))],
+            "Residual": [r]}
+
+
+@register("huber_loss_grad", *grad_slots(("Residual",), ("Out",), ("X", "Y")), {"delta": 1.0})
+def huber_loss_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dY = dOut (r where |r| <= delta, else delta sign(r)); dX = -dY."""
+    r, d = ins["Residual"][0], ins["Out" + GRAD][0]
+    xp, delta = array_module(r), r.dtype.type(attrs.get("delta", 1.0))
+    g = xp.where(xp.abs(r) <= delta, r, delta * xp.sign(r))
+    g = g * (xp.zeros_like(r) if d is None else d)
+    res = {}
+    if "X" + GRAD in outs:
+        res["X" + GRAD] = [-g]
+    if "Y" + GRAD in outs:
+        res["Y" + GRAD] = [g]
+    return res
+
+
+def _prelu_alpha(x: Any, alpha: Any, mode: str) -> Any:
+    """Alpha shaped to broadcast over X: one value, one per channel (dim 1), or one per
+    element of a sample."""
+    if mode == "all":
+        return alpha.reshape(())
+    if mode == "channel":
+        return alpha.reshape((1, -1) + (1,) * (x.ndim - 2))
+    if mode == "element":
+        return alpha.reshape((1,) + tuple(x.shape[1:]))
+    raise ValueError(f"prelu: mode must be 'all', 'channel' or 'element', got {mode!r}")
+
+
+@register("prelu", ("X", "Alpha"), ("Out",), {"mode": "all"},
+          grad=grad_maker(("X", "Alpha"), ("Out",), ("X", "Alpha")))
+def prelu(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = X where X > 0, else Alpha X."""
+    x, alpha = ins["X"][0], ins["Alpha"][0]
+    a = _prelu_alpha(x, alpha, attrs.get("mode", "all"))
+    return {"Out": [array_module(x).where(x > 0, x, a * x)]}
+
+
+@register("prelu_grad", *grad_slots(("X", "Alpha"), ("Out",), ("X", "Alpha")), {"mode": "all"})
+def prelu_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = dOut where X > 0, else Alpha dOut; dAlpha = the sum of dOut X where X <= 0."""
+    x, alpha, d = ins["X"][0], ins["Alpha"][0], ins["Out" + GRAD][0]
+    xp = array_module(x)
+    d = xp.zeros_like(x) if d is None else d
+    mode = attrs.get("mode", "all")
+    a = _prelu_alpha(x, alpha, mode)
+    res = {}
+    if "X" + GRAD in outs:
+        res["X" + GRAD] = [xp.where(x > 0, d, a * d)]
+    if "Alpha" + GRAD in outs:
+        contrib = xp.where(x > 0, 0, d * x)
+        if mode == "all":
+            da = contrib.sum()
+        elif mode == "channel":
+            da = contrib.sum(axis=tuple(i for i in range(x.ndim) if i != 1))
+        else:
+            da = contrib.sum(axis=0)
+        res["Alpha" + GRAD] = [xp.asarray(da, dtype=alpha.dtype).reshape(alpha.shape)]
+    return res

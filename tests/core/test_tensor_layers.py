@@ -199,3 +199,26 @@ def test_more_fluid_layers_build_and_run():
     with fluid.program_guard(fluid.Program(), fluid.Program()):
         with pytest.raises(ValueError, match=r"in range \[0, rank\(x\)\]"):
             layers.flatten(layers.data("y", [3]), axis=3)
+
+
+def test_prelu_and_losses_layers():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        img = layers.data("img", [3, 2, 2])
+        for mode, shape in (("all", (1,)), ("channel", (1, 3, 1, 1)),
+                            ("element", (1, 3, 2, 2))):
+            layers.prelu(img, mode, param_attr=f"alpha_{mode}")
+            assert main.global_block().var(f"alpha_{mode}").shape == shape
+        prob = layers.data("prob", [1])
+        label = layers.data("label", [1])
+        ll = layers.log_loss(prob, label)
+        hl = layers.huber_loss(prob, label, delta=0.5)
+        with pytest.raises(ValueError, match="mode should be one of all, channel, element"):
+            layers.prelu(img, "row")
+    got = _run(main, startup, {"img": np.ones((1, 3, 2, 2), np.float32),
+                               "prob": np.array([[0.5]], np.float32),
+                               "label": np.array([[1.0]], np.float32)},
+               ["alpha_channel", ll, hl])
+    np.testing.assert_allclose(got[0], np.full((1, 3, 1, 1), 0.25))  # Fluid's initial alpha
+    np.testing.assert_allclose(got[1], [[-np.log(0.5 + 1e-4)]], rtol=1e-5)
+    np.testing.assert_allclose(got[2], [[0.125]])

@@ -156,6 +156,20 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
                      ("axis0", {"X": [n((2, 3))]}, {"axis": 0})]
     c["norm"] = [("axis1", {"X": [n((3, 4))]}, {"axis": 1, "epsilon": 1e-10}),
                  ("axis0_3d", {"X": [n((3, 2, 2))]}, {"axis": 0, "epsilon": 1e-6})]
+    c["log_loss"] = [("x", {"Predicted": [u(0.1, 0.9, (4, 1))],
+                             "Labels": [np.array([[0.0], [1.0], [1.0], [0.0]])]},
+                      {"epsilon": 1e-4})]
+    residual_away = _away_from(n((3, 4)), [-0.7, 0.7], gap=0.1)
+    c["huber_loss"] = [("x", {"X": [np.zeros((3, 4))], "Y": [residual_away]},
+                        {"delta": 0.7})]
+    c["prelu"] = [
+        ("all", {"X": [_away_from(n((2, 3, 2, 2)), [0.0])], "Alpha": [np.array([0.3])]},
+         {"mode": "all"}),
+        ("channel", {"X": [_away_from(n((2, 3, 2, 2)), [0.0])],
+                     "Alpha": [u(0.1, 0.5, (1, 3, 1, 1))]}, {"mode": "channel"}),
+        ("element", {"X": [_away_from(n((2, 3, 2)), [0.0])], "Alpha": [u(0.1, 0.5, (1, 3, 2))]},
+         {"mode": "element"}),
+    ]
     c["transpose2"] = [("perm", {"X": [n((2, 3, 4))]}, {"axis": [2, 0, 1]})]
     rows_mask = np.array([[True], [False], [False], [True]])
     seq_mask = np.array([True, False, True, False])

@@ -551,3 +551,23 @@ def test_more_activations_against_their_formulas():
     for op, (attrs, want) in checks.items():
         np.testing.assert_allclose(run_op(op, {"X": [x]}, attrs)["Out"][0], want, rtol=1e-12,
                                    err_msg=op)
+
+
+def test_losses_and_prelu_against_their_formulas():
+    p, y = np.array([[0.2], [0.9]]), np.array([[0.0], [1.0]])
+    np.testing.assert_allclose(run_op("log_loss", {"Predicted": [p], "Labels": [y]})["Loss"][0],
+                               [[-np.log(0.8 + 1e-4)], [-np.log(0.9 + 1e-4)]])
+    x, t = np.array([0.0, 0.0, 0.0]), np.array([0.5, -2.0, 3.0])
+    res = run_op("huber_loss", {"X": [x], "Y": [t]}, {"delta": 1.0})
+    np.testing.assert_allclose(res["Out"][0], [0.125, 1.5, 2.5])
+    np.testing.assert_array_equal(res["Residual"][0], t)
+    v = np.array([[[-2.0, 1.0]], [[3.0, -4.0]]])  # [N=2, C=1, 2]
+    np.testing.assert_allclose(run_op("prelu", {"X": [v], "Alpha": [np.array([0.5])]},
+                                      {"mode": "all"})["Out"][0],
+                               np.where(v > 0, v, 0.5 * v))
+    alpha = np.array([[[0.1, 0.2]]])
+    np.testing.assert_allclose(run_op("prelu", {"X": [v], "Alpha": [alpha]},
+                                      {"mode": "element"})["Out"][0],
+                               np.where(v > 0, v, alpha * v))
+    with pytest.raises(ValueError, match="mode must be 'all', 'channel' or 'element'"):
+        run_op("prelu", {"X": [v], "Alpha": [alpha]}, {"mode": "row"})
