@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from types import SimpleNamespace
 
 from .framework import (
@@ -171,6 +171,22 @@ def create_grad_vars(block: Block, descs: list[dict], seeds: Iterable[str] = ())
                     shape=None if fwd is None else fwd.shape,
                     dtype="float32" if fwd is None else fwd.dtype,
                     type=VarType.SELECTED_ROWS if sparse else VarType.LOD_TENSOR)
+
+
+def append_grad_block(block: Block, no_grad: set[str], seeds: Sequence[str]) -> Block:
+    """The grad block of a sub-block (a control-flow op's): its ops differentiated from the
+    gradients ``seeds``, in a new block whose parent is ``block`` (the program's current
+    block is left as it was); every name they use is declared there."""
+    program = block.program
+    descs = grad_descs(block.ops, no_grad, seeds)
+    current = program.current_block_idx
+    grad_block = program._create_block(parent_idx=block.idx)
+    grad_block.forward_block_idx = block.idx
+    program.current_block_idx = current
+    create_grad_vars(grad_block, descs, seeds)
+    for desc in descs:
+        grad_block.append_op(desc["type"], desc["inputs"], desc["outputs"], desc["attrs"])
+    return grad_block
 
 
 def append_backward(loss: Variable, parameter_list: Iterable | None = None,

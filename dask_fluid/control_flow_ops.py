@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-from .backward import create_grad_vars, grad_descs
+from .backward import append_grad_block
 from .executor import RunContext
 from .framework import EMPTY_VAR, grad_var_name
 from .lod import LoDTensor, LoDTensorArray
@@ -141,14 +141,7 @@ def _conditional_block_grad_maker(op: Any) -> list[dict]:
         if var is None or var.stop_gradient:
             no_grad.add(grad_var_name(name))
     seeds = [grad_var_name(n) for n in outputs]
-    descs = grad_descs(body.ops, no_grad, seeds)
-    current = program.current_block_idx
-    grad_block = program._create_block(parent_idx=body.idx)
-    grad_block.forward_block_idx = body.idx
-    program.current_block_idx = current
-    create_grad_vars(grad_block, descs, seeds)
-    for desc in descs:
-        grad_block.append_op(desc["type"], desc["inputs"], desc["outputs"], desc["attrs"])
+    grad_block = append_grad_block(body, no_grad, seeds)
     return [{"type": "conditional_block_grad",
              "inputs": {"Cond": list(op.inputs["Cond"]), "Input": inputs, "Out": outputs,
                         "Out@GRAD": seeds, "Scope": list(op.outputs.get("Scope", []))},

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .backward import create_grad_vars, grad_descs
+from .backward import append_grad_block
 from .executor import RunContext
 from .framework import EMPTY_VAR, grad_var_name
 from .ops import registry
@@ -349,14 +349,7 @@ def _step_grad_maker(op: Any) -> list[dict]:
             if var is not None and var.stop_gradient:
                 no_grad.add(grad_var_name(name))
     seeds = [grad_var_name(n) for n in outputs + list(op.attrs["states"])]
-    descs = grad_descs(step_block.ops, no_grad, seeds)
-    current = program.current_block_idx
-    grad_block = program._create_block(parent_idx=step_block.idx)
-    grad_block.forward_block_idx = step_block.idx
-    program.current_block_idx = current
-    create_grad_vars(grad_block, descs, seeds)
-    for desc in descs:
-        grad_block.append_op(desc["type"], desc["inputs"], desc["outputs"], desc["attrs"])
+    grad_block = append_grad_block(step_block, no_grad, seeds)
 
     def grads(slot: str) -> list[str]:
         return [EMPTY_VAR if grad_var_name(n) in no_grad else grad_var_name(n)
