@@ -20,12 +20,12 @@ __all__ = [
     "cross_entropy", "dropout", "elementwise_add", "elementwise_div", "elementwise_floordiv",
     "elementwise_max", "elementwise_min", "elementwise_mod", "elementwise_mul", "elementwise_pow",
     "elementwise_sub", "elu", "embedding", "exp", "fc", "floor", "gelu", "hard_sigmoid",
-    "hard_swish", "hsigmoid", "huber_loss", "l2_normalize", "layer_norm", "leaky_relu", "log",
-    "log_loss", "matmul", "mean", "mse_loss", "mul", "nce", "pow", "prelu", "reduce_all",
-    "reduce_any", "reduce_max", "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum", "relu",
-    "relu6", "scale", "selu", "sigmoid", "sigmoid_cross_entropy_with_logits", "sign", "soft_relu",
-    "softmax", "softmax_with_cross_entropy", "softplus", "softsign", "sqrt", "square",
-    "square_error_cost", "stanh", "swish", "tanh", "topk",
+    "hard_swish", "hsigmoid", "huber_loss", "kldiv_loss", "l2_normalize", "layer_norm",
+    "leaky_relu", "log", "log_loss", "matmul", "mean", "mse_loss", "mul", "nce", "pow", "prelu",
+    "reduce_all", "reduce_any", "reduce_max", "reduce_mean", "reduce_min", "reduce_prod",
+    "reduce_sum", "relu", "relu6", "scale", "selu", "sigmoid", "sigmoid_cross_entropy_with_logits",
+    "sign", "soft_relu", "softmax", "softmax_with_cross_entropy", "softplus", "softsign", "sqrt",
+    "square", "square_error_cost", "stanh", "swish", "tanh", "topk",
 ]
 
 def _unary(op_type: str, x: Variable, name: str | None = None, **attrs: Any) -> Variable:
@@ -314,6 +314,27 @@ def prelu(x: Variable, mode: str, param_attr: Any = None, name: str | None = Non
     helper.append_op("prelu", inputs={"X": [x], "Alpha": [alpha]}, outputs={"Out": [out]},
                      attrs={"mode": mode})
     return out
+
+
+def kldiv_loss(x: Variable, target: Variable, reduction: str = "mean",
+               name: str | None = None) -> Variable:
+    """The KL divergence of ``target`` from ``exp(x)`` (``x`` log-probabilities), reduced by
+    ``reduction`` (``"none"``, ``"batchmean"``, ``"mean"``, ``"sum"``).
+
+    Raises
+    ------
+    ValueError
+        ``reduction`` is none of the four.
+    """
+    if reduction not in ("none", "batchmean", "mean", "sum"):
+        raise ValueError(f"kldiv_loss: reduction must be 'none', 'batchmean', 'mean' or "
+                         f"'sum', got {reduction!r}")
+    _check_var(x, "x", "kldiv_loss")
+    helper = LayerHelper("kldiv_loss", name)
+    loss = helper.create_tmp(dtype=x.dtype, shape=x.shape if reduction == "none" else [1])
+    helper.append_op("kldiv_loss", inputs={"X": [x], "Target": [target]},
+                     outputs={"Loss": [loss]}, attrs={"reduction": reduction})
+    return loss
 
 
 def mse_loss(input: Variable, label: Variable) -> Variable:

@@ -15,10 +15,11 @@ from ..layer_helper import LayerHelper
 
 __all__ = [
     "argmax", "assign", "cast", "concat", "create_global_var", "create_parameter", "create_tensor",
-    "data", "equal", "expand", "fill_constant", "fill_constant_batch_size_like", "flatten",
-    "gather", "increment", "label_smooth", "less_than", "logical_and", "logical_not",
-    "logical_or", "logical_xor", "one_hot", "ones", "reshape", "shape", "slice", "split",
-    "squeeze", "stack", "sum", "sums", "transpose", "unsqueeze", "zeros",
+    "data", "equal", "expand", "expand_as", "fill_constant", "fill_constant_batch_size_like",
+    "flatten", "gather", "increment", "label_smooth", "less_than", "logical_and", "logical_not",
+    "logical_or", "logical_xor", "one_hot", "ones", "reshape", "scatter", "shape", "slice",
+    "split", "squeeze", "stack", "sum", "sums", "transpose", "unsqueeze", "unstack", "where",
+    "zeros",
 ]
 
 
@@ -342,6 +343,63 @@ def sum(x: Variable | Sequence[Variable]) -> Variable:  # noqa: A001 (Fluid's na
     """The element-wise sum of ``x`` (a Variable or a list), op ``sum`` (Fluid 1.8's
     ``layers.sum``; :func:`sums` with an ``out``)."""
     return sums([x] if isinstance(x, Variable) else list(x))
+
+
+def unstack(x: Variable, axis: int = 0, num: int | None = None) -> list[Variable]:
+    """``x`` cut along ``axis`` into its slices (op ``unstack``); ``num`` defaults to that
+    dim's size, which must then be known.
+
+    Raises
+    ------
+    ValueError
+        The number of slices is unknown (give ``num``).
+    """
+    _check_var(x, "x", "unstack")
+    rank = len(x.shape) if x.shape is not None else None
+    axis = axis % rank if rank else axis
+    if num is None:
+        num = x.shape[axis] if x.shape is not None else -1
+    if num is None or num < 0:
+        raise ValueError(f"unstack: the size of dim {axis} of {x.name!r} is unknown; give num")
+    helper = LayerHelper("unstack")
+    part = None if x.shape is None else [s for i, s in enumerate(x.shape) if i != axis]
+    outs = [helper.create_tmp(dtype=x.dtype, shape=part) for _ in range(num)]
+    helper.append_op("unstack", inputs={"X": [x]}, outputs={"Y": outs},
+                     attrs={"axis": axis, "num": num})
+    return outs
+
+
+def expand_as(x: Variable, target_tensor: Variable, name: str | None = None) -> Variable:
+    """``x`` tiled to ``target_tensor``'s shape (each of its dims a multiple of ``x``'s)."""
+    _check_var(x, "x", "expand_as")
+    _check_var(target_tensor, "target_tensor", "expand_as")
+    helper = LayerHelper("expand_as", name)
+    out = helper.create_tmp(dtype=x.dtype, shape=target_tensor.shape)
+    helper.append_op("expand_as", inputs={"X": [x], "target_tensor": [target_tensor]},
+                     outputs={"Out": [out]})
+    return out
+
+
+def where(condition: Variable) -> Variable:
+    """The coordinates of the true elements of a bool ``condition`` (int64 ``[N, rank]``)."""
+    _check_var(condition, "condition", "where")
+    helper = LayerHelper("where_index")
+    rank = len(condition.shape) if condition.shape is not None else -1
+    out = helper.create_tmp(dtype="int64", shape=[-1, rank], stop_gradient=True)
+    helper.append_op("where_index", inputs={"Condition": [condition]}, outputs={"Out": [out]})
+    return out
+
+
+def scatter(input: Variable, index: Variable, updates: Variable, name: str | None = None,
+            overwrite: bool = True) -> Variable:
+    """``input`` with its rows ``index`` set to ``updates`` (``overwrite``) or, not
+    overwriting, to the sum of the updates aimed at each row (op ``scatter``)."""
+    _check_var(input, "input", "scatter")
+    helper = LayerHelper("scatter", name)
+    out = helper.create_tmp(dtype=input.dtype, shape=input.shape)
+    helper.append_op("scatter", inputs={"X": [input], "Ids": [index], "Updates": [updates]},
+                     outputs={"Out": [out]}, attrs={"overwrite": bool(overwrite)})
+    return out
 
 
 def logical_not(x: Variable, out: Variable | None = None) -> Variable:

@@ -577,3 +577,45 @@ def prelu_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
             da = contrib.sum(axis=0)
         res["Alpha" + GRAD] = [xp.asarray(da, dtype=alpha.dtype).reshape(alpha.shape)]
     return res
+
+
+# -- kldiv_loss ----------------------------------------------------------------------------------
+
+_KLDIV = ("none", "batchmean", "mean", "sum")
+
+
+def _kldiv_scale(x: Any, reduction: str) -> float:
+    if reduction not in _KLDIV:
+        raise ValueError(f"kldiv_loss: reduction must be one of {list(_KLDIV)}, got "
+                         f"{reduction!r}")
+    return {"mean": 1.0 / max(x.size, 1), "batchmean": 1.0 / max(x.shape[0], 1)}.get(reduction,
+                                                                                   1.0)
+
+
+@register("kldiv_loss", ("X", "Target"), ("Loss",), {"reduction": "mean"},
+          grad=grad_maker(("X", "Target"), ("Loss",), ("X",)))
+def kldiv_loss(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Loss = Target (log Target - X) where Target > 0, else 0; reduced by ``reduction``
+    (``none``, ``batchmean``: the sum over the batch size, ``mean``, ``sum``)."""
+    x, t = ins["X"][0], ins["Target"][0]
+    xp = array_module(x)
+    reduction = attrs.get("reduction", "mean")
+    scale = _kldiv_scale(x, reduction)
+    pointwise = xp.where(t > 0, t * (xp.log(xp.where(t > 0, t, 1)) - x), 0).astype(x.dtype)
+    if reduction == "none":
+        return {"Loss": [pointwise]}
+    return {"Loss": [xp.asarray(pointwise.sum() * scale, dtype=x.dtype).reshape(1)]}
+
+
+@register("kldiv_loss_grad", *grad_slots(("X", "Target"), ("Loss",), ("X",)),
+          {"reduction": "mean"})
+def kldiv_loss_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = -Target dLoss where Target > 0, else 0 (scaled as the reduction)."""
+    x, t, d = ins["X"][0], ins["Target"][0], ins["Loss" + GRAD][0]
+    xp = array_module(x)
+    reduction = attrs.get("reduction", "mean")
+    scale = _kldiv_scale(x, reduction)
+    d = xp.zeros(x.shape if reduction == "none" else (1,), x.dtype) if d is None else d
+    if reduction != "none":
+        d = d.reshape(()) * x.dtype.type(scale)
+    return {"X" + GRAD: [xp.where(t > 0, -t * d, 0).astype(x.dtype)]}

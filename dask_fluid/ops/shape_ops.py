@@ -244,3 +244,98 @@ def shape(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = the shape of Input (int32)."""
     x = ins["Input"][0]
     return {"Out": [array_module(x).asarray(np.array(x.shape, dtype=np.int32))]}
+
+
+# -- unstack, expand_as, where_index, scatter --------------------------------------------------
+
+@register("unstack", ("X",), ("Y",), {"axis": 0, "num": 0},
+          grad=grad_maker(("X",), ("Y",), ("X",)))
+def unstack(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Y_i = X taken at index i of ``axis``."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    axis = int(attrs.get("axis", 0)) % x.ndim
+    return {"Y": [xp.ascontiguousarray(xp.take(x, i, axis=axis)) for i in range(x.shape[axis])]}
+
+
+@register("unstack_grad", *grad_slots(("X",), ("Y",), ("X",)), {"axis": 0, "num": 0})
+def unstack_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = the dY_i stacked back along ``axis`` (zeros for one never produced)."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    axis = int(attrs.get("axis", 0)) % x.ndim
+    part = tuple(s for i, s in enumerate(x.shape) if i != axis)
+    ds = [xp.zeros(part, x.dtype) if d is None else d for d in ins["Y" + GRAD]]
+    return {"X" + GRAD: [xp.stack(ds, axis=axis)]}
+
+
+def _expand_as_times(x: Any, target: Any) -> list[int]:
+    if x.ndim != target.ndim or any(t % s for s, t in zip(x.shape, target.shape, strict=True)):
+        raise ValueError(f"expand_as: every dim of target_tensor (shape {list(target.shape)}) "
+                         f"must be a multiple of X's (shape {list(x.shape)})")
+    return [t // s for s, t in zip(x.shape, target.shape, strict=True)]
+
+
+@register("expand_as", ("X", "target_tensor"), ("Out",),
+          grad=grad_maker(("X", "target_tensor"), in_grads=("X",)))
+def expand_as(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = X tiled to target_tensor's shape."""
+    x = ins["X"][0]
+    return {"Out": [array_module(x).tile(x, _expand_as_times(x, ins["target_tensor"][0]))]}
+
+
+@register("expand_as_grad", *grad_slots(("X", "target_tensor"), ("Out",), ("X",)))
+def expand_as_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = the sum of dOut over the tiles."""
+    x = ins["X"][0]
+    times = _expand_as_times(x, ins["target_tensor"][0])
+    return expand_grad({"X": [x], "Out" + GRAD: ins["Out" + GRAD]},
+                       {"expand_times": times}, outs)
+
+
+@register("where_index", ("Condition",), ("Out",))
+def where_index(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = the coordinates of the true elements of Condition (int64 ``[N, rank]``)."""
+    c = ins["Condition"][0]
+    xp = array_module(c)
+    return {"Out": [xp.argwhere(c.astype(bool)).astype(np.int64)]}
+
+
+@register("scatter", ("X", "Ids", "Updates"), ("Out",), {"overwrite": True},
+          grad=grad_maker(("Ids",), ("Out",), ("X", "Updates")))
+def scatter(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = X with rows Ids replaced by Updates (``overwrite``: the last of repeated ids
+    wins) or, not overwriting, zeroed and then accumulated, as Fluid 1.8's."""
+    x, ids, updates = ins["X"][0], ins["Ids"][0], ins["Updates"][0]
+    xp = array_module(x)
+    idx = ids.reshape(-1).astype(np.int64)
+    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= x.shape[0]):
+        raise ValueError(f"scatter: Ids must be in [0, {x.shape[0]}), got "
+                         f"[{int(idx.min())}, {int(idx.max())}]")
+    if updates.shape[0] != idx.size or tuple(updates.shape[1:]) != tuple(x.shape[1:]):
+        raise ValueError(f"scatter: Updates must be [{idx.size}, {list(x.shape[1:])}...], "
+                         f"got {list(updates.shape)}")
+    out = x.copy()
+    if attrs.get("overwrite", True):
+        out[idx] = updates  # numpy assigns repeated ids in order: the last one wins
+    else:
+        out[idx] = 0
+        scatter_add(xp, out, idx, updates)
+    return {"Out": [out]}
+
+
+@register("scatter_grad", *grad_slots(("Ids",), ("Out",), ("X", "Updates")), {"overwrite": True})
+def scatter_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = dOut with the scattered rows zeroed; dUpdates = dOut at Ids."""
+    ids, d = ins["Ids"][0], ins["Out" + GRAD][0]
+    if d is None:  # (the backward pass only runs it with an incoming gradient)
+        return {}
+    idx = ids.reshape(-1).astype(np.int64)
+    res = {}
+    if "X" + GRAD in outs:
+        dx = d.copy()
+        dx[idx] = 0
+        res["X" + GRAD] = [dx]
+    if "Updates" + GRAD in outs:
+        res["Updates" + GRAD] = [d[idx]]
+    return res

@@ -222,3 +222,34 @@ def test_prelu_and_losses_layers():
     np.testing.assert_allclose(got[0], np.full((1, 3, 1, 1), 0.25))  # Fluid's initial alpha
     np.testing.assert_allclose(got[1], [[-np.log(0.5 + 1e-4)]], rtol=1e-5)
     np.testing.assert_allclose(got[2], [[0.125]])
+
+
+def test_unstack_expand_as_where_scatter_kldiv_layers():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data("x", [3, 4])
+        rows = layers.unstack(x, axis=1)
+        big = layers.expand_as(layers.data("s", [2, 2], append_batch_size=False),
+                               layers.data("t", [4, 6], append_batch_size=False))
+        found = layers.where(layers.less_than(x, layers.fill_constant([1], "float32", 0.0)))
+        upd = layers.data("u", [2, 4], append_batch_size=False)
+        ids = layers.data("ids", [2], dtype="int64", append_batch_size=False)
+        scattered = layers.scatter(layers.data("base", [5, 4], append_batch_size=False), ids,
+                                   upd)
+        kl = layers.kldiv_loss(layers.log(layers.softmax(x)), layers.softmax(x),
+                               reduction="batchmean")
+        with pytest.raises(ValueError, match="reduction must be"):
+            layers.kldiv_loss(x, x, reduction="avg")
+    assert len(rows) == 3 and rows[0].shape == (-1, 4) and kl.shape == (1,)
+    xv = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    got = _run(main, startup, {"x": xv, "s": np.ones((2, 2), np.float32),
+                               "t": np.zeros((4, 6), np.float32),
+                               "u": np.ones((2, 4), np.float32),
+                               "ids": np.array([4, 0]), "base": np.zeros((5, 4), np.float32)},
+               [*rows, big, found, scattered, kl])
+    for i in range(3):
+        np.testing.assert_array_equal(got[i], xv[:, i])
+    assert got[3].shape == (4, 6)
+    np.testing.assert_array_equal(got[4], np.argwhere(xv < 0))
+    assert got[5][[0, 4]].sum() == 8 and got[5][1:4].sum() == 0
+    np.testing.assert_allclose(got[6], [0.0], atol=1e-6)  # a distribution against itself

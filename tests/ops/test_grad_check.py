@@ -170,6 +170,18 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
         ("element", {"X": [_away_from(n((2, 3, 2)), [0.0])], "Alpha": [u(0.1, 0.5, (1, 3, 2))]},
          {"mode": "element"}),
     ]
+    c["unstack"] = [("axis1", {"X": [n((2, 3, 4))]}, {"axis": 1, "num": 3})]
+    c["expand_as"] = [("tile", {"X": [n((2, 3))], "target_tensor": [n((4, 6))]}, {})]
+    c["scatter"] = [
+        ("overwrite", {"X": [n((5, 3))], "Ids": [np.array([3, 0], np.int64)],
+                       "Updates": [n((2, 3))]}, {"overwrite": True}),
+        ("accumulate", {"X": [n((5, 3))], "Ids": [np.array([1, 4, 1], np.int64)],
+                        "Updates": [n((3, 3))]}, {"overwrite": False}),
+    ]
+    target = u(0.0, 1.0, (3, 4))
+    target[0, 0] = 0.0  # a zero target adds nothing, and no gradient
+    c["kldiv_loss"] = [(r, {"X": [n((3, 4))], "Target": [target]}, {"reduction": r})
+                       for r in ("none", "batchmean", "mean", "sum")]
     c["transpose2"] = [("perm", {"X": [n((2, 3, 4))]}, {"axis": [2, 0, 1]})]
     rows_mask = np.array([[True], [False], [False], [True]])
     seq_mask = np.array([True, False, True, False])

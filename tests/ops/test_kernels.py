@@ -571,3 +571,33 @@ def test_losses_and_prelu_against_their_formulas():
                                np.where(v > 0, v, alpha * v))
     with pytest.raises(ValueError, match="mode must be 'all', 'channel' or 'element'"):
         run_op("prelu", {"X": [v], "Alpha": [alpha]}, {"mode": "row"})
+
+
+def test_unstack_expand_as_where_scatter_kldiv_against_numpy():
+    x = np.arange(24.0).reshape(2, 3, 4)
+    parts = run_op("unstack", {"X": [x]}, {"axis": 1, "num": 3})["Y"]
+    assert len(parts) == 3 and all(np.array_equal(p, x[:, i]) for i, p in enumerate(parts))
+    small = np.arange(6.0).reshape(2, 3)
+    np.testing.assert_array_equal(
+        run_op("expand_as", {"X": [small], "target_tensor": [np.zeros((4, 6))]})["Out"][0],
+        np.tile(small, (2, 2)))
+    with pytest.raises(ValueError, match="must be a multiple of X's"):
+        run_op("expand_as", {"X": [small], "target_tensor": [np.zeros((3, 6))]})
+    cond = np.array([[True, False], [False, True]])
+    np.testing.assert_array_equal(run_op("where_index", {"Condition": [cond]})["Out"][0],
+                                  [[0, 0], [1, 1]])
+    base, ids, upd = np.zeros((4, 2)), np.array([1, 3, 1]), np.array([[1.0] * 2, [2.0] * 2,
+                                                                       [5.0] * 2])
+    over = run_op("scatter", {"X": [base], "Ids": [ids], "Updates": [upd]})["Out"][0]
+    np.testing.assert_array_equal(over, [[0, 0], [5, 5], [0, 0], [2, 2]])  # last id wins
+    acc = run_op("scatter", {"X": [base + 9], "Ids": [ids], "Updates": [upd]},
+                 {"overwrite": False})["Out"][0]
+    np.testing.assert_array_equal(acc, [[9, 9], [6, 6], [9, 9], [2, 2]])  # zeroed, summed
+    with pytest.raises(ValueError, match=r"Ids must be in \[0, 4\)"):
+        run_op("scatter", {"X": [base], "Ids": [np.array([4])], "Updates": [upd[:1]]})
+    lx, t = np.log(np.array([[0.2, 0.8], [0.5, 0.5]])), np.array([[0.0, 1.0], [0.5, 0.5]])
+    pointwise = np.where(t > 0, t * (np.log(np.where(t > 0, t, 1)) - lx), 0)
+    for r, want in (("none", pointwise), ("sum", [pointwise.sum()]),
+                    ("mean", [pointwise.mean()]), ("batchmean", [pointwise.sum() / 2])):
+        np.testing.assert_allclose(run_op("kldiv_loss", {"X": [lx], "Target": [t]},
+                                          {"reduction": r})["Loss"][0], want, err_msg=r)
