@@ -21,11 +21,12 @@ __all__ = [
     "elementwise_max", "elementwise_min", "elementwise_mod", "elementwise_mul", "elementwise_pow",
     "elementwise_sub", "elu", "embedding", "exp", "fc", "floor", "gelu", "hard_sigmoid",
     "hard_swish", "hsigmoid", "huber_loss", "kldiv_loss", "l2_normalize", "layer_norm",
-    "leaky_relu", "log", "log_loss", "matmul", "mean", "mse_loss", "mul", "nce", "pow", "prelu",
-    "reduce_all", "reduce_any", "reduce_max", "reduce_mean", "reduce_min", "reduce_prod",
-    "reduce_sum", "relu", "relu6", "scale", "selu", "sigmoid", "sigmoid_cross_entropy_with_logits",
-    "sign", "soft_relu", "softmax", "softmax_with_cross_entropy", "softplus", "softsign", "sqrt",
-    "square", "square_error_cost", "stanh", "swish", "tanh", "topk",
+    "leaky_relu", "log", "log_loss", "matmul", "mean", "mse_loss", "mul", "nce", "pad", "pad2d",
+    "pow", "prelu", "reduce_all", "reduce_any", "reduce_max", "reduce_mean", "reduce_min",
+    "reduce_prod", "reduce_sum", "relu", "relu6", "scale", "selu", "sigmoid",
+    "sigmoid_cross_entropy_with_logits", "sign", "smooth_l1", "soft_relu", "softmax",
+    "softmax_with_cross_entropy", "softplus", "softsign", "sqrt", "square", "square_error_cost",
+    "stanh", "swish", "tanh", "topk",
 ]
 
 def _unary(op_type: str, x: Variable, name: str | None = None, **attrs: Any) -> Variable:
@@ -335,6 +336,77 @@ def kldiv_loss(x: Variable, target: Variable, reduction: str = "mean",
     helper.append_op("kldiv_loss", inputs={"X": [x], "Target": [target]},
                      outputs={"Loss": [loss]}, attrs={"reduction": reduction})
     return loss
+
+
+def smooth_l1(x: Variable, y: Variable, inside_weight: Variable | None = None,
+              outside_weight: Variable | None = None, sigma: float | None = None) -> Variable:
+    """The smooth L1 loss of ``x - y`` per sample (``[N, 1]``), op ``smooth_l1_loss``."""
+    _check_var(x, "x", "smooth_l1")
+    _check_var(y, "y", "smooth_l1")
+    helper = LayerHelper("smooth_l1_loss")
+    diff = helper.create_tmp(dtype=x.dtype, shape=x.shape)
+    loss = helper.create_tmp(dtype=x.dtype, shape=None if x.shape is None else [x.shape[0], 1])
+    inputs = {"X": [x], "Y": [y]}
+    if inside_weight is not None:
+        inputs["InsideWeight"] = [inside_weight]
+    if outside_weight is not None:
+        inputs["OutsideWeight"] = [outside_weight]
+    helper.append_op("smooth_l1_loss", inputs=inputs, outputs={"Diff": [diff], "Out": [loss]},
+                     attrs={"sigma": 1.0 if sigma is None else float(sigma)})
+    return loss
+
+
+def pad(x: Variable, paddings: Sequence[int], pad_value: float = 0.0,
+        name: str | None = None) -> Variable:
+    """``x`` with ``paddings`` (before and after each dim) of ``pad_value`` around it."""
+    _check_var(x, "x", "pad")
+    helper = LayerHelper("pad", name)
+    shape = None
+    if x.shape is not None and len(paddings) == 2 * len(x.shape):
+        shape = [s if s < 0 else s + int(paddings[2 * i]) + int(paddings[2 * i + 1])
+                 for i, s in enumerate(x.shape)]
+    out = helper.create_tmp(dtype=x.dtype, shape=shape)
+    helper.append_op("pad", inputs={"X": [x]}, outputs={"Out": [out]},
+                     attrs={"paddings": [int(p) for p in paddings],
+                            "pad_value": float(pad_value)})
+    return out
+
+
+def pad2d(input: Variable, paddings: Sequence[int] = (0, 0, 0, 0), mode: str = "constant",
+          pad_value: float = 0.0, data_format: str = "NCHW",
+          name: str | None = None) -> Variable:
+    """Height and width padding of a 4-D ``input`` (``paddings`` = top, bottom, left,
+    right): ``pad_value`` (``"constant"``), a mirror without the edge (``"reflect"``) or the
+    edge repeated (``"edge"``).
+
+    Raises
+    ------
+    ValueError
+        ``mode`` or ``data_format`` is not one of Fluid's.
+    NotImplementedError
+        ``paddings`` given as a Variable.
+    """
+    _check_var(input, "input", "pad2d")
+    if mode not in ("reflect", "edge", "constant"):
+        raise ValueError("mode should be one of constant, reflect, edge.")
+    if data_format not in ("NCHW", "NHWC"):
+        raise ValueError(f"pad2d: data_format must be 'NCHW' or 'NHWC', got {data_format!r}")
+    if isinstance(paddings, Variable):
+        raise NotImplementedError("pad2d(paddings=Variable) is not implemented in dask_fluid: "
+                                  "give the four paddings as ints")
+    helper = LayerHelper("pad2d", name)
+    shape = None
+    if input.shape is not None and len(input.shape) == 4:
+        top, bottom, left, right = (int(p) for p in paddings)
+        h, w = (2, 3) if data_format == "NCHW" else (1, 2)
+        shape = list(input.shape)
+        shape[h] = shape[h] if shape[h] < 0 else shape[h] + top + bottom
+        shape[w] = shape[w] if shape[w] < 0 else shape[w] + left + right
+    out = helper.create_tmp(dtype=input.dtype, shape=shape)
+    helper.append_op("pad2d", inputs={"X": [input]}, outputs={"Out": [out]},
+                     attrs={"paddings": [int(p) for p in paddings], "mode": mode,
+                            "pad_value": float(pad_value), "data_format": data_format})
+    return out
 
 
 def mse_loss(input: Variable, label: Variable) -> Variable:

@@ -619,3 +619,51 @@ def kldiv_loss_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     if reduction != "none":
         d = d.reshape(()) * x.dtype.type(scale)
     return {"X" + GRAD: [xp.where(t > 0, -t * d, 0).astype(x.dtype)]}
+
+
+# -- smooth_l1_loss ------------------------------------------------------------------------------
+
+@register("smooth_l1_loss", ("X", "Y", "InsideWeight", "OutsideWeight"), ("Diff", "Out"),
+          {"sigma": 1.0}, optional=("InsideWeight", "OutsideWeight"),
+          grad=grad_maker(("InsideWeight", "OutsideWeight", "Diff"), ("Out",), ("X", "Y")))
+def smooth_l1_loss(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Diff = (X - Y) InsideWeight; per element 0.5 (sigma d)^2 where |d| < 1 / sigma^2, else
+    |d| - 0.5 / sigma^2, times OutsideWeight; Out = its sum over all but the first dim
+    (``[N, 1]``)."""
+    x, y = ins["X"][0], ins["Y"][0]
+    xp = array_module(x)
+    inside = (ins.get("InsideWeight") or [None])[0]
+    outside = (ins.get("OutsideWeight") or [None])[0]
+    s2 = x.dtype.type(float(attrs.get("sigma", 1.0)) ** 2)
+    diff = x - y if inside is None else (x - y) * inside
+    a = xp.abs(diff)
+    loss = xp.where(a < 1 / s2, 0.5 * s2 * diff * diff, a - 0.5 / s2)
+    if outside is not None:
+        loss = loss * outside
+    return {"Diff": [diff], "Out": [loss.reshape(x.shape[0], -1).sum(axis=1, keepdims=True)]}
+
+
+@register("smooth_l1_loss_grad",
+          *grad_slots(("InsideWeight", "OutsideWeight", "Diff"), ("Out",), ("X", "Y")),
+          {"sigma": 1.0}, optional=("InsideWeight", "OutsideWeight"))
+def smooth_l1_loss_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = dOut OutsideWeight InsideWeight (sigma^2 d where |d| < 1 / sigma^2, else
+    sign(d)); dY = -dX."""
+    diff, d = ins["Diff"][0], ins["Out" + GRAD][0]
+    xp = array_module(diff)
+    inside = (ins.get("InsideWeight") or [None])[0]
+    outside = (ins.get("OutsideWeight") or [None])[0]
+    s2 = diff.dtype.type(float(attrs.get("sigma", 1.0)) ** 2)
+    g = xp.where(xp.abs(diff) < 1 / s2, s2 * diff, xp.sign(diff))
+    d = xp.zeros((diff.shape[0], 1), diff.dtype) if d is None else d
+    g = g * d.reshape((diff.shape[0],) + (1,) * (diff.ndim - 1))
+    if outside is not None:
+        g = g * outside
+    if inside is not None:
+        g = g * inside
+    res = {}
+    if "X" + GRAD in outs:
+        res["X" + GRAD] = [g]
+    if "Y" + GRAD in outs:
+        res["Y" + GRAD] = [-g]
+    return res

@@ -339,3 +339,102 @@ def scatter_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     if "Updates" + GRAD in outs:
         res["Updates" + GRAD] = [d[idx]]
     return res
+
+
+# -- pad, pad2d --------------------------------------------------------------------------------
+
+def _pairs(paddings: list, rank: int, op: str) -> list[tuple[int, int]]:
+    p = [int(v) for v in paddings]
+    if len(p) != 2 * rank or min(p, default=0) < 0:
+        raise ValueError(f"{op}: paddings needs 2 non-negative ints per dim of X ({rank} dims), "
+                         f"got {p}")
+    return [(p[2 * i], p[2 * i + 1]) for i in range(rank)]
+
+
+@register("pad", ("X",), ("Out",), {"paddings": [], "pad_value": 0.0},
+          grad=grad_maker(("X",), in_grads=("X",)))
+def pad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = X with ``paddings`` (before, after per dim) of ``pad_value`` around it."""
+    x = ins["X"][0]
+    pairs = _pairs(attrs.get("paddings", []), x.ndim, "pad")
+    return {"Out": [array_module(x).pad(x, pairs, mode="constant",
+                                        constant_values=x.dtype.type(attrs.get("pad_value", 0)))]}
+
+
+@register("pad_grad", *grad_slots(("X",), ("Out",), ("X",)), {"paddings": [], "pad_value": 0.0})
+def pad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = dOut without the padding."""
+    x = ins["X"][0]
+    pairs = _pairs(attrs.get("paddings", []), x.ndim, "pad_grad")
+    d = _d(ins, tuple(s + a + b for s, (a, b) in zip(x.shape, pairs, strict=True)),
+           array_module(x), x.dtype)
+    return {"X" + GRAD: [d[tuple(slice(a, a + s) for s, (a, _) in
+                                 zip(x.shape, pairs, strict=True))].copy()]}
+
+
+_PAD2D = {"paddings": [0, 0, 0, 0], "mode": "constant", "pad_value": 0.0,
+          "data_format": "NCHW"}
+
+
+def _pad2d_sources(size: int, before: int, after: int, mode: str) -> np.ndarray:
+    """For each padded position along one dim, the input index it copies (-1: the value)."""
+    if mode == "constant":
+        return np.pad(np.arange(size), (before, after), mode="constant", constant_values=-1)
+    if mode == "reflect" and (before >= size or after >= size):
+        raise ValueError(f"pad2d: reflect padding must be smaller than the dim ({size}), got "
+                         f"{before} and {after}")
+    if mode not in ("reflect", "edge"):
+        raise ValueError(f"pad2d: mode must be 'constant', 'reflect' or 'edge', got {mode!r}")
+    return np.pad(np.arange(size), (before, after), mode=mode)
+
+
+def _pad2d_axes(x: Any, attrs: dict) -> tuple[int, int]:
+    fmt = attrs.get("data_format", "NCHW")
+    if fmt not in ("NCHW", "NHWC") or x.ndim != 4:
+        raise ValueError(f"pad2d: a 4-D input in NCHW or NHWC, got shape {list(x.shape)} and "
+                         f"{fmt!r}")
+    return (2, 3) if fmt == "NCHW" else (1, 2)
+
+
+@register("pad2d", ("X",), ("Out",), _PAD2D, grad=grad_maker(("X",), in_grads=("X",)))
+def pad2d(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = X padded in height and width (``paddings`` = top, bottom, left, right) with
+    ``pad_value`` (constant) or by reflecting or repeating the edges."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    h_axis, w_axis = _pad2d_axes(x, attrs)
+    top, bottom, left, right = (int(v) for v in attrs.get("paddings", [0, 0, 0, 0]))
+    mode = attrs.get("mode", "constant")
+    rows = _pad2d_sources(x.shape[h_axis], top, bottom, mode)
+    cols = _pad2d_sources(x.shape[w_axis], left, right, mode)
+    out = xp.take(xp.take(x, xp.asarray(np.maximum(rows, 0)), axis=h_axis),
+                  xp.asarray(np.maximum(cols, 0)), axis=w_axis)
+    if mode == "constant":
+        shape = [1] * 4
+        shape[h_axis], shape[w_axis] = len(rows), len(cols)
+        inside = xp.asarray(((rows >= 0)[:, None] & (cols >= 0)[None, :]).reshape(shape))
+        out = xp.where(inside, out, x.dtype.type(attrs.get("pad_value", 0.0)))
+    return {"Out": [out]}
+
+
+@register("pad2d_grad", *grad_slots(("X",), ("Out",), ("X",)), _PAD2D)
+def pad2d_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX: every padded position's gradient added to the input position it copied."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    h_axis, w_axis = _pad2d_axes(x, attrs)
+    top, bottom, left, right = (int(v) for v in attrs.get("paddings", [0, 0, 0, 0]))
+    mode = attrs.get("mode", "constant")
+    rows = _pad2d_sources(x.shape[h_axis], top, bottom, mode)
+    cols = _pad2d_sources(x.shape[w_axis], left, right, mode)
+    out_shape = list(x.shape)
+    out_shape[h_axis], out_shape[w_axis] = len(rows), len(cols)
+    d = _d(ins, tuple(out_shape), xp, x.dtype)
+    # one-hot maps: dX = R^T dOut C over (height, width), the copies summed
+    r = np.zeros((len(rows), x.shape[h_axis]), x.dtype)
+    r[np.flatnonzero(rows >= 0), rows[rows >= 0]] = 1
+    c = np.zeros((len(cols), x.shape[w_axis]), x.dtype)
+    c[np.flatnonzero(cols >= 0), cols[cols >= 0]] = 1
+    dm = xp.moveaxis(d, (h_axis, w_axis), (2, 3))
+    dx = xp.asarray(r.T) @ dm @ xp.asarray(c)
+    return {"X" + GRAD: [xp.ascontiguousarray(xp.moveaxis(dx, (2, 3), (h_axis, w_axis)))]}

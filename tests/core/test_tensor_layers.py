@@ -253,3 +253,24 @@ def test_unstack_expand_as_where_scatter_kldiv_layers():
     np.testing.assert_array_equal(got[4], np.argwhere(xv < 0))
     assert got[5][[0, 4]].sum() == 8 and got[5][1:4].sum() == 0
     np.testing.assert_allclose(got[6], [0.0], atol=1e-6)  # a distribution against itself
+
+
+def test_pad_pad2d_smooth_l1_layers():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data("x", [2, 3, 4])
+        padded = layers.pad(x, [0, 0, 0, 0, 1, 1, 0, 2])
+        framed = layers.pad2d(x, [1, 1, 2, 0], mode="reflect")
+        loss = layers.smooth_l1(x, layers.scale(x, 0.0))
+        with pytest.raises(ValueError, match="mode should be one of constant, reflect, edge"):
+            layers.pad2d(x, mode="wrap")
+    assert padded.shape == (-1, 2, 5, 6) and framed.shape == (-1, 2, 5, 6)
+    assert loss.shape == (-1, 1)
+    xv = np.random.default_rng(1).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    g_pad, g_frame, g_loss = _run(main, startup, {"x": xv}, [padded, framed, loss])
+    np.testing.assert_array_equal(g_pad, np.pad(xv, ((0, 0), (0, 0), (1, 1), (0, 2))))
+    np.testing.assert_array_equal(g_frame, np.pad(xv, ((0, 0), (0, 0), (1, 1), (2, 0)),
+                                                  mode="reflect"))
+    a = np.abs(xv)
+    np.testing.assert_allclose(g_loss, np.where(a < 1, 0.5 * xv ** 2, a - 0.5)
+                               .reshape(1, -1).sum(axis=1, keepdims=True), rtol=1e-5)

@@ -182,6 +182,19 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
     target[0, 0] = 0.0  # a zero target adds nothing, and no gradient
     c["kldiv_loss"] = [(r, {"X": [n((3, 4))], "Target": [target]}, {"reduction": r})
                        for r in ("none", "batchmean", "mean", "sum")]
+    c["pad"] = [("x", {"X": [n((2, 3))]}, {"paddings": [1, 0, 2, 1], "pad_value": 0.5})]
+    c["pad2d"] = [(mode, {"X": [n((1, 2, 3, 4))]},
+                   {"paddings": [1, 2, 2, 1], "mode": mode, "pad_value": 0.3})
+                  for mode in ("constant", "reflect", "edge")]
+    c["pad2d"].append(("nhwc_edge", {"X": [n((1, 3, 4, 2))]},
+                       {"paddings": [2, 0, 1, 3], "mode": "edge", "data_format": "NHWC"}))
+    c["smooth_l1_loss"] = [
+        ("plain", {"X": [_away_from(n((3, 4)), [-1.0, 1.0])], "Y": [np.zeros((3, 4))]}, {}),
+        # inside weight 2, sigma 2: the kink at |2 x| = 1 / 4
+        ("weights_sigma", {"X": [_away_from(n((3, 4)), [-0.125, 0.125])],
+                           "Y": [np.zeros((3, 4))], "InsideWeight": [np.full((3, 4), 2.0)],
+                           "OutsideWeight": [u(0.5, 1.5, (3, 4))]}, {"sigma": 2.0}),
+    ]
     c["transpose2"] = [("perm", {"X": [n((2, 3, 4))]}, {"axis": [2, 0, 1]})]
     rows_mask = np.array([[True], [False], [False], [True]])
     seq_mask = np.array([True, False, True, False])

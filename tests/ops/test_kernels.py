@@ -601,3 +601,29 @@ def test_unstack_expand_as_where_scatter_kldiv_against_numpy():
                     ("mean", [pointwise.mean()]), ("batchmean", [pointwise.sum() / 2])):
         np.testing.assert_allclose(run_op("kldiv_loss", {"X": [lx], "Target": [t]},
                                           {"reduction": r})["Loss"][0], want, err_msg=r)
+
+
+def test_pad_pad2d_smooth_l1_against_numpy():
+    x = np.arange(6.0).reshape(2, 3)
+    np.testing.assert_array_equal(
+        run_op("pad", {"X": [x]}, {"paddings": [1, 0, 0, 2], "pad_value": -1.0})["Out"][0],
+        np.pad(x, ((1, 0), (0, 2)), constant_values=-1.0))
+    img = np.arange(24.0).reshape(1, 2, 3, 4)
+    for mode in ("constant", "reflect", "edge"):
+        got = run_op("pad2d", {"X": [img]}, {"paddings": [1, 2, 2, 1], "mode": mode,
+                                             "pad_value": 7.0})["Out"][0]
+        kw = {"constant_values": 7.0} if mode == "constant" else {}
+        np.testing.assert_array_equal(got, np.pad(img, ((0, 0), (0, 0), (1, 2), (2, 1)),
+                                                  mode=mode, **kw), err_msg=mode)
+    nhwc = img.transpose(0, 2, 3, 1)
+    np.testing.assert_array_equal(
+        run_op("pad2d", {"X": [nhwc]}, {"paddings": [1, 0, 0, 1], "mode": "edge",
+                                        "data_format": "NHWC"})["Out"][0],
+        np.pad(nhwc, ((0, 0), (1, 0), (0, 1), (0, 0)), mode="edge"))
+    with pytest.raises(ValueError, match="reflect padding must be smaller than the dim"):
+        run_op("pad2d", {"X": [img]}, {"paddings": [3, 0, 0, 0], "mode": "reflect"})
+    a, b = np.array([[0.5, -3.0], [1.5, 0.0]]), np.zeros((2, 2))
+    res = run_op("smooth_l1_loss", {"X": [a], "Y": [b]}, {"sigma": 1.0})
+    per = np.where(np.abs(a) < 1, 0.5 * a * a, np.abs(a) - 0.5)
+    np.testing.assert_allclose(res["Out"][0], per.sum(axis=1, keepdims=True))
+    np.testing.assert_array_equal(res["Diff"][0], a)
