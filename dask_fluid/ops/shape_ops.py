@@ -396,17 +396,23 @@ def _pad2d_axes(x: Any, attrs: dict) -> tuple[int, int]:
     return (2, 3) if fmt == "NCHW" else (1, 2)
 
 
+def _pad2d_plan(x: Any, attrs: dict) -> tuple[int, int, np.ndarray, np.ndarray, str]:
+    """(height axis, width axis, source row of each padded row, source column of each padded
+    column, mode)."""
+    h_axis, w_axis = _pad2d_axes(x, attrs)
+    top, bottom, left, right = (int(v) for v in attrs.get("paddings", [0, 0, 0, 0]))
+    mode = attrs.get("mode", "constant")
+    return (h_axis, w_axis, _pad2d_sources(x.shape[h_axis], top, bottom, mode),
+            _pad2d_sources(x.shape[w_axis], left, right, mode), mode)
+
+
 @register("pad2d", ("X",), ("Out",), _PAD2D, grad=grad_maker(("X",), in_grads=("X",)))
 def pad2d(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = X padded in height and width (``paddings`` = top, bottom, left, right) with
     ``pad_value`` (constant) or by reflecting or repeating the edges."""
     x = ins["X"][0]
     xp = array_module(x)
-    h_axis, w_axis = _pad2d_axes(x, attrs)
-    top, bottom, left, right = (int(v) for v in attrs.get("paddings", [0, 0, 0, 0]))
-    mode = attrs.get("mode", "constant")
-    rows = _pad2d_sources(x.shape[h_axis], top, bottom, mode)
-    cols = _pad2d_sources(x.shape[w_axis], left, right, mode)
+    h_axis, w_axis, rows, cols, mode = _pad2d_plan(x, attrs)
     out = xp.take(xp.take(x, xp.asarray(np.maximum(rows, 0)), axis=h_axis),
                   xp.asarray(np.maximum(cols, 0)), axis=w_axis)
     if mode == "constant":
@@ -422,11 +428,7 @@ def pad2d_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """dX: every padded position's gradient added to the input position it copied."""
     x = ins["X"][0]
     xp = array_module(x)
-    h_axis, w_axis = _pad2d_axes(x, attrs)
-    top, bottom, left, right = (int(v) for v in attrs.get("paddings", [0, 0, 0, 0]))
-    mode = attrs.get("mode", "constant")
-    rows = _pad2d_sources(x.shape[h_axis], top, bottom, mode)
-    cols = _pad2d_sources(x.shape[w_axis], left, right, mode)
+    h_axis, w_axis, rows, cols, _ = _pad2d_plan(x, attrs)
     out_shape = list(x.shape)
     out_shape[h_axis], out_shape[w_axis] = len(rows), len(cols)
     d = _d(ins, tuple(out_shape), xp, x.dtype)
