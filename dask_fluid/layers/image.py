@@ -1,6 +1,7 @@
-"""Image layers of ``fluid.layers``: ``conv2d``, ``pool2d`` and ``batch_norm`` (Fluid 1.8's
-signatures and defaults; the kernels are in :mod:`dask_fluid.ops.conv_ops` and
-:mod:`dask_fluid.ops.norm_ops`)."""
+"""Image layers of ``fluid.layers``: ``conv2d``, ``pool2d``, ``batch_norm``, ``group_norm``,
+``pixel_shuffle`` and ``maxout`` (Fluid 1.8's signatures and defaults; the kernels are in
+:mod:`dask_fluid.ops.conv_ops`, :mod:`dask_fluid.ops.norm_ops` and
+:mod:`dask_fluid.ops.shape_ops`)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from ..ops.conv_ops import (
 from ..param_attr import ParamAttr
 from .tensor import _check_var
 
-__all__ = ["batch_norm", "conv2d", "conv2d_transpose", "pool2d"]
+__all__ = ["batch_norm", "conv2d", "conv2d_transpose", "group_norm", "maxout", "pixel_shuffle",
+           "pool2d"]
 
 
 def _pair(value: Any, name: str, layer: str) -> list[int]:
@@ -283,3 +285,85 @@ def conv2d_transpose(input: Variable, num_filters: int, output_size: Any = None,
                             "groups": groups, "use_cudnn": bool(use_cudnn),
                             "data_format": data_format})
     return helper.append_activation(_channel_bias(helper, pre_bias, bias_attr), act)
+
+
+def group_norm(input: Variable, groups: int, epsilon: float = 1e-05, param_attr: Any = None,
+               bias_attr: Any = None, act: str | None = None, data_layout: str = "NCHW",
+               name: str | None = None) -> Variable:
+    """Normalise each sample over groups of ``groups`` channels (Fluid 1.8's
+    ``layers.group_norm``): a scale (ones) and a bias (zeros) of one element per channel,
+    left out when ``param_attr`` / ``bias_attr`` is False."""
+    _check_var(input, "input", "group_norm")
+    if data_layout not in ("NCHW", "NHWC"):
+        raise ValueError(f"group_norm: data_layout must be 'NCHW' or 'NHWC', got "
+                         f"{data_layout!r}")
+    shape = list(input.shape or ())
+    if len(shape) < 2:
+        raise ValueError(f"group_norm: input {input.name!r} needs rank >= 2, got {shape}")
+    channels = shape[1] if data_layout == "NCHW" else shape[-1]
+    if not isinstance(groups, int) or groups < 1 or channels <= 0 or channels % groups:
+        raise ValueError(f"group_norm: groups={groups!r} must be a positive int dividing the "
+                         f"{channels} channels of {input.name!r}")
+    helper = LayerHelper("group_norm", name)
+    inputs: dict[str, list[Variable]] = {"X": [input]}
+    scale_attr, shift_attr = ParamAttr._to_attr(param_attr), ParamAttr._to_attr(bias_attr)
+    if scale_attr is not False:
+        inputs["Scale"] = [helper.create_parameter(
+            scale_attr, [channels], input.dtype, default_initializer=ConstantInitializer(1.0))]
+    if shift_attr is not False:
+        inputs["Bias"] = [helper.create_parameter(shift_attr, [channels], input.dtype,
+                                                  is_bias=True)]
+    rows = [shape[0], groups]
+    mean = helper.create_tmp(dtype=input.dtype, shape=rows, stop_gradient=True)
+    variance = helper.create_tmp(dtype=input.dtype, shape=rows, stop_gradient=True)
+    out = helper.create_tmp(dtype=input.dtype, shape=shape)
+    helper.append_op("group_norm", inputs=inputs,
+                     outputs={"Y": [out], "Mean": [mean], "Variance": [variance]},
+                     attrs={"epsilon": float(epsilon), "groups": int(groups),
+                            "data_layout": data_layout})
+    return helper.append_activation(out, act)
+
+
+def pixel_shuffle(x: Variable, upscale_factor: int) -> Variable:
+    """``[N, C·r², H, W]`` → ``[N, C, H·r, W·r]`` with ``r = upscale_factor`` (Fluid 1.8's
+    ``layers.pixel_shuffle``)."""
+    _check_var(x, "x", "pixel_shuffle")
+    if not isinstance(upscale_factor, int) or upscale_factor < 1:
+        raise TypeError(f"pixel_shuffle: upscale_factor must be a positive int, got "
+                        f"{upscale_factor!r}")
+    shape = list(x.shape or ())
+    if len(shape) != 4:
+        raise ValueError(f"pixel_shuffle: x {x.name!r} must be 4-D NCHW, got shape {shape}")
+    r = upscale_factor
+    if shape[1] > 0 and shape[1] % (r * r):
+        raise ValueError(f"pixel_shuffle: the {shape[1]} channels of {x.name!r} must be a "
+                         f"multiple of upscale_factor² ({r * r})")
+    helper = LayerHelper("pixel_shuffle")
+    out = helper.create_tmp(dtype=x.dtype, shape=[
+        shape[0], shape[1] // (r * r) if shape[1] > 0 else -1,
+        shape[2] * r if shape[2] > 0 else -1, shape[3] * r if shape[3] > 0 else -1])
+    helper.append_op("pixel_shuffle", inputs={"X": [x]}, outputs={"Out": [out]},
+                     attrs={"upscale_factor": r})
+    return out
+
+
+def maxout(x: Variable, groups: int, name: str | None = None, axis: int = 1) -> Variable:
+    """The maximum of each run of ``groups`` channels: ``[N, C, H, W]`` → ``[N, C / groups,
+    H, W]`` (Fluid 1.8's ``layers.maxout``; ``axis`` 1 for NCHW, -1 or 3 for NHWC)."""
+    _check_var(x, "x", "maxout")
+    if axis not in (1, -1, 3):
+        raise ValueError(f"maxout: axis must be 1 (NCHW), -1 or 3 (NHWC), got {axis!r}")
+    axis = 3 if axis == -1 else axis
+    shape = list(x.shape or ())
+    if len(shape) != 4:
+        raise ValueError(f"maxout: x {x.name!r} must be 4-D, got shape {shape}")
+    if not isinstance(groups, int) or groups < 1 or (shape[axis] > 0 and shape[axis] % groups):
+        raise ValueError(f"maxout: groups={groups!r} must be a positive int dividing dim "
+                         f"{axis} of {x.name!r} ({shape[axis]})")
+    helper = LayerHelper("maxout", name)
+    out_shape = list(shape)
+    out_shape[axis] = shape[axis] // groups if shape[axis] > 0 else -1
+    out = helper.create_tmp(dtype=x.dtype, shape=out_shape)
+    helper.append_op("maxout", inputs={"X": [x]}, outputs={"Out": [out]},
+                     attrs={"groups": groups, "axis": axis})
+    return out

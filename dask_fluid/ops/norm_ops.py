@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from .registry import GRAD, array_module, register
-from .selected_rows import grad_slots
+from .selected_rows import grad_maker, grad_slots
 
 _BN_ATTRS = {"momentum": 0.9, "epsilon": 1e-5, "is_test": False, "data_layout": "NCHW",
              "use_mkldnn": False, "fuse_with_relu": False, "use_global_stats": False,
@@ -219,4 +219,91 @@ def layer_norm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
         dx = inv_std[:, None] * (g - g.mean(axis=1, keepdims=True)
                                  - x_hat * (g * x_hat).mean(axis=1, keepdims=True))
         res["X" + GRAD] = [dx.reshape(x.shape).astype(x.dtype, copy=False)]
+    return res
+
+
+# -- group_norm ----------------------------------------------------------------------------------
+
+_GN_ATTRS = {"epsilon": 1e-5, "groups": 1, "data_layout": "NCHW"}
+
+
+def _gn_groups(x: Any, attrs: dict) -> tuple[int, int, int, bool]:
+    """(batch, groups, channels, channels_last) of the input, checked."""
+    layout = attrs.get("data_layout", "NCHW")
+    if layout not in ("NCHW", "NHWC"):
+        raise ValueError(f"group_norm: data_layout must be 'NCHW' or 'NHWC', got {layout!r}")
+    last = layout == "NHWC" and x.ndim > 2
+    groups, c = int(attrs.get("groups", 1)), int(x.shape[-1] if last else x.shape[1])
+    if groups < 1 or c % groups:
+        raise ValueError(f"group_norm: groups ({groups}) must divide the {c} channels")
+    return int(x.shape[0]), groups, c, last
+
+
+def _channels_first(a: Any, last: bool) -> Any:
+    return array_module(a).moveaxis(a, -1, 1) if last else a
+
+
+def _channels_back(a: Any, last: bool) -> Any:
+    return array_module(a).ascontiguousarray(array_module(a).moveaxis(a, 1, -1)) if last else a
+
+
+@register("group_norm", ("X", "Scale", "Bias"), ("Y", "Mean", "Variance"), _GN_ATTRS,
+          optional=("Scale", "Bias"),
+          grad=grad_maker(("X", "Scale", "Bias", "Y", "Mean", "Variance"), ("Y",),
+                          ("X", "Scale", "Bias")))
+def group_norm(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Y = (X − mean) / sqrt(var + ε) over each sample's groups of channels (and all their
+    positions), then · Scale + Bias per channel; Mean and Variance are ``[N, groups]``."""
+    x0 = ins["X"][0]
+    xp = array_module(x0)
+    n, groups, c, last = _gn_groups(x0, attrs)
+    x = _channels_first(x0, last)
+    xg = x.reshape(n, groups, -1)
+    mean = xg.mean(axis=2)
+    centred = xg - mean[:, :, None]
+    var = (centred * centred).mean(axis=2)
+    eps = x.dtype.type(attrs.get("epsilon", 1e-5))
+    y = (centred / xp.sqrt(var + eps)[:, :, None]).reshape(x.shape)
+    bshape = (1, c) + (1,) * (x.ndim - 2)
+    scale = (ins.get("Scale") or [None])[0]
+    bias = (ins.get("Bias") or [None])[0]
+    if scale is not None:
+        y = y * scale.reshape(bshape)
+    if bias is not None:
+        y = y + bias.reshape(bshape)
+    return {"Y": [_channels_back(y, last).astype(x.dtype, copy=False)],
+            "Mean": [mean.astype(x.dtype, copy=False)],
+            "Variance": [var.astype(x.dtype, copy=False)]}
+
+
+@register("group_norm_grad",
+          *grad_slots(("X", "Scale", "Bias", "Y", "Mean", "Variance"), ("Y",),
+                      ("X", "Scale", "Bias")), _GN_ATTRS, optional=("Scale", "Bias", "Y"))
+def group_norm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dBias = Σ dY, dScale = Σ dY · x̂ per channel; with g = dY · Scale,
+    dX = inv_std · (g − mean(g) − x̂ · mean(g · x̂)) over each group."""
+    x0 = ins["X"][0]
+    xp = array_module(x0)
+    n, groups, c, last = _gn_groups(x0, attrs)
+    x = _channels_first(x0, last)
+    dy = ins["Y" + GRAD][0]
+    dy = xp.zeros_like(x) if dy is None else _channels_first(dy, last)
+    eps = x.dtype.type(attrs.get("epsilon", 1e-5))
+    inv_std = 1.0 / xp.sqrt(ins["Variance"][0] + eps)
+    x_hat = ((x.reshape(n, groups, -1) - ins["Mean"][0][:, :, None]) * inv_std[:, :, None]
+             ).reshape(x.shape)
+    axes = (0,) + tuple(range(2, x.ndim))
+    bshape = (1, c) + (1,) * (x.ndim - 2)
+    scale = (ins.get("Scale") or [None])[0]
+    res = {}
+    if "Bias" + GRAD in outs:
+        res["Bias" + GRAD] = [dy.sum(axis=axes)]
+    if "Scale" + GRAD in outs:
+        res["Scale" + GRAD] = [(dy * x_hat).sum(axis=axes)]
+    if "X" + GRAD in outs:
+        g = (dy * scale.reshape(bshape) if scale is not None else dy).reshape(n, groups, -1)
+        xh = x_hat.reshape(n, groups, -1)
+        dx = inv_std[:, :, None] * (g - g.mean(axis=2, keepdims=True)
+                                    - xh * (g * xh).mean(axis=2, keepdims=True))
+        res["X" + GRAD] = [_channels_back(dx.reshape(x.shape), last).astype(x.dtype, copy=False)]
     return res

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .registry import GRAD, array_module, register
+from .registry import GRAD, array_module, register, to_host
 from .selected_rows import grad_maker, grad_slots, scatter_add, to_dtype
 from .tensor_ops import _xshape
 
@@ -440,3 +440,95 @@ def pad2d_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     dm = xp.moveaxis(d, (h_axis, w_axis), (2, 3))
     dx = xp.asarray(r.T) @ dm @ xp.asarray(c)
     return {"X" + GRAD: [xp.ascontiguousarray(xp.moveaxis(dx, (2, 3), (h_axis, w_axis)))]}
+
+
+# -- gather_nd, pixel_shuffle, maxout ------------------------------------------------------------
+
+def _nd_index(x: Any, index: Any) -> tuple:
+    idx = to_host(index).astype(np.int64)
+    k = idx.shape[-1] if idx.ndim else 0
+    if k > x.ndim:
+        raise ValueError(f"gather_nd: Index's last dim ({k}) exceeds the rank of X ({x.ndim})")
+    for d in range(k):
+        if idx.size and (int(idx[..., d].min()) < 0 or int(idx[..., d].max()) >= x.shape[d]):
+            raise ValueError(f"gather_nd: Index[..., {d}] must be in [0, {x.shape[d]})")
+    return tuple(array_module(x).asarray(idx[..., d]) for d in range(k))
+
+
+@register("gather_nd", ("X", "Index"), ("Out",),
+          grad=grad_maker(("X", "Index"), in_grads=("X",)))
+def gather_nd(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out[i...] = X[Index[i..., 0], Index[i..., 1], ...] (the trailing dims of X kept)."""
+    x = ins["X"][0]
+    return {"Out": [x[_nd_index(x, ins["Index"][0])]]}
+
+
+@register("gather_nd_grad", *grad_slots(("X", "Index"), ("Out",), ("X",)))
+def gather_nd_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX: dOut added back at the gathered positions (repeats summed)."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    dx = xp.zeros_like(x)
+    d = ins["Out" + GRAD][0]
+    if d is not None:
+        xp.add.at(dx, _nd_index(x, ins["Index"][0]), d)
+    return {"X" + GRAD: [dx]}
+
+
+@register("pixel_shuffle", ("X",), ("Out",), {"upscale_factor": 1},
+          grad=grad_maker(("X",), in_grads=("X",)))
+def pixel_shuffle(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """``[N, C r², H, W]`` → ``[N, C, H r, W r]``: Out[n, c, h r + i, w r + j] =
+    X[n, c r² + i r + j, h, w]."""
+    x = ins["X"][0]
+    r = int(attrs.get("upscale_factor", 1))
+    n, cr2, h, w = x.shape
+    if r < 1 or cr2 % (r * r):
+        raise ValueError(f"pixel_shuffle: the {cr2} channels must be a multiple of "
+                         f"upscale_factor² ({r * r})")
+    c = cr2 // (r * r)
+    return {"Out": [x.reshape(n, c, r, r, h, w).transpose(0, 1, 4, 2, 5, 3)
+                    .reshape(n, c, h * r, w * r)]}
+
+
+@register("pixel_shuffle_grad", *grad_slots(("X",), ("Out",), ("X",)), {"upscale_factor": 1})
+def pixel_shuffle_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX: dOut shuffled back."""
+    x = ins["X"][0]
+    r = int(attrs.get("upscale_factor", 1))
+    n, cr2, h, w = x.shape
+    c = cr2 // (r * r)
+    d = _d(ins, (n, c, h * r, w * r), array_module(x), x.dtype)
+    return {"X" + GRAD: [d.reshape(n, c, h, r, w, r).transpose(0, 1, 3, 5, 2, 4)
+                         .reshape(x.shape)]}
+
+
+def _maxout_view(x: Any, attrs: dict) -> tuple[Any, int]:
+    groups = int(attrs.get("groups", 1))
+    axis = int(attrs.get("axis", 1)) % x.ndim
+    if groups < 1 or x.shape[axis] % groups:
+        raise ValueError(f"maxout: groups ({groups}) must divide dim {axis} of X "
+                         f"({x.shape[axis]})")
+    shape = x.shape[:axis] + (x.shape[axis] // groups, groups) + x.shape[axis + 1:]
+    return x.reshape(shape), axis + 1
+
+
+@register("maxout", ("X",), ("Out",), {"groups": 1, "axis": 1},
+          grad=grad_maker(("X", "Out"), in_grads=("X",)))
+def maxout(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = the maximum of each run of ``groups`` channels along ``axis``."""
+    view, axis = _maxout_view(ins["X"][0], attrs)
+    return {"Out": [view.max(axis=axis)]}
+
+
+@register("maxout_grad", *grad_slots(("X", "Out"), ("Out",), ("X",)), {"groups": 1, "axis": 1})
+def maxout_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = dOut at the first maximum of each group (Fluid's rule), 0 elsewhere."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    view, axis = _maxout_view(x, attrs)
+    first = xp.argmax(view, axis=axis)
+    hit = xp.expand_dims(first, axis) == xp.arange(view.shape[axis]).reshape(
+        (1,) * axis + (-1,) + (1,) * (view.ndim - axis - 1))
+    d = _d(ins, ins["Out"][0].shape, xp, x.dtype)
+    return {"X" + GRAD: [(hit * xp.expand_dims(d, axis)).reshape(x.shape)]}

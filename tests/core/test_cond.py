@@ -11,6 +11,8 @@ import pytest
 import dask_fluid as fluid
 from dask_fluid import layers
 
+from .numeric_grad import program_grads_and_numeric
+
 
 def _run(main, startup, feed, fetch):
     exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
@@ -88,34 +90,6 @@ def test_errors_fluid_gives():
             layers.switch_case(x, [lambda: x])
 
 
-def _grads_and_numeric(build, feed, params):
-    """The analytic gradients append_backward gives the parameters, and central differences
-    of the loss (float64 kept by the scope's arrays)."""
-    from tests.core.numeric_grad import numeric_gradient
-
-    main, startup = fluid.Program(), fluid.Program()
-    main.random_seed = startup.random_seed = 4
-    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
-        loss = build()
-        pairs = fluid.append_backward(loss)
-    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
-    exe.run(startup, scope=scope)
-    for p in params:  # float64 parameters: differences precise enough
-        scope.vars[p] = np.array(scope.vars[p], np.float64)
-    grads = {p.name: g.name for p, g in pairs}
-    fetched = exe.run(main, feed=feed, fetch_list=[grads[p] for p in params], scope=scope)
-
-    def loss_value():
-        return float(exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0].sum())
-
-    out = {}
-    for p, g in zip(params, fetched, strict=True):
-        numeric = numeric_gradient(loss_value, lambda p=p: scope.vars[p],
-                                   lambda v, p=p: scope.vars.__setitem__(p, v))
-        out[p] = (np.array(g), numeric)
-    return out
-
-
 @pytest.mark.parametrize("taken", [True, False])
 def test_gradients_through_cond_match_finite_differences(taken):
     """Both branches read the same weights; only the taken one's ops contribute, and the
@@ -131,7 +105,7 @@ def test_gradients_through_cond_match_finite_differences(taken):
                                                          bias_attr=False), 2.0))
         return layers.mean(out)
 
-    got = _grads_and_numeric(build, {"x": x, "flag": np.array([taken])}, ["w", "b", "v"])
+    got = program_grads_and_numeric(build, {"x": x, "flag": np.array([taken])}, ["w", "b", "v"])
     for name, (analytic, numeric) in got.items():
         np.testing.assert_allclose(analytic, numeric, rtol=1e-5, atol=1e-8, err_msg=name)
     assert (np.abs(got["v"][0]).sum() == 0) == taken  # v only lives in the false branch
@@ -154,7 +128,7 @@ def test_gradients_through_a_switch():
         return layers.mean(layers.square(out))
 
     for k, live, dead in ((0, "a", "c"), (5, "c", "a")):
-        got = _grads_and_numeric(build, {"x": x, "k": np.array([k])}, ["a", "c"])
+        got = program_grads_and_numeric(build, {"x": x, "k": np.array([k])}, ["a", "c"])
         np.testing.assert_allclose(got[live][0], got[live][1], rtol=1e-5, atol=1e-8)
         assert np.abs(got[live][0]).sum() > 0 and np.abs(got[dead][0]).sum() == 0
 
@@ -236,7 +210,7 @@ def test_gradients_through_ifelse():
         merged, = ie()
         return layers.mean(layers.square(merged))
 
-    got = _grads_and_numeric(build, {"x": x, "pick": mask}, ["t", "f"])
+    got = program_grads_and_numeric(build, {"x": x, "pick": mask}, ["t", "f"])
     for name, (analytic, numeric) in got.items():
         np.testing.assert_allclose(analytic, numeric, rtol=1e-5, atol=1e-8, err_msg=name)
         assert np.abs(analytic).sum() > 0

@@ -195,6 +195,25 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
                            "Y": [np.zeros((3, 4))], "InsideWeight": [np.full((3, 4), 2.0)],
                            "OutsideWeight": [u(0.5, 1.5, (3, 4))]}, {"sigma": 2.0}),
     ]
+    c["group_norm"] = [
+        ("nchw", {"X": [n((2, 4, 3, 2))], "Scale": [u(0.5, 1.5, 4)], "Bias": [n(4)]},
+         {"groups": 2}),
+        ("nhwc", {"X": [n((2, 3, 2, 6))], "Scale": [u(0.5, 1.5, 6)], "Bias": [n(6)]},
+         {"groups": 3, "data_layout": "NHWC"}),
+        ("no_scale_bias", {"X": [n((3, 6))]}, {"groups": 3}),
+    ]
+    c["gather_nd"] = [
+        ("rows_repeated", {"X": [n((4, 3, 2))], "Index": [np.array([[1], [3], [1]])]}, {}),
+        ("points", {"X": [n((4, 3, 2))], "Index": [np.array([[[0, 2], [3, 1]], [[0, 2], [2, 0]]])]},
+         {}),
+    ]
+    c["pixel_shuffle"] = [("r2", {"X": [n((2, 8, 2, 3))]}, {"upscale_factor": 2})]
+    # distinct values 0.1 apart: the maximum of each group is unambiguous under the step
+    c["maxout"] = [
+        ("nchw", {"X": [rng.permutation(48).reshape(2, 6, 2, 2) * 0.1]}, {"groups": 3}),
+        ("nhwc", {"X": [rng.permutation(48).reshape(2, 2, 3, 4) * 0.1]},
+         {"groups": 2, "axis": 3}),
+    ]
     c["transpose2"] = [("perm", {"X": [n((2, 3, 4))]}, {"axis": [2, 0, 1]})]
     rows_mask = np.array([[True], [False], [False], [True]])
     seq_mask = np.array([True, False, True, False])

@@ -627,3 +627,53 @@ def test_pad_pad2d_smooth_l1_against_numpy():
     per = np.where(np.abs(a) < 1, 0.5 * a * a, np.abs(a) - 0.5)
     np.testing.assert_allclose(res["Out"][0], per.sum(axis=1, keepdims=True))
     np.testing.assert_array_equal(res["Diff"][0], a)
+
+
+def test_group_norm_gather_nd_pixel_shuffle_maxout_against_loops():
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 6, 3, 2))
+    scale, bias = rng.uniform(0.5, 1.5, 6), rng.standard_normal(6)
+    want = np.empty_like(x)
+    for i in range(2):
+        for g in range(3):
+            block = x[i, 2 * g:2 * g + 2]
+            normed = (block - block.mean()) / np.sqrt(block.var() + 1e-5)
+            for k in range(2):
+                want[i, 2 * g + k] = normed[k] * scale[2 * g + k] + bias[2 * g + k]
+    res = run_op("group_norm", {"X": [x], "Scale": [scale], "Bias": [bias]}, {"groups": 3})
+    np.testing.assert_allclose(res["Y"][0], want, rtol=1e-10)
+    assert res["Mean"][0].shape == res["Variance"][0].shape == (2, 3)
+    nhwc = run_op("group_norm", {"X": [x.transpose(0, 2, 3, 1)], "Scale": [scale],
+                                 "Bias": [bias]}, {"groups": 3, "data_layout": "NHWC"})
+    np.testing.assert_allclose(nhwc["Y"][0], want.transpose(0, 2, 3, 1), rtol=1e-10)
+    with pytest.raises(ValueError, match="groups \\(4\\) must divide the 6 channels"):
+        run_op("group_norm", {"X": [x]}, {"groups": 4})
+
+    table = rng.standard_normal((4, 3, 2))
+    index = np.array([[[0, 2], [3, 1]], [[0, 2], [2, 0]]])
+    got = run_op("gather_nd", {"X": [table], "Index": [index]}, {})["Out"][0]
+    assert got.shape == (2, 2, 2)
+    for a in range(2):
+        for b in range(2):
+            np.testing.assert_array_equal(got[a, b], table[index[a, b, 0], index[a, b, 1]])
+    with pytest.raises(ValueError, match="Index\\[..., 1\\] must be in \\[0, 3\\)"):
+        run_op("gather_nd", {"X": [table], "Index": [np.array([[0, 3]])]}, {})
+
+    img = rng.standard_normal((2, 8, 2, 3))
+    got = run_op("pixel_shuffle", {"X": [img]}, {"upscale_factor": 2})["Out"][0]
+    assert got.shape == (2, 2, 4, 6)
+    for c in range(2):
+        for h in range(4):
+            for w in range(6):
+                np.testing.assert_array_equal(
+                    got[:, c, h, w], img[:, c * 4 + (h % 2) * 2 + w % 2, h // 2, w // 2])
+
+    feat = rng.standard_normal((2, 6, 2, 2))
+    got = run_op("maxout", {"X": [feat]}, {"groups": 3})["Out"][0]
+    for c in range(2):
+        np.testing.assert_array_equal(got[:, c], feat[:, 3 * c:3 * c + 3].max(axis=1))
+    tie = np.ones((1, 2, 1, 1))
+    dx = run_op("maxout_grad", {"X": [tie], "Out": [np.ones((1, 1, 1, 1))],
+                                "Out@GRAD": [np.full((1, 1, 1, 1), 5.0)]},
+                {"groups": 2})["X@GRAD"][0]
+    np.testing.assert_array_equal(dx.ravel(), [5.0, 0.0])  # a tie: the first maximum only
