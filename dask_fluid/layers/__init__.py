@@ -9,11 +9,13 @@ from . import (
     crf,
     debug,
     image,
+    image_resize,
     learning_rate_scheduler,
     loops,
     nn,
     python_ops,
     rnn,
+    sampling,
     sequence_lod,
     tensor,
 )
@@ -21,14 +23,17 @@ from .control_flow import *  # noqa: F403
 from .crf import *  # noqa: F403
 from .debug import *  # noqa: F403
 from .image import *  # noqa: F403
+from .image_resize import *  # noqa: F403
 from .learning_rate_scheduler import *  # noqa: F403
 from .loops import *  # noqa: F403
 from .nn import *  # noqa: F403
 from .python_ops import *  # noqa: F403
 from .rnn import *  # noqa: F403
+from .sampling import *  # noqa: F403
 from .sequence_lod import *  # noqa: F403
 from .tensor import *  # noqa: F403
 
 __all__ = [*control_flow.__all__, *crf.__all__, *debug.__all__, *image.__all__,
-           *learning_rate_scheduler.__all__, *loops.__all__, *nn.__all__,
-           *python_ops.__all__, *rnn.__all__, *sequence_lod.__all__, *tensor.__all__]
+           *image_resize.__all__, *learning_rate_scheduler.__all__, *loops.__all__, *nn.__all__,
+           *python_ops.__all__, *rnn.__all__, *sampling.__all__, *sequence_lod.__all__,
+           *tensor.__all__]

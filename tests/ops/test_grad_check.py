@@ -472,6 +472,10 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
                                 "PathTable": [path], "PathCode": [code], "Bias": [n((5, 1))]},
          {"num_classes": 5, "is_sparse": True}),
     ]
+    # -- image resize cases --
+    # -- image channel cases --
+    # -- loss and index cases --
+    # -- random cases --
     return c
 
 
