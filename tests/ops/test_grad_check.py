@@ -474,7 +474,8 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
     ]
     # -- image resize cases --
     # -- image channel cases --
-    # -- loss and index cases --
+    # -- loss cases --
+    # -- index cases --
     # -- random cases --
     return c
 
