@@ -187,6 +187,10 @@ class _Step:
     lod: str | None = None
 
 
+#: ops that draw random values (see ops.random_ops for when they draw anew each run)
+_DRAWS = frozenset({"uniform_random", "gaussian_random", "truncated_gaussian_random",
+                    "uniform_random_batch_size_like", "gaussian_random_batch_size_like",
+                    "sampling_id"})
 # Ops whose number of outputs is decided by how many names the program binds.
 _NEEDS_OUT_COUNTS = frozenset({"split", "split_ids", "split_byref", "split_selected_rows"})
 
@@ -309,8 +313,7 @@ class Executor:
                     f"op {op.type!r} (#{idx} in block {block.idx}) has no kernel here: it "
                     "cannot be executed")
             attrs = dict(op.attrs)
-            if op.type in ("uniform_random", "gaussian_random", "truncated_gaussian_random",
-                           "fill_constant", "fake_init", "assign_value"):
+            if op.type in _DRAWS or op.type in ("fill_constant", "fake_init", "assign_value"):
                 attrs["_out_name"] = op.output("Out")[0]
                 attrs["_place"] = "gpu" if on_gpu else "cpu"
             if op.type in _NEEDS_OUT_COUNTS:
@@ -320,6 +323,13 @@ class Executor:
                 rng_key = (block.idx, idx, op.output("Out")[0])
                 attrs.setdefault("seed", 0)
                 if not attrs.get("fix_seed"):
+                    attrs["seed"] = program.random_seed
+            elif op.type in _DRAWS and not attrs.get("seed"):
+                out = block._find_var_recursive(op.output("Out")[0])
+                if not (out is not None and out.persistable):
+                    # Fluid's seed 0: new values each run (a stream per op, kept with the
+                    # scope); initialisers keep the per-name draw of ops.random_ops
+                    rng_key = (block.idx, idx, op.output("Out")[0])
                     attrs["seed"] = program.random_seed
             ins = tuple((slot, tuple(names)) for slot, names in op.inputs.items())
             outs = tuple((slot, tuple(names)) for slot, names in op.outputs.items())

@@ -5,7 +5,8 @@ Conventions the executor follows when it runs a kernel ``kernel(ins, attrs, outs
 - ``ins[slot]`` is the list of arrays (numpy or cupy, or :class:`SelectedRows`) bound to the
   slot; an entry is ``None`` for a gradient the backward pass never produced (zeros).
 - Private attrs the executor adds: ``_out_name`` (the first output variable's name: the key of
-  the random ops' seeding), ``_rng`` (a ``numpy.random.Generator`` for ``dropout``), ``_place``
+  the random ops' seeding), ``_rng`` (a ``numpy.random.Generator`` for ``dropout`` and
+  for seed-0 random draws into temporaries), ``_place``
   (``"gpu"`` puts input-less ops such as ``fill_constant`` on cupy) and ``_out_counts``
   (``{slot: number of bound variables}``, needed by ``split_ids`` and by ``split`` without
   sections or num).

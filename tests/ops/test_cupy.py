@@ -173,6 +173,28 @@ def test_random_ops_are_bit_identical_on_gpu(cp, op):
     np.testing.assert_array_equal(cp.asnumpy(gpu), cpu)
 
 
+def test_sampling_ops_are_the_same_on_both_devices(cp):
+    """The run-stream draws (sampling_id, a _batch_size_like op) and random_crop give the same
+    values on both devices for the same generator and seed."""
+    rng = np.random.default_rng(4)
+    probs = rng.dirichlet(np.ones(5), size=7)
+    images = rng.standard_normal((3, 2, 6, 5))
+    cases = [
+        ("sampling_id", {"X": [probs]}, {"seed": 0}),
+        ("uniform_random_batch_size_like", {"Input": [probs]},
+         {"shape": [-1, 3], "_out_name": "u"}),
+        ("gaussian_random_batch_size_like", {"Input": [probs]},
+         {"shape": [2, -1], "input_dim_idx": 1, "output_dim_idx": 1, "_out_name": "g"}),
+        ("random_crop", {"X": [images], "Seed": [np.array([11], np.int64)]},
+         {"shape": [4, 3]}),
+    ]
+    for op, ins, attrs in cases:
+        cpu = run_op(op, ins, {**attrs, "_rng": np.random.default_rng(9)})
+        gpu = run_op(op, to_cp(cp, ins), {**attrs, "_rng": np.random.default_rng(9),
+                                           "_place": "gpu"})
+        assert_same_result(cp, gpu, cpu, op)
+
+
 def test_dropout_mask_is_the_same_on_both_devices(cp):
     x = np.random.default_rng(0).standard_normal((40, 30)).astype(np.float32)
     attrs = {"dropout_prob": 0.4, "dropout_implementation": "upscale_in_train"}
