@@ -116,10 +116,14 @@ def _addup_repetitive_outputs(descs: list[dict], seeds: Iterable[str] = ()) -> l
                 pending.append(({"type": "sum", "inputs": {"X": list(renamed[name])},
                                  "outputs": {"Out": [name]}, "attrs": {}}, idx))
                 renamed[name] = [name]
+        # (slot, position) of this op's outputs seen so far: one op may write a gradient twice
+        # (elementwise_mul(x, x) writes x@GRAD as X@GRAD and as Y@GRAD)
+        seen: list[tuple[list[str], int]] = []
         for _slot, names in desc["outputs"].items():
             for i, name in enumerate(names):
                 if name == EMPTY_VAR or name in ins:
                     continue
+                seen.append((names, i))
                 if not renamed[name]:
                     renamed[name] = [name]
                     continue
@@ -129,6 +133,9 @@ def _addup_repetitive_outputs(descs: list[dict], seeds: Iterable[str] = ()) -> l
                     renamed[name][0] = first
                     _rename(descs[:idx], name, first)
                     _rename((p for p, _ in pending), name, first)
+                    for earlier, j in seen[:-1]:
+                        if earlier[j] == name:
+                            earlier[j] = first
                 new = f"{name}{_RENAME}{count[name]}"
                 count[name] += 1
                 names[i] = new

@@ -175,6 +175,25 @@ def test_backward_sums_gradients_of_reused_variables():
     sum_op = main.global_block().ops[types.index("sum")]
     assert sum_op.output("Out") == [h.name + "@GRAD"]
     assert all("@RENAME@" in n for n in sum_op.input("X"))
+    grad_op = main.global_block().ops[types.index("elementwise_add_grad")]
+    assert grad_op.output("X@GRAD") == sum_op.input("X")[:1]  # both parts renamed
+    assert grad_op.output("Y@GRAD") == sum_op.input("X")[1:]
+
+
+def test_one_grad_op_writing_a_gradient_twice_gets_it_summed():
+    """Regression: elementwise_mul(h, h) writes h@GRAD as X@GRAD and as Y@GRAD; the first
+    write kept the bare name and the sum read a part nobody wrote."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data(name="x", shape=[3])
+        h = layers.fc(x, 2, param_attr="w", bias_attr=False)
+        loss = layers.mean(layers.elementwise_mul(h, h))
+        fluid.append_backward(loss)
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    xv = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    dw, w = exe.run(main, feed={"x": xv}, fetch_list=["w@GRAD", "w"], scope=scope)
+    np.testing.assert_allclose(dw, xv.T @ (2 * (xv @ w) / 8), rtol=1e-5)
 
 
 def test_stop_gradient_prunes_branch():
