@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import SimpleNamespace
 
 from .framework import (
@@ -55,13 +55,31 @@ def grad_descs(op_path: list, no_grad: set[str], seeds: Iterable[str]) -> list[d
     Used for the global block (seed: ``loss@GRAD``) and for the step block of a recurrent
     op (seeds: its outputs' and states' gradients)."""
     seeds = list(seeds)
-    return _addup_repetitive_outputs(_grad_descs(op_path, no_grad, set(seeds)), seeds)
+    descs = _grad_descs(op_path, no_grad, set(seeds))
+    return _addup_repetitive_outputs(descs, seeds, _array_grads(op_path, descs))
+
+
+def _array_grads(op_path: list, descs: list[dict]) -> set[str]:
+    """The gradients in ``descs`` of tensor arrays: their grad ops add into them in place, so
+    several writers share the name (no renaming, no ``sum``)."""
+    if not op_path:
+        return set()
+    block = op_path[0].block
+    names = {n for d in descs for key in ("inputs", "outputs") for ns in d[key].values()
+             for n in ns if GRAD_SUFFIX in n}
+    arrays = set()
+    for name in names:
+        fwd = block._find_var_recursive(_strip_grad(name))
+        if fwd is not None and fwd.type == VarType.LOD_TENSOR_ARRAY:
+            arrays.add(name)
+    return arrays
 
 
 def _grad_descs(op_path: list, no_grad: set[str], seeds: set[str]) -> list[dict]:
     produced = set(seeds)
     descs: list[dict] = []
-    for op in reversed(op_path):
+    for index in range(len(op_path) - 1, -1, -1):
+        op = op_path[index]
         opdef = registry.get(op.type)
         if opdef.grad is None:
             continue
@@ -85,7 +103,9 @@ def _grad_descs(op_path: list, no_grad: set[str], seeds: set[str]) -> list[dict]
             if not incoming:
                 continue
             produced.update(n for names in outputs.values() for n in names if n != EMPTY_VAR)
-            descs.append(dict(desc, inputs=inputs, outputs=outputs))
+            # forward_op: the op of op_path it differentiates (a loop's grad block restores
+            # that op's values before its grad ops run); append_op takes only the op's fields
+            descs.append(dict(desc, inputs=inputs, outputs=outputs, forward_op=index))
     return descs
 
 
@@ -96,13 +116,16 @@ def _rename(descs: Iterable[dict], old: str, new: str) -> None:
                 names[:] = [new if n == old else n for n in names]
 
 
-def _addup_repetitive_outputs(descs: list[dict], seeds: Iterable[str] = ()) -> list[dict]:
+def _addup_repetitive_outputs(descs: list[dict], seeds: Iterable[str] = (),
+                              in_place: Iterable[str] = ()) -> list[dict]:
     """Fluid's rule: every extra write of a gradient gets its own name, and a ``sum`` op
     restores the gradient right before its first reader (or at the end).
 
     ``seeds`` hold a value before the first op runs (a step block's output gradients, set by
     the recurrent op): a write to one is another part, summed with the seed's own value, which
-    keeps its name."""
+    keeps its name. The writers of an ``in_place`` gradient (a tensor array's) add into it,
+    so its writes keep the one name."""
+    in_place = set(in_place)
     pending: list[tuple[dict, int]] = []
     count: defaultdict[str, int] = defaultdict(int)
     renamed: defaultdict[str, list[str]] = defaultdict(list)
@@ -121,7 +144,7 @@ def _addup_repetitive_outputs(descs: list[dict], seeds: Iterable[str] = ()) -> l
         seen: list[tuple[list[str], int]] = []
         for _slot, names in desc["outputs"].items():
             for i, name in enumerate(names):
-                if name == EMPTY_VAR or name in ins:
+                if name == EMPTY_VAR or name in ins or name in in_place:
                     continue
                 seen.append((names, i))
                 if not renamed[name]:
@@ -157,8 +180,10 @@ def create_grad_vars(block: Block, descs: list[dict], seeds: Iterable[str] = ())
     for name in seeds:
         if block._find_var_recursive(name) is None:
             fwd = block._find_var_recursive(_strip_grad(name))
+            kind = (VarType.LOD_TENSOR_ARRAY if fwd is not None
+                    and fwd.type == VarType.LOD_TENSOR_ARRAY else VarType.LOD_TENSOR)
             block.create_var(name=name, shape=None if fwd is None else fwd.shape,
-                             dtype="float32" if fwd is None else fwd.dtype)
+                             dtype="float32" if fwd is None else fwd.dtype, type=kind)
     for desc in descs:
         sparse_slots = (registry.get(desc["type"]).sparse_outputs
                         if desc["attrs"].get("is_sparse") else ())
@@ -173,19 +198,61 @@ def create_grad_vars(block: Block, descs: list[dict], seeds: Iterable[str] = ())
                 if name == EMPTY_VAR or block.has_var(name):
                     continue
                 fwd = block._find_var_recursive(_strip_grad(name))
+                kind = VarType.SELECTED_ROWS if sparse else VarType.LOD_TENSOR
+                if fwd is not None and fwd.type == VarType.LOD_TENSOR_ARRAY:
+                    kind = VarType.LOD_TENSOR_ARRAY
                 block.create_var(
                     name=name,
                     shape=None if fwd is None else fwd.shape,
                     dtype="float32" if fwd is None else fwd.dtype,
-                    type=VarType.SELECTED_ROWS if sparse else VarType.LOD_TENSOR)
+                    type=kind)
 
 
 def append_grad_block(block: Block, no_grad: set[str], seeds: Sequence[str]) -> Block:
     """The grad block of a sub-block (a control-flow op's): its ops differentiated from the
     gradients ``seeds``, in a new block whose parent is ``block`` (the program's current
     block is left as it was); every name they use is declared there."""
+    return _grad_block(block, grad_descs(block.ops, no_grad, seeds), seeds)
+
+
+#: the name a loop's grad block reads the incoming gradient of a loop-carried tensor under
+#: (its gradient after the step, from the later steps); ``<name>@GRAD`` is then the one of
+#: its value before the step, which the step's grad ops write
+STEP_IN = "@STEP_IN"
+
+
+def append_loop_grad_block(block: Block, no_grad: set[str], seeds: Sequence[str],
+                           carried: Iterable[str], state_op: Callable[[int], dict]) -> Block:
+    """The grad block of a loop body (``while_grad``'s), run once per step, last step first.
+
+    As :func:`append_grad_block`, with two differences. The gradients of the loop-carried
+    tensors ``carried`` (outer tensors the body overwrites) come in as
+    ``<name>@GRAD@STEP_IN`` and go out as ``<name>@GRAD``: a step's gradient of such a
+    tensor's old value is not summed with that of its new value. And before the grad ops of
+    the body's op ``k`` comes the op ``state_op(k)`` builds, which puts back the values op
+    ``k`` left (the step's values, overwritten by later ops and steps)."""
+    descs = _grad_descs(block.ops, no_grad, set(seeds))
+    incoming = []
+    for grad in (grad_var_name(n) for n in carried):
+        first_write = next((i for i, d in enumerate(descs)
+                            if any(grad in names for names in d["outputs"].values())),
+                           len(descs))
+        _rename(descs[:first_write], grad, grad + STEP_IN)
+        incoming.append(grad + STEP_IN)
+    arrays = _array_grads(block.ops, descs)
+    descs = _addup_repetitive_outputs(descs, [s for s in seeds if s in arrays], arrays)
+    ordered, seen = [], set()
+    for desc in descs:
+        k = desc.get("forward_op")
+        if k is not None and k not in seen:
+            seen.add(k)
+            ordered.append(state_op(k))
+        ordered.append(desc)
+    return _grad_block(block, ordered, [*seeds, *incoming])
+
+
+def _grad_block(block: Block, descs: list[dict], seeds: Sequence[str]) -> Block:
     program = block.program
-    descs = grad_descs(block.ops, no_grad, seeds)
     current = program.current_block_idx
     grad_block = program._create_block(parent_idx=block.idx)
     grad_block.forward_block_idx = block.idx

@@ -17,20 +17,28 @@ Gradients: ``conditional_block`` has Fluid's ``conditional_block_grad``: the sub
 are differentiated into a grad block, run when the forward block ran, and the block's inputs
 get zero gradients when it did not; ``select_input`` (``layers.cond``'s merge) has Fluid's
 ``select_output``, which routes the gradient to the branch that ran. So ``ConditionalBlock``,
-``Switch`` and ``cond`` train. Training through a loop (``while_grad`` and the tensor arrays'
-gradients, which re-run the steps from kept scopes) is not implemented: building the
-backward pass of a loss that depends on a ``while`` or a tensor-array op raises
-``NotImplementedError`` naming the op, instead of leaving the parameters inside the loop
-without gradients. Inference loops (greedy or beam-search decoding) need none.
+``Switch`` and ``cond`` train.
+
+``while`` has ``while_grad``. A loop whose steps a ``while_grad`` reads keeps, for each step,
+the values its ops wrote that the grad block reads (a :class:`LoopTape` in the loop's
+``StepScopes`` variable; ``is_test`` loops and loops nobody differentiates keep nothing).
+``while_grad`` runs the grad block once per step, last step first; before the grad ops of
+each forward op, ``while_step_state`` puts back the values that op left in that step. The
+gradients of the tensors the loop only reads (its parameters) are summed over the steps;
+those of the tensors it carries from step to step (written by the body) flow from each step
+to the one before. Tensor arrays have ``read_from_array_grad`` (added into the gradient array
+at the index) and ``write_to_array_grad`` (taken from it, the item then cleared: the write
+overwrote it). Fluid 1.8 builds ``write_to_array``/``read_from_array`` for these; here they
+are their own ops, which sum the gradients of an item read twice.
 """
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any
 
-from .backward import append_grad_block
+from .backward import STEP_IN, append_grad_block, append_loop_grad_block
 from .executor import RunContext
-from .framework import EMPTY_VAR, grad_var_name
+from .framework import EMPTY_VAR, GRAD_SUFFIX, VarType, grad_var_name
 from .lod import LoDTensor, LoDTensorArray
 from .ops import registry
 from .ops.registry import LOD_KEY, array_module, to_host
@@ -181,12 +189,63 @@ def _select_input(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     return {"Out": [value], LOD_KEY: {"Out": [attrs["_lods"]["X"][index]]}}
 
 
+class LoopTape:
+    """What a trained ``while`` keeps of its steps: for each step, the values at its start
+    and those each op of the body wrote, of the variables ``names`` (the body's, which its
+    grad block reads). ``step`` is the step ``while_grad`` is differentiating."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
+        self.starts: list[dict[str, Any]] = []
+        self.writes: list[list[dict[str, Any]]] = []
+        self.step = -1
+
+    def values_after(self, op_index: int) -> dict[str, Any]:
+        """The values of ``names`` once op ``op_index`` of the body ran, in step ``step``."""
+        values = dict(self.starts[self.step])
+        for written in self.writes[self.step][:op_index + 1]:
+            values.update(written)
+        return values
+
+
+def _block_ops(program: Any, block: Any):
+    """The ops of ``block`` and of the sub-blocks its ops run."""
+    for op in block.ops:
+        yield op
+        if "sub_block" in op.attrs:
+            yield from _block_ops(program, program.block(op.attrs["sub_block"]))
+
+
+#: (program, its version, the loop's StepScopes) -> the names its grad block reads, or None
+_TAPED: dict[tuple, frozenset[str] | None] = {}
+
+
+def _taped_names(ctx: RunContext, body: Any) -> frozenset[str] | None:
+    """The body's variables the loop's ``while_grad`` reads, or None when no ``while_grad``
+    reads this loop's steps."""
+    steps = ctx.op.output("StepScopes")[0]
+    key = (id(ctx.program), ctx.program._version, steps)
+    if key not in _TAPED:
+        grads = [op for b in ctx.program.blocks for op in b.ops
+                 if op.type == "while_grad" and op.input("StepScopes") == [steps]]
+        names = None
+        if grads:
+            written = {n for op in _block_ops(ctx.program, body) for n in op.output_arg_names}
+            read = {n for g in grads
+                    for op in _block_ops(ctx.program, ctx.program.block(g.attrs["sub_block"]))
+                    for n in op.input_arg_names if GRAD_SUFFIX not in n}
+            names = frozenset(read & written)
+        _TAPED[key] = names
+    return _TAPED[key]
+
+
 def _while(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     name = ctx.op.input("Condition")[0]
     program, block = ctx.program, ctx.program.block(attrs["sub_block"])
+    vals = ctx.scope.vars
 
     def holds() -> bool:
-        cond = ctx.scope.vars.get(name)
+        cond = vals.get(name)
         if cond is None:
             raise ValueError(f"while: its condition {name!r} was not computed before the loop")
         if int(cond.size) != 1:
@@ -194,17 +253,202 @@ def _while(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
                              f"{list(cond.shape)}")
         return bool(to_host(cond).reshape(-1)[0])
 
+    names = None if attrs.get("is_test") else _taped_names(ctx, block)
+    if names is None:
+        while holds():
+            ctx.executor.run_block(program, block, ctx.scope)
+        return {}
+    tape = LoopTape(names)
+    # what each op wrote, those inside the blocks it runs (a cond's branch) included
+    kept = [[n for o in [op, *(_block_ops(program, program.block(op.attrs["sub_block"]))
+                               if "sub_block" in op.attrs else ())]
+             for n in o.output_arg_names if n in names] for op in block.ops]
+    def keep(i: int) -> None:
+        tape.writes[-1].append({n: vals.get(n) for n in kept[i]})
+
     while holds():
-        ctx.executor.run_block(program, block, ctx.scope)
+        tape.starts.append({n: vals.get(n) for n in names})
+        tape.writes.append([])
+        ctx.executor.run_block(program, block, ctx.scope, trace=keep)
+    return {"StepScopes": [tape]}
+
+
+def _is_array(block: Any, name: str) -> bool:
+    var = block._find_var_recursive(name)
+    return var is not None and var.type == VarType.LOD_TENSOR_ARRAY
+
+
+def _differentiable(block: Any, name: str) -> bool:
+    var = block._find_var_recursive(name)
+    return var is not None and not var.stop_gradient and (
+        var.type == VarType.LOD_TENSOR_ARRAY or str(var.dtype).startswith("float"))
+
+
+def _while_grad_maker(op: Any) -> list[dict]:
+    """``while_grad`` with the loop body's grad block: the gradients of the loop's inputs
+    from those of the variables it writes."""
+    if op.attrs.get("is_test"):
+        raise NotImplementedError(
+            "append_backward through a While(is_test=True) loop: such a loop keeps none of "
+            "its steps to differentiate; build it with is_test=False to train through it")
+    program = op.block.program
+    body = program.block(op.attrs["sub_block"])
+    inputs = list(op.inputs.get("X", []))
+    outputs = list(op.outputs.get("Out", []))
+    no_grad = {grad_var_name(v.name) for v in body.vars.values() if v.stop_gradient}
+    no_grad.update(grad_var_name(n) for n in {*inputs, *outputs}
+                   if not _differentiable(op.block, n))
+    _check_outer_readers(op, outputs)
+    seeds = [grad_var_name(n) for n in outputs if grad_var_name(n) not in no_grad]
+    carried = [n for n in outputs
+               if grad_var_name(n) not in no_grad and not _is_array(op.block, n)]
+    steps = list(op.outputs["StepScopes"])
+    grad_block = append_loop_grad_block(
+        body, no_grad, seeds, carried,
+        lambda k: {"type": "while_step_state", "inputs": {"StepScopes": steps},
+                   "outputs": {}, "attrs": {"forward_op": k}})
+    return [{"type": "while_grad",
+             "inputs": {"X": inputs, "Out": outputs,
+                        "Out@GRAD": [grad_var_name(n) for n in outputs],
+                        "StepScopes": steps},
+             "outputs": {"X@GRAD": [EMPTY_VAR if grad_var_name(n) in no_grad
+                                    else grad_var_name(n) for n in inputs]},
+             "attrs": {"sub_block": grad_block.idx}}]
+
+
+def _check_outer_readers(op: Any, outputs: list[str]) -> None:
+    """Refuse a loop that overwrites a tensor whose value an earlier op's gradient reads: that
+    gradient would see the loop's last value, not the one its op wrote."""
+    written = {n for n in outputs if not _is_array(op.block, n)}
+    ops = op.block.ops
+    index = next(k for k, o in enumerate(ops)
+                 if o.type == "while" and o.attrs.get("sub_block") == op.attrs["sub_block"])
+    for before in ops[:index]:
+        hit = written.intersection(before.output_arg_names)
+        if not hit or registry.get(before.type).grad is None or before.type == "while":
+            continue
+        fwd_read = hit & _grad_reads(before)
+        if fwd_read:
+            name = sorted(fwd_read)[0]
+            raise NotImplementedError(
+                f"append_backward through a While loop that overwrites {name!r}: the gradient "
+                f"of the {before.type!r} op that wrote it reads its value, which the loop "
+                f"changes. Give the loop its own copy before the loop: "
+                f"state = layers.assign({name}) (assign's gradient reads no value)")
+
+
+def _grad_reads(op: Any) -> set[str]:
+    """The forward variables the grad ops of ``op`` read."""
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    view = SimpleNamespace(type=op.type, inputs=op.inputs, outputs=op.outputs,
+                           attrs=op.attrs, block=op.block)
+    try:
+        descs = registry.get(op.type).grad(view)
+    except NotImplementedError:
+        return set()
+    return {n for d in descs for names in d["inputs"].values() for n in names
+            if GRAD_SUFFIX not in n}
+
+
+def _while_grad(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    """Run the body's grad block over the kept steps, last first (see the module's notes)."""
+    vals = ctx.scope.vars
+    tape = vals.get(ctx.op.input("StepScopes")[0])
+    if not isinstance(tape, LoopTape):
+        raise ValueError("while_grad: the while loop kept no steps to differentiate: it did "
+                         "not run in this program run, or it is is_test=True")
+    block = ctx.op.block
+    grad_block = ctx.program.block(attrs["sub_block"])
+    outputs = ctx.op.input("Out")
+    carried = [n for n in outputs if grad_var_name(n) + STEP_IN in grad_block.vars]
+    params = [n for n in ctx.op.input("X")
+              if n not in outputs and not _is_array(block, n)]
+    final = {n: vals.get(n) for n in tape.names}
+    incoming = {n: vals.get(g) for n, g in zip(outputs, ctx.op.input("Out@GRAD"), strict=True)
+                if n in carried}
+    sums: dict[str, Any] = {}
+    for step in range(len(tape.starts) - 1, -1, -1):
+        tape.step = step
+        for n in carried:
+            vals[grad_var_name(n) + STEP_IN] = incoming[n]
+            vals.pop(grad_var_name(n), None)
+        for n in params:
+            vals.pop(grad_var_name(n), None)
+        ctx.executor.run_block(ctx.program, grad_block, ctx.scope)
+        for n in carried:
+            incoming[n] = vals.get(grad_var_name(n))
+        for n in params:
+            g = vals.pop(grad_var_name(n), None)
+            if g is not None:
+                sums[n] = g if n not in sums else sums[n] + g
+    vals.update(final)  # the forward values as the loop left them, for fetches
+    for n in carried:
+        vals.pop(grad_var_name(n) + STEP_IN, None)
+    grads = []
+    for n, value in zip(ctx.op.input("X"), ins.get("X", []), strict=True):
+        if n in incoming:
+            g = incoming[n]
+        elif n in params:
+            g = sums.get(n)
+        else:  # a tensor array the loop reads: its gradient array, filled in place
+            g = vals.get(grad_var_name(n))
+        if g is None and value is not None and not isinstance(value, LoDTensorArray):
+            g = array_module(value).zeros_like(value)
+        grads.append(g)
+    return {"X@GRAD": grads}
+
+
+def _while_step_state(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    """Put back the values forward op ``forward_op`` of the body left in the step being
+    differentiated."""
+    tape = ins["StepScopes"][0]
+    ctx.scope.vars.update(tape.values_after(int(attrs["forward_op"])))
     return {}
 
 
-def _no_gradient(op: Any) -> NoReturn:
-    raise NotImplementedError(
-        f"append_backward through the {op.type!r} op is not implemented in dask_fluid (Fluid's "
-        "while_grad and the tensor arrays' gradients): the loss depends on a While loop or a "
-        "tensor array. Use StaticRNN or DynamicRNN for a recurrence you train; keep While "
-        "loops for inference (decoding), outside the loss")
+def _read_from_array_grad(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    """X@GRAD[I] += Out@GRAD: the gradient array, grown as the forward array was."""
+    name = ctx.op.output("X@GRAD")[0]
+    grads = ctx.scope.vars.get(name)
+    if not isinstance(grads, LoDTensorArray):
+        grads = LoDTensorArray()
+    d = ins["Out@GRAD"][0]
+    if d is not None:
+        index = _index(ins["I"][0], "read_from_array_grad")
+        while len(grads) <= index:
+            grads.append(LoDTensor())
+        have = grads[index]._array
+        lod = attrs["_lods"]["Out@GRAD"][0] or ()
+        grads[index] = LoDTensor._of(d.copy() if have is None else have + d, lod,
+                                     ctx.executor.place)
+    return {"X@GRAD": [grads]}
+
+
+def _write_to_array_grad(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    """X@GRAD = Out@GRAD[I] (zeros where none came), and item I of the gradient array is
+    cleared: the write overwrote what was there before."""
+    x, grads = ins["X"][0], ins["Out@GRAD"][0]
+    index = _index(ins["I"][0], "write_to_array_grad")
+    d = None
+    if isinstance(grads, LoDTensorArray) and index < len(grads):
+        d = grads[index]._array
+        grads[index] = LoDTensor()
+    return {"X@GRAD": [array_module(x).zeros_like(x) if d is None else d]}
+
+
+def _read_from_array_grad_maker(op: Any) -> list[dict]:
+    return [{"type": "read_from_array_grad",
+             "inputs": {"I": list(op.inputs["I"]),
+                        "Out@GRAD": [grad_var_name(op.outputs["Out"][0])]},
+             "outputs": {"X@GRAD": [grad_var_name(op.inputs["X"][0])]}, "attrs": {}}]
+
+
+def _write_to_array_grad_maker(op: Any) -> list[dict]:
+    return [{"type": "write_to_array_grad",
+             "inputs": {"X": list(op.inputs["X"]), "I": list(op.inputs["I"]),
+                        "Out@GRAD": [grad_var_name(op.outputs["Out"][0])]},
+             "outputs": {"X@GRAD": [grad_var_name(op.inputs["X"][0])]}, "attrs": {}}]
 
 
 for _type, _kernel in (("conditional_block", _conditional_block), ("while", _while),
@@ -212,9 +456,13 @@ for _type, _kernel in (("conditional_block", _conditional_block), ("while", _whi
                        ("select_input", _select_input), ("select_output", _select_output),
                        ("write_to_array", _write_to_array),
                        ("read_from_array", _read_from_array),
-                       ("lod_array_length", _array_length)):
+                       ("lod_array_length", _array_length), ("while_grad", _while_grad),
+                       ("while_step_state", _while_step_state),
+                       ("read_from_array_grad", _read_from_array_grad),
+                       ("write_to_array_grad", _write_to_array_grad)):
     registry.set_kernel(_type, _kernel)
-for _type in ("while", "write_to_array", "read_from_array"):
-    registry.set_grad(_type, _no_gradient)
+registry.set_grad("while", _while_grad_maker)
+registry.set_grad("read_from_array", _read_from_array_grad_maker)
+registry.set_grad("write_to_array", _write_to_array_grad_maker)
 registry.set_grad("conditional_block", _conditional_block_grad_maker)
 registry.set_grad("select_input", _select_input_grad_maker)

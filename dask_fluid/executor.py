@@ -357,8 +357,10 @@ class Executor:
 
     # -- run ----------------------------------------------------------------------------------
     def run_block(self, program: Program, block: Block, scope: Scope,
-                  feed_names: frozenset = frozenset()) -> None:
-        """Run every op of ``block`` against ``scope`` (used by control-flow ops too)."""
+                  feed_names: frozenset = frozenset(),
+                  trace: Callable[[int], None] | None = None) -> None:
+        """Run every op of ``block`` against ``scope`` (used by control-flow ops too);
+        ``trace(i)`` is called after op ``i`` ran (a trained loop keeps its steps' values)."""
         vals, lods = scope.vars, scope.lods
         for i, step in enumerate(self._compiled(program, block, feed_names, scope).steps):
             try:
@@ -402,6 +404,8 @@ class Executor:
                             vals[name] = arr
                 if out_lods is not None or lods:
                     _set_output_lods(step, out, out_lods, vals, lods)
+            if trace is not None:
+                trace(i)
 
     def _check_feed(self, block: Block, feed: dict) -> tuple[dict, dict]:
         """The fed arrays by name, checked, and the LoDs of those fed as LoD tensors."""

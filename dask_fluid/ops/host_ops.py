@@ -64,6 +64,17 @@ register_signature("while", ("X", "Condition"), ("Out", "StepScopes"),
 register_signature("write_to_array", ("X", "I"), ("Out",), {}, provider=_LOOP, lod="kernel")
 register_signature("read_from_array", ("X", "I"), ("Out",), {}, provider=_LOOP, lod="kernel")
 register_signature("lod_array_length", ("X",), ("Out",), {}, provider=_LOOP, lod="none")
+# training through a While loop: the body's grad block run over the kept steps, last first;
+# inside it, the values each forward op left put back before that op's grad ops
+register_signature("while_grad", ("X", "Out", "Out@GRAD", "StepScopes"), ("X@GRAD",),
+                   {"sub_block": -1}, optional=("X", "Out", "Out@GRAD"), provider=_LOOP)
+register_signature("while_step_state", ("StepScopes",), (), {"forward_op": -1},
+                   provider=_LOOP)
+# the tensor arrays' gradients: added into the gradient array at I, and taken from it
+register_signature("read_from_array_grad", ("I", "Out@GRAD"), ("X@GRAD",), {},
+                   optional=("Out@GRAD",), provider=_LOOP, lod="kernel")
+register_signature("write_to_array_grad", ("X", "I", "Out@GRAD"), ("X@GRAD",), {},
+                   optional=("Out@GRAD",), provider=_LOOP)
 # StaticRNN: the step block run over the time steps of its inputs (dask_fluid.recurrent_op)
 _RECURRENT = "dask_fluid.recurrent_op"
 _RECURRENT_ATTRS = {"ex_states": [], "states": [], "sub_block": -1, "reverse": False,

@@ -189,16 +189,28 @@ def test_reading_past_the_end_names_the_index_and_the_size():
         _run(main, startup, feed, [hole])
 
 
-def test_training_through_a_loop_is_refused_by_name():
+def test_array_write_and_read_outside_a_loop_train():
+    """The arrays' gradients in the global block: an item read twice sums both reads'
+    gradients; an item overwritten gives its first writer none."""
     main, startup = fluid.Program(), fluid.Program()
     with fluid.program_guard(main, startup):
         x = layers.data("x", [3])
-        i = layers.fill_constant([1], "int64", 0)
-        arr = layers.array_write(layers.fc(x, 3), i)
-        loss = layers.mean(layers.array_read(arr, i))
-        with pytest.raises(NotImplementedError, match="append_backward through the "
-                                                      "'read_from_array' op is not implemented"):
-            fluid.optimizer.SGD(0.1).minimize(loss)
+        i, j = (layers.fill_constant([1], "int64", k) for k in (0, 1))
+        h = layers.fc(x, 3, param_attr="w", bias_attr=False)
+        arr = layers.array_write(layers.scale(h, 5.0), i)
+        layers.array_write(h, i, array=arr)  # overwrites item 0: the 5 h term is gone
+        layers.array_write(layers.scale(h, 2.0), j, array=arr)
+        twice = layers.elementwise_add(layers.array_read(arr, i), layers.array_read(arr, i))
+        loss = layers.mean(layers.elementwise_add(twice, layers.array_read(arr, j)))
+        fluid.append_backward(loss)
+    types = [op.type for op in main.global_block().ops]
+    assert "read_from_array_grad" in types and "write_to_array_grad" in types
+    xv = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    (dw,) = exe.run(main, feed={"x": xv}, fetch_list=["w@GRAD"], scope=scope)
+    # loss = mean((2 + 2) h) over [2, 3]: dW = x^T 4 / 6
+    np.testing.assert_allclose(dw, xv.T @ np.full((2, 3), 4 / 6), rtol=1e-5)
 
 
 def test_while_loop_as_fluid_documents_it():

@@ -348,6 +348,50 @@ def test_an_ifelse_trained_by_two_trainers_equals_local(client):
         assert np.abs(result.params[name] - before.get(name)).max() > 1e-3, name
 
 
+def _while_rnn_net():
+    """A tanh RNN over the 3 steps of each row, as a While loop over a tensor array."""
+    main, startup = fluid.Program(), fluid.Program()
+    startup.random_seed = 8
+    layers = fluid.layers
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = layers.data(name="x", shape=[12], dtype="float64")
+        y = layers.data(name="y", shape=[1], dtype="int64")
+        steps = layers.create_array("float64")
+        for t in range(3):
+            layers.array_write(layers.slice(x, [1], [4 * t], [4 * t + 4]),
+                               layers.fill_constant([1], "int64", t), array=steps)
+        i = layers.fill_constant([1], "int64", 0)
+        n = layers.fill_constant([1], "int64", 3)
+        # the loop's own copy: tanh's gradient reads the value the loop would overwrite
+        mem = layers.assign(layers.fc(layers.slice(x, [1], [0], [4]), 5, act="tanh"))
+        cond = layers.less_than(i, n)
+        loop = layers.While(cond)
+        with loop.block():
+            h = layers.fc([layers.array_read(steps, i), mem], 5, act="tanh")
+            layers.assign(h, mem)
+            layers.increment(i, in_place=True)
+            layers.less_than(i, n, cond=cond)
+        loss = layers.mean(layers.softmax_with_cross_entropy(layers.fc(mem, 2), y))
+        fluid.optimizer.Adam(0.01).minimize(loss)
+    return main, startup
+
+
+def test_a_while_loop_trained_by_two_trainers_equals_local(client):
+    # the loop's weights get their gradients from while_grad, summed over the steps
+    rng = np.random.default_rng(6)
+    steps, half = 3, 8
+    data = {"x": rng.standard_normal((steps * 2 * half, 12)),
+            "y": rng.integers(0, 2, (steps * 2 * half, 1))}
+    global_batches, per_trainer = _two_trainers(data, steps, half)
+    scope = _local(*_while_rnn_net(), global_batches)
+    result = train_pserver(client, *_while_rnn_net(), per_trainer, pservers=2, batch_size=half,
+                           shuffle=False)
+    _assert_params_equal(result.params, scope, 1e-6)
+    before = _local(*_while_rnn_net(), [])
+    for name in ("fc_1.w_0", "fc_1.w_1"):  # the loop body's input and state weights
+        assert np.abs(result.params[name] - before.get(name)).max() > 1e-3, name
+
+
 def _linear_net():
     """One parameter block (fc without bias, 640 values): of three pservers, two hold nothing."""
     main, startup = fluid.Program(), fluid.Program()
