@@ -49,20 +49,24 @@ def _accuracy(params: dict) -> float:
     return float(np.mean(logits.argmax(axis=1) == Y_TEST))
 
 
-def _killer(client, victim: str, at_step: int):
-    """A callback that SIGKILLs ``victim``'s process at the first event of ``at_step``, and
-    the list of the recovery events it saw."""
+def _killer(client, victim: str, at_step: int, trainers: int = 1):
+    """A callback that SIGKILLs ``victim``'s process at the first event of ``at_step`` once
+    ``trainers`` ranks have each finished a step (so every survivor has pushed a round: on a
+    loaded machine one trainer can start late), and the list of the recovery events it saw."""
     pid = client.run(os.getpid, workers=[victim])[victim]
     killed, recoveries = [], []
+    stepped: set[int] = set()
     lock = threading.Lock()
 
     def on_event(event):
         with lock:
             if event.get("type") == "recovery":
                 recoveries.append(event)
-            elif event.get("type") == "step" and event["step"] >= at_step and not killed:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(event["step"])
+            elif event.get("type") == "step":
+                stepped.add(event["rank"])
+                if event["step"] >= at_step and len(stepped) >= trainers and not killed:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(event["step"])
 
     return on_event, killed, recoveries
 
@@ -81,15 +85,16 @@ def test_a_lost_trainer_worker_does_not_end_an_elastic_fit(client, sync):
     opt = {} if sync else {"lr": 0.02, "epochs": 8}
     baseline = _accuracy(_train(client, trainers=3, pservers=[w[0]], sync_mode=sync,
                                 **opt).params)
-    on_event, killed, recoveries = _killer(client, w[2], at_step=40)
+    on_event, killed, recoveries = _killer(client, w[2], at_step=40, trainers=3)
     result = _train(client, trainers=3, pservers=[w[0]], sync_mode=sync, elastic=True,
                     callbacks=[on_event], **opt)
     assert killed, "the worker was never killed"
     assert len(result.recoveries) == 1 and recoveries == result.recoveries
     event = result.recoveries[0]
     assert event["lost"] == [w[2]] and event["source"] == "the pservers' state", event
-    # events lag the trainers a little: the restart is near the kill, not before the start
-    assert 0 < event["start_round"] <= killed[0] + 30, (event, killed)
+    # events lag the trainers, and async survivors go on until the abort reaches them: the
+    # restart is near the kill (31 rounds after it seen under load), not before the start
+    assert 0 < event["start_round"] <= killed[0] + 60, (event, killed)
     assert "recovered: lost trainer worker" in result.summary
     accuracy = _accuracy(result.params)
     assert accuracy >= baseline - 0.01, (accuracy, baseline)
