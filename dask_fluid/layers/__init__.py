@@ -7,13 +7,16 @@ Fluid's ``fluid.layers`` is the union of ``layers.nn``, ``layers.tensor`` and th
 from . import (
     control_flow,
     crf,
+    ctc,
     debug,
     image,
-    image_resize,
+    indexing,
     learning_rate_scheduler,
     loops,
+    loss,
     nn,
     python_ops,
+    resize,
     rnn,
     sampling,
     sequence_lod,
@@ -21,19 +24,22 @@ from . import (
 )
 from .control_flow import *  # noqa: F403
 from .crf import *  # noqa: F403
+from .ctc import *  # noqa: F403
 from .debug import *  # noqa: F403
 from .image import *  # noqa: F403
-from .image_resize import *  # noqa: F403
+from .indexing import *  # noqa: F403
 from .learning_rate_scheduler import *  # noqa: F403
 from .loops import *  # noqa: F403
+from .loss import *  # noqa: F403
 from .nn import *  # noqa: F403
 from .python_ops import *  # noqa: F403
+from .resize import *  # noqa: F403
 from .rnn import *  # noqa: F403
 from .sampling import *  # noqa: F403
 from .sequence_lod import *  # noqa: F403
 from .tensor import *  # noqa: F403
 
-__all__ = [*control_flow.__all__, *crf.__all__, *debug.__all__, *image.__all__,
-           *image_resize.__all__, *learning_rate_scheduler.__all__, *loops.__all__, *nn.__all__,
-           *python_ops.__all__, *rnn.__all__, *sampling.__all__, *sequence_lod.__all__,
-           *tensor.__all__]
+__all__ = [*control_flow.__all__, *crf.__all__, *ctc.__all__, *debug.__all__,
+           *image.__all__, *indexing.__all__, *learning_rate_scheduler.__all__,
+           *loops.__all__, *loss.__all__, *nn.__all__, *python_ops.__all__, *resize.__all__,
+           *rnn.__all__, *sampling.__all__, *sequence_lod.__all__, *tensor.__all__]

@@ -20,8 +20,9 @@ from ..ops.conv_ops import (
 from ..param_attr import ParamAttr
 from .tensor import _check_var
 
-__all__ = ["batch_norm", "conv2d", "conv2d_transpose", "group_norm", "maxout", "pixel_shuffle",
-           "pool2d"]
+__all__ = ["adaptive_pool2d", "affine_channel", "batch_norm", "conv2d", "conv2d_transpose",
+           "group_norm", "instance_norm", "lrn", "maxout", "pixel_shuffle", "pool2d",
+           "shuffle_channel", "space_to_depth"]
 
 
 def _pair(value: Any, name: str, layer: str) -> list[int]:
@@ -367,3 +368,207 @@ def maxout(x: Variable, groups: int, name: str | None = None, axis: int = 1) -> 
     helper.append_op("maxout", inputs={"X": [x]}, outputs={"Out": [out]},
                      attrs={"groups": groups, "axis": axis})
     return out
+
+
+# -- per-channel layers: lrn, instance_norm, affine_channel, shuffle_channel, space_to_depth,
+# adaptive_pool2d (kernels in dask_fluid.ops.image_channel_ops and conv_ops)
+
+def _known(d: int) -> bool:
+    return d is not None and d >= 0
+
+
+def lrn(input: Variable, n: int = 5, k: float = 1.0, alpha: float = 1e-4, beta: float = 0.75,
+        name: str | None = None, data_format: str = "NCHW") -> Variable:
+    """Local response normalisation across channels, as Fluid 1.8's ``layers.lrn``:
+    ``Out = X / (k + alpha · Σ X²)^beta``, the sum over the ``n`` channels centred on each
+    channel (those outside the input count 0). The op's second output ``MidOut`` (the
+    denominator before the power) is kept for the gradient.
+
+    Parameters
+    ----------
+    input : Variable
+        4-D, ``NCHW`` or ``NHWC`` as ``data_format`` says.
+    n : int
+        The (odd) number of channels summed.
+    k, alpha, beta : float
+        Positive, as the op's checkers require.
+    """
+    _check_var(input, "input", "lrn")
+    shape = list(input.shape or ())
+    if len(shape) != 4:
+        raise ValueError(f"lrn: input {input.name!r} must be 4-D, got shape {shape}")
+    if data_format not in ("NCHW", "NHWC"):
+        raise ValueError(f"lrn: data_format must be 'NCHW' or 'NHWC', got {data_format!r}")
+    if not isinstance(n, int) or n <= 0 or n % 2 != 1:
+        raise ValueError(f"lrn: n must be a positive odd int, got {n!r}")
+    for arg, v in (("k", k), ("alpha", alpha), ("beta", beta)):
+        if not isinstance(v, (int, float)) or not v > 0:
+            raise ValueError(f"lrn: {arg} must be a number > 0, got {v!r}")
+    helper = LayerHelper("lrn", name)
+    mid = helper.create_tmp(dtype=input.dtype, shape=shape, stop_gradient=True)
+    out = helper.create_tmp(dtype=input.dtype, shape=shape)
+    helper.append_op("lrn", inputs={"X": [input]}, outputs={"Out": [out], "MidOut": [mid]},
+                     attrs={"n": n, "k": float(k), "alpha": float(alpha), "beta": float(beta),
+                            "data_format": data_format})
+    return out
+
+
+def instance_norm(input: Variable, epsilon: float = 1e-05, param_attr: Any = None,
+                  bias_attr: Any = None, name: str | None = None) -> Variable:
+    """Normalise each sample's channels over their positions, as Fluid 1.8's
+    ``layers.instance_norm``: ``(x − mean) / sqrt(var + epsilon) · scale + bias``, with a
+    scale (ones) and a bias (zeros) of one element per channel (axis 1).
+
+    ``param_attr=False`` and ``bias_attr=False`` together leave both parameters out (the op
+    takes them as optional inputs, as later Fluid versions do); one of them alone False is
+    an error, as there.
+    """
+    _check_var(input, "input", "instance_norm")
+    shape = list(input.shape or ())
+    if not 2 <= len(shape) <= 5:
+        raise ValueError(f"instance_norm: input {input.name!r} must have rank 2 to 5, got "
+                         f"shape {shape}")
+    if not isinstance(epsilon, (int, float)) or not 0.0 <= epsilon <= 0.001:
+        raise ValueError(f"instance_norm: epsilon must be between 0.0 and 0.001, got "
+                         f"{epsilon!r}")
+    channels = shape[1]
+    if not _known(channels) or channels == 0:
+        raise ValueError(f"instance_norm: the channel dim (1) of {input.name!r} must be known, "
+                         f"got shape {shape}")
+    scale_attr, shift_attr = ParamAttr._to_attr(param_attr), ParamAttr._to_attr(bias_attr)
+    if (scale_attr is False) != (shift_attr is False):
+        raise ValueError("instance_norm: param_attr and bias_attr must be False together (got "
+                         f"param_attr={param_attr!r}, bias_attr={bias_attr!r})")
+    helper = LayerHelper("instance_norm", name)
+    inputs: dict[str, list[Variable]] = {"X": [input]}
+    if scale_attr is not False:
+        inputs["Scale"] = [helper.create_parameter(
+            scale_attr, [channels], input.dtype, default_initializer=ConstantInitializer(1.0))]
+        inputs["Bias"] = [helper.create_parameter(
+            shift_attr, [channels], input.dtype, is_bias=True,
+            default_initializer=ConstantInitializer(0.0))]
+    rows = shape[0] * channels if _known(shape[0]) else -1
+    saved_mean = helper.create_tmp(dtype=input.dtype, shape=[rows], stop_gradient=True)
+    saved_variance = helper.create_tmp(dtype=input.dtype, shape=[rows], stop_gradient=True)
+    out = helper.create_tmp(dtype=input.dtype, shape=shape)
+    helper.append_op("instance_norm", inputs=inputs,
+                     outputs={"Y": [out], "SavedMean": [saved_mean],
+                              "SavedVariance": [saved_variance]},
+                     attrs={"epsilon": float(epsilon)})
+    return out
+
+
+def affine_channel(x: Variable, scale: Variable | None = None, bias: Variable | None = None,
+                   data_layout: str = "NCHW", name: str | None = None,
+                   act: str | None = None) -> Variable:
+    """``x · scale + bias`` per channel (axis 1 for ``NCHW``, the last for ``NHWC``), as
+    Fluid 1.8's ``layers.affine_channel``. ``scale`` and ``bias`` are 1-D variables of the
+    channel count; the op needs both (Fluid's signature defaults them to None, but the op
+    fails without them)."""
+    _check_var(x, "x", "affine_channel")
+    if data_layout not in ("NCHW", "NHWC"):
+        raise ValueError(f"affine_channel: data_layout must be 'NCHW' or 'NHWC', got "
+                         f"{data_layout!r}")
+    for arg, v in (("scale", scale), ("bias", bias)):
+        if not isinstance(v, Variable):
+            raise TypeError(f"affine_channel: {arg} must be a Variable of shape [C], got "
+                            f"{type(v).__name__}")
+    shape = list(x.shape or ())
+    if len(shape) < 2:
+        raise ValueError(f"affine_channel: x {x.name!r} needs rank >= 2, got shape {shape}")
+    c = shape[1] if data_layout == "NCHW" else shape[-1]
+    for arg, v in (("scale", scale), ("bias", bias)):
+        vs = list(v.shape or ())
+        if len(vs) != 1 or (_known(c) and _known(vs[0]) and vs[0] != c):
+            raise ValueError(f"affine_channel: {arg} must have shape [{c}] (the channels of "
+                             f"{x.name!r}), got {vs}")
+    helper = LayerHelper("affine_channel", name)
+    out = helper.create_tmp(dtype=x.dtype, shape=shape)
+    helper.append_op("affine_channel", inputs={"X": [x], "Scale": [scale], "Bias": [bias]},
+                     outputs={"Out": [out]}, attrs={"data_layout": data_layout})
+    return helper.append_activation(out, act)
+
+
+def shuffle_channel(x: Variable, group: int, name: str | None = None) -> Variable:
+    """Shuffle the channels of an NCHW ``x`` as Fluid 1.8's ``layers.shuffle_channel``:
+    view them as a ``[group, C / group]`` matrix and transpose it."""
+    _check_var(x, "x", "shuffle_channel")
+    if not isinstance(group, int) or isinstance(group, bool):
+        raise TypeError(f"shuffle_channel: group must be int, got {type(group).__name__}")
+    shape = list(x.shape or ())
+    if len(shape) != 4:
+        raise ValueError(f"shuffle_channel: x {x.name!r} must be 4-D NCHW, got shape {shape}")
+    if group < 1 or (_known(shape[1]) and shape[1] % group):
+        raise ValueError(f"shuffle_channel: group={group} must be a positive divisor of the "
+                         f"{shape[1]} channels of {x.name!r}")
+    helper = LayerHelper("shuffle_channel", name)
+    out = helper.create_tmp(dtype=x.dtype, shape=shape)
+    helper.append_op("shuffle_channel", inputs={"X": [x]}, outputs={"Out": [out]},
+                     attrs={"group": group})
+    return out
+
+
+def space_to_depth(x: Variable, blocksize: int, name: str | None = None) -> Variable:
+    """``[B, C, H, W]`` → ``[B, C·bs², H/bs, W/bs]`` as Fluid 1.8's ``layers.space_to_depth``
+    (the YOLOv2 reorg; Paddle's index map, which is not TensorFlow's: see
+    :func:`dask_fluid.ops.image_channel_ops.space_to_depth`)."""
+    _check_var(x, "x", "space_to_depth")
+    if not isinstance(blocksize, int) or isinstance(blocksize, bool):
+        raise ValueError(f"space_to_depth: blocksize must be a python int, got {blocksize!r}")
+    shape = list(x.shape or ())
+    if len(shape) != 4:
+        raise ValueError(f"space_to_depth: x {x.name!r} must be 4-D NCHW, got shape {shape}")
+    if blocksize <= 1:
+        raise ValueError(f"space_to_depth: blocksize must be > 1, got {blocksize}")
+    bs = blocksize
+    for axis, div, what in ((1, bs * bs, "channels"), (2, bs, "height"), (3, bs, "width")):
+        if _known(shape[axis]) and (shape[axis] == 0 or shape[axis] % div):
+            raise ValueError(f"space_to_depth: the {what} of {x.name!r} ({shape[axis]}) must "
+                             f"be a positive multiple of {div} (blocksize={bs})")
+    out_shape = [shape[0], shape[1] * bs * bs if _known(shape[1]) else -1,
+                 shape[2] // bs if _known(shape[2]) else -1,
+                 shape[3] // bs if _known(shape[3]) else -1]
+    helper = LayerHelper("space_to_depth", name)
+    out = helper.create_tmp(dtype=x.dtype, shape=out_shape)
+    helper.append_op("space_to_depth", inputs={"X": [x]}, outputs={"Out": [out]},
+                     attrs={"blocksize": bs})
+    return out
+
+
+def adaptive_pool2d(input: Variable, pool_size: int | Sequence[int], pool_type: str = "max",
+                    require_index: bool = False,
+                    name: str | None = None) -> Variable | tuple[Variable, Variable]:
+    """Adaptive pooling of an NCHW input to ``pool_size`` outputs, as Fluid 1.8's
+    ``layers.adaptive_pool2d``: output ``(i, j)`` pools rows ``[floor(i·H/m),
+    ceil((i+1)·H/m))`` and the columns likewise. As in Fluid, max pooling is the op
+    ``max_pool2d_with_index`` (whose ``Mask`` output, int32 positions ``h·W + w``, is
+    returned too with ``require_index``) and average pooling is ``pool2d`` with
+    ``adaptive=True``."""
+    _check_var(input, "input", "adaptive_pool2d")
+    if not isinstance(pool_type, str) or pool_type not in ("max", "avg"):
+        raise ValueError(f"adaptive_pool2d: pool_type must be 'max' or 'avg', got "
+                         f"{pool_type!r}")
+    if not isinstance(require_index, bool):
+        raise TypeError(f"adaptive_pool2d: require_index must be a bool, got "
+                        f"{type(require_index).__name__}")
+    if pool_type == "avg" and require_index:
+        raise ValueError("adaptive_pool2d: require_index=True needs pool_type='max', got "
+                         "'avg'")
+    if not isinstance(pool_size, (int, list, tuple)):
+        raise TypeError(f"adaptive_pool2d: pool_size must be an int or a list/tuple of 2 "
+                        f"ints, got {type(pool_size).__name__}")
+    size = _pair(pool_size, "pool_size", "adaptive_pool2d")
+    if min(size) <= 0:
+        raise ValueError(f"adaptive_pool2d: pool_size must be positive, got {pool_size!r}")
+    n, c, _, _ = _nchw(input, "adaptive_pool2d", "NCHW")
+    op_type = "max_pool2d_with_index" if pool_type == "max" else "pool2d"
+    helper = LayerHelper(op_type, name)
+    out = helper.create_tmp(dtype=input.dtype, shape=[n, c, *size])
+    outputs = {"Out": [out]}
+    if pool_type == "max":
+        # Fluid declares the mask with the input's dtype; its kernel writes int32
+        mask = helper.create_tmp(dtype="int32", shape=[n, c, *size], stop_gradient=True)
+        outputs["Mask"] = [mask]
+    helper.append_op(op_type, inputs={"X": [input]}, outputs=outputs,
+                     attrs={"pooling_type": pool_type, "ksize": size, "adaptive": True})
+    return (out, mask) if require_index else out

@@ -16,17 +16,17 @@ from ..param_attr import ParamAttr
 from .tensor import _check_var, fill_constant
 
 __all__ = [
-    "_binary_op", "abs", "accuracy", "auc", "brelu", "clip", "clip_by_norm", "cos", "cos_sim",
-    "cross_entropy", "dropout", "elementwise_add", "elementwise_div", "elementwise_floordiv",
-    "elementwise_max", "elementwise_min", "elementwise_mod", "elementwise_mul", "elementwise_pow",
-    "elementwise_sub", "elu", "embedding", "exp", "fc", "floor", "gelu", "hard_sigmoid",
-    "hard_swish", "hsigmoid", "huber_loss", "kldiv_loss", "l2_normalize", "layer_norm",
-    "leaky_relu", "log", "log_loss", "matmul", "mean", "mse_loss", "mul", "nce", "pad", "pad2d",
-    "pow", "prelu", "reduce_all", "reduce_any", "reduce_max", "reduce_mean", "reduce_min",
-    "reduce_prod", "reduce_sum", "relu", "relu6", "scale", "selu", "sigmoid",
-    "sigmoid_cross_entropy_with_logits", "sign", "smooth_l1", "soft_relu", "softmax",
-    "softmax_with_cross_entropy", "softplus", "softsign", "sqrt", "square", "square_error_cost",
-    "stanh", "swish", "tanh", "topk",
+    "_binary_op", "abs", "accuracy", "add_position_encoding", "auc", "bilinear_tensor_product",
+    "brelu", "clip", "clip_by_norm", "cos", "cos_sim", "cross_entropy", "dropout",
+    "elementwise_add", "elementwise_div", "elementwise_floordiv", "elementwise_max",
+    "elementwise_min", "elementwise_mod", "elementwise_mul", "elementwise_pow", "elementwise_sub",
+    "elu", "embedding", "exp", "fc", "floor", "gelu", "hard_sigmoid", "hard_swish", "hsigmoid",
+    "huber_loss", "kldiv_loss", "l2_normalize", "layer_norm", "leaky_relu", "log", "log_loss",
+    "matmul", "mean", "mse_loss", "mul", "nce", "pad", "pad2d", "pow", "prelu", "reduce_all",
+    "reduce_any", "reduce_max", "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum", "relu",
+    "relu6", "scale", "selu", "sigmoid", "sigmoid_cross_entropy_with_logits", "sign", "smooth_l1",
+    "soft_relu", "softmax", "softmax_with_cross_entropy", "softplus", "softsign", "sqrt", "square",
+    "square_error_cost", "stanh", "swish", "tanh", "topk",
 ]
 
 def _unary(op_type: str, x: Variable, name: str | None = None, **attrs: Any) -> Variable:
@@ -978,4 +978,86 @@ def hsigmoid(input: Variable, label: Variable, num_classes: int, param_attr: Any
                      outputs={"Out": [out], "PreOut": [pre_out], "W_Out": [w]},
                      attrs={"num_classes": int(num_classes), "is_sparse": bool(is_sparse),
                             "remote_prefetch": bool(is_sparse)})
+    return out
+
+
+# -- bilinear_tensor_product, add_position_encoding ----------------------------------------------
+
+def _known(d: Any) -> bool:
+    return d is not None and d >= 0
+
+
+def _named_out(helper: LayerHelper, name: str | None, dtype: str, shape: Any) -> Variable:
+    """Fluid names the output ``name`` itself when one is given, else a temporary."""
+    if name is None:
+        return helper.create_tmp(dtype=dtype, shape=shape)
+    return helper.main_program.current_block().create_var(name=name, dtype=dtype, shape=shape)
+
+
+def bilinear_tensor_product(x: Variable, y: Variable, size: int, act: str | None = None,
+                            name: str | None = None, param_attr: Any = None,
+                            bias_attr: Any = None) -> Variable:
+    """``out[:, i] = x W_i yᵀ + b_i`` for ``x`` ``[N, M]`` and ``y`` ``[N, P]`` (Fluid 1.8's
+    ``layers.bilinear_tensor_product``): a weight ``[size, M, P]`` (Xavier) and a bias
+    ``[1, size]`` (zeros; none when ``bias_attr`` is False), then ``act``; ``[N, size]``.
+
+    Raises
+    ------
+    ValueError
+        ``size`` is not a positive int, or ``x`` / ``y`` are not 2-D with known second dims.
+    """
+    _check_var(x, "x", "bilinear_tensor_product")
+    _check_var(y, "y", "bilinear_tensor_product")
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+        raise ValueError(f"bilinear_tensor_product: size must be a positive int, got {size!r}")
+    xs, ys = list(x.shape or ()), list(y.shape or ())
+    if len(xs) != 2 or len(ys) != 2 or not (_known(xs[1]) and xs[1] > 0) \
+            or not (_known(ys[1]) and ys[1] > 0):
+        raise ValueError(f"bilinear_tensor_product: x and y must be 2-D with known second "
+                         f"dims, got {xs} and {ys}")
+    if _known(xs[0]) and _known(ys[0]) and xs[0] != ys[0]:
+        raise ValueError(f"bilinear_tensor_product: x and y must have the same batch size, got "
+                         f"{xs[0]} and {ys[0]}")
+    helper = LayerHelper("bilinear_tensor_product", name)
+    w = helper.create_parameter(ParamAttr._to_attr(param_attr), [size, xs[1], ys[1]], x.dtype)
+    inputs: dict[str, list[Variable]] = {"X": [x], "Y": [y], "Weight": [w]}
+    b_attr = ParamAttr._to_attr(bias_attr)
+    if b_attr is not False:
+        inputs["Bias"] = [helper.create_parameter(b_attr, [1, size], x.dtype, is_bias=True)]
+    out = _named_out(helper, name, x.dtype, [xs[0], size])
+    helper.append_op("bilinear_tensor_product", inputs=inputs, outputs={"Out": [out]})
+    return helper.append_activation(out, act)
+
+
+def add_position_encoding(input: Variable, alpha: float, beta: float,
+                          name: str | None = None) -> Variable:
+    """``alpha * input + beta * PE`` with Transformer sinusoids over the hidden dim (Fluid
+    1.8's ``layers.add_position_encoding``): for position j and k < D / 2 (h = D / 2),
+    ``PE[..., k] = sin(j / 10000^(k / (h - 1)))`` and ``PE[..., h + k]`` the cosine. A dense
+    ``[B, T, D]`` input counts positions along T; a ``[rows, D]`` input with a 1-level LoD
+    restarts them at every sequence.
+
+    Raises
+    ------
+    ValueError
+        ``alpha`` or ``beta`` negative, an input that is neither 3-D nor 2-D with a LoD, or an
+        odd hidden size.
+    """
+    _check_var(input, "input", "add_position_encoding")
+    for arg, v in (("alpha", alpha), ("beta", beta)):
+        if float(v) < 0:
+            raise ValueError(f"add_position_encoding: {arg} must be >= 0, got {v!r}")
+    shape = list(input.shape or ())
+    if input.shape is not None:
+        if len(shape) not in (2, 3) or (len(shape) == 2 and input.lod_level != 1):
+            raise ValueError(f"add_position_encoding: input {input.name!r} must be 3-D [batch, "
+                             f"seq_len, hidden] or 2-D with lod_level 1, got shape {shape} "
+                             f"(lod_level {input.lod_level})")
+        if _known(shape[-1]) and shape[-1] % 2:
+            raise ValueError(f"add_position_encoding: the hidden size must be even, got "
+                             f"{shape[-1]}")
+    helper = LayerHelper("add_position_encoding", name)
+    out = _named_out(helper, name, input.dtype, input.shape)
+    helper.append_op("add_position_encoding", inputs={"X": [input]}, outputs={"Out": [out]},
+                     attrs={"alpha": float(alpha), "beta": float(beta)})
     return out

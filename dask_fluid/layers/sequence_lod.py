@@ -11,11 +11,11 @@ from ..layer_helper import LayerHelper
 from ..param_attr import ParamAttr
 from .tensor import _check_var
 
-__all__ = ["lod_reset", "sequence_concat", "sequence_conv", "sequence_enumerate",
-           "sequence_expand", "sequence_expand_as", "sequence_first_step",
-           "sequence_last_step", "sequence_mask", "sequence_pad", "sequence_pool",
-           "sequence_reshape", "sequence_reverse", "sequence_slice", "sequence_softmax",
-           "sequence_unpad"]
+__all__ = ["chunk_eval", "im2sequence", "lod_reset", "row_conv", "sequence_concat",
+           "sequence_conv", "sequence_enumerate", "sequence_expand", "sequence_expand_as",
+           "sequence_first_step", "sequence_last_step", "sequence_mask", "sequence_pad",
+           "sequence_pool", "sequence_reshape", "sequence_reverse", "sequence_scatter",
+           "sequence_slice", "sequence_softmax", "sequence_unpad"]
 
 _POOL_TYPES = ("average", "sum", "sqrt", "max", "last", "first")
 
@@ -279,3 +279,196 @@ def sequence_enumerate(input: Variable, win_size: int, pad_value: int = 0,
     helper.append_op("sequence_enumerate", inputs={"X": [input]}, outputs={"Out": [out]},
                      attrs={"win_size": int(win_size), "pad_value": int(pad_value)})
     return out
+
+
+def _dtype_in(x: Variable, arg: str, layer: str, allowed: tuple[str, ...]) -> None:
+    if str(x.dtype) not in allowed:
+        raise TypeError(f"{layer}: {arg} must have dtype in {list(allowed)}, got {x.dtype}")
+
+
+def row_conv(input: Variable, future_context_size: int, param_attr: Any = None,
+             act: str | None = None) -> Variable:
+    """The lookahead (row) convolution of DeepSpeech2, Fluid 1.8's ``layers.row_conv``:
+    ``out[t] = Σ_{k=0..future_context_size} W[k] ⊙ input[t + k]`` within each sequence.
+
+    Parameters
+    ----------
+    input : Variable
+        A LoD tensor ``[T, D]``, or a padded ``[B, T, D]`` tensor (every row a sequence).
+    future_context_size : int
+        How many future steps each output sees; the filter is
+        ``[future_context_size + 1, D]`` (Xavier by default).
+    param_attr : ParamAttr, optional
+    act : str, optional
+
+    Returns
+    -------
+    Variable
+        ``input``'s shape and LoD.
+    """
+    _check_var(input, "input", "row_conv")
+    _dtype_in(input, "input", "row_conv", ("float32", "float64"))
+    if isinstance(future_context_size, bool) or not isinstance(future_context_size, int) \
+            or future_context_size < 0:
+        raise ValueError(f"row_conv: future_context_size must be an int >= 0, got "
+                         f"{future_context_size!r}")
+    if not input.shape or len(input.shape) not in (2, 3) or input.shape[-1] <= 0:
+        raise ValueError(f"row_conv: input must be [T, D] (LoD) or [B, T, D] with D known, got "
+                         f"{input.shape}")
+    attr = ParamAttr._to_attr(param_attr)
+    if attr is False:
+        raise ValueError("row_conv: param_attr=False leaves no filter; row_conv needs one")
+    helper = LayerHelper("row_conv")
+    filt = helper.create_parameter(attr, [future_context_size + 1, input.shape[-1]],
+                                   input.dtype)
+    out = _like(helper, input)
+    helper.append_op("row_conv", inputs={"X": [input], "Filter": [filt]},
+                     outputs={"Out": [out]})
+    return helper.append_activation(out, act)
+
+
+def _pair(v: Any, arg: str, layer: str) -> list[int]:
+    vals = [v, v] if isinstance(v, int) and not isinstance(v, bool) else list(v)
+    if len(vals) != 2 or not all(isinstance(a, int) and a > 0 for a in vals):
+        raise ValueError(f"{layer}: {arg} must be a positive int or a pair of them, got {v!r}")
+    return vals
+
+
+def im2sequence(input: Variable, filter_size: int | list[int] = 1, stride: int | list[int] = 1,
+                padding: int | list[int] = 0, input_image_size: Variable | None = None,
+                out_stride: int | list[int] = 1, name: str | None = None) -> Variable:
+    """Every ``filter_size`` patch of each NCHW image as one row, the patches of an image one
+    sequence (Fluid 1.8's ``layers.im2sequence``, im2col in patch-major order).
+
+    Parameters
+    ----------
+    input : Variable
+        ``[N, C, H, W]``.
+    filter_size, stride : int or (int, int)
+        Patch height/width and the step between patches.
+    padding : int, (pad_h, pad_w) or (up, left, down, right)
+        Zeros around the image.
+    input_image_size : Variable, optional
+        ``[N, 2]`` real (height, width) of each image; with more than one image, image ``i``
+        contributes only the patches of its real size divided by ``out_stride`` (rounded up).
+    out_stride : int or (int, int)
+        Used only with ``input_image_size``.
+    name : str, optional
+
+    Returns
+    -------
+    Variable
+        A LoD tensor ``[Σ out_h·out_w, C·kh·kw]``, ``out = (size + pads - kernel) / stride + 1``.
+    """
+    _check_var(input, "input", "im2sequence")
+    if not input.shape or len(input.shape) != 4:
+        raise ValueError(f"im2sequence: input must be 4-D NCHW, got shape {input.shape}")
+    kernels = _pair(filter_size, "filter_size", "im2sequence")
+    strides = _pair(stride, "stride", "im2sequence")
+    pads = [padding, padding] if isinstance(padding, int) else list(padding)
+    if len(pads) == 2:  # (pad_h, pad_w): the same at both ends
+        pads = pads + pads
+    if len(pads) != 4 or not all(isinstance(p, int) and p >= 0 for p in pads):
+        raise ValueError(f"im2sequence: padding must be an int >= 0, or 2 or 4 of them, got "
+                         f"{padding!r}")
+    inputs = {"X": [input]}
+    attrs: dict = {"kernels": kernels, "strides": strides, "paddings": pads}
+    if input_image_size is not None:
+        _check_var(input_image_size, "input_image_size", "im2sequence")
+        inputs["Y"] = [input_image_size]
+        attrs["out_stride"] = _pair(out_stride, "out_stride", "im2sequence")
+    helper = LayerHelper("im2sequence", name)
+    c = input.shape[1]
+    out = helper.create_tmp(dtype=input.dtype,
+                            shape=[-1, c * kernels[0] * kernels[1] if c > 0 else -1])
+    helper.append_op("im2sequence", inputs=inputs, outputs={"Out": [out]}, attrs=attrs)
+    return out
+
+
+def sequence_scatter(input: Variable, index: Variable, updates: Variable,
+                     name: str | None = None) -> Variable:
+    """``input`` with ``updates[r]`` added at column ``index[r]`` of row ``i`` for every row
+    ``r`` of the ``i``-th sequence of ``index`` (Fluid 1.8's ``layers.sequence_scatter``).
+
+    Parameters
+    ----------
+    input : Variable
+        ``[M, ...]`` (a row is flattened to find the column).
+    index : Variable
+        int64 ``[N, 1]`` with one LoD level; its ``i``-th sequence updates row ``i``.
+    updates : Variable
+        ``[N, 1]`` with ``index``'s LoD.
+    name : str, optional
+
+    Returns
+    -------
+    Variable
+        ``input``'s shape, no LoD.
+    """
+    _check_var(input, "input", "sequence_scatter")
+    _check_var(index, "index", "sequence_scatter")
+    _check_var(updates, "updates", "sequence_scatter")
+    _dtype_in(index, "index", "sequence_scatter", ("int32", "int64"))
+    helper = LayerHelper("sequence_scatter", name)
+    out = _like(helper, input)
+    helper.append_op("sequence_scatter",
+                     inputs={"X": [input], "Ids": [index], "Updates": [updates]},
+                     outputs={"Out": [out]})
+    return out
+
+
+_CHUNK_SCHEMES = ("IOB", "IOE", "IOBES", "plain")
+
+
+def chunk_eval(input: Variable, label: Variable, chunk_scheme: str, num_chunk_types: int,
+               excluded_chunk_types: list[int] | None = None,
+               seq_length: Variable | None = None) -> tuple[Variable, ...]:
+    """Precision, recall and F1 of chunk detection (Fluid 1.8's ``layers.chunk_eval``).
+
+    Parameters
+    ----------
+    input, label : Variable
+        int64 tag ids, predicted and true: LoD tensors ``[T, 1]`` with the same LoD, or padded
+        ``[N, M]`` / ``[N, M, 1]`` with ``seq_length``. Id ``type * num_tag_types + tag`` (tags
+        of the scheme: IOB B=0 I=1, IOE I=0 E=1, IOBES B=0 I=1 E=2 S=3, plain one tag); id
+        ``num_chunk_types * num_tag_types`` is outside every chunk.
+    chunk_scheme : str
+        ``"IOB"``, ``"IOE"``, ``"IOBES"`` or ``"plain"``.
+    num_chunk_types : int
+    excluded_chunk_types : list of int, optional
+        Chunk types left out of every count.
+    seq_length : Variable, optional
+        int64 ``[N]``, the lengths of padded inputs.
+
+    Returns
+    -------
+    tuple of Variable
+        ``(precision, recall, f1_score, num_infer_chunks, num_label_chunks,
+        num_correct_chunks)``, each ``[1]``: float32 then int64.
+    """
+    _check_var(input, "input", "chunk_eval")
+    _check_var(label, "label", "chunk_eval")
+    _dtype_in(input, "input", "chunk_eval", ("int64",))
+    _dtype_in(label, "label", "chunk_eval", ("int64",))
+    if chunk_scheme not in _CHUNK_SCHEMES:
+        raise ValueError(f"chunk_eval: chunk_scheme must be one of {_CHUNK_SCHEMES}, got "
+                         f"{chunk_scheme!r}")
+    if isinstance(num_chunk_types, bool) or not isinstance(num_chunk_types, int) \
+            or num_chunk_types < 1:
+        raise ValueError(f"chunk_eval: num_chunk_types must be a positive int, got "
+                         f"{num_chunk_types!r}")
+    helper = LayerHelper("chunk_eval")
+    outs = [helper.create_tmp(dtype=dtype, shape=[1], stop_gradient=True)
+            for dtype in ("float32",) * 3 + ("int64",) * 3]
+    inputs = {"Inference": [input], "Label": [label]}
+    if seq_length is not None:
+        _check_var(seq_length, "seq_length", "chunk_eval")
+        inputs["SeqLength"] = [seq_length]
+    slots = ("Precision", "Recall", "F1-Score", "NumInferChunks", "NumLabelChunks",
+             "NumCorrectChunks")
+    helper.append_op("chunk_eval", inputs=inputs,
+                     outputs={s: [v] for s, v in zip(slots, outs, strict=True)},
+                     attrs={"num_chunk_types": num_chunk_types, "chunk_scheme": chunk_scheme,
+                            "excluded_chunk_types": [int(t) for t in
+                                                     (excluded_chunk_types or [])]})
+    return tuple(outs)

@@ -16,10 +16,10 @@ from ..layer_helper import LayerHelper
 __all__ = [
     "argmax", "assign", "cast", "concat", "create_global_var", "create_parameter", "create_tensor",
     "data", "equal", "expand", "expand_as", "fill_constant", "fill_constant_batch_size_like",
-    "flatten", "gather", "gather_nd", "increment", "label_smooth", "less_than", "logical_and",
-    "logical_not", "logical_or", "logical_xor", "one_hot", "ones", "reshape", "scatter", "shape",
-    "slice", "split", "squeeze", "stack", "sum", "sums", "transpose", "unsqueeze", "unstack",
-    "where", "zeros",
+    "flatten", "gather", "increment", "label_smooth", "less_than", "logical_and", "logical_not",
+    "logical_or", "logical_xor", "one_hot", "ones", "reshape", "scatter", "shape", "slice",
+    "split", "squeeze", "stack", "sum", "sums", "transpose", "unsqueeze", "unstack", "where",
+    "zeros",
 ]
 
 
@@ -243,15 +243,21 @@ def _reshape_attr(shape: Sequence[int | Variable], x: Variable) -> list[int]:
     return out
 
 
-def _shape_tensor_list(shape: Sequence[int | Variable]) -> list[Variable]:
-    """``ShapeTensor``: each Variable as it is, each int as a one-element int32 constant."""
+def _shape_tensor_list(shape: Sequence[int | Variable],
+                       helper: LayerHelper | None = None) -> list[Variable]:
+    """A list of one-element int tensors, as Fluid 1.8 passes a list holding Variables
+    (``ShapeTensor``, ``StartsTensorList``, ...): each Variable as it is, each int as a
+    one-element int32 constant on the CPU (in a temporary of ``helper``'s layer when given,
+    as strided_slice and crop_tensor name it)."""
     items = []
     for d in shape:
         if isinstance(d, Variable):
             d.stop_gradient = True
             items.append(d)
         else:
-            items.append(fill_constant([1], "int32", int(d), force_cpu=True))
+            out = None if helper is None else helper.create_tmp(dtype="int32", shape=[1],
+                                                                 stop_gradient=True)
+            items.append(fill_constant([1], "int32", int(d), force_cpu=True, out=out))
     return items
 
 
@@ -550,28 +556,6 @@ def gather(input: Variable, index: Variable, overwrite: bool = True) -> Variable
     out = helper.create_tmp(dtype=input.dtype, shape=shape)
     helper.append_op("gather", inputs={"X": [input], "Index": [index]}, outputs={"Out": [out]},
                      attrs={"overwrite": bool(overwrite)})
-    return out
-
-
-def gather_nd(input: Variable, index: Variable, name: str | None = None) -> Variable:
-    """``input[index[..., 0], index[..., 1], ...]``: the output is ``index.shape[:-1] +
-    input.shape[index.shape[-1]:]`` (Fluid 1.8's ``layers.gather_nd``)."""
-    _check_var(input, "input", "gather_nd")
-    _check_var(index, "index", "gather_nd")
-    if index.dtype not in ("int32", "int64"):
-        raise TypeError(f"gather_nd: index {index.name!r} must be int32 or int64, got "
-                        f"{index.dtype}")
-    shape = None
-    if input.shape is not None and index.shape:
-        k = index.shape[-1]
-        if k > len(input.shape):
-            raise ValueError(f"gather_nd: the last dim of index {index.name!r} ({k}) exceeds "
-                             f"the rank of {input.name!r} ({len(input.shape)})")
-        shape = [*index.shape[:-1], *input.shape[k:]] if k >= 0 else None
-    helper = LayerHelper("gather_nd", name)
-    out = helper.create_tmp(dtype=input.dtype, shape=shape)
-    helper.append_op("gather_nd", inputs={"X": [input], "Index": [index]},
-                     outputs={"Out": [out]})
     return out
 
 

@@ -19,6 +19,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     beam_search_ops,
     conv_ops,
     crf_ops,
+    ctc_ops,
     dense_ops,
     host_ops,
     image_channel_ops,

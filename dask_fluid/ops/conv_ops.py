@@ -18,6 +18,8 @@ Semantics follow Paddle 1.8's ``conv_op.cc`` and ``math/pooling.cc``:
 - a pooling window is clipped to the input (padding is never part of a max), an ``exclusive``
   average divides by the clipped window's size and a non-exclusive one by ``KH * KW``;
   ``ceil_mode`` rounds the output size up; ``global_pooling`` pools the whole map;
+- ``adaptive`` pooling makes ``ksize`` the output size, window ``i`` spanning
+  ``[floor(i * H / OH), ceil((i + 1) * H / OH))`` (an average divides by its size);
 - the max-pool gradient goes to the first maximum of each window, as Paddle's loop does.
 """
 
@@ -32,7 +34,7 @@ import numpy as np
 from .registry import GRAD, array_module, register
 from .selected_rows import grad_maker, grad_slots
 
-__all__ = ["conv_output_size", "pool_output_size", "resolve_paddings"]
+__all__ = ["adaptive_bounds", "conv_output_size", "pool_output_size", "resolve_paddings"]
 
 
 def _pair(value: Any, name: str) -> tuple[int, int]:
@@ -334,14 +336,29 @@ class _PoolGeometry:
         if attrs.get("data_format", "NCHW") not in ("NCHW", "AnyLayout"):
             raise NotImplementedError(f"pool2d with data_format={attrs['data_format']!r}: "
                                       "only NCHW is implemented")
-        if attrs.get("adaptive"):
-            raise NotImplementedError("pool2d with adaptive=True is not implemented")
         if len(x_shape) != 4:
             raise ValueError(f"pool2d needs a 4-D NCHW input, got {list(x_shape)}")
         self.type = attrs.get("pooling_type", "max")
         if self.type not in ("max", "avg"):
             raise ValueError(f"pooling_type must be 'max' or 'avg', got {self.type!r}")
         self.n, self.c, self.h, self.w = (int(d) for d in x_shape)
+        self.adaptive = bool(attrs.get("adaptive", False))
+        self.exclusive = bool(attrs.get("exclusive", True))
+        if self.adaptive:
+            # Paddle's InferShape: the output is ksize (the whole map's size under
+            # global_pooling); strides, paddings and ceil_mode play no part
+            if attrs.get("global_pooling"):
+                self.oh, self.ow = self.h, self.w
+            else:
+                self.oh, self.ow = _pair(attrs.get("ksize", [1, 1]), "ksize")
+            if self.oh <= 0 or self.ow <= 0:
+                raise ValueError(f"pool2d: adaptive pooling needs a positive output size "
+                                 f"(ksize), got {[self.oh, self.ow]}")
+            self.kh, self.kw, self.sh, self.sw = self.oh, self.ow, 1, 1
+            self.pads = (0, 0, 0, 0)
+            self.rows = adaptive_bounds(self.h, self.oh)
+            self.cols = adaptive_bounds(self.w, self.ow)
+            return
         if attrs.get("global_pooling"):
             self.kh, self.kw, self.sh, self.sw = self.h, self.w, 1, 1
             self.pads = (0, 0, 0, 0)
@@ -358,7 +375,6 @@ class _PoolGeometry:
         if self.oh <= 0 or self.ow <= 0:
             raise ValueError(f"pool2d: the output of input {list(x_shape)} with ksize "
                              f"{[self.kh, self.kw]} would be {self.oh}x{self.ow}")
-        self.exclusive = bool(attrs.get("exclusive", True))
         top, _, left, _ = self.pads
         # the padded extent every window fits in (ceil_mode windows may reach past the padding)
         self.ph = max(self.h + top + self.pads[1], (self.oh - 1) * self.sh + self.kh)
@@ -370,8 +386,15 @@ class _PoolGeometry:
 
     def whole(self) -> bool:
         """One window that is the whole map (global pooling, or a kernel that size)."""
+        if self.adaptive:
+            return (self.oh, self.ow) == (1, 1)
         return (self.kh, self.kw, self.oh, self.ow) == (self.h, self.w, 1, 1) and \
             not any(self.pads)
+
+    def adaptive_windows(self) -> list[tuple[int, int, slice, slice]]:
+        """``(i, j, rows, cols)`` of every adaptive window, in output order."""
+        return [(i, j, slice(*self.rows[i]), slice(*self.cols[j]))
+                for i in range(self.oh) for j in range(self.ow)]
 
     def offsets(self) -> list[tuple[int, int]]:
         """Window offsets in Paddle's (row-major) order."""
@@ -392,6 +415,43 @@ class _PoolGeometry:
         return xp.asarray(np.outer(rows, cols).astype(dtype))
 
 
+def adaptive_bounds(size: int, out: int) -> list[tuple[int, int]]:
+    """``[start, end)`` of each of the ``out`` adaptive windows over ``size`` positions, as
+    Paddle 1.8's ``AdaptStartIndex`` / ``AdaptEndIndex``: ``floor(i * size / out)`` to
+    ``ceil((i + 1) * size / out)`` (neighbouring windows may overlap)."""
+    return [(i * size // out, -(-(i + 1) * size // out)) for i in range(out)]
+
+
+def _adaptive_forward(xp: Any, x: Any, geo: _PoolGeometry) -> Any:
+    """Adaptive max or average pooling: one reduction per output position (the windows
+    differ in size, so no strided view covers them). The average divides by the window's
+    size, as Paddle does whatever ``exclusive`` says."""
+    out = xp.empty((geo.n, geo.c, geo.oh, geo.ow), dtype=x.dtype)
+    for i, j, rows, cols in geo.adaptive_windows():
+        win = x[:, :, rows, cols]
+        out[:, :, i, j] = win.max(axis=(2, 3)) if geo.type == "max" else win.mean(axis=(2, 3))
+    return out
+
+
+def _adaptive_backward(xp: Any, x: Any, dout: Any, geo: _PoolGeometry) -> Any:
+    """The input gradient of adaptive pooling: a max window's gradient goes to its first
+    maximum in row-major order (Paddle's loop stops there), an average window's is shared
+    evenly; overlapping windows add up."""
+    dx = xp.zeros_like(x)
+    for i, j, rows, cols in geo.adaptive_windows():
+        d = dout[:, :, i, j]
+        if geo.type == "max":
+            win = x[:, :, rows, cols]
+            flat = win.reshape(geo.n, geo.c, -1)
+            hit = xp.zeros_like(flat)
+            xp.put_along_axis(hit, flat.argmax(axis=2)[..., None], d[..., None], axis=2)
+            dx[:, :, rows, cols] += hit.reshape(win.shape)
+        else:
+            size = (rows.stop - rows.start) * (cols.stop - cols.start)
+            dx[:, :, rows, cols] += (d / x.dtype.type(size))[:, :, None, None]
+    return dx
+
+
 def _lowest(dtype: Any) -> float:
     return -np.inf if np.dtype(dtype).kind == "f" else np.iinfo(dtype).min
 
@@ -406,6 +466,8 @@ def pool2d(ins: dict, attrs: dict, outs: tuple) -> dict:
     if geo.whole():
         reduce = x.max if geo.type == "max" else x.mean
         return {"Out": [reduce(axis=(2, 3), keepdims=True)]}
+    if geo.adaptive:
+        return {"Out": [_adaptive_forward(xp, x, geo)]}
     # one strided slice per window offset, combined elementwise: far faster than reducing a
     # 6-D strided view of the windows
     if geo.type == "max":
@@ -440,6 +502,8 @@ def pool2d_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
         dx = xp.zeros_like(flat)
         xp.put_along_axis(dx, first[..., None], dout.reshape(geo.n, geo.c, 1), axis=2)
         return {"X" + GRAD: [dx.reshape(x.shape)]}
+    if geo.adaptive:
+        return {"X" + GRAD: [_adaptive_backward(xp, x, dout, geo)]}
     dpad = xp.zeros((geo.n, geo.c, geo.ph, geo.pw), dtype=x.dtype)
     if geo.type == "max":
         xpad = geo.padded(xp, x, _lowest(x.dtype))

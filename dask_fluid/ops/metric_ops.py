@@ -81,3 +81,176 @@ def auc(ins: dict, attrs: dict, outs: tuple) -> dict:
     shape = ins["StatPos"][0].shape
     return {"AUC": [xp.asarray(value)], "StatPosOut": [xp.asarray(stat_pos.reshape(shape))],
             "StatNegOut": [xp.asarray(stat_neg.reshape(shape))]}
+
+
+# ---------------------------------------------------------------------------------------------
+# chunk_eval: precision, recall and F1 of the chunks (typed spans) a tagger finds, counted per
+# sequence as Fluid 1.8's chunk_eval_op.h does (a port of its GetSegments / ChunkBegin /
+# ChunkEnd rules; a tag id is ``chunk_type * num_tag_types + tag``, and the id
+# ``num_chunk_types * num_tag_types`` is "outside" (O))
+
+_CHUNK_ATTRS = {"chunk_scheme": "IOB", "excluded_chunk_types": []}
+#: scheme -> (num_tag_types, begin, inside, end, single); -1 where the scheme has no such tag
+_SCHEMES = {"IOB": (2, 0, 1, -1, -1), "IOE": (2, -1, 0, 1, -1), "IOBES": (4, 0, 1, 2, 3),
+            "plain": (1, -1, -1, -1, -1)}
+_CHUNK_OUTS = ("Precision", "Recall", "F1-Score", "NumInferChunks", "NumLabelChunks",
+               "NumCorrectChunks")
+
+
+def _chunk_end(prev_tag: int, prev_type: int, tag: int, type_: int, other: int,
+               tags: tuple) -> bool:
+    """Whether the chunk that ``prev`` was in ends before the current position."""
+    _, begin, inside, end, single = tags
+    if prev_type == other:
+        return False
+    if type_ == other or type_ != prev_type:
+        return True
+    if prev_tag in (begin, inside):
+        return tag in (begin, single)
+    return prev_tag in (end, single)
+
+
+def _chunk_begin(prev_tag: int, prev_type: int, tag: int, type_: int, other: int,
+                 tags: tuple) -> bool:
+    """Whether a chunk begins at the current position."""
+    _, begin, inside, end, single = tags
+    if prev_type == other:
+        return type_ != other
+    if type_ == other:
+        return False
+    if type_ != prev_type:
+        return True
+    if tag == begin:
+        return True
+    if tag in (inside, end):
+        return prev_tag in (end, single)
+    return tag == single
+
+
+def _split_id(v: int, n: int) -> tuple[int, int]:
+    """``(v % n, v / n)`` with C++'s truncation toward zero (a negative id behaves as in
+    Paddle)."""
+    q = abs(v) // n
+    q = q if v >= 0 else -q
+    return v - q * n, q
+
+
+def _segments(ids: np.ndarray, num_chunk_types: int, tags: tuple, which: str) -> list[tuple]:
+    """The ``(begin, end, type)`` chunks of one sequence of tag ids (end inclusive)."""
+    n = tags[0]
+    other = num_chunk_types
+    limit = num_chunk_types * n
+    segments = []
+    start, in_chunk, tag, type_ = 0, False, -1, other
+    for i, v in enumerate(int(a) for a in ids):
+        if v > limit:
+            raise ValueError(f"chunk_eval: Input({which}) holds {v}, above num_chunk_types "
+                             f"({num_chunk_types}) x the {n} tag types of the scheme = {limit} "
+                             "(the O tag)")
+        prev_tag, prev_type = tag, type_
+        tag, type_ = _split_id(v, n)
+        if in_chunk and _chunk_end(prev_tag, prev_type, tag, type_, other, tags):
+            segments.append((start, i - 1, prev_type))
+            in_chunk = False
+        if _chunk_begin(prev_tag, prev_type, tag, type_, other, tags):
+            start, in_chunk = i, True
+    if in_chunk:
+        segments.append((start, len(ids) - 1, type_))
+    return segments
+
+
+def _eval_sequence(infer: np.ndarray, label: np.ndarray, num_chunk_types: int, tags: tuple,
+                   excluded: set) -> tuple[int, int, int]:
+    """(inferred, labelled, correct) chunk counts of one sequence; a chunk is correct when a
+    chunk with the same begin, end and type is in both (Paddle's merge walk over the two
+    sorted chunk lists)."""
+    out = _segments(infer, num_chunk_types, tags, "Inference")
+    lab = _segments(label, num_chunk_types, tags, "Label")
+    correct = 0
+    i = j = 0
+    while i < len(out) and j < len(lab):
+        if out[i] == lab[j] and out[i][2] not in excluded:
+            correct += 1
+        if out[i][1] < lab[j][1]:
+            i += 1
+        elif out[i][1] > lab[j][1]:
+            j += 1
+        else:
+            i += 1
+            j += 1
+    n_out = sum(1 for s in out if s[2] not in excluded)
+    n_lab = sum(1 for s in lab if s[2] not in excluded)
+    return n_out, n_lab, correct
+
+
+@register("chunk_eval", ("Inference", "Label", "SeqLength"), _CHUNK_OUTS, _CHUNK_ATTRS,
+          optional=("SeqLength",), lod="kernel")
+def chunk_eval(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Chunk counts over the batch's sequences (the LoD of Label, or the rows of padded
+    ``[N, M(, 1)]`` inputs cut to SeqLength) and precision = correct / inferred, recall =
+    correct / labelled, F1 = 2PR / (P + R), 0 where a denominator (or correct) is 0."""
+    scheme = str(attrs.get("chunk_scheme", "IOB"))
+    if scheme not in _SCHEMES:
+        raise ValueError(f"chunk_eval: chunk_scheme must be one of {tuple(_SCHEMES)}, got "
+                         f"{scheme!r}")
+    tags = _SCHEMES[scheme]
+    num_chunk_types = attrs.get("num_chunk_types")
+    if num_chunk_types is None or int(num_chunk_types) < 1:
+        raise ValueError(f"chunk_eval: num_chunk_types must be a positive int, got "
+                         f"{num_chunk_types!r}")
+    num_chunk_types = int(num_chunk_types)
+    excluded = {int(t) for t in (attrs.get("excluded_chunk_types") or [])}
+    inference, label = ins["Inference"][0], ins["Label"][0]
+    xp = array_module(inference, label)
+    infer_h, label_h = to_host(inference), to_host(label)
+    if infer_h.shape != label_h.shape:
+        raise ValueError(f"chunk_eval: Inference {infer_h.shape} and Label {label_h.shape} "
+                         "must have the same shape")
+    lods = attrs.get("_lods") or {}
+    label_lod = (lods.get("Label") or [None])[0]
+    infer_lod = (lods.get("Inference") or [None])[0]
+    seq_len = (ins.get("SeqLength") or [None])[0]
+    pairs = []
+    if label_lod:
+        if len(label_lod) != 1:
+            raise ValueError(f"chunk_eval: only one LoD level is supported, Label has "
+                             f"{len(label_lod)}")
+        if tuple(infer_lod or ()) != tuple(label_lod):
+            raise ValueError(f"chunk_eval: Inference and Label must have the same LoD, got "
+                             f"{infer_lod} and {label_lod}")
+        flat_i, flat_l = infer_h.reshape(-1), label_h.reshape(-1)
+        offsets = label_lod[0]
+        pairs = [(flat_i[a:b], flat_l[a:b]) for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+    else:
+        if seq_len is None:
+            raise ValueError("chunk_eval: Label has no LoD, so the inputs are padded "
+                             "[N, M] or [N, M, 1] and SeqLength (seq_length) must be given")
+        if infer_h.ndim < 2:
+            raise ValueError(f"chunk_eval: padded inputs must be [N, M] or [N, M, 1], got "
+                             f"shape {infer_h.shape}")
+        lengths = to_host(seq_len).reshape(-1).astype(np.int64)
+        width = infer_h.shape[1]
+        rows_i = infer_h.reshape(infer_h.shape[0], -1)
+        rows_l = label_h.reshape(label_h.shape[0], -1)
+        if len(lengths) > rows_i.shape[0] or (len(lengths) and (
+                lengths.min() < 0 or lengths.max() > width)):
+            raise ValueError(f"chunk_eval: SeqLength {lengths.tolist()} does not fit the "
+                             f"padded inputs of shape {infer_h.shape}")
+        pairs = [(rows_i[k, :n], rows_l[k, :n]) for k, n in enumerate(lengths.tolist())]
+    n_infer = n_label = n_correct = 0
+    for seq_i, seq_l in pairs:
+        a, b, c = _eval_sequence(seq_i, seq_l, num_chunk_types, tags, excluded)
+        n_infer, n_label, n_correct = n_infer + a, n_label + b, n_correct + c
+    # float32 arithmetic, as the float kernel Fluid registers
+    f32 = np.float32
+    precision = f32(0) if not n_infer else f32(n_correct) / f32(n_infer)
+    recall = f32(0) if not n_label else f32(n_correct) / f32(n_label)
+    f1 = f32(0) if not n_correct else f32(2) * precision * recall / (precision + recall)
+    values = {"Precision": np.array([precision], np.float32),
+              "Recall": np.array([recall], np.float32),
+              "F1-Score": np.array([f1], np.float32),
+              "NumInferChunks": np.array([n_infer], np.int64),
+              "NumLabelChunks": np.array([n_label], np.int64),
+              "NumCorrectChunks": np.array([n_correct], np.int64)}
+    # no LoD result: the executor leaves the outputs of a lod="kernel" op without one
+    return {slot: [xp.asarray(values[slot])] for slot in outs if slot in values}

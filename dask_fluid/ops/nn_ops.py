@@ -667,3 +667,123 @@ def smooth_l1_loss_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     if "Y" + GRAD in outs:
         res["Y" + GRAD] = [-g]
     return res
+
+
+# -- bilinear_tensor_product, add_position_encoding ----------------------------------------------
+
+from .registry import LOD_KEY  # noqa: E402  (appended section; the kernels above do not use it)
+
+
+def _btp_check(x: Any, y: Any, w: Any, bias: Any) -> None:
+    """Paddle's BilinearTensorProductOp::InferShape."""
+    if x.ndim != 2 or y.ndim != 2 or w.ndim != 3:
+        raise ValueError(f"bilinear_tensor_product: X and Y must be 2-D and Weight 3-D, got "
+                         f"{list(x.shape)}, {list(y.shape)} and {list(w.shape)}")
+    if x.shape[0] != y.shape[0] or x.shape[1] != w.shape[1] or y.shape[1] != w.shape[2]:
+        raise ValueError(f"bilinear_tensor_product: X [N, M], Y [N, P] and Weight [size, M, P] "
+                         f"do not match: {list(x.shape)}, {list(y.shape)}, {list(w.shape)}")
+    if bias is not None and tuple(bias.shape) != (1, w.shape[0]):
+        raise ValueError(f"bilinear_tensor_product: Bias must be [1, {w.shape[0]}], got "
+                         f"{list(bias.shape)}")
+
+
+@register("bilinear_tensor_product", ("X", "Y", "Weight", "Bias"), ("Out",), optional=("Bias",),
+          grad=grad_maker(("X", "Y", "Weight"), ("Out",), ("X", "Y", "Weight", "Bias")))
+def bilinear_tensor_product(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out[n, i] = X[n] · Weight[i] · Y[n]ᵀ + Bias[0, i]."""
+    x, y, w = ins["X"][0], ins["Y"][0], ins["Weight"][0]
+    bias = (ins.get("Bias") or [None])[0]
+    _btp_check(x, y, w, bias)
+    xp = array_module(x)
+    xw = xp.tensordot(x, w, axes=([1], [1]))  # [N, size, P]: X Weight_i per output column
+    out = (xw * y[:, None, :]).sum(axis=2)
+    if bias is not None:
+        out = out + bias
+    return {"Out": [out.astype(x.dtype, copy=False)]}
+
+
+@register("bilinear_tensor_product_grad",
+          *grad_slots(("X", "Y", "Weight"), ("Out",), ("X", "Y", "Weight", "Bias")))
+def bilinear_tensor_product_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX[n] = Σ_i dOut[n, i] Weight[i] Y[n], dY[n] = Σ_i dOut[n, i] X[n] Weight[i],
+    dWeight[i] = Σ_n dOut[n, i] X[n]ᵀ Y[n], dBias = Σ_n dOut[n] (``[1, size]``)."""
+    x, y, w = ins["X"][0], ins["Y"][0], ins["Weight"][0]
+    xp = array_module(x)
+    d = ins["Out" + GRAD][0]
+    d = xp.zeros((x.shape[0], w.shape[0]), x.dtype) if d is None else d
+    res = {}
+    if "X" + GRAD in outs:
+        wy = xp.tensordot(y, w, axes=([1], [2]))  # [N, size, M]
+        res["X" + GRAD] = [(d[:, :, None] * wy).sum(axis=1)]
+    if "Y" + GRAD in outs:
+        xw = xp.tensordot(x, w, axes=([1], [1]))  # [N, size, P]
+        res["Y" + GRAD] = [(d[:, :, None] * xw).sum(axis=1)]
+    if "Weight" + GRAD in outs:
+        dx = d[:, :, None] * x[:, None, :]  # [N, size, M]
+        res["Weight" + GRAD] = [xp.tensordot(dx, y, axes=([0], [0]))]
+    if "Bias" + GRAD in outs:
+        res["Bias" + GRAD] = [d.sum(axis=0, keepdims=True)]
+    return res
+
+
+_APE_ATTRS = {"alpha": 1.0, "beta": 1.0}
+
+
+def _ape_positions(x: Any, attrs: dict) -> tuple[np.ndarray, tuple | None]:
+    """Each row's position in its sequence (host int64, one per row of the ``[rows, D]`` view)
+    and the LoD to give Out: a dense ``[B, T, D]`` input counts positions along T, a 2-D
+    input with a 1-level LoD restarts them at every sequence (Paddle's kernel)."""
+    lod = ((attrs.get("_lods") or {}).get("X") or [None])[0]
+    for name in ("alpha", "beta"):
+        if float(attrs.get(name, 1.0)) < 0:
+            raise ValueError(f"add_position_encoding: {name} must be >= 0, got "
+                             f"{attrs.get(name)}")
+    if not lod:
+        if x.ndim != 3:
+            raise ValueError(f"add_position_encoding: a dense X must be 3-D [batch, seq_len, "
+                             f"hidden], got shape {list(x.shape)}")
+        positions = np.tile(np.arange(x.shape[1], dtype=np.int64), x.shape[0])
+    else:
+        if x.ndim != 2:
+            raise ValueError(f"add_position_encoding: a LoD X must be 2-D [rows, hidden], got "
+                             f"shape {list(x.shape)}")
+        if len(lod) != 1:
+            raise ValueError(f"add_position_encoding supports lod_level 1 only, got a "
+                             f"{len(lod)}-level LoD")
+        offsets = np.asarray(lod[0], dtype=np.int64)
+        lengths = np.diff(offsets)
+        positions = np.arange(x.shape[0], dtype=np.int64) - np.repeat(offsets[:-1], lengths)
+    if x.shape[-1] % 2:
+        raise ValueError(f"add_position_encoding: the hidden size must be even, got "
+                         f"{x.shape[-1]}")
+    return positions, lod or None
+
+
+@register("add_position_encoding", ("X",), ("Out",), _APE_ATTRS, lod="kernel",
+          grad=grad_maker(("X",), ("Out",), ("X",)))
+def add_position_encoding(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = alpha · X + beta · PE with, for position j and k < D / 2 (h = D / 2),
+    v = j / 10000^(k / (h − 1)) (j / 10000 when h = 1): PE[..., k] = sin(v),
+    PE[..., h + k] = cos(v). Positions run along dim 1 of a dense ``[B, T, D]`` X, or restart
+    at each sequence of a 2-D X with a 1-level LoD."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    positions, lod = _ape_positions(x, attrs)
+    half = x.shape[-1] // 2
+    k = np.arange(half, dtype=np.float64)
+    denom = np.power(10000.0, k / (half - 1)) if half > 1 else np.full(half, 10000.0)
+    val = positions[:, None].astype(np.float64) / denom[None, :]
+    pe = np.concatenate([np.sin(val), np.cos(val)], axis=1) * float(attrs.get("beta", 1.0))
+    flat = x.reshape(-1, x.shape[-1])
+    out = flat * x.dtype.type(attrs.get("alpha", 1.0)) + xp.asarray(pe.astype(x.dtype))
+    return {"Out": [out.reshape(x.shape)], LOD_KEY: {"Out": [lod]}}
+
+
+@register("add_position_encoding_grad", *grad_slots(("X",), ("Out",), ("X",)), _APE_ATTRS)
+def add_position_encoding_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = alpha · dOut."""
+    x = ins["X"][0]
+    d = ins["Out" + GRAD][0]
+    xp = array_module(x)
+    d = xp.zeros_like(x) if d is None else d
+    return {"X" + GRAD: [d * x.dtype.type(attrs.get("alpha", 1.0))]}

@@ -676,3 +676,250 @@ def sequence_enumerate(ins: dict, attrs: dict, outs: tuple) -> dict:
     flat = x.reshape(-1)
     padded = xp.concatenate([flat, xp.asarray([attrs.get("pad_value", 0)], dtype=x.dtype)])
     return {"Out": [padded[xp.asarray(idx)]], LOD_KEY: {"Out": [lod]}}
+
+
+# ---------------------------------------------------------------------------------------------
+# row_conv: the lookahead convolution of DeepSpeech2, Out[t] = sum_k X[t + k] * Filter[k]
+# over the rows t + k still inside t's sequence (Fluid 1.8's row_conv_op.cc)
+
+
+def _row_conv_plan(attrs: dict, x: Any, w: Any, op: str) -> tuple[Any, tuple, tuple | None]:
+    """``(rows [N, D], offsets, lod)``: a LoD input is its own rows, split by the last LoD
+    level; a padded ``[B, T, D]`` input (no LoD) is ``B`` sequences of ``T`` rows."""
+    lod = ((attrs.get("_lods") or {}).get("X") or [None])[0]
+    if w.ndim != 2:
+        raise ValueError(f"{op}: Filter must be 2-D [future_context_size + 1, D], got shape "
+                         f"{tuple(w.shape)}")
+    if lod:
+        if x.ndim != 2:
+            raise ValueError(f"{op}: a LoD Input(X) must be 2-D [T, D], got shape "
+                             f"{tuple(x.shape)}")
+        offsets = tuple(int(o) for o in lod[-1])
+        rows = x
+    else:
+        if x.ndim != 3:
+            raise ValueError(f"{op}: Input(X) without LoD must be padded 3-D [B, T, D], got "
+                             f"shape {tuple(x.shape)}; feed a LoD tensor for [T, D]")
+        offsets = tuple(range(0, x.shape[0] * x.shape[1] + 1, max(x.shape[1], 1)))
+        if x.shape[1] == 0:
+            offsets = (0,) * (x.shape[0] + 1)
+        rows = x.reshape(-1, x.shape[2])
+    if w.shape[1] != rows.shape[1]:
+        raise ValueError(f"{op}: Filter has {w.shape[1]} columns but Input(X) has "
+                         f"{rows.shape[1]} (D must match)")
+    return rows, offsets, lod
+
+
+@register("row_conv", ("X", "Filter"), ("Out",), lod="kernel",
+          grad=grad_maker(("X", "Filter"), ("Out",), ("X", "Filter")))
+def row_conv(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out[t] = Σ_k Filter[k] ⊙ X[t + k], k < future_context_size + 1, the rows past the end
+    of t's sequence left out; Out has X's shape and LoD."""
+    x, w = ins["X"][0], ins["Filter"][0]
+    xp = array_module(x, w)
+    rows, offsets, lod = _row_conv_plan(attrs, x, w, "row_conv")
+    idx = xp.asarray(_context_index(offsets, 0, w.shape[0]))
+    padded = xp.concatenate([rows, xp.zeros((1, rows.shape[1]), dtype=rows.dtype)])
+    out = (padded[idx] * w[None, :, :]).sum(axis=1)
+    return {"Out": [out.reshape(x.shape)], LOD_KEY: {"Out": [lod]}}
+
+
+@register("row_conv_grad", *grad_slots(("X", "Filter"), ("Out",), ("X", "Filter")), lod="kernel")
+def row_conv_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dFilter[k] = Σ_t X[t + k] ⊙ dOut[t]; dX[t + k] += Filter[k] ⊙ dOut[t] (within each
+    sequence)."""
+    x, w, d = ins["X"][0], ins["Filter"][0], ins["Out" + GRAD][0]
+    xp = array_module(x, w)
+    rows, offsets, lod = _row_conv_plan(attrs, x, w, "row_conv_grad")
+    res: dict = {LOD_KEY: {"X" + GRAD: [lod]}}
+    d2 = xp.zeros_like(rows) if d is None else d.reshape(rows.shape)
+    idx = xp.asarray(_context_index(offsets, 0, w.shape[0]))
+    if "Filter" + GRAD in outs:
+        padded = xp.concatenate([rows, xp.zeros((1, rows.shape[1]), dtype=rows.dtype)])
+        res["Filter" + GRAD] = [(padded[idx] * d2[:, None, :]).sum(axis=0)]
+    if "X" + GRAD in outs:
+        dx = xp.zeros((rows.shape[0] + 1, rows.shape[1]), dtype=rows.dtype)
+        contrib = (d2[:, None, :] * w[None, :, :]).reshape(-1, rows.shape[1])
+        scatter_add(xp, dx, idx.reshape(-1), contrib)
+        res["X" + GRAD] = [dx[:-1].reshape(x.shape)]
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# im2sequence: every kernel-sized patch of an NCHW image as one row, the patches of an image
+# one sequence (Fluid 1.8's im2sequence_op.h: im2col in the OCF layout [oh, ow, C, kh, kw])
+
+_IM2SEQ_ATTRS = {"kernels": [], "strides": [1, 1], "paddings": [0, 0, 0, 0],
+                 "out_stride": [1, 1]}
+
+
+def _ints(attrs: dict, key: str, n: int, op: str) -> list[int]:
+    v = [int(a) for a in (attrs.get(key) or [])]
+    if len(v) != n:
+        raise ValueError(f"{op}: attribute {key} must hold {n} ints, got {attrs.get(key)!r}")
+    return v
+
+
+def _trunc_div(a: int, b: int) -> int:
+    """C++'s ``a / b`` on ints (rounds toward zero), as Paddle's output-size formula does."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def _im2seq_index(attrs: dict, x_shape: tuple, real: np.ndarray | None,
+                  op: str) -> tuple[np.ndarray, tuple]:
+    """The flat index into X of every output element (X's size where the patch reads
+    padding) and the output LoD."""
+    if len(x_shape) != 4:
+        raise ValueError(f"{op}: Input(X) must be 4-D NCHW, got shape {tuple(x_shape)}")
+    n, c, h, w = (int(s) for s in x_shape)
+    kh, kw = _ints(attrs, "kernels", 2, op)
+    sh, sw = _ints(attrs, "strides", 2, op)
+    up, left, down, right = _ints(attrs, "paddings", 4, op)
+    if min(kh, kw, sh, sw) < 1:
+        raise ValueError(f"{op}: kernels and strides must be positive, got kernels {[kh, kw]}, "
+                         f"strides {[sh, sw]}")
+    if real is not None and n > 1:
+        # Fluid: with Y (and more than one image), each image's patches cover only its real
+        # size scaled down by out_stride (rounded up); a batch of one ignores Y
+        osh, osw = _ints(attrs, "out_stride", 2, op)
+        if real.shape != (n, 2):
+            raise ValueError(f"{op}: Input(Y) must be [N, 2] (height, width of each of the {n} "
+                             f"images), got shape {real.shape}")
+        if min(osh, osw) < 1:
+            raise ValueError(f"{op}: out_stride must be positive, got {[osh, osw]}")
+        rh = [-(-int(v) // osh) for v in real[:, 0]]
+        rw = [-(-int(v) // osw) for v in real[:, 1]]
+    else:
+        rh, rw = [h] * n, [w] * n
+    sizes = []
+    for i in range(n):
+        oh = _trunc_div(rh[i] + up + down - kh, sh) + 1
+        ow = _trunc_div(rw[i] + left + right - kw, sw) + 1
+        if oh < 1 or ow < 1:
+            raise ValueError(f"{op}: image {i} of size {rh[i]}x{rw[i]} gives an empty output "
+                             f"({oh}x{ow}) for kernels {[kh, kw]}, paddings "
+                             f"{[up, left, down, right]}, strides {[sh, sw]}")
+        sizes.append((oh, ow))
+    total = n * c * h * w
+    parts = []
+    ch, a, e = np.meshgrid(np.arange(c), np.arange(kh), np.arange(kw), indexing="ij")
+    ch, a, e = ch.reshape(-1), a.reshape(-1), e.reshape(-1)
+    for i, (oh, ow) in enumerate(sizes):
+        r = (np.arange(oh) * sh)[:, None, None] + a[None, None, :] - up      # [oh, 1, ckk]
+        s = (np.arange(ow) * sw)[None, :, None] + e[None, None, :] - left    # [1, ow, ckk]
+        inside = (r >= 0) & (r < h) & (s >= 0) & (s < w)
+        flat = ((i * c + ch[None, None, :]) * h + r) * w + s
+        parts.append(np.where(inside, flat, total).reshape(oh * ow, c * kh * kw))
+    index = (np.concatenate(parts) if parts
+             else np.zeros((0, c * kh * kw), dtype=np.int64))
+    lod = (tuple(int(v) for v in np.cumsum([0] + [oh * ow for oh, ow in sizes])),)
+    return index.astype(np.int64), lod
+
+
+def _im2seq_real(ins: dict) -> np.ndarray | None:
+    y = (ins.get("Y") or [None])[0]
+    return None if y is None else to_host(y)
+
+
+@register("im2sequence", ("X", "Y"), ("Out",), _IM2SEQ_ATTRS, optional=("Y",), lod="kernel",
+          grad=grad_maker(("X", "Y"), ("Out",), ("X",)))
+def im2sequence(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out ``[Σ oh·ow, C·kh·kw]``: row ``i·ow + j`` of image ``n``'s sequence is the patch
+    at (i·stride_h - pad_up, j·stride_w - pad_left), channel-major, zeros outside X."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    index, lod = _im2seq_index(attrs, x.shape, _im2seq_real(ins), "im2sequence")
+    flat = xp.concatenate([x.reshape(-1), xp.zeros(1, dtype=x.dtype)])
+    return {"Out": [flat[xp.asarray(index)]], LOD_KEY: {"Out": [lod]}}
+
+
+@register("im2sequence_grad", *grad_slots(("X", "Y"), ("Out",), ("X",)), _IM2SEQ_ATTRS,
+          lod="kernel")
+def im2sequence_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX: every element of dOut added back to the X element its patch read (col2im)."""
+    x, d = ins["X"][0], ins["Out" + GRAD][0]
+    xp = array_module(x)
+    index, _ = _im2seq_index(attrs, x.shape, _im2seq_real(ins), "im2sequence_grad")
+    dx = xp.zeros(x.size + 1, dtype=x.dtype)
+    if d is not None:
+        scatter_add(xp, dx, xp.asarray(index.reshape(-1)), d.reshape(-1))
+    return {"X" + GRAD: [dx[:-1].reshape(x.shape)], LOD_KEY: {"X" + GRAD: [None]}}
+
+
+# ---------------------------------------------------------------------------------------------
+# sequence_scatter: Out = X, then Out[i, Ids[r]] += Updates[r] for every row r of sequence i
+# of Ids (Fluid 1.8's sequence_scatter_op.h)
+
+
+def _scatter_index(ins: dict, attrs: dict, x_shape: tuple, op: str) -> np.ndarray:
+    """The flat index into X (as ``[rows, slice]``) of every update."""
+    ids = to_host(ins["Ids"][0])
+    lod = input_lod(attrs, "Ids", op)
+    if len(lod) != 1:
+        raise ValueError(f"{op}: Input(Ids) must have one LoD level, got {len(lod)}")
+    offsets = np.asarray(lod[0], dtype=np.int64)
+    n = int(ids.shape[0]) if ids.ndim else 1
+    if ids.size != n:
+        raise ValueError(f"{op}: Input(Ids) must be [N, 1] (one column index a row), got "
+                         f"shape {ids.shape}")
+    if int(offsets[-1]) != n:
+        raise ValueError(f"{op}: the LoD of Input(Ids) covers {int(offsets[-1])} rows but Ids "
+                         f"has {n}")
+    seqs = len(offsets) - 1
+    if seqs > int(x_shape[0]):
+        raise ValueError(f"{op}: Ids has {seqs} sequences but Input(X) only {x_shape[0]} rows "
+                         "(sequence i updates row i)")
+    width = int(np.prod(x_shape[1:], dtype=np.int64))
+    cols = ids.reshape(-1).astype(np.int64)
+    if n and (cols.min() < 0 or cols.max() >= width):
+        bad = cols[(cols < 0) | (cols >= width)][0]
+        raise ValueError(f"{op}: Ids holds {int(bad)}, outside the {width} columns of a row "
+                         "of X")
+    seg = np.repeat(np.arange(seqs), np.diff(offsets))
+    return seg * width + cols
+
+
+def _check_updates(ins: dict, attrs: dict, op: str) -> tuple:
+    upd, ids = ins["Updates"][0], ins["Ids"][0]
+    lod = input_lod(attrs, "Updates", op)
+    if len(lod) != 1:
+        raise ValueError(f"{op}: Input(Updates) must have one LoD level, got {len(lod)}")
+    if upd.shape[0] != ids.shape[0] or upd.size != ids.shape[0]:
+        raise ValueError(f"{op}: Input(Updates) must be [N, 1] with the N rows of Ids, got "
+                         f"shape {tuple(upd.shape)} for Ids {tuple(ids.shape)}")
+    return lod
+
+
+@register("sequence_scatter", ("X", "Ids", "Updates"), ("Out",), lod="kernel",
+          grad=grad_maker(("X", "Ids", "Updates"), ("Out",), ("X", "Updates")))
+def sequence_scatter(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = X with Updates[r] added at ``Out[i].flat[Ids[r]]`` for each row r of the i-th
+    sequence of Ids (repeated ids add up); Out has no LoD, as Fluid's."""
+    x, upd = ins["X"][0], ins["Updates"][0]
+    xp = array_module(x, upd)
+    _check_updates(ins, attrs, "sequence_scatter")
+    flat_index = _scatter_index(ins, attrs, x.shape, "sequence_scatter")
+    out = x.reshape(-1).copy()
+    if flat_index.size:
+        scatter_add(xp, out, xp.asarray(flat_index), upd.reshape(-1).astype(x.dtype))
+    return {"Out": [out.reshape(x.shape)], LOD_KEY: {"Out": [None]}}
+
+
+@register("sequence_scatter_grad", *grad_slots(("X", "Ids", "Updates"), ("Out",),
+                                               ("X", "Updates")), lod="kernel")
+def sequence_scatter_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = dOut; dUpdates[r] = dOut at the element Updates[r] was added to. (Fluid's grad op
+    does not read X; it is read here only for its shape when dOut is missing.)"""
+    x, upd, d = ins["X"][0], ins["Updates"][0], ins["Out" + GRAD][0]
+    xp = array_module(x, upd)
+    lod = _check_updates(ins, attrs, "sequence_scatter_grad")
+    d = xp.zeros_like(x) if d is None else d
+    res: dict = {LOD_KEY: {"X" + GRAD: [None], "Updates" + GRAD: [lod]}}
+    if "X" + GRAD in outs:
+        res["X" + GRAD] = [d.copy()]
+    if "Updates" + GRAD in outs:
+        flat_index = _scatter_index(ins, attrs, x.shape, "sequence_scatter_grad")
+        du = d.reshape(-1)[xp.asarray(flat_index)]
+        res["Updates" + GRAD] = [du.reshape(upd.shape).astype(upd.dtype)]
+    return res

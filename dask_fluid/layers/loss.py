@@ -1,0 +1,235 @@
+"""Ranking and pairwise losses of ``fluid.layers`` (Fluid 1.8's ``layers/loss.py``):
+``rank_loss``, ``margin_rank_loss``, ``bpr_loss``, ``teacher_student_sigmoid_loss`` (ops of
+:mod:`dask_fluid.ops.loss_ops`), and ``dice_loss`` and ``npair_loss``, built op for op from
+other layers as Fluid builds them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..framework import Variable
+from ..layer_helper import LayerHelper
+from .nn import (
+    _elementwise,
+    _known,
+    matmul,
+    reduce_mean,
+    reduce_sum,
+    scale,
+    softmax_with_cross_entropy,
+    square,
+)
+from .tensor import _check_var, cast, equal, expand, one_hot, reshape, transpose
+
+__all__ = ["bpr_loss", "dice_loss", "margin_rank_loss", "npair_loss", "rank_loss",
+           "teacher_student_sigmoid_loss"]
+
+
+def _need_var(x: Any, arg: str, layer: str) -> Variable:
+    # Fluid 1.8's rank_loss and margin_rank_loss raise ValueError for a non-Variable
+    if not isinstance(x, Variable):
+        raise ValueError(f"{layer}: {arg} must be a Variable, got {type(x).__name__}")
+    return x
+
+
+def rank_loss(label: Variable, left: Variable, right: Variable,
+              name: str | None = None) -> Variable:
+    """RankNet's pairwise loss (Fluid 1.8's ``layers.rank_loss``, op ``rank_loss``):
+    ``log(1 + exp(left - right)) - label * (left - right)``, shaped like ``label``.
+
+    ``label``, ``left`` and ``right`` are ``[N, 1]`` (or ``[N]``); ``label`` is 0, 0.5 or 1.
+
+    Raises
+    ------
+    ValueError
+        An argument is not a Variable, or the shapes are not ``[N]`` / ``[N, 1]`` with one N.
+    """
+    for arg, v in (("label", label), ("left", left), ("right", right)):
+        _need_var(v, arg, "rank_loss")
+        shape = list(v.shape or ())
+        if v.shape is not None and (len(shape) not in (1, 2)
+                                    or (len(shape) == 2 and _known(shape[1]) and shape[1] != 1)):
+            raise ValueError(f"rank_loss: {arg} {v.name!r} must be [N, 1] or [N], got {shape}")
+    rows = {v.shape[0] for v in (label, left, right) if v.shape and _known(v.shape[0])}
+    if len(rows) > 1:
+        raise ValueError(f"rank_loss: label, left and right must have the same first dim, got "
+                         f"{[list(v.shape) for v in (label, left, right)]}")
+    helper = LayerHelper("rank_loss", name)
+    # Fluid 1.8 declares the output float32 (its only kernel); here it follows left's dtype
+    out = helper.create_tmp(dtype=left.dtype, shape=label.shape)
+    helper.append_op("rank_loss", inputs={"Label": [label], "Left": [left], "Right": [right]},
+                     outputs={"Out": [out]})
+    return out
+
+
+def margin_rank_loss(label: Variable, left: Variable, right: Variable, margin: float = 0.1,
+                     name: str | None = None) -> Variable:
+    """``max(0, -label * (left - right) + margin)`` (Fluid 1.8's ``layers.margin_rank_loss``,
+    op ``margin_rank_loss`` with inputs ``X1 = left``, ``X2 = right``); all ``[N, 1]``,
+    ``label`` +1 (left ranks higher) or -1.
+
+    Raises
+    ------
+    ValueError
+        An argument is not a Variable, or the three shapes are not one ``[N, 1]``.
+    """
+    for arg, v in (("label", label), ("left", left), ("right", right)):
+        _need_var(v, arg, "margin_rank_loss")
+    shapes = [list(v.shape) for v in (label, left, right) if v.shape is not None]
+    for s in shapes:
+        if len(s) != 2 or (_known(s[1]) and s[1] != 1) or any(
+                _known(a) and _known(b) and a != b for a, b in zip(s, shapes[0], strict=True)):
+            raise ValueError(f"margin_rank_loss: label, left and right must all be [N, 1], got "
+                             f"{[list(v.shape or ()) for v in (label, left, right)]}")
+    helper = LayerHelper("margin_rank_loss", name)
+    out = helper.create_tmp(dtype=left.dtype, shape=label.shape)
+    act = helper.create_tmp(dtype=left.dtype, shape=label.shape, stop_gradient=True)
+    helper.append_op("margin_rank_loss", inputs={"Label": [label], "X1": [left], "X2": [right]},
+                     outputs={"Out": [out], "Activated": [act]},
+                     attrs={"margin": float(margin)})
+    return out
+
+
+def bpr_loss(input: Variable, label: Variable, name: str | None = None) -> Variable:
+    """Bayesian personalised ranking loss (Fluid 1.8's ``layers.bpr_loss``, op ``bpr_loss``):
+    for logits ``input`` ``[N, C]`` and the positive class ``label`` ``[N, 1]`` (int64), row i
+    gives ``-mean_{j != label} log(sigmoid(input[i, label] - input[i, j]))``, ``[N, 1]``.
+
+    Raises
+    ------
+    TypeError
+        ``label`` is not an int64 Variable.
+    ValueError
+        ``label``'s shape is not ``input``'s with a last dim of 1.
+    """
+    _check_var(input, "input", "bpr_loss")
+    _check_var(label, "label", "bpr_loss")
+    if label.dtype != "int64":
+        raise TypeError(f"bpr_loss: label must be int64 class indices, got {label.dtype}")
+    shape = list(input.shape or ())
+    if input.shape is not None and label.shape is not None:
+        lshape = list(label.shape)
+        if len(lshape) != len(shape) or len(shape) < 2 or (
+                _known(lshape[-1]) and lshape[-1] != 1) or any(
+                _known(a) and _known(b) and a != b for a, b in zip(shape[:-1], lshape[:-1],
+                                                                    strict=True)):
+            raise ValueError(f"bpr_loss: label must have input's shape {shape} with a last dim "
+                             f"of 1, got {lshape}")
+    helper = LayerHelper("bpr_loss", name)
+    out = helper.create_tmp(dtype=input.dtype,
+                            shape=shape[:-1] + [1] if input.shape is not None else None)
+    helper.append_op("bpr_loss", inputs={"X": [input], "Label": [label]}, outputs={"Y": [out]})
+    return out
+
+
+def teacher_student_sigmoid_loss(input: Variable, label: Variable,
+                                 soft_max_up_bound: float = 15.0,
+                                 soft_max_lower_bound: float = -15.0) -> Variable:
+    """Teacher-student sigmoid loss (Fluid 1.8's ``layers.teacher_student_sigmoid_loss``):
+    logits ``input`` ``[N, 1]``, float ``label`` ``[N, 1]`` coding the click z and the
+    teacher's value z' (-2: no z', z = 0; -1: no z', z = 1; z' in [0, 1): z = 0; 1 + z':
+    z = 1); ``Y = sigmoid_ce(x, z) + sigmoid_ce(x, z')`` (the z' term only where it exists),
+    ``[N, 1]``. The gradient is 0 where ``input`` is outside the two bounds.
+
+    Raises
+    ------
+    TypeError
+        ``label`` is not a float Variable (Fluid's kernel reads it as input's type).
+    ValueError
+        ``input`` or ``label`` is not ``[N, 1]``.
+    """
+    _check_var(input, "input", "teacher_student_sigmoid_loss")
+    _check_var(label, "label", "teacher_student_sigmoid_loss")
+    if not str(label.dtype).startswith("float"):
+        raise TypeError(f"teacher_student_sigmoid_loss: label must be a float tensor coding "
+                        f"click and teacher value, got {label.dtype}")
+    for arg, v in (("input", input), ("label", label)):
+        s = list(v.shape or ())
+        if v.shape is not None and (len(s) != 2 or (_known(s[1]) and s[1] != 1)):
+            raise ValueError(f"teacher_student_sigmoid_loss: {arg} {v.name!r} must be [N, 1], "
+                             f"got {s}")
+    helper = LayerHelper("teacher_student_sigmoid_loss")
+    rows = input.shape[0] if input.shape is not None else -1
+    out = helper.create_tmp(dtype=input.dtype, shape=[rows, 1])
+    helper.append_op("teacher_student_sigmoid_loss", inputs={"X": [input], "Label": [label]},
+                     outputs={"Y": [out]},
+                     attrs={"soft_max_lower_bound": float(soft_max_lower_bound),
+                            "soft_max_up_bound": float(soft_max_up_bound)})
+    return out
+
+
+def _patched(x: Variable, other: Any, op_type: str, reverse: bool = False) -> Variable:
+    """A Variable's arithmetic as Fluid 1.8's ``math_op_patch`` builds it, so the composite
+    losses below are op for op Fluid's: a Python scalar becomes one ``scale`` op
+    (``x + c``, ``x - c``, ``c - x``, ``x * c``, ``x / c``); two Variables meet in the
+    elementwise op with ``axis=0`` when the right one's first dim is -1, else -1."""
+    if isinstance(other, (int, float)) and not isinstance(other, bool):
+        c = float(other)
+        scale_bias = {"elementwise_add": (1.0, c), "elementwise_mul": (c, 0.0),
+                      "elementwise_div": (1.0 / c, 0.0),
+                      "elementwise_sub": (-1.0, c) if reverse else (1.0, -c)}[op_type]
+        return scale(x, scale=scale_bias[0], bias=scale_bias[1])
+    a, b = (other, x) if reverse else (x, other)
+    axis = 0 if b.shape and b.shape[0] == -1 else -1
+    return _elementwise(op_type, a, b, axis, None, None)
+
+
+def dice_loss(input: Variable, label: Variable, epsilon: float = 0.00001,
+              name: str | None = None) -> Variable:
+    """Dice loss (Fluid 1.8's ``layers.dice_loss``), ``[1]``: with ``label`` (int, last dim 1)
+    one-hot over ``input``'s last dim and sums over every dim but the first,
+    ``mean(1 - 2 Σ input·label / (Σ input + Σ label + epsilon))``. Built op for op as Fluid:
+    one_hot, elementwise_mul, reduce_sum ×3, elementwise_add, scale ×2, elementwise_div,
+    scale (``1 - x``), reduce_mean. ``name`` is accepted and unused, as in Fluid.
+    """
+    _check_var(input, "input", "dice_loss")
+    _check_var(label, "label", "dice_loss")
+    shape = list(input.shape or ())
+    if len(shape) < 2 or not _known(shape[-1]) or shape[-1] <= 0:
+        raise ValueError(f"dice_loss: input {input.name!r} needs rank >= 2 and a known class "
+                         f"dim, got shape {shape}")
+    if label.shape is not None and len(label.shape) != len(shape):
+        raise ValueError(f"dice_loss: label must have input's rank {len(shape)} with a last dim "
+                         f"of 1, got shape {list(label.shape)}")
+    hot = one_hot(label, depth=int(shape[-1]))
+    dims = list(range(1, len(shape)))
+    inse = reduce_sum(_patched(input, hot, "elementwise_mul"), dim=dims)
+    denominator = _patched(reduce_sum(input, dim=dims), reduce_sum(hot, dim=dims),
+                           "elementwise_add")
+    ratio = _patched(_patched(inse, 2, "elementwise_mul"),
+                     _patched(denominator, epsilon, "elementwise_add"), "elementwise_div")
+    return reduce_mean(_patched(ratio, 1, "elementwise_sub", reverse=True))
+
+
+def npair_loss(anchor: Variable, positive: Variable, labels: Variable,
+               l2_reg: float = 0.002) -> Variable:
+    """N-pair loss (Fluid 1.8's ``layers.npair_loss``), ``[1]``: ``0.25 * l2_reg *
+    (mean_i |anchor_i|² + mean_i |positive_i|²)`` plus the soft-label cross entropy of the
+    similarity ``anchor positiveᵀ`` against the rows of ``labels == labelsᵀ`` normalised to
+    sum 1, weighted by those targets and summed over rows, then averaged. Built op for op as
+    Fluid (``labels`` is reshaped in place to ``[B, 1]``, as Fluid's ``inplace=True`` does).
+
+    Raises
+    ------
+    ValueError
+        ``labels`` is not 1-D with a known batch size (Fluid expands by it).
+    """
+    for arg, v in (("anchor", anchor), ("positive", positive), ("labels", labels)):
+        _check_var(v, arg, "npair_loss")
+    if not labels.shape or not _known(labels.shape[0]) or labels.shape[0] <= 0:
+        raise ValueError(f"npair_loss: labels {labels.name!r} needs a known batch size (its "
+                         f"first dim), got shape {list(labels.shape or ())}")
+    beta = 0.25
+    batch_size = int(labels.shape[0])
+    labels = reshape(labels, shape=[batch_size, 1], inplace=True)
+    labels = expand(labels, expand_times=[1, batch_size])
+    labels = cast(equal(labels, transpose(labels, perm=[1, 0])), "float32")
+    labels = _patched(labels, reduce_sum(labels, dim=1, keep_dim=True), "elementwise_div")
+    l2loss = _patched(reduce_mean(reduce_sum(square(anchor), 1)),
+                      reduce_mean(reduce_sum(square(positive), 1)), "elementwise_add")
+    l2loss = _patched(_patched(l2loss, beta, "elementwise_mul"), l2_reg, "elementwise_mul")
+    similarity = matmul(anchor, positive, transpose_x=False, transpose_y=True)
+    softmax_ce = softmax_with_cross_entropy(logits=similarity, label=labels, soft_label=True)
+    cross_entropy = reduce_sum(_patched(labels, softmax_ce, "elementwise_mul"), 0)
+    celoss = reduce_mean(cross_entropy)
+    return _patched(l2loss, celoss, "elementwise_add")
