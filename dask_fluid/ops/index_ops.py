@@ -1,8 +1,9 @@
-"""Indexing kernels of Fluid 1.8: n-d scatter, unique, strided slices, crops and multiplex
-(and their gradients).
+"""Indexing kernels of Fluid 1.8: n-d gather and scatter, unique, strided slices, crops and
+multiplex (and their gradients).
 
 Semantics follow Paddle 1.8's operators of those names:
 
+- ``gather_nd``: Out[i...] = X[Index[i..., :]]; dX = dOut added back (repeats summed).
 - ``scatter_nd_add``: Out = X with each slice ``Updates[i...]`` added at ``X[Index[i..., :]]``
   (repeats accumulate); dX = dOut, dUpdates = dOut gathered back (``gather_nd``).
 - ``strided_slice``: 1.8's clamping rules (``StridedSliceOutDims`` and ``StridedSliceFunctor``
@@ -46,27 +47,61 @@ def scatter_nd_updates_shape(x_shape: tuple, index_shape: tuple) -> tuple:
     return tuple(index_shape[:-1]) + tuple(x_shape[k:])
 
 
-def _scatter_nd_rows(x: Any, index: Any, updates: Any) -> tuple[np.ndarray, int, int]:
-    """For X viewed as ``[head, tail]`` (head = the dims Index addresses): the row of X each
-    update slice lands in, and (head, tail)."""
+def _nd_rows(x: Any, index: Any, op: str) -> tuple[np.ndarray, int, int]:
+    """For X viewed as ``[head, tail]`` (head = the dims Index's last dim addresses): the row
+    of X each index addresses, and (head, tail). Indices are checked against X's dims."""
     idx = to_host(index)
     if idx.dtype.kind not in "iu":
-        raise TypeError(f"scatter_nd_add: Index must be int32 or int64, got {idx.dtype}")
-    want = scatter_nd_updates_shape(tuple(x.shape), tuple(idx.shape))
-    if tuple(updates.shape) != want:
-        raise ValueError(f"scatter_nd_add: Updates must have shape index.shape[:-1] + "
-                         f"x.shape[index.shape[-1]:] = {list(want)}, got {list(updates.shape)}")
-    k = idx.shape[-1]
+        raise TypeError(f"{op}: Index must be int32 or int64, got {idx.dtype}")
+    k = idx.shape[-1] if idx.ndim else 0
+    if k > x.ndim:
+        raise ValueError(f"{op}: Index.shape[-1] ({k}) must be no greater than the rank of X "
+                         f"({x.ndim})")
     flat = idx.reshape(int(np.prod(idx.shape[:-1], dtype=np.int64)), k).astype(np.int64)
     for d in range(k):
         if flat.size and (int(flat[:, d].min()) < 0 or int(flat[:, d].max()) >= x.shape[d]):
-            raise ValueError(f"scatter_nd_add: Index[..., {d}] must be in [0, {x.shape[d]}), "
-                             f"got [{int(flat[:, d].min())}, {int(flat[:, d].max())}]")
+            raise ValueError(f"{op}: Index[..., {d}] must be in [0, {x.shape[d]}), got "
+                             f"[{int(flat[:, d].min())}, {int(flat[:, d].max())}]")
     head = int(np.prod(x.shape[:k], dtype=np.int64))
     tail = int(np.prod(x.shape[k:], dtype=np.int64))
-    if k == 0:  # an empty index addresses the whole of X: every update adds to all of it
+    if k == 0:  # an empty index addresses the whole of X
         return np.zeros(flat.shape[0], np.int64), head, tail
     return np.ravel_multi_index(tuple(flat.T), x.shape[:k]).astype(np.int64), head, tail
+
+
+def _scatter_nd_rows(x: Any, index: Any, updates: Any) -> tuple[np.ndarray, int, int]:
+    """:func:`_nd_rows` of scatter_nd_add, whose Updates must fit Index and X."""
+    want = scatter_nd_updates_shape(tuple(x.shape), tuple(to_host(index).shape))
+    if tuple(updates.shape) != want:
+        raise ValueError(f"scatter_nd_add: Updates must have shape index.shape[:-1] + "
+                         f"x.shape[index.shape[-1]:] = {list(want)}, got {list(updates.shape)}")
+    return _nd_rows(x, index, "scatter_nd_add")
+
+
+# -- gather_nd -----------------------------------------------------------------------------------
+
+@register("gather_nd", ("X", "Index"), ("Out",),
+          grad=grad_maker(("X", "Index"), in_grads=("X",)))
+def gather_nd(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out[i...] = X[Index[i..., 0], Index[i..., 1], ...] (the trailing dims of X kept)."""
+    x, index = ins["X"][0], ins["Index"][0]
+    rows, head, tail = _nd_rows(x, index, "gather_nd")
+    k = index.shape[-1] if index.ndim else 0
+    shape = tuple(index.shape[:-1]) + tuple(x.shape[k:])
+    return {"Out": [x.reshape(head, tail)[array_module(x).asarray(rows)].reshape(shape)]}
+
+
+@register("gather_nd_grad", *grad_slots(("X", "Index"), ("Out",), ("X",)))
+def gather_nd_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX: dOut added back at the gathered positions (repeats summed)."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    dx = xp.zeros_like(x)
+    d = ins["Out" + GRAD][0]
+    if d is not None:
+        rows, head, tail = _nd_rows(x, ins["Index"][0], "gather_nd")
+        scatter_add(xp, dx.reshape(head, tail), xp.asarray(rows), d.reshape(rows.size, tail))
+    return {"X" + GRAD: [dx]}
 
 
 @register("scatter_nd_add", ("X", "Index", "Updates"), ("Out",),

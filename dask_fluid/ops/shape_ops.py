@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .registry import GRAD, array_module, register, to_host
+from .registry import GRAD, array_module, register
 from .selected_rows import grad_maker, grad_slots, scatter_add, to_dtype
 from .tensor_ops import _xshape
 
@@ -442,38 +442,7 @@ def pad2d_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     return {"X" + GRAD: [xp.ascontiguousarray(xp.moveaxis(dx, (2, 3), (h_axis, w_axis)))]}
 
 
-# -- gather_nd, pixel_shuffle, maxout ------------------------------------------------------------
-
-def _nd_index(x: Any, index: Any) -> tuple:
-    idx = to_host(index).astype(np.int64)
-    k = idx.shape[-1] if idx.ndim else 0
-    if k > x.ndim:
-        raise ValueError(f"gather_nd: Index's last dim ({k}) exceeds the rank of X ({x.ndim})")
-    for d in range(k):
-        if idx.size and (int(idx[..., d].min()) < 0 or int(idx[..., d].max()) >= x.shape[d]):
-            raise ValueError(f"gather_nd: Index[..., {d}] must be in [0, {x.shape[d]})")
-    return tuple(array_module(x).asarray(idx[..., d]) for d in range(k))
-
-
-@register("gather_nd", ("X", "Index"), ("Out",),
-          grad=grad_maker(("X", "Index"), in_grads=("X",)))
-def gather_nd(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """Out[i...] = X[Index[i..., 0], Index[i..., 1], ...] (the trailing dims of X kept)."""
-    x = ins["X"][0]
-    return {"Out": [x[_nd_index(x, ins["Index"][0])]]}
-
-
-@register("gather_nd_grad", *grad_slots(("X", "Index"), ("Out",), ("X",)))
-def gather_nd_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """dX: dOut added back at the gathered positions (repeats summed)."""
-    x = ins["X"][0]
-    xp = array_module(x)
-    dx = xp.zeros_like(x)
-    d = ins["Out" + GRAD][0]
-    if d is not None:
-        xp.add.at(dx, _nd_index(x, ins["Index"][0]), d)
-    return {"X" + GRAD: [dx]}
-
+# -- pixel_shuffle, maxout ----------------------------------------------------------------------
 
 @register("pixel_shuffle", ("X",), ("Out",), {"upscale_factor": 1},
           grad=grad_maker(("X",), in_grads=("X",)))
