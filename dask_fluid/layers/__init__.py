@@ -8,38 +8,49 @@ from . import (
     control_flow,
     crf,
     ctc,
+    ctr,
     debug,
     image,
+    image3d,
     indexing,
     learning_rate_scheduler,
     loops,
     loss,
     nn,
+    norm,
     python_ops,
     resize,
     rnn,
+    roi,
     sampling,
     sequence_lod,
+    spatial,
     tensor,
 )
 from .control_flow import *  # noqa: F403
 from .crf import *  # noqa: F403
 from .ctc import *  # noqa: F403
+from .ctr import *  # noqa: F403
 from .debug import *  # noqa: F403
 from .image import *  # noqa: F403
+from .image3d import *  # noqa: F403
 from .indexing import *  # noqa: F403
 from .learning_rate_scheduler import *  # noqa: F403
 from .loops import *  # noqa: F403
 from .loss import *  # noqa: F403
 from .nn import *  # noqa: F403
+from .norm import *  # noqa: F403
 from .python_ops import *  # noqa: F403
 from .resize import *  # noqa: F403
 from .rnn import *  # noqa: F403
+from .roi import *  # noqa: F403
 from .sampling import *  # noqa: F403
 from .sequence_lod import *  # noqa: F403
+from .spatial import *  # noqa: F403
 from .tensor import *  # noqa: F403
 
-__all__ = [*control_flow.__all__, *crf.__all__, *ctc.__all__, *debug.__all__,
-           *image.__all__, *indexing.__all__, *learning_rate_scheduler.__all__,
-           *loops.__all__, *loss.__all__, *nn.__all__, *python_ops.__all__, *resize.__all__,
-           *rnn.__all__, *sampling.__all__, *sequence_lod.__all__, *tensor.__all__]
+__all__ = [*control_flow.__all__, *crf.__all__, *ctc.__all__, *ctr.__all__, *debug.__all__,
+           *image.__all__, *image3d.__all__, *indexing.__all__,
+           *learning_rate_scheduler.__all__, *loops.__all__, *loss.__all__, *nn.__all__,
+           *norm.__all__, *python_ops.__all__, *resize.__all__, *rnn.__all__, *roi.__all__,
+           *sampling.__all__, *sequence_lod.__all__, *spatial.__all__, *tensor.__all__]

@@ -1,7 +1,9 @@
-"""Image layers of ``fluid.layers``: ``conv2d``, ``pool2d``, ``batch_norm``, ``group_norm``,
-``pixel_shuffle`` and ``maxout`` (Fluid 1.8's signatures and defaults; the kernels are in
-:mod:`dask_fluid.ops.conv_ops`, :mod:`dask_fluid.ops.norm_ops` and
-:mod:`dask_fluid.ops.shape_ops`)."""
+"""Image layers of ``fluid.layers``: ``conv2d``, ``conv2d_transpose``, ``pool2d``,
+``adaptive_pool2d``, ``pixel_shuffle``, ``maxout`` and the per-channel ``affine_channel``,
+``shuffle_channel`` and ``space_to_depth`` (Fluid 1.8's signatures and defaults; the kernels
+are in :mod:`dask_fluid.ops.conv_ops`, :mod:`dask_fluid.ops.image_channel_ops` and
+:mod:`dask_fluid.ops.shape_ops`; the normalisations are in :mod:`dask_fluid.layers.norm`, the
+3-D layers in :mod:`dask_fluid.layers.image3d`)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..framework import Variable
-from ..initializer import ConstantInitializer, NormalInitializer
+from ..initializer import NormalInitializer
 from ..layer_helper import LayerHelper
 from ..ops.conv_ops import (
     conv_output_size,
@@ -18,11 +20,12 @@ from ..ops.conv_ops import (
     resolve_paddings,
 )
 from ..param_attr import ParamAttr
-from .tensor import _check_var
+from .tensor import _check_var, _known
 
-__all__ = ["adaptive_pool2d", "affine_channel", "batch_norm", "conv2d", "conv2d_transpose",
-           "group_norm", "instance_norm", "lrn", "maxout", "pixel_shuffle", "pool2d",
-           "shuffle_channel", "space_to_depth"]
+__all__ = [
+    "adaptive_pool2d", "affine_channel", "conv2d", "conv2d_transpose", "maxout", "pixel_shuffle",
+    "pool2d", "shuffle_channel", "space_to_depth",
+]
 
 
 def _pair(value: Any, name: str, layer: str) -> list[int]:
@@ -182,61 +185,6 @@ def pool2d(input: Variable, pool_size: int | Sequence[int] = -1, pool_type: str 
     return out
 
 
-def batch_norm(input: Variable, act: str | None = None, is_test: bool = False,
-               momentum: float = 0.9, epsilon: float = 1e-05, param_attr: Any = None,
-               bias_attr: Any = None, data_layout: str = "NCHW", in_place: bool = False,
-               name: str | None = None, moving_mean_name: str | None = None,
-               moving_variance_name: str | None = None,
-               do_model_average_for_mean_and_var: bool = True,
-               use_global_stats: bool = False) -> Variable:
-    """Batch normalisation over the channel axis, as Fluid 1.8's ``layers.batch_norm``.
-
-    Creates the scale (ones) and bias (zeros) parameters and, as Fluid does, the moving mean
-    (zeros) and variance (ones) as non-trainable parameters (``<name>.w_1``, ``<name>.w_2``)
-    that the op updates in place while training. ``clone(for_test=True)`` sets ``is_test``.
-    """
-    _check_var(input, "input", "batch_norm")
-    if data_layout not in ("NCHW", "NHWC"):
-        raise ValueError(f"batch_norm: data_layout must be 'NCHW' or 'NHWC', got "
-                         f"{data_layout!r}")
-    shape = list(input.shape or ())
-    if len(shape) < 2:
-        raise ValueError(f"batch_norm: input {input.name!r} needs rank >= 2, got {shape}")
-    channels = shape[1] if data_layout == "NCHW" else shape[-1]
-    if channels <= 0:
-        raise ValueError(f"batch_norm: the channel dim of {input.name!r} must be known, got "
-                         f"shape {shape}")
-    helper = LayerHelper("batch_norm", name)
-    dtype = input.dtype
-    scale = helper.create_parameter(ParamAttr._to_attr(param_attr), [channels], dtype,
-                                    default_initializer=ConstantInitializer(1.0))
-    bias = helper.create_parameter(ParamAttr._to_attr(bias_attr), [channels], dtype,
-                                   is_bias=True)
-    mean = helper.create_parameter(
-        ParamAttr(name=moving_mean_name, initializer=ConstantInitializer(0.0),
-                  trainable=False, do_model_average=do_model_average_for_mean_and_var),
-        [channels], dtype)
-    mean.stop_gradient = True
-    variance = helper.create_parameter(
-        ParamAttr(name=moving_variance_name, initializer=ConstantInitializer(1.0),
-                  trainable=False, do_model_average=do_model_average_for_mean_and_var),
-        [channels], dtype)
-    variance.stop_gradient = True
-    saved_mean = helper.create_tmp(dtype=dtype, shape=[channels], stop_gradient=True)
-    saved_variance = helper.create_tmp(dtype=dtype, shape=[channels], stop_gradient=True)
-    out = input if in_place else helper.create_tmp(dtype=dtype, shape=shape)
-    helper.append_op("batch_norm",
-                     inputs={"X": [input], "Scale": [scale], "Bias": [bias], "Mean": [mean],
-                             "Variance": [variance]},
-                     outputs={"Y": [out], "MeanOut": [mean], "VarianceOut": [variance],
-                              "SavedMean": [saved_mean], "SavedVariance": [saved_variance]},
-                     attrs={"momentum": float(momentum), "epsilon": float(epsilon),
-                            "is_test": bool(is_test), "data_layout": data_layout,
-                            "use_mkldnn": False, "fuse_with_relu": False,
-                            "use_global_stats": bool(use_global_stats)})
-    return helper.append_activation(out, act)
-
-
 def conv2d_transpose(input: Variable, num_filters: int, output_size: Any = None,
                      filter_size: Any = None, padding: Any = 0, stride: Any = 1,
                      dilation: Any = 1, groups: int | None = None, param_attr: Any = None,
@@ -288,43 +236,6 @@ def conv2d_transpose(input: Variable, num_filters: int, output_size: Any = None,
     return helper.append_activation(_channel_bias(helper, pre_bias, bias_attr), act)
 
 
-def group_norm(input: Variable, groups: int, epsilon: float = 1e-05, param_attr: Any = None,
-               bias_attr: Any = None, act: str | None = None, data_layout: str = "NCHW",
-               name: str | None = None) -> Variable:
-    """Normalise each sample over groups of ``groups`` channels (Fluid 1.8's
-    ``layers.group_norm``): a scale (ones) and a bias (zeros) of one element per channel,
-    left out when ``param_attr`` / ``bias_attr`` is False."""
-    _check_var(input, "input", "group_norm")
-    if data_layout not in ("NCHW", "NHWC"):
-        raise ValueError(f"group_norm: data_layout must be 'NCHW' or 'NHWC', got "
-                         f"{data_layout!r}")
-    shape = list(input.shape or ())
-    if len(shape) < 2:
-        raise ValueError(f"group_norm: input {input.name!r} needs rank >= 2, got {shape}")
-    channels = shape[1] if data_layout == "NCHW" else shape[-1]
-    if not isinstance(groups, int) or groups < 1 or channels <= 0 or channels % groups:
-        raise ValueError(f"group_norm: groups={groups!r} must be a positive int dividing the "
-                         f"{channels} channels of {input.name!r}")
-    helper = LayerHelper("group_norm", name)
-    inputs: dict[str, list[Variable]] = {"X": [input]}
-    scale_attr, shift_attr = ParamAttr._to_attr(param_attr), ParamAttr._to_attr(bias_attr)
-    if scale_attr is not False:
-        inputs["Scale"] = [helper.create_parameter(
-            scale_attr, [channels], input.dtype, default_initializer=ConstantInitializer(1.0))]
-    if shift_attr is not False:
-        inputs["Bias"] = [helper.create_parameter(shift_attr, [channels], input.dtype,
-                                                  is_bias=True)]
-    rows = [shape[0], groups]
-    mean = helper.create_tmp(dtype=input.dtype, shape=rows, stop_gradient=True)
-    variance = helper.create_tmp(dtype=input.dtype, shape=rows, stop_gradient=True)
-    out = helper.create_tmp(dtype=input.dtype, shape=shape)
-    helper.append_op("group_norm", inputs=inputs,
-                     outputs={"Y": [out], "Mean": [mean], "Variance": [variance]},
-                     attrs={"epsilon": float(epsilon), "groups": int(groups),
-                            "data_layout": data_layout})
-    return helper.append_activation(out, act)
-
-
 def pixel_shuffle(x: Variable, upscale_factor: int) -> Variable:
     """``[N, C·r², H, W]`` → ``[N, C, H·r, W·r]`` with ``r = upscale_factor`` (Fluid 1.8's
     ``layers.pixel_shuffle``)."""
@@ -370,93 +281,7 @@ def maxout(x: Variable, groups: int, name: str | None = None, axis: int = 1) -> 
     return out
 
 
-# -- per-channel layers: lrn, instance_norm, affine_channel, shuffle_channel, space_to_depth,
-# adaptive_pool2d (kernels in dask_fluid.ops.image_channel_ops and conv_ops)
-
-def _known(d: int) -> bool:
-    return d is not None and d >= 0
-
-
-def lrn(input: Variable, n: int = 5, k: float = 1.0, alpha: float = 1e-4, beta: float = 0.75,
-        name: str | None = None, data_format: str = "NCHW") -> Variable:
-    """Local response normalisation across channels, as Fluid 1.8's ``layers.lrn``:
-    ``Out = X / (k + alpha · Σ X²)^beta``, the sum over the ``n`` channels centred on each
-    channel (those outside the input count 0). The op's second output ``MidOut`` (the
-    denominator before the power) is kept for the gradient.
-
-    Parameters
-    ----------
-    input : Variable
-        4-D, ``NCHW`` or ``NHWC`` as ``data_format`` says.
-    n : int
-        The (odd) number of channels summed.
-    k, alpha, beta : float
-        Positive, as the op's checkers require.
-    """
-    _check_var(input, "input", "lrn")
-    shape = list(input.shape or ())
-    if len(shape) != 4:
-        raise ValueError(f"lrn: input {input.name!r} must be 4-D, got shape {shape}")
-    if data_format not in ("NCHW", "NHWC"):
-        raise ValueError(f"lrn: data_format must be 'NCHW' or 'NHWC', got {data_format!r}")
-    if not isinstance(n, int) or n <= 0 or n % 2 != 1:
-        raise ValueError(f"lrn: n must be a positive odd int, got {n!r}")
-    for arg, v in (("k", k), ("alpha", alpha), ("beta", beta)):
-        if not isinstance(v, (int, float)) or not v > 0:
-            raise ValueError(f"lrn: {arg} must be a number > 0, got {v!r}")
-    helper = LayerHelper("lrn", name)
-    mid = helper.create_tmp(dtype=input.dtype, shape=shape, stop_gradient=True)
-    out = helper.create_tmp(dtype=input.dtype, shape=shape)
-    helper.append_op("lrn", inputs={"X": [input]}, outputs={"Out": [out], "MidOut": [mid]},
-                     attrs={"n": n, "k": float(k), "alpha": float(alpha), "beta": float(beta),
-                            "data_format": data_format})
-    return out
-
-
-def instance_norm(input: Variable, epsilon: float = 1e-05, param_attr: Any = None,
-                  bias_attr: Any = None, name: str | None = None) -> Variable:
-    """Normalise each sample's channels over their positions, as Fluid 1.8's
-    ``layers.instance_norm``: ``(x − mean) / sqrt(var + epsilon) · scale + bias``, with a
-    scale (ones) and a bias (zeros) of one element per channel (axis 1).
-
-    ``param_attr=False`` and ``bias_attr=False`` together leave both parameters out (the op
-    takes them as optional inputs, as later Fluid versions do); one of them alone False is
-    an error, as there.
-    """
-    _check_var(input, "input", "instance_norm")
-    shape = list(input.shape or ())
-    if not 2 <= len(shape) <= 5:
-        raise ValueError(f"instance_norm: input {input.name!r} must have rank 2 to 5, got "
-                         f"shape {shape}")
-    if not isinstance(epsilon, (int, float)) or not 0.0 <= epsilon <= 0.001:
-        raise ValueError(f"instance_norm: epsilon must be between 0.0 and 0.001, got "
-                         f"{epsilon!r}")
-    channels = shape[1]
-    if not _known(channels) or channels == 0:
-        raise ValueError(f"instance_norm: the channel dim (1) of {input.name!r} must be known, "
-                         f"got shape {shape}")
-    scale_attr, shift_attr = ParamAttr._to_attr(param_attr), ParamAttr._to_attr(bias_attr)
-    if (scale_attr is False) != (shift_attr is False):
-        raise ValueError("instance_norm: param_attr and bias_attr must be False together (got "
-                         f"param_attr={param_attr!r}, bias_attr={bias_attr!r})")
-    helper = LayerHelper("instance_norm", name)
-    inputs: dict[str, list[Variable]] = {"X": [input]}
-    if scale_attr is not False:
-        inputs["Scale"] = [helper.create_parameter(
-            scale_attr, [channels], input.dtype, default_initializer=ConstantInitializer(1.0))]
-        inputs["Bias"] = [helper.create_parameter(
-            shift_attr, [channels], input.dtype, is_bias=True,
-            default_initializer=ConstantInitializer(0.0))]
-    rows = shape[0] * channels if _known(shape[0]) else -1
-    saved_mean = helper.create_tmp(dtype=input.dtype, shape=[rows], stop_gradient=True)
-    saved_variance = helper.create_tmp(dtype=input.dtype, shape=[rows], stop_gradient=True)
-    out = helper.create_tmp(dtype=input.dtype, shape=shape)
-    helper.append_op("instance_norm", inputs=inputs,
-                     outputs={"Y": [out], "SavedMean": [saved_mean],
-                              "SavedVariance": [saved_variance]},
-                     attrs={"epsilon": float(epsilon)})
-    return out
-
+# -- per-channel layers: affine_channel, shuffle_channel, space_to_depth; adaptive_pool2d -------
 
 def affine_channel(x: Variable, scale: Variable | None = None, bias: Variable | None = None,
                    data_layout: str = "NCHW", name: str | None = None,
@@ -572,3 +397,5 @@ def adaptive_pool2d(input: Variable, pool_size: int | Sequence[int], pool_type: 
     helper.append_op(op_type, inputs={"X": [input]}, outputs=outputs,
                      attrs={"pooling_type": pool_type, "ksize": size, "adaptive": True})
     return (out, mask) if require_index else out
+
+

@@ -11,7 +11,6 @@ from ..framework import Variable
 from ..layer_helper import LayerHelper
 from .nn import (
     _elementwise,
-    _known,
     matmul,
     reduce_mean,
     reduce_sum,
@@ -19,10 +18,10 @@ from .nn import (
     softmax_with_cross_entropy,
     square,
 )
-from .tensor import _check_var, cast, equal, expand, one_hot, reshape, transpose
+from .tensor import _check_var, _known, cast, equal, expand, one_hot, reshape, transpose
 
 __all__ = ["bpr_loss", "dice_loss", "margin_rank_loss", "npair_loss", "rank_loss",
-           "teacher_student_sigmoid_loss"]
+           "sampled_softmax_with_cross_entropy", "teacher_student_sigmoid_loss"]
 
 
 def _need_var(x: Any, arg: str, layer: str) -> Variable:
@@ -233,3 +232,79 @@ def npair_loss(anchor: Variable, positive: Variable, labels: Variable,
     cross_entropy = reduce_sum(_patched(labels, softmax_ce, "elementwise_mul"), 0)
     celoss = reduce_mean(cross_entropy)
     return _patched(l2loss, celoss, "elementwise_add")
+
+
+def sampled_softmax_with_cross_entropy(logits: Variable, label: Variable, num_samples: int,
+                                       num_true: int = 1, remove_accidental_hits: bool = True,
+                                       use_customized_samples: bool = False,
+                                       customized_samples: Variable | None = None,
+                                       customized_probabilities: Variable | None = None,
+                                       seed: int = 0) -> Variable:
+    """Sampled softmax cross entropy (Fluid 1.8's
+    ``layers.sampled_softmax_with_cross_entropy``), op for op: ``sample_logits`` (the true
+    labels plus ``num_samples`` unique log-uniform draws, logits − log Q, accidental hits
+    − 1e20), ``one_hot`` of the sampled labels with depth ``num_samples + 1``, then
+    ``softmax_with_cross_entropy`` with soft labels, divided by ``num_true``: ``[N, 1]``.
+
+    As in 1.8 the one-hot depth is ``num_samples + 1``, so only ``num_true = 1`` runs.
+
+    Raises
+    ------
+    ValueError
+        ``num_samples`` / ``num_true`` not positive ints, ``label`` not ``[N, num_true]``, or
+        ``use_customized_samples`` without both customized tensors.
+    """
+    _check_var(logits, "logits", "sampled_softmax_with_cross_entropy")
+    _check_var(label, "label", "sampled_softmax_with_cross_entropy")
+    for arg, v in (("num_samples", num_samples), ("num_true", num_true)):
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise ValueError(f"sampled_softmax_with_cross_entropy: {arg} must be a positive "
+                             f"int, got {v!r}")
+    lshape, xshape = list(label.shape or ()), list(logits.shape or ())
+    if len(xshape) != 2:
+        raise ValueError(f"sampled_softmax_with_cross_entropy: logits must be 2-D [N, K], got "
+                         f"{xshape}")
+    if len(lshape) != 2 or (_known(lshape[1]) and lshape[1] != num_true):
+        raise ValueError(f"sampled_softmax_with_cross_entropy: label must be [N, num_true="
+                         f"{num_true}], got {lshape}")
+    if use_customized_samples:
+        for arg, v in (("customized_samples", customized_samples),
+                       ("customized_probabilities", customized_probabilities)):
+            if not isinstance(v, Variable):
+                raise ValueError(f"sampled_softmax_with_cross_entropy: use_customized_samples "
+                                 f"needs {arg} as a Variable, got {v!r}")
+    helper = LayerHelper("sample_logits")
+    cols = num_true + num_samples
+    rows = xshape[0]
+    samples = customized_samples if use_customized_samples else helper.create_tmp(
+        dtype="int64", shape=[rows, cols])
+    probabilities = customized_probabilities if use_customized_samples else helper.create_tmp(
+        dtype=logits.dtype, shape=[rows, cols])
+    sampled_logits = helper.create_tmp(dtype=logits.dtype, shape=[rows, cols])
+    sampled_label = helper.create_tmp(dtype="int64", shape=[rows, num_true])
+    sampled_softlabel = helper.create_tmp(dtype=logits.dtype, shape=[rows, num_samples + 1])
+    logits_dim = helper.create_tmp(dtype=logits.dtype)
+    labels_dim = helper.create_tmp(dtype=label.dtype)
+    inputs: dict[str, list[Variable]] = {"Logits": [logits], "Labels": [label]}
+    if customized_samples is not None:
+        inputs["CustomizedSamples"] = [customized_samples]
+    if customized_probabilities is not None:
+        inputs["CustomizedProbabilities"] = [customized_probabilities]
+    helper.append_op("sample_logits", inputs=inputs,
+                     outputs={"Samples": [samples], "Probabilities": [probabilities],
+                              "SampledLabels": [sampled_label],
+                              "SampledLogits": [sampled_logits], "LogitsDim": [logits_dim],
+                              "LabelsDim": [labels_dim]},
+                     attrs={"use_customized_samples": bool(use_customized_samples),
+                            "uniq": True, "remove_accidental_hits": bool(remove_accidental_hits),
+                            "num_samples": num_samples, "seed": int(seed)})
+    loss = helper.create_tmp(dtype=logits.dtype, shape=[rows, 1])
+    softmax = helper.create_tmp(dtype=logits.dtype, shape=[rows, cols])
+    helper.append_op("one_hot", inputs={"X": [sampled_label]},
+                     outputs={"Out": [sampled_softlabel]}, attrs={"depth": num_samples + 1})
+    helper.append_op("softmax_with_cross_entropy",
+                     inputs={"Logits": [sampled_logits], "Label": [sampled_softlabel]},
+                     outputs={"Softmax": [softmax], "Loss": [loss]},
+                     attrs={"soft_label": True, "ignore_index": False,
+                            "numeric_stable_mode": False})
+    return loss / num_true

@@ -13,7 +13,7 @@ from ..framework import Variable, install_hook
 from ..initializer import ConstantInitializer, NumpyArrayInitializer
 from ..layer_helper import LayerHelper
 from ..param_attr import ParamAttr
-from .tensor import _check_var, fill_constant
+from .tensor import _check_var, _known, fill_constant
 
 __all__ = [
     "_binary_op", "abs", "accuracy", "add_position_encoding", "auc", "bilinear_tensor_product",
@@ -21,12 +21,12 @@ __all__ = [
     "elementwise_add", "elementwise_div", "elementwise_floordiv", "elementwise_max",
     "elementwise_min", "elementwise_mod", "elementwise_mul", "elementwise_pow", "elementwise_sub",
     "elu", "embedding", "exp", "fc", "floor", "gelu", "hard_sigmoid", "hard_swish", "hsigmoid",
-    "huber_loss", "kldiv_loss", "l2_normalize", "layer_norm", "leaky_relu", "log", "log_loss",
-    "matmul", "mean", "mse_loss", "mul", "nce", "pad", "pad2d", "pow", "prelu", "reduce_all",
-    "reduce_any", "reduce_max", "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum", "relu",
-    "relu6", "scale", "selu", "sigmoid", "sigmoid_cross_entropy_with_logits", "sign", "smooth_l1",
+    "huber_loss", "kldiv_loss", "l2_normalize", "leaky_relu", "log", "log_loss", "matmul", "mean",
+    "mse_loss", "mul", "nce", "pad", "pad2d", "pow", "prelu", "reduce_all", "reduce_any",
+    "reduce_max", "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum", "relu", "relu6",
+    "scale", "selu", "sigmoid", "sigmoid_cross_entropy_with_logits", "sign", "smooth_l1",
     "soft_relu", "softmax", "softmax_with_cross_entropy", "softplus", "softsign", "sqrt", "square",
-    "square_error_cost", "stanh", "swish", "tanh", "topk",
+    "square_error_cost", "stanh", "swish", "tanh", "topk", "tree_conv",
 ]
 
 def _unary(op_type: str, x: Variable, name: str | None = None, **attrs: Any) -> Variable:
@@ -699,42 +699,6 @@ def matmul(x: Variable, y: Variable, transpose_x: bool = False, transpose_y: boo
     return out
 
 
-def layer_norm(input: Variable, scale: bool = True, shift: bool = True,
-               begin_norm_axis: int = 1, epsilon: float = 1e-05, param_attr: Any = None,
-               bias_attr: Any = None, act: str | None = None,
-               name: str | None = None) -> Variable:
-    """Normalise each sample over the dims from ``begin_norm_axis`` on (Fluid 1.8's
-    ``layers.layer_norm``): a scale (ones) and a shift (zeros) of ``prod(shape[axis:])``
-    elements when ``scale`` / ``shift``."""
-    _check_var(input, "input", "layer_norm")
-    shape = list(input.shape or ())
-    if not 0 < begin_norm_axis < len(shape):
-        raise ValueError(f"layer_norm: begin_norm_axis={begin_norm_axis} must be in "
-                         f"[1, {len(shape)}) for input {input.name!r} of shape {shape}")
-    if any(d <= 0 for d in shape[begin_norm_axis:]):
-        raise ValueError(f"layer_norm: the normalised dims of {input.name!r} must be known, "
-                         f"got shape {shape}")
-    helper = LayerHelper("layer_norm", name)
-    width = math.prod(shape[begin_norm_axis:])
-    inputs: dict[str, list[Variable]] = {"X": [input]}
-    if scale:
-        inputs["Scale"] = [helper.create_parameter(
-            ParamAttr._to_attr(param_attr), [width], input.dtype,
-            default_initializer=ConstantInitializer(1.0))]
-    if shift:
-        inputs["Bias"] = [helper.create_parameter(ParamAttr._to_attr(bias_attr), [width],
-                                                  input.dtype, is_bias=True)]
-    rows = [math.prod(shape[:begin_norm_axis])] if all(d > 0 for d in
-                                                       shape[:begin_norm_axis]) else [-1]
-    mean = helper.create_tmp(dtype=input.dtype, shape=rows, stop_gradient=True)
-    variance = helper.create_tmp(dtype=input.dtype, shape=rows, stop_gradient=True)
-    out = helper.create_tmp(dtype=input.dtype, shape=shape)
-    helper.append_op("layer_norm", inputs=inputs,
-                     outputs={"Y": [out], "Mean": [mean], "Variance": [variance]},
-                     attrs={"epsilon": float(epsilon), "begin_norm_axis": int(begin_norm_axis)})
-    return helper.append_activation(out, act)
-
-
 def leaky_relu(x: Variable, alpha: float = 0.02, name: str | None = None) -> Variable:
     """``x`` where positive, ``alpha * x`` elsewhere."""
     return _unary("leaky_relu", x, name, alpha=float(alpha))
@@ -983,10 +947,6 @@ def hsigmoid(input: Variable, label: Variable, num_classes: int, param_attr: Any
 
 # -- bilinear_tensor_product, add_position_encoding ----------------------------------------------
 
-def _known(d: Any) -> bool:
-    return d is not None and d >= 0
-
-
 def _named_out(helper: LayerHelper, name: str | None, dtype: str, shape: Any) -> Variable:
     """Fluid names the output ``name`` itself when one is given, else a temporary."""
     if name is None:
@@ -1061,3 +1021,57 @@ def add_position_encoding(input: Variable, alpha: float, beta: float,
     helper.append_op("add_position_encoding", inputs={"X": [input]}, outputs={"Out": [out]},
                      attrs={"alpha": float(alpha), "beta": float(beta)})
     return out
+
+
+# -- tree_conv -------------------------------------------------------------------------------------
+
+def tree_conv(nodes_vector: Variable, edge_set: Variable, output_size: int,
+              num_filters: int = 1, max_depth: int = 2, act: str | None = "tanh",
+              param_attr: Any = None, bias_attr: Any = None,
+              name: str | None = None) -> Variable:
+    """Tree-based convolution (Fluid 1.8's ``layers.tree_conv``): ``nodes_vector``
+    ``[N, max_nodes, F]`` and ``edge_set`` ``[N, max_edges, 2]`` (int32 parent/child ids
+    from 1) through a filter ``[F, 3, output_size, num_filters]`` (Xavier) with the
+    continuous binary tree weights, then a bias ``[max_nodes, output_size, num_filters]``
+    added from axis 1 (none when ``bias_attr`` is False) and ``act``:
+    ``[N, max_nodes, output_size, num_filters]``.
+
+    Raises
+    ------
+    ValueError
+        non-positive ``output_size`` / ``num_filters`` / ``max_depth``, or inputs of the wrong
+        rank or an unknown feature size.
+    """
+    _check_var(nodes_vector, "nodes_vector", "tree_conv")
+    _check_var(edge_set, "edge_set", "tree_conv")
+    for arg, v in (("output_size", output_size), ("num_filters", num_filters),
+                   ("max_depth", max_depth)):
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise ValueError(f"tree_conv: {arg} must be a positive int, got {v!r}")
+    nshape, eshape = list(nodes_vector.shape or ()), list(edge_set.shape or ())
+    if len(nshape) != 3 or not _known(nshape[2]) or nshape[2] == 0:
+        raise ValueError(f"tree_conv: nodes_vector must be [batch, max_nodes, feature] with a "
+                         f"known feature size, got {nshape}")
+    if len(eshape) != 3 or (_known(eshape[2]) and eshape[2] != 2):
+        raise ValueError(f"tree_conv: edge_set must be [batch, max_edges, 2], got {eshape}")
+    helper = LayerHelper("tree_conv", name)
+    dtype = nodes_vector.dtype
+    w = helper.create_parameter(ParamAttr._to_attr(param_attr),
+                                [nshape[2], 3, output_size, num_filters], dtype)
+    out = helper.create_tmp(dtype=dtype, shape=[nshape[0], nshape[1], output_size, num_filters])
+    helper.append_op("tree_conv",
+                     inputs={"NodesVector": [nodes_vector], "EdgeSet": [edge_set],
+                             "Filter": [w]},
+                     outputs={"Out": [out]}, attrs={"max_depth": max_depth})
+    b_attr = ParamAttr._to_attr(bias_attr)
+    pre = out
+    if b_attr is not False:
+        # Fluid's LayerHelper.append_bias_op(out): a bias over out.shape[1:], added at axis 1
+        if not _known(nshape[1]):
+            raise ValueError(f"tree_conv: a bias needs a known max_nodes dim, got {nshape}")
+        b = helper.create_parameter(b_attr, [nshape[1], output_size, num_filters], dtype,
+                                    is_bias=True)
+        pre = helper.create_tmp(dtype=dtype, shape=out.shape)
+        helper.append_op("elementwise_add", inputs={"X": [out], "Y": [b]},
+                         outputs={"Out": [pre]}, attrs={"axis": 1})
+    return helper.append_activation(pre, act)

@@ -8,11 +8,12 @@ from typing import Any
 from ..framework import Variable
 from ..initializer import ConstantInitializer
 from ..layer_helper import LayerHelper
+from ..ops.rnn_ops import cudnn_lstm_weight_size
 from ..param_attr import ParamAttr
 from .nn import fc
 from .tensor import _check_var, concat
 
-__all__ = ["dynamic_gru", "dynamic_lstm", "gru_unit", "lstm_unit"]
+__all__ = ["dynamic_gru", "dynamic_lstm", "dynamic_lstmp", "gru_unit", "lstm", "lstm_unit"]
 
 
 def dynamic_gru(input: Variable, size: int, param_attr: Any = None, bias_attr: Any = None,
@@ -230,3 +231,203 @@ def lstm_unit(x_t: Variable, hidden_t_prev: Variable, cell_t_prev: Variable,
     helper.append_op("lstm_unit", inputs={"X": [fc_out], "C_prev": [cell_t_prev]},
                      outputs={"C": [c], "H": [h]}, attrs={"forget_bias": float(forget_bias)})
     return h, c
+
+
+_LSTMP_ACTS = ("sigmoid", "tanh", "relu", "identity")
+
+
+def dynamic_lstmp(input: Variable, size: int, proj_size: int, param_attr: Any = None,
+                  bias_attr: Any = None, use_peepholes: bool = True, is_reverse: bool = False,
+                  gate_activation: str = "sigmoid", cell_activation: str = "tanh",
+                  candidate_activation: str = "tanh", proj_activation: str = "tanh",
+                  dtype: str = "float32", name: str | None = None, h_0: Variable | None = None,
+                  c_0: Variable | None = None, cell_clip: float | None = None,
+                  proj_clip: float | None = None) -> tuple[Variable, Variable]:
+    """An LSTM with a recurrent projection over every sequence of ``input`` (Fluid 1.8's
+    ``dynamic_lstmp``, op ``lstmp``): the LSTM of :func:`dynamic_lstm` whose state fed back
+    to the gates is the projection ``r_t = proj_act(h_t W_rh)`` (``[T, proj_size]``).
+
+    Parameters
+    ----------
+    input : Variable
+        ``[T, size]``, a LoD tensor: the projected candidate, input, forget and output gate
+        inputs (usually ``fc(x, size)``).
+    size : int
+        Four times the hidden size ``D``.
+    proj_size : int
+        The projection size ``P``.
+    param_attr : ParamAttr, optional
+        Used for both weights, as in Fluid: the recurrent weight ``[P, 4D]`` and the
+        projection weight ``[D, P]`` (Xavier by default; a name in it clashes, as in Fluid).
+    bias_attr : ParamAttr, optional
+        The bias ``[1, 7D]`` with peepholes (gate biases, then ``W_ic, W_fc, W_oc``),
+        ``[1, 4D]`` without; zeros by default. It cannot be ``False`` (Fluid asserts so).
+    use_peepholes, is_reverse : bool
+        Let the cell state feed the gates; run each sequence from its end.
+    gate_activation, cell_activation, candidate_activation, proj_activation : str
+        ``sigmoid``, ``tanh``, ``relu`` or ``identity``. As Fluid 1.8's kernel does, a
+        ``proj_activation`` other than ``identity`` applies ``cell_activation`` to the
+        projection.
+    dtype : str
+        The parameters' and outputs' type.
+    name : str, optional
+        A prefix for the parameter names.
+    h_0, c_0 : Variable, optional
+        The initial projection ``[num_sequences, P]`` and cell ``[num_sequences, D]``;
+        zeros by default. ``h_0`` needs ``c_0``.
+    cell_clip, proj_clip : float, optional
+        When positive, clip the cell state (before the output gate and cell activation read
+        it) and the projection (after its activation) to ``[-clip, clip]``.
+
+    Returns
+    -------
+    tuple of Variable
+        ``(projection [T, P], cell [T, D])``, both with ``input``'s LoD.
+    """
+    _check_var(input, "input", "dynamic_lstmp")
+    if size % 4 or size <= 0:
+        raise ValueError(f"dynamic_lstmp: size is four times the hidden size, got {size}")
+    if not isinstance(proj_size, int) or proj_size <= 0:
+        raise ValueError(f"dynamic_lstmp: proj_size must be a positive int, got {proj_size!r}")
+    if input.shape is not None and input.shape[-1] > 0 and input.shape[-1] != size:
+        raise ValueError(f"dynamic_lstmp: input must be [T, size] = [T, {size}], got "
+                         f"{list(input.shape)}; project it with fc(x, size) first")
+    for arg, act in (("gate_activation", gate_activation), ("cell_activation", cell_activation),
+                     ("candidate_activation", candidate_activation),
+                     ("proj_activation", proj_activation)):
+        if act not in _LSTMP_ACTS:
+            raise ValueError(f"dynamic_lstmp: {arg} {act!r} is not one of {list(_LSTMP_ACTS)}")
+    battr = ParamAttr._to_attr(bias_attr)
+    if battr is False:
+        raise ValueError("dynamic_lstmp: bias_attr cannot be False (the lstmp op needs its Bias)")
+    if h_0 is not None and c_0 is None:
+        raise ValueError("dynamic_lstmp: h_0 needs c_0 as well (Fluid's lstmp op rule)")
+    for arg, clip in (("cell_clip", cell_clip), ("proj_clip", proj_clip)):
+        if clip is not None and clip < 0:
+            raise ValueError(f"dynamic_lstmp: {arg} must not be negative, got {clip}")
+    d = size // 4
+    for arg, var, width in (("h_0", h_0, proj_size), ("c_0", c_0, d)):
+        if var is not None:
+            _check_var(var, arg, "dynamic_lstmp")
+            if var.shape is not None and (len(var.shape) != 2 or var.shape[-1] not in
+                                          (-1, width)):
+                raise ValueError(f"dynamic_lstmp: {arg} must be [num_sequences, {width}], got "
+                                 f"{list(var.shape)}")
+    helper = LayerHelper("lstmp", name=name)
+    pattr = ParamAttr._to_attr(param_attr)
+    weight = helper.create_parameter(pattr, [proj_size, size], dtype)
+    proj_weight = helper.create_parameter(pattr, [d, proj_size], dtype)
+    bias = helper.create_parameter(battr, [1, 7 * d if use_peepholes else size], dtype,
+                                   is_bias=True, default_initializer=ConstantInitializer(0.0))
+    inputs = {"Input": [input], "Weight": [weight], "ProjWeight": [proj_weight],
+              "Bias": [bias]}
+    if h_0 is not None:
+        inputs["H0"] = [h_0]
+    if c_0 is not None:
+        inputs["C0"] = [c_0]
+    rows = input.shape[0] if input.shape else -1
+    outs = {slot: [helper.create_tmp(dtype=dtype, shape=[rows, width],
+                                     stop_gradient=slot not in ("Projection", "Cell"))]
+            for slot, width in (("Projection", proj_size), ("Cell", d), ("BatchHidden", d),
+                                ("BatchGate", size), ("BatchCellPreAct", d))}
+    helper.append_op("lstmp", inputs=inputs, outputs=outs,
+                     attrs={"use_peepholes": bool(use_peepholes),
+                            "cell_clip": float(cell_clip or 0.0),
+                            "proj_clip": float(proj_clip or 0.0),
+                            "is_reverse": bool(is_reverse), "gate_activation": gate_activation,
+                            "cell_activation": cell_activation,
+                            "candidate_activation": candidate_activation,
+                            "proj_activation": proj_activation})
+    return outs["Projection"][0], outs["Cell"][0]
+
+
+def lstm(input: Variable, init_h: Variable, init_c: Variable, max_len: int, hidden_size: int,
+         num_layers: int, dropout_prob: float = 0.0, is_bidirec: bool = False,
+         is_test: bool = False, name: str | None = None, default_initializer: Any = None,
+         seed: int = -1) -> tuple[Variable, Variable, Variable]:
+    """A multi-layer LSTM, optionally bidirectional, over a padded time-major batch (Fluid
+    1.8's ``layers.lstm``, op ``cudnn_lstm``; computed here on numpy/CuPy, not cuDNN).
+
+    Parameters
+    ----------
+    input : Variable
+        ``[T, B, input_size]``: every sequence T steps long.
+    init_h, init_c : Variable
+        The initial states ``[num_layers * dirs, B, hidden_size]`` (dirs = 2 when
+        ``is_bidirec``), indexed ``layer * dirs + direction``.
+    max_len : int
+        Unused, as in Fluid 1.8 (its op has no such attribute).
+    hidden_size, num_layers : int
+        The state size and the number of stacked layers.
+    dropout_prob : float
+        Dropout between layers in training; only ``0`` (or ``is_test=True``, or a single
+        layer, where cuDNN applies none) is implemented.
+    is_bidirec, is_test : bool
+        Run a backward LSTM too (outputs concatenated); inference mode.
+    name : str, optional
+        The weight's name prefix (``cudnn_lstm_N.w_0`` by default).
+    default_initializer : Initializer, optional
+        For the flat weight; Xavier by default.
+    seed : int
+        The dropout seed attribute.
+
+    Returns
+    -------
+    tuple of Variable
+        ``(out [T, B, dirs * hidden_size], last_h, last_c)``, the last two shaped as
+        ``init_h``.
+
+    Notes
+    -----
+    The weight is one flat parameter in cuDNN's layout: every pseudo-layer's ``W_ih``
+    ``[4H, in]`` and ``W_hh`` ``[4H, H]`` (gates ``i, f, c, o``), then every pseudo-layer's
+    ``b_ih`` and ``b_hh``. Its size counts ``in = 2 * hidden_size`` for the layers above the
+    first when ``is_bidirec`` (what the LSTM needs); Fluid 1.8's layer counted
+    ``hidden_size``, a blob too small for that case.
+    """
+    for arg, var in (("input", input), ("init_h", init_h), ("init_c", init_c)):
+        _check_var(var, arg, "lstm")
+    for arg, v in (("max_len", max_len), ("hidden_size", hidden_size),
+                   ("num_layers", num_layers)):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise TypeError(f"lstm: {arg} must be an int, got {type(v).__name__}")
+    if hidden_size < 1 or num_layers < 1:
+        raise ValueError(f"lstm: hidden_size and num_layers must be >= 1, got {hidden_size} and "
+                         f"{num_layers}")
+    if input.shape is None or len(input.shape) != 3 or input.shape[-1] <= 0:
+        raise ValueError(f"lstm: input must be [seq_len, batch_size, input_size] with a known "
+                         f"input_size, got {None if input.shape is None else list(input.shape)}")
+    if not 0.0 <= float(dropout_prob) < 1.0:
+        raise ValueError(f"lstm: dropout_prob must be in [0, 1), got {dropout_prob}")
+    if dropout_prob > 0 and not is_test and num_layers > 1:
+        raise NotImplementedError("layers.lstm(dropout_prob>0) between layers in training is "
+                                  "not implemented in dask_fluid")
+    dirs = 2 if is_bidirec else 1
+    want = [num_layers * dirs, input.shape[1], hidden_size]
+    for arg, var in (("init_h", init_h), ("init_c", init_c)):
+        if var.shape is None or len(var.shape) != 3 or any(
+                a > 0 and b > 0 and a != b for a, b in zip(var.shape, want, strict=True)):
+            raise ValueError(f"lstm: {arg} must be [num_layers * dirs, batch_size, hidden_size] "
+                             f"= {want}, got {None if var.shape is None else list(var.shape)}")
+    input_size = int(input.shape[-1])
+    helper = LayerHelper("cudnn_lstm", name=name)
+    dtype = input.dtype
+    weight = helper.create_parameter(
+        ParamAttr._to_attr(None),
+        [cudnn_lstm_weight_size(input_size, hidden_size, num_layers, bool(is_bidirec))], dtype,
+        default_initializer=default_initializer)
+    out = helper.create_tmp(dtype=dtype, shape=[*input.shape[:2], dirs * hidden_size])
+    last_h = helper.create_tmp(dtype=dtype, shape=list(init_h.shape))
+    last_c = helper.create_tmp(dtype=dtype, shape=list(init_c.shape))
+    reserve = helper.create_tmp(dtype="uint8", shape=[0], stop_gradient=True)
+    state_out = helper.create_tmp(dtype="uint8", shape=[0], stop_gradient=True)
+    helper.append_op("cudnn_lstm",
+                     inputs={"Input": [input], "InitH": [init_h], "InitC": [init_c],
+                             "W": [weight]},
+                     outputs={"Out": [out], "LastH": [last_h], "LastC": [last_c],
+                              "Reserve": [reserve], "StateOut": [state_out]},
+                     attrs={"is_bidirec": bool(is_bidirec), "input_size": input_size,
+                            "hidden_size": hidden_size, "num_layers": num_layers,
+                            "is_test": bool(is_test), "dropout_prob": float(dropout_prob),
+                            "seed": int(seed)})
+    return out, last_h, last_c

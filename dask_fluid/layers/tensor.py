@@ -23,6 +23,11 @@ __all__ = [
 ]
 
 
+def _known(d: int | None) -> bool:
+    """A static dim that is known (not None, not -1)."""
+    return d is not None and d >= 0
+
+
 def _check_var(x: Any, arg: str, layer: str) -> Variable:
     if not isinstance(x, Variable):
         raise TypeError(f"{layer}: {arg} must be a Variable, got {type(x).__name__}")

@@ -17,9 +17,11 @@ Conventions the executor follows when it runs a kernel ``kernel(ins, attrs, outs
 
 from . import (  # noqa: F401  (imported for their registrations)
     beam_search_ops,
+    conv3d_ops,
     conv_ops,
     crf_ops,
     ctc_ops,
+    ctr_ops,
     dense_ops,
     host_ops,
     image_channel_ops,
@@ -37,12 +39,15 @@ from . import (  # noqa: F401  (imported for their registrations)
     random_ops,
     registry,
     rnn_ops,
+    roi_ops,
     schedule_ops,
     sequence_ops,
     shape_ops,
     similarity_ops,
+    spatial_ops,
     split_ops,
     tensor_ops,
+    tree_conv_ops,
     vocab_ops,
 )
 from .selected_rows import SelectedRows

@@ -254,3 +254,60 @@ def chunk_eval(ins: dict, attrs: dict, outs: tuple) -> dict:
               "NumCorrectChunks": np.array([n_correct], np.int64)}
     # no LoD result: the executor leaves the outputs of a lod="kernel" op without one
     return {slot: [xp.asarray(values[slot])] for slot in outs if slot in values}
+
+
+# -- mean_iou -------------------------------------------------------------------------------------
+
+
+@register("mean_iou", ("Predictions", "Labels", "InWrongs", "InCorrects", "InMeanIou"),
+          ("OutMeanIou", "OutWrong", "OutCorrect"), {"num_classes": 0},
+          optional=("InWrongs", "InCorrects", "InMeanIou"), lod="none")
+def mean_iou(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Fluid 1.8's mean_iou (mean_iou_op.h): per class, OutCorrect counts the pixels predicted
+    right and OutWrong the pixels of the class as prediction or label where they differ (both
+    int32, added to the sums of InCorrects / InWrongs); OutMeanIou (float32 ``[1]``) is the
+    mean of correct / (correct + wrong) over the classes seen (denominator > 0), plus the sum
+    of InMeanIou."""
+    num_classes = int(attrs.get("num_classes", 0))
+    if num_classes <= 0:
+        raise ValueError(f"mean_iou: num_classes must be > 0, got {num_classes}")
+    pred, label = ins["Predictions"][0], ins["Labels"][0]
+    xp = array_module(pred)
+    for slot, a in (("Predictions", pred), ("Labels", label)):
+        if a.dtype.kind not in "iu":
+            raise TypeError(f"mean_iou: {slot} must be int32 or int64, got {a.dtype}")
+    p = to_host(pred).reshape(-1).astype(np.int64)
+    lab = to_host(label).reshape(-1).astype(np.int64)
+    if p.size != lab.size:
+        raise ValueError(f"mean_iou: {p.size} predictions but {lab.size} labels")
+    for slot, a in (("Predictions", p), ("Labels", lab)):
+        if a.size and (a.min() < 0 or a.max() >= num_classes):
+            bad = a[(a < 0) | (a >= num_classes)][0]
+            raise ValueError(f"mean_iou: {slot} must be class ids in [0, {num_classes}), "
+                             f"got {bad}")
+    wrong = np.zeros(num_classes, np.int32)
+    correct = np.zeros(num_classes, np.int32)
+    for a in ins.get("InWrongs") or []:
+        wrong += to_host(a).reshape(-1).astype(np.int32)
+    for a in ins.get("InCorrects") or []:
+        correct += to_host(a).reshape(-1).astype(np.int32)
+    hit = p == lab
+    correct += np.bincount(p[hit], minlength=num_classes).astype(np.int32)
+    wrong += np.bincount(p[~hit], minlength=num_classes).astype(np.int32)
+    wrong += np.bincount(lab[~hit], minlength=num_classes).astype(np.int32)
+    denominator = wrong + correct
+    valid = np.float32((denominator > 0).sum())
+    iou_sum = (correct.astype(np.float32)
+               / np.where(denominator == 0, 1, denominator).astype(np.float32)).sum()
+    with np.errstate(invalid="ignore", divide="ignore"):  # no class seen: 0 / 0, as Fluid
+        mean = np.float32(iou_sum) / valid
+    total = np.zeros(1, np.float32)
+    for a in ins.get("InMeanIou") or []:
+        total += to_host(a).reshape(-1).astype(np.float32)
+    total += mean
+
+    def place(a: np.ndarray) -> Any:
+        return a if xp is np else xp.asarray(a)
+
+    return {"OutMeanIou": [place(total)], "OutWrong": [place(wrong)],
+            "OutCorrect": [place(correct)]}

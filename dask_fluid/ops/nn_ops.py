@@ -787,3 +787,133 @@ def add_position_encoding_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     xp = array_module(x)
     d = xp.zeros_like(x) if d is None else d
     return {"X" + GRAD: [d * x.dtype.type(attrs.get("alpha", 1.0))]}
+
+
+# -- sample_logits (Paddle 1.8's sample_logits_op.h, math/sample_prob.h, math/sampler.cc) ---------
+
+from .registry import to_host  # noqa: E402  (appended section)
+
+_SL_ATTRS = {"num_samples": 1, "use_customized_samples": False, "uniq": True,
+             "remove_accidental_hits": True, "seed": 0}
+
+
+def _log_uniform_samples(labels: np.ndarray, num_classes: int, num_samples: int,
+                         rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Paddle's SampleWithProb with a LogUniformSampler over ``[0, num_classes)``: the true
+    labels first, then ``num_samples`` distinct classes drawn as ⌊exp(r·log(C + 1))⌋ − 1
+    (mod C), the same for every row; each column's probability
+    log((k + 2) / (k + 1)) / log(C + 1) adjusted for the unique draws."""
+    batch, num_true = labels.shape
+    log_range = np.log(num_classes + 1.0)
+    drawn: list[int] = []
+    seen: set[int] = set()
+    tries = 0
+    while len(drawn) < num_samples:
+        chunk = rng.random(max(num_samples - len(drawn), 8))
+        for r in chunk:
+            tries += 1
+            v = (int(np.exp(r * log_range)) - 1) % num_classes
+            if v not in seen:
+                seen.add(v)
+                drawn.append(v)
+                if len(drawn) == num_samples:
+                    break
+    samples = np.concatenate([labels.astype(np.int64),
+                              np.tile(np.asarray(drawn, np.int64), (batch, 1))], axis=1)
+    p = np.log((samples + 2.0) / (samples + 1.0)) / log_range
+    if tries == num_samples:
+        p = p * num_samples
+    else:
+        p = -np.expm1(tries * np.log1p(-p))
+    return samples, p
+
+
+def _tolerable(xp: Any, a: Any) -> Any:
+    """Paddle's TolerableValue: ±inf becomes ±1e20."""
+    big = a.dtype.type(1e20)
+    return xp.where(xp.isposinf(a), big, xp.where(xp.isneginf(a), -big, a))
+
+
+@register("sample_logits",
+          ("Logits", "Labels", "CustomizedSamples", "CustomizedProbabilities"),
+          ("Samples", "Probabilities", "SampledLogits", "SampledLabels", "LogitsDim",
+           "LabelsDim"), _SL_ATTRS,
+          optional=("CustomizedSamples", "CustomizedProbabilities"),
+          grad=grad_maker(("Logits", "Samples"), ("SampledLogits",), ("Logits",)))
+def sample_logits(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """SampledLogits[i, j] = Logits[i, Samples[i, j]] − log Probabilities[i, j] (±inf
+    clamped to ±1e20), minus 1e20 where a sampled (j ≥ num_true) class is one of the row's
+    true labels when ``remove_accidental_hits``; SampledLabels[i, t] = t.
+
+    Samples come from CustomizedSamples / CustomizedProbabilities with
+    ``use_customized_samples``, else from the log-uniform sampler seeded by ``seed``
+    (``attrs["_rng"]`` when the executor passes one; seed 0 draws anew each run)."""
+    logits, labels = ins["Logits"][0], ins["Labels"][0]
+    xp = array_module(logits)
+    if logits.ndim != 2 or labels.ndim != 2:
+        raise ValueError(f"sample_logits: Logits and Labels must be 2-D, got shapes "
+                         f"{list(logits.shape)} and {list(labels.shape)}")
+    if labels.shape[0] != logits.shape[0]:
+        raise ValueError(f"sample_logits: Logits and Labels must have the same batch size, got "
+                         f"{logits.shape[0]} and {labels.shape[0]}")
+    num_true = labels.shape[1]
+    num_samples = int(attrs.get("num_samples", 1))
+    if attrs.get("use_customized_samples"):
+        if not ins.get("CustomizedSamples") or not ins.get("CustomizedProbabilities"):
+            raise ValueError("sample_logits: use_customized_samples needs CustomizedSamples "
+                             "and CustomizedProbabilities")
+        samples_dev = ins["CustomizedSamples"][0]
+        probs = ins["CustomizedProbabilities"][0]
+        samples = to_host(samples_dev).astype(np.int64)
+    else:
+        if num_samples <= 0:
+            raise ValueError(f"sample_logits: num_samples must be > 0, got {num_samples}")
+        if num_samples > logits.shape[1]:
+            raise ValueError(f"sample_logits: num_samples ({num_samples}) cannot exceed the "
+                             f"{logits.shape[1]} classes (the draws are unique)")
+        rng = attrs.get("_rng")
+        if rng is None:
+            seed = int(attrs.get("seed", 0))
+            rng = np.random.default_rng(seed if seed else None)
+        samples, p = _log_uniform_samples(to_host(labels).astype(np.int64), logits.shape[1],
+                                          num_samples, rng)
+        samples_dev = xp.asarray(samples)
+        probs = xp.asarray(p.astype(logits.dtype))
+    if samples.ndim != 2 or samples.shape[0] != logits.shape[0] or samples.shape[1] < num_true:
+        raise ValueError(f"sample_logits: Samples must be [{logits.shape[0]}, num_true + "
+                         f"num_samples], got {list(samples.shape)}")
+    if samples.size and (samples.min() < 0 or samples.max() >= logits.shape[1]):
+        raise ValueError(f"sample_logits: samples must lie in [0, {logits.shape[1]}), got "
+                         f"values in [{samples.min()}, {samples.max()}]")
+    sampled = xp.take_along_axis(logits, xp.asarray(samples), axis=1)
+    if attrs.get("remove_accidental_hits", True):
+        hits = (samples[:, num_true:, None] == samples[:, None, :num_true]).any(axis=2)
+        hit_mask = np.concatenate([np.zeros((samples.shape[0], num_true), bool), hits], 1)
+        if hit_mask.any():
+            sampled = sampled - xp.asarray(hit_mask.astype(logits.dtype)) \
+                * logits.dtype.type(1e20)
+    sampled = _tolerable(xp, sampled - _tolerable(xp, xp.log(probs.astype(logits.dtype))))
+    sampled_labels = xp.asarray(np.tile(np.arange(num_true, dtype=np.int64),
+                                        (logits.shape[0], 1)))
+    return {"Samples": [samples_dev], "Probabilities": [probs],
+            "SampledLogits": [sampled.astype(logits.dtype, copy=False)],
+            "SampledLabels": [sampled_labels],
+            "LogitsDim": [xp.zeros((0,) + tuple(logits.shape), logits.dtype)],
+            "LabelsDim": [xp.zeros((0,) + tuple(labels.shape), np.int64)]}
+
+
+@register("sample_logits_grad",
+          *grad_slots(("Logits", "Samples"), ("SampledLogits",), ("Logits",)), _SL_ATTRS)
+def sample_logits_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dLogits[i, Samples[i, j]] += dSampledLogits[i, j] (repeated samples add up)."""
+    logits, samples = ins["Logits"][0], ins["Samples"][0]
+    xp = array_module(logits)
+    d = ins["SampledLogits" + GRAD][0]
+    grad = xp.zeros_like(logits)
+    if d is not None:
+        s = to_host(samples).astype(np.int64)
+        rows = np.repeat(np.arange(s.shape[0]), s.shape[1])
+        flat = rows * logits.shape[1] + s.reshape(-1)
+        g = grad.reshape(-1)
+        scatter_add(xp, g, flat if xp is np else xp.asarray(flat), d.reshape(-1))
+    return {"Logits" + GRAD: [grad]}

@@ -307,3 +307,174 @@ def group_norm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
                                     - xh * (g * xh).mean(axis=2, keepdims=True))
         res["X" + GRAD] = [_channels_back(dx.reshape(x.shape), last).astype(x.dtype, copy=False)]
     return res
+
+
+# -- spectral_norm (Paddle 1.8's spectral_norm_op.h) ---------------------------------------------
+# Weight is viewed as the matrix W [h, w]: dim moved first, the rest flattened. U [h] and V [w]
+# start the power iteration (v = Wᵀu / (‖Wᵀu‖ + eps), u = Wv / (‖Wv‖ + eps), power_iters
+# times) on copies: 1.8 never writes the iterated U and V back (UOut/VOut came after 1.8), so
+# every run starts from the same U and V. Out = Weight / σ with σ = uᵀWv.
+
+_SN_ATTRS = {"dim": 0, "power_iters": 1, "eps": 1e-12}
+
+
+def _sn_matrix(weight: Any, u: Any, v: Any, attrs: dict) -> tuple[Any, int]:
+    """(W [h, w], dim) checked as Paddle's SpectralNormOp::InferShape."""
+    dim = int(attrs.get("dim", 0))
+    if not 2 <= weight.ndim <= 5:
+        raise ValueError(f"spectral_norm: Weight must have rank 2 to 5, got shape "
+                         f"{list(weight.shape)}")
+    if dim not in (0, 1):
+        raise ValueError(f"spectral_norm: dim can only be 0 or 1, got {dim}")
+    if int(attrs.get("power_iters", 1)) < 0:
+        raise ValueError(f"spectral_norm: power_iters must be >= 0, got "
+                         f"{attrs.get('power_iters')}")
+    xp = array_module(weight)
+    mat = xp.moveaxis(weight, dim, 0).reshape(weight.shape[dim], -1)
+    if u.size != mat.shape[0] or v.size != mat.shape[1]:
+        raise ValueError(f"spectral_norm: U must have {mat.shape[0]} elements and V "
+                         f"{mat.shape[1]} (Weight {list(weight.shape)} with dim={dim}), got "
+                         f"{list(u.shape)} and {list(v.shape)}")
+    return mat, dim
+
+
+def _sn_sigma(mat: Any, u: Any, v: Any, attrs: dict) -> tuple[Any, Any, Any]:
+    """(σ, u, v) after the power iterations, from copies of U and V."""
+    xp = array_module(mat)
+    eps = mat.dtype.type(attrs.get("eps", 1e-12))
+    u = u.reshape(-1).astype(mat.dtype, copy=True)
+    v = v.reshape(-1).astype(mat.dtype, copy=True)
+    for _ in range(int(attrs.get("power_iters", 1))):
+        v = mat.T @ u
+        v = v / (xp.sqrt((v * v).sum()) + eps)
+        u = mat @ v
+        u = u / (xp.sqrt((u * u).sum()) + eps)
+    return u @ (mat @ v), u, v
+
+
+@register("spectral_norm", ("Weight", "U", "V"), ("Out",), _SN_ATTRS,
+          grad=grad_maker(("Weight", "U", "V"), ("Out",), ("Weight",)))
+def spectral_norm(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = Weight / σ(W), σ = uᵀWv after ``power_iters`` power iterations from U and V."""
+    weight, u, v = ins["Weight"][0], ins["U"][0], ins["V"][0]
+    mat, _ = _sn_matrix(weight, u, v, attrs)
+    sigma, _, _ = _sn_sigma(mat, u, v, attrs)
+    return {"Out": [(weight / sigma).astype(weight.dtype, copy=False)]}
+
+
+@register("spectral_norm_grad", *grad_slots(("Weight", "U", "V"), ("Out",), ("Weight",)),
+          _SN_ATTRS)
+def spectral_norm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dW = (dOut − (Σ dOut ⊙ Out) · u vᵀ) / σ: the gradient of W / (uᵀWv) with the iterated
+    u and v held constant (Paddle's kernel reruns the iterations and treats them so).
+
+    Paddle's kernel writes ``dOut ⊙ (1 − u vᵀ · Σ Out) / σ`` instead, which equals this only
+    when dOut is uniform (the mean loss of its own unit test); this kernel keeps the exact
+    derivative, which matches finite differences whenever u and v do not move with W
+    (``power_iters`` = 0)."""
+    weight, u, v = ins["Weight"][0], ins["U"][0], ins["V"][0]
+    xp = array_module(weight)
+    d = ins["Out" + GRAD][0]
+    if "Weight" + GRAD not in outs:
+        return {}
+    if d is None:
+        return {"Weight" + GRAD: [xp.zeros_like(weight)]}
+    mat, dim = _sn_matrix(weight, u, v, attrs)
+    sigma, uu, vv = _sn_sigma(mat, u, v, attrs)
+    dmat = xp.moveaxis(d, dim, 0).reshape(mat.shape)
+    proj = (dmat * mat).sum() / sigma
+    gmat = (dmat - proj * xp.outer(uu, vv)) / sigma
+    moved = [weight.shape[dim]] + [s for i, s in enumerate(weight.shape) if i != dim]
+    grad = xp.moveaxis(gmat.reshape(moved), 0, dim)
+    return {"Weight" + GRAD: [xp.ascontiguousarray(grad).astype(weight.dtype, copy=False)]}
+
+
+# -- inplace_abn (Paddle 1.8's inplace_abn_op.cc/.h) ----------------------------------------------
+# batch_norm then an activation (identity, leaky_relu or elu with ``alpha``), in place: the
+# layer binds Y to X's variable. The grad op therefore reads Y, not X (1.8's
+# InplaceABNOpGradMaker): it inverts the activation to get the normalised value, inverts the
+# affine normalisation to get X back, and runs batch_norm_grad on the activation's gradient.
+
+_ABN_ACTS = ("identity", "leaky_relu", "elu")
+_ABN_ATTRS = {**_BN_ATTRS, "activation": "identity", "alpha": 1.0}
+
+
+def _abn_act(attrs: dict) -> tuple[str, float]:
+    act = attrs.get("activation") or "identity"
+    if act not in _ABN_ACTS:
+        raise ValueError(f"inplace_abn: activation must be one of {_ABN_ACTS}, got {act!r}")
+    alpha = float(attrs.get("alpha", 1.0))
+    if act != "identity" and alpha <= 0:
+        # the grad op inverts the activation from Y: that needs alpha > 0
+        raise ValueError(f"inplace_abn: alpha must be > 0 for {act}, got {alpha}")
+    return act, alpha
+
+
+def _abn_grad_maker(op: Any) -> list[dict]:
+    inputs = {slot: list(op.inputs[slot]) for slot in ("Scale", "Bias") if op.inputs.get(slot)}
+    if _uses_global_stats(op.attrs):
+        inputs["Mean"] = list(op.outputs["MeanOut"])
+        inputs["Variance"] = list(op.outputs["VarianceOut"])
+    for slot in ("Y", "SavedMean", "SavedVariance"):
+        inputs[slot] = list(op.outputs[slot])
+    inputs["Y" + GRAD] = [n + GRAD for n in op.outputs["Y"]]
+    outputs = {slot + GRAD: [n + GRAD for n in op.inputs[slot]]
+               for slot in ("X", "Scale", "Bias") if op.inputs.get(slot)}
+    attrs = {k: v for k, v in op.attrs.items() if k not in ("op_role", "op_role_var")}
+    return [{"type": "inplace_abn_grad", "inputs": inputs, "outputs": outputs, "attrs": attrs}]
+
+
+@register("inplace_abn", ("X", "Scale", "Bias", "Mean", "Variance"),
+          ("Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance"), _ABN_ATTRS,
+          grad=_abn_grad_maker)
+def inplace_abn(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Y = act(batch_norm(X)): the ``batch_norm`` kernel, then identity,
+    ``leaky_relu`` (x if x > 0 else alpha·x) or ``elu`` (x if x > 0 else alpha·(eˣ − 1))."""
+    act, alpha = _abn_act(attrs)
+    res = batch_norm(ins, attrs, outs)
+    z = res["Y"][0]
+    xp = array_module(z)
+    a = z.dtype.type(alpha)
+    if act == "leaky_relu":
+        res["Y"] = [xp.where(z > 0, z, a * z)]
+    elif act == "elu":
+        res["Y"] = [xp.where(z > 0, z, a * xp.expm1(xp.minimum(z, 0)))]
+    return res
+
+
+@register("inplace_abn_grad",
+          ("Y", "Scale", "Bias", "Mean", "Variance", "SavedMean", "SavedVariance", "Y" + GRAD),
+          ("X" + GRAD, "Scale" + GRAD, "Bias" + GRAD), _ABN_ATTRS,
+          optional=("Mean", "Variance"))
+def inplace_abn_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """With z = act⁻¹(Y) (leaky_relu: Y / alpha below 0; elu: log(1 + Y / alpha) below 0),
+    dz = act'(z) · dY, X = (z − Bias) / (Scale · inv_std) + mean, then ``batch_norm_grad``
+    (its kernel, called) on X and dz."""
+    act, alpha = _abn_act(attrs)
+    y, scale, bias = ins["Y"][0], ins["Scale"][0], ins["Bias"][0]
+    xp = array_module(y)
+    dy = ins["Y" + GRAD][0]
+    dy = xp.zeros_like(y) if dy is None else dy
+    a = y.dtype.type(alpha)
+    if act == "leaky_relu":
+        z = xp.where(y > 0, y, y / a)
+        dz = dy * xp.where(y > 0, y.dtype.type(1), a)
+    elif act == "elu":
+        z = xp.where(y > 0, y, xp.log1p(xp.minimum(y, 0) / a))
+        dz = dy * xp.where(y > 0, y.dtype.type(1), y + a)
+    else:
+        z, dz = y, dy
+    axis, shape = _layout(y, attrs)
+    if _uses_global_stats(attrs):
+        eps = y.dtype.type(attrs.get("epsilon", 1e-5))
+        mean = ins["Mean"][0]
+        inv_std = 1.0 / xp.sqrt(ins["Variance"][0] + eps)
+    else:
+        mean, inv_std = ins["SavedMean"][0], ins["SavedVariance"][0]
+    x = ((z - bias.reshape(shape)) / (scale * inv_std).reshape(shape)
+         + mean.reshape(shape)).astype(y.dtype, copy=False)
+    bn_ins = {"X": [x], "Scale": [scale], "Bias": [bias],
+              "Mean": ins.get("Mean") or [None], "Variance": ins.get("Variance") or [None],
+              "SavedMean": ins["SavedMean"], "SavedVariance": ins["SavedVariance"],
+              "Y" + GRAD: [dz]}
+    return batch_norm_grad(bn_ins, attrs, outs)

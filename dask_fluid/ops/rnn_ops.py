@@ -54,6 +54,26 @@ def _act_grad(name: str, y: Any) -> Any:
     return 1.0
 
 
+def _lstm_cell_grad(acts: tuple[str, str, str], cand: Any, i: Any, f: Any, o: Any,
+                    c_prev: Any, new_c: Any, act_c: Any, dh: Any, dc: Any,
+                    peeps: tuple = (0, 0, 0), cell_clip: float = 0.0) -> tuple:
+    """One LSTM cell's backward (Paddle's ``lstm_kernel.h``), from the activated candidate and
+    gates, the previous and new cell states and ``cell_act(new_c)``: given the gradients of the
+    hidden output ``dh`` and of the new cell state ``dc`` (from later steps and outputs), the
+    candidate's and the gates' pre-activation gradients and the previous cell state's,
+    ``(dcand, di, df, do, dc_prev)``. A cell state at ``cell_clip`` passes no gradient."""
+    gate_act, cell_act, cand_act = acts
+    wi, wf, wo = peeps
+    do = dh * act_c * _act_grad(gate_act, o)
+    dc = dc + dh * o * _act_grad(cell_act, act_c) + do * wo
+    if cell_clip > 0:
+        dc = dc * (abs(new_c) < cell_clip)
+    dcand = dc * i * _act_grad(cand_act, cand)
+    di = dc * cand * _act_grad(gate_act, i)
+    df = dc * c_prev * _act_grad(gate_act, f)
+    return dcand, di, df, do, dc * f + di * wi + df * wf
+
+
 def _check_acts(attrs: dict, op: str) -> tuple[str, str]:
     act, gate = str(attrs.get("activation", "tanh")), str(attrs.get("gate_activation",
                                                                     "sigmoid"))
@@ -74,6 +94,14 @@ def time_steps(offsets: tuple, reverse: bool) -> list[tuple[np.ndarray, np.ndarr
         rows = (o[1:][seqs] - 1 - t) if reverse else (o[:-1][seqs] + t)
         steps.append((seqs, rows))
     return steps
+
+
+def _prev_rows(rows: np.ndarray, t: int, reverse: bool) -> np.ndarray | None:
+    """The rows the running sequences wrote at the step before step ``t`` (None at the first
+    step: the initial state); a sequence's rows are contiguous."""
+    if t == 0:
+        return None
+    return rows + 1 if reverse else rows - 1
 
 
 def _split_weight(w: Any, d: int) -> tuple[Any, Any]:
@@ -282,36 +310,29 @@ def lstm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     dh_all = ins["Hidden" + GRAD][0] if ins["Hidden" + GRAD][0] is not None else zeros
     dc_all = ins["Cell" + GRAD][0] if ins["Cell" + GRAD][0] is not None else zeros
     wi, wf, wo = ((b[4 * d:5 * d], b[5 * d:6 * d], b[6 * d:]) if peep else (0, 0, 0))
-    steps = time_steps(lod[-1], bool(attrs.get("is_reverse", False)))
+    reverse = bool(attrs.get("is_reverse", False))
+    steps = time_steps(lod[-1], reverse)
     h_init = h0 if h0 is not None else xp.zeros((n_seq, d), dtype=x.dtype)
     c_init = c0 if c0 is not None else xp.zeros((n_seq, d), dtype=x.dtype)
-    # the row each sequence read at the step before (None: the initial state)
-    prev_rows: list[np.ndarray | None] = [None]
-    last = {}
-    for seqs, rows in steps[:-1]:
-        last.update(zip(seqs.tolist(), rows.tolist(), strict=True))
-        prev_rows.append(np.asarray([last[q] for q in steps[len(prev_rows)][0]]))
     dz = xp.zeros_like(x)
     dw = xp.zeros_like(w)
     dpeep = xp.zeros((3, d), dtype=x.dtype)
     carry_h = xp.zeros((n_seq, d), dtype=x.dtype)
     carry_c = xp.zeros((n_seq, d), dtype=x.dtype)
-    for (seqs, rows), before in zip(reversed(steps), reversed(prev_rows), strict=True):
+    for t in range(len(steps) - 1, -1, -1):
+        seqs, rows = steps[t]
         s, r = xp.asarray(seqs), xp.asarray(rows)
+        before = _prev_rows(rows, t, reverse)
         if before is None:
             hp, cp = h_init[s], c_init[s]
         else:
             hp, cp = hidden[xp.asarray(before)], cell[xp.asarray(before)]
         cand, i, f, o = (gates[r, k * d:(k + 1) * d] for k in range(4))
         new_c = cell[r]
-        act_c = _act(xp, cell_act, new_c)
-        dh = dh_all[r] + carry_h[s]
-        do = dh * act_c * _act_grad(gate_act, o)
-        dc = dc_all[r] + carry_c[s] + dh * o * _act_grad(cell_act, act_c) + do * wo
-        dcand = dc * i * _act_grad(cand_act, cand)
-        di = dc * cand * _act_grad(gate_act, i)
-        df = dc * cp * _act_grad(gate_act, f)
-        carry_c[s] = dc * f + di * wi + df * wf
+        dcand, di, df, do, carry_c[s] = _lstm_cell_grad(
+            (gate_act, cell_act, cand_act), cand, i, f, o, cp, new_c,
+            _act(xp, cell_act, new_c), dh_all[r] + carry_h[s], dc_all[r] + carry_c[s],
+            (wi, wf, wo))
         if peep:
             dpeep += xp.stack([(di * cp).sum(0), (df * cp).sum(0), (do * new_c).sum(0)])
         dg = xp.concatenate([dcand, di, df, do], axis=1)
@@ -461,4 +482,367 @@ def lstm_unit_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
                                           axis=1)]
     if "C_prev" + GRAD in outs:
         res["C_prev" + GRAD] = [dc * f]
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# lstmp (Fluid's dynamic_lstmp, lstmp_op.h): the lstm above whose recurrent state is the
+# projection ``r = proj(h ProjWeight)`` (``[T, P]``) instead of ``h``. ``Weight`` is ``[P, 4D]``
+# and multiplies the previous projection, ``ProjWeight`` is ``[D, P]``, ``H0`` is the initial
+# projection ``[N, P]`` and ``C0`` the initial cell ``[N, D]``; ``Bias`` is required
+# (``[1, 7D]`` with peepholes, ``[1, 4D]`` without). ``cell_clip > 0`` clips the cell state
+# to ``[-cell_clip, cell_clip]`` before the output gate reads it (lstm_kernel.h), and
+# ``proj_clip > 0`` clips the projection after its activation.
+#
+# Fluid 1.8's kernel applies ``cell_activation`` to the projection whenever
+# ``proj_activation`` is not ``identity`` (``ActCompute(cell_act, ...)`` in LSTMPKernel and
+# LSTMPGradKernel): ``proj_activation`` only switches the activation on or off. That is kept,
+# so weights trained by Fluid give the same projections.
+
+_LSTMP_ATTRS = {**_LSTM_ATTRS, "proj_activation": "tanh", "cell_clip": 0.0, "proj_clip": 0.0}
+_LSTMP_IN = ("Input", "H0", "C0", "Weight", "ProjWeight", "Bias")
+_LSTMP_FWD = (*_LSTMP_IN, "Projection", "Cell", "BatchGate", "BatchCellPreAct", "BatchHidden")
+
+
+def _lstmp_setup(ins: dict, attrs: dict, op: str):
+    x, w, pw = ins["Input"][0], ins["Weight"][0], ins["ProjWeight"][0]
+    bias = (ins.get("Bias") or [None])[0]
+    xp = array_module(x, w, pw)
+    lod = input_lod(attrs, "Input", op)
+    if x.ndim != 2 or x.shape[1] % 4:
+        raise ValueError(f"{op}: Input must be [T, 4D], got {list(x.shape)}")
+    d = x.shape[1] // 4
+    if pw.ndim != 2 or pw.shape[0] != d:
+        raise ValueError(f"{op}: ProjWeight must be [D, P] = [{d}, P], got {list(pw.shape)}")
+    p = int(pw.shape[1])
+    if tuple(w.shape) != (p, 4 * d):
+        raise ValueError(f"{op}: Weight must be [P, 4D] = [{p}, {4 * d}], got {list(w.shape)}")
+    peep = bool(attrs.get("use_peepholes", True))
+    width = 7 * d if peep else 4 * d
+    if bias is None or bias.size != width:
+        raise ValueError(f"{op}: Bias [1, {width}] is required (use_peepholes={peep}), got "
+                         f"{None if bias is None else list(bias.shape)}")
+    n_seq = len(lod[-1]) - 1
+    h0, c0 = (ins.get("H0") or [None])[0], (ins.get("C0") or [None])[0]
+    if h0 is not None and c0 is None:
+        raise ValueError(f"{op}: H0 needs C0 as well (Fluid's lstmp op rule)")
+    for name, v, width_ in (("H0", h0, p), ("C0", c0, d)):
+        if v is not None and tuple(v.shape) != (n_seq, width_):
+            raise ValueError(f"{op}: {name} must be [{n_seq}, {width_}] (a state per sequence), "
+                             f"got {list(v.shape)}")
+    acts = _lstm_acts(attrs, op)
+    proj = str(attrs.get("proj_activation", "tanh"))
+    if proj not in _ACTS:
+        raise ValueError(f"{op}: proj_activation {proj!r} is not one of {_ACTS}")
+    # 1.8's quirk (see above): a non-identity proj_activation means cell_activation
+    proj_act = "identity" if proj == "identity" else acts[1]
+    clips = float(attrs.get("cell_clip", 0.0) or 0.0), float(attrs.get("proj_clip", 0.0) or 0.0)
+    b = bias.reshape(-1)
+    peeps = (b[4 * d:5 * d], b[5 * d:6 * d], b[6 * d:]) if peep else (0, 0, 0)
+    zeros = (xp.zeros((n_seq, p), dtype=x.dtype), xp.zeros((n_seq, d), dtype=x.dtype))
+    init = (h0 if h0 is not None else zeros[0], c0 if c0 is not None else zeros[1])
+    return x, w, pw, b, xp, lod, d, p, peep, peeps, acts, proj_act, clips, init
+
+
+@register("lstmp", _LSTMP_IN,
+          ("Projection", "Cell", "BatchGate", "BatchCellPreAct", "BatchHidden"), _LSTMP_ATTRS,
+          optional=("H0", "C0"), lod="kernel",
+          grad=grad_maker(_LSTMP_FWD, ("Projection", "Cell"),
+                          ("Input", "H0", "C0", "Weight", "ProjWeight", "Bias")))
+def lstmp(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Projection ``[T, P]`` and Cell ``[T, D]`` after every row of every sequence (both keep
+    the LoD). BatchGate holds the activated gates ``[c~ | i | f | o]``, BatchCellPreAct
+    ``cell_act(c)`` and BatchHidden ``h = o * cell_act(c)``, in row order (Fluid keeps them
+    in its length-sorted batch order)."""
+    (x, w, pw, b, xp, lod, d, p, peep, (wi, wf, wo), (gate_act, cell_act, cand_act),
+     proj_act, (cell_clip, proj_clip), (h_init, c_init)) = _lstmp_setup(ins, attrs, "lstmp")
+    z = x + b[:4 * d].reshape(1, -1)
+    r_state, c_state = h_init.copy(), c_init.copy()
+    proj = xp.zeros((x.shape[0], p), dtype=x.dtype)
+    cell = xp.zeros((x.shape[0], d), dtype=x.dtype)
+    act_cell, hidden, gates = xp.zeros_like(cell), xp.zeros_like(cell), xp.zeros_like(x)
+    for seqs, rows in time_steps(lod[-1], bool(attrs.get("is_reverse", False))):
+        s, r = xp.asarray(seqs), xp.asarray(rows)
+        g = z[r] + r_state[s] @ w
+        c_prev = c_state[s]
+        cand = _act(xp, cand_act, g[:, :d])
+        i = _act(xp, gate_act, g[:, d:2 * d] + wi * c_prev)
+        f = _act(xp, gate_act, g[:, 2 * d:3 * d] + wf * c_prev)
+        new_c = cand * i + c_prev * f
+        if cell_clip > 0:
+            new_c = xp.clip(new_c, -cell_clip, cell_clip)
+        o = _act(xp, gate_act, g[:, 3 * d:] + wo * new_c)
+        a_c = _act(xp, cell_act, new_c)
+        h = o * a_c
+        new_r = _act(xp, proj_act, h @ pw)
+        if proj_clip > 0:
+            new_r = xp.clip(new_r, -proj_clip, proj_clip)
+        gates[r] = xp.concatenate([cand, i, f, o], axis=1)
+        cell[r], act_cell[r], hidden[r], proj[r] = new_c, a_c, h, new_r
+        r_state[s], c_state[s] = new_r, new_c
+    return {"Projection": [proj], "Cell": [cell], "BatchGate": [gates],
+            "BatchCellPreAct": [act_cell], "BatchHidden": [hidden],
+            LOD_KEY: {k: [lod] for k in ("Projection", "Cell", "BatchGate", "BatchCellPreAct",
+                                         "BatchHidden")}}
+
+
+@register("lstmp_grad", *grad_slots(_LSTMP_FWD, ("Projection", "Cell"),
+                                    ("Input", "H0", "C0", "Weight", "ProjWeight", "Bias")),
+          _LSTMP_ATTRS, optional=("H0", "C0"), lod="kernel")
+def lstmp_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Backpropagation through time, as LSTMPGradKernel and lstm_kernel.h: a clipped
+    projection or cell value passes no gradient (its whole state gradient is zeroed). Unlike
+    Fluid 1.8 (which drops it, a TODO in its kernel) the gradient of Cell is used."""
+    (x, w, pw, b, xp, lod, d, p, peep, (wi, wf, wo), (gate_act, cell_act, cand_act),
+     proj_act, (cell_clip, proj_clip), (h_init, c_init)) = _lstmp_setup(ins, attrs,
+                                                                        "lstmp_grad")
+    proj, cell, gates = ins["Projection"][0], ins["Cell"][0], ins["BatchGate"][0]
+    act_cell, hidden = ins["BatchCellPreAct"][0], ins["BatchHidden"][0]
+    n_seq = len(lod[-1]) - 1
+    dr_all = (ins.get("Projection" + GRAD) or [None])[0]
+    dc_all = (ins.get("Cell" + GRAD) or [None])[0]
+    reverse = bool(attrs.get("is_reverse", False))
+    dz, dw, dpw = xp.zeros_like(x), xp.zeros_like(w), xp.zeros_like(pw)
+    dpeep = xp.zeros((3, d), dtype=x.dtype)
+    carry_r = xp.zeros((n_seq, p), dtype=x.dtype)  # dL/dr flowing back from later steps
+    carry_c = xp.zeros((n_seq, d), dtype=x.dtype)
+    steps = time_steps(lod[-1], reverse)
+    for t in range(len(steps) - 1, -1, -1):
+        seqs, rows = steps[t]
+        s, r = xp.asarray(seqs), xp.asarray(rows)
+        before = _prev_rows(rows, t, reverse)
+        if before is None:
+            rp, cp = h_init[s], c_init[s]
+        else:
+            rp, cp = proj[xp.asarray(before)], cell[xp.asarray(before)]
+        dr = carry_r[s] + (dr_all[r] if dr_all is not None else 0)
+        r_out = proj[r]
+        if proj_clip > 0:  # _ClipGradFunctor: only strictly inside the clip range
+            dr = dr * ((r_out > -proj_clip) & (r_out < proj_clip))
+        dr = dr * _act_grad(proj_act, r_out)
+        dpw += hidden[r].T @ dr
+        dh = dr @ pw.T
+        cand, i, f, o = (gates[r, k * d:(k + 1) * d] for k in range(4))
+        new_c = cell[r]
+        dc = carry_c[s] if dc_all is None else carry_c[s] + dc_all[r]
+        dcand, di, df, do, carry_c[s] = _lstm_cell_grad(
+            (gate_act, cell_act, cand_act), cand, i, f, o, cp, new_c, act_cell[r], dh, dc,
+            (wi, wf, wo), cell_clip)
+        if peep:
+            dpeep += xp.stack([(di * cp).sum(0), (df * cp).sum(0), (do * new_c).sum(0)])
+        dg = xp.concatenate([dcand, di, df, do], axis=1)
+        dw += rp.T @ dg
+        carry_r[s] = dg @ w.T
+        dz[r] = dg
+    res: dict = {LOD_KEY: {"Input" + GRAD: [lod]}}
+    if "Input" + GRAD in outs:
+        res["Input" + GRAD] = [dz]
+    if "Weight" + GRAD in outs:
+        res["Weight" + GRAD] = [dw]
+    if "ProjWeight" + GRAD in outs:
+        res["ProjWeight" + GRAD] = [dpw]
+    if "Bias" + GRAD in outs:
+        full = dz.sum(axis=0)
+        if peep:
+            full = xp.concatenate([full, dpeep.reshape(-1)])
+        res["Bias" + GRAD] = [full.reshape(ins["Bias"][0].shape)]
+    if "H0" + GRAD in outs and (ins.get("H0") or [None])[0] is not None:
+        res["H0" + GRAD] = [carry_r]
+    if "C0" + GRAD in outs and (ins.get("C0") or [None])[0] is not None:
+        res["C0" + GRAD] = [carry_c]
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# cudnn_lstm (Fluid's layers.lstm, cudnn_lstm_op.cc): a multi-layer LSTM, optionally
+# bidirectional, over a padded time-major Input ``[T, B, I]`` with every sequence T long.
+# ``InitH``/``InitC`` and ``LastH``/``LastC`` are ``[L * dirs, B, H]``, indexed
+# ``layer * dirs + direction`` (cuDNN's pseudo-layers); ``Out`` is the last layer's
+# ``[T, B, dirs * H]`` (forward then backward halves). Per step, with cuDNN's gate order
+# ``[i | f | c | o]``:
+#
+#     z = x W_ih^T + b_ih + h W_hh^T + b_hh
+#     i, f, o = sigmoid(z_i, z_f, z_o),  c~ = tanh(z_c)
+#     c' = f * c + i * c~,  h' = o * tanh(c')
+#
+# ``W`` is cuDNN's flat blob as Paddle lays it out (test_lstm_cudnn_op.py, and paddle.nn's
+# flatten_parameters: "all bias following all weights"): first, for every pseudo-layer in
+# order, ``W_ih`` (``[4H, in]`` row-major, in = I for layer 0, dirs * H above) then ``W_hh``
+# (``[4H, H]``); then, for every pseudo-layer, ``b_ih`` (``4H``) then ``b_hh`` (``4H``).
+# ``Reserve`` and ``StateOut`` (cuDNN's workspace and dropout state) are empty uint8
+# placeholders: the gradient here recomputes the forward pass and reads neither.
+
+_CUDNN_LSTM_ATTRS = {"dropout_prob": 0.0, "is_bidirec": False, "input_size": 10,
+                     "hidden_size": 100, "num_layers": 1, "is_test": False, "seed": 0}
+_CUDNN_LSTM_IN = ("Input", "InitH", "InitC", "W")
+
+
+def cudnn_lstm_weight_size(input_size: int, hidden_size: int, num_layers: int,
+                           bidirec: bool) -> int:
+    """The number of values in cuDNN's flat weight blob."""
+    dirs = 2 if bidirec else 1
+    size = 0
+    for layer in range(num_layers):
+        width = input_size if layer == 0 else dirs * hidden_size
+        size += dirs * (4 * hidden_size * (width + hidden_size) + 8 * hidden_size)
+    return size
+
+
+def _cudnn_lstm_slices(input_size: int, hidden: int, layers: int, dirs: int) -> list:
+    """For every pseudo-layer: the (offset, shape) of W_ih, W_hh, b_ih and b_hh in W."""
+    mats, off = [], 0
+    for layer in range(layers):
+        width = input_size if layer == 0 else dirs * hidden
+        for _ in range(dirs):
+            mats.append([(off, (4 * hidden, width)), (off + 4 * hidden * width,
+                                                       (4 * hidden, hidden))])
+            off += 4 * hidden * (width + hidden)
+    for entry in mats:
+        entry += [(off, (4 * hidden,)), (off + 4 * hidden, (4 * hidden,))]
+        off += 8 * hidden
+    return mats
+
+
+def _cudnn_lstm_setup(ins: dict, attrs: dict, op: str):
+    x, h0, c0, w = (ins[k][0] for k in _CUDNN_LSTM_IN)
+    xp = array_module(x, w)
+    hidden, layers = int(attrs.get("hidden_size", 100)), int(attrs.get("num_layers", 1))
+    bidirec = bool(attrs.get("is_bidirec", False))
+    dirs = 2 if bidirec else 1
+    if x.ndim != 3:
+        raise ValueError(f"{op}: Input must be [T, B, input_size] (time-major), got "
+                         f"{list(x.shape)}")
+    if int(attrs.get("input_size", x.shape[2])) != x.shape[2]:
+        raise ValueError(f"{op}: input_size {attrs.get('input_size')} does not match Input's "
+                         f"last dimension {x.shape[2]}")
+    if hidden < 1 or layers < 1:
+        raise ValueError(f"{op}: hidden_size and num_layers must be >= 1, got {hidden} and "
+                         f"{layers}")
+    want = (layers * dirs, x.shape[1], hidden)
+    for name, v in (("InitH", h0), ("InitC", c0)):
+        if tuple(v.shape) != want:
+            raise ValueError(f"{op}: {name} must be [num_layers * dirs, B, hidden_size] = "
+                             f"{list(want)}, got {list(v.shape)}")
+    size = cudnn_lstm_weight_size(int(x.shape[2]), hidden, layers, bidirec)
+    if w.size != size:
+        raise ValueError(f"{op}: W must hold {size} values (cuDNN's flat weights for "
+                         f"input_size={x.shape[2]}, hidden_size={hidden}, num_layers={layers}, "
+                         f"is_bidirec={bidirec}), got {w.size}")
+    prob = float(attrs.get("dropout_prob", 0.0))
+    if prob > 0 and not attrs.get("is_test", False) and layers > 1:
+        raise NotImplementedError("layers.lstm(dropout_prob>0) between layers in training is "
+                                  "not implemented in dask_fluid")
+    flat = w.reshape(-1)
+    params = [[flat[o:o + int(np.prod(shape))].reshape(shape) for o, shape in entry]
+              for entry in _cudnn_lstm_slices(int(x.shape[2]), hidden, layers, dirs)]
+    return x, h0, c0, xp, hidden, layers, dirs, params
+
+
+def _cudnn_dir_forward(xp: Any, x: Any, prm: list, h: Any, c: Any, reverse: bool):
+    """One pseudo-layer over all T steps: hs, cells and activated gates ``[T, B, .]``."""
+    w_ih, w_hh, b_ih, b_hh = prm
+    hid = h.shape[1]
+    zx = x @ w_ih.T + (b_ih + b_hh)
+    n_t = x.shape[0]
+    hs = xp.zeros((n_t, *h.shape), dtype=x.dtype)
+    cs, gates = xp.zeros_like(hs), xp.zeros((n_t, h.shape[0], 4 * hid), dtype=x.dtype)
+    for t in (range(n_t - 1, -1, -1) if reverse else range(n_t)):
+        z = zx[t] + h @ w_hh.T
+        i, f = _act(xp, "sigmoid", z[:, :hid]), _act(xp, "sigmoid", z[:, hid:2 * hid])
+        cand, o = xp.tanh(z[:, 2 * hid:3 * hid]), _act(xp, "sigmoid", z[:, 3 * hid:])
+        c = f * c + i * cand
+        h = o * xp.tanh(c)
+        hs[t], cs[t] = h, c
+        gates[t] = xp.concatenate([i, f, cand, o], axis=1)
+    return hs, cs, gates
+
+
+def _cudnn_lstm_run(x: Any, h0: Any, c0: Any, xp: Any, layers: int, dirs: int, params: list):
+    """Every layer in turn; returns Out, LastH, LastC and, per pseudo-layer, (its input,
+    hs, cells, gates) for the gradient."""
+    tape, last_h, last_c = [], [], []
+    inp = x
+    for layer in range(layers):
+        outs = []
+        for dr in range(dirs):
+            k = layer * dirs + dr
+            hs, cs, gates = _cudnn_dir_forward(xp, inp, params[k], h0[k], c0[k], dr == 1)
+            tape.append((inp, hs, cs, gates))
+            outs.append(hs)
+            end = 0 if dr == 1 else -1
+            last_h.append(hs[end])
+            last_c.append(cs[end])
+        inp = xp.concatenate(outs, axis=2) if dirs == 2 else outs[0]
+    return inp, xp.stack(last_h), xp.stack(last_c), tape
+
+
+@register("cudnn_lstm", _CUDNN_LSTM_IN, ("Out", "LastH", "LastC", "Reserve", "StateOut"),
+          _CUDNN_LSTM_ATTRS,
+          grad=grad_maker(_CUDNN_LSTM_IN, ("Out", "LastH", "LastC"), _CUDNN_LSTM_IN))
+def cudnn_lstm(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out ``[T, B, dirs * H]``, LastH and LastC ``[L * dirs, B, H]`` (see above)."""
+    x, h0, c0, xp, _, layers, dirs, params = _cudnn_lstm_setup(ins, attrs, "cudnn_lstm")
+    out, last_h, last_c, _ = _cudnn_lstm_run(x, h0, c0, xp, layers, dirs, params)
+    empty = xp.zeros((0,), dtype=xp.uint8)
+    return {"Out": [out], "LastH": [last_h], "LastC": [last_c], "Reserve": [empty],
+            "StateOut": [empty.copy()]}
+
+
+@register("cudnn_lstm_grad", *grad_slots(_CUDNN_LSTM_IN, ("Out", "LastH", "LastC"),
+                                         _CUDNN_LSTM_IN),
+          _CUDNN_LSTM_ATTRS)
+def cudnn_lstm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Backpropagation through time, top layer first, over the recomputed forward pass."""
+    x, h0, c0, xp, hid, layers, dirs, params = _cudnn_lstm_setup(ins, attrs,
+                                                                 "cudnn_lstm_grad")
+    _, _, _, tape = _cudnn_lstm_run(x, h0, c0, xp, layers, dirs, params)
+    d_out = (ins.get("Out" + GRAD) or [None])[0]
+    d_lh = (ins.get("LastH" + GRAD) or [None])[0]
+    d_lc = (ins.get("LastC" + GRAD) or [None])[0]
+    n_t, batch = x.shape[0], x.shape[1]
+    d_out = d_out if d_out is not None else xp.zeros((n_t, batch, dirs * hid), dtype=x.dtype)
+    dw = xp.zeros(ins["W"][0].size, dtype=x.dtype)
+    dh0, dc0 = xp.zeros_like(h0), xp.zeros_like(c0)
+    slices = _cudnn_lstm_slices(int(x.shape[2]), hid, layers, dirs)
+    for layer in range(layers - 1, -1, -1):
+        d_in = None
+        for dr in range(dirs):
+            k = layer * dirs + dr
+            inp, hs, cs, gates = tape[k]
+            w_ih, w_hh = params[k][0], params[k][1]
+            dhs = d_out[:, :, dr * hid:(dr + 1) * hid]
+            dh = d_lh[k] if d_lh is not None else xp.zeros_like(h0[k])
+            dc = d_lc[k] if d_lc is not None else xp.zeros_like(c0[k])
+            dz = xp.zeros_like(gates)
+            order = range(n_t) if dr == 1 else range(n_t - 1, -1, -1)
+            for t in order:
+                prev = t + 1 if dr == 1 else t - 1
+                c_prev = cs[prev] if 0 <= prev < n_t else c0[k]
+                i, f = gates[t, :, :hid], gates[t, :, hid:2 * hid]
+                cand, o = gates[t, :, 2 * hid:3 * hid], gates[t, :, 3 * hid:]
+                dcand, di, df, do, dc = _lstm_cell_grad(
+                    ("sigmoid", "tanh", "tanh"), cand, i, f, o, c_prev, cs[t],
+                    xp.tanh(cs[t]), dh + dhs[t], dc)
+                dz[t] = xp.concatenate([di, df, dcand, do], axis=1)
+                dh = dz[t] @ w_hh
+            dh0[k], dc0[k] = dh, dc
+            h_prev = (xp.concatenate([hs[1:], h0[k][None]], axis=0) if dr == 1 else
+                      xp.concatenate([h0[k][None], hs[:-1]], axis=0))
+            dz2 = dz.reshape(-1, 4 * hid)
+            grads = (dz2.T @ inp.reshape(-1, inp.shape[2]),
+                     dz2.T @ h_prev.reshape(-1, hid), dz2.sum(axis=0), dz2.sum(axis=0))
+            for (off, shape), g in zip(slices[k], grads, strict=True):
+                dw[off:off + int(np.prod(shape))] = g.reshape(-1)
+            part = dz @ w_ih
+            d_in = part if d_in is None else d_in + part
+        d_out = d_in
+    res: dict = {}
+    if "Input" + GRAD in outs:
+        res["Input" + GRAD] = [d_out]
+    if "W" + GRAD in outs:
+        res["W" + GRAD] = [dw.reshape(ins["W"][0].shape)]
+    if "InitH" + GRAD in outs:
+        res["InitH" + GRAD] = [dh0]
+    if "InitC" + GRAD in outs:
+        res["InitC" + GRAD] = [dc0]
     return res

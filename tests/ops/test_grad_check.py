@@ -675,6 +675,207 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
                              "Updates": [n((7, 1))]},
          {"_lods": {"Ids": [scatter_lod], "Updates": [scatter_lod]}}),
     ]
+    # -- conv3d cases --
+    c["conv3d"] = [
+        ("plain", {"Input": [n((1, 2, 3, 4, 3))], "Filter": [n((3, 2, 2, 2, 2))]}, {}),
+        ("groups_stride_pad6_dilation",
+         {"Input": [n((2, 4, 4, 5, 4))], "Filter": [n((4, 2, 2, 2, 2))]},
+         {"groups": 2, "strides": [2, 1, 2], "paddings": [1, 0, 0, 1, 1, 1],
+          "dilations": [1, 2, 1]}),
+        ("same", {"Input": [n((1, 2, 3, 4, 4))], "Filter": [n((2, 2, 3, 2, 3))]},
+         {"padding_algorithm": "SAME", "strides": [2, 1, 2]}),
+        ("ndhwc", {"Input": [n((1, 3, 4, 3, 2))], "Filter": [n((2, 2, 2, 2, 2))]},
+         {"data_format": "NDHWC", "paddings": [1, 0, 1]}),
+    ]
+    c["conv3d_transpose"] = [
+        ("plain", {"Input": [n((1, 2, 2, 3, 2))], "Filter": [n((2, 3, 2, 2, 2))]}, {}),
+        ("groups_stride_pad_dilation",
+         {"Input": [n((1, 4, 2, 3, 2))], "Filter": [n((4, 1, 2, 3, 2))]},
+         {"groups": 2, "strides": [2, 1, 2], "paddings": [1, 0, 0], "dilations": [1, 1, 2]}),
+        ("output_size", {"Input": [n((1, 2, 2, 2, 3))], "Filter": [n((2, 2, 2, 2, 2))]},
+         {"strides": [2, 2, 2], "output_size": [5, 4, 7]}),
+    ]
+    x5 = n((2, 2, 4, 5, 6))
+    c["pool3d"] = [
+        ("max", {"X": [x5]}, {"ksize": [2, 2, 3], "strides": [2, 1, 2],
+                              "paddings": [1, 0, 1]}),
+        ("max_ceil_pad6", {"X": [x5]}, {"ksize": [3, 2, 2], "strides": [2, 2, 2],
+                                        "paddings": [1, 0, 0, 1, 1, 0], "ceil_mode": True}),
+        ("avg_exclusive", {"X": [x5]}, {"pooling_type": "avg", "ksize": [2, 3, 2],
+                                        "strides": [2, 2, 1], "paddings": [1, 1, 0]}),
+        ("avg_inclusive_same", {"X": [x5]},
+         {"pooling_type": "avg", "ksize": [2, 3, 2], "strides": [2, 2, 2],
+          "padding_algorithm": "SAME", "exclusive": False}),
+        ("adaptive_max", {"X": [x5]}, {"ksize": [3, 2, 4], "adaptive": True}),
+        ("adaptive_avg", {"X": [x5]}, {"pooling_type": "avg", "ksize": [3, 2, 4],
+                                       "adaptive": True}),
+        ("global_avg", {"X": [x5]}, {"pooling_type": "avg", "global_pooling": True}),
+        ("max_ndhwc", {"X": [n((1, 4, 3, 5, 2))]},
+         {"ksize": [2, 2, 2], "strides": [1, 2, 2], "data_format": "NDHWC"}),
+    ]
+    c["max_pool3d_with_index"] = [
+        ("strided", {"X": [x5]}, {"ksize": [2, 3, 2], "strides": [2, 1, 2],
+                                  "paddings": [1, 1, 0]}),
+        ("adaptive", {"X": [x5]}, {"ksize": [2, 3, 4], "adaptive": True}),
+    ]
+    # -- roi cases --
+    # ROI corners and bin edges stay away from integers (the bilinear / integral kinks); the
+    # max-pooled values are distinct normals; the third ROI reaches outside the 6 x 5 map
+    roi_lod = {"_lods": {"ROIs": [((0, 2, 3),)]}}
+    rois3 = np.array([[0.3, 0.6, 3.4, 4.2], [1.2, 0.2, 4.3, 5.6], [-2.3, -1.7, 6.7, 7.4]])
+    c["roi_pool"] = [
+        ("lod", {"X": [n((2, 3, 6, 5))], "ROIs": [rois3]},
+         {"pooled_height": 2, "pooled_width": 3, **roi_lod}),
+        ("scaled_rois_lod_input", {"X": [n((2, 2, 6, 5))], "ROIs": [rois3 * 2 + 0.2],
+                                   "RoisLod": [np.array([0, 1, 3], np.int64)]},
+         {"pooled_height": 3, "pooled_width": 2, "spatial_scale": 0.5, "_lods": {}}),
+    ]
+    c["roi_align"] = [
+        ("adaptive", {"X": [n((2, 3, 6, 5))], "ROIs": [rois3]},
+         {"pooled_height": 2, "pooled_width": 3, **roi_lod}),
+        ("ratio2_scaled", {"X": [n((2, 2, 6, 5))], "ROIs": [rois3 * 2 + 0.2]},
+         {"pooled_height": 3, "pooled_width": 2, "spatial_scale": 0.5, "sampling_ratio": 2,
+          **roi_lod}),
+    ]
+    c["psroi_pool"] = [
+        ("lod", {"X": [n((2, 12, 6, 5))], "ROIs": [rois3]},
+         {"output_channels": 2, "pooled_height": 2, "pooled_width": 3, **roi_lod}),
+        ("scaled", {"X": [n((2, 6, 6, 5))], "ROIs": [rois3 * 2 + 0.2]},
+         {"output_channels": 1, "pooled_height": 3, "pooled_width": 2, "spatial_scale": 0.5,
+          **roi_lod}),
+    ]
+    pr_rois = np.array([[0.3, 0.6, 3.4, 4.2], [1.2, 0.2, 4.3, 5.6], [6.5, 1.4, 12.5, 9.1]])
+    c["prroi_pool"] = [
+        ("lod", {"X": [n((2, 2, 6, 5))], "ROIs": [pr_rois]},
+         {"pooled_height": 2, "pooled_width": 3, "spatial_scale": 1.0,
+          "_lods": {"ROIs": [((0, 1, 3),)]}}),
+        ("batch_roi_nums_scaled", {"X": [n((2, 2, 6, 5))], "ROIs": [pr_rois],
+                                   "BatchRoINums": [np.array([2, 1], np.int64)]},
+         {"pooled_height": 2, "pooled_width": 3, "spatial_scale": 0.5, "_lods": {}}),
+    ]
+    # -- spatial cases --
+    c["affine_grid"] = [
+        ("attr_shape", {"Theta": [n((2, 2, 3))]}, {"output_shape": [2, 1, 3, 4]}),
+        ("tensor_shape", {"Theta": [n((3, 2, 3))],
+                          "OutputShape": [np.array([3, 2, 4, 2], np.int32)]}, {}),
+    ]
+
+    def _grid(nb: int, h: int, w: int) -> np.ndarray:
+        # pixel positions an integer plus a fraction in [0.15, 0.85], some outside X, so no
+        # point sits on a kink of the bilinear interpolation
+        px = rng.integers(-1, w, (nb, h, w)) + u(0.15, 0.85, (nb, h, w))
+        py = rng.integers(-1, h, (nb, h, w)) + u(0.15, 0.85, (nb, h, w))
+        return np.stack([px * 2 / (w - 1) - 1, py * 2 / (h - 1) - 1], axis=-1)
+
+    c["grid_sampler"] = [
+        ("square", {"X": [n((2, 3, 4, 4))], "Grid": [_grid(2, 4, 4)]}, {}),
+        ("wide", {"X": [n((1, 2, 3, 5))], "Grid": [_grid(1, 3, 5)]}, {}),
+    ]
+    c["temporal_shift"] = [
+        ("seg3", {"X": [n((6, 4, 2, 2))]}, {"seg_num": 3, "shift_ratio": 0.25}),
+        ("seg2_ratio0.2", {"X": [n((4, 9, 2, 3))]}, {"seg_num": 2, "shift_ratio": 0.2}),
+    ]
+    c["unfold"] = [
+        ("strided_padded", {"X": [n((2, 2, 5, 5))]},
+         {"kernel_sizes": [2, 3], "strides": [1, 2], "paddings": [1, 0, 2, 1],
+          "dilations": [1, 1]}),
+        ("dilated", {"X": [n((1, 3, 6, 5))]},
+         {"kernel_sizes": [2, 2], "strides": [2, 1], "paddings": [0, 1, 1, 0],
+          "dilations": [2, 2]}),
+    ]
+    c["pad_constant_like"] = [
+        ("2d", {"X": [n((4, 5))], "Y": [n((2, 3))]}, {"pad_value": 0.5}),
+        ("3d", {"X": [n((2, 3, 4))], "Y": [n((2, 1, 4))]}, {"pad_value": -1.0}),
+    ]
+    c["fsp"] = [
+        ("c3_c4", {"X": [n((2, 3, 2, 3))], "Y": [n((2, 4, 2, 3))]}, {}),
+    ]
+    # -- ctr cases --
+    # cvm_grad writes the CVM values into dX[:, :2] (Fluid's convention, not a derivative):
+    # with use_cvm=False and zero CVM that is the true gradient (Y does not read those columns)
+    c["cvm"] = [("no_cvm", {"X": [n((4, 5))], "CVM": [np.zeros((4, 2))]}, {"use_cvm": False})]
+    # data_norm's statistic "gradients" are batch statistics, not derivatives: integer
+    # statistics (the kernel casts them) keep them out of the finite differences, so only
+    # X@GRAD = Y@GRAD · Scales is checked
+    dn_stats = {"BatchSize": [np.array([50, 80, 20, 40])], "BatchSum": [np.array([5, -8, 3, 0])],
+                "BatchSquareSum": [np.array([60, 90, 15, 70])]}
+    c["data_norm"] = [
+        ("plain", {"X": [n((3, 4))], **dn_stats}, {"epsilon": 1e-4}),
+        ("slot_dim", {"X": [u(0.5, 2.0, (3, 4))], **dn_stats}, {"slot_dim": 2}),
+    ]
+    c["filter_by_instag"] = [
+        ("lod", {"Ins": [n((5, 3))], "Ins_tag": [np.array([[1], [2], [3], [2]], np.int64)],
+                 "Filter_tag": [np.array([2], np.int64)]},
+         {"is_lod": True, "_lods": {"Ins": [((0, 2, 3, 5),)], "Ins_tag": [((0, 1, 3, 4),)]}}),
+        ("rows", {"Ins": [n((3, 2))], "Ins_tag": [np.array([[4], [5], [6]], np.int64)],
+                  "Filter_tag": [np.array([4, 6], np.int64)]},
+         {"is_lod": False, "_lods": {"Ins_tag": [((0, 1, 2, 3),)]}}),
+    ]
+    # -- rnn cases --
+    lstmp_lod = {"_lods": {"Input": [((0, 3, 3, 5),)]}}  # sequences of 3, 0 and 2 steps
+    g20 = np.random.default_rng(20).standard_normal  # the "clips" case's own draws
+    c["lstmp"] = [
+        ("peepholes", {"Input": [n((5, 8))], "Weight": [0.5 * n((3, 8))],
+                       "ProjWeight": [0.5 * n((2, 3))], "Bias": [n((1, 14))]}, lstmp_lod),
+        ("reverse_h0_c0_linear", {"Input": [n((5, 8))], "H0": [n((3, 3))], "C0": [n((3, 2))],
+                                  "Weight": [0.5 * n((3, 8))], "ProjWeight": [n((2, 3))],
+                                  "Bias": [n((1, 14))]},
+         {"is_reverse": True, "proj_activation": "identity", **lstmp_lod}),
+        # proj_activation relu means cell_activation (sigmoid here), Fluid 1.8's quirk
+        ("no_peepholes_c0", {"Input": [n((5, 8))], "C0": [n((3, 2))],
+                             "Weight": [0.5 * n((3, 8))], "ProjWeight": [n((2, 3))],
+                             "Bias": [n((1, 8))]},
+         {"use_peepholes": False, "cell_activation": "sigmoid", "proj_activation": "relu",
+          **lstmp_lod}),
+        # its own generator: 5 of the 25 cell and projection values clipped, every value at
+        # least 0.06 from a clip bound (no kink within EPS, whatever the cases above draw)
+        ("clips", {"Input": [2.0 * g20((5, 8))], "Weight": [0.5 * g20((3, 8))],
+                   "ProjWeight": [g20((2, 3))], "Bias": [g20((1, 14))]},
+         {"cell_clip": 0.45, "proj_clip": 0.35, **lstmp_lod}),
+    ]
+    c["cudnn_lstm"] = [
+        ("one_layer", {"Input": [n((3, 2, 3))], "InitH": [n((1, 2, 2))],
+                       "InitC": [n((1, 2, 2))], "W": [0.5 * n(56)]},
+         {"input_size": 3, "hidden_size": 2, "num_layers": 1}),
+        ("two_layers_bidirec", {"Input": [n((3, 2, 3))], "InitH": [n((4, 2, 2))],
+                                "InitC": [n((4, 2, 2))], "W": [0.5 * n(240)]},
+         {"input_size": 3, "hidden_size": 2, "num_layers": 2, "is_bidirec": True}),
+    ]
+    # -- nn extra cases --
+    # power_iters=0: U and V are the constants the grad treats them as
+    c["spectral_norm"] = [
+        ("dim0", {"Weight": [n((3, 4))], "U": [n(3)], "V": [n(4)]},
+         {"dim": 0, "power_iters": 0}),
+        ("dim1_4d", {"Weight": [n((2, 3, 2, 2))], "U": [n(3)], "V": [n(8)]},
+         {"dim": 1, "power_iters": 0}),
+    ]
+    c["inplace_abn"] = [
+        ("identity", {"X": [n((4, 3, 2))], "Scale": [u(0.5, 1.5, 3)], "Bias": [n(3)],
+                      "Mean": [n(3)], "Variance": [u(0.5, 1.5, 3)]}, {}),
+        ("leaky_relu", {"X": [n((5, 3))], "Scale": [u(0.5, 1.5, 3)], "Bias": [n(3)],
+                        "Mean": [n(3)], "Variance": [u(0.5, 1.5, 3)]},
+         {"activation": "leaky_relu", "alpha": 0.1}),
+        ("elu_global", {"X": [n((4, 2, 3))], "Scale": [u(0.5, 1.5, 2)], "Bias": [n(2)],
+                        "Mean": [n(2)], "Variance": [u(0.5, 1.5, 2)]},
+         {"activation": "elu", "alpha": 0.7, "use_global_stats": True}),
+    ]
+    c["sample_logits"] = [
+        ("customized", {"Logits": [n((3, 6))], "Labels": [np.array([[1], [4], [0]])],
+                        "CustomizedSamples": [np.array([[1, 2, 4, 3], [4, 0, 5, 2],
+                                                        [0, 3, 3, 1]])],
+                        "CustomizedProbabilities": [u(0.1, 0.9, (3, 4))]},
+         {"use_customized_samples": True, "num_samples": 3}),
+    ]
+    c["tree_conv"] = [
+        ("depth2", {"NodesVector": [n((2, 5, 3))],
+                    "EdgeSet": [np.array([[[1, 2], [1, 3], [3, 4], [0, 0]],
+                                          [[1, 2], [2, 3], [2, 4], [2, 5]]], np.int32)],
+                    "Filter": [n((3, 3, 2, 2))]}, {"max_depth": 2}),
+        ("depth3", {"NodesVector": [n((1, 6, 2))],
+                    "EdgeSet": [np.array([[[1, 2], [1, 3], [1, 4], [2, 5], [5, 6]]],
+                                         np.int32)],
+                    "Filter": [n((2, 3, 1, 3))]}, {"max_depth": 3}),
+    ]
     return c
 
 
