@@ -5,17 +5,20 @@ Fluid's ``fluid.layers`` is the union of ``layers.nn``, ``layers.tensor`` and th
 """
 
 from . import (
+    boxes,
     control_flow,
     crf,
     ctc,
     ctr,
     debug,
+    detection_targets,
     image,
     image3d,
     indexing,
     learning_rate_scheduler,
     loops,
     loss,
+    nms,
     nn,
     norm,
     python_ops,
@@ -25,19 +28,23 @@ from . import (
     sampling,
     sequence_lod,
     spatial,
+    ssd,
     tensor,
 )
+from .boxes import *  # noqa: F403
 from .control_flow import *  # noqa: F403
 from .crf import *  # noqa: F403
 from .ctc import *  # noqa: F403
 from .ctr import *  # noqa: F403
 from .debug import *  # noqa: F403
+from .detection_targets import *  # noqa: F403
 from .image import *  # noqa: F403
 from .image3d import *  # noqa: F403
 from .indexing import *  # noqa: F403
 from .learning_rate_scheduler import *  # noqa: F403
 from .loops import *  # noqa: F403
 from .loss import *  # noqa: F403
+from .nms import *  # noqa: F403
 from .nn import *  # noqa: F403
 from .norm import *  # noqa: F403
 from .python_ops import *  # noqa: F403
@@ -47,10 +54,12 @@ from .roi import *  # noqa: F403
 from .sampling import *  # noqa: F403
 from .sequence_lod import *  # noqa: F403
 from .spatial import *  # noqa: F403
+from .ssd import *  # noqa: F403
 from .tensor import *  # noqa: F403
 
-__all__ = [*control_flow.__all__, *crf.__all__, *ctc.__all__, *ctr.__all__, *debug.__all__,
-           *image.__all__, *image3d.__all__, *indexing.__all__,
-           *learning_rate_scheduler.__all__, *loops.__all__, *loss.__all__, *nn.__all__,
-           *norm.__all__, *python_ops.__all__, *resize.__all__, *rnn.__all__, *roi.__all__,
-           *sampling.__all__, *sequence_lod.__all__, *spatial.__all__, *tensor.__all__]
+__all__ = [*boxes.__all__, *control_flow.__all__, *crf.__all__, *ctc.__all__, *ctr.__all__,
+           *debug.__all__, *detection_targets.__all__, *image.__all__, *image3d.__all__,
+           *indexing.__all__, *learning_rate_scheduler.__all__, *loops.__all__, *loss.__all__,
+           *nms.__all__, *nn.__all__, *norm.__all__, *python_ops.__all__, *resize.__all__,
+           *rnn.__all__, *roi.__all__, *sampling.__all__, *sequence_lod.__all__,
+           *spatial.__all__, *ssd.__all__, *tensor.__all__]

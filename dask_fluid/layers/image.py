@@ -23,8 +23,8 @@ from ..param_attr import ParamAttr
 from .tensor import _check_var, _known
 
 __all__ = [
-    "adaptive_pool2d", "affine_channel", "conv2d", "conv2d_transpose", "maxout", "pixel_shuffle",
-    "pool2d", "shuffle_channel", "space_to_depth",
+    "adaptive_pool2d", "affine_channel", "conv2d", "conv2d_transpose", "deformable_conv",
+    "maxout", "pixel_shuffle", "pool2d", "shuffle_channel", "space_to_depth",
 ]
 
 
@@ -399,3 +399,72 @@ def adaptive_pool2d(input: Variable, pool_size: int | Sequence[int], pool_type: 
     return (out, mask) if require_index else out
 
 
+
+
+def deformable_conv(input: Variable, offset: Variable, mask: Variable | None, num_filters: int,
+                    filter_size: int | Sequence[int], stride: int | Sequence[int] = 1,
+                    padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
+                    groups: int | None = None, deformable_groups: int | None = None,
+                    im2col_step: int | None = None, param_attr: Any = None,
+                    bias_attr: Any = None, modulated: bool = True,
+                    name: str | None = None) -> Variable:
+    """Deformable convolution of an NCHW input, as Fluid 1.8's ``layers.deformable_conv``.
+
+    Each filter tap samples the input bilinearly at its regular position plus a learnt
+    ``offset`` ``[N, 2·deformable_groups·KH·KW, H_out, W_out]`` (``(Δh, Δw)`` pairs per tap)
+    and, with ``modulated`` (the op ``deformable_conv``, v2), scales the sample by ``mask``
+    ``[N, deformable_groups·KH·KW, H_out, W_out]``; without it the op is
+    ``deformable_conv_v1`` and ``mask`` is not read. The filter ``[num_filters, C / groups,
+    KH, KW]`` starts from ``Normal(0, sqrt(2 / (KH·KW·C)))``; the bias ``[num_filters]``
+    (zeros) is added along axis 1. ``groups``, ``deformable_groups`` and ``im2col_step``
+    default (``None``) to the op's 1, 1 and 64.
+    """
+    _check_var(input, "input", "deformable_conv")
+    _check_var(offset, "offset", "deformable_conv")
+    if modulated:
+        _check_var(mask, "mask", "deformable_conv")
+    elif mask is not None and not isinstance(mask, Variable):
+        raise TypeError(f"deformable_conv: mask must be a Variable or None, got "
+                        f"{type(mask).__name__}")
+    if ParamAttr._to_attr(param_attr) is False:
+        raise ValueError("deformable_conv: param_attr must not be False (the filter is a "
+                         "parameter)")
+    n, c, h, w = _nchw(input, "deformable_conv", "NCHW")
+    if not isinstance(num_filters, int) or num_filters <= 0:
+        raise ValueError(f"deformable_conv: num_filters must be a positive int, got "
+                         f"{num_filters!r}")
+    groups = 1 if groups is None else groups
+    deformable_groups = 1 if deformable_groups is None else deformable_groups
+    im2col_step = 64 if im2col_step is None else im2col_step
+    for arg, value in (("groups", groups), ("deformable_groups", deformable_groups),
+                       ("im2col_step", im2col_step)):
+        if not isinstance(value, int) or value <= 0:
+            raise ValueError(f"deformable_conv: {arg} must be a positive int, got {value!r}")
+    if c <= 0 or c % groups:
+        raise ValueError(f"deformable_conv: the input's {c} channels must be a multiple of "
+                         f"groups={groups}")
+    ksize = _pair(filter_size, "filter_size", "deformable_conv")
+    strides = _pair(stride, "stride", "deformable_conv")
+    paddings = _pair(padding, "padding", "deformable_conv")
+    dilations = _pair(dilation, "dilation", "deformable_conv")
+    helper = LayerHelper("deformable_conv", name)
+    std = (2.0 / (ksize[0] * ksize[1] * c)) ** 0.5
+    filt = helper.create_parameter(ParamAttr._to_attr(param_attr),
+                                   [num_filters, c // groups, *ksize], input.dtype,
+                                   default_initializer=NormalInitializer(0.0, std, 0))
+    oh = conv_output_size(h, ksize[0], paddings[0], paddings[0], strides[0], dilations[0])
+    ow = conv_output_size(w, ksize[1], paddings[1], paddings[1], strides[1], dilations[1])
+    if oh == 0 or ow == 0 or oh < -1 or ow < -1:
+        raise ValueError(f"deformable_conv: input {list(input.shape)} with filter {ksize}, "
+                         f"padding {paddings}, stride {strides} and dilation {dilations} "
+                         "leaves no output")
+    pre_bias = helper.create_tmp(dtype=input.dtype, shape=[n, num_filters, oh, ow])
+    inputs = {"Input": [input], "Filter": [filt], "Offset": [offset]}
+    if modulated:
+        inputs["Mask"] = [mask]
+    helper.append_op("deformable_conv" if modulated else "deformable_conv_v1", inputs=inputs,
+                     outputs={"Output": [pre_bias]},
+                     attrs={"strides": strides, "paddings": paddings, "dilations": dilations,
+                            "groups": groups, "deformable_groups": deformable_groups,
+                            "im2col_step": im2col_step})
+    return _channel_bias(helper, pre_bias, bias_attr)

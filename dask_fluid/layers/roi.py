@@ -15,7 +15,8 @@ from ..framework import Variable
 from ..layer_helper import LayerHelper
 from .tensor import _check_var
 
-__all__: list[str] = ["roi_pool", "roi_align", "psroi_pool", "prroi_pool"]
+__all__: list[str] = ["roi_pool", "roi_align", "psroi_pool", "prroi_pool",
+                     "deformable_roi_pooling"]
 
 
 def _check_float(x: Any, arg: str, layer: str, dtypes: tuple[str, ...]) -> Variable:
@@ -153,4 +154,74 @@ def prroi_pool(input: Variable, rois: Variable, spatial_scale: float = 1.0,
     helper.append_op("prroi_pool", inputs=inputs, outputs={"Out": [out]},
                      attrs={"spatial_scale": scale, "pooled_height": ph,
                             "pooled_width": pw})
+    return out
+
+
+def deformable_roi_pooling(input: Variable, rois: Variable, trans: Variable,
+                           no_trans: bool = False, spatial_scale: float = 1.0,
+                           group_size: Any = (1, 1), pooled_height: int = 1,
+                           pooled_width: int = 1, part_size: Any = None,
+                           sample_per_part: int = 1, trans_std: float = 0.1,
+                           position_sensitive: bool = False,
+                           name: str | None = None) -> Variable:
+    """Deformable (position-sensitive) ROI pooling, as Fluid 1.8's
+    ``layers.deformable_roi_pooling`` (op ``deformable_psroi_pooling``).
+
+    Each ROI (one-level LoD: the ROIs of each image) splits into ``pooled_height ×
+    pooled_width`` bins; a bin averages ``sample_per_part²`` bilinear samples, its start moved
+    by ``trans_std ·`` ``trans`` ``[num_rois, 2·classes, part_h, part_w]`` times the ROI's size
+    (none with ``no_trans``); samples outside the map are dropped. Output channel ``o`` of bin
+    ``(p, q)`` reads input channel ``(o·GH + gh)·GW + gw`` of its ``group_size`` cell. The
+    output has the input's channels, or with ``position_sensitive`` the input's channels /
+    (pooled_height · pooled_width): ``[num_rois, output_dim, pooled_height, pooled_width]``.
+    ``part_size`` defaults to ``[pooled_height, pooled_width]``.
+    """
+    layer = "deformable_roi_pooling"
+    _check_float(input, "input", layer, ("float32", "float64"))
+    _check_float(rois, "rois", layer, ("float32", "float64"))
+    _check_float(trans, "trans", layer, ("float32", "float64"))
+    n_rois, channels = _check_maps(input, rois, layer)
+    if len(trans.shape or ()) != 4:
+        raise ValueError(f"{layer}: trans {trans.name!r} must be 4-D [num_rois, 2·classes, "
+                         f"part_h, part_w], got shape {list(trans.shape or ())}")
+    if not isinstance(no_trans, bool) or not isinstance(position_sensitive, bool):
+        raise TypeError(f"{layer}: no_trans and position_sensitive must be bools, got "
+                        f"{no_trans!r} and {position_sensitive!r}")
+    ph = _check_int(pooled_height, "pooled_height", layer)
+    pw = _check_int(pooled_width, "pooled_width", layer)
+    spp = _check_int(sample_per_part, "sample_per_part", layer)
+    scale = _check_scale(spatial_scale, layer, strict=False)
+    if isinstance(trans_std, bool) or not isinstance(trans_std, (int, float)) or trans_std < 0:
+        raise ValueError(f"{layer}: trans_std must be a float >= 0, got {trans_std!r}")
+    pairs = []
+    for arg, value in (("group_size", group_size),
+                       ("part_size", [ph, pw] if part_size is None else part_size)):
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"{layer}: {arg} must be a list or tuple of 2 ints, got {value!r}")
+        if len(value) != 2:
+            raise ValueError(f"{layer}: {arg} must hold 2 ints, got {value!r}")
+        pairs.append([_check_int(v, arg, layer) for v in value])
+    groups, parts = pairs
+    if channels < 0:
+        raise ValueError(f"{layer}: the channels of input {input.name!r} must be known")
+    if position_sensitive:
+        if channels % (ph * pw):
+            raise ValueError(f"{layer}: with position_sensitive the input's {channels} "
+                             f"channels must be a multiple of pooled_height × pooled_width = "
+                             f"{ph * pw}")
+        output_dim = channels // (ph * pw)
+    else:
+        output_dim = channels
+    helper = LayerHelper("deformable_psroi_pooling", name)
+    out = helper.create_tmp(dtype=input.dtype, shape=[n_rois, output_dim, ph, pw])
+    # Fluid declares TopCount int32; its kernel writes the input's dtype, as here
+    top_count = helper.create_tmp(dtype=input.dtype, shape=[n_rois, output_dim, ph, pw],
+                                  stop_gradient=True)
+    helper.append_op("deformable_psroi_pooling",
+                     inputs={"Input": [input], "ROIs": [rois], "Trans": [trans]},
+                     outputs={"Output": [out], "TopCount": [top_count]},
+                     attrs={"no_trans": no_trans, "spatial_scale": scale,
+                            "output_dim": output_dim, "group_size": groups,
+                            "pooled_height": ph, "pooled_width": pw, "part_size": parts,
+                            "sample_per_part": spp, "trans_std": float(trans_std)})
     return out

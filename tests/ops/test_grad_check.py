@@ -876,6 +876,76 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
                                          np.int32)],
                     "Filter": [n((2, 3, 1, 3))]}, {"max_depth": 3}),
     ]
+    # -- deformable cases --
+    def off(shape):
+        # whole-pixel shifts plus a fraction in [0.15, 0.85]: sampling points stay off the
+        # integer grid, where the bilinear weights have kinks
+        return rng.integers(-1, 2, shape) + u(0.15, 0.85, shape)
+
+    c["deformable_conv"] = [
+        ("groups2_dg2_pad1", {"Input": [n((2, 4, 4, 4))], "Offset": [off((2, 16, 5, 5))],
+                              "Mask": [u(0.3, 1.2, (2, 8, 5, 5))],
+                              "Filter": [n((4, 2, 2, 2))]},
+         {"paddings": [1, 1], "groups": 2, "deformable_groups": 2}),
+        ("stride2_3x3", {"Input": [n((1, 2, 5, 5))], "Offset": [off((1, 18, 3, 3))],
+                         "Mask": [u(0.3, 1.2, (1, 9, 3, 3))], "Filter": [n((2, 2, 3, 3))]},
+         {"strides": [2, 2], "paddings": [1, 1]}),
+    ]
+    c["deformable_conv_v1"] = [
+        ("dilation", {"Input": [n((1, 3, 4, 5))], "Offset": [off((1, 8, 2, 4))],
+                      "Filter": [n((2, 3, 2, 2))]}, {"dilations": [2, 1]}),
+    ]
+    # ROIs and shifts that keep every sample strictly inside the map (no clamping, where
+    # Paddle's Trans gradient takes the slope at the clamped point)
+    c["deformable_psroi_pooling"] = [
+        ("trans_2_classes", {"Input": [n((2, 8, 6, 7))],
+                             "ROIs": [np.array([[1.0, 1.0, 4.0, 3.0], [2.0, 0.6, 5.0, 4.0],
+                                                [0.8, 1.2, 3.0, 4.4]])],
+                             "Trans": [u(-0.5, 0.5, (3, 4, 2, 2))]},
+         {"output_dim": 2, "group_size": [2, 2], "pooled_height": 2, "pooled_width": 2,
+          "part_size": [2, 2], "sample_per_part": 2, "trans_std": 0.1,
+          "_lods": {"ROIs": [((0, 2, 3),)]}}),
+        ("no_trans_scaled", {"Input": [n((1, 3, 5, 5))],
+                             "ROIs": [np.array([[2.0, 2.0, 7.0, 6.0]])],
+                             "Trans": [np.zeros((1, 2, 2, 3))]},
+         {"no_trans": True, "spatial_scale": 0.5, "output_dim": 3, "pooled_height": 2,
+          "pooled_width": 3, "part_size": [2, 3], "sample_per_part": 3,
+          "_lods": {"ROIs": [((0, 1),)]}}),
+    ]
+    # -- box cases --
+    # -- nms cases --
+    # -- detection target cases --
+    # sigmoid_focal_loss: labels cover ignored (-1), background (0) and each class; fg 0 -> 1
+    focal_label = np.array([[1], [0], [-1], [3], [2], [3]], np.int32)
+    c["sigmoid_focal_loss"] = [
+        ("default", {"X": [n((6, 3))], "Label": [focal_label],
+                     "FgNum": [np.array([3], np.int32)]}, {}),
+        ("gamma1.5_fg0", {"X": [2 * n((6, 3))], "Label": [focal_label],
+                          "FgNum": [np.array([0], np.int32)]}, {"gamma": 1.5, "alpha": 0.6}),
+        ("rank3", {"X": [n((2, 3, 4))], "Label": [np.array([[[4], [0], [1]], [[-1], [2], [3]]],
+                                                           np.int32)],
+                   "FgNum": [np.array([5], np.int32)]}, {"gamma": 0.0}),
+    ]
+    # yolov3_loss: its own rng (the cases must not move with others' draws); checked to keep
+    # every prediction's best IoU >= 0.012 from ignore_thresh, each positive on its own cell
+    # and the L1 targets >= 0.09 from the predictions; one padding box (w = h = 0)
+    yr = np.random.default_rng(2024)
+    y3_box = np.array([[[0.2, 0.3, 0.15, 0.2], [0.7, 0.6, 0.4, 0.3], [0.5, 0.85, 0.05, 0.1],
+                        [0.0, 0.0, 0.0, 0.0]],
+                       [[0.45, 0.15, 0.3, 0.5], [0.85, 0.75, 0.1, 0.12], [0.1, 0.9, 0.25, 0.2],
+                        [0.6, 0.4, 0.08, 0.2]]])
+    y3_label = np.array([[0, 2, 1, 0], [1, 1, 0, 2]], np.int32)
+    y3 = {"anchors": [10, 13, 16, 30, 33, 23, 30, 61, 62, 45, 59, 119], "class_num": 3,
+          "downsample_ratio": 32}
+    c["yolov3_loss"] = [
+        ("mask012", {"X": [yr.standard_normal((2, 24, 4, 4)) * 0.5], "GTBox": [y3_box],
+                     "GTLabel": [y3_label]},
+         {**y3, "anchor_mask": [0, 1, 2], "ignore_thresh": 0.4}),
+        ("mask345_score", {"X": [yr.standard_normal((2, 24, 4, 4)) * 0.5], "GTBox": [y3_box],
+                           "GTLabel": [y3_label], "GTScore": [yr.uniform(0.4, 1.0, (2, 4))]},
+         {**y3, "anchor_mask": [3, 4, 5], "ignore_thresh": 0.35, "use_label_smooth": False,
+          "scale_x_y": 1.1}),
+    ]
     return c
 
 
