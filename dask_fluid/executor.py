@@ -191,6 +191,9 @@ class _Step:
 _DRAWS = frozenset({"uniform_random", "gaussian_random", "truncated_gaussian_random",
                     "uniform_random_batch_size_like", "gaussian_random_batch_size_like",
                     "sampling_id"})
+#: ops that sample at run time without a random_seed of their own (seed 0 or no seed attr):
+#: a per-op stream kept with the scope, as the _DRAWS ops
+_SAMPLERS = frozenset({"sample_logits", "rpn_target_assign"})
 # Ops whose number of outputs is decided by how many names the program binds.
 _NEEDS_OUT_COUNTS = frozenset({"split", "split_ids", "split_byref", "split_selected_rows"})
 
@@ -331,6 +334,10 @@ class Executor:
                     # scope); initialisers keep the per-name draw of ops.random_ops
                     rng_key = (block.idx, idx, op.output("Out")[0])
                     attrs["seed"] = program.random_seed
+            elif op.type in _SAMPLERS and not attrs.get("seed"):
+                first_out = next(n for names in op.outputs.values() for n in names)
+                rng_key = (block.idx, idx, first_out)
+                attrs["seed"] = program.random_seed
             ins = tuple((slot, tuple(names)) for slot, names in op.inputs.items())
             outs = tuple((slot, tuple(names)) for slot, names in op.outputs.items())
             out_slots = tuple(slot for slot, names in op.outputs.items()

@@ -229,8 +229,29 @@ class Variable:
     def __rpow__(self, other):
         return self._binary(other, "elementwise_pow", True)
 
+    def __floordiv__(self, other):
+        return self._binary(other, "elementwise_floordiv")
+
+    def __mod__(self, other):
+        return self._binary(other, "elementwise_mod")
+
+    def __neg__(self):
+        return self._binary(-1.0, "elementwise_mul")  # Fluid's _neg_: scale by -1
+
     def __lt__(self, other):
         return self._binary(other, "less_than")
+
+    def __le__(self, other):
+        return self._binary(other, "less_equal")
+
+    def __gt__(self, other):
+        return self._binary(other, "greater_than")
+
+    def __ge__(self, other):
+        return self._binary(other, "greater_equal")
+
+    # == and != stay Python's identity comparisons (Fluid 1.8 maps them to equal/not_equal):
+    # the framework keeps Variables in lists and dicts and compares them there
 
     __hash__ = object.__hash__
 

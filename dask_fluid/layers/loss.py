@@ -10,17 +10,15 @@ from typing import Any
 from ..framework import Variable
 from ..layer_helper import LayerHelper
 from .nn import (
-    _elementwise,
     matmul,
     reduce_mean,
     reduce_sum,
-    scale,
     softmax_with_cross_entropy,
     square,
 )
 from .tensor import _check_var, _known, cast, equal, expand, one_hot, reshape, transpose
 
-__all__ = ["bpr_loss", "dice_loss", "margin_rank_loss", "npair_loss", "rank_loss",
+__all__ = ["bpr_loss", "center_loss", "dice_loss", "margin_rank_loss", "npair_loss", "rank_loss",
            "sampled_softmax_with_cross_entropy", "teacher_student_sigmoid_loss"]
 
 
@@ -157,22 +155,6 @@ def teacher_student_sigmoid_loss(input: Variable, label: Variable,
     return out
 
 
-def _patched(x: Variable, other: Any, op_type: str, reverse: bool = False) -> Variable:
-    """A Variable's arithmetic as Fluid 1.8's ``math_op_patch`` builds it, so the composite
-    losses below are op for op Fluid's: a Python scalar becomes one ``scale`` op
-    (``x + c``, ``x - c``, ``c - x``, ``x * c``, ``x / c``); two Variables meet in the
-    elementwise op with ``axis=0`` when the right one's first dim is -1, else -1."""
-    if isinstance(other, (int, float)) and not isinstance(other, bool):
-        c = float(other)
-        scale_bias = {"elementwise_add": (1.0, c), "elementwise_mul": (c, 0.0),
-                      "elementwise_div": (1.0 / c, 0.0),
-                      "elementwise_sub": (-1.0, c) if reverse else (1.0, -c)}[op_type]
-        return scale(x, scale=scale_bias[0], bias=scale_bias[1])
-    a, b = (other, x) if reverse else (x, other)
-    axis = 0 if b.shape and b.shape[0] == -1 else -1
-    return _elementwise(op_type, a, b, axis, None, None)
-
-
 def dice_loss(input: Variable, label: Variable, epsilon: float = 0.00001,
               name: str | None = None) -> Variable:
     """Dice loss (Fluid 1.8's ``layers.dice_loss``), ``[1]``: with ``label`` (int, last dim 1)
@@ -192,12 +174,11 @@ def dice_loss(input: Variable, label: Variable, epsilon: float = 0.00001,
                          f"of 1, got shape {list(label.shape)}")
     hot = one_hot(label, depth=int(shape[-1]))
     dims = list(range(1, len(shape)))
-    inse = reduce_sum(_patched(input, hot, "elementwise_mul"), dim=dims)
-    denominator = _patched(reduce_sum(input, dim=dims), reduce_sum(hot, dim=dims),
-                           "elementwise_add")
-    ratio = _patched(_patched(inse, 2, "elementwise_mul"),
-                     _patched(denominator, epsilon, "elementwise_add"), "elementwise_div")
-    return reduce_mean(_patched(ratio, 1, "elementwise_sub", reverse=True))
+    inse = reduce_sum(input * hot, dim=dims)
+    denominator = reduce_sum(input, dim=dims) + reduce_sum(hot, dim=dims)
+    # Variable arithmetic as Fluid 1.8's math_op_patch: a Python number is one scale op
+    ratio = (inse * 2) / (denominator + epsilon)
+    return reduce_mean(1 - ratio)
 
 
 def npair_loss(anchor: Variable, positive: Variable, labels: Variable,
@@ -223,15 +204,15 @@ def npair_loss(anchor: Variable, positive: Variable, labels: Variable,
     labels = reshape(labels, shape=[batch_size, 1], inplace=True)
     labels = expand(labels, expand_times=[1, batch_size])
     labels = cast(equal(labels, transpose(labels, perm=[1, 0])), "float32")
-    labels = _patched(labels, reduce_sum(labels, dim=1, keep_dim=True), "elementwise_div")
-    l2loss = _patched(reduce_mean(reduce_sum(square(anchor), 1)),
-                      reduce_mean(reduce_sum(square(positive), 1)), "elementwise_add")
-    l2loss = _patched(_patched(l2loss, beta, "elementwise_mul"), l2_reg, "elementwise_mul")
+    labels = labels / reduce_sum(labels, dim=1, keep_dim=True)
+    l2loss = (reduce_mean(reduce_sum(square(anchor), 1))
+              + reduce_mean(reduce_sum(square(positive), 1)))
+    l2loss = l2loss * beta * l2_reg
     similarity = matmul(anchor, positive, transpose_x=False, transpose_y=True)
     softmax_ce = softmax_with_cross_entropy(logits=similarity, label=labels, soft_label=True)
-    cross_entropy = reduce_sum(_patched(labels, softmax_ce, "elementwise_mul"), 0)
+    cross_entropy = reduce_sum(labels * softmax_ce, 0)
     celoss = reduce_mean(cross_entropy)
-    return _patched(l2loss, celoss, "elementwise_add")
+    return l2loss + celoss
 
 
 def sampled_softmax_with_cross_entropy(logits: Variable, label: Variable, num_samples: int,
@@ -308,3 +289,65 @@ def sampled_softmax_with_cross_entropy(logits: Variable, label: Variable, num_sa
                      attrs={"soft_label": True, "ignore_index": False,
                             "numeric_stable_mode": False})
     return loss / num_true
+
+
+def center_loss(input: Variable, label: Variable, num_classes: int,  # noqa: A002
+                alpha: float | Variable, param_attr: Any,
+                update_center: bool = True) -> Variable:
+    """Center loss (Fluid 1.8's ``layers.center_loss``), ``[N, 1]``: ``½ ‖x_i − c_{y_i}‖²``
+    per row of ``input`` ``[N, M]``, with ``label`` ``[N, 1]`` (int) picking the row of a
+    ``[num_classes, M]`` centers parameter (``param_attr``: a ParamAttr or an initializer;
+    the parameter has ``stop_gradient`` set). With ``update_center`` the op moves the centers
+    in place on every run: ``c += alpha Σ_{i: y_i = c}(x_i − c) / (1 + count_c)``. A float
+    ``alpha`` becomes the persistable float32 ``[1]`` variable ``centerloss_alpha``, as in
+    Fluid; a Variable is used as given. One op ``center_loss`` (outputs SampleCenterDiff,
+    Loss, and CentersOut bound to the centers parameter); only ``input`` gets a gradient.
+
+    Raises
+    ------
+    TypeError
+        ``input``/``label`` not Variables, or ``alpha`` neither a float nor a Variable.
+    ValueError
+        ``input`` not 2-D with a known feature dim, ``num_classes`` not a positive int, or
+        ``param_attr=False``.
+    """
+    from ..initializer import ConstantInitializer  # noqa: PLC0415
+    from ..param_attr import ParamAttr  # noqa: PLC0415
+
+    _check_var(input, "input", "center_loss")
+    _check_var(label, "label", "center_loss")
+    shape = list(input.shape or ())
+    if len(shape) != 2 or not _known(shape[1]):
+        raise ValueError(f"center_loss: input must be 2-D [N, M] with a known M, got {shape}")
+    if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes <= 0:
+        raise ValueError(f"center_loss: num_classes must be a positive int, got "
+                         f"{num_classes!r}")
+    if not isinstance(alpha, (float, Variable)):
+        raise TypeError(f"center_loss: alpha must be a float or a Variable, got "
+                        f"{type(alpha).__name__} {alpha!r}")
+    attr = ParamAttr._to_attr(param_attr)
+    if attr is False:
+        raise ValueError("center_loss: param_attr=False leaves no centers parameter; pass a "
+                         "ParamAttr or an initializer")
+    helper = LayerHelper("center_loss")
+    dtype = input.dtype
+    centers = helper.create_parameter(attr, [num_classes, int(shape[1])], dtype)
+    # the op moves the centers itself; no gradient flows to them
+    centers.stop_gradient = True
+    if isinstance(alpha, Variable):
+        alpha_var = alpha
+    else:
+        block = helper.main_program.global_block()
+        alpha_var = block.var("centerloss_alpha") if block.has_var("centerloss_alpha") else (
+            block.create_var(name="centerloss_alpha", shape=[1], dtype="float32",
+                             persistable=True, stop_gradient=True))
+        helper.set_variable_initializer(alpha_var, ConstantInitializer(float(alpha)))
+    diff = helper.create_tmp(dtype=dtype, shape=[shape[0], int(shape[1])])
+    loss = helper.create_tmp(dtype=dtype, shape=[shape[0], 1])
+    helper.append_op("center_loss",
+                     inputs={"X": [input], "Label": [label], "Centers": [centers],
+                             "CenterUpdateRate": [alpha_var]},
+                     outputs={"SampleCenterDiff": [diff], "Loss": [loss],
+                              "CentersOut": [centers]},
+                     attrs={"cluster_num": num_classes, "need_update": bool(update_center)})
+    return loss

@@ -13,7 +13,14 @@ from ..framework import Variable, install_hook
 from ..initializer import ConstantInitializer, NumpyArrayInitializer
 from ..layer_helper import LayerHelper
 from ..param_attr import ParamAttr
-from .tensor import _check_var, _known, fill_constant
+from .tensor import (
+    _check_var,
+    _compare,
+    _known,
+    cast,
+    fill_constant,
+    fill_constant_batch_size_like,
+)
 
 __all__ = [
     "_binary_op", "abs", "accuracy", "add_position_encoding", "auc", "bilinear_tensor_product",
@@ -444,16 +451,61 @@ def elementwise_pow(x: Variable, y: Variable, axis: int = -1, act: str | None = 
     return _elementwise("elementwise_pow", x, y, axis, act, name)
 
 
-def _binary_op(x: Variable, other: Any, op_type: str, reverse: bool) -> Variable:
-    """Operator overloading on Variables; scalars become ``fill_constant`` ops, as Fluid 1.x."""
-    if not isinstance(other, Variable):
-        other = fill_constant([1], x.dtype, float(other))
-    a, b = (other, x) if reverse else (x, other)
-    if op_type == "less_than":
-        from .tensor import less_than
+_COMPARE_OPS = frozenset({"less_than", "less_equal", "greater_than", "greater_equal"})
+_INT_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8"})
 
-        return less_than(a, b)
-    return _elementwise(op_type, a, b, -1, None, None)
+
+def _scalar_op(x: Variable, c: float, op_type: str, reverse: bool) -> Variable | None:
+    """Fluid 1.8's ``_scalar_elementwise_*_``: ``x + c``, ``x - c``, ``c - x``, ``x * c`` and
+    ``x / c`` are one ``scale`` op; None where Fluid builds an elementwise op instead
+    (``c / x``, powers, and a division of integers)."""
+    if op_type == "elementwise_div" and (reverse or x.dtype in _INT_DTYPES):
+        return None
+    scale_bias = {"elementwise_add": (1.0, c), "elementwise_mul": (c, 0.0),
+                  "elementwise_sub": (-1.0, c) if reverse else (1.0, -c),
+                  "elementwise_div": (None, 0.0)}.get(op_type)
+    if scale_bias is None:
+        return None
+    factor = 1.0 / c if op_type == "elementwise_div" else scale_bias[0]
+    return scale(x, scale=factor, bias=scale_bias[1])
+
+
+def _constant_like(x: Variable, value: Any, reverse: bool) -> Variable:
+    """Fluid 1.8's constant for the other operand: one element on the right
+    (``create_scalar``); on the left, ``x``'s shape, through
+    ``fill_constant_batch_size_like`` when the batch size is unknown."""
+    if not reverse:
+        return fill_constant([1], x.dtype, value)
+    shape = list(x.shape or ())
+    if any(d < 0 for d in shape):
+        return fill_constant_batch_size_like(x, shape, x.dtype, value)
+    return fill_constant(shape, x.dtype, value)
+
+
+def _binary_op(x: Variable, other: Any, op_type: str, reverse: bool) -> Variable:
+    """A Variable's operators as Fluid 1.8's ``math_op_patch`` builds them: a Python number
+    with ``+ - * /`` becomes a ``scale`` op, otherwise a constant (of the Variable's dtype) in
+    the elementwise or compare op; a Variable of another dtype is cast to ``x``'s; the
+    elementwise ``axis`` is 0 when the right operand's first dim is unknown, else -1."""
+    if isinstance(other, (int, float)) and not isinstance(other, bool):
+        if isinstance(other, float) and x.dtype in _INT_DTYPES and other != int(other):
+            raise TypeError(f"{x.name!r} is {x.dtype}: the float {other} in its {op_type} "
+                            "cannot convert to an integer (cast the Variable first)")
+        out = _scalar_op(x, float(other), op_type, reverse)
+        if out is not None:
+            return out
+    if not isinstance(other, Variable):
+        if isinstance(other, bool) or not isinstance(other, (int, float)):
+            raise TypeError(f"{op_type}: a Variable meets a Variable or a Python number, got "
+                            f"{type(other).__name__}")
+        other = _constant_like(x, other, reverse)
+    elif other.dtype != x.dtype:
+        other = cast(other, x.dtype)
+    a, b = (other, x) if reverse else (x, other)
+    if op_type in _COMPARE_OPS:
+        return _compare(op_type, a, b)
+    axis = 0 if b.shape and b.shape[0] == -1 else -1
+    return _elementwise(op_type, a, b, axis, None, None)
 
 
 install_hook("binary_op", _binary_op)  # a Variable's + - * / build these ops

@@ -2,24 +2,27 @@
 
 from __future__ import annotations
 
-import builtins  # this module defines Fluid's layers.sum
+import builtins  # this module defines Fluid's layers.sum and layers.range
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .. import unique_name
-from ..framework import Variable, convert_dtype, default_main_program
+from ..framework import Variable, VarType, convert_dtype, default_main_program
 from ..initializer import ConstantInitializer
 from ..layer_helper import LayerHelper
 
 __all__ = [
-    "argmax", "assign", "cast", "concat", "create_global_var", "create_parameter", "create_tensor",
+    "argmax", "argmin", "argsort", "assign", "cast", "concat", "create_global_var",
+    "create_parameter", "create_tensor",
     "data", "equal", "expand", "expand_as", "fill_constant", "fill_constant_batch_size_like",
     "flatten", "gather", "increment", "label_smooth", "less_than", "logical_and", "logical_not",
     "logical_or", "logical_xor", "one_hot", "ones", "reshape", "scatter", "shape", "slice",
     "split", "squeeze", "stack", "sum", "sums", "transpose", "unsqueeze", "unstack", "where",
-    "zeros",
+    "zeros", "diag", "eye", "has_inf", "has_nan", "isfinite", "linspace", "lod_append",
+    "ones_like", "range",
+    "reverse", "zeros_like",
 ]
 
 
@@ -374,7 +377,7 @@ def unstack(x: Variable, axis: int = 0, num: int | None = None) -> list[Variable
         raise ValueError(f"unstack: the size of dim {axis} of {x.name!r} is unknown; give num")
     helper = LayerHelper("unstack")
     part = None if x.shape is None else [s for i, s in enumerate(x.shape) if i != axis]
-    outs = [helper.create_tmp(dtype=x.dtype, shape=part) for _ in range(num)]
+    outs = [helper.create_tmp(dtype=x.dtype, shape=part) for _ in builtins.range(num)]
     helper.append_op("unstack", inputs={"X": [x]}, outputs={"Y": outs},
                      attrs={"axis": axis, "num": num})
     return outs
@@ -443,7 +446,7 @@ def transpose(x: Variable, perm: Sequence[int], name: str | None = None) -> Vari
     """Permute the dims of ``x`` (``transpose2``)."""
     _check_var(x, "x", "transpose")
     perm = [int(p) for p in perm]
-    if x.shape is not None and sorted(perm) != list(range(len(x.shape))):
+    if x.shape is not None and sorted(perm) != list(builtins.range(len(x.shape))):
         raise ValueError(f"transpose: perm {perm} is not a permutation of the {len(x.shape)} "
                          f"dims of {x.name!r}")
     helper = LayerHelper("transpose2", name)
@@ -663,3 +666,248 @@ def split(input: Variable, num_or_sections: int | Sequence[int], dim: int = -1,
         outs.append(helper.create_tmp(dtype=input.dtype, shape=out_shape))
     helper.append_op("split", inputs={"X": [input]}, outputs={"Out": outs}, attrs=attrs)
     return outs
+
+
+# -- creation and inspection layers of Fluid 1.8's layers/tensor.py ------------------------------
+
+def argmin(x: Variable, axis: int = 0) -> Variable:
+    """The int64 index of the first minimum along ``axis`` (op ``arg_min``), as Fluid 1.8's
+    ``layers.argmin``."""
+    _check_var(x, "x", "argmin")
+    helper = LayerHelper("arg_min")
+    shape = None
+    if x.shape is not None:
+        if not -len(x.shape) <= axis < len(x.shape):
+            raise ValueError(f"argmin: axis must be in [{-len(x.shape)}, {len(x.shape)}) for "
+                             f"{x.name!r} (shape {list(x.shape)}), got {axis}")
+        shape = [d for i, d in enumerate(x.shape) if i != (axis % len(x.shape))] or [1]
+    out = helper.create_tmp(dtype="int64", shape=shape, stop_gradient=True)
+    helper.append_op("arg_min", inputs={"X": [x]}, outputs={"Out": [out]},
+                     attrs={"axis": int(axis), "keepdims": False, "dtype": "int64"})
+    return out
+
+
+def argsort(input: Variable, axis: int = -1, descending: bool = False,
+            name: str | None = None) -> tuple[Variable, Variable]:
+    """``input`` sorted along ``axis`` and the int64 indices the sorted values came from
+    (op ``argsort``), as Fluid 1.8's ``layers.argsort``.
+
+    As in Fluid 1.8 both outputs are created with ``stop_gradient=True``; set
+    ``out.stop_gradient = False`` to back-propagate through the sort (``argsort_grad``).
+    """
+    _check_var(input, "input", "argsort")
+    if input.shape is not None and not -len(input.shape) <= axis < len(input.shape):
+        raise ValueError(f"argsort: axis must be in [{-len(input.shape)}, {len(input.shape)}) "
+                         f"for {input.name!r} (shape {list(input.shape)}), got {axis}")
+    helper = LayerHelper("argsort", name)
+    shape = list(input.shape) if input.shape is not None else None
+    out = helper.create_tmp(dtype=input.dtype, shape=shape, stop_gradient=True)
+    ids = helper.create_tmp(dtype="int64", shape=shape, stop_gradient=True)
+    helper.append_op("argsort", inputs={"X": [input]}, outputs={"Out": [out], "Indices": [ids]},
+                     attrs={"axis": int(axis), "descending": bool(descending)})
+    return out, ids
+
+
+def reverse(x: Variable, axis: int | Sequence[int]) -> Variable:
+    """``x`` flipped along ``axis`` (an int or a list of ints; op ``reverse``), as Fluid 1.8's
+    ``layers.reverse`` on a tensor. A LoDTensorArray input is not implemented."""
+    _check_var(x, "x", "reverse")
+    if x.type == VarType.LOD_TENSOR_ARRAY:
+        raise NotImplementedError("reverse(x=<LoDTensorArray>) is not implemented in dask_fluid")
+    if isinstance(axis, bool) or not isinstance(axis, (int, list, tuple)):
+        raise TypeError(f"reverse: axis must be an int, list or tuple, got "
+                        f"{type(axis).__name__}")
+    axes = [int(axis)] if isinstance(axis, int) else [int(a) for a in axis]
+    if x.shape is not None:
+        for a in axes:
+            if not -len(x.shape) <= a < len(x.shape):
+                raise ValueError(f"reverse: axis {a} is out of range for {x.name!r} "
+                                 f"(shape {list(x.shape)})")
+    helper = LayerHelper("reverse")
+    out = helper.create_tmp(dtype=x.dtype, shape=x.shape)
+    helper.append_op("reverse", inputs={"X": [x]}, outputs={"Out": [out]},
+                     attrs={"axis": axes})
+    return out
+
+
+def zeros_like(x: Variable, out: Variable | None = None) -> Variable:
+    """Zeros of ``x``'s shape and dtype (op ``fill_zeros_like``), as Fluid 1.8's
+    ``layers.zeros_like``; the result stops gradients."""
+    _check_var(x, "x", "zeros_like")
+    helper = LayerHelper("zeros_like")
+    if out is None:
+        out = helper.create_tmp(dtype=x.dtype, shape=x.shape)
+    else:
+        _check_var(out, "out", "zeros_like")
+    helper.append_op("fill_zeros_like", inputs={"X": [x]}, outputs={"Out": [out]})
+    out.stop_gradient = True
+    return out
+
+
+def ones_like(x: Variable, out: Variable | None = None) -> Variable:
+    """Ones of ``x``'s shape and dtype (op ``fill_any_like`` with value 1), as Fluid 1.8's
+    ``layers.ones_like``."""
+    _check_var(x, "x", "ones_like")
+    helper = LayerHelper("ones_like")
+    if out is None:
+        out = helper.create_tmp(dtype=x.dtype, shape=x.shape)
+    else:
+        _check_var(out, "out", "ones_like")
+    helper.append_op("fill_any_like", inputs={"X": [x]}, outputs={"Out": [out]},
+                     attrs={"value": 1.0})
+    return out
+
+
+def _bound_tensor(v: Any, dtype: str, arg: str, layer: str) -> Variable:
+    """A one-element tensor of ``dtype``: a number as a constant, a Variable cast when its
+    dtype differs (Fluid 1.8's range)."""
+    if isinstance(v, Variable):
+        return v if v.dtype == dtype else cast(v, dtype)
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{layer}: {arg} must be a number or a Variable, got "
+                        f"{type(v).__name__}")
+    return fill_constant([1], dtype, v)
+
+
+def range(start: float | Variable, end: float | Variable, step: float | Variable,  # noqa: A001
+          dtype: Any) -> Variable:
+    """``[start, start + step, ...)`` up to (excluding) ``end`` (op ``range``), as Fluid 1.8's
+    ``layers.range``: each bound is a number or a one-element Variable (cast to ``dtype``)."""
+    dtype = convert_dtype(dtype)
+    if dtype not in ("float32", "float64", "int32", "int64"):
+        raise TypeError(f"range: dtype must be float32, float64, int32 or int64, got {dtype}")
+    size = -1
+    if not any(isinstance(v, Variable) for v in (start, end, step)):
+        if step == 0:
+            raise ValueError("range: step must not be 0")
+        size = builtins.max(0, int(np.ceil((end - start) / step)))
+    tensors = [_bound_tensor(v, dtype, a, "range")
+               for v, a in ((start, "start"), (end, "end"), (step, "step"))]
+    helper = LayerHelper("range")
+    out = helper.create_tmp(dtype=dtype, shape=[size], stop_gradient=True)
+    helper.append_op("range", inputs={"Start": [tensors[0]], "End": [tensors[1]],
+                                      "Step": [tensors[2]]}, outputs={"Out": [out]})
+    out.stop_gradient = True
+    return out
+
+
+
+def linspace(start: float | Variable, stop: float | Variable, num: int | Variable,
+             dtype: Any) -> Variable:
+    """``num`` evenly spaced values from ``start`` to ``stop``, both included (op
+    ``linspace``), as Fluid 1.8's ``layers.linspace``; the output has the dtype of the
+    ``Start`` tensor (``dtype`` for a number)."""
+    dtype = convert_dtype(dtype)
+    if dtype not in ("float32", "float64"):
+        raise TypeError(f"linspace: dtype must be float32 or float64, got {dtype}")
+    if isinstance(num, Variable):
+        num_t = num
+    elif isinstance(num, bool) or not isinstance(num, (int, np.integer)):
+        raise TypeError(f"linspace: num must be an int or a Variable, got {type(num).__name__}")
+    elif num <= 0:
+        raise ValueError(f"linspace: num must be positive, got {num}")
+    else:
+        num_t = fill_constant([1], "int32", int(num))
+    start_t = start if isinstance(start, Variable) else _bound_tensor(start, dtype, "start",
+                                                                      "linspace")
+    stop_t = stop if isinstance(stop, Variable) else _bound_tensor(stop, dtype, "stop",
+                                                                   "linspace")
+    helper = LayerHelper("linspace")
+    out = helper.create_tmp(dtype=start_t.dtype,
+                            shape=[int(num) if not isinstance(num, Variable) else -1])
+    helper.append_op("linspace", inputs={"Start": [start_t], "Stop": [stop_t], "Num": [num_t]},
+                     outputs={"Out": [out]})
+    return out
+
+
+def diag(diagonal: Variable | np.ndarray) -> Variable:
+    """The square matrix with the 1-D ``diagonal`` on its diagonal (op ``diag``), as Fluid
+    1.8's ``layers.diag``; a numpy array is first made a constant with ``assign``."""
+    if isinstance(diagonal, np.ndarray):
+        diagonal = assign(diagonal)
+    _check_var(diagonal, "diagonal", "diag")
+    if diagonal.shape is not None and len(diagonal.shape) != 1:
+        raise ValueError(f"diag: diagonal must be 1-D, got shape {list(diagonal.shape)}")
+    helper = LayerHelper("diag")
+    n = diagonal.shape[0] if diagonal.shape is not None else -1
+    out = helper.create_tmp(dtype=diagonal.dtype, shape=[n, n], stop_gradient=True)
+    helper.append_op("diag", inputs={"Diagonal": [diagonal]}, outputs={"Out": [out]})
+    out.stop_gradient = True
+    return out
+
+
+def eye(num_rows: int, num_columns: int | None = None, batch_shape: list[int] | None = None,
+        dtype: Any = "float32") -> Variable:
+    """A ``num_rows`` x ``num_columns`` identity (op ``eye``), repeated over ``batch_shape``
+    with ``reshape`` and ``expand`` as Fluid 1.8's ``layers.eye`` does."""
+    if isinstance(num_rows, bool) or not isinstance(num_rows, int) or num_rows < 0:
+        raise TypeError(f"eye: num_rows should be a non-negative int, got {num_rows!r}")
+    if num_columns is None:
+        num_columns = num_rows
+    elif isinstance(num_columns, bool) or not isinstance(num_columns, int) or num_columns < 0:
+        raise TypeError(f"eye: num_columns should be a non-negative int, got {num_columns!r}")
+    dtype = convert_dtype(dtype)
+    helper = LayerHelper("eye")
+    out = helper.create_tmp(dtype=dtype, shape=[num_rows, num_columns], stop_gradient=True)
+    helper.append_op("eye", outputs={"Out": [out]},
+                     attrs={"num_rows": num_rows, "num_columns": num_columns, "dtype": dtype})
+    if batch_shape is not None:
+        if not isinstance(batch_shape, list):
+            raise TypeError(f"eye: batch_shape should be a list, got "
+                            f"{type(batch_shape).__name__}")
+        if any(isinstance(b, bool) or not isinstance(b, int) or b <= 0 for b in batch_shape):
+            raise TypeError(f"eye: batch_shape should be a list of positive ints, got "
+                            f"{batch_shape}")
+        out = reshape(out, [1] * len(batch_shape) + [num_rows, num_columns])
+        out = expand(out, batch_shape + [1, 1])
+    out.stop_gradient = True
+    return out
+
+
+def _flag_layer(x: Variable, op: str, layer: str) -> Variable:
+    _check_var(x, "x", layer)
+    helper = LayerHelper(op)
+    out = helper.create_tmp(dtype="bool", shape=[1], stop_gradient=True)
+    helper.append_op(op, inputs={"X": [x]}, outputs={"Out": [out]})
+    return out
+
+
+def has_inf(x: Variable) -> Variable:
+    """A one-element bool: whether ``x`` holds an infinity (op ``isinf``), as Fluid 1.8's
+    ``layers.has_inf``."""
+    return _flag_layer(x, "isinf", "has_inf")
+
+
+def has_nan(x: Variable) -> Variable:
+    """A one-element bool: whether ``x`` holds a NaN (op ``isnan``), as Fluid 1.8's
+    ``layers.has_nan``."""
+    return _flag_layer(x, "isnan", "has_nan")
+
+
+def isfinite(x: Variable) -> Variable:
+    """A one-element bool: whether every value of ``x`` is finite (op ``isfinite``), as Fluid
+    1.8's ``layers.isfinite``."""
+    return _flag_layer(x, "isfinite", "isfinite")
+
+
+def lod_append(x: Variable, level: Sequence[int] | Variable) -> Variable:
+    """``x`` with one more LoD level below its own: the offsets ``level`` (a list) or a
+    Variable's LoD or values (op ``lod_reset`` with ``append=True``), as Fluid 1.8's
+    ``layers.lod_append``."""
+    _check_var(x, "x", "lod_append")
+    helper = LayerHelper("lod_append")
+    out = helper.create_tmp(dtype=x.dtype, shape=list(x.shape) if x.shape else None)
+    inputs: dict[str, list[Variable]] = {"X": [x]}
+    attrs: dict[str, Any] = {"append": True}
+    if isinstance(level, Variable):
+        inputs["Y"] = [level]
+    elif isinstance(level, (list, tuple)):
+        if any(isinstance(v, (list, tuple)) for v in level):
+            raise ValueError(f"lod_append: level must be one level of offsets (a flat list), "
+                             f"got {level}")
+        attrs["target_lod"] = [int(v) for v in level]
+    else:
+        raise ValueError(f"lod_append: level must be a list, tuple or Variable, got "
+                         f"{type(level).__name__}")
+    helper.append_op("lod_reset", inputs=inputs, outputs={"Out": [out]}, attrs=attrs)
+    return out

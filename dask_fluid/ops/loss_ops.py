@@ -218,3 +218,67 @@ def teacher_student_sigmoid_loss_grad(ins: dict, attrs: dict, outs: tuple) -> di
     g = xp.where((s >= up) | (s <= low), x.dtype.type(0), g)
     dx = g * (_dout(ins, "Y", x) * -1)
     return {"X" + GRAD: [dx.astype(x.dtype, copy=False)]}
+
+
+# -- center_loss ---------------------------------------------------------------------------------
+
+@register("center_loss", ("X", "Label", "Centers", "CenterUpdateRate"),
+          ("SampleCenterDiff", "Loss", "CentersOut"), {"cluster_num": 0, "need_update": False},
+          grad=grad_maker(("SampleCenterDiff", "X"), ("Loss",), ("X",)))
+def center_loss(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Paddle's CenterLossKernel: per row i with class c = Label[i], ``SampleCenterDiff[i] =
+    X[i] − Centers[c]`` and ``Loss[i] = ½ ‖SampleCenterDiff[i]‖²`` (``[N, 1]``). With
+    ``need_update``, ``CentersOut[c] = Centers[c] + α Σ_{i: Label[i]=c} SampleCenterDiff[i]
+    / (1 + count_c)`` (α the one value of ``CenterUpdateRate``; Paddle's count starts at 1);
+    otherwise ``CentersOut`` is a copy of ``Centers``. The layer binds ``CentersOut`` to the
+    ``Centers`` parameter, so the update lands in place."""
+    x, label, centers = ins["X"][0], ins["Label"][0], ins["Centers"][0]
+    rate = ins["CenterUpdateRate"][0]
+    xp = array_module(x)
+    n = int(x.shape[0]) if x.ndim else 0
+    if x.ndim < 2:
+        raise ValueError(f"center_loss: X must be at least 2-D [N, M], got {list(x.shape)}")
+    feats = x.reshape(n, -1)
+    clusters = int(attrs.get("cluster_num", 0))
+    if centers.ndim != 2 or centers.shape[1] != feats.shape[1]:
+        raise ValueError(f"center_loss: Centers must be [cluster_num, M={feats.shape[1]}], got "
+                         f"{list(centers.shape)}")
+    if clusters != centers.shape[0]:
+        raise ValueError(f"center_loss: cluster_num={clusters} must equal Centers' first dim "
+                         f"{centers.shape[0]}")
+    if label.size != n:
+        raise ValueError(f"center_loss: Label must hold one class per row of X ({n}), got "
+                         f"shape {list(label.shape)}")
+    if int(rate.size) != 1:
+        raise ValueError(f"center_loss: CenterUpdateRate must hold one value, got shape "
+                         f"{list(rate.shape)}")
+    host_label = np.asarray(to_host(label)).reshape(-1)
+    if host_label.dtype.kind not in "iu":
+        raise TypeError(f"center_loss: Label must be an int tensor, got {host_label.dtype}")
+    if n and (host_label.min() < 0 or host_label.max() >= clusters):
+        raise ValueError(f"center_loss: Label values must lie in [0, cluster_num={clusters}), "
+                         f"got [{host_label.min()}, {host_label.max()}]")
+    lab = label.reshape(-1).astype(xp.int64, copy=False)
+    diff = feats - centers[lab].astype(x.dtype, copy=False)
+    loss = (diff * diff).sum(axis=1, keepdims=True) / x.dtype.type(2)
+    new_centers = centers.copy()
+    if attrs.get("need_update", False):
+        # one-hot sums instead of a scatter-add, so numpy and CuPy share the code
+        hot = (lab[:, None] == xp.arange(clusters)[None, :]).astype(x.dtype)
+        acc = hot.T @ diff
+        count = hot.sum(axis=0) + 1
+        alpha = rate.reshape(-1)[0].astype(x.dtype)
+        new_centers = (centers + (alpha * acc / count[:, None]).astype(centers.dtype,
+                                                                      copy=False))
+    return {"SampleCenterDiff": [diff], "Loss": [loss], "CentersOut": [new_centers]}
+
+
+@register("center_loss_grad",
+          *grad_slots(("SampleCenterDiff", "X"), ("Loss",), ("X",)),
+          {"cluster_num": 0, "need_update": False})
+def center_loss_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = dLoss · SampleCenterDiff (the centers count as constants, as in Paddle's
+    CenterLossGradKernel), shaped like X."""
+    diff, x = ins["SampleCenterDiff"][0], ins["X"][0]
+    dx = _dout(ins, "Loss", diff[:, :1]) * diff
+    return {"X" + GRAD: [dx.reshape(x.shape).astype(x.dtype, copy=False)]}

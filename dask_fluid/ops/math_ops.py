@@ -280,26 +280,34 @@ def logical_not(ins: dict, attrs: dict, outs: tuple) -> dict:
 # unary activations: forward(xp, x) and a gradient from Out or from X
 
 
-def _unary_register(type: str, forward, backward=None, uses: str = "X"):
+def _unary_register(type: str, forward, backward=None, uses: str = "X",
+                    attr_defaults: dict | None = None):
     """Register ``type`` (X→Out) and, when ``backward(xp, v, dout)`` is given, ``type_grad``
-    reading ``uses`` (``"X"`` or ``"Out"``, as Fluid's grad op does) and ``Out@GRAD``."""
+    reading ``uses`` (``"X"`` or ``"Out"``, as Fluid's grad op does) and ``Out@GRAD``.
+
+    With ``attr_defaults`` (the op's attributes, e.g. softshrink's ``lambda``) both functions
+    get the op's attrs as a last argument: ``forward(xp, x, attrs)``,
+    ``backward(xp, v, dout, attrs)``."""
+    with_attrs = attr_defaults is not None
     maker = None
     if backward is not None:
-        maker, grad_register = _register_grad(type, (uses,))
+        maker, grad_register = _register_grad(type, (uses,), attrs=attr_defaults)
 
         @grad_register
         def grad(ins: dict, attrs: dict, outs: tuple) -> dict:
             v = ins[uses][0]
             if "X" + GRAD not in outs:
                 return {}
-            return {"X" + GRAD: [backward(array_module(v), v, _dout(ins, v))]}
+            extra = (attrs,) if with_attrs else ()
+            return {"X" + GRAD: [backward(array_module(v), v, _dout(ins, v), *extra)]}
 
         grad.__doc__ = f"Gradient of {type} from {uses} and Out@GRAD."
 
-    @register(type, ("X",), ("Out",), grad=maker)
+    @register(type, ("X",), ("Out",), attr_defaults, grad=maker)
     def kernel(ins: dict, attrs: dict, outs: tuple) -> dict:
         x = ins["X"][0]
-        return {"Out": [forward(array_module(x), x)]}
+        extra = (attrs,) if with_attrs else ()
+        return {"Out": [forward(array_module(x), x, *extra)]}
 
     kernel.__doc__ = f"Out = {type}(X)."
     return kernel
@@ -326,7 +334,141 @@ _unary_register("square", lambda xp, x: x * x, lambda xp, x, d: d * 2 * x)
 _unary_register("abs", lambda xp, x: xp.abs(x), lambda xp, x, d: d * xp.sign(x))
 _unary_register("cos", lambda xp, x: xp.cos(x), lambda xp, x, d: -d * xp.sin(x))
 _unary_register("sign", lambda xp, x: xp.sign(x))
-_unary_register("floor", lambda xp, x: xp.floor(x))
+
+
+# ---------------------------------------------------------------------------------------------
+# more of Fluid 1.8's activation_op.h (and erf_op, cumsum_op): each grad op reads X or Out as
+# Fluid's functor's FwdDeps says
+
+
+def _logsigmoid(xp, x):
+    # log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)): exp never sees a positive argument, so
+    # no overflow for large |x| (Fluid's functor subtracts max(-x, 0) for the same reason)
+    return xp.minimum(x, _scalar(x, 0)) - xp.log1p(xp.exp(-xp.abs(x)))
+
+
+def _shrink_mask(x, lo, hi):
+    # Fluid sums the two comparisons as T: (x > hi) + (x < lo)
+    return (x > hi).astype(x.dtype) + (x < lo).astype(x.dtype)
+
+
+def _softshrink(xp, x, attrs):
+    lam = _scalar(x, float(attrs["lambda"]))
+    return (x - lam) * (x > lam) + (x + lam) * (x < -lam)
+
+
+def _hard_shrink(xp, x, attrs):
+    t = _scalar(x, float(attrs["threshold"]))
+    return x * _shrink_mask(x, -t, t)
+
+
+def _round_half_away(xp, x):
+    # Eigen's round (Fluid's RoundFunctor) rounds halves away from zero, not to even as
+    # numpy's round does; x - trunc(x) is exact, so the .5 test is exact too
+    t = xp.trunc(x)
+    return xp.where(xp.abs(x - t) >= _scalar(x, 0.5), t + xp.sign(x), t)
+
+
+def _erf(xp, x):
+    if xp.__name__ == "cupy":
+        from cupyx.scipy.special import erf  # noqa: PLC0415
+    else:
+        from scipy.special import erf  # noqa: PLC0415
+    return erf(x)
+
+
+def _zero_grad(xp, out, d):
+    # Fluid's ZeroGradFunctor: floor/ceil/round pass a zero gradient on (they do not stop it)
+    return xp.zeros(d.shape, dtype=d.dtype)
+
+
+def _logsigmoid_grad(xp, x, d):
+    # d * sigmoid(-x) from e = exp(-|x|) <= 1: no overflow, and tiny values keep their digits
+    # (the tanh form of sigmoid rounds sigmoid(-40) to 0)
+    e = xp.exp(-xp.abs(x))
+    return d * xp.where(x >= 0, e, _scalar(x, 1)) / (1 + e)
+
+
+_unary_register("logsigmoid", _logsigmoid, _logsigmoid_grad)
+_unary_register("tanh_shrink", lambda xp, x: x - xp.tanh(x),
+                lambda xp, x, d: d * xp.tanh(x) ** 2)
+_unary_register("softshrink", _softshrink,
+                lambda xp, x, d, a: d * _shrink_mask(x, -_scalar(x, float(a["lambda"])),
+                                                     _scalar(x, float(a["lambda"]))),
+                attr_defaults={"lambda": 0.5})
+_unary_register("hard_shrink", _hard_shrink,
+                lambda xp, x, d, a: d * _shrink_mask(x, -_scalar(x, float(a["threshold"])),
+                                                     _scalar(x, float(a["threshold"]))),
+                attr_defaults={"threshold": 0.5})
+_unary_register("thresholded_relu",
+                lambda xp, x, a: x * (x > _scalar(x, float(a["threshold"]))),
+                lambda xp, x, d, a: d * (x > _scalar(x, float(a["threshold"]))),
+                attr_defaults={"threshold": 1.0})
+_unary_register("rsqrt", lambda xp, x: 1 / xp.sqrt(x),
+                lambda xp, out, d: _scalar(out, -0.5) * d * out * out * out, uses="Out")
+_unary_register("reciprocal", lambda xp, x: 1 / x,
+                lambda xp, out, d: -d * out * out, uses="Out")
+_unary_register("floor", lambda xp, x: xp.floor(x), _zero_grad, uses="Out")
+_unary_register("ceil", lambda xp, x: xp.ceil(x), _zero_grad, uses="Out")
+_unary_register("round", _round_half_away, _zero_grad, uses="Out")
+_unary_register("sin", lambda xp, x: xp.sin(x), lambda xp, x, d: d * xp.cos(x))
+_unary_register("acos", lambda xp, x: xp.arccos(x),
+                lambda xp, x, d: -d / xp.sqrt(1 - x * x))
+_unary_register("asin", lambda xp, x: xp.arcsin(x),
+                lambda xp, x, d: d / xp.sqrt(1 - x * x))
+_unary_register("atan", lambda xp, x: xp.arctan(x), lambda xp, x, d: d / (1 + x * x))
+_unary_register("cosh", lambda xp, x: xp.cosh(x), lambda xp, x, d: d * xp.sinh(x))
+_unary_register("sinh", lambda xp, x: xp.sinh(x), lambda xp, x, d: d * xp.cosh(x))
+_unary_register("erf", _erf,
+                lambda xp, x, d: d * _scalar(x, 2 / np.sqrt(np.pi)) * xp.exp(-x * x))
+
+
+def _cumsum_grad_maker(op: Any) -> list[dict]:
+    """Fluid's CumsumGradMaker: dX is a ``cumsum`` of ``Out@GRAD`` the other way round."""
+    attrs = {k: v for k, v in op.attrs.items() if k not in ("op_role", "op_role_var")}
+    attrs["reverse"] = not attrs.get("reverse", False)
+    return [{"type": "cumsum",
+             "inputs": {"X": [n + GRAD for n in op.outputs["Out"]]},
+             "outputs": {"Out": [n + GRAD for n in op.inputs["X"]]},
+             "attrs": attrs}]
+
+
+@register("cumsum", ("X",), ("Out",), {"axis": -1, "exclusive": False, "reverse": False},
+          grad=_cumsum_grad_maker)
+def cumsum(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = running sum of X along ``axis``; ``reverse`` sums from the end, ``exclusive``
+    leaves each element out of its own sum (Fluid 1.8's cumsum_op)."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    axis = int(attrs.get("axis", -1))
+    if not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"cumsum: axis must be in [-{x.ndim}, {x.ndim}) for a {x.ndim}-D X, "
+                         f"got {axis}")
+    a = xp.flip(x, axis) if attrs.get("reverse", False) else x
+    out = xp.cumsum(a, axis=axis, dtype=x.dtype)
+    if attrs.get("exclusive", False) and x.shape[axis] > 0:
+        # shift by one along axis (exact, unlike out - a): element i gets the sum before it
+        keep = [slice(None)] * x.ndim
+        keep[axis] = slice(0, x.shape[axis] - 1)
+        first = list(x.shape)
+        first[axis] = 1
+        out = xp.concatenate([xp.zeros(first, dtype=out.dtype), out[tuple(keep)]], axis=axis)
+    if attrs.get("reverse", False):
+        out = xp.flip(out, axis)
+    return {"Out": [out]}
+
+
+# Fluid's compare_op.cc: the same broadcasting as less_than (Y from ``axis``), bool Out
+for _type, _cmp in (("less_equal", lambda x, y: x <= y), ("greater_than", lambda x, y: x > y),
+                    ("greater_equal", lambda x, y: x >= y), ("not_equal", lambda x, y: x != y)):
+
+    def _compare_kernel(ins: dict, attrs: dict, outs: tuple, _type=_type, _cmp=_cmp) -> dict:
+        x, y = ins["X"][0], ins["Y"][0]
+        yb = y.reshape(_y_bshape(x.shape, y.shape, attrs.get("axis", -1), _type))
+        return {"Out": [_cmp(x, yb)]}
+
+    _compare_kernel.__doc__ = f"Out = {_type}(X, Y) (bool), with elementwise broadcasting."
+    register(_type, ("X", "Y"), ("Out",), {"axis": -1, "force_cpu": False})(_compare_kernel)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -385,7 +527,17 @@ def increment(ins: dict, attrs: dict, outs: tuple) -> dict:
     return {"Out": [x + x.dtype.type(attrs.get("step", 1.0))]}
 
 
-@register("cast", ("X",), ("Out",), {"in_dtype": "float32", "out_dtype": "float32"})
+def _cast_grad_maker(op: Any) -> list[dict]:
+    """Fluid's CastOpGradMaker: dX is ``Out@GRAD`` cast back to X's dtype."""
+    return [{"type": "cast",
+             "inputs": {"X": [n + GRAD for n in op.outputs["Out"]]},
+             "outputs": {"Out": [n + GRAD for n in op.inputs["X"]]},
+             "attrs": {"in_dtype": op.attrs.get("out_dtype", "float32"),
+                       "out_dtype": op.attrs.get("in_dtype", "float32")}}]
+
+
+@register("cast", ("X",), ("Out",), {"in_dtype": "float32", "out_dtype": "float32"},
+          grad=_cast_grad_maker)
 def cast(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = X converted to ``out_dtype`` (a dtype string or Fluid's integer code)."""
     return {"Out": [ins["X"][0].astype(to_dtype(attrs["out_dtype"]))]}

@@ -27,9 +27,10 @@ def numeric_gradient(f: Callable[[], float], get: Callable[[], np.ndarray],
     return g
 
 
-def program_grads_and_numeric(build: Callable[[], Any], feed: dict, params: list[str]) -> dict:
+def program_grads_and_numeric(build: Callable[[], Any], feed: dict, params: list[str],
+                              eps: float = 1e-6) -> dict:
     """The analytic gradients append_backward gives the parameters, and central differences
-    of the loss (float64 kept by the scope's arrays)."""
+    (step ``eps``) of the loss (float64 kept by the scope's arrays)."""
     main, startup = fluid.Program(), fluid.Program()
     main.random_seed = startup.random_seed = 4
     with fluid.unique_name.guard(), fluid.program_guard(main, startup):
@@ -48,6 +49,6 @@ def program_grads_and_numeric(build: Callable[[], Any], feed: dict, params: list
     out = {}
     for p, g in zip(params, fetched, strict=True):
         numeric = numeric_gradient(loss_value, lambda p=p: scope.vars[p],
-                                   lambda v, p=p: scope.vars.__setitem__(p, v))
+                                   lambda v, p=p: scope.vars.__setitem__(p, v), eps)
         out[p] = (np.array(g), numeric)
     return out

@@ -139,10 +139,15 @@ def test_exponential_decay_ops():
     main, startup = fluid.Program(), fluid.Program()
     with fluid.program_guard(main, startup):
         layers.exponential_decay(0.1, 100, 0.5, staircase=True)
-    assert [op.type for op in main.global_block().ops] == [
-        "increment", "cast", "fill_constant", "elementwise_div", "floor", "fill_constant",
-        "elementwise_pow", "fill_constant", "elementwise_mul"]
-    assert all(op.attr("op_role") == OpRole.LRSched for op in main.global_block().ops)
+    # Fluid 1.8's math_op_patch: step / 100 and 0.1 * x are scale ops, 0.5 ** x is a
+    # constant of x's shape and an elementwise_pow
+    ops = main.global_block().ops
+    assert [op.type for op in ops] == [
+        "increment", "cast", "scale", "floor", "fill_constant", "elementwise_pow", "scale"]
+    assert ops[2].attr("scale") == 1.0 / 100 and ops[2].attr("bias") == 0.0
+    assert ops[4].attr("value") == 0.5 and ops[5].input("X") == ops[4].output("Out")
+    assert ops[6].attr("scale") == 0.1
+    assert all(op.attr("op_role") == OpRole.LRSched for op in ops)
 
 
 def test_l2_and_clip_ops_follow_fluid_order():

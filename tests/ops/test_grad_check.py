@@ -946,6 +946,68 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
          {**y3, "anchor_mask": [3, 4, 5], "ignore_thresh": 0.35, "use_label_smooth": False,
           "scale_x_y": 1.1}),
     ]
+    # -- activation cases --
+    # fixed inputs (no draws from rng, so the cases after these keep their values)
+    c["cast"] = [("f64", {"X": [np.linspace(-1.5, 2.0, 12).reshape(3, 4)]},
+                  {"in_dtype": "float64", "out_dtype": "float64"})]
+    c["floor"] = [("x", {"X": [np.linspace(-2.7, 2.3, 12).reshape(3, 4)]}, {})]
+    c["logsigmoid"] = [("x", {"X": [n((3, 4)) * 3]}, {})]
+    c["tanh_shrink"] = [("x", {"X": [n((3, 4))]}, {})]
+    c["softshrink"] = [("lambda", {"X": [_away_from(n((3, 4)), [-0.3, 0.3])]}, {"lambda": 0.3}),
+                       ("default", {"X": [_away_from(n((2, 5)), [-0.5, 0.5])]}, {})]
+    c["hard_shrink"] = [("t", {"X": [_away_from(n((3, 4)), [-0.4, 0.4])]}, {"threshold": 0.4}),
+                        ("default", {"X": [_away_from(n((2, 5)), [-0.5, 0.5])]}, {})]
+    c["thresholded_relu"] = [("t", {"X": [_away_from(n((3, 4)), [0.2])]}, {"threshold": 0.2}),
+                             ("default", {"X": [_away_from(n((2, 5)) + 1, [1.0])]}, {})]
+    c["rsqrt"] = [("x", {"X": [u(0.5, 2.0, (3, 4))]}, {})]
+    c["reciprocal"] = [("x", {"X": [u(0.5, 2.0, (3, 4)) * np.sign(n((3, 4)))]}, {})]
+    c["ceil"] = [("x", {"X": [np.floor(n((3, 4)) * 3) + u(0.1, 0.9, (3, 4))]}, {})]
+    c["round"] = [("x", {"X": [np.floor(n((3, 4)) * 3) + u(0.1, 0.4, (3, 4))]}, {})]
+    c["sin"] = [("x", {"X": [n((3, 4))]}, {})]
+    c["acos"] = [("x", {"X": [u(-0.9, 0.9, (3, 4))]}, {})]
+    c["asin"] = [("x", {"X": [u(-0.9, 0.9, (3, 4))]}, {})]
+    c["atan"] = [("x", {"X": [n((3, 4)) * 2]}, {})]
+    c["cosh"] = [("x", {"X": [n((3, 4))]}, {})]
+    c["sinh"] = [("x", {"X": [n((3, 4))]}, {})]
+    c["erf"] = [("x", {"X": [n((3, 4))]}, {})]
+    c["cumsum"] = [("default", {"X": [n((3, 4))]}, {}),
+                   ("axis0_exclusive", {"X": [n((3, 4, 2))]}, {"axis": 0, "exclusive": True}),
+                   ("reverse", {"X": [n((3, 4))]}, {"axis": 1, "reverse": True}),
+                   ("both", {"X": [n((2, 5))]}, {"axis": -1, "reverse": True,
+                                                 "exclusive": True})]
+    # -- creation cases --
+    # distinct values (no ties) so the sort order is fixed under the finite differences
+    c["argsort"] = [
+        ("last_axis", {"X": [rng.permutation(12).reshape(3, 4) * 0.5 + n((3, 4)) * 0.01]},
+         {"axis": -1}),
+        ("axis0_desc", {"X": [rng.permutation(24).reshape(2, 3, 4) * 0.5 + n((2, 3, 4)) * 0.01]},
+         {"axis": 0, "descending": True}),
+    ]
+    c["reverse"] = [
+        ("one_axis", {"X": [n((3, 4))]}, {"axis": [0]}),
+        ("two_axes", {"X": [n((2, 3, 4))]}, {"axis": [0, -1]}),
+    ]
+    # -- rnn api cases --
+    # -- distribution cases --
+    c["center_loss"] = [
+        ("update", {"X": [n((5, 3))], "Label": [np.array([[0], [2], [0], [3], [2]], np.int64)],
+                    "Centers": [n((4, 3))], "CenterUpdateRate": [np.array([0.1])]},
+         {"cluster_num": 4, "need_update": True}),
+        ("no_update", {"X": [n((3, 4))], "Label": [np.array([[1], [0], [1]], np.int64)],
+                       "Centers": [n((2, 4))], "CenterUpdateRate": [np.array([0.5])]},
+         {"cluster_num": 2, "need_update": False}),
+    ]
+    # -- detection assign cases --
+    rpt_quads = np.array([[0.5, 0.8, 6.2, 1.1, 5.7, 5.3, 0.9, 4.6],
+                          [2.0, 2.0, 9.0, 3.0, 10.5, 9.5, 1.0, 8.0],
+                          [3.1, 1.0, 7.9, 2.4, 6.6, 6.8, 2.2, 5.1]])
+    c["roi_perspective_transform"] = [
+        ("lod", {"X": [n((2, 2, 7, 8))], "ROIs": [rpt_quads]},
+         {"transformed_height": 3, "transformed_width": 4, "_lods": {"ROIs": [((0, 2, 3),)]}}),
+        ("scaled", {"X": [n((1, 2, 5, 6))], "ROIs": [rpt_quads]},
+         {"transformed_height": 4, "transformed_width": 3, "spatial_scale": 0.6,
+          "_lods": {"ROIs": [((0, 3),)]}}),
+    ]
     return c
 
 

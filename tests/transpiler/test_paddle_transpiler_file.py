@@ -1,6 +1,6 @@
 """Paddle 1.8's own test_dist_transpiler.py, unchanged, through ``dask_fluid.compat``.
 
-18 of its 26 cases pass; this holds on to them, so that none regresses, and prints the count.
+17 of its 26 cases pass; this holds on to them, so that none regresses, and prints the count.
 The file was not kept in step with Paddle's code (2.x still carries the same TestL2Decay and
 lookup-table expectations although 2.x's ``minimize`` has no ``grad_clip``), so each case that
 fails was checked against Fluid's source, and Fluid's source wins. The v1.8.0 tree itself
@@ -55,6 +55,16 @@ fails was checked against Fluid's source, and Fluid's source wins. The v1.8.0 tr
   transpiler code read reads the variable, so the TestRemote* classes that set it change
   nothing for the classes after them.
 
+- TestLRDecay wants ``exponential_decay``'s pserver block as ``fill_constant,
+  elementwise_div, ..., fill_constant, elementwise_mul``: a Variable met a Python number in an
+  elementwise op with a ``fill_constant``. The 1.6-, 1.7- and 1.8-era ``math_op_patch.py``
+  (with its "hot fix for release 1.6" on integer division, ``force_init_on_cpu`` and the bool
+  output of compare ops) sends ``x + c``, ``x - c``, ``c - x``, ``x * c`` and ``x / c`` to one
+  ``scale`` op (``_scalar_elementwise_op_``), and 1.8's ``exponential_decay`` is
+  ``global_step / decay_steps`` then ``learning_rate * (decay_rate ** div_res)``, so real 1.8
+  gives ``increment, cast, scale, floor, fill_constant, elementwise_pow, scale``, as we do
+  (Fluid 1.8's own composite layers, ``dice_loss`` for one, are built on those ``scale`` ops).
+
 It runs in a child process: the file sets ``gc.set_debug`` and installs ``paddle``."""
 
 from __future__ import annotations
@@ -77,7 +87,7 @@ PASSING = {
     "TestFakeInit", "TestBasicModelWithLargeBlockSize", "TestDecayedAdagrad",
     "TestDistArgsInProgram", "TestDistLookupTableBase", "TestDistLookupTableSliceSize",
     "TestEmptyPserverOptimizeBlocks", "TestFtrl", "TestRemoteNce", "TestRemoteHsigmoid",
-    "TestL2DecayWithPiecewise", "TestLRDecay",
+    "TestL2DecayWithPiecewise",
     "TestLRDecayConditional", "TestLoadSliceVar", "TestNCCL2Transpile", "TestNoSliceVar",
     "TranspilerTest",
 }

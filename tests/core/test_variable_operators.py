@@ -1,0 +1,80 @@
+"""A Variable's operators build Fluid 1.8's ops (math_op_patch): a Python number with + - * /
+is one scale op, otherwise a constant in the elementwise or compare op; < <= > >= build the
+compare ops; == and != stay identity comparisons."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dask_fluid as fluid
+from dask_fluid import layers
+
+
+def test_comparison_operators_build_fluids_ops_and_values():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data("x", [3])
+        y = layers.data("y", [3])
+        outs = [x < y, x <= y, x > y, x >= y, x > 0.5, 1.0 <= x]
+    types = [op.type for op in main.global_block().ops]
+    assert types == ["less_than", "less_equal", "greater_than", "greater_equal",
+                     "fill_constant", "greater_than", "fill_constant", "greater_equal"]
+    ops = main.global_block().ops
+    # a reflected scalar comparison keeps the Variable on the left: 1.0 <= x is x >= 1.0
+    assert ops[-1].input("X") == [x.name]
+    assert all(o.dtype == "bool" and o.stop_gradient for o in outs)
+    xv = np.array([[0.0, 1.0, 2.0]], np.float32)
+    yv = np.ones((1, 3), np.float32)
+    got = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": xv, "y": yv}, fetch_list=outs)
+    for g, want in zip(got, [xv < yv, xv <= yv, xv > yv, xv >= yv, xv > 0.5, xv >= 1.0],
+                       strict=True):
+        np.testing.assert_array_equal(g, want)
+
+
+def test_equality_stays_identity():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        x = layers.data("x", [3])
+        y = layers.data("y", [3])
+        assert (x == x) is True and (x == y) is False and (x != y) is True
+        assert x in [y, x] and len({x, y}) == 2
+
+
+def test_arithmetic_with_numbers_and_variables_as_fluid_builds_it():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data("x", [3])
+        y = layers.data("y", [3])
+        i = layers.data("i", [3], dtype="int64")
+        outs = [x + 1, 2 * x, x - 1.5, 1 - x, x / 4, -x, 2 / x, x ** 2, x // 2, x % 3, x * y,
+                x + i]
+    ops = main.global_block().ops
+    assert [op.type for op in ops] == [
+        "scale", "scale", "scale", "scale", "scale", "scale",
+        "fill_constant_batch_size_like", "elementwise_div",  # c / x: a constant shaped as x
+        "fill_constant", "elementwise_pow", "fill_constant", "elementwise_floordiv",
+        "fill_constant", "elementwise_mod", "elementwise_mul", "cast", "elementwise_add"]
+    assert [(op.attr("scale"), op.attr("bias")) for op in ops[:6]] == [
+        (1.0, 1.0), (2.0, 0.0), (1.0, -1.5), (-1.0, 1.0), (0.25, 0.0), (-1.0, 0.0)]
+    # the batch dim of x's shape is unknown: axis 0 aligns two [-1, 3] operands
+    assert ops[-3].attr("axis") == 0 and ops[-2].attr("out_dtype") in ("float32", 5)
+    assert all(tuple(o.shape) == (-1, 3) for o in outs)
+    xv = np.array([[1.0, 2.0, -5.0]], np.float32)
+    yv = np.array([[3.0, 0.5, 2.0]], np.float32)
+    iv = np.array([[1, 2, 3]], np.int64)
+    got = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": xv, "y": yv, "i": iv},
+                                               fetch_list=outs)
+    want = [xv + 1, 2 * xv, xv - 1.5, 1 - xv, xv / 4, -xv, 2 / xv, xv ** 2,
+            np.trunc(xv / 2), np.mod(xv, 3), xv * yv, xv + iv]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_a_float_that_is_not_an_integer_meets_an_int_variable():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        i = layers.data("i", [3], dtype="int64")
+        assert [op.type for op in (i * 2.0).block.ops][-1] == "scale"
+        with pytest.raises(TypeError, match="cannot convert to an integer"):
+            _ = i + 0.5
+        with pytest.raises(TypeError, match="a Variable meets a Variable or a Python number"):
+            _ = i + "1"
