@@ -1,6 +1,6 @@
 """The control-flow ops (Fluid 1.8's ``ConditionalBlock``/``Switch``, ``layers.While``) and
-the tensor-array ops (``create_array``, ``array_write``, ``array_read``, ``array_length``):
-the kernels and their gradient rules.
+the tensor-array ops (``create_array``, ``array_write``, ``array_read``, ``array_length``,
+``tensor_array_to_tensor``): the kernels and their gradient rules.
 
 - ``conditional_block`` runs its sub-block, in the caller's scope, when its (scalar)
   condition holds (or, not scalar, when every condition input has elements: IfElse's
@@ -367,6 +367,12 @@ def _while_grad(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     final = {n: vals.get(n) for n in tape.names}
     incoming = {n: vals.get(g) for n, g in zip(outputs, ctx.op.input("Out@GRAD"), strict=True)
                 if n in carried}
+    # a carried tensor nothing after the loop reads has no gradient yet: zeros of its value
+    # (its steps still pass gradients on to what they read)
+    shapes = {n: vals.get(n) for n in carried}
+    for n in carried:
+        if incoming[n] is None and shapes[n] is not None:
+            incoming[n] = array_module(shapes[n]).zeros_like(shapes[n])
     sums: dict[str, Any] = {}
     for step in range(len(tape.starts) - 1, -1, -1):
         tape.step = step
@@ -377,7 +383,9 @@ def _while_grad(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
             vals.pop(grad_var_name(n), None)
         ctx.executor.run_block(ctx.program, grad_block, ctx.scope)
         for n in carried:
-            incoming[n] = vals.get(grad_var_name(n))
+            g = vals.get(grad_var_name(n))
+            incoming[n] = g if g is not None or shapes[n] is None else \
+                array_module(shapes[n]).zeros_like(shapes[n])
         for n in params:
             g = vals.pop(grad_var_name(n), None)
             if g is not None:
@@ -466,3 +474,112 @@ registry.set_grad("read_from_array", _read_from_array_grad_maker)
 registry.set_grad("write_to_array", _write_to_array_grad_maker)
 registry.set_grad("conditional_block", _conditional_block_grad_maker)
 registry.set_grad("select_input", _select_input_grad_maker)
+
+
+# -- tensor_array_to_tensor (Fluid 1.8's layers.tensor_array_to_tensor) ---------------------
+# Declared here with its kernel (dask_fluid imports this module on start). X is a runtime
+# tensor array, so it is a host op, its gradient checked through programs
+# (tests/core/test_tensor_array_to_tensor.py).
+registry.register_signature("tensor_array_to_tensor", ("X",), ("Out", "OutIndex"),
+                            {"axis": 1, "use_stack": False}, lod="none")
+registry.register_signature("tensor_array_to_tensor_grad", ("X", "Out@GRAD"), ("X@GRAD",),
+                            {"axis": 1, "use_stack": False}, optional=("Out@GRAD",))
+
+
+def _array_items(op: str, name: str, array: Any) -> list:
+    """The written items of the tensor array ``array`` (Fluid requires at least one)."""
+    if array is None:  # an array no op has written yet: Fluid's scope holds it empty
+        array = LoDTensorArray()
+    if not isinstance(array, LoDTensorArray):
+        raise ValueError(f"{op}: {name!r} is not a tensor array that array_write has written")
+    if len(array) == 0:
+        raise ValueError(f"{op}: the tensor array {name!r} is empty; it must hold at least "
+                         "one item")
+    items = [t._array for t in array]
+    if any(a is None for a in items):
+        missing = [k for k, a in enumerate(items) if a is None]
+        raise ValueError(f"{op}: items {missing} of {name!r} were never written")
+    return items
+
+
+def _concat_axis(op: str, axis: int, rank: int, use_stack: bool) -> int:
+    """``axis`` made non-negative: of the result's rank + 1 dims for a stack, rank for a
+    concat (as Fluid's stack and concat take negative axes)."""
+    n = rank + 1 if use_stack else rank
+    if not -n <= axis < n:
+        raise ValueError(f"{op}: axis {axis} is out of range for items of rank {rank} "
+                         f"(use_stack={use_stack}); expected in [{-n}, {n})")
+    return axis + n if axis < 0 else axis
+
+
+def _tensor_array_to_tensor(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    """Out: the items concatenated along ``axis`` (stacked on a new ``axis`` with
+    ``use_stack``); OutIndex: each item's size along ``axis`` (1 each when stacked), int32."""
+    op = "tensor_array_to_tensor"
+    items = _array_items(op, ctx.op.input("X")[0], ins["X"][0])
+    use_stack = bool(attrs["use_stack"])
+    axis = _concat_axis(op, int(attrs["axis"]), items[0].ndim, use_stack)
+    xp = array_module(*items)
+    shapes = {a.shape if use_stack else a.shape[:axis] + a.shape[axis + 1:] for a in items}
+    if len(shapes) != 1:
+        raise ValueError(f"{op}: the items' shapes {[list(a.shape) for a in items]} do not "
+                         f"match (apart from axis {axis}" + (")" if not use_stack else
+                                                             ", which a stack needs too)"))
+    if use_stack:
+        out, sizes = xp.stack(items, axis=axis), [1] * len(items)
+    else:
+        out, sizes = xp.concatenate(items, axis=axis), [a.shape[axis] for a in items]
+    return {"Out": [out], "OutIndex": [xp.asarray(sizes, dtype="int32")]}
+
+
+def _tensor_array_to_tensor_grad(ins: dict, attrs: dict, outs: tuple,
+                                 ctx: RunContext) -> dict:
+    """X@GRAD[k] += the part of Out@GRAD that item k made (Fluid's concat_grad, or stack's
+    split along the new axis), added into the gradient array in place as the other array
+    grad ops do (several ops may read the array)."""
+    op = "tensor_array_to_tensor_grad"
+    items = _array_items(op, ctx.op.input("X")[0], ins["X"][0])
+    name = ctx.op.output("X@GRAD")[0]
+    grads = ctx.scope.vars.get(name)
+    if not isinstance(grads, LoDTensorArray):
+        grads = LoDTensorArray()
+    d = ins["Out@GRAD"][0]
+    if d is None:
+        return {"X@GRAD": [grads]}
+    use_stack = bool(attrs["use_stack"])
+    axis = _concat_axis(op, int(attrs["axis"]), items[0].ndim, use_stack)
+    xp = array_module(d)
+    if use_stack:
+        parts = [xp.take(d, k, axis=axis) for k in range(len(items))]
+    else:
+        bounds, start = [], 0
+        for a in items:
+            bounds.append((start, start + a.shape[axis]))
+            start += a.shape[axis]
+        index = [slice(None)] * d.ndim
+        parts = []
+        for lo, hi in bounds:
+            index[axis] = slice(lo, hi)
+            parts.append(d[tuple(index)])
+    while len(grads) < len(items):
+        grads.append(LoDTensor())
+    for k, part in enumerate(parts):
+        have = grads[k]._array
+        part = xp.ascontiguousarray(part).astype(items[k].dtype, copy=True)
+        # no LoD on the gradient items: Fluid's concat_grad sets none
+        grads[k] = LoDTensor._of(part if have is None else have + part, (),
+                                 ctx.executor.place)
+    return {"X@GRAD": [grads]}
+
+
+def _tensor_array_to_tensor_grad_maker(op: Any) -> list[dict]:
+    return [{"type": "tensor_array_to_tensor_grad",
+             "inputs": {"X": list(op.inputs["X"]),
+                        "Out@GRAD": [grad_var_name(op.outputs["Out"][0])]},
+             "outputs": {"X@GRAD": [grad_var_name(op.inputs["X"][0])]},
+             "attrs": {"axis": op.attrs["axis"], "use_stack": op.attrs["use_stack"]}}]
+
+
+registry.set_kernel("tensor_array_to_tensor", _tensor_array_to_tensor)
+registry.set_kernel("tensor_array_to_tensor_grad", _tensor_array_to_tensor_grad)
+registry.set_grad("tensor_array_to_tensor", _tensor_array_to_tensor_grad_maker)

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..framework import Variable
 from ..layer_helper import LayerHelper
-from ..ops.box_ops import expand_aspect_ratios
+from ..ops.box_ops import check_prior_attrs, expand_aspect_ratios
 from .tensor import _check_var
 
 __all__: list[str] = ["prior_box", "density_prior_box", "anchor_generator", "box_coder",
@@ -88,8 +88,6 @@ def prior_box(input: Variable, image: Variable, min_sizes: Any, max_sizes: Any =
     ratios = _floats(aspect_ratios, "aspect_ratios", "prior_box")
     step = _steps(steps, "steps", "prior_box")
     var = _variance(variance, "prior_box")
-    if not mins or any(v <= 0 for v in mins):
-        raise ValueError(f"prior_box: min_sizes must be positive, got {min_sizes!r}")
     attrs: dict[str, Any] = {
         "min_sizes": mins, "aspect_ratios": ratios, "variances": var, "flip": bool(flip),
         "clip": bool(clip), "step_w": step[0], "step_h": step[1], "offset": float(offset),
@@ -99,16 +97,10 @@ def prior_box(input: Variable, image: Variable, min_sizes: Any, max_sizes: Any =
         maxs = _floats(max_sizes, "max_sizes", "prior_box")
         # Fluid passes max_sizes only when its first size is positive
         if maxs and maxs[0] > 0:
-            if len(maxs) != len(mins):
-                raise ValueError(f"prior_box: max_sizes has {len(maxs)} sizes but min_sizes "
-                                 f"has {len(mins)}; they must be the same")
-            for i, (mn, mx) in enumerate(zip(mins, maxs, strict=True)):
-                if not mx > mn:
-                    raise ValueError(f"prior_box: max_sizes[{i}] = {mx} must be greater than "
-                                     f"min_sizes[{i}] = {mn}")
             attrs["max_sizes"] = maxs
         else:
             maxs = []
+    check_prior_attrs("prior_box", {"max_sizes": [], **attrs})
     n_priors = len(expand_aspect_ratios(ratios, bool(flip))) * len(mins) + len(maxs)
     helper = LayerHelper("prior_box", name)
     out_shape = [shape[2], shape[3], n_priors, 4]

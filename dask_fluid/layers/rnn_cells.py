@@ -1,5 +1,7 @@
 """Fluid 1.8's layers/rnn.py API: RNNCell, GRUCell, LSTMCell, rnn, and the decoding pieces
-Decoder, DecodeHelper, GreedyEmbeddingHelper, SampleEmbeddingHelper and BasicDecoder.
+Decoder, DecodeHelper, TrainingHelper, GreedyEmbeddingHelper, SampleEmbeddingHelper,
+BasicDecoder, BeamSearchDecoder and dynamic_decode (a ``While`` loop over the decoder's
+steps, its outputs stacked from tensor arrays with ``tensor_array_to_tensor``).
 
 The cells are built from basic layers (concat, matmul, elementwise_add, split, activations)
 exactly as Fluid 1.8's ``contrib/layers/rnn_impl.py`` ``BasicGRUUnit``/``BasicLSTMUnit`` build
@@ -11,17 +13,21 @@ from __future__ import annotations
 
 import collections
 import copy
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from .. import unique_name
-from ..framework import Variable
+from ..framework import Variable, default_main_program
 from ..layer_helper import LayerHelper
 from ..param_attr import ParamAttr
-from . import control_flow, nn, sampling, sequence_lod, tensor
+from . import compare, control_flow, indexing, loops, nn, sampling, sequence_lod, tensor
 
 __all__: list[str] = ["RNNCell", "GRUCell", "LSTMCell", "rnn", "Decoder", "DecodeHelper",
-                      "GreedyEmbeddingHelper", "SampleEmbeddingHelper", "BasicDecoder"]
+                      "GreedyEmbeddingHelper", "SampleEmbeddingHelper", "BasicDecoder",
+                      "TrainingHelper", "BeamSearchDecoder", "dynamic_decode"]
 
 
 # -- nested structures (Fluid 1.8's layers/utils.py map_structure & co) --------------------
@@ -44,6 +50,8 @@ def _pack_sequence_as(structure: Any, flat: Sequence[Any]) -> Any:
     def pack(s: Any) -> Any:
         if isinstance(s, dict):
             return {k: pack(s[k]) for k in sorted(s)}
+        if isinstance(s, tuple) and hasattr(s, "_fields"):  # a namedtuple: fields by position
+            return type(s)(*[pack(e) for e in s])
         if isinstance(s, (list, tuple)):
             return type(s)(pack(e) for e in s)
         return next(it)
@@ -320,7 +328,9 @@ def rnn(cell: RNNCell, inputs: Any, initial_states: Any = None,
     states stop changing past its length (``new * m - old * (m - 1)``, as 1.8); its outputs
     there are still the cell's outputs (1.8 does not zero them). Returns ``(outputs,
     final_states)``: outputs in the layout of ``inputs``, final states as after the last
-    step."""
+    step. With ``is_reverse`` the steps run from the last time step to the first (over the
+    padded length: a shorter sequence's padding is visited first, its state kept there by
+    the mask), and the outputs come back in the original time order."""
     if not isinstance(cell, RNNCell):
         raise TypeError(f"rnn: cell must be an RNNCell, got {type(cell).__name__}")
     if not isinstance(inputs, (Variable, list, tuple)):
@@ -335,10 +345,6 @@ def rnn(cell: RNNCell, inputs: Any, initial_states: Any = None,
     if sequence_length is not None and not isinstance(sequence_length, Variable):
         raise TypeError(f"rnn: sequence_length must be a Variable or None, got "
                         f"{type(sequence_length).__name__}")
-    if is_reverse:
-        # Fluid reverses the time axis with the reverse op, which dask_fluid lacks
-        raise NotImplementedError("rnn(is_reverse=True) is not implemented in dask_fluid")
-
     if initial_states is None:
         initial_states = cell.get_initial_states(batch_ref=inputs,
                                                  batch_dim_idx=1 if time_major else 0)
@@ -360,6 +366,12 @@ def rnn(cell: RNNCell, inputs: Any, initial_states: Any = None,
         mask = sequence_lod.sequence_mask(sequence_length, maxlen=max_seq_len,
                                           dtype=_flatten(initial_states)[0].dtype)
         mask = tensor.transpose(mask, [1, 0])
+
+    if is_reverse:
+        # Fluid 1.8: the steps run last to first over the time-major inputs (and mask); the
+        # outputs are flipped back below, the final states are those after step 0
+        inputs = _map_structure(lambda x: tensor.reverse(x, axis=[0]), inputs)
+        mask = tensor.reverse(mask, axis=[0]) if mask is not None else None
 
     srnn = control_flow.StaticRNN()
     with srnn.step():
@@ -392,6 +404,8 @@ def rnn(cell: RNNCell, inputs: Any, initial_states: Any = None,
 
     final_states = _pack_sequence_as(new_states,
                                      [last(x) for x in rnn_out[len(flat_outputs):]])
+    if is_reverse:
+        final_outputs = _map_structure(lambda x: tensor.reverse(x, axis=[0]), final_outputs)
     if not time_major:
         final_outputs = _map_structure(_transpose_batch_time, final_outputs)
     return final_outputs, final_states
@@ -541,3 +555,383 @@ class BasicDecoder(Decoder):
         finished, next_inputs, next_states = self.helper.next_inputs(
             time=time, outputs=cell_outputs, states=cell_states, sample_ids=sample_ids)
         return self.OutputWrapper(cell_outputs, sample_ids), next_states, next_inputs, finished
+
+
+class TrainingHelper(DecodeHelper):
+    """Fluid 1.8's ``layers.TrainingHelper`` (teacher forcing): step ``t``'s input is step
+    ``t`` of the full sequence ``inputs`` (``[batch, time, ...]``, or ``[time, batch, ...]``
+    with ``time_major``); a sequence is finished once ``t + 1 >= sequence_length``; the
+    sample is ``argmax(outputs)``.
+
+    Fluid pads the time axis with one zero step (so the step after the last can be read) and
+    reads step ``t + 1`` with a ``slice`` whose start is a tensor; dask_fluid's ``slice``
+    takes int bounds only, so the (padded, time-major) inputs are read with ``gather`` on the
+    time axis instead: the same values and gradients."""
+
+    def __init__(self, inputs: Any, sequence_length: Variable, time_major: bool = False) -> None:
+        for k, x in enumerate(_flatten(inputs)):
+            if not isinstance(x, Variable):
+                raise TypeError(f"TrainingHelper: inputs[{k}] must be a Variable, got {x!r}")
+        if not isinstance(sequence_length, Variable):
+            raise TypeError(f"TrainingHelper: sequence_length must be a Variable ([batch] "
+                            f"int), got {type(sequence_length).__name__}")
+        self.inputs = inputs
+        self.sequence_length = sequence_length
+        self.time_major = time_major
+
+        def _pad_time_major(x: Variable) -> Variable:
+            x = x if time_major else _transpose_batch_time(x)
+            return nn.pad(x, paddings=[0, 1] + [0, 0] * (len(x.shape) - 1))
+
+        self.inputs_ = _map_structure(_pad_time_major, inputs)
+
+    def initialize(self) -> tuple[Any, Variable]:
+        """``(step 0 of inputs, sequence_length == 0)``."""
+        init_finished = tensor.equal(
+            self.sequence_length,
+            tensor.fill_constant(shape=[1], dtype=self.sequence_length.dtype, value=0))
+        init_inputs = _map_structure(
+            lambda x: tensor.squeeze(tensor.slice(x, axes=[0 if self.time_major else 1],
+                                                  starts=[0], ends=[1]),
+                                     axes=[0 if self.time_major else 1]), self.inputs)
+        return init_inputs, init_finished
+
+    def sample(self, time: Variable, outputs: Variable, states: Any) -> Variable:
+        """``argmax(outputs, axis=-1)``."""
+        return tensor.argmax(outputs, axis=-1)
+
+    def next_inputs(self, time: Variable, outputs: Variable, states: Any,
+                    sample_ids: Variable) -> tuple[Variable, Any, Any]:
+        """``(sequence_length <= t + 1, step t + 1 of inputs, states)``."""
+        # Fluid compares in int32 (the time cast, the lengths cast to it)
+        time = tensor.cast(time, "int32") if time.dtype != "int32" else time
+        if self.sequence_length.dtype != time.dtype:
+            self.sequence_length = tensor.cast(self.sequence_length, time.dtype)
+        next_time = tensor.increment(time, 1.0, in_place=False)
+        finished = compare.less_equal(self.sequence_length, next_time)
+        next_inputs = _map_structure(
+            lambda x: tensor.squeeze(tensor.gather(x, next_time), axes=[0]), self.inputs_)
+        return finished, next_inputs, states
+
+
+def _gather_tree(ids: Variable, parents: Variable) -> Variable:
+    helper = LayerHelper("gather_tree")
+    out = helper.create_tmp(dtype=ids.dtype, shape=ids.shape, stop_gradient=True)
+    helper.append_op("gather_tree", inputs={"Ids": [ids], "Parents": [parents]},
+                     outputs={"Out": [out]})
+    return out
+
+
+class BeamSearchDecoder(Decoder):
+    """Fluid 1.8's ``layers.BeamSearchDecoder``: beam search over a cell, for
+    :func:`dynamic_decode`. Each step runs the cell on the ``batch * beam`` rows, takes
+    ``log(softmax(output_fn(outputs)))`` (finished beams put all their mass on
+    ``end_token``), adds the beams' log probabilities and keeps the ``beam_size`` best of the
+    ``beam * vocab`` candidates (``topk``); ``finalize`` backtracks with ``gather_tree``.
+
+    Differences from Fluid 1.8, same values: the initial ids and log probabilities, built
+    there with ``expand`` by a batch-size tensor, are built with
+    ``fill_constant_batch_size_like``; the log probabilities take the dtype of the cell's
+    states (Fluid: float32 always)."""
+
+    class OutputWrapper(collections.namedtuple("OutputWrapper",
+                                               ("scores", "predicted_ids", "parent_ids"))):
+        """A step's outputs: scores, predicted_ids, parent_ids (``[batch, beam]`` each)."""
+
+    class StateWrapper(collections.namedtuple(
+            "StateWrapper", ("cell_states", "log_probs", "finished", "lengths"))):
+        """The decoder's states: cell_states, log_probs, finished, lengths."""
+
+    def __init__(self, cell: RNNCell, start_token: int, end_token: int, beam_size: int,
+                 embedding_fn: Callable | None = None,
+                 output_fn: Callable | None = None) -> None:
+        if not callable(cell):
+            raise TypeError(f"BeamSearchDecoder: cell must be an RNNCell, got {cell!r}")
+        if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+            raise ValueError(f"BeamSearchDecoder: beam_size must be a positive int, got "
+                             f"{beam_size!r}")
+        for arg, fn in (("embedding_fn", embedding_fn), ("output_fn", output_fn)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"BeamSearchDecoder: {arg} must be callable or None, got {fn!r}")
+        self.cell = cell
+        self.embedding_fn = embedding_fn
+        self.output_fn = output_fn
+        self.start_token = int(start_token)
+        self.end_token = int(end_token)
+        self.beam_size = beam_size
+
+    @staticmethod
+    def tile_beam_merge_with_batch(x: Variable, beam_size: int) -> Variable:
+        """``[batch, ...]`` to ``[batch * beam_size, ...]``, each entry repeated
+        ``beam_size`` times in a row (Fluid's unsqueeze/expand/transpose/reshape)."""
+        x = tensor.unsqueeze(x, [1])  # [batch, 1, ...]
+        expand_times = [1] * len(x.shape)
+        expand_times[1] = beam_size
+        x = tensor.expand(x, expand_times)  # [batch, beam, ...]
+        x = tensor.transpose(x, list(range(2, len(x.shape))) + [0, 1])  # [..., batch, beam]
+        x = tensor.reshape(x, shape=[0] * (len(x.shape) - 2) + [-1])  # [..., batch * beam]
+        return tensor.transpose(x, [len(x.shape) - 1] + list(range(0, len(x.shape) - 1)))
+
+    def _split_batch_beams(self, x: Variable) -> Variable:
+        return tensor.reshape(x, shape=[-1, self.beam_size, *x.shape[1:]])
+
+    def _merge_batch_beams(self, x: Variable) -> Variable:
+        return tensor.reshape(x, shape=[-1, *x.shape[2:]])
+
+    def _expand_to_beam_size(self, x: Variable) -> Variable:
+        x = tensor.unsqueeze(x, [1])
+        expand_times = [1] * len(x.shape)
+        expand_times[1] = self.beam_size
+        return tensor.expand(x, expand_times)
+
+    def _mask_probs(self, probs: Variable, finished: Variable) -> Variable:
+        """Finished beams: log probability 0 for end_token and -1e9 for the others;
+        unfinished beams unchanged."""
+        finished = tensor.cast(finished, dtype=probs.dtype)
+        return nn.elementwise_sub(
+            nn.elementwise_mul(tensor.expand(tensor.unsqueeze(finished, [2]),
+                                             [1, 1, self.vocab_size]),
+                               self.noend_mask_tensor, axis=-1),
+            nn.elementwise_mul(probs, nn.scale(finished, 1.0, -1.0), axis=0))
+
+    def _gather(self, x: Variable, indices: Variable, batch_size: Variable) -> Variable:
+        """``x[b, indices[b, k]]`` for every batch entry b and beam k (gather_nd)."""
+        if batch_size.dtype != indices.dtype:
+            batch_size = tensor.cast(batch_size, indices.dtype)
+        batch_pos = tensor.expand(
+            tensor.unsqueeze(tensor.range(0, batch_size, 1, dtype=indices.dtype), [1]),
+            [1, self.beam_size])
+        coordinates = tensor.stack([batch_pos, indices], axis=2)
+        return indexing.gather_nd(x, coordinates)
+
+    def initialize(self, initial_cell_states: Any) -> tuple[Any, Any, Variable]:
+        """``(start ids (or their embedding) [batch, beam], StateWrapper(tiled cell states,
+        log_probs [0, -1e9, ...], finished False, lengths 0), finished)``."""
+        self.kinf = 1e9
+        state = _flatten(initial_cell_states)[0]
+        self.batch_size = tensor.slice(tensor.shape(state), axes=[0], starts=[0], ends=[1])
+        self.start_token_tensor = tensor.fill_constant(shape=[1], dtype="int64",
+                                                       value=self.start_token)
+        self.end_token_tensor = tensor.fill_constant(shape=[1], dtype="int64",
+                                                     value=self.end_token)
+        init_cell_states = _map_structure(self._expand_to_beam_size, initial_cell_states)
+        init_inputs = tensor.fill_constant_batch_size_like(
+            input=state, shape=[-1, self.beam_size], dtype="int64", value=self.start_token)
+        dtype = state.dtype if state.dtype in ("float32", "float64") else "float32"
+        first = tensor.cast(tensor.assign(
+            np.array([[0.0] + [-self.kinf] * (self.beam_size - 1)],
+                                      dtype="float32")), dtype)
+        log_probs = nn.elementwise_add(
+            tensor.fill_constant_batch_size_like(input=state, shape=[-1, self.beam_size],
+                                                 dtype=dtype, value=0.0), first)
+        init_finished = tensor.fill_constant_batch_size_like(
+            input=state, shape=[-1, self.beam_size], dtype="bool", value=False,
+            force_cpu=True)
+        init_lengths = tensor.zeros_like(init_inputs)
+        init_inputs = self.embedding_fn(init_inputs) if self.embedding_fn else init_inputs
+        return init_inputs, self.StateWrapper(init_cell_states, log_probs, init_finished,
+                                              init_lengths), init_finished
+
+    def _beam_search_step(self, time: Variable, logits: Variable, next_cell_states: Any,
+                          beam_state: Any) -> tuple[Any, Any]:
+        self.vocab_size = logits.shape[-1]
+        if self.vocab_size is None or self.vocab_size < 0:
+            raise ValueError("BeamSearchDecoder: the vocabulary size (the last dim of the "
+                             "output_fn'd cell outputs) must be known when building")
+        self.vocab_size_tensor = tensor.fill_constant(shape=[1], dtype="int64",
+                                                      value=self.vocab_size)
+        noend = [-self.kinf] * self.vocab_size
+        noend[self.end_token] = 0
+        self.noend_mask_tensor = tensor.cast(
+            tensor.assign(np.array(noend, "float32")), logits.dtype)
+        step_log_probs = nn.log(nn.softmax(logits))
+        step_log_probs = self._mask_probs(step_log_probs, beam_state.finished)
+        log_probs = nn.elementwise_add(step_log_probs, beam_state.log_probs, axis=0)
+        scores = tensor.reshape(log_probs, [-1, self.beam_size * self.vocab_size])
+        topk_scores, topk_indices = nn.topk(scores, k=self.beam_size)
+        beam_indices = nn.elementwise_floordiv(topk_indices, self.vocab_size_tensor)
+        token_indices = nn.elementwise_mod(topk_indices, self.vocab_size_tensor)
+        next_log_probs = self._gather(
+            tensor.reshape(log_probs, [-1, self.beam_size * self.vocab_size]), topk_indices,
+            self.batch_size)
+        next_cell_states = _map_structure(
+            lambda x: self._gather(x, beam_indices, self.batch_size), next_cell_states)
+        next_finished = self._gather(beam_state.finished, beam_indices, self.batch_size)
+        next_lengths = self._gather(beam_state.lengths, beam_indices, self.batch_size)
+        next_lengths = nn.elementwise_add(
+            next_lengths, tensor.cast(tensor.logical_not(next_finished),
+                                      beam_state.lengths.dtype))
+        next_finished = tensor.logical_or(
+            next_finished, tensor.equal(token_indices, self.end_token_tensor))
+        return (self.OutputWrapper(topk_scores, token_indices, beam_indices),
+                self.StateWrapper(next_cell_states, next_log_probs, next_finished,
+                                  next_lengths))
+
+    def step(self, time: Variable, inputs: Any, states: Any, **kwargs: Any) -> tuple:
+        """``(OutputWrapper, StateWrapper, next_inputs, finished)`` of one beam step."""
+        inputs = _map_structure(self._merge_batch_beams, inputs)
+        cell_states = _map_structure(self._merge_batch_beams, states.cell_states)
+        cell_outputs, next_cell_states = self.cell(inputs, cell_states, **kwargs)
+        cell_outputs = _map_structure(self._split_batch_beams, cell_outputs)
+        next_cell_states = _map_structure(self._split_batch_beams, next_cell_states)
+        if self.output_fn is not None:
+            cell_outputs = self.output_fn(cell_outputs)
+        output, state = self._beam_search_step(time=time, logits=cell_outputs,
+                                               next_cell_states=next_cell_states,
+                                               beam_state=states)
+        sample_ids = output.predicted_ids
+        next_inputs = self.embedding_fn(sample_ids) if self.embedding_fn else sample_ids
+        return output, state, next_inputs, state.finished
+
+    def finalize(self, outputs: Any, final_states: Any, sequence_lengths: Variable) -> tuple:
+        """``(gather_tree(predicted_ids, parent_ids) [time, batch, beam], final_states)``."""
+        return _gather_tree(outputs.predicted_ids, outputs.parent_ids), final_states
+
+    @property
+    def tracks_own_finished(self) -> bool:
+        """True: beams are reordered each step, so the decoder keeps its own finished."""
+        return True
+
+    @property
+    def output_dtype(self) -> Any:
+        return self.OutputWrapper(scores="float32", predicted_ids="int64",
+                                  parent_ids="int64")
+
+
+def dynamic_decode(decoder: Decoder, inits: Any = None, max_step_num: int | None = None,
+                   output_time_major: bool = False, impute_finished: bool = False,
+                   is_test: bool = False, return_length: bool = False,
+                   **kwargs: Any) -> tuple:
+    """Run ``decoder.step`` in a ``While`` loop until every entry is finished or, with
+    ``max_step_num``, the step count passes it (Fluid 1.8's ``layers.dynamic_decode``, its
+    static-graph path).
+
+    Each step's outputs are written to tensor arrays and stacked at the end with
+    ``tensor_array_to_tensor(use_stack=True)``; ``finished`` is ORed over the steps (unless
+    ``decoder.tracks_own_finished``) and ``sequence_lengths`` counts each entry's unfinished
+    steps. Not ``is_test``: the inputs and states of every step are kept in tensor arrays
+    (so the loop trains); ``is_test``: they are updated in place. ``impute_finished`` keeps
+    the states of finished entries. As in Fluid, with ``max_step_num`` the loop continues
+    while ``step <= max_step_num``, so at most ``max_step_num + 1`` steps run.
+
+    Returns ``(final_outputs, final_states)``, plus ``sequence_lengths`` with
+    ``return_length``; outputs ``[batch, time, ...]`` (``[time, batch, ...]`` with
+    ``output_time_major``), after ``decoder.finalize`` when the decoder has one."""
+    if not isinstance(decoder, Decoder):
+        raise TypeError(f"dynamic_decode: decoder must be a Decoder, got "
+                        f"{type(decoder).__name__}")
+    if max_step_num is not None and (isinstance(max_step_num, bool)
+                                     or not isinstance(max_step_num, int)):
+        raise TypeError(f"dynamic_decode: max_step_num must be an int or None, got "
+                        f"{max_step_num!r}")
+    initial_inputs, initial_states, initial_finished = decoder.initialize(inits)
+    global_inputs, global_states, global_finished = (
+        initial_inputs, initial_states, initial_finished)
+    global_finished.stop_gradient = True
+    step_idx = tensor.fill_constant(shape=[1], dtype="int64", value=0)
+    cond = tensor.logical_not(nn.reduce_all(initial_finished))
+    if max_step_num is not None:
+        max_step_num = tensor.fill_constant(shape=[1], dtype="int64", value=max_step_num)
+    while_op = loops.While(cond, is_test=is_test)
+
+    sequence_lengths = tensor.cast(tensor.zeros_like(initial_finished), "int64")
+    sequence_lengths.stop_gradient = True
+
+    if is_test:
+        # in place: only the last step's inputs and states are kept
+        inputs = _map_structure(lambda x: x, initial_inputs)
+        states = _map_structure(lambda x: x, initial_states)
+    else:
+        # every step's inputs and states are kept in arrays, for the backward pass
+        inputs_arrays = _map_structure(lambda x: loops.array_write(x, step_idx),
+                                       initial_inputs)
+        states_arrays = _map_structure(lambda x: loops.array_write(x, step_idx),
+                                       initial_states)
+
+    def _maybe_copy_finished(state: Variable, new_state: Variable,
+                             step_mask: Variable) -> Variable:
+        # Fluid 1.8: state * mask - new * (mask - 1), bools through float32
+        state_dtype = state.dtype
+        if state_dtype == "bool":
+            state = tensor.cast(state, "float32")
+            new_state = tensor.cast(new_state, "float32")
+        if step_mask.dtype != state.dtype:
+            step_mask = tensor.cast(step_mask, state.dtype)
+            step_mask.stop_gradient = True
+        new_state = nn.elementwise_sub(
+            nn.elementwise_mul(state, step_mask, axis=0),
+            nn.elementwise_mul(new_state, nn.scale(step_mask, 1.0, -1.0), axis=0))
+        if state_dtype == "bool":
+            new_state = tensor.cast(new_state, state_dtype)
+        return new_state
+
+    def _create_array_out_of_while(dtype: str) -> Variable:
+        # the output arrays live in the enclosing block, created once the dtypes are known
+        program = default_main_program()
+        current = program.current_block_idx
+        program.current_block_idx = program.current_block().parent_idx
+        array = loops.create_array(dtype)
+        program.current_block_idx = current
+        return array
+
+    with while_op.block():
+        if not is_test:
+            inputs = _map_structure(lambda a: loops.array_read(a, step_idx), inputs_arrays)
+            states = _map_structure(lambda a: loops.array_read(a, step_idx), states_arrays)
+        outputs, next_states, next_inputs, next_finished = decoder.step(
+            step_idx, inputs, states, **kwargs)
+        if not decoder.tracks_own_finished:
+            # an entry once finished stays finished
+            next_finished = tensor.logical_or(next_finished, global_finished)
+            next_sequence_lengths = nn.elementwise_add(
+                sequence_lengths,
+                tensor.cast(tensor.logical_not(global_finished), sequence_lengths.dtype))
+            if impute_finished:
+                next_states = _map_structure(
+                    lambda x, y: _maybe_copy_finished(x, y, global_finished), states,
+                    next_states)
+        else:
+            if not hasattr(next_states, "lengths"):
+                warnings.warn("`next_states` has no `lengths` attribute, the returned "
+                              "`sequence_lengths` would be all zeros.", stacklevel=2)
+            next_sequence_lengths = getattr(next_states, "lengths", sequence_lengths)
+
+        outputs_arrays = _map_structure(lambda x: _create_array_out_of_while(x.dtype),
+                                        outputs)
+        _map_structure(lambda x, a: loops.array_write(x, i=step_idx, array=a), outputs,
+                       outputs_arrays)
+        tensor.increment(x=step_idx, value=1.0, in_place=True)
+        # finished first: it may also be one of the decoder's states
+        tensor.assign(next_finished, global_finished)
+        tensor.assign(next_sequence_lengths, sequence_lengths)
+        if is_test:
+            _map_structure(tensor.assign, next_inputs, global_inputs)
+            _map_structure(tensor.assign, next_states, global_states)
+        else:
+            _map_structure(lambda x, a: loops.array_write(x, i=step_idx, array=a),
+                           next_inputs, inputs_arrays)
+            _map_structure(lambda x, a: loops.array_write(x, i=step_idx, array=a),
+                           next_states, states_arrays)
+        if max_step_num is not None:
+            tensor.logical_and(tensor.logical_not(nn.reduce_all(global_finished)),
+                               compare.less_equal(step_idx, max_step_num), cond)
+        else:
+            tensor.logical_not(nn.reduce_all(global_finished), cond)
+
+    final_outputs = _map_structure(
+        lambda a: control_flow.tensor_array_to_tensor(a, axis=0, use_stack=True)[0],
+        outputs_arrays)
+    if is_test:
+        final_states = global_states
+    else:
+        final_states = _map_structure(lambda a: loops.array_read(a, step_idx), states_arrays)
+    try:
+        final_outputs, final_states = decoder.finalize(final_outputs, final_states,
+                                                       sequence_lengths)
+    except NotImplementedError:
+        pass
+    if not output_time_major:
+        final_outputs = _map_structure(_transpose_batch_time, final_outputs)
+    if return_length:
+        return final_outputs, final_states, sequence_lengths
+    return final_outputs, final_states

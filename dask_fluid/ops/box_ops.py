@@ -49,7 +49,8 @@ def _prior_sizes(attrs: dict) -> list[tuple[float, float]]:
     return sizes
 
 
-def _check_prior_attrs(op: str, attrs: dict) -> None:
+def check_prior_attrs(op: str, attrs: dict) -> None:
+    """The size and variance rules of prior_box's InferShape (the layer checks them too)."""
     mins, maxs = list(attrs["min_sizes"]), list(attrs["max_sizes"])
     if not mins or any(v <= 0 for v in mins):
         raise ValueError(f"{op}: min_sizes must be a non-empty list of positive sizes, "
@@ -84,7 +85,7 @@ def prior_box(ins: dict, attrs: dict, outs: tuple) -> dict:
     broadcast to the same shape."""
     inp, image = ins["Input"][0], ins["Image"][0]
     _check_maps("prior_box", inp, image)
-    _check_prior_attrs("prior_box", attrs)
+    check_prior_attrs("prior_box", attrs)
     xp = array_module(inp)
     dt = inp.dtype if np.dtype(inp.dtype).kind == "f" else np.dtype(np.float32)
     fh, fw = int(inp.shape[2]), int(inp.shape[3])

@@ -124,7 +124,7 @@ def test_get_initial_states_shapes_dtypes_and_values():
     np.testing.assert_array_equal(outs[3], np.full((N, 5), 1.5))
 
 
-def _build_rnn(kind, time_major, with_lengths, with_init):
+def _build_rnn(kind, time_major, with_lengths, with_init, is_reverse=False):
     x_shape = [T, N, D] if time_major else [N, T, D]
     x = fluid.layers.data(name="x", shape=x_shape, dtype="float64", append_batch_size=False)
     x.stop_gradient = False
@@ -141,7 +141,7 @@ def _build_rnn(kind, time_major, with_lengths, with_init):
                                    append_batch_size=False) for n in ("h0", "c0")]
                 if with_init else None)
     return x, fluid.layers.rnn(cell, x, initial_states=init, sequence_length=lengths,
-                               time_major=time_major)
+                               time_major=time_major, is_reverse=is_reverse)
 
 
 def _rnn_np(kind, xs, lengths, h0, c0, params):
@@ -192,6 +192,78 @@ def test_rnn_padded_batch_against_numpy(kind, time_major, with_init):
         np.testing.assert_allclose(got[2], e_c, rtol=1e-9, atol=1e-12)
     # past a length the output is still the cell's (1.8 does not zero it), not the state
     assert not np.allclose(got[0][1, 1:] if not time_major else got[0][1:, 1], 0)
+
+
+def _reverse_rnn_np(kind, xs, lengths, h0, c0, params):
+    """is_reverse by hand: steps T-1 .. 0, each output stored at its own step; a sequence's
+    padding (visited first) keeps the initial state."""
+    h, c = h0.copy(), c0.copy()
+    outs = [None] * xs.shape[0]
+    for t in reversed(range(xs.shape[0])):
+        if kind == "gru":
+            nh = _gru_np(xs[t], h, *params)
+            nc = c
+        else:
+            nh, nc = _lstm_np(xs[t], h, c, *params, 1.0)
+        outs[t] = nh
+        live = (t < lengths)[:, None]
+        h, c = np.where(live, nh, h), np.where(live, nc, c)
+    return np.stack(outs), h, c
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+@pytest.mark.parametrize("time_major", [False, True])
+def test_rnn_is_reverse_against_numpy(kind, time_major):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+        x, (out, states) = _build_rnn(kind, time_major, True, True, is_reverse=True)
+    types = [op.type for op in main.global_block().ops]
+    # Fluid 1.8: inputs and mask reversed before the StaticRNN, the outputs after it
+    rec = types.index("recurrent")
+    assert types[:rec].count("reverse") == 2 and types[rec:].count("reverse") == 1
+    assert out.shape == ((T, N, H) if time_major else (N, T, H))
+    rng = np.random.default_rng(6)
+    xs = rng.standard_normal((T, N, D))
+    lengths = np.array([4, 1, 2])
+    h0, c0 = rng.standard_normal((N, H)), rng.standard_normal((N, H))
+    feed = {"x": xs if time_major else xs.transpose(1, 0, 2), "len": lengths, "h0": h0}
+    if kind == "lstm":
+        feed["c0"] = c0
+    fetch = [out, *(states if kind == "lstm" else [states])]
+    pre = "GRUCell/BasicGRUUnit_0" if kind == "gru" else "LSTMCell/BasicLSTMUnit_0"
+    pnames = ([f"{pre}.w_0", f"{pre}.b_0", f"{pre}.w_1", f"{pre}.b_1"] if kind == "gru"
+              else [f"{pre}.w_0", f"{pre}.b_0"])
+    got, params = _run(main, startup, feed, fetch, pnames)
+    e_out, e_h, e_c = _reverse_rnn_np(kind, xs, lengths, h0, c0, params)
+    np.testing.assert_allclose(got[0], e_out if time_major else e_out.transpose(1, 0, 2),
+                               rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(got[1], e_h, rtol=1e-9, atol=1e-12)
+    if kind == "lstm":
+        np.testing.assert_allclose(got[2], e_c, rtol=1e-9, atol=1e-12)
+    # not the forward direction's result
+    f_out, _, _ = _rnn_np(kind, xs, lengths, h0, c0, params)
+    assert not np.allclose(e_out, f_out)
+
+
+def test_rnn_is_reverse_gradients_match_central_differences():
+    rng = np.random.default_rng(7)
+    xs = rng.standard_normal((N, T, D))
+    r_out = rng.standard_normal((N, T, H))
+
+    def build():
+        x, (out, h) = _build_rnn("gru", False, True, False, is_reverse=True)
+        ro = fluid.layers.data(name="ro", shape=[N, T, H], dtype="float64",
+                               append_batch_size=False)
+        return fluid.layers.elementwise_add(
+            fluid.layers.reduce_sum(fluid.layers.elementwise_mul(out, ro)),
+            fluid.layers.reduce_sum(fluid.layers.square(h)))
+
+    pre = "GRUCell/BasicGRUUnit_0"
+    res = program_grads_and_numeric(build, {"x": xs, "len": np.array([4, 1, 3]), "ro": r_out},
+                                    [f"{pre}.w_0", f"{pre}.w_1", f"{pre}.b_1"])
+    for p, (analytic, numeric) in res.items():
+        assert np.abs(numeric).max() > 1e-3, p
+        np.testing.assert_allclose(analytic, numeric, rtol=1e-5, atol=1e-7, err_msg=p)
 
 
 def test_rnn_without_lengths_runs_every_step():
@@ -273,8 +345,6 @@ def test_errors():
         xi = fluid.layers.data(name="xi", shape=[N, T, D], dtype="int64",
                                append_batch_size=False)
         cell = fluid.layers.GRUCell(H)
-        with pytest.raises(NotImplementedError, match="is_reverse"):
-            fluid.layers.rnn(cell, x, is_reverse=True)
         with pytest.raises(TypeError, match="cell must be an RNNCell"):
             fluid.layers.rnn(lambda i, s: (i, s), x)
         with pytest.raises(TypeError, match=r"inputs\[0\] must be a float32/float64"):

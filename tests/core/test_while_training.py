@@ -161,6 +161,36 @@ def test_a_cond_inside_the_loop_trains():
     _assert_grads(build, {"x0": XS[0]}, ["w0", "wa", "wb"])
 
 
+def test_a_loss_that_reads_only_the_array_a_loop_filled():
+    """The carried state h is never read after the loop: its gradient enters the last step
+    as zeros, and each step still passes the array item's gradient on through h."""
+    x_value = np.random.default_rng(8).standard_normal((2, 3))
+
+    def build():
+        x = layers.data("x", [2, 3], dtype="float64", append_batch_size=False)
+        w = layers.create_parameter([3, 3], "float64", name="w")
+        h = layers.fill_constant([2, 3], "float64", 0.0)
+        h.stop_gradient = False
+        i = layers.fill_constant([1], "int64", 0)
+        n = layers.fill_constant([1], "int64", 3)
+        arr = layers.create_array("float64")
+        cond = layers.less_than(i, n)
+        loop = layers.While(cond)
+        with loop.block():
+            new = layers.tanh(layers.elementwise_add(layers.matmul(h, w), x))
+            layers.assign(new, h)
+            layers.array_write(new, i, array=arr)
+            layers.increment(i, in_place=True)
+            layers.less_than(i, n, cond=cond)
+        first = layers.array_read(arr, layers.fill_constant([1], "int64", 0))
+        last = layers.array_read(arr, layers.fill_constant([1], "int64", 2))
+        return layers.reduce_sum(layers.square(last) + first)
+
+    analytic, numeric = program_grads_and_numeric(build, {"x": x_value}, ["w"])["w"]
+    assert np.abs(analytic).max() > 0
+    np.testing.assert_allclose(analytic, numeric, rtol=1e-5, atol=1e-8)
+
+
 def test_loops_that_cannot_be_differentiated_are_refused_by_name():
     with fluid.program_guard(fluid.Program(), fluid.Program()):
         x = layers.data("x", [3])
