@@ -370,23 +370,36 @@ def adaptive_pool2d(input: Variable, pool_size: int | Sequence[int], pool_type: 
     returned too with ``require_index``) and average pooling is ``pool2d`` with
     ``adaptive=True``."""
     _check_var(input, "input", "adaptive_pool2d")
+    size = _adaptive_args("adaptive_pool2d", pool_size, pool_type, require_index, _pair, 2)
+    n, c, _, _ = _nchw(input, "adaptive_pool2d", "NCHW")
+    return _append_adaptive_pool(2, input, n, c, size, pool_type, require_index, name)
+
+
+def _adaptive_args(layer: str, pool_size: Any, pool_type: Any, require_index: Any,
+                   normalise: Any, dims: int) -> list[int]:
+    """adaptive_pool2d's and adaptive_pool3d's argument checks: the output size per dim."""
     if not isinstance(pool_type, str) or pool_type not in ("max", "avg"):
-        raise ValueError(f"adaptive_pool2d: pool_type must be 'max' or 'avg', got "
-                         f"{pool_type!r}")
+        raise ValueError(f"{layer}: pool_type must be 'max' or 'avg', got {pool_type!r}")
     if not isinstance(require_index, bool):
-        raise TypeError(f"adaptive_pool2d: require_index must be a bool, got "
+        raise TypeError(f"{layer}: require_index must be a bool, got "
                         f"{type(require_index).__name__}")
     if pool_type == "avg" and require_index:
-        raise ValueError("adaptive_pool2d: require_index=True needs pool_type='max', got "
-                         "'avg'")
+        raise ValueError(f"{layer}: require_index=True needs pool_type='max', got 'avg'")
     if not isinstance(pool_size, (int, list, tuple)):
-        raise TypeError(f"adaptive_pool2d: pool_size must be an int or a list/tuple of 2 "
-                        f"ints, got {type(pool_size).__name__}")
-    size = _pair(pool_size, "pool_size", "adaptive_pool2d")
+        raise TypeError(f"{layer}: pool_size must be an int or a list/tuple of {dims} ints, "
+                        f"got {type(pool_size).__name__}")
+    size = normalise(pool_size, "pool_size", layer)
     if min(size) <= 0:
-        raise ValueError(f"adaptive_pool2d: pool_size must be positive, got {pool_size!r}")
-    n, c, _, _ = _nchw(input, "adaptive_pool2d", "NCHW")
-    op_type = "max_pool2d_with_index" if pool_type == "max" else "pool2d"
+        raise ValueError(f"{layer}: pool_size must be positive, got {pool_size!r}")
+    return size
+
+
+def _append_adaptive_pool(dims: int, input: Variable, n: int, c: int, size: list[int],
+                          pool_type: str, require_index: bool, name: str | None
+                          ) -> Variable | tuple[Variable, Variable]:
+    """Fluid's adaptive pooling ops: ``max_pool{dims}d_with_index`` (with its int32 ``Mask``)
+    for max, ``pool{dims}d`` with ``adaptive=True`` for avg."""
+    op_type = f"max_pool{dims}d_with_index" if pool_type == "max" else f"pool{dims}d"
     helper = LayerHelper(op_type, name)
     out = helper.create_tmp(dtype=input.dtype, shape=[n, c, *size])
     outputs = {"Out": [out]}

@@ -13,6 +13,7 @@ from ..layer_helper import LayerHelper
 from ..ops.conv3d_ops import resolve_paddings_3d
 from ..ops.conv_ops import conv_output_size, conv_transpose_output_size, pool_output_size
 from ..param_attr import ParamAttr
+from .image import _adaptive_args, _append_adaptive_pool
 from .tensor import _check_var
 
 __all__ = ["adaptive_pool3d", "conv3d", "conv3d_transpose", "pool3d"]
@@ -311,31 +312,7 @@ def adaptive_pool3d(input: Variable, pool_size: int | Sequence[int], pool_type: 
     is returned too with ``require_index``) and average pooling is ``pool3d`` with
     ``adaptive=True``."""
     _check_var(input, "input", "adaptive_pool3d")
-    if not isinstance(pool_type, str) or pool_type not in ("max", "avg"):
-        raise ValueError(f"adaptive_pool3d: pool_type must be 'max' or 'avg', got "
-                         f"{pool_type!r}")
-    if not isinstance(require_index, bool):
-        raise TypeError(f"adaptive_pool3d: require_index must be a bool, got "
-                        f"{type(require_index).__name__}")
-    if pool_type == "avg" and require_index:
-        raise ValueError("adaptive_pool3d: require_index=True needs pool_type='max', got "
-                         "'avg'")
-    if not isinstance(pool_size, (int, list, tuple)):
-        raise TypeError(f"adaptive_pool3d: pool_size must be an int or a list/tuple of 3 "
-                        f"ints, got {type(pool_size).__name__}")
-    size = _triple(pool_size, "pool_size", "adaptive_pool3d")
-    if min(size) <= 0:
-        raise ValueError(f"adaptive_pool3d: pool_size must be positive, got {pool_size!r}")
+    size = _adaptive_args("adaptive_pool3d", pool_size, pool_type, require_index, _triple, 3)
     shape, _ = _ncdhw(input, "adaptive_pool3d", "NCDHW")
-    op_type = "max_pool3d_with_index" if pool_type == "max" else "pool3d"
-    helper = LayerHelper(op_type, name)
-    out = helper.create_tmp(dtype=input.dtype, shape=[shape[0], shape[1], *size])
-    outputs = {"Out": [out]}
-    if pool_type == "max":
-        # Fluid declares the mask with the input's dtype; its kernel writes int32
-        mask = helper.create_tmp(dtype="int32", shape=[shape[0], shape[1], *size],
-                                 stop_gradient=True)
-        outputs["Mask"] = [mask]
-    helper.append_op(op_type, inputs={"X": [input]}, outputs=outputs,
-                     attrs={"pooling_type": pool_type, "ksize": size, "adaptive": True})
-    return (out, mask) if require_index else out
+    return _append_adaptive_pool(3, input, shape[0], shape[1], size, pool_type, require_index,
+                                 name)

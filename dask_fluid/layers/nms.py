@@ -53,6 +53,23 @@ def _nms_out_shape(bboxes: Variable, scores: Variable) -> list[int]:
     return [-1, width]
 
 
+def _append_nms(op_type: str, layer: str, bboxes: Variable, scores: Variable, attrs: dict,
+                with_index: bool, name: str | None) -> tuple[Variable, Variable | None]:
+    """The NMS op ``op_type`` on ``bboxes`` and ``scores``: its ``Out`` (shape as the op's
+    InferShape) and, ``with_index``, its int32 ``Index`` ``[M, 1]`` (else None)."""
+    helper = LayerHelper(layer, name)
+    shape = _nms_out_shape(bboxes, scores)
+    out = helper.create_tmp(dtype=bboxes.dtype, shape=shape, stop_gradient=True)
+    outputs = {"Out": [out]}
+    index = None
+    if with_index:
+        index = helper.create_tmp(dtype="int32", shape=[shape[0], 1], stop_gradient=True)
+        outputs["Index"] = [index]
+    helper.append_op(op_type, inputs={"BBoxes": [bboxes], "Scores": [scores]},
+                     outputs=outputs, attrs=attrs)
+    return out, index
+
+
 def multiclass_nms(bboxes: Variable, scores: Variable, score_threshold: float, nms_top_k: int,
                    keep_top_k: int, nms_threshold: float = 0.3, normalized: bool = True,
                    nms_eta: float = 1.0, background_label: int = 0,
@@ -86,12 +103,7 @@ def multiclass_nms(bboxes: Variable, scores: Variable, score_threshold: float, n
     _check_float_var(scores, "scores", layer)
     attrs = _nms_attrs(layer, score_threshold, nms_top_k, keep_top_k, nms_threshold,
                        normalized, nms_eta, background_label)
-    helper = LayerHelper(layer, name)
-    out = helper.create_tmp(dtype=bboxes.dtype, shape=_nms_out_shape(bboxes, scores),
-                            stop_gradient=True)
-    helper.append_op("multiclass_nms", inputs={"BBoxes": [bboxes], "Scores": [scores]},
-                     outputs={"Out": [out]}, attrs=attrs)
-    return out
+    return _append_nms("multiclass_nms", layer, bboxes, scores, attrs, False, name)[0]
 
 
 def multiclass_nms2(bboxes: Variable, scores: Variable, score_threshold: float,
@@ -114,12 +126,7 @@ def multiclass_nms2(bboxes: Variable, scores: Variable, score_threshold: float,
         raise TypeError(f"{layer}: return_index must be bool, got {type(return_index).__name__}")
     attrs = _nms_attrs(layer, score_threshold, nms_top_k, keep_top_k, nms_threshold,
                        normalized, nms_eta, background_label)
-    helper = LayerHelper(layer, name)
-    shape = _nms_out_shape(bboxes, scores)
-    out = helper.create_tmp(dtype=bboxes.dtype, shape=shape, stop_gradient=True)
-    index = helper.create_tmp(dtype="int32", shape=[shape[0], 1], stop_gradient=True)
-    helper.append_op("multiclass_nms2", inputs={"BBoxes": [bboxes], "Scores": [scores]},
-                     outputs={"Out": [out], "Index": [index]}, attrs=attrs)
+    out, index = _append_nms("multiclass_nms2", layer, bboxes, scores, attrs, True, name)
     return (out, index) if return_index else out
 
 
@@ -169,13 +176,8 @@ def matrix_nms(bboxes: Variable, scores: Variable, score_threshold: float,
              "keep_top_k": _num(keep_top_k, "keep_top_k", layer, int),
              "normalized": normalized, "use_gaussian": use_gaussian,
              "gaussian_sigma": _num(gaussian_sigma, "gaussian_sigma", layer, float)}
-    helper = LayerHelper(layer, name)
     # MatrixNMSOp::InferShape (1.8): Out [M, box_size + 2], Index [M, 1]
-    shape = _nms_out_shape(bboxes, scores)
-    out = helper.create_tmp(dtype=bboxes.dtype, shape=shape, stop_gradient=True)
-    index = helper.create_tmp(dtype="int32", shape=[shape[0], 1], stop_gradient=True)
-    helper.append_op("matrix_nms", inputs={"BBoxes": [bboxes], "Scores": [scores]},
-                     outputs={"Out": [out], "Index": [index]}, attrs=attrs)
+    out, index = _append_nms("matrix_nms", layer, bboxes, scores, attrs, True, name)
     return (out, index) if return_index else out
 
 
@@ -204,12 +206,7 @@ def locality_aware_nms(bboxes: Variable, scores: Variable, score_threshold: floa
                          f"only), got shape {shape}")
     attrs = _nms_attrs(layer, score_threshold, nms_top_k, keep_top_k, nms_threshold,
                        normalized, nms_eta, background_label)
-    helper = LayerHelper(layer, name)
-    out = helper.create_tmp(dtype=bboxes.dtype, shape=_nms_out_shape(bboxes, scores),
-                            stop_gradient=True)
-    helper.append_op("locality_aware_nms", inputs={"BBoxes": [bboxes], "Scores": [scores]},
-                     outputs={"Out": [out]}, attrs=attrs)
-    return out
+    return _append_nms("locality_aware_nms", layer, bboxes, scores, attrs, False, name)[0]
 
 
 def _levels(min_level: int, max_level: int, layer: str) -> int:
