@@ -26,9 +26,9 @@ from __future__ import annotations
 import io as _io
 import os
 import pickle
-import struct
+import warnings
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
@@ -44,145 +44,17 @@ from .framework import (
 )
 from .ops.registry import array_module, to_host
 from .py_reader import DataLoader, PyReader
+from .tensor_file import read_tensor, write_tensor
 
 __all__ = [
-    "DataLoader", "PyReader", "is_parameter", "is_persistable", "load", "load_inference_model",
-    "load_params", "load_persistables", "load_vars", "read_tensor", "save",
+    "DataLoader", "PyReader", "get_program_parameter", "get_program_persistable_vars",
+    "is_parameter", "is_persistable", "load", "load_inference_model", "load_params",
+    "load_persistables", "load_program_state", "load_vars", "read_tensor", "save",
+    "set_program_state",
     "save_inference_model", "save_params", "save_persistables", "save_vars", "write_tensor",
 ]
 
 MODEL_FILENAME = "__model__"
-
-#: Paddle's VarType.Type codes of the dense dtypes
-_DTYPE_CODES = {np.dtype(np.bool_): 0, np.dtype(np.int16): 1, np.dtype(np.int32): 2,
-                np.dtype(np.int64): 3, np.dtype(np.float16): 4, np.dtype(np.float32): 5,
-                np.dtype(np.float64): 6, np.dtype(np.uint8): 20, np.dtype(np.int8): 21}
-_CODE_DTYPES = {v: k for k, v in _DTYPE_CODES.items()}
-#: a tensor file larger than this is not one of ours (a corrupt dims field)
-_MAX_ELEMENTS = 1 << 40
-
-
-# -- the LoDTensor binary layout --------------------------------------------------------------
-
-def _varint(value: int) -> bytes:
-    value &= (1 << 64) - 1  # negative int64 as 10-byte two's complement, as protobuf does
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    shift, value = 0, 0
-    while True:
-        if pos >= len(buf):
-            raise ValueError("truncated TensorDesc (a varint runs past its end)")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("malformed TensorDesc (a varint longer than 10 bytes)")
-
-
-def _tensor_desc(dtype: np.dtype, shape: tuple) -> bytes:
-    out = bytes([0x08]) + _varint(_DTYPE_CODES[dtype])  # field 1, varint: data_type
-    for d in shape:
-        out += bytes([0x10]) + _varint(int(d))  # field 2, varint, one per dim (unpacked)
-    return out
-
-
-def _parse_tensor_desc(buf: bytes) -> tuple[np.dtype, tuple[int, ...]]:
-    pos, code, dims = 0, None, []
-    while pos < len(buf):
-        key, pos = _read_varint(buf, pos)
-        field, wire = key >> 3, key & 7
-        if field == 1 and wire == 0:
-            code, pos = _read_varint(buf, pos)
-        elif field == 2 and wire == 0:
-            d, pos = _read_varint(buf, pos)
-            dims.append(d - (1 << 64) if d >= 1 << 63 else d)
-        elif field == 2 and wire == 2:  # packed dims
-            length, pos = _read_varint(buf, pos)
-            end = pos + length
-            while pos < end:
-                d, pos = _read_varint(buf, pos)
-                dims.append(d - (1 << 64) if d >= 1 << 63 else d)
-        else:
-            raise ValueError(f"TensorDesc has an unexpected field {field} (wire type {wire})")
-    if code not in _CODE_DTYPES:
-        raise ValueError(f"TensorDesc data_type {code} is not a dense dtype dask_fluid reads "
-                         f"(known: {sorted(_CODE_DTYPES)})")
-    return _CODE_DTYPES[code], tuple(dims)
-
-
-def write_tensor(f: BinaryIO, value: Any, lod: Sequence[Sequence[int]] = ()) -> None:
-    """Write one LoDTensor record (see the module docstring)."""
-    arr = np.ascontiguousarray(to_host(value))
-    if arr.dtype not in _DTYPE_CODES:
-        raise TypeError(f"cannot save a tensor of dtype {arr.dtype} in Paddle's layout; known "
-                        f"dtypes: {sorted(str(d) for d in _DTYPE_CODES)}")
-    f.write(struct.pack("<I", 0))
-    f.write(struct.pack("<Q", len(lod)))
-    for level in lod:
-        data = np.asarray(level, dtype="<u8").tobytes()
-        f.write(struct.pack("<Q", len(data)))
-        f.write(data)
-    f.write(struct.pack("<I", 0))
-    desc = _tensor_desc(arr.dtype, arr.shape)
-    f.write(struct.pack("<i", len(desc)))
-    f.write(desc)
-    f.write(arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
-
-
-def _read_exactly(f: BinaryIO, n: int, what: str) -> bytes:
-    data = f.read(n)
-    if len(data) != n:
-        raise ValueError(f"the tensor file ends inside its {what} ({len(data)} of {n} bytes)")
-    return data
-
-
-def read_tensor(f: BinaryIO) -> tuple[np.ndarray, list[list[int]]]:
-    """Read one LoDTensor record: ``(array, lod)``.
-
-    Raises
-    ------
-    ValueError
-        The bytes are not a LoDTensor record of a version dask_fluid reads (or are cut off).
-    """
-    (version,) = struct.unpack("<I", _read_exactly(f, 4, "version"))
-    if version != 0:
-        raise ValueError(f"LoDTensor version {version} is not supported (only 0)")
-    (levels,) = struct.unpack("<Q", _read_exactly(f, 8, "LoD level count"))
-    if levels > 64:
-        raise ValueError(f"the tensor claims {levels} LoD levels: not a LoDTensor file")
-    lod = []
-    for _ in range(levels):
-        (nbytes,) = struct.unpack("<Q", _read_exactly(f, 8, "LoD level size"))
-        if nbytes % 8 or nbytes > 8 * _MAX_ELEMENTS:
-            raise ValueError(f"a LoD level of {nbytes} bytes: not a LoDTensor file")
-        lod.append(np.frombuffer(_read_exactly(f, nbytes, "LoD"), "<u8").astype(int).tolist())
-    (tversion,) = struct.unpack("<I", _read_exactly(f, 4, "tensor version"))
-    if tversion != 0:
-        raise ValueError(f"Tensor version {tversion} is not supported (only 0)")
-    (desc_size,) = struct.unpack("<i", _read_exactly(f, 4, "TensorDesc size"))
-    if not 0 < desc_size < 1 << 16:
-        raise ValueError(f"a TensorDesc of {desc_size} bytes: not a LoDTensor file")
-    dtype, shape = _parse_tensor_desc(_read_exactly(f, desc_size, "TensorDesc"))
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    if any(d < 0 for d in shape) or count > _MAX_ELEMENTS:
-        raise ValueError(f"the tensor claims dims {list(shape)}: not a LoDTensor file")
-    data = _read_exactly(f, count * dtype.itemsize, "data")
-    arr = np.frombuffer(data, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(shape)
-    return arr, lod
-
 
 # -- which variables ---------------------------------------------------------------------------
 
@@ -240,11 +112,11 @@ def save_vars(executor: Executor | None, dirname: str, main_program: Program | N
             path = os.path.join(dirname, name)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as f:
-                write_tensor(f, scope.get(name))
+                write_tensor(f, to_host(scope.get(name)))
         return
     with open(os.path.join(dirname, filename), "wb") as f:
         for name in sorted(names):
-            write_tensor(f, scope.get(name))
+            write_tensor(f, to_host(scope.get(name)))
 
 
 def load_vars(executor: Executor | None, dirname: str, main_program: Program | None = None,
@@ -575,3 +447,117 @@ def load(program: Program, model_path: str, executor: Executor | None = None,
             raise ValueError(f"variable {v.name!r} is declared {list(v.shape)} but the saved "
                              f"value is {list(value.shape)}")
         scope.set(v.name, _placed(executor, scope, v.name, value))
+
+
+# -- program state: values by name, outside any scope -----------------------------------------
+
+def get_program_parameter(program: Program) -> list[Variable]:
+    """The parameters of ``program`` (Fluid 1.8's ``fluid.io.get_program_parameter``)."""
+    return [v for v in program.list_vars() if is_parameter(v)]
+
+
+def get_program_persistable_vars(program: Program) -> list[Variable]:
+    """The persistable variables of ``program`` (``fluid.io.get_program_persistable_vars``)."""
+    return [v for v in program.list_vars() if is_persistable(v)]
+
+
+def load_program_state(model_path: str, var_list: Iterable[Variable] | None = None
+                       ) -> dict[str, np.ndarray]:
+    """The saved values under ``model_path`` as ``{name: ndarray}``, without touching a scope
+    (Fluid 1.8's ``fluid.load_program_state``).
+
+    ``model_path`` is what :func:`save` was given (a ``.pdparams``/``.pdopt``/``.pdmodel``
+    suffix is dropped): the parameters and, where present, the optimizer's state. Failing
+    that, a directory written by :func:`save_vars`, :func:`save_params` or
+    :func:`save_persistables` (one file per variable: every file under it, named by its path
+    there, or only ``var_list``), or a single file they wrote with ``filename`` (then
+    ``var_list`` must name its variables, in any order: they are stored sorted by name).
+
+    Raises
+    ------
+    FileNotFoundError
+        Nothing was saved under ``model_path``.
+    ValueError
+        ``model_path`` is a single file and ``var_list`` is None; a file is not a saved
+        tensor or parameter dict.
+    """
+    prefix = model_path
+    for suffix in (".pdparams", ".pdopt", ".pdmodel"):
+        if prefix.endswith(suffix):
+            prefix = prefix[:-len(suffix)]
+            break
+    if os.path.exists(prefix + ".pdparams"):
+        state = _pickle_load(prefix + ".pdparams")
+        if os.path.exists(prefix + ".pdopt"):
+            state.update(_pickle_load(prefix + ".pdopt"))
+        return state
+    if os.path.isfile(model_path):
+        if var_list is None:
+            raise ValueError(f"load_program_state: {model_path} is one file of several "
+                             "variables: pass var_list, the variables saved in it")
+        names = sorted(v.name if isinstance(v, Variable) else str(v) for v in var_list)
+        state = {}
+        with open(model_path, "rb") as f:
+            for name in names:
+                state[name] = read_tensor(f)[0]
+        return state
+    if not os.path.isdir(model_path):
+        raise FileNotFoundError(f"load_program_state: neither {prefix}.pdparams (fluid.save) "
+                                f"nor a directory of saved variables at {model_path}")
+    if var_list is not None:
+        names = [v.name if isinstance(v, Variable) else str(v) for v in var_list]
+    else:
+        names = sorted(os.path.relpath(os.path.join(root, f), model_path).replace(os.sep, "/")
+                       for root, _, files in os.walk(model_path) for f in files)
+    state = {}
+    for name in names:
+        path = os.path.join(model_path, name)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"load_program_state: no saved value of {name!r} at "
+                                    f"{path}")
+        with open(path, "rb") as f:
+            try:
+                state[name] = read_tensor(f)[0]
+            except ValueError as exc:
+                raise ValueError(f"load_program_state: {path} is not a variable saved by "
+                                 f"save_vars/save_params/save_persistables: {exc}") from None
+    return state
+
+
+def set_program_state(program: Program, state_dict: dict[str, Any]) -> None:
+    """Set the persistable variables of ``program`` in the global scope from ``state_dict``
+    (Fluid 1.8's ``fluid.set_program_state``); names the program does not have are left out
+    with a warning, as in Fluid.
+
+    Every value is checked before any is set, so a mismatch changes nothing.
+
+    Raises
+    ------
+    ValueError
+        A persistable variable is not in the scope (run the startup program first), or a
+        value's shape or dtype differs from the variable's current value.
+    """
+    scope = global_scope()
+    updates = {}
+    for var in get_program_persistable_vars(program):
+        if var.name not in state_dict:
+            continue
+        if var.name not in scope:
+            raise ValueError(f"set_program_state: variable {var.name!r} is not in the scope; "
+                             "run the startup program first")
+        current = scope.get(var.name)
+        new = np.asarray(state_dict[var.name])
+        if tuple(current.shape) != new.shape:
+            raise ValueError(f"set_program_state: shape of {var.name!r} does not match: the "
+                             f"program has {list(current.shape)}, the state "
+                             f"{list(new.shape)}")
+        if np.dtype(current.dtype) != new.dtype:
+            raise ValueError(f"set_program_state: dtype of {var.name!r} does not match: the "
+                             f"program has {np.dtype(current.dtype)}, the state {new.dtype}")
+        updates[var.name] = new
+    for name, value in updates.items():
+        scope.set(name, _placed(None, scope, name, value.copy()))
+    unused = [k for k in state_dict if k not in updates]
+    if unused:
+        warnings.warn("set_program_state: these values were not set, the program has no "
+                      f"persistable variable of their name: {' '.join(unused)}", stacklevel=2)
