@@ -216,3 +216,71 @@ def create_random_int_lodtensor(recursive_seq_lens: Sequence[Sequence[int]],
     rows = sum(int(n) for n in recursive_seq_lens[-1])
     data = np.random.randint(low, high + 1, [rows, *base_shape]).astype(np.int64)
     return create_lod_tensor(data, recursive_seq_lens, place)
+
+
+#: the type of a variable that holds a :class:`LoDRankTable` (Fluid's
+#: ``VarDesc.VarType.LOD_RANK_TABLE``; dask_fluid.framework.VarType has no member for it)
+LOD_RANK_TABLE = "lod_rank_table"
+
+
+class LoDRankTable:
+    """The sequences of one LoD level sorted by length, longest first (Fluid's
+    ``core.LodRankTable``, what ``layers.lod_rank_table`` computes).
+
+    ``items()`` are ``(index, length)`` pairs: the sequence's position in the batch and its
+    length, in the order of a stable sort by length, descending (ties keep batch order, as
+    Fluid's ``std::stable_sort``). ``coarse_lod()`` holds the LoD levels above the ranked one,
+    which ``array_to_lod_tensor`` puts back.
+
+    ``np.array(table)`` is an int64 ``[len(items), 2]`` array of the pairs (what a fetch of
+    the table gives); the table itself lives on the host.
+    """
+
+    def __init__(self, items: Sequence[tuple[int, int]] = (),
+                 coarse_lod: Sequence[Sequence[int]] = ()) -> None:
+        self._items = tuple((int(i), int(n)) for i, n in items)
+        self._coarse_lod: LoD = tuple(tuple(int(v) for v in level) for level in coarse_lod)
+
+    @classmethod
+    def _of_lod(cls, lod: LoD, level: int) -> LoDRankTable:
+        """Fluid's ``LoDRankTable::Reset(lod, level)``."""
+        if not 0 <= level < len(lod):
+            raise ValueError(f"lod_rank_table: level {level} is out of range for an input with "
+                             f"{len(lod)} LoD levels; expected in [0, {len(lod)})")
+        offsets = lod[level]
+        items = [(i, offsets[i + 1] - offsets[i]) for i in range(len(offsets) - 1)]
+        items.sort(key=lambda item: -item[1])  # list.sort is stable, as std::stable_sort
+        return cls(items, lod[:level])
+
+    def items(self) -> list[tuple[int, int]]:
+        """The ``(index, length)`` pairs, longest sequence first."""
+        return list(self._items)
+
+    def level(self) -> int:
+        """The ranked LoD level (the number of coarse levels above it)."""
+        return len(self._coarse_lod)
+
+    def coarse_lod(self) -> list[list[int]]:
+        """The LoD levels above the ranked one, as offsets."""
+        return [list(level) for level in self._coarse_lod]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (len(self._items), 2)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype("int64")
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        return np.asarray(np.array(self._items, dtype=np.int64).reshape(-1, 2), dtype=dtype)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, LoDRankTable) and self._items == other._items
+                and self._coarse_lod == other._coarse_lod)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        coarse = f", coarse_lod={self.coarse_lod()}" if self._coarse_lod else ""
+        return f"LoDRankTable(items={self.items()}{coarse})"
