@@ -11,20 +11,23 @@ Import it the way Fluid scripts import ``paddle.fluid``::
 """
 
 from . import (
+    average,
     backward,
     clip,
     compiler,
     control_flow_ops,  # noqa: F401  (the control-flow ops' kernels and gradient rules)
+    evaluator,
     initializer,
     io,
     layers,
+    metrics,
     nets,
     optimizer,
     recurrent_op,  # noqa: F401  (the recurrent op's kernels and gradient rule)
     regularizer,
     unique_name,
 )
-from .backward import append_backward
+from .backward import append_backward, gradients
 from .compiler import (
     BuildStrategy,
     CompiledProgram,
@@ -32,6 +35,7 @@ from .compiler import (
     cpu_places,
     cuda_places,
 )
+from .data import data
 from .data_feeder import DataFeeder
 from .executor import (
     CPUPlace,
@@ -51,9 +55,11 @@ from .framework import (
     Variable,
     default_main_program,
     default_startup_program,
+    name_scope,
     program_guard,
 )
-from .io import load, save
+from .input import embedding, one_hot
+from .io import load, load_program_state, save, set_program_state
 from .lod import LoDTensor, LoDTensorArray, create_lod_tensor, create_random_int_lodtensor
 from .parallel_executor import ParallelExecutor
 from .param_attr import ParamAttr
@@ -64,6 +70,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "DistributeTranspiler": "dask_fluid.transpiler",
     "DistributeTranspilerConfig": "dask_fluid.transpiler",
+    "memory_optimize": "dask_fluid.transpiler",
+    "release_memory": "dask_fluid.transpiler",
     "transpiler": "dask_fluid.transpiler",
     "MLPClassifier": "dask_fluid.estimators",
     "MLPRegressor": "dask_fluid.estimators",
@@ -88,11 +96,12 @@ __all__ = [
     "ExecutionError", "ExecutionStrategy", "Executor", "LoDTensor", "LoDTensorArray", "OpRole",
     "Operator",
     "ParallelExecutor", "ParamAttr", "Parameter", "Program", "Scope", "Variable",
-    "append_backward", "backward",
+    "append_backward", "average", "backward",
     "clip", "compiler", "cpu_places", "create_lod_tensor", "create_random_int_lodtensor",
-    "cuda_places", "default_main_program",
-    "default_startup_program", "global_scope", "initializer",
-    "io", "layers", "load", "nets", "optimizer", "program_guard", "regularizer", "save",
-    "scope_guard", "unique_name",
+    "cuda_places", "data", "default_main_program",
+    "default_startup_program", "embedding", "evaluator", "global_scope", "gradients", "initializer",
+    "io", "layers", "load", "load_program_state", "metrics", "name_scope", "nets", "one_hot",
+    "optimizer", "program_guard", "regularizer", "save", "scope_guard", "set_program_state",
+    "unique_name",
     *_LAZY,
 ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from types import SimpleNamespace
+from typing import Any
 
 from .framework import (
     EMPTY_VAR,
@@ -31,11 +32,16 @@ from .framework import (
 from .ops import registry
 
 _RENAME = "@RENAME@"
+#: the prefix of the gradients of a program's second, third ... backward pass
+_LATER_PASS = "grad/"
 
 
 def _strip_grad(name: str) -> str:
     pos = name.find(GRAD_SUFFIX)
-    return name[:pos] if pos >= 0 else name
+    name = name[:pos] if pos >= 0 else name
+    while name.startswith(_LATER_PASS):  # a later backward pass's gradient (_later_pass_names)
+        name = name[len(_LATER_PASS):]
+    return name
 
 
 def _find_op_path(block: Block, loss: Variable) -> list:
@@ -82,6 +88,8 @@ def _grad_descs(op_path: list, no_grad: set[str], seeds: set[str]) -> list[dict]
         op = op_path[index]
         opdef = registry.get(op.type)
         if opdef.grad is None:
+            if any(grad_var_name(n) in produced for n in op.output_arg_names):
+                _no_gradient(op)
             continue
         # the block: the grad makers of ops with sub-blocks build grad blocks beside them
         view = SimpleNamespace(type=op.type, inputs=op.inputs, outputs=op.outputs,
@@ -107,6 +115,35 @@ def _grad_descs(op_path: list, no_grad: set[str], seeds: set[str]) -> list[dict]
             # that op's values before its grad ops run); append_op takes only the op's fields
             descs.append(dict(desc, inputs=inputs, outputs=outputs, forward_op=index))
     return descs
+
+
+def _no_gradient(op: object) -> None:
+    """A gradient reached a grad op (the gradient of a gradient: a loss over what
+    ``gradients`` appended). Forward ops without a gradient stop it, as in Fluid; dropping it
+    at a grad op would give a silently wrong gradient, so that is an error."""
+    if op.type.endswith("_grad"):
+        raise NotImplementedError(
+            f"the gradient of {op.type!r} (a second-order gradient, through the ops that "
+            "fluid.gradients appended) is not implemented in dask_fluid")
+
+
+def _later_pass_names(block: Block, descs: list[dict]) -> dict[str, str]:
+    """Fluid 1.8's rule for a program's second, third ... backward pass (``append_backward``
+    or ``gradients`` again): a gradient it writes whose name an earlier pass declared gets
+    ``grad/`` once per pass before it, so that the earlier pass's gradients keep their
+    values. Renames ``descs`` in place; returns old name -> new name."""
+    times = block.program._appending_grad_times
+    renamed: dict[str, str] = {}
+    if times <= 1:
+        return renamed
+    for desc in descs:
+        for names in desc["inputs"].values():
+            names[:] = [renamed.get(n, n) for n in names]
+        for names in desc["outputs"].values():
+            for i, name in enumerate(names):
+                if GRAD_SUFFIX in name and (name in renamed or block.has_var(name)):
+                    names[i] = renamed.setdefault(name, _LATER_PASS * times + name)
+    return renamed
 
 
 def _rename(descs: Iterable[dict], old: str, new: str) -> None:
@@ -299,13 +336,15 @@ def append_backward(loss: Variable, parameter_list: Iterable | None = None,
     for v in no_grad_set or ():
         no_grad.add(grad_var_name(v.name if isinstance(v, Variable) else str(v)))
 
+    program._appending_grad_times += 1
     loss_grad = grad_var_name(loss.name)
-    block.create_var(name=loss_grad, shape=[1], dtype=loss.dtype)
-    with program._op_role_guard(OpRole.Backward | OpRole.Loss):
-        block.append_op("fill_constant", outputs={"Out": [loss_grad]},
-                        attrs={"shape": [1], "dtype": loss.dtype, "value": 1.0})
-
     descs = grad_descs(op_path, no_grad, [loss_grad])
+    seed = {"type": "fill_constant", "inputs": {}, "outputs": {"Out": [loss_grad]},
+            "attrs": {"shape": [1], "dtype": loss.dtype, "value": 1.0}}
+    renamed = _later_pass_names(block, [seed, *descs])
+    block.create_var(name=seed["outputs"]["Out"][0], shape=[1], dtype=loss.dtype)
+    with program._op_role_guard(OpRole.Backward | OpRole.Loss):
+        block.append_op("fill_constant", outputs=seed["outputs"], attrs=seed["attrs"])
     create_grad_vars(block, descs)
     with program._op_role_guard(OpRole.Backward):
         for desc in descs:
@@ -319,6 +358,7 @@ def append_backward(loss: Variable, parameter_list: Iterable | None = None,
         if not param.trainable or (wanted is not None and param.name not in wanted):
             continue
         gname = grad_var_name(param.name)
+        gname = renamed.get(gname, gname)
         if not block.has_var(gname):
             continue
         grad = block.var(gname)
@@ -329,3 +369,137 @@ def append_backward(loss: Variable, parameter_list: Iterable | None = None,
                 op._set_attr(OP_ROLE_VAR_KEY, role_var)
                 break
     return params_grads
+
+
+def _as_vars(value: Any, arg: str) -> list[Variable]:
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    for v in values:
+        if not isinstance(v, Variable):
+            raise TypeError(f"fluid.gradients: {arg} must be a Variable or a list of them, got "
+                            f"{type(v).__name__}")
+    return values
+
+
+def _find_op_path_between(block: Block, targets: list[Variable], inputs: list[Variable],
+                          no_grad: set[str]) -> list:
+    """Fluid 1.8's ``_find_op_path_`` with inputs: the ops that read (through other ops) one
+    of ``inputs`` and that ``targets`` depend on. The variables those ops read besides what
+    flows from ``inputs`` get no gradient when they stop gradients (added to ``no_grad``)."""
+    reached = {v.name for v in inputs}
+    forward = []
+    for op in block.ops:
+        if reached.intersection(op.input_arg_names):
+            reached.update(n for n in op.output_arg_names if n not in no_grad)
+            forward.append(op)
+    needed = {v.name for v in targets}
+    path = []
+    for op in reversed(forward):
+        if needed.intersection(op.output_arg_names):
+            needed.update(n for n in op.input_arg_names if n not in no_grad)
+            path.append(op)
+    path.reverse()
+    for op in path:
+        for name in op.input_arg_names:
+            var = block._find_var_recursive(name)
+            if name not in reached and var is not None and var.stop_gradient:
+                no_grad.add(name)
+    return path
+
+
+def gradients(targets: Variable | Sequence[Variable], inputs: Variable | Sequence[Variable],
+              target_gradients: Variable | Sequence[Variable | None] | None = None,
+              no_grad_set: Iterable[Variable | str] | None = None) -> list[Variable | None]:
+    """Append the ops that compute the gradients of ``targets`` with respect to ``inputs``
+    (Fluid 1.8's ``fluid.gradients``, ``backward.calc_gradient``).
+
+    Each target's gradient starts as ``target_gradients``' entry, or as ones of the target's
+    shape (a ``shape`` and a ``fill_constant`` op, as Fluid builds them); several targets'
+    gradients are summed where they meet. Like Fluid, an input that stops gradients
+    (``stop_gradient=True``, the default of data layers) gets none: set
+    ``x.stop_gradient = False`` first.
+
+    Parameters
+    ----------
+    targets : Variable or list of Variable
+    inputs : Variable or list of Variable
+    target_gradients : Variable or list of (Variable or None), optional
+        Each of the shape of its target.
+    no_grad_set : iterable of Variable or str, optional
+        Variables whose gradients are not computed.
+
+    Returns
+    -------
+    list of (Variable or None)
+        The gradient of each input, None where none reaches it.
+
+    Raises
+    ------
+    ValueError
+        The lists differ in length, a target gradient's shape differs from its target's, or
+        a variable is not in the program's global block.
+    """
+    targets = _as_vars(targets, "targets")
+    inputs = _as_vars(inputs, "inputs")
+    if target_gradients is None:
+        tgrads: list[Variable | None] = [None] * len(targets)
+    else:
+        tgrads = (list(target_gradients) if isinstance(target_gradients, (list, tuple))
+                  else [target_gradients])
+    if len(tgrads) != len(targets):
+        raise ValueError(f"fluid.gradients: {len(targets)} targets but {len(tgrads)} "
+                         "target_gradients; give one per target (None for ones)")
+    program = targets[0].block.program
+    block = program.global_block()
+    for v in [*targets, *inputs, *(g for g in tgrads if g is not None)]:
+        if v.block is not block:
+            raise ValueError(f"fluid.gradients: {v.name!r} is not a variable of the global "
+                             "block of the targets' program")
+    no_grad = {v.name for v in block.vars.values() if v.stop_gradient}
+    no_grad.update(v.name if isinstance(v, Variable) else str(v) for v in no_grad_set or ())
+    no_grad.difference_update(v.name for v in inputs if not v.stop_gradient)
+    op_path = _find_op_path_between(block, targets, inputs, no_grad)
+
+    program._appending_grad_times += 1
+    seeds, given_names, ones = [], {}, []
+    for target, given in zip(targets, tgrads, strict=True):
+        gname = grad_var_name(target.name)
+        seeds.append(gname)
+        if given is None:
+            ones.append(target)
+            continue
+        if (target.shape is not None and given.shape is not None
+                and list(given.shape) != list(target.shape)):
+            raise ValueError(f"fluid.gradients: the gradient {given.name!r} of target "
+                             f"{target.name!r} has shape {list(given.shape)}, the target "
+                             f"{list(target.shape)}")
+        given_names[gname] = given.name
+    descs = grad_descs(op_path, {grad_var_name(n) for n in no_grad}, seeds)
+    for old, new in given_names.items():
+        _rename(descs, old, new)
+    # ones of each target's shape, read at run time (Fluid 1.8: shape, then fill_constant)
+    fills = [{"type": "fill_constant", "inputs": {"ShapeTensor": [t.name + "_shape"]},
+              "outputs": {"Out": [grad_var_name(t.name)]},
+              "attrs": {"shape": list(t.shape or ()), "value": 1.0, "dtype": t.dtype}}
+             for t in ones]
+    renamed = _later_pass_names(block, [*fills, *descs])
+    with program._op_role_guard(OpRole.Backward):
+        for target, fill in zip(ones, fills, strict=True):
+            shape_name = target.name + "_shape"
+            if not block.has_var(shape_name):
+                block.create_var(name=shape_name, shape=[len(target.shape or ())],
+                                 dtype="int32", stop_gradient=True)
+            block.append_op("shape", {"Input": [target.name]}, {"Out": [shape_name]})
+            block.create_var(name=fill["outputs"]["Out"][0], shape=target.shape,
+                             dtype=target.dtype)
+            block.append_op("fill_constant", fill["inputs"], fill["outputs"], fill["attrs"])
+        create_grad_vars(block, descs)
+        for desc in descs:
+            block.append_op(desc["type"], desc["inputs"], desc["outputs"], desc["attrs"])
+    written = {n for d in [*fills, *descs] for names in d["outputs"].values() for n in names}
+    written.update(given_names.values())
+    out: list[Variable | None] = []
+    for v in inputs:
+        gname = grad_var_name(v.name)
+        gname = renamed.get(gname, given_names.get(gname, gname))
+        out.append(block.var(gname) if gname in written and block.has_var(gname) else None)
+    return out

@@ -74,6 +74,8 @@ OP_ROLE_KEY = "op_role"
 #: op attributes that name blocks (by index); Operator.all_attrs() gives the Block objects
 _BLOCK_ATTRS = frozenset({"sub_block", "optimize_blocks", "prefetch_blocks"})
 OP_ROLE_VAR_KEY = "op_role_var"
+#: the attr naming the name_scope an op was built in (``"/encoder/attention/"``)
+OP_NAMESCOPE_KEY = "op_namescope"
 
 DTYPES = ("float16", "float32", "float64", "int32", "int64", "bool", "uint8", "int8")
 
@@ -333,6 +335,9 @@ class Operator:
             self.attrs[OP_ROLE_KEY] = block.program._current_role
         if OP_ROLE_VAR_KEY not in self.attrs and block.program._current_role_var:
             self.attrs[OP_ROLE_VAR_KEY] = list(block.program._current_role_var)
+        scope = _name_scope.get()
+        if scope.parent is not None and OP_NAMESCOPE_KEY not in self.attrs:
+            self.attrs[OP_NAMESCOPE_KEY] = scope.full_name()
         self._check(opdef)
 
     def _check(self, opdef: registry.OpDef | None) -> None:
@@ -582,6 +587,9 @@ class Program:
         self.random_seed = 0
         self._current_role = OpRole.Forward
         self._current_role_var: list[str] = []
+        #: backward passes appended so far (append_backward, gradients): from the second on,
+        #: gradients whose names exist already get a ``grad/`` prefix per pass (Fluid 1.8)
+        self._appending_grad_times = 0
         self._is_distributed = False
         self._is_chief = False
         self._endpoints: list[str] = []
@@ -875,6 +883,53 @@ def switch_startup_program(program: Program) -> Program:
     main, startup = _defaults()
     _programs.set((main, program))
     return startup
+
+
+class _NameScope:
+    """A node of Fluid's name-scope tree: a prefix used again under the same parent becomes
+    ``prefix_1``, ``prefix_2`` ... (Fluid 1.8's ``NameScope.child``)."""
+
+    def __init__(self, name: str = "", parent: _NameScope | None = None) -> None:
+        self.name, self.parent = name, parent
+        self._children: dict[str, int] = {}
+
+    def child(self, prefix: str) -> _NameScope:
+        used = self._children.get(prefix, 0)
+        self._children[prefix] = used + 1
+        return _NameScope(prefix if used == 0 else f"{prefix}_{used}", self)
+
+    def full_name(self) -> str:
+        parts, scope = [], self
+        while scope is not None:
+            parts.append(scope.name)
+            scope = scope.parent
+        return "/".join(reversed(parts)) + "/"
+
+
+# one root for the process, shared on purpose: Fluid counts a prefix's uses globally
+_name_scope: contextvars.ContextVar[_NameScope] = contextvars.ContextVar(
+    "dask_fluid_name_scope", default=_NameScope())  # noqa: B039
+
+
+@contextlib.contextmanager
+def name_scope(prefix: str | None = None) -> Iterator[None]:
+    """Tag the ops built inside with ``op_namescope = "/<outer>/<prefix>/"`` (Fluid 1.8's
+    ``fluid.name_scope``), which the program's text and graph views show; a prefix used again
+    in the same scope becomes ``prefix_1``, ``prefix_2``. Ops built outside any name scope
+    carry no ``op_namescope`` (Fluid gives them ``"/"``).
+
+    Raises
+    ------
+    ValueError
+        ``prefix`` is empty.
+    """
+    if not prefix or not isinstance(prefix, str):
+        raise ValueError(f"name_scope: the prefix must be a non-empty str, got {prefix!r}")
+    token = _name_scope.set(_name_scope.get().child(prefix))
+    try:
+        yield
+    finally:
+        _name_scope.reset(token)
 
 
 @contextlib.contextmanager

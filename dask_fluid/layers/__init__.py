@@ -19,13 +19,16 @@ from . import (
     image,
     image3d,
     indexing,
+    io,
     learning_rate_scheduler,
+    lod_array,
     loops,
     loss,
     nms,
     nn,
     norm,
     python_ops,
+    rcnn_targets,
     resize,
     rnn_cells,
     roi,
@@ -50,13 +53,16 @@ from .distributions import *  # noqa: F403
 from .image import *  # noqa: F403
 from .image3d import *  # noqa: F403
 from .indexing import *  # noqa: F403
+from .io import *  # noqa: F403
 from .learning_rate_scheduler import *  # noqa: F403
+from .lod_array import *  # noqa: F403
 from .loops import *  # noqa: F403
 from .loss import *  # noqa: F403
 from .nms import *  # noqa: F403
 from .nn import *  # noqa: F403
 from .norm import *  # noqa: F403
 from .python_ops import *  # noqa: F403
+from .rcnn_targets import *  # noqa: F403
 from .resize import *  # noqa: F403
 from .rnn import *  # noqa: F403
 from .rnn_cells import *  # noqa: F403
@@ -70,9 +76,9 @@ from .tensor import *  # noqa: F403
 __all__ = [*activations.__all__, *boxes.__all__, *compare.__all__,
            *control_flow.__all__, *crf.__all__, *ctc.__all__, *ctr.__all__,
            *debug.__all__, *detection_assign.__all__, *detection_targets.__all__,
-           *distributions.__all__, *image.__all__, *image3d.__all__, *indexing.__all__,
-           *learning_rate_scheduler.__all__, *loops.__all__, *loss.__all__,
-           *nms.__all__, *nn.__all__, *norm.__all__, *python_ops.__all__,
+           *distributions.__all__, *image.__all__, *image3d.__all__, *indexing.__all__, *io.__all__,
+           *learning_rate_scheduler.__all__, *lod_array.__all__, *loops.__all__, *loss.__all__,
+           *nms.__all__, *nn.__all__, *norm.__all__, *python_ops.__all__, *rcnn_targets.__all__,
            *resize.__all__, *_rnn_layers.__all__, *rnn_cells.__all__, *roi.__all__,
            *sampling.__all__, *sequence_lod.__all__, *spatial.__all__, *ssd.__all__,
            *tensor.__all__]

@@ -440,6 +440,34 @@ def lookup_table_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     return {"W" + GRAD: [g]}
 
 
+
+# lookup_table_v2 (``fluid.embedding``, Fluid 1.8's input.py): Ids of any shape, Out is
+# ``Ids.shape + [D]`` (no trailing 1 to drop). Fluid 1.8's transpiler leaves it out of its
+# remote-prefetch ops (``lookup_table``, ``nce``, ``hierarchical_sigmoid``), so no table_slot:
+# a pserver job receives its table whole and pushes its sparse gradient.
+_lookup_v2_maker, _lookup_v2_grad_register = _register_grad(
+    "lookup_table_v2", ("W", "Ids"), in_grads=("W",), attrs=_LOOKUP_ATTRS,
+    sparse_outputs=("W" + GRAD,))
+
+
+@register("lookup_table_v2", ("W", "Ids"), ("Out",), _LOOKUP_ATTRS, grad=_lookup_v2_maker)
+def lookup_table_v2(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out[..., :] = W[Ids[...]]: Ids ``[d0, ..., dk]`` give Out ``[d0, ..., dk, D]``;
+    padding_idx rows are zero."""
+    w, ids = ins["W"][0], ins["Ids"][0]
+    flat = flat_ids("lookup_table_v2", ids, w.shape[0])
+    out = table_rows(ins, attrs, "W", flat)
+    pad = attrs.get("padding_idx", -1)
+    if pad != -1:
+        out[flat == pad] = 0
+    return {"Out": [out.reshape(tuple(ids.shape) + tuple(w.shape[1:]))]}
+
+
+@_lookup_v2_grad_register
+def lookup_table_v2_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """As ``lookup_table_grad``: dOut ``Ids.shape + [D]`` holds one row per id."""
+    return lookup_table_grad(ins, attrs, outs)
+
 # ---------------------------------------------------------------------------------------------
 # sigmoid_cross_entropy_with_logits (Paddle 1.8's op): per element, stable in x
 

@@ -305,6 +305,16 @@ def one_hot(ins: dict, attrs: dict, outs: tuple) -> dict:
     return {"Out": [out]}
 
 
+
+@register("one_hot_v2", ("X", "depth_tensor"), ("Out",),
+          {"depth": -1, "dtype": "float32", "allow_out_of_range": False},
+          optional=("depth_tensor",))
+def one_hot_v2(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """``fluid.one_hot``: ids X of any shape to Out ``X.shape + [depth]`` (one_hot's rule
+    for ids outside ``[0, depth)``)."""
+    x = ins["X"][0]
+    return one_hot({**ins, "X": [x.reshape(tuple(x.shape) + (1,))]}, attrs, outs)
+
 @register("label_smooth", ("X", "PriorDist"), ("Out",), {"epsilon": 0.0},
           optional=("PriorDist",), grad=grad_maker((), in_grads=("X",)))
 def label_smooth(ins: dict, attrs: dict, outs: tuple) -> dict:

@@ -130,6 +130,13 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
         ("sparse_padding", {"W": [n((6, 3))], "Ids": [ids.reshape(-1)]},
          {"is_sparse": True, "padding_idx": 4}),
     ]
+    ids_bt = np.array([[0, 2, 2], [5, 1, 0]], np.int64)  # fluid.embedding: no trailing 1
+    c["lookup_table_v2"] = [
+        ("dense", {"W": [n((6, 3))], "Ids": [ids_bt]}, {}),
+        ("sparse_padding", {"W": [n((6, 3))], "Ids": [ids_bt]},
+         {"is_sparse": True, "padding_idx": 2}),
+        ("trailing_one_kept", {"W": [n((6, 2))], "Ids": [ids_bt.reshape(6, 1)]}, {}),
+    ]
     c["concat"] = [
         ("axis0", {"X": [n((2, 3)), n((1, 3)), n((3, 3))]}, {"axis": 0}),
         ("axis1", {"X": [n((2, 3)), n((2, 1)), n((2, 2))]}, {"axis": 1}),
@@ -997,6 +1004,8 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
                        "Centers": [n((2, 4))], "CenterUpdateRate": [np.array([0.5])]},
          {"cluster_num": 2, "need_update": False}),
     ]
+    # -- lod array cases --
+    # -- rcnn target cases --
     # -- detection assign cases --
     rpt_quads = np.array([[0.5, 0.8, 6.2, 1.1, 5.7, 5.3, 0.9, 4.6],
                           [2.0, 2.0, 9.0, 3.0, 10.5, 9.5, 1.0, 8.0],
