@@ -17,24 +17,14 @@ import numpy as np
 
 from . import layers, unique_name
 from .framework import Program, Variable, program_guard
-from .initializer import ConstantInitializer
 from .layer_helper import LayerHelper
-from .metrics import _placeholder_states
+from .metrics import _clone_var_, _detection_map_ops, _reset_has_state
 
 __all__ = [
     "ChunkEvaluator",
     "EditDistance",
     "DetectionMAP",
 ]
-
-
-def _clone_var_(block: Any, var: Variable) -> Variable:
-    """``var`` declared, persistable, in ``block`` of another program under the same name, so
-    that a run of that program reads or writes the same scope variable."""
-    if not isinstance(var, Variable):
-        raise TypeError(f"expected a Variable, got {type(var).__name__}")
-    return block.create_var(name=var.name, shape=var.shape, dtype=var.dtype, type=var.type,
-                            lod_level=var.lod_level, persistable=True)
 
 
 class Evaluator:
@@ -260,44 +250,19 @@ class DetectionMAP(Evaluator):
                  background_label: int = 0, overlap_threshold: float = 0.5,
                  evaluate_difficult: bool = True, ap_version: str = "integral") -> None:
         super().__init__("map_eval")
-        gt_label = layers.cast(x=gt_label, dtype=gt_box.dtype)
-        if gt_difficult is not None:
-            gt_difficult = layers.cast(x=gt_difficult, dtype=gt_box.dtype)
-            label = layers.concat([gt_label, gt_difficult, gt_box], axis=1)
-        else:
-            label = layers.concat([gt_label, gt_box], axis=1)
 
-        # mAP of the current mini-batch
-        cur_map = layers.detection_map(
-            input, label, class_num, background_label, overlap_threshold=overlap_threshold,
-            evaluate_difficult=evaluate_difficult, ap_version=ap_version)
+        def has_state() -> Variable:
+            # As in Fluid, has_state is not a state: reset() sets it to 0 rather than zeroing
+            # it with the others
+            return self.helper.main_program.current_block().create_var(
+                name=unique_name.generate(f"{self.helper.name}.tmp"), persistable=True,
+                dtype="int32", shape=[1])
 
-        self._create_state(dtype="int32", shape=None, suffix="accum_pos_count")
-        self._create_state(dtype="float32", shape=None, suffix="accum_true_pos")
-        self._create_state(dtype="float32", shape=None, suffix="accum_false_pos")
-        # startup placeholders: dask_fluid's executor needs the states in the scope (see
-        # metrics._placeholder_states)
-        _placeholder_states(self.helper, self.states)
-
-        # As in Fluid, has_state is not a state: reset() sets it to 0 rather than zeroing it
-        # with the others, and the startup program initialises it to 0.
-        var = self.helper.main_program.current_block().create_var(
-            name=unique_name.generate(f"{self.helper.name}.tmp"), persistable=True,
-            dtype="int32", shape=[1])
-        self.helper.set_variable_initializer(var, ConstantInitializer(0))
-        self.has_state = var
-
-        # mAP accumulated over the batches since the last reset
-        accum_map = layers.detection_map(
-            input, label, class_num, background_label, overlap_threshold=overlap_threshold,
-            evaluate_difficult=evaluate_difficult, has_state=self.has_state,
-            input_states=self.states, out_states=self.states, ap_version=ap_version)
-
-        layers.fill_constant(shape=self.has_state.shape, value=1, dtype=self.has_state.dtype,
-                             out=self.has_state)
-
-        self.cur_map = cur_map
-        self.accum_map = accum_map
+        self.cur_map, self.accum_map, self.has_state = _detection_map_ops(
+            self.helper, lambda dtype, suffix: self._create_state(
+                dtype=dtype, shape=None, suffix=suffix),
+            has_state, input, gt_label, gt_box, gt_difficult, class_num, background_label,
+            overlap_threshold, evaluate_difficult, ap_version)
 
     def get_map_var(self) -> tuple[Variable, Variable]:
         """``(cur_map, accum_map)``: the mAP of the mini-batch and the accumulated mAP."""
@@ -306,12 +271,7 @@ class DetectionMAP(Evaluator):
     def reset(self, executor: Any, reset_program: Program | None = None) -> None:
         """Start a new accumulation: set ``has_state`` to 0 in ``reset_program`` (a new
         Program when None) and run it."""
-        if reset_program is None:
-            reset_program = Program()
-        with program_guard(main_program=reset_program):
-            var = _clone_var_(reset_program.current_block(), self.has_state)
-            layers.fill_constant(shape=var.shape, value=0, dtype=var.dtype, out=var)
-        executor.run(reset_program)
+        _reset_has_state(executor, self.has_state, reset_program)
 
     def reset_test(self, executor: Any, reset_program: Program | None = None) -> None:
         """The same as :meth:`reset` (Fluid 1.8 has both)."""

@@ -1,18 +1,10 @@
 """``fluid.io``: saving and loading variables, parameters and inference models.
 
-Variables are written in Paddle 1.8's LoDTensor binary layout, so files move both ways between
-dask_fluid and real Fluid 1.8 (``save_persistables``, ``save_params``, ``save_vars``, with one
-file per variable or all of them in one ``filename``). Each tensor is written as:
-
-- ``uint32`` version (0);
-- ``uint64`` LoD level count, and each level as a ``uint64`` byte count followed by its
-  ``uint64`` offsets;
-- the tensor itself: ``uint32`` version (0), ``int32`` size of a ``TensorDesc`` protobuf
-  (``data_type`` as Paddle's ``VarType.Type``, ``dims``), that protobuf, and the raw
-  little-endian data.
-
-A combined file is those records one after the other, in the order of the variables' names
-(as Paddle's ``save_combine`` writes them).
+Variables are written in Paddle 1.8's LoDTensor binary layout (:mod:`dask_fluid.tensor_file`),
+so files move both ways between dask_fluid and real Fluid 1.8 (``save_persistables``,
+``save_params``, ``save_vars``, with one file per variable or all of them in one
+``filename``, a combined file holding the records in the order of the variables' names, as
+Paddle's ``save_combine`` writes them).
 
 ``save_inference_model`` writes the pruned program as dask_fluid's JSON (``__model__``): not
 Paddle's ProgramDesc protobuf, so the model file is for dask_fluid only, while its parameter

@@ -62,6 +62,16 @@ def _from_lod(var: Any) -> Any:
     return np.array(var) if isinstance(var, LoDTensor) else var
 
 
+def _rounded_batch(preds: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Precision's and Recall's checks: numpy ``preds`` (rounded to 0 / 1) and ``labels``."""
+    preds, labels = _from_lod(preds), _from_lod(labels)
+    if not _is_numpy_(preds):
+        raise ValueError("The 'preds' must be a numpy ndarray.")
+    if not _is_numpy_(labels):
+        raise ValueError("The 'labels' must be a numpy ndarray.")
+    return np.rint(preds).astype("int32"), labels
+
+
 class MetricBase:
     """Base class of the metrics (Fluid 1.8's ``fluid.metrics.MetricBase``).
 
@@ -165,13 +175,8 @@ class Precision(MetricBase):
 
     def update(self, preds: Any, labels: Any) -> None:
         """Add a mini-batch: ``preds`` and ``labels`` numpy arrays ``[batch, 1]``."""
-        preds, labels = _from_lod(preds), _from_lod(labels)
-        if not _is_numpy_(preds):
-            raise ValueError("The 'preds' must be a numpy ndarray.")
-        if not _is_numpy_(labels):
-            raise ValueError("The 'labels' must be a numpy ndarray.")
+        preds, labels = _rounded_batch(preds, labels)
         sample_num = labels.shape[0]
-        preds = np.rint(preds).astype("int32")
         for i in range(sample_num):
             pred = preds[i]
             label = labels[i]
@@ -205,13 +210,8 @@ class Recall(MetricBase):
 
     def update(self, preds: Any, labels: Any) -> None:
         """Add a mini-batch: ``preds`` and ``labels`` numpy arrays ``[batch, 1]``."""
-        preds, labels = _from_lod(preds), _from_lod(labels)
-        if not _is_numpy_(preds):
-            raise ValueError("The 'preds' must be a numpy ndarray.")
-        if not _is_numpy_(labels):
-            raise ValueError("The 'labels' must be a numpy ndarray.")
+        preds, labels = _rounded_batch(preds, labels)
         sample_num = labels.shape[0]
-        preds = np.rint(preds).astype("int32")
         for i in range(sample_num):
             pred = preds[i]
             label = labels[i]
@@ -519,39 +519,14 @@ class DetectionMAP:
                  background_label: int = 0, overlap_threshold: float = 0.5,
                  evaluate_difficult: bool = True, ap_version: str = "integral") -> None:
         self.helper = LayerHelper("map_eval")
-        gt_label = layers.cast(x=gt_label, dtype=gt_box.dtype)
-        if gt_difficult is not None:
-            gt_difficult = layers.cast(x=gt_difficult, dtype=gt_box.dtype)
-            label = layers.concat([gt_label, gt_difficult, gt_box], axis=1)
-        else:
-            label = layers.concat([gt_label, gt_box], axis=1)
 
-        # mAP of the current mini-batch
-        cur_map = layers.detection_map(
-            input, label, class_num, background_label, overlap_threshold=overlap_threshold,
-            evaluate_difficult=evaluate_difficult, ap_version=ap_version)
+        def has_state() -> Variable:
+            return self._create_state(dtype="int32", shape=[1], suffix="has_state")
 
-        states = [
-            self._create_state(dtype="int32", shape=None, suffix="accum_pos_count"),
-            self._create_state(dtype="float32", shape=None, suffix="accum_true_pos"),
-            self._create_state(dtype="float32", shape=None, suffix="accum_false_pos"),
-        ]
-        _placeholder_states(self.helper, states)
-        var = self._create_state(dtype="int32", shape=[1], suffix="has_state")
-        self.helper.set_variable_initializer(var, ConstantInitializer(0))
-        self.has_state = var
-
-        # mAP accumulated over the batches since the last reset
-        accum_map = layers.detection_map(
-            input, label, class_num, background_label, overlap_threshold=overlap_threshold,
-            evaluate_difficult=evaluate_difficult, has_state=self.has_state,
-            input_states=states, out_states=states, ap_version=ap_version)
-
-        layers.fill_constant(shape=self.has_state.shape, value=1, dtype=self.has_state.dtype,
-                             out=self.has_state)
-
-        self.cur_map = cur_map
-        self.accum_map = accum_map
+        self.cur_map, self.accum_map, self.has_state = _detection_map_ops(
+            self.helper, lambda dtype, suffix: self._create_state(suffix, dtype, None),
+            has_state, input, gt_label, gt_box, gt_difficult, class_num, background_label,
+            overlap_threshold, evaluate_difficult, ap_version)
 
     def _create_state(self, suffix: str, dtype: str, shape: list[int] | None) -> Variable:
         """A persistable state variable ``<unique map_eval name>_<suffix>``."""
@@ -572,12 +547,52 @@ class DetectionMAP:
         executor : Executor
         reset_program : Program, optional
         """
-        if reset_program is None:
-            reset_program = Program()
-        with program_guard(main_program=reset_program):
-            var = _clone_var_(reset_program.current_block(), self.has_state)
-            layers.fill_constant(shape=var.shape, value=0, dtype=var.dtype, out=var)
-        executor.run(reset_program)
+        _reset_has_state(executor, self.has_state, reset_program)
+
+
+def _detection_map_ops(helper: LayerHelper, create_state: Any, create_has_state: Any,
+                       input: Variable, gt_label: Variable, gt_box: Variable,
+                       gt_difficult: Variable | None, class_num: int | None,
+                       background_label: int, overlap_threshold: float,
+                       evaluate_difficult: bool, ap_version: str
+                       ) -> tuple[Variable, Variable, Variable]:
+    """The ops of Fluid 1.8's two DetectionMAP classes (``metrics``, ``evaluator``): the
+    mini-batch's ``detection_map``, the states (``create_state(dtype, suffix)``), the
+    ``has_state`` flag (``create_has_state()``, 0 from the startup program), the accumulating
+    ``detection_map`` and the ``fill_constant`` that sets the flag to 1 after each run.
+    Returns ``(cur_map, accum_map, has_state)``."""
+    gt_label = layers.cast(x=gt_label, dtype=gt_box.dtype)
+    if gt_difficult is not None:
+        gt_difficult = layers.cast(x=gt_difficult, dtype=gt_box.dtype)
+        label = layers.concat([gt_label, gt_difficult, gt_box], axis=1)
+    else:
+        label = layers.concat([gt_label, gt_box], axis=1)
+    cur_map = layers.detection_map(
+        input, label, class_num, background_label, overlap_threshold=overlap_threshold,
+        evaluate_difficult=evaluate_difficult, ap_version=ap_version)
+    states = [create_state("int32", "accum_pos_count"),
+              create_state("float32", "accum_true_pos"),
+              create_state("float32", "accum_false_pos")]
+    _placeholder_states(helper, states)
+    has_state = create_has_state()
+    helper.set_variable_initializer(has_state, ConstantInitializer(0))
+    accum_map = layers.detection_map(
+        input, label, class_num, background_label, overlap_threshold=overlap_threshold,
+        evaluate_difficult=evaluate_difficult, has_state=has_state, input_states=states,
+        out_states=states, ap_version=ap_version)
+    layers.fill_constant(shape=has_state.shape, value=1, dtype=has_state.dtype, out=has_state)
+    return cur_map, accum_map, has_state
+
+
+def _reset_has_state(executor: Any, has_state: Variable, reset_program: Program | None
+                     ) -> None:
+    """Run a program (``reset_program``, or a new one) that sets ``has_state`` to 0."""
+    if reset_program is None:
+        reset_program = Program()
+    with program_guard(main_program=reset_program):
+        var = _clone_var_(reset_program.current_block(), has_state)
+        layers.fill_constant(shape=var.shape, value=0, dtype=var.dtype, out=var)
+    executor.run(reset_program)
 
 
 def _placeholder_states(helper: LayerHelper, states: list[Variable]) -> None:
@@ -597,9 +612,10 @@ def _placeholder_states(helper: LayerHelper, states: list[Variable]) -> None:
 
 
 def _clone_var_(block: Any, var: Variable) -> Variable:
-    """``var`` declared in ``block`` of another program under the same name, so a run of that
-    program reads or writes the same scope variable."""
+    """``var`` declared, persistable, in ``block`` of another program under the same name, so
+    that a run of that program reads or writes the same scope variable (Fluid's evaluators'
+    ``_clone_var_``)."""
     if not isinstance(var, Variable):
         raise TypeError(f"expected a Variable, got {type(var).__name__}")
     return block.create_var(name=var.name, shape=var.shape, dtype=var.dtype, type=var.type,
-                            lod_level=var.lod_level, persistable=var.persistable)
+                            lod_level=var.lod_level, persistable=True)

@@ -405,13 +405,18 @@ def out_lead_shape(ids: Any) -> tuple:
           table_slot="W")
 def lookup_table(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out[i] = W[Ids[i]]; Ids ``[N, 1]`` give Out ``[N, D]``; padding_idx rows are zero."""
+    return _look_up("lookup_table", ins, attrs, out_lead_shape(ins["Ids"][0]))
+
+
+def _look_up(op: str, ins: dict, attrs: dict, lead_shape: tuple) -> dict:
+    """The rows of W at Ids (zeros at padding_idx), shaped ``lead_shape + [D]``."""
     w, ids = ins["W"][0], ins["Ids"][0]
-    flat = flat_ids("lookup_table", ids, w.shape[0])
+    flat = flat_ids(op, ids, w.shape[0])
     out = table_rows(ins, attrs, "W", flat)
     pad = attrs.get("padding_idx", -1)
     if pad != -1:
         out[flat == pad] = 0
-    return {"Out": [out.reshape(out_lead_shape(ids) + tuple(w.shape[1:]))]}
+    return {"Out": [out.reshape(lead_shape + tuple(w.shape[1:]))]}
 
 
 # a sparse table the transpiler left on the pservers: its lookups ask them for the rows
@@ -454,13 +459,7 @@ _lookup_v2_maker, _lookup_v2_grad_register = _register_grad(
 def lookup_table_v2(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out[..., :] = W[Ids[...]]: Ids ``[d0, ..., dk]`` give Out ``[d0, ..., dk, D]``;
     padding_idx rows are zero."""
-    w, ids = ins["W"][0], ins["Ids"][0]
-    flat = flat_ids("lookup_table_v2", ids, w.shape[0])
-    out = table_rows(ins, attrs, "W", flat)
-    pad = attrs.get("padding_idx", -1)
-    if pad != -1:
-        out[flat == pad] = 0
-    return {"Out": [out.reshape(tuple(ids.shape) + tuple(w.shape[1:]))]}
+    return _look_up("lookup_table_v2", ins, attrs, tuple(ins["Ids"][0].shape))
 
 
 @_lookup_v2_grad_register
