@@ -43,7 +43,11 @@ import sys
 import types
 from collections.abc import Sequence
 
-__all__ = ["install", "is_installed", "uninstall"]
+__all__ = ["FLUID_VERSION", "install", "is_installed", "uninstall"]
+
+#: the Fluid release whose API dask_fluid implements: ``paddle.__version__``, and what
+#: ``fluid.require_version`` compares with
+FLUID_VERSION = "1.8.5"
 
 # Paddle name -> the dask_fluid module that stands for it. A name below one of these keys maps
 # to the same path under the value (``paddle.dataset.mnist`` -> ``...compat.dataset.mnist``).
@@ -54,6 +58,7 @@ _ALIASES: dict[str, str] = {
     "paddle.fluid.profiler": "dask_fluid.compat.profiler",
     "paddle.fluid.log_helper": "dask_fluid.compat.log_helper",
     "paddle.fluid.reader": "dask_fluid.py_reader",  # PyReader, DataLoader, GeneratorLoader
+    "paddle.fluid.dataset": "dask_fluid.queue_dataset",  # DatasetFactory, QueueDataset, ...
     "paddle.fluid.dygraph": "dask_fluid.compat.dygraph",
     "paddle.fluid.incubate": "dask_fluid.compat.incubate",
     "paddle.compat": "dask_fluid.compat.paddle_compat",

@@ -12,8 +12,13 @@ import sys
 import types
 from typing import Any
 
+from . import FLUID_VERSION
+
 # a package, so that ``import paddle.fluid`` asks the finder for the submodule
 __path__: list[str] = []
+
+#: the Fluid release whose API dask_fluid implements (scripts compare it)
+__version__ = FLUID_VERSION
 
 _SUBMODULES = ("compat", "dataset", "fluid", "reader")
 

@@ -318,3 +318,46 @@ def test_paddle_18_test_dist_base_and_dist_word2vec_import():
                          timeout=120, cwd=UNITTESTS)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "imported"
+
+
+# -- Fluid 1.8's small top-level names -------------------------------------------------------
+
+
+def test_version_and_require_version(paddle):
+    import paddle.fluid as fluid
+
+    assert paddle.__version__ == compat.FLUID_VERSION == "1.8.5"
+    fluid.require_version("1.6")
+    fluid.require_version("1.8.0", "1.8.5")
+    fluid.require_version("1.8.5.0", max_version="2")
+    with pytest.raises(Exception, match="VersionError: PaddlePaddle version 2.0 or higher is "
+                                        "required, but 1.8.5 installed"):
+        fluid.require_version("2.0")
+    with pytest.raises(Exception, match=r"VersionError: .*in \[1.5, 1.8.4\] required"):
+        fluid.require_version("1.5", "1.8.4")
+    with pytest.raises(ValueError, match="must be in format"):
+        fluid.require_version("1.x")
+    with pytest.raises(TypeError, match="'max_version' in require_version must be str"):
+        fluid.require_version("1.0", 2)
+
+
+def test_small_names_tensor_cuda_op_library_dataset_module(paddle):
+    import paddle.fluid as fluid
+    import paddle.fluid.dataset as fluid_dataset
+
+    assert fluid.Tensor is dask_fluid.LoDTensor
+    assert fluid.is_compiled_with_cuda() == fluid.core.is_compiled_with_cuda()
+    with pytest.raises(NotImplementedError, match="custom C\\+\\+ operators cannot be loaded"):
+        fluid.load_op_library("my_ops.so")
+    assert fluid_dataset.DatasetFactory is dask_fluid.DatasetFactory
+    assert fluid_dataset.InMemoryDataset is fluid.DatasetFactory().create_dataset(
+        "InMemoryDataset").__class__
+
+
+def test_install_check_trains_and_says_so(paddle, capsys):
+    import paddle.fluid as fluid
+
+    fluid.install_check.run_check()
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "Running Verify Fluid Program ... "
+    assert "Your Paddle Fluid is installed successfully!" in out
