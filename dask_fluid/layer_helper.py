@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from . import unique_name
@@ -12,7 +13,7 @@ from .framework import (
     default_startup_program,
 )
 from .initializer import ConstantInitializer, Initializer, XavierInitializer
-from .param_attr import ParamAttr
+from .param_attr import ParamAttr, WeightNormParamAttr
 
 #: the ``act=`` a layer takes (each is an op of the same name)
 ACTIVATIONS = ("relu", "sigmoid", "tanh", "softmax", "exp", "sqrt", "abs", "square",
@@ -42,12 +43,22 @@ class LayerHelper:
         dtype: str = "float32",
         is_bias: bool = False,
         default_initializer: Initializer | None = None,
-    ) -> Parameter:
-        """Create the parameter in the main program and its init op in the startup program."""
+    ) -> Parameter | Variable:
+        """Create the parameter in the main program and its init op in the startup program.
+
+        With a :class:`WeightNormParamAttr` (Fluid 1.8's ``LayerHelperBase.create_parameter``)
+        the result is not a parameter but the weight ``g * v / ||v||`` computed in the main
+        program from the parameters ``<name>_g`` and ``<name>_v``; see
+        :meth:`_create_weight_normalize`.
+        """
         suffix = "b" if is_bias else "w"
         name = attr.name or unique_name.generate(f"{self.name}.{suffix}")
         init = attr.initializer or default_initializer or (
             ConstantInitializer(0.0) if is_bias else XavierInitializer())
+        if isinstance(attr, WeightNormParamAttr):
+            w = self._create_weight_normalize(attr, name, list(shape), dtype, init)
+            WeightNormParamAttr.params_with_weight_norm.append(w)
+            return w
         param = self.main_program.global_block().create_parameter(
             name, shape, dtype=dtype, trainable=attr.trainable, regularizer=attr.regularizer,
             gradient_clip_attr=attr.gradient_clip,
@@ -55,6 +66,137 @@ class LayerHelper:
             do_model_average=attr.do_model_average)
         self.set_variable_initializer(param, init)
         return param
+
+    def _create_weight_normalize(self, attr: WeightNormParamAttr, name: str, shape: list[int],
+                                 dtype: str, init: Initializer) -> Variable:
+        """Fluid 1.8's ``LayerHelperBase._create_weight_normalize``: parameters ``<name>_g``
+        and ``<name>_v`` and the weight ``w = g * v / ||v||_{all dims but dim}``.
+
+        The startup program initialises ``v`` with ``init`` and then sets ``g`` to ``v``'s
+        norm (ops ``abs``, ``pow``, ``reduce_sum``, ``pow``, ``reshape2``, with ``transpose``
+        for a middle ``dim``), so ``w`` starts equal to ``v``; the main program computes the
+        same norm of ``v`` with the same ops and ``w`` with ``elementwise_div``, ``reshape2``
+        and ``elementwise_mul``, so gradients reach ``g`` and ``v`` through them.
+        """
+        rank = len(shape)
+        dim = attr.dim
+        if dim is not None and not 0 <= dim < rank:
+            # Fluid indexes shape[dim] (and builds a transpose perm from it): a negative or
+            # too-large dim has no meaning there
+            raise ValueError(f"WeightNormParamAttr: dim must be None or in [0, {rank}) for a "
+                             f"parameter of shape {shape}, got {dim}")
+
+        def tmp(block: Any, key: str, tshape: list[int] | None) -> Variable:
+            return block.create_var(name=unique_name.generate(f"{self.name}.{key}"),
+                                    shape=tshape, dtype=dtype, persistable=False)
+
+        def norm_op(block: Any, x: Variable, xshape: list[int], out: Variable | None,
+                    dims: list[int] | None) -> Variable:
+            # ||x||_2 over ``dims`` (all when None) as Fluid writes it: (sum |x|^2)^(1/2)
+            kept = [] if dims is None else [d for i, d in enumerate(xshape) if i not in dims]
+            out_shape = kept or [1]
+            if out is None:
+                out = tmp(block, "weight_norm_norm", out_shape)
+            abs_out = tmp(block, "weight_norm_abs", xshape)
+            block.append_op("abs", inputs={"X": [x]}, outputs={"Out": [abs_out]})
+            pow_out = tmp(block, "weight_norm_pow", xshape)
+            block.append_op("pow", inputs={"X": [abs_out]}, outputs={"Out": [pow_out]},
+                            attrs={"factor": 2.0})
+            sum_out = tmp(block, "weight_norm_sum", out_shape)
+            # Fluid passes dim=None with reduce_all; a None attr is dropped, leaving the default
+            block.append_op("reduce_sum", inputs={"X": [pow_out]}, outputs={"Out": [sum_out]},
+                            attrs={"keep_dim": False, "reduce_all": dims is None,
+                                   **({} if dims is None else {"dim": list(dims)})})
+            block.append_op("pow", inputs={"X": [sum_out]}, outputs={"Out": [out]},
+                            attrs={"factor": 0.5})
+            return out
+
+        def reshape_op(block: Any, x: Variable, new_shape: list[int],
+                       out: Variable | None = None) -> Variable:
+            if out is None:
+                out = tmp(block, "weight_norm_reshape", list(new_shape))
+            # Fluid names every XShape here "Xshape" (one shared variable); reshape2_grad
+            # reads XShape for the input's shape, so each reshape gets its own here
+            xs = block.create_var(name=unique_name.generate(f"{self.name}.weight_norm_xshape"),
+                                  dtype=dtype, stop_gradient=True)
+            block.append_op("reshape2", inputs={"X": [x]}, outputs={"Out": [out], "XShape": [xs]},
+                            attrs={"shape": list(new_shape)})
+            return out
+
+        def transpose_op(block: Any, x: Variable, perm: list[int],
+                         out: Variable | None = None) -> Variable:
+            if out is None:
+                out = tmp(block, "weight_norm_transpose", [x.shape[p] for p in perm])
+            block.append_op("transpose", inputs={"X": [x]}, outputs={"Out": [out]},
+                            attrs={"axis": list(perm)})
+            return out
+
+        def norm_except_dim(block: Any, x: Variable, out: Variable | None) -> Variable:
+            """The norm of ``x`` over all its dims but ``dim``, shaped like ``g``."""
+            xs = list(shape)
+            if out is None:
+                out = tmp(block, "weight_norm_norm", g_shape)
+            if dim is None:
+                norm_op(block, x, xs, out, None)
+                return out
+            n = xs[dim]
+            rest = math.prod(xs) // n  # the reshape's -1, for the declared shapes
+            if dim == 0:
+                flat = reshape_op(block, x, [n, -1])
+                flat.shape = (n, rest)
+                norm = norm_op(block, flat, [n, rest], None, [1])
+                reshape_op(block, norm, [n] + [1] * (rank - 1), out)
+            elif dim == rank - 1:
+                flat = reshape_op(block, x, [-1, n])
+                flat.shape = (rest, n)
+                norm = norm_op(block, flat, [rest, n], None, [0])
+                reshape_op(block, norm, [1] * (rank - 1) + [n], out)
+            else:
+                perm = list(range(rank))
+                perm[0], perm[dim] = dim, 0
+                moved = transpose_op(block, x, perm)
+                flat = reshape_op(block, moved, [n, -1])
+                flat.shape = (n, rest)
+                norm = norm_op(block, flat, [n, rest], None, [1])
+                back = reshape_op(block, norm, [n] + [1] * (rank - 1))
+                transpose_op(block, back, perm, out)
+            return out
+
+        g_shape = [1] * rank
+        if dim is not None:
+            g_shape[dim] = shape[dim]
+        kwargs = dict(trainable=attr.trainable, regularizer=attr.regularizer,
+                      gradient_clip_attr=attr.gradient_clip,
+                      optimize_attr={"learning_rate": attr.learning_rate},
+                      do_model_average=attr.do_model_average)
+        g_name, v_name = f"{name}_g", f"{name}_v"
+
+        # startup: v from the initializer (prepended, so it runs first), then g = ||v||, so
+        # that w = g v / ||v|| starts as the initializer would have made it
+        sblock = self.startup_program.global_block()
+        if not sblock.has_var(v_name):
+            sv = sblock.create_var(name=v_name, shape=shape, dtype=dtype, persistable=True)
+            init(sv, sblock)
+            sg = sblock.create_var(name=g_name, shape=g_shape, dtype=dtype, persistable=True)
+            norm_except_dim(sblock, sv, sg)
+            reshape_op(sblock, sg, g_shape, sg)  # the norm has no unit dims for dim=None
+
+        gblock = self.main_program.global_block()
+        g = gblock.create_parameter(g_name, g_shape, dtype=dtype, **kwargs)
+        v = gblock.create_parameter(v_name, shape, dtype=dtype, **kwargs)
+        block = self.main_program.current_block()
+        norm = norm_except_dim(block, v, None)
+        # the ops layers.elementwise_div, reshape and elementwise_mul append (this module is
+        # below layers): g and the norm have the same shape; elementwise_mul broadcasts a Y
+        # whose dims are a run of X's, so the scale is squeezed to [n]
+        scale = tmp(block, "weight_norm_scale", g_shape)
+        block.append_op("elementwise_div", inputs={"X": [g], "Y": [norm]},
+                        outputs={"Out": [scale]}, attrs={"axis": -1})
+        y = scale if dim is None else reshape_op(block, scale, [shape[dim]])
+        w = tmp(block, "weight_norm_w", shape)
+        block.append_op("elementwise_mul", inputs={"X": [v], "Y": [y]}, outputs={"Out": [w]},
+                        attrs={"axis": -1 if dim is None else dim})
+        return w
 
     def set_variable_initializer(self, var: Variable, init: Initializer) -> None:
         """Declare ``var`` in the startup program and prepend its init op there."""

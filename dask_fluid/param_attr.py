@@ -63,3 +63,64 @@ class ParamAttr:
         if isinstance(arg, Initializer):
             return ParamAttr(initializer=arg)
         raise TypeError(f"cannot use {type(arg).__name__} as a ParamAttr")
+
+
+class WeightNormParamAttr(ParamAttr):
+    """A parameter reparameterised by weight normalisation, as Fluid 1.8's
+    ``WeightNormParamAttr`` (Salimans & Kingma, https://arxiv.org/abs/1602.07868).
+
+    A layer given this attribute does not get one parameter ``w`` but two, ``<name>_g`` (the
+    magnitude) and ``<name>_v`` (the direction), and its weight is computed in the main
+    program as ``w = g * v / ||v||``, the norm taken over every dim of ``v`` except ``dim``
+    (over all of them when ``dim`` is None). The startup program initialises ``v`` with the
+    initializer and then ``g`` with ``||v||``, so that ``w`` starts as the initializer would
+    have made it. The optimizer trains ``g`` and ``v``.
+
+    Parameters
+    ----------
+    dim : int, optional
+        The dim of the weight that keeps its own magnitude (``g`` has the weight's size
+        there and 1 elsewhere); None: one magnitude for the whole weight.
+    name : str, optional
+        Prefix of the two parameters' names (``<name>_g``, ``<name>_v``); a unique
+        ``<layer>.w_N`` when omitted.
+    initializer : Initializer, optional
+        The initializer of ``v`` (the layer's default when omitted).
+    learning_rate : float
+    regularizer : WeightDecayRegularizer, optional
+    trainable : bool
+    do_model_average : bool
+        As :class:`ParamAttr`, for both ``g`` and ``v``; False by default, as in Fluid.
+
+    Raises
+    ------
+    TypeError
+        ``dim`` is neither None nor an int.
+
+    Notes
+    -----
+    Fluid 1.8's signature has no ``gradient_clip`` (the clip is the optimizer's ``grad_clip``
+    there) and no ``need_clip`` (Paddle 2.0), so neither is accepted here.
+    """
+
+    #: the weights built by weight normalisation, as Fluid's class-level list: variables
+    #: computed from ``g`` and ``v`` rather than parameters of their own
+    params_with_weight_norm: list = []
+
+    def __init__(
+        self,
+        dim: int | None = None,
+        name: str | None = None,
+        initializer: Initializer | None = None,
+        learning_rate: float = 1.0,
+        regularizer: Any = None,
+        trainable: bool = True,
+        do_model_average: bool = False,
+    ) -> None:
+        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int)):
+            raise TypeError(f"WeightNormParamAttr: dim must be None or an int, got "
+                            f"{type(dim).__name__} {dim!r}")
+        super().__init__(name=name, initializer=initializer, learning_rate=learning_rate,
+                         regularizer=regularizer, trainable=trainable,
+                         do_model_average=do_model_average)
+        self.dim = dim

@@ -1,13 +1,16 @@
-"""``layers.Print``: print a tensor (and its gradient) while the program runs (op ``print``,
-:mod:`dask_fluid.ops.print_ops`)."""
+"""``layers.Print``: print a tensor (and its gradient) while the program runs (op ``print``),
+and ``layers.Assert``: fail the run, printing tensors, when a condition is false (op
+``assert``); both in :mod:`dask_fluid.ops.print_ops`."""
 
 from __future__ import annotations
 
-from ..framework import Variable
+from collections.abc import Sequence
+
+from ..framework import Operator, Variable
 from ..layer_helper import LayerHelper
 from ..ops.print_ops import PHASES
 
-__all__ = ["Print"]
+__all__ = ["Assert", "Print"]
 
 _DTYPES = ("float32", "float64", "int32", "int64", "bool")
 
@@ -59,3 +62,53 @@ def Print(input: Variable, first_n: int = -1, message: str | None = None, summar
                             "print_tensor_shape": print_tensor_shape,
                             "print_tensor_lod": print_tensor_lod, "print_phase": phase})
     return out
+
+
+def Assert(cond: Variable, data: Sequence[Variable] | None = None, summarize: int = 20,
+           name: str | None = None) -> Operator:
+    """Fail the run when ``cond`` is false, printing ``data`` (Fluid 1.8's ``layers.Assert``,
+    op ``assert``).
+
+    The op has no output: it runs where it stands in its block (inside a ``cond`` or
+    ``While`` block too, each time that block runs). When ``cond`` is false it prints each
+    tensor of ``data`` (as ``Print`` does: name, LoD, place, shape, dtype and values) and
+    the run fails with an error that names ``cond`` and holds the same printout.
+
+    Parameters
+    ----------
+    cond : Variable
+        A bool tensor of exactly one element.
+    data : list or tuple of Variable, optional
+        The tensors to print when ``cond`` is false.
+    summarize : int
+        How many values of each tensor to print; -1: all.
+    name : str, optional
+        The layer's name (``assert_<cond name>`` when omitted).
+
+    Returns
+    -------
+    Operator
+        The ``assert`` op appended to the current block.
+
+    Raises
+    ------
+    TypeError
+        ``cond`` is not a bool Variable, ``data`` not a list or tuple of Variables (or None),
+        ``summarize`` not an int, or ``name`` not a str (or None).
+    """
+    if not isinstance(cond, Variable) or cond.dtype != "bool":
+        got = cond.dtype if isinstance(cond, Variable) else type(cond).__name__
+        raise TypeError(f"Assert: cond must be a bool Variable, got {got}")
+    if data is not None and not isinstance(data, (list, tuple)):
+        raise TypeError(f"Assert: data must be a list or tuple of Variables or None, got "
+                        f"{type(data).__name__}")
+    for i, d in enumerate(data or ()):
+        if not isinstance(d, Variable):
+            raise TypeError(f"Assert: data[{i}] must be a Variable, got {type(d).__name__}")
+    if isinstance(summarize, bool) or not isinstance(summarize, int):
+        raise TypeError(f"Assert: summarize must be an int, got {type(summarize).__name__}")
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"Assert: name must be a str or None, got {type(name).__name__}")
+    helper = LayerHelper(name or f"assert_{cond.name}")
+    return helper.append_op("assert", inputs={"Cond": [cond], "Data": list(data or [])},
+                            attrs={"summarize": summarize})

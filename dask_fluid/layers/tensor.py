@@ -22,7 +22,7 @@ __all__ = [
     "split", "squeeze", "stack", "sum", "sums", "transpose", "unsqueeze", "unstack", "where",
     "zeros", "diag", "eye", "has_inf", "has_nan", "isfinite", "linspace", "lod_append",
     "ones_like", "range",
-    "reverse", "zeros_like",
+    "reverse", "zeros_like", "size",
 ]
 
 
@@ -910,4 +910,24 @@ def lod_append(x: Variable, level: Sequence[int] | Variable) -> Variable:
         raise ValueError(f"lod_append: level must be a list, tuple or Variable, got "
                          f"{type(level).__name__}")
     helper.append_op("lod_reset", inputs=inputs, outputs={"Out": [out]}, attrs=attrs)
+    return out
+
+
+def size(input: Variable) -> Variable:
+    """The number of elements of ``input``: an int64 tensor of shape [1] (op ``size``), as
+    Fluid 1.8's ``layers.size``. It has no gradient; ``input``'s LoD does not matter (its
+    rows are counted as they are).
+
+    Raises
+    ------
+    TypeError
+        ``input`` is not a Variable of bool, float16, float32, float64, int32 or int64.
+    """
+    _check_var(input, "input", "size")
+    if input.dtype not in ("bool", "float16", "float32", "float64", "int32", "int64"):
+        raise TypeError(f"size: input must be bool, float16, float32, float64, int32 or "
+                        f"int64, got {input.dtype}")
+    helper = LayerHelper("size")
+    out = helper.create_tmp(dtype="int64", shape=[1], stop_gradient=True)
+    helper.append_op("size", inputs={"Input": [input]}, outputs={"Out": [out]})
     return out

@@ -6,6 +6,9 @@ What is printed (standard output, one block a time the op prints): the tensor's 
 message, its LoD, place, shape and dtype (each unless turned off), and its first ``summarize``
 values (all with -1). ``first_n`` limits how many times each op prints on one executor (-1: no
 limit); ``print_phase`` is ``FORWARD``, ``BACKWARD`` or ``BOTH``.
+
+The ``assert`` op (Fluid 1.8's ``layers.Assert``) prints its ``Data`` tensors the same way, and
+fails, when its condition is false.
 """
 
 from __future__ import annotations
@@ -74,3 +77,36 @@ def print_(ins: dict, attrs: dict, outs: tuple, ctx: Any) -> dict:
             text = format_tensor(value, ctx.op.input("In")[0], attrs, lod, ctx.executor.place)
             print(text, file=sys.stdout, flush=True)
     return {"Out": [value], LOD_KEY: {"Out": [lod]}}
+
+
+# -- assert ------------------------------------------------------------------------------------
+
+@register("assert", ("Cond", "Data"), (), {"summarize": -1}, optional=("Data",), host=True,
+          lod="kernel")
+def assert_(ins: dict, attrs: dict, outs: tuple, ctx: Any) -> dict:
+    """Fluid 1.8's ``assert`` op (paddle/fluid/operators/assert_op.cc): nothing when the
+    one-element ``Cond`` is true; when it is false, each ``Data`` tensor is printed (its first
+    ``summarize`` values, all with -1) and the op fails, the message naming ``Cond`` and
+    holding the same printout. No gradient (Fluid's ``EmptyGradOpMaker``)."""
+    cond_name = ctx.op.input("Cond")[0]
+    cond = ins["Cond"][0]
+    if cond is None:
+        raise ValueError(f"assert: the condition variable {cond_name!r} is not set")
+    host = np.asarray(to_host(cond))
+    if host.size != 1:
+        raise ValueError(f"assert: the condition {cond_name!r} must have exactly one element, "
+                         f"got shape {list(host.shape)}")
+    if bool(host.reshape(-1)[0]):
+        return {}
+    fmt = {"summarize": int(attrs.get("summarize", -1))}
+    names = ctx.op.input("Data") if "Data" in ctx.op.inputs else []
+    lods = attrs.get("_lods", {}).get("Data") or [None] * len(names)
+    texts = [f"Variable: {name}\n  - (not set)" if value is None
+             else format_tensor(value, name, fmt, lod, ctx.executor.place)
+             for name, value, lod in zip(names, ins.get("Data") or [], lods, strict=False)]
+    if texts:
+        # Fluid prints the tensors on standard output before it throws
+        print("\n".join(texts), file=sys.stdout, flush=True)
+    message = (f"The condition variable '{cond_name}' of AssertOp must be true, but received "
+               f"false")
+    raise AssertionError("\n".join([message, *texts]))

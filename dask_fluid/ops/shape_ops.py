@@ -501,3 +501,35 @@ def maxout_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
         (1,) * axis + (-1,) + (1,) * (view.ndim - axis - 1))
     d = _d(ins, ins["Out"][0].shape, xp, x.dtype)
     return {"X" + GRAD: [(hit * xp.expand_dims(d, axis)).reshape(x.shape)]}
+
+
+# -- transpose (Fluid's first version, without XShape), size ------------------------------------
+
+@register("transpose", ("X",), ("Out",), {"axis": []}, grad=grad_maker(("X",)))
+def transpose(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = X with its dims permuted by ``axis``: Fluid 1.8's ``transpose`` op, which
+    ``WeightNormParamAttr`` still appends (``layers.transpose`` appends ``transpose2``)."""
+    x = ins["X"][0]
+    perm = [int(p) for p in attrs.get("axis", [])]
+    if sorted(perm) != list(range(x.ndim)):
+        raise ValueError(f"transpose: axis {perm} is not a permutation of the {x.ndim} dims "
+                         f"of X (shape {list(x.shape)})")
+    return {"Out": [array_module(x).ascontiguousarray(x.transpose(perm))]}
+
+
+@register("transpose_grad", *grad_slots(("X",)), {"axis": []})
+def transpose_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = dOut with the inverse permutation."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    d = _d(ins, tuple(x.shape[p] for p in attrs.get("axis", [])), xp, x.dtype)
+    inverse = np.argsort([int(p) for p in attrs.get("axis", [])]).tolist()
+    return {"X" + GRAD: [xp.ascontiguousarray(d.transpose(inverse))]}
+
+
+@register("size", ("Input",), ("Out",), {}, lod="none")
+def size(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = the number of elements of Input, int64 of shape [1] (Fluid 1.8's ``size`` op;
+    no gradient). Only the shape of Input is read; Out is made where Input lives."""
+    x = ins["Input"][0]
+    return {"Out": [array_module(x).asarray([int(np.prod(x.shape))], dtype=np.int64)]}
