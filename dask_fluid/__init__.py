@@ -15,6 +15,7 @@ from . import (
     backward,
     clip,
     compiler,
+    contrib,
     control_flow_ops,  # noqa: F401  (the control-flow ops' kernels and gradient rules)
     evaluator,
     initializer,
@@ -62,7 +63,7 @@ from .input import embedding, one_hot
 from .io import load, load_program_state, save, set_program_state
 from .lod import LoDTensor, LoDTensorArray, create_lod_tensor, create_random_int_lodtensor
 from .parallel_executor import ParallelExecutor
-from .param_attr import ParamAttr
+from .param_attr import ParamAttr, WeightNormParamAttr
 from .queue_dataset import DatasetFactory
 
 __version__ = "0.1.0"
@@ -96,8 +97,9 @@ __all__ = [
     "ExecutionError", "ExecutionStrategy", "Executor", "LoDTensor", "LoDTensorArray", "OpRole",
     "Operator",
     "ParallelExecutor", "ParamAttr", "Parameter", "Program", "Scope", "Variable",
+    "WeightNormParamAttr",
     "append_backward", "average", "backward",
-    "clip", "compiler", "cpu_places", "create_lod_tensor", "create_random_int_lodtensor",
+    "clip", "compiler", "contrib", "cpu_places", "create_lod_tensor", "create_random_int_lodtensor",
     "cuda_places", "data", "default_main_program",
     "default_startup_program", "embedding", "evaluator", "global_scope", "gradients", "initializer",
     "io", "layers", "load", "load_program_state", "metrics", "name_scope", "nets", "one_hot",

@@ -16,8 +16,10 @@ Conventions the executor follows when it runs a kernel ``kernel(ins, attrs, outs
 """
 
 from . import (  # noqa: F401  (imported for their registrations)
+    amp_ops,
     beam_search_ops,
     box_ops,
+    contrib_ops,
     conv3d_ops,
     conv_ops,
     creation_ops,

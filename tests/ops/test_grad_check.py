@@ -1005,6 +1005,54 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
          {"cluster_num": 2, "need_update": False}),
     ]
     # -- lod array cases --
+    # -- contrib cases --
+    fea_sum = _away_from(n((3, 4)), [0.0])
+    fea_y = n((4,))
+    c["fused_elemwise_activation"] = [
+        ("add_scale", {"X": [n((3, 4))], "Y": [n((3, 4))]},
+         {"functor_list": ["elementwise_add", "scale"], "scale": 1.7}),
+        ("scale_add_bcast", {"X": [n((2, 3, 4))], "Y": [n((3,))]},
+         {"functor_list": ["scale", "elementwise_add"], "scale": -0.6, "axis": 1}),
+        ("relu_add_saved", {"X": [fea_sum - fea_y], "Y": [fea_y]},
+         {"functor_list": ["relu", "elementwise_add"], "save_intermediate_out": True}),
+        ("add_relu", {"X": [n((3, 4))], "Y": [_away_from(n((4,)), [0.0])]},
+         {"functor_list": ["elementwise_add", "relu"], "save_intermediate_out": True}),
+        ("mul_scale", {"X": [n((3, 4))], "Y": [n((3, 4))]},
+         {"functor_list": ["elementwise_mul", "scale"], "scale": 0.5}),
+        ("tanh_add", {"X": [n((3, 4))], "Y": [n((3, 4))]},
+         {"functor_list": ["tanh", "elementwise_add"]}),
+        ("mul_tanh_bcast", {"X": [n((2, 3))], "Y": [n((3,))]},
+         {"functor_list": ["elementwise_mul", "tanh"], "save_intermediate_out": True}),
+        ("mul_sigmoid", {"X": [n((3, 4))], "Y": [n((3, 4))]},
+         {"functor_list": ["elementwise_mul", "sigmoid"]}),
+        ("x_smaller", {"X": [n((4,))], "Y": [n((3, 4))]},
+         {"functor_list": ["elementwise_mul", "tanh"]}),
+    ]
+    c["shuffle_batch"] = [
+        ("2d", {"X": [n((5, 3))]}, {"startup_seed": 7}),
+        ("3d_seed_input", {"X": [n((2, 3, 2))], "Seed": [np.array([11], np.int64)]}, {}),
+    ]
+    c["partial_concat"] = [
+        ("two", {"X": [n((3, 4)), n((3, 4))]}, {"start_index": 1, "length": 2}),
+        ("negative_start", {"X": [n((2, 5)), n((2, 5)), n((2, 5))]}, {"start_index": -3}),
+    ]
+    c["partial_sum"] = [
+        ("two", {"X": [n((3, 4)), n((3, 4))]}, {"start_index": 0, "length": 2}),
+        ("rest", {"X": [n((2, 5)), n((2, 5)), n((2, 5))]}, {"start_index": 2}),
+    ]
+    c["batch_fc"] = [("3slots", {"Input": [n((3, 4, 2))], "W": [n((3, 2, 5))],
+                                 "Bias": [n((3, 5))]}, {})]
+    c["rank_attention"] = [
+        ("max_rank2", {"X": [n((5, 3))],
+                       "RankOffset": [np.array([[1, 1, 0, 2, 1], [2, 1, 0, 2, 1],
+                                                [-1, -1, -1, -1, -1], [1, 1, 3, -1, -1],
+                                                [2, 1, 2, 2, 4]], np.int32)],
+                       "RankParam": [n((2 * 2 * 3, 4))]}, {"MaxRank": 2}),
+    ]
+    # -- amp cases --
+    # -- weight norm cases --
+    c["transpose"] = [("swap01", {"X": [n((3, 4, 2))]}, {"axis": [1, 0, 2]}),
+                      ("4d", {"X": [n((2, 3, 4, 2))]}, {"axis": [0, 3, 1, 2]})]
     # -- rcnn target cases --
     # -- detection assign cases --
     rpt_quads = np.array([[0.5, 0.8, 6.2, 1.1, 5.7, 5.3, 0.9, 4.6],
