@@ -34,6 +34,10 @@ from .ops import registry
 _RENAME = "@RENAME@"
 #: the prefix of the gradients of a program's second, third ... backward pass
 _LATER_PASS = "grad/"
+#: the key of a grad op description listing its value slots: inputs that hold an earlier
+#: backward pass's gradients as plain values (a double grad op's ``DOut``), which this pass
+#: neither treats as incoming gradients nor renames (see ``ops.math_ops.double_grad_maker``)
+VALUE_SLOTS = "value_slots"
 
 
 def _strip_grad(name: str) -> str:
@@ -83,6 +87,7 @@ def _array_grads(op_path: list, descs: list[dict]) -> set[str]:
 
 def _grad_descs(op_path: list, no_grad: set[str], seeds: set[str]) -> list[dict]:
     produced = set(seeds)
+    path_vars = {n for op in op_path for n in (*op.input_arg_names, *op.output_arg_names)}
     descs: list[dict] = []
     for index in range(len(op_path) - 1, -1, -1):
         op = op_path[index]
@@ -100,11 +105,21 @@ def _grad_descs(op_path: list, no_grad: set[str], seeds: set[str]) -> list[dict]
             if all(n == EMPTY_VAR for names in outputs.values() for n in names):
                 continue
             inputs, incoming = {}, False
+            values = set(desc.get(VALUE_SLOTS, ()))
             for slot, names in desc["inputs"].items():
-                # by name, not slot: ops like scale take their incoming gradient in slot X
-                grads = [n for n in names if GRAD_SUFFIX in n]
+                # by name, not slot: ops like scale take their incoming gradient in slot X.
+                # But in a later pass an earlier pass's gradients are values: in a double
+                # grad op's value slots (DOut), and as the op path's own variables (the
+                # square(x@GRAD) of a gradient penalty) unless this pass produced the name
+                if slot in values:
+                    grads = []
+                elif slot.endswith(GRAD_SUFFIX):
+                    grads = [n for n in names if GRAD_SUFFIX in n]
+                else:
+                    grads = [n for n in names if GRAD_SUFFIX in n
+                             and (n in produced or n not in path_vars)]
                 if grads:
-                    names = [n if GRAD_SUFFIX not in n or n in produced else EMPTY_VAR
+                    names = [EMPTY_VAR if n in grads and n not in produced else n
                              for n in names]
                     incoming |= any(n in produced for n in grads)
                 inputs[slot] = names
@@ -137,8 +152,10 @@ def _later_pass_names(block: Block, descs: list[dict]) -> dict[str, str]:
     if times <= 1:
         return renamed
     for desc in descs:
-        for names in desc["inputs"].values():
-            names[:] = [renamed.get(n, n) for n in names]
+        values = desc.get(VALUE_SLOTS, ())
+        for slot, names in desc["inputs"].items():
+            if slot not in values:  # a value slot reads the earlier pass's gradient
+                names[:] = [renamed.get(n, n) for n in names]
         for names in desc["outputs"].values():
             for i, name in enumerate(names):
                 if GRAD_SUFFIX in name and (name in renamed or block.has_var(name)):
@@ -148,9 +165,11 @@ def _later_pass_names(block: Block, descs: list[dict]) -> dict[str, str]:
 
 def _rename(descs: Iterable[dict], old: str, new: str) -> None:
     for desc in descs:
+        values = desc.get(VALUE_SLOTS, ())  # an earlier pass's variables keep their names
         for key in ("inputs", "outputs"):
-            for names in desc[key].values():
-                names[:] = [new if n == old else n for n in names]
+            for slot, names in desc[key].items():
+                if key == "outputs" or slot not in values:
+                    names[:] = [new if n == old else n for n in names]
 
 
 def _addup_repetitive_outputs(descs: list[dict], seeds: Iterable[str] = (),
@@ -166,11 +185,14 @@ def _addup_repetitive_outputs(descs: list[dict], seeds: Iterable[str] = (),
     pending: list[tuple[dict, int]] = []
     count: defaultdict[str, int] = defaultdict(int)
     renamed: defaultdict[str, list[str]] = defaultdict(list)
+    first_write: dict[str, int] = {}
     pinned = set(seeds)
     for name in pinned:
         renamed[name] = [name]
     for idx, desc in enumerate(descs):
-        ins = [n for names in desc["inputs"].values() for n in names]
+        # a value slot reads an earlier pass's gradient, not this pass's parts
+        ins = [n for slot, names in desc["inputs"].items()
+               if slot not in desc.get(VALUE_SLOTS, ()) for n in names]
         for name in ins:
             if len(renamed[name]) > 1:
                 pending.append(({"type": "sum", "inputs": {"X": list(renamed[name])},
@@ -186,12 +208,15 @@ def _addup_repetitive_outputs(descs: list[dict], seeds: Iterable[str] = (),
                 seen.append((names, i))
                 if not renamed[name]:
                     renamed[name] = [name]
+                    first_write[name] = idx
                     continue
                 if len(renamed[name]) == 1 and name not in pinned:
                     first = f"{name}{_RENAME}{count[name]}"
                     count[name] += 1
                     renamed[name][0] = first
-                    _rename(descs[:idx], name, first)
+                    # from the first write on: a read before it is of another variable of
+                    # that name (a later backward pass reads the earlier pass's x@GRAD)
+                    _rename(descs[first_write.get(name, 0):idx], name, first)
                     _rename((p for p, _ in pending), name, first)
                     for earlier, j in seen[:-1]:
                         if earlier[j] == name:
@@ -350,6 +375,7 @@ def append_backward(loss: Variable, parameter_list: Iterable | None = None,
         for desc in descs:
             block.append_op(desc["type"], desc["inputs"], desc["outputs"], desc["attrs"])
 
+    written = {n for d in descs for names in d["outputs"].values() for n in names}
     wanted = None
     if parameter_list is not None:
         wanted = {p.name if isinstance(p, Variable) else str(p) for p in parameter_list}
@@ -359,7 +385,9 @@ def append_backward(loss: Variable, parameter_list: Iterable | None = None,
             continue
         gname = grad_var_name(param.name)
         gname = renamed.get(gname, gname)
-        if not block.has_var(gname):
+        # only this pass's gradients: an earlier pass (fluid.gradients of a critic, before a
+        # gradient penalty's minimize) may have declared one this pass never writes
+        if gname not in written or not block.has_var(gname):
             continue
         grad = block.var(gname)
         params_grads.append((param, grad))

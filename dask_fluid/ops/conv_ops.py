@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from .registry import GRAD, array_module, register
+from .math_ops import double_grad_maker
+from .registry import GRAD, array_module, register, set_grad
 from .selected_rows import grad_maker, grad_slots
 
 __all__ = ["adaptive_bounds", "conv_output_size", "pool_output_size", "resolve_paddings"]
@@ -320,6 +321,46 @@ for _type in ("conv2d", "depthwise_conv2d"):
     register(_type, ("Input", "Filter"), ("Output",), _CONV_ATTRS, optional=("Bias",),
              grad=_conv_grad_maker)(_conv2d)
     register(_type + "_grad", *_CONV_GRAD_SLOTS, _CONV_ATTRS)(_conv2d_grad)
+
+
+def _conv2d_grad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """conv2d_grad is bilinear: dInput = conv^T(dOutput, Filter), dFilter = corr(Input,
+    dOutput). So DDOutput = conv(DDInput, Filter) + conv(Input, DDFilter), DInput =
+    conv^T(dOutput, DDFilter), DFilter = corr(DDInput, dOutput) (conv_op.cc's
+    Conv2DDoubleGradMaker), each computed by the conv2d / conv2d_grad kernels."""
+    x, w = ins["Input"][0], ins["Filter"][0]
+    xp = array_module(x, w)
+    ddx, ddw = (ins.get("DDInput") or [None])[0], (ins.get("DDFilter") or [None])[0]
+    dout = (ins.get("DOutput") or [None])[0]
+    res = {}
+    if "DDOutput" in outs:
+        geo = _ConvGeometry(x.shape, w.shape, attrs)
+        dd = xp.zeros((geo.n, geo.m, geo.oh, geo.ow), dtype=x.dtype)
+        if ddx is not None:
+            dd = dd + _conv2d({"Input": [ddx], "Filter": [w]}, attrs, ("Output",))["Output"][0]
+        if ddw is not None:
+            dd = dd + _conv2d({"Input": [x], "Filter": [ddw]}, attrs, ("Output",))["Output"][0]
+        res["DDOutput"] = [dd]
+    if "DInput" in outs:
+        res["DInput"] = [xp.zeros(x.shape, x.dtype) if ddw is None or dout is None else
+                         _conv2d_grad({"Input": [x], "Filter": [ddw], "Output" + GRAD: [dout]},
+                                      attrs, ("Input" + GRAD,))["Input" + GRAD][0]]
+    if "DFilter" in outs:
+        res["DFilter"] = [xp.zeros(w.shape, w.dtype) if ddx is None or dout is None else
+                          _conv2d_grad({"Input": [ddx], "Filter": [w], "Output" + GRAD: [dout]},
+                                       attrs, ("Filter" + GRAD,))["Filter" + GRAD][0]]
+    return res
+
+
+for _type in ("conv2d", "depthwise_conv2d"):
+    set_grad(_type + "_grad", double_grad_maker(
+        _type + "_grad_grad",
+        {"Input": "Input", "Filter": "Filter", "DOutput": "Output" + GRAD},
+        {"DDInput": "Input" + GRAD, "DDFilter": "Filter" + GRAD},
+        {"DDOutput": "Output" + GRAD, "DInput": "Input", "DFilter": "Filter"}))
+    register(_type + "_grad_grad", ("Input", "Filter", "DOutput", "DDInput", "DDFilter"),
+             ("DDOutput", "DInput", "DFilter"), _CONV_ATTRS,
+             optional=("DOutput", "DDInput", "DDFilter"))(_conv2d_grad_grad)
 
 
 # ---------------------------------------------------------------------------------------------

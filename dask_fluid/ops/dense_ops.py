@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .math_ops import _unbroadcast
-from .registry import GRAD, array_module, register
+from .math_ops import _unbroadcast, double_grad_maker
+from .registry import GRAD, array_module, register, set_grad
 from .selected_rows import grad_maker, grad_slots
 
 __all__ = ["matmul_shape"]
@@ -241,3 +241,45 @@ def _register_activation(type: str, attrs: dict, reads: str, forward: Any,
 
 for _name, _spec in _ACTIVATIONS.items():
     _register_activation(_name, *_spec)
+
+
+# double grads (activation_op.cc: LeakyReluDoubleGradMaker, ELUDoubleGradMaker)
+
+set_grad("leaky_relu_grad", double_grad_maker(
+    "leaky_relu_grad_grad", {"X": "X"}, {"DDX": "X" + GRAD}, {"DDOut": "Out" + GRAD}))
+
+
+@register("leaky_relu_grad_grad", ("X", "DDX"), ("DDOut",), _ACTIVATIONS["leaky_relu"][0],
+          optional=("DDX",))
+def leaky_relu_grad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """DDOut = DDX where X > 0, alpha·DDX elsewhere (X's gradient is 0)."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    ddx = ins["DDX"][0] if ins.get("DDX") else None
+    ddx = xp.zeros_like(x) if ddx is None else ddx
+    return {"DDOut": [ddx * xp.where(x > 0, x.dtype.type(1), _f(x, attrs, "alpha"))]}
+
+
+set_grad("elu_grad", double_grad_maker(
+    "elu_grad_grad", {"X": "X", "DOut": "Out" + GRAD}, {"DDX": "X" + GRAD},
+    {"DX": "X", "DDOut": "Out" + GRAD}))
+
+
+@register("elu_grad_grad", ("X", "DOut", "DDX"), ("DX", "DDOut"), _ACTIVATIONS["elu"][0],
+          optional=("DOut", "DDX"))
+def elu_grad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """elu_grad: dX = dOut · (1 if X > 0 else alpha·eˣ). DDOut = DDX · that factor,
+    DX = DDX · dOut · alpha·eˣ where X ≤ 0 (Fluid's ELUGradGradFunctor)."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    ddx = ins["DDX"][0] if ins.get("DDX") else None
+    ddx = xp.zeros_like(x) if ddx is None else ddx
+    curve = _f(x, attrs, "alpha") * xp.exp(xp.minimum(x, 0))
+    res = {}
+    if "DDOut" in outs:
+        res["DDOut"] = [ddx * xp.where(x > 0, x.dtype.type(1), curve)]
+    if "DX" in outs:
+        dout = ins["DOut"][0] if ins.get("DOut") else None
+        dout = xp.zeros_like(x) if dout is None else dout
+        res["DX"] = [ddx * dout * xp.where(x > 0, x.dtype.type(0), curve)]
+    return res

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .registry import GRAD, array_module, register
+from .registry import GRAD, array_module, register, set_grad
 from .selected_rows import (
     SelectedRows,
     grad_maker,
@@ -749,3 +749,273 @@ def clip_by_norm(ins: dict, attrs: dict, outs: tuple) -> dict:
     max_norm = _scalar(x, attrs.get("max_norm", 1.0))
     norm = xp.sqrt((x * x).sum())
     return {"Out": [(x * (max_norm / xp.maximum(norm, max_norm))).astype(x.dtype, copy=False)]}
+
+
+# ---------------------------------------------------------------------------------------------
+# double grads: the grad ops of Fluid 1.8's DoubleGradMakers (activation_op.cc, mul_op.cc,
+# elementwise_*_op.cc, reduce_mean_op.cc ...), so that a loss over gradients (a gradient
+# penalty) can be differentiated again. In a grad op's own grad maker, ``op`` is the grad op:
+# its inputs are the forward values and ``Out@GRAD``, its outputs ``X@GRAD``.
+
+#: the grad op description key naming its value slots (read by backward._grad_descs)
+VALUE_SLOTS = "value_slots"
+
+
+def _grads_of(names: list[str]) -> list[str]:
+    # an unbound gradient stays unbound (no "@EMPTY@@GRAD" variable)
+    return [EMPTY if n == EMPTY else n + GRAD for n in names]
+
+
+EMPTY = "@EMPTY@"
+
+
+def double_grad_maker(type: str, values: dict[str, str], ddx: dict[str, str],
+                      outputs: dict[str, str]):
+    """A grad maker for a grad op, building ``type`` (Fluid's ``*_grad_grad``).
+
+    ``values`` maps a slot of the new op to a slot of the grad op (an input such as ``Out`` or
+    ``Out@GRAD``, or an output such as ``X@GRAD``) whose variables it reads as values;
+    ``ddx`` maps a slot to a grad op output slot whose gradient it reads (``DDX`` <-
+    ``X@GRAD``); ``outputs`` maps a slot to a grad op input slot whose gradient it writes
+    (``DDOut`` -> ``Out@GRAD``, ``DX`` -> ``X``). Value slots are marked, so the backward pass
+    neither takes an earlier pass's ``Out@GRAD`` for an incoming gradient nor renames it.
+    """
+
+    def make(op: Any) -> list[dict]:
+        inputs: dict[str, list[str]] = {}
+        for slot, src in values.items():
+            names = op.inputs.get(src) or op.outputs.get(src)
+            if names:
+                inputs[slot] = list(names)
+        for slot, src in ddx.items():
+            if op.outputs.get(src):
+                inputs[slot] = _grads_of(op.outputs[src])
+        outs = {slot: _grads_of(op.inputs[src]) for slot, src in outputs.items()
+                if op.inputs.get(src)}
+        attrs = {k: v for k, v in op.attrs.items() if k not in ("op_role", "op_role_var")}
+        return [{"type": type, "inputs": inputs, "outputs": outs, "attrs": attrs,
+                 VALUE_SLOTS: tuple(s for s in values if s in inputs)}]
+
+    return make
+
+
+def linear_grad_maker(type: str, src: str = "X" + GRAD, dst: str = "Out" + GRAD,
+                      in_slot: str = "X", out_slot: str = "Out", attrs: dict | None = None):
+    """The grad maker of a grad op linear in its incoming gradient and independent of the
+    forward values (reduce_mean_grad, mean_grad ...): Fluid's DoubleGradMaker runs the forward
+    op ``type`` again, on ``DDX`` (the gradient of ``src``) into ``DDOut`` (that of ``dst``),
+    with the grad op's attrs updated by ``attrs``."""
+    override = dict(attrs or {})
+
+    def make(op: Any) -> list[dict]:
+        attrs = {k: v for k, v in op.attrs.items() if k not in ("op_role", "op_role_var")}
+        attrs.update(override)
+        return [{"type": type, "inputs": {in_slot: _grads_of(op.outputs[src])},
+                 "outputs": {out_slot: _grads_of(op.inputs[dst])}, "attrs": attrs}]
+
+    return make
+
+
+def _opt(ins: dict, slot: str) -> Any:
+    return (ins.get(slot) or [None])[0]
+
+
+def _zeros_or(a: Any, like: Any) -> Any:
+    return array_module(like).zeros(like.shape, like.dtype) if a is None else a
+
+
+# -- activations (activation_op.cc: ReluDoubleGradMaker, SqrtDoubleGradMaker,
+# SquareDoubleGradMaker); leaky_relu and elu live in dense_ops
+
+set_grad("relu_grad", double_grad_maker("relu_grad_grad", {"Out": "Out"}, {"DDX": "X" + GRAD},
+                                        {"DDOut": "Out" + GRAD}))
+
+
+@register("relu_grad_grad", ("Out", "DDX"), ("DDOut",), optional=("DDX",))
+def relu_grad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """DDOut = DDX where Out > 0 (relu_grad is linear in dOut; Out's gradient is 0)."""
+    out = ins["Out"][0]
+    return {"DDOut": [_zeros_or(_opt(ins, "DDX"), out) * (out > 0)]}
+
+
+set_grad("sqrt_grad", double_grad_maker("sqrt_grad_grad", {"Out": "Out", "DX": "X" + GRAD},
+                                        {"DDX": "X" + GRAD},
+                                        {"DOut": "Out", "DDOut": "Out" + GRAD}))
+
+
+@register("sqrt_grad_grad", ("Out", "DX", "DDX"), ("DOut", "DDOut"), optional=("DDX",))
+def sqrt_grad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """sqrt_grad: dX = dOut / (2 Out). DDOut = DDX / (2 Out), DOut = -DDX · dX / Out
+    (Fluid's SqrtGradGradFunctor)."""
+    out, dx = ins["Out"][0], ins["DX"][0]
+    ddx = _zeros_or(_opt(ins, "DDX"), out)
+    res = {}
+    if "DDOut" in outs:
+        res["DDOut"] = [ddx * _scalar(out, 0.5) / out]
+    if "DOut" in outs:
+        res["DOut"] = [-ddx * dx / out]
+    return res
+
+
+set_grad("square_grad", double_grad_maker("square_grad_grad", {"X": "X", "DOut": "Out" + GRAD},
+                                          {"DDX": "X" + GRAD},
+                                          {"DX": "X", "DDOut": "Out" + GRAD}))
+
+
+@register("square_grad_grad", ("X", "DOut", "DDX"), ("DX", "DDOut"), optional=("DOut", "DDX"))
+def square_grad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """square_grad: dX = 2 X dOut. DDOut = 2 X DDX, DX = 2 dOut DDX."""
+    x = ins["X"][0]
+    ddx = _zeros_or(_opt(ins, "DDX"), x)
+    res = {}
+    if "DDOut" in outs:
+        res["DDOut"] = [2 * x * ddx]
+    if "DX" in outs:
+        res["DX"] = [2 * _zeros_or(_opt(ins, "DOut"), x) * ddx]
+    return res
+
+
+# -- mul (mul_op.cc: MulDoubleGradMaker, mul_grad_grad)
+
+set_grad("mul_grad", double_grad_maker(
+    "mul_grad_grad", {"X": "X", "Y": "Y", "DOut": "Out" + GRAD},
+    {"DDX": "X" + GRAD, "DDY": "Y" + GRAD},
+    {"DX": "X", "DY": "Y", "DDOut": "Out" + GRAD}))
+
+
+@register("mul_grad_grad", ("X", "Y", "DOut", "DDX", "DDY"), ("DX", "DY", "DDOut"), _MUL_ATTRS,
+          optional=("DOut", "DDX", "DDY"))
+def mul_grad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """On the flattened matrices: DDOut = DDX @ Y + X @ DDY, DX = dOut @ DDY^T,
+    DY = DDX^T @ dOut."""
+    x, y = ins["X"][0], ins["Y"][0]
+    xn, yn = attrs.get("x_num_col_dims", 1), attrs.get("y_num_col_dims", 1)
+    x2, y2 = _flatten2(x, xn), _flatten2(y, yn)
+    ddx, ddy, dout = _opt(ins, "DDX"), _opt(ins, "DDY"), _opt(ins, "DOut")
+    ddx2 = None if ddx is None else ddx.reshape(x2.shape)
+    ddy2 = None if ddy is None else ddy.reshape(y2.shape)
+    xp = array_module(x, y)
+    res = {}
+    if "DDOut" in outs:
+        dd = xp.zeros((x2.shape[0], y2.shape[1]), dtype=x.dtype)
+        if ddx2 is not None:
+            dd = dd + ddx2 @ y2
+        if ddy2 is not None:
+            dd = dd + x2 @ ddy2
+        shape = tuple(x.shape[:xn]) + tuple(y.shape[yn:])
+        res["DDOut"] = [dd.reshape(shape) if dout is None else dd.reshape(dout.shape)]
+    d2 = None if dout is None else dout.reshape(x2.shape[0], y2.shape[1])
+    if "DX" in outs:
+        res["DX"] = [xp.zeros(x.shape, x.dtype) if d2 is None or ddy2 is None
+                     else (d2 @ ddy2.T).reshape(x.shape)]
+    if "DY" in outs:
+        res["DY"] = [xp.zeros(y.shape, y.dtype) if d2 is None or ddx2 is None
+                     else (ddx2.T @ d2).reshape(y.shape)]
+    return res
+
+
+# -- elementwise (elementwise_{add,sub,mul,div}_op.cc: Elementwise*DoubleGradMaker)
+
+
+def _ew_parts(ins: dict, attrs: dict, op: str) -> tuple:
+    """(Y broadcast shape, DDX, DDY reshaped to broadcast into X's shape) of an elementwise
+    double grad op; ``X`` or ``DOut`` gives the full shape."""
+    y = ins["Y"][0]
+    full = (_opt(ins, "X") if _opt(ins, "X") is not None else ins["DOut"][0])
+    bshape = _y_bshape(full.shape, y.shape, attrs.get("axis", -1), op)
+    ddy = _opt(ins, "DDY")
+    return bshape, _opt(ins, "DDX"), None if ddy is None else ddy.reshape(bshape)
+
+
+def _ew_linear_grad_grad(type: str, sign: float):
+    set_grad(type + "_grad", double_grad_maker(
+        type + "_grad_grad", {"Y": "Y", "DOut": "Out" + GRAD},
+        {"DDX": "X" + GRAD, "DDY": "Y" + GRAD}, {"DDOut": "Out" + GRAD}))
+
+    @register(type + "_grad_grad", ("Y", "DOut", "DDX", "DDY"), ("DDOut",), _EW_ATTRS,
+              optional=("DDX", "DDY"))
+    def kernel(ins: dict, attrs: dict, outs: tuple) -> dict:
+        dout = ins["DOut"][0]
+        _, ddx, ddy = _ew_parts(ins, attrs, type)
+        dd = array_module(dout).zeros(dout.shape, dout.dtype)
+        if ddx is not None:
+            dd = dd + ddx
+        if ddy is not None:
+            dd = dd + ddy if sign > 0 else dd - ddy
+        return {"DDOut": [dd]}
+
+    kernel.__doc__ = f"DDOut = DDX {'+' if sign > 0 else '-'} DDY (broadcast as {type})."
+
+
+_ew_linear_grad_grad("elementwise_add", 1.0)
+_ew_linear_grad_grad("elementwise_sub", -1.0)
+
+set_grad("elementwise_mul_grad", double_grad_maker(
+    "elementwise_mul_grad_grad", {"X": "X", "Y": "Y", "DOut": "Out" + GRAD},
+    {"DDX": "X" + GRAD, "DDY": "Y" + GRAD}, {"DX": "X", "DY": "Y", "DDOut": "Out" + GRAD}))
+
+
+@register("elementwise_mul_grad_grad", ("X", "Y", "DOut", "DDX", "DDY"), ("DX", "DY", "DDOut"),
+          _EW_ATTRS, optional=("DOut", "DDX", "DDY"))
+def elementwise_mul_grad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """DDOut = DDX·Y + X·DDY, DX = dOut·DDY, DY = dOut·DDX (summed over Y's broadcast)."""
+    x, y = ins["X"][0], ins["Y"][0]
+    bshape, ddx, ddy = _ew_parts(ins, attrs, "elementwise_mul")
+    yb = y.reshape(bshape)
+    xp = array_module(x, y)
+    dout = _opt(ins, "DOut")
+    res = {}
+    if "DDOut" in outs:
+        dd = xp.zeros(np.broadcast_shapes(x.shape, bshape), x.dtype)
+        if ddx is not None:
+            dd = dd + ddx * yb
+        if ddy is not None:
+            dd = dd + x * ddy
+        res["DDOut"] = [dd]
+    if "DX" in outs:
+        res["DX"] = [xp.zeros(x.shape, x.dtype) if dout is None or ddy is None
+                     else _unbroadcast(dout * ddy, x.shape)]
+    if "DY" in outs:
+        res["DY"] = [xp.zeros(y.shape, y.dtype) if dout is None or ddx is None
+                     else _unbroadcast(dout * ddx, bshape).reshape(y.shape)]
+    return res
+
+
+set_grad("elementwise_div_grad", double_grad_maker(
+    "elementwise_div_grad_grad", {"Y": "Y", "Out": "Out", "DX": "X" + GRAD},
+    {"DDX": "X" + GRAD, "DDY": "Y" + GRAD},
+    {"Y" + GRAD: "Y", "DOut": "Out", "DDOut": "Out" + GRAD}))
+
+
+@register("elementwise_div_grad_grad", ("Y", "Out", "DX", "DDX", "DDY"),
+          ("Y" + GRAD, "DOut", "DDOut"), _EW_ATTRS, optional=("DX", "DDX", "DDY"))
+def elementwise_div_grad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Fluid's ElementwiseDivGradGrad, with dX = dOut / Y: DDOut = (DDX − Out·DDY) / Y,
+    DOut = −dX·DDY, dY = (Out·DDY − DDX)·dX / Y (summed over Y's broadcast)."""
+    y, out, dx = ins["Y"][0], ins["Out"][0], _opt(ins, "DX")
+    bshape = _y_bshape(out.shape, y.shape, attrs.get("axis", -1), "elementwise_div")
+    yb = y.reshape(bshape)
+    xp = array_module(y, out)
+    ddx = _zeros_or(_opt(ins, "DDX"), out)
+    ddy = _opt(ins, "DDY")
+    ddy = xp.zeros(bshape, y.dtype) if ddy is None else ddy.reshape(bshape)
+    if dx is None and ("DOut" in outs or "Y" + GRAD in outs):
+        # dX is Fluid's only source of dOut here; without it these gradients are unknown
+        raise NotImplementedError(
+            "elementwise_div_grad_grad needs DX (the gradient of X of the first backward "
+            "pass): differentiate the division with respect to X there too")
+    res = {}
+    if "DDOut" in outs:
+        res["DDOut"] = [(ddx - out * ddy) / yb]
+    if "DOut" in outs:
+        res["DOut"] = [-dx * ddy]
+    if "Y" + GRAD in outs:
+        res["Y" + GRAD] = [_unbroadcast((out * ddy - ddx) * dx / yb, bshape).reshape(y.shape)]
+    return res
+
+
+# -- reductions and mean: linear in dOut, so their grad ops' grad is the forward op again
+# (reduce_mean_op.cc: ReduceMeanDoubleGradMaker; reduce_sum and mean follow the same rule)
+
+for _type in ("reduce_sum", "reduce_mean", "mean"):
+    set_grad(_type + "_grad", linear_grad_maker(_type))

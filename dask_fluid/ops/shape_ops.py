@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .registry import GRAD, array_module, register
+from .math_ops import linear_grad_maker
+from .registry import GRAD, array_module, register, set_grad
 from .selected_rows import grad_maker, grad_slots, scatter_add, to_dtype
 from .tensor_ops import _xshape
 
@@ -370,6 +371,11 @@ def pad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
            array_module(x), x.dtype)
     return {"X" + GRAD: [d[tuple(slice(a, a + s) for s, (a, _) in
                                  zip(x.shape, pairs, strict=True))].copy()]}
+
+
+# pad_grad is linear in dOut: its grad pads DDX (pad_op.cc: PadOpDoubleGradMaker, a pad op);
+# with zeros, whatever the forward pad_value: a constant border has no gradient
+set_grad("pad_grad", linear_grad_maker("pad", attrs={"pad_value": 0.0}))
 
 
 _PAD2D = {"paddings": [0, 0, 0, 0], "mode": "constant", "pad_value": 0.0,

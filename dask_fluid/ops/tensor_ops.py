@@ -7,7 +7,16 @@ from typing import Any
 
 import numpy as np
 
-from .registry import GRAD, LOD_KEY, array_module, default_grad, register, to_host
+from .math_ops import double_grad_maker, linear_grad_maker
+from .registry import (
+    GRAD,
+    LOD_KEY,
+    array_module,
+    default_grad,
+    register,
+    set_grad,
+    to_host,
+)
 from .selected_rows import grad_maker, grad_slots, place_module, to_dtype
 
 
@@ -223,6 +232,21 @@ def reshape2_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     return {"X" + GRAD: [d.reshape(shape)]}
 
 
+# reshape2_grad is linear in dOut: its grad reshapes DDX to dOut's shape (reshape_op.cc:
+# Reshape2DoubleGradMaker, reshape2_grad_grad)
+set_grad("reshape2_grad", double_grad_maker("reshape2_grad_grad", {"DOut": "Out" + GRAD},
+                                            {"DDX": "X" + GRAD}, {"DDOut": "Out" + GRAD}))
+
+
+@register("reshape2_grad_grad", ("DOut", "DDX"), ("DDOut",), {"shape": []}, optional=("DDX",))
+def reshape2_grad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """DDOut = DDX reshaped to dOut's shape."""
+    dout, ddx = ins["DOut"][0], (ins.get("DDX") or [None])[0]
+    if ddx is None:
+        return {"DDOut": [array_module(dout).zeros(dout.shape, dout.dtype)]}
+    return {"DDOut": [ddx.reshape(dout.shape)]}
+
+
 @register("transpose2", ("X",), ("Out", "XShape"), {"axis": []},
           grad=grad_maker(("XShape",)))
 def transpose2(ins: dict, attrs: dict, outs: tuple) -> dict:
@@ -250,6 +274,11 @@ def transpose2_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     perm = [p % d.ndim for p in attrs.get("axis", [])]
     inverse = np.argsort(perm).tolist()
     return {"X" + GRAD: [xp.ascontiguousarray(d.transpose(inverse))]}
+
+
+# transpose2_grad is linear in dOut: its grad transposes DDX as the forward op did
+# (transpose_op.cc: Transpose2DoubleGradMaker, a transpose2 op)
+set_grad("transpose2_grad", linear_grad_maker("transpose2"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1005,6 +1005,88 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
          {"cluster_num": 2, "need_update": False}),
     ]
     # -- lod array cases --
+    # -- double grad cases --
+    # the grad ops with a double grad: their inputs are the forward values and Out@GRAD
+    dd_x = _away_from(n((3, 4)), [0.0])
+    c["relu_grad"] = [("2d", {"Out": [dd_x], "Out@GRAD": [n((3, 4))]}, {})]
+    c["leaky_relu_grad"] = [("alpha", {"X": [dd_x], "Out@GRAD": [n((3, 4))]}, {"alpha": 0.1})]
+    c["elu_grad"] = [("alpha", {"X": [dd_x], "Out@GRAD": [n((3, 4))]}, {"alpha": 1.3})]
+    c["sqrt_grad"] = [("2d", {"Out": [u(0.5, 2.0, (3, 4))], "Out@GRAD": [n((3, 4))]}, {})]
+    c["square_grad"] = [("2d", {"X": [n((3, 4))], "Out@GRAD": [n((3, 4))]}, {})]
+    c["mul_grad"] = [
+        ("2d", {"X": [n((4, 5))], "Y": [n((5, 3))], "Out@GRAD": [n((4, 3))]}, {}),
+        ("x_num_col_dims=2", {"X": [n((2, 3, 4))], "Y": [n((4, 3))], "Out@GRAD": [n((2, 3, 3))]},
+         {"x_num_col_dims": 2}),
+    ]
+    for ew in ("elementwise_add", "elementwise_sub", "elementwise_mul"):
+        c[ew + "_grad"] = [
+            ("same", {"X": [n((3, 4))], "Y": [n((3, 4))], "Out@GRAD": [n((3, 4))]}, {}),
+            ("bcast_axis1", {"X": [n((2, 3, 4))], "Y": [n((3,))], "Out@GRAD": [n((2, 3, 4))]},
+             {"axis": 1}),
+        ]
+    dd_dx, dd_dy = n((2, 3, 4)), _away_from(u(-2.0, 2.0, (3,)), [0.0], 0.3)
+    dd_sx, dd_sy = n((3, 4)), _away_from(u(-2.0, 2.0, (3, 4)), [0.0], 0.3)
+    c["elementwise_div_grad"] = [
+        ("same", {"X": [dd_sx], "Y": [dd_sy], "Out": [dd_sx / dd_sy], "Out@GRAD": [n((3, 4))]},
+         {}),
+        ("bcast_axis1", {"X": [dd_dx], "Y": [dd_dy], "Out": [dd_dx / dd_dy[:, None]],
+                         "Out@GRAD": [n((2, 3, 4))]}, {"axis": 1}),
+    ]
+    for red in ("reduce_sum", "reduce_mean"):
+        c[red + "_grad"] = [
+            ("dim1", {"X": [n((3, 4))], "Out@GRAD": [n((3,))]}, {"dim": [1]}),
+            ("all_keep", {"X": [n((2, 3))], "Out@GRAD": [n((1, 1))]},
+             {"dim": [0, 1], "keep_dim": True}),
+        ]
+    c["mean_grad"] = [("2d", {"X": [n((3, 4))], "Out@GRAD": [n((1,))]}, {})]
+    c["reshape2_grad"] = [("3x4_to_4x3", {"XShape": [np.zeros((0, 3, 4))],
+                                          "Out@GRAD": [n((4, 3))]}, {"shape": [4, 3]})]
+    c["conv2d_grad"] = [
+        ("pad1", {"Input": [n((2, 2, 4, 4))], "Filter": [n((3, 2, 3, 3))],
+                  "Output@GRAD": [n((2, 3, 4, 4))]}, {"paddings": [1, 1]}),
+        ("stride2_groups2", {"Input": [n((1, 4, 5, 5))], "Filter": [n((2, 2, 3, 3))],
+                             "Output@GRAD": [n((1, 2, 3, 3))]},
+         {"paddings": [1, 1], "strides": [2, 2], "groups": 2}),
+    ]
+    c["depthwise_conv2d_grad"] = [
+        ("depthwise", {"Input": [n((1, 2, 4, 4))], "Filter": [n((2, 1, 3, 3))],
+                       "Output@GRAD": [n((1, 2, 2, 2))]}, {"groups": 2}),
+    ]
+    c["transpose2_grad"] = [("3d", {"XShape": [np.zeros((0, 2, 3, 4))],
+                                    "Out@GRAD": [n((4, 2, 3))]}, {"axis": [2, 0, 1]})]
+    c["pad_grad"] = [("2d_value", {"X": [n((2, 3))], "Out@GRAD": [n((3, 6))]},
+                      {"paddings": [0, 1, 2, 1], "pad_value": 1.5})]
+    # -- contrib lod cases --
+    mmt_lods = {"X": [((0, 2, 2, 5),)], "Y": [((0, 3, 4, 5),)]}  # one empty pair
+    c["match_matrix_tensor"] = [
+        ("dim_t=2", {"X": [n((5, 3))], "Y": [n((5, 3))], "W": [n((3, 2, 3))]},
+         {"dim_t": 2, "_lods": mmt_lods}),
+    ]
+    # well separated values, so that no perturbation reorders a row's top k
+    topk_x = (rng.permutation(22) * 0.1 + u(0.0, 0.05, 22)).reshape(-1, 1)
+    c["sequence_topk_avg_pooling"] = [
+        ("short_rows", {"X": [topk_x], "ROW": [np.zeros((3, 1), np.int64)],
+                        "COLUMN": [np.zeros((7, 1), np.int64)]},
+         {"topks": [1, 2, 4], "channel_num": 2,
+          "_lods": {"X": [((0, 16, 22),)], "ROW": [((0, 2, 3),)], "COLUMN": [((0, 4, 7),)]}}),
+    ]
+    vconv_lods = {"X": [((0, 24, 24, 36),)], "ROW": [((0, 3, 3, 5),)],
+                  "COLUMN": [((0, 4, 6, 9),)]}
+    c["var_conv_2d"] = [
+        ("3x2_stride", {"X": [n((36, 1))], "ROW": [np.zeros((5, 1), np.int64)],
+                        "COLUMN": [np.zeros((9, 1), np.int64)], "W": [n((3, 12))]},
+         {"InputChannel": 2, "OutputChannel": 3, "KernelH": 3, "KernelW": 2, "StrideH": 1,
+          "StrideW": 2, "_lods": vconv_lods}),
+    ]
+    fesp_ids = np.array([[1], [4], [1], [2], [0], [4]], dtype=np.int64)
+    fesp_lods = {"_lods": {"Ids": [((0, 2, 2, 6),)]}}
+    c["fused_embedding_seq_pool"] = [
+        ("dense", {"W": [n((6, 3))], "Ids": [fesp_ids]}, fesp_lods),
+        ("sparse_padding", {"W": [n((6, 3))], "Ids": [fesp_ids]},
+         {"is_sparse": True, "padding_idx": 4, **fesp_lods}),
+        ("two_ids_per_row", {"W": [n((6, 2))], "Ids": [fesp_ids.reshape(3, 2, 1)]},
+         {"_lods": {"Ids": [((0, 1, 3),)]}}),
+    ]
     # -- contrib cases --
     fea_sum = _away_from(n((3, 4)), [0.0])
     fea_y = n((4,))
