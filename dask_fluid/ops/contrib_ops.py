@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from .math_ops import _unbroadcast, _y_bshape
-from .registry import GRAD, array_module, register, to_host
-from .selected_rows import grad_maker, grad_slots, scatter_add, to_place
+from .registry import GRAD, LOD_KEY, array_module, register, to_host
+from .selected_rows import SelectedRows, grad_maker, grad_slots, scatter_add, to_place
 
 # -- fused_elemwise_activation -------------------------------------------------------------------
 # Out = Unary(Binary(X, Y)) ("unary compound": functor_list = [unary, binary]) or
@@ -418,3 +418,453 @@ def rank_attention_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
         scatter_add(xp, grad, xp.asarray(block.reshape(-1)[keep]),
                     contrib.reshape(-1, c * p)[xp.asarray(keep)])
     return {"RankParam" + GRAD: [grad.reshape(param.shape)]}
+
+
+# -- LoD contrib ops (MMDNN's match_matrix_tensor, var_conv_2d, sequence_topk_avg_pooling) and
+# fused_embedding_seq_pool. Each reads its inputs' first LoD level (``lod()[0]``, as Fluid's
+# kernels do) and sets its outputs' LoD itself (``lod="kernel"``). Small offset and position
+# arrays go to the host; the data stays where it is.
+
+
+def _offsets(attrs: dict, slot: str, op: str, rows: int | None = None) -> np.ndarray:
+    """Level 0 of Input(slot)'s LoD as int64 offsets; with ``rows``, checked against them."""
+    from .sequence_ops import input_lod
+
+    o = np.asarray(input_lod(attrs, slot, op)[0], dtype=np.int64)
+    if rows is not None and int(o[-1]) != rows:
+        raise ValueError(f"{op}: the last offset of Input({slot})'s LoD is {int(o[-1])}, but "
+                         f"Input({slot}) has {rows} rows")
+    return o
+
+
+def _same_batch(op: str, **offsets: np.ndarray) -> int:
+    """The common number of sequences of the named offsets; ValueError when they differ."""
+    counts = {slot: len(o) - 1 for slot, o in offsets.items()}
+    if len(set(counts.values())) != 1:
+        raise ValueError(f"{op}: the inputs' LoDs hold different numbers of sequences: "
+                         + ", ".join(f"{s}: {n}" for s, n in counts.items()))
+    return next(iter(counts.values()))
+
+
+def _cum(sizes: Any) -> tuple:
+    return tuple(int(v) for v in np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]))
+
+
+# -- match_matrix_tensor -------------------------------------------------------------------------
+# match_matrix_tensor_op.cc: Tmp = X @ W viewed [N_x, dim_t * h] (stored [N_x * dim_t * h, 1]);
+# for sequence pair b (X's b-th and Y's b-th sequence) and channel t, the block
+# Out[b][t] = Tmp_b[:, t, :] @ Y_b^T ([len_x, len_y]) is written row-major, channels after
+# each other, so Out is [Σ dim_t · len_x · len_y, 1] with LoD offsets of those sizes.
+
+_MMT_ATTRS = {"dim_t": 1}
+
+
+def _mmt_check(x: Any, y: Any, w: Any, attrs: dict, op: str) -> tuple:
+    dim_t = int(attrs.get("dim_t", 1))
+    if x.ndim != 2 or y.ndim != 2 or w.ndim != 3:
+        raise ValueError(f"{op}: X and Y must be 2-D and W 3-D, got X {tuple(x.shape)}, "
+                         f"Y {tuple(y.shape)}, W {tuple(w.shape)}")
+    if tuple(w.shape) != (x.shape[1], dim_t, y.shape[1]):
+        raise ValueError(f"{op}: W must be [X.dim1, dim_t, Y.dim1] = "
+                         f"{[x.shape[1], dim_t, y.shape[1]]}, got {list(w.shape)}")
+    if x.shape[1] != y.shape[1]:
+        # Fluid's kernel takes Y's width from X's (dim_in): they must agree
+        raise ValueError(f"{op}: X and Y must have the same width, got {x.shape[1]} and "
+                         f"{y.shape[1]}")
+    ox = _offsets(attrs, "X", op, x.shape[0])
+    oy = _offsets(attrs, "Y", op, y.shape[0])
+    _same_batch(op, X=ox, Y=oy)
+    return dim_t, ox, oy
+
+
+@register("match_matrix_tensor", ("X", "Y", "W"), ("Out", "Tmp"), _MMT_ATTRS, lod="kernel",
+          grad=grad_maker(("X", "Y", "W", "Tmp"), ("Out",), ("X", "Y", "W")))
+def match_matrix_tensor(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = X_b · W · Y_b^T per sequence pair, flattened ``[t][i][j]``; Tmp = X · W."""
+    x, y, w = ins["X"][0], ins["Y"][0], ins["W"][0]
+    xp = array_module(x)
+    dim_t, ox, oy = _mmt_check(x, y, w, attrs, "match_matrix_tensor")
+    h = x.shape[1]
+    tmp = (x @ w.reshape(h, dim_t * h)).reshape(x.shape[0], dim_t, h)
+    blocks = [xp.einsum("itk,jk->tij", tmp[ox[b]:ox[b + 1]], y[oy[b]:oy[b + 1]]).reshape(-1)
+              for b in range(len(ox) - 1)]
+    out = xp.concatenate(blocks) if blocks else xp.zeros((0,), dtype=x.dtype)
+    top = _cum(dim_t * np.diff(ox) * np.diff(oy))
+    return {"Out": [out.reshape(-1, 1)], "Tmp": [tmp.reshape(-1, 1)],
+            LOD_KEY: {"Out": [(top,)], "Tmp": [None]}}
+
+
+@register("match_matrix_tensor_grad",
+          *grad_slots(("X", "Y", "W", "Tmp"), ("Out",), ("X", "Y", "W")), _MMT_ATTRS,
+          optional=("Tmp",), lod="kernel")
+def match_matrix_tensor_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dTmp_b[:, t] = dOut_b[t] · Y_b, dY_b = Σ_t dOut_b[t]^T · Tmp_b[:, t]; then
+    dX = dTmp · W^T and dW = X^T · dTmp (W viewed ``[h, dim_t · h]``)."""
+    x, y, w = ins["X"][0], ins["Y"][0], ins["W"][0]
+    xp = array_module(x)
+    op = "match_matrix_tensor_grad"
+    dim_t, ox, oy = _mmt_check(x, y, w, attrs, op)
+    h = x.shape[1]
+    w2 = w.reshape(h, dim_t * h)
+    tmp = (ins.get("Tmp") or [None])[0]
+    tmp = (x @ w2) if tmp is None else tmp
+    tmp = tmp.reshape(x.shape[0], dim_t, h)
+    d = ins["Out" + GRAD][0]
+    dtmp = xp.zeros_like(tmp)
+    dy = xp.zeros_like(y)
+    if d is not None:
+        d = d.reshape(-1)
+        start = 0
+        for b in range(len(ox) - 1):
+            lx, ly = int(ox[b + 1] - ox[b]), int(oy[b + 1] - oy[b])
+            db = d[start:start + dim_t * lx * ly].reshape(dim_t, lx, ly)
+            start += dim_t * lx * ly
+            if lx and ly:
+                yb, tb = y[oy[b]:oy[b + 1]], tmp[ox[b]:ox[b + 1]]
+                dtmp[ox[b]:ox[b + 1]] = xp.einsum("tij,jk->itk", db, yb)
+                dy[oy[b]:oy[b + 1]] = xp.einsum("tij,itk->jk", db, tb)
+        if start != d.size:
+            raise ValueError(f"{op}: Out@GRAD has {d.size} elements, the LoDs give {start}")
+    dtmp2 = dtmp.reshape(x.shape[0], dim_t * h)
+    lods = attrs.get("_lods") or {}
+    res: dict = {LOD_KEY: {}}
+    if "X" + GRAD in outs:
+        res["X" + GRAD] = [dtmp2 @ w2.T]
+        res[LOD_KEY]["X" + GRAD] = [lods.get("X", [None])[0]]
+    if "Y" + GRAD in outs:
+        res["Y" + GRAD] = [dy]
+        res[LOD_KEY]["Y" + GRAD] = [lods.get("Y", [None])[0]]
+    if "W" + GRAD in outs:
+        res["W" + GRAD] = [(x.T @ dtmp2).reshape(w.shape)]
+        res[LOD_KEY]["W" + GRAD] = [None]
+    return res
+
+
+# -- sequence_topk_avg_pooling -------------------------------------------------------------------
+# sequence_topk_avg_pooling_op.h: X's sequence b holds channel_num images of ROW's b-th length
+# (rows) by COLUMN's b-th length (columns). For every image row, the positions of its max_k =
+# topks[-1] largest values are found (descending, the first among equals, -1 past the row's
+# end) and Out[row, c · len(topks) + m] = (sum of the topks[m] largest) / topks[m]: a row shorter
+# than topks[m] sums what it has but still divides by topks[m] (the "padding 0" of Fluid's doc).
+# Out is [ROW rows, channel_num · len(topks)] with ROW's LoD; pos (int32) keeps the positions,
+# [ROW rows · channel_num · max_k], for the grad op.
+
+_TOPK_ATTRS = {"topks": [], "channel_num": 1}
+
+
+def _topk_attrs(attrs: dict, op: str) -> tuple[list[int], int]:
+    topks = [int(k) for k in attrs.get("topks") or []]
+    channels = int(attrs.get("channel_num", 1))
+    if channels <= 0:
+        raise ValueError(f"{op}: channel_num must be > 0, got {channels}")
+    if not topks:
+        raise ValueError(f"{op}: topks must name at least one k")
+    if min(topks) < 1 or max(topks) != topks[-1]:
+        # Fluid's kernel sizes its buffers by topks[-1]: a larger k before it reads past them
+        raise ValueError(f"{op}: topks must be positive with the largest last (an increasing "
+                         f"list), got {topks}")
+    return topks, channels
+
+
+def _topk_layout(x: Any, attrs: dict, op: str) -> tuple:
+    """(row offsets, column offsets, X offsets) checked against each other."""
+    ox = _offsets(attrs, "X", op, x.shape[0])
+    orow = _offsets(attrs, "ROW", op)
+    ocol = _offsets(attrs, "COLUMN", op)
+    _same_batch(op, X=ox, ROW=orow, COLUMN=ocol)
+    return orow, ocol, ox
+
+
+@register("sequence_topk_avg_pooling", ("X", "ROW", "COLUMN"), ("Out", "pos"), _TOPK_ATTRS,
+          lod="kernel", grad=grad_maker(("X", "ROW", "COLUMN", "pos"), ("Out",), ("X",)))
+def sequence_topk_avg_pooling(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """The average of the top-k values of every image row, for every k of ``topks``."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    op = "sequence_topk_avg_pooling"
+    topks, channels = _topk_attrs(attrs, op)
+    if x.ndim not in (1, 2) or x.size != x.shape[0]:
+        raise ValueError(f"{op}: X must be [N, 1] (or [N]), got {tuple(x.shape)}")
+    orow, ocol, ox = _topk_layout(x, attrs, op)
+    nk, max_k = len(topks), topks[-1]
+    total = int(orow[-1])
+    out = xp.zeros((total, channels, nk), dtype=x.dtype)
+    pos = xp.full((total, channels, max_k), -1, dtype=np.int32)
+    ks = np.asarray(topks, dtype=np.int64)
+    flat = x.reshape(-1)
+    for b in range(len(orow) - 1):
+        rows, cols = int(orow[b + 1] - orow[b]), int(ocol[b + 1] - ocol[b])
+        if int(ox[b + 1] - ox[b]) != channels * rows * cols:
+            raise ValueError(f"{op}: sequence {b} of X has {int(ox[b + 1] - ox[b])} rows, but "
+                             f"channel_num * row * col = {channels} * {rows} * {cols}")
+        if rows == 0 or cols == 0:
+            continue
+        img = flat[ox[b]:ox[b + 1]].reshape(channels, rows, cols).transpose(1, 0, 2)
+        kept = min(cols, max_k)
+        # stable descending order: among equal values the first position wins, as the
+        # kernel's repeated strict-">" arg-max does
+        order = (xp.argsort(-img, axis=-1, kind="stable") if xp is np
+                 else xp.argsort(-img, axis=-1))[..., :kept]
+        csum = xp.cumsum(xp.take_along_axis(img, order, axis=-1), axis=-1)
+        # sum of the top k for k past the row's end: all of it
+        take = np.minimum(ks, kept) - 1
+        out[orow[b]:orow[b + 1]] = csum[..., xp.asarray(take)] / xp.asarray(
+            ks.astype(x.dtype))
+        pos[orow[b]:orow[b + 1], :, :kept] = order.astype(np.int32)
+    row_lod = (attrs.get("_lods") or {}).get("ROW", [None])[0]
+    return {"Out": [out.reshape(total, channels * nk)], "pos": [pos.reshape(-1)],
+            LOD_KEY: {"Out": [row_lod], "pos": [None]}}
+
+
+@register("sequence_topk_avg_pooling_grad",
+          *grad_slots(("X", "ROW", "COLUMN", "pos"), ("Out",), ("X",)), _TOPK_ATTRS,
+          lod="kernel")
+def sequence_topk_avg_pooling_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX at each kept position: Σ over the k of ``topks`` that take it of dOut / k."""
+    x = ins["X"][0]
+    xp = array_module(x)
+    op = "sequence_topk_avg_pooling_grad"
+    topks, channels = _topk_attrs(attrs, op)
+    orow, ocol, ox = _topk_layout(x, attrs, op)
+    nk, max_k = len(topks), topks[-1]
+    total = int(orow[-1])
+    x_lod = (attrs.get("_lods") or {}).get("X", [None])[0]
+    d = ins["Out" + GRAD][0]
+    dx = xp.zeros(x.shape[0], dtype=x.dtype)
+    if d is None:
+        return {"X" + GRAD: [dx.reshape(x.shape)], LOD_KEY: {"X" + GRAD: [x_lod]}}
+    pos = ins["pos"][0].reshape(total, channels, max_k)
+    d = d.reshape(total, channels, nk)
+    # weight of the k-th kept position: Σ_m [k < topks[m]] dOut[m] / topks[m]
+    takes = (np.arange(max_k)[None, :] < np.asarray(topks)[:, None]) / np.asarray(
+        topks, dtype=np.float64)[:, None]
+    weight = xp.einsum("rcm,mk->rck", d, xp.asarray(takes.astype(x.dtype)))
+    for b in range(len(orow) - 1):
+        rows, cols = int(orow[b + 1] - orow[b]), int(ocol[b + 1] - ocol[b])
+        if rows == 0 or cols == 0:
+            continue
+        p = pos[orow[b]:orow[b + 1]]
+        wb = weight[orow[b]:orow[b + 1]]
+        valid = p >= 0
+        # a row's kept positions are distinct, so a plain indexed assignment adds nothing twice
+        r_idx, c_idx, _ = xp.nonzero(valid)
+        cols_at = p[valid].astype(np.int64)
+        base = int(ox[b])
+        idx = base + c_idx * (rows * cols) + r_idx * cols + cols_at
+        dx[idx] = wb[valid]
+    return {"X" + GRAD: [dx.reshape(x.shape)], LOD_KEY: {"X" + GRAD: [x_lod]}}
+
+
+# -- var_conv_2d ---------------------------------------------------------------------------------
+# var_conv_2d_op.cc: X's sequence b is an InputChannel x H x W image (H, W: ROW's and COLUMN's
+# b-th lengths), convolved "same"-padded (KernelH // 2 rows above, KernelW // 2 columns left)
+# with stride (StrideH, StrideW): OH = (H - 1) // StrideH + 1, OW likewise (0 when H or W is 0).
+# Col_b is its im2col, [InputChannel · KH · KW, OH · OW] (row z · KH · KW + ky · KW + kx), and
+# Out_b = W · Col_b, [OutputChannel, OH · OW]; both are stored flat, [Σ size, 1], with LoD
+# offsets of those sizes.
+
+_VCONV_ATTRS = {"InputChannel": 1, "OutputChannel": 1, "StrideH": 1, "StrideW": 1,
+                "KernelH": 1, "KernelW": 1}
+
+
+def _vconv_setup(x: Any, w: Any, attrs: dict, op: str) -> tuple:
+    ic, oc = int(attrs.get("InputChannel", 1)), int(attrs.get("OutputChannel", 1))
+    kh, kw = int(attrs.get("KernelH", 1)), int(attrs.get("KernelW", 1))
+    sh, sw = int(attrs.get("StrideH", 1)), int(attrs.get("StrideW", 1))
+    if min(ic, oc, kh, kw, sh, sw) < 1:
+        raise ValueError(f"{op}: InputChannel, OutputChannel, KernelH/W and StrideH/W must be "
+                         f">= 1, got {ic}, {oc}, {kh}x{kw}, {sh}x{sw}")
+    if x.ndim != 2 or x.shape[1] != 1:
+        raise ValueError(f"{op}: X must be [N, 1], got {tuple(x.shape)}")
+    if tuple(w.shape) != (oc, ic * kh * kw):
+        raise ValueError(f"{op}: W must be [OutputChannel, InputChannel * KernelH * KernelW] = "
+                         f"{[oc, ic * kh * kw]}, got {list(w.shape)}")
+    ox = _offsets(attrs, "X", op, x.shape[0])
+    orow = _offsets(attrs, "ROW", op)
+    ocol = _offsets(attrs, "COLUMN", op)
+    _same_batch(op, X=ox, ROW=orow, COLUMN=ocol)
+    hs, ws = np.diff(orow), np.diff(ocol)
+    bad = np.flatnonzero(np.diff(ox) != ic * hs * ws)
+    if len(bad):
+        b = int(bad[0])
+        raise ValueError(f"{op}: sequence {b} of X has {int(ox[b + 1] - ox[b])} rows, but "
+                         f"InputChannel * row * col = {ic} * {int(hs[b])} * {int(ws[b])}")
+    ohs = np.where(hs > 0, (hs - 1) // sh + 1, 0)
+    ows = np.where(ws > 0, (ws - 1) // sw + 1, 0)
+    ohs, ows = np.where(ohs * ows > 0, ohs, 0), np.where(ohs * ows > 0, ows, 0)
+    col_off = _cum(ic * kh * kw * ohs * ows)
+    out_off = _cum(oc * ohs * ows)
+    return (ic, oc, kh, kw, sh, sw), ox, hs, ws, ohs, ows, col_off, out_off
+
+
+def _vconv_im2col(xp: Any, img: Any, geo: tuple, oh: int, ow: int) -> Any:
+    """[IC, H, W] -> [IC · KH · KW, OH · OW], zero outside the image."""
+    ic, _, kh, kw, sh, sw = geo
+    h, w = img.shape[1:]
+    padded = xp.zeros((ic, h + kh - 1, w + kw - 1), dtype=img.dtype)
+    padded[:, kh // 2:kh // 2 + h, kw // 2:kw // 2 + w] = img
+    patches = [padded[:, ky:ky + (oh - 1) * sh + 1:sh, kx:kx + (ow - 1) * sw + 1:sw]
+               for ky in range(kh) for kx in range(kw)]
+    return xp.stack(patches, axis=1).reshape(ic * kh * kw, oh * ow)
+
+
+def _vconv_col2im(xp: Any, dcol: Any, geo: tuple, h: int, w: int, oh: int, ow: int) -> Any:
+    """The adjoint of :func:`_vconv_im2col`: [IC · KH · KW, OH · OW] -> [IC, H, W]."""
+    ic, _, kh, kw, sh, sw = geo
+    dcol = dcol.reshape(ic, kh, kw, oh, ow)
+    padded = xp.zeros((ic, h + kh - 1, w + kw - 1), dtype=dcol.dtype)
+    for ky in range(kh):
+        for kx in range(kw):
+            padded[:, ky:ky + (oh - 1) * sh + 1:sh, kx:kx + (ow - 1) * sw + 1:sw] += \
+                dcol[:, ky, kx]
+    return padded[:, kh // 2:kh // 2 + h, kw // 2:kw // 2 + w]
+
+
+@register("var_conv_2d", ("X", "ROW", "COLUMN", "W"), ("Out", "Col"), _VCONV_ATTRS,
+          lod="kernel",
+          grad=grad_maker(("X", "W", "ROW", "COLUMN", "Col", "Out"), ("Out",), ("X", "W")))
+def var_conv_2d(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """A 2-D "same" convolution of every variable-size image of X (sizes from ROW, COLUMN)."""
+    x, w = ins["X"][0], ins["W"][0]
+    xp = array_module(x)
+    geo, ox, hs, ws, ohs, ows, col_off, out_off = _vconv_setup(x, w, attrs, "var_conv_2d")
+    ic = geo[0]
+    flat = x.reshape(-1)
+    cols, tops = [], []
+    for b in range(len(ox) - 1):
+        if ohs[b] == 0:
+            continue
+        img = flat[ox[b]:ox[b + 1]].reshape(ic, int(hs[b]), int(ws[b]))
+        col = _vconv_im2col(xp, img, geo, int(ohs[b]), int(ows[b]))
+        cols.append(col.reshape(-1))
+        tops.append((w @ col).reshape(-1))
+    empty = xp.zeros((0,), dtype=x.dtype)
+    col = xp.concatenate(cols) if cols else empty
+    out = xp.concatenate(tops) if tops else empty
+    return {"Out": [out.reshape(-1, 1)], "Col": [col.reshape(-1, 1)],
+            LOD_KEY: {"Out": [(out_off,)], "Col": [(col_off,)]}}
+
+
+@register("var_conv_2d_grad",
+          *grad_slots(("X", "W", "ROW", "COLUMN", "Col", "Out"), ("Out",), ("X", "W")),
+          _VCONV_ATTRS, optional=("Col", "Out"), lod="kernel")
+def var_conv_2d_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dW = Σ_b dOut_b · Col_b^T; dX_b = col2im(W^T · dOut_b)."""
+    x, w = ins["X"][0], ins["W"][0]
+    xp = array_module(x)
+    op = "var_conv_2d_grad"
+    geo, ox, hs, ws, ohs, ows, col_off, out_off = _vconv_setup(x, w, attrs, op)
+    ic, oc = geo[0], geo[1]
+    d = ins["Out" + GRAD][0]
+    col_in = (ins.get("Col") or [None])[0]
+    flat = x.reshape(-1)
+    dx = xp.zeros(x.shape[0], dtype=x.dtype)
+    dw = xp.zeros_like(w)
+    if d is not None:
+        d = d.reshape(-1)
+        if d.size != out_off[-1]:
+            raise ValueError(f"{op}: Out@GRAD has {d.size} elements, the LoDs give "
+                             f"{out_off[-1]}")
+        for b in range(len(ox) - 1):
+            oh, ow = int(ohs[b]), int(ows[b])
+            if oh == 0:
+                continue
+            h, wd = int(hs[b]), int(ws[b])
+            if col_in is not None:
+                col = col_in.reshape(-1)[col_off[b]:col_off[b + 1]].reshape(-1, oh * ow)
+            else:
+                img = flat[ox[b]:ox[b + 1]].reshape(ic, h, wd)
+                col = _vconv_im2col(xp, img, geo, oh, ow)
+            db = d[out_off[b]:out_off[b + 1]].reshape(oc, oh * ow)
+            dw += db @ col.T
+            dx[ox[b]:ox[b + 1]] = _vconv_col2im(xp, w.T @ db, geo, h, wd, oh, ow).reshape(-1)
+    lods = attrs.get("_lods") or {}
+    res: dict = {LOD_KEY: {}}
+    if "X" + GRAD in outs:
+        res["X" + GRAD] = [dx.reshape(x.shape)]
+        res[LOD_KEY]["X" + GRAD] = [lods.get("X", [None])[0]]
+    if "W" + GRAD in outs:
+        res["W" + GRAD] = [dw]
+        res[LOD_KEY]["W" + GRAD] = [None]
+    return res
+
+
+# -- fused_embedding_seq_pool --------------------------------------------------------------------
+# fused_embedding_seq_pool_op.cc/.h: Ids [N, ..., 1] (int64, a 1-level LoD) hold idx_width =
+# Ids.numel / N ids per row; Out[b, i · D:(i + 1) · D] = Σ over the rows r of sequence b of
+# W[Ids[r, i]] (combiner "sum", the only one), [num_seqs, idx_width · D], without a LoD. Ids equal
+# to padding_idx (-1: none) add nothing, as the MKL build's CSR kernel skips them (Fluid's
+# non-MKL jit kernel ignores padding_idx). The grad op writes W@GRAD dense, or a SelectedRows
+# with one row per id (duplicates kept) when is_sparse; padding ids' rows get no gradient,
+# as in lookup_table_grad here (Fluid's sparse branch copies dOut to them too).
+
+_FESP_ATTRS = {"combiner": "sum", "padding_idx": -1, "is_sparse": False, "grad_inplace": False}
+
+
+def _fesp_setup(w: Any, ids: Any, attrs: dict, op: str) -> tuple:
+    from .nn_ops import flat_ids
+
+    combiner = attrs.get("combiner", "sum")
+    if combiner != "sum":
+        raise ValueError(f"{op}: combiner must be 'sum' (Fluid supports only it), got "
+                         f"{combiner!r}")
+    if w.ndim != 2:
+        raise ValueError(f"{op}: W must be 2-D, got {tuple(w.shape)}")
+    if ids.ndim < 1 or ids.shape[-1] != 1:
+        raise ValueError(f"{op}: the last dimension of Ids must be 1, got {tuple(ids.shape)}")
+    lods = (attrs.get("_lods") or {}).get("Ids") or [None]
+    if lods[0] is not None and len(lods[0]) != 1:
+        raise ValueError(f"{op}: Ids must have a 1-level LoD, got {len(lods[0])} levels")
+    o = _offsets(attrs, "Ids", op, ids.shape[0])
+    flat = flat_ids(op, ids, w.shape[0])
+    width = flat.size // ids.shape[0] if ids.shape[0] else int(np.prod(ids.shape[1:]))
+    return o, flat, width
+
+
+@register("fused_embedding_seq_pool", ("W", "Ids"), ("Out",), _FESP_ATTRS, lod="kernel",
+          grad=grad_maker(("Ids", "W"), ("Out",), ("W",)))
+def fused_embedding_seq_pool(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """The sum of the embedding rows of every sequence of Ids, one output row per sequence."""
+    from .sequence_ops import segment_sum
+
+    w, ids = ins["W"][0], ins["Ids"][0]
+    xp = array_module(w)
+    op = "fused_embedding_seq_pool"
+    o, flat, width = _fesp_setup(w, ids, attrs, op)
+    rows = w[flat]
+    pad = int(attrs.get("padding_idx", -1))
+    if pad != -1:
+        rows[flat == pad] = 0
+    per_row = rows.reshape(ids.shape[0], width * w.shape[1])
+    out = segment_sum(xp, per_row, tuple(int(v) for v in o))
+    return {"Out": [out], LOD_KEY: {"Out": [None]}}
+
+
+@register("fused_embedding_seq_pool_grad", *grad_slots(("Ids", "W"), ("Out",), ("W",)),
+          _FESP_ATTRS, lod="kernel", sparse_outputs=("W" + GRAD,))
+def fused_embedding_seq_pool_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """W@GRAD: dOut's row of each sequence, at every id of it (dense scatter-add, or a
+    SelectedRows when ``is_sparse``)."""
+    from .sequence_ops import segment_ids
+
+    w, ids = ins["W"][0], ins["Ids"][0]
+    xp = array_module(w)
+    op = "fused_embedding_seq_pool_grad"
+    o, flat, width = _fesp_setup(w, ids, attrs, op)
+    dim = w.shape[1]
+    d = ins["Out" + GRAD][0]
+    if d is None:
+        per_id = xp.zeros((flat.size, dim), dtype=w.dtype)
+    else:
+        # row r of Ids gets its sequence's dOut row; its i-th id the i-th D-wide block
+        per_id = d[segment_ids(xp, tuple(int(v) for v in o))].reshape(flat.size, dim)
+    pad = int(attrs.get("padding_idx", -1))
+    if pad != -1:
+        per_id = per_id.copy()
+        per_id[flat == pad] = 0
+    if attrs.get("is_sparse", False):
+        g: Any = SelectedRows(flat.copy(), per_id, w.shape[0])
+    else:
+        g = xp.zeros(w.shape, dtype=w.dtype)
+        scatter_add(xp, g, flat, per_id)
+    return {"W" + GRAD: [g], LOD_KEY: {"W" + GRAD: [None]}}

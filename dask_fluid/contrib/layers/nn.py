@@ -1,11 +1,10 @@
 """``fluid.contrib.layers.nn`` (Fluid 1.8): the layers built on the ops of
-:mod:`dask_fluid.ops.contrib_ops`.
-
-Implemented: ``fused_elemwise_activation``, ``shuffle_batch``, ``partial_concat``,
-``partial_sum``, ``batch_fc`` and ``rank_attention``. Fluid 1.8's other contrib nn layers
-(``sequence_topk_avg_pooling``, ``var_conv_2d``, ``match_matrix_tensor``, ``tree_conv``,
-``fused_embedding_seq_pool``, ``multiclass_nms2``, ``search_pyramid_hash``, ``tdm_child``,
-``tdm_sampler``, ``_pull_box_extended_sparse``) are absent here.
+:mod:`dask_fluid.ops.contrib_ops`: ``fused_elemwise_activation``, ``shuffle_batch``,
+``partial_concat``, ``partial_sum``, ``batch_fc``, ``rank_attention``, the LoD text-matching
+layers ``match_matrix_tensor``, ``var_conv_2d``, ``sequence_topk_avg_pooling`` and
+``fused_embedding_seq_pool``; ``tree_conv`` and ``multiclass_nms2`` are the ``fluid.layers``
+ones (one implementation each). Fluid 1.8's ``search_pyramid_hash``, ``tdm_child``,
+``tdm_sampler`` and ``_pull_box_extended_sparse`` are absent (an AttributeError).
 """
 
 from __future__ import annotations
@@ -19,12 +18,13 @@ from ... import unique_name
 from ...framework import Variable
 from ...initializer import ConstantInitializer
 from ...layer_helper import LayerHelper
+from ...layers import multiclass_nms2, tree_conv
 from ...ops.contrib_ops import fea_parse
 from ...param_attr import ParamAttr
 
 __all__: list[str] = [
-    "batch_fc", "fused_elemwise_activation", "partial_concat", "partial_sum", "rank_attention",
-    "shuffle_batch",
+    "batch_fc", "fused_elemwise_activation", "multiclass_nms2", "partial_concat", "partial_sum",
+    "rank_attention", "shuffle_batch", "tree_conv",
 ]
 
 
@@ -326,4 +326,254 @@ def rank_attention(input: Variable, rank_offset: Variable, rank_param_shape: Seq
                      inputs={"X": [input], "RankOffset": [rank_offset], "RankParam": [param]},
                      outputs={"Out": [out], "InputHelp": [input_help], "InsRank": [ins_rank]},
                      attrs={"MaxRank": max_rank, "MaxSize": max_size})
+    return out
+
+
+# -- the LoD contrib layers (MMDNN's text-matching ops) and fused_embedding_seq_pool -------------
+
+__all__ += ["fused_embedding_seq_pool", "match_matrix_tensor", "sequence_topk_avg_pooling",
+            "var_conv_2d"]
+
+
+def _check_name(name: str | None, layer: str) -> None:
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"{layer}: name must be a str or None, got {type(name).__name__}")
+
+
+def _check_lod_level(x: Variable, arg: str, layer: str, exact: bool = False) -> None:
+    """Fluid's compile-time LoD check (>= 1, or == 1 with ``exact``)."""
+    level = int(getattr(x, "lod_level", 0))
+    if (level != 1) if exact else (level < 1):
+        want = "1" if exact else ">= 1"
+        raise ValueError(f"{layer}: {arg} must be a LoD tensor (lod_level {want}), got "
+                         f"lod_level {level}; declare the data layer with lod_level=1")
+
+
+def _int_pair(value: Any, arg: str, layer: str) -> list[int]:
+    """Fluid's ``utils.convert_to_list(value, 2, arg)``."""
+    values = list(value) if isinstance(value, (list, tuple)) else [value, value]
+    if len(values) != 2 or not all(isinstance(v, int) and not isinstance(v, bool)
+                                   for v in values):
+        raise ValueError(f"{layer}: {arg} must be an int or a pair of ints, got {value!r}")
+    return [int(v) for v in values]
+
+
+def match_matrix_tensor(x: Variable, y: Variable, channel_num: int, act: str | None = None,
+                        param_attr: Any = None, dtype: str = "float32",
+                        name: str | None = None) -> tuple[Variable, Variable]:
+    """The matching matrices ``x_b · W · y_b^T`` of the sequence pairs of ``x`` and ``y``, as
+    Fluid 1.8's ``fluid.contrib.layers.match_matrix_tensor``.
+
+    Parameters
+    ----------
+    x, y : Variable
+        1-level LoD tensors ``[N_x, h]`` and ``[N_y, h]`` with as many sequences each; pair
+        b is x's b-th sequence (length n) and y's b-th (length m).
+    channel_num : int
+        The channels of the parameter W, ``[h, channel_num, h]``.
+    act : str or None
+        Activation appended to the result.
+    param_attr : ParamAttr or None
+        W's attribute (Xavier by default, as Fluid's ``create_parameter``).
+    dtype : str
+        W's and the output's dtype.
+    name : str or None
+        The layer's name (W is ``<name>.w_0``).
+
+    Returns
+    -------
+    (Variable, Variable)
+        The result, ``[Σ channel_num · n · m, 1]`` with one sequence per pair (channel t's
+        ``n x m`` matrix row-major after channel t - 1's), and the intermediate ``x · W``
+        (``Tmp``, ``[N_x · channel_num · h, 1]``).
+    """
+    layer = "match_matrix_tensor"
+    _check_var(x, "x", layer)
+    _check_var(y, "y", layer)
+    _check_name(name, layer)
+    xs, ys = list(x.shape or ()), list(y.shape or ())
+    if len(xs) != 2 or len(ys) != 2 or xs[-1] != ys[-1]:
+        raise ValueError(f"{layer}: x and y must be 2-D with the same width, got shapes {xs} "
+                         f"and {ys}")
+    if not isinstance(channel_num, int) or channel_num < 1:
+        raise ValueError(f"{layer}: channel_num must be a positive int, got {channel_num!r}")
+    _check_lod_level(x, "x", layer)
+    _check_lod_level(y, "y", layer)
+    helper = LayerHelper(layer, name)
+    w = helper.create_parameter(ParamAttr._to_attr(param_attr), [xs[-1], channel_num, ys[-1]],
+                                dtype)
+    out = helper.create_tmp(dtype=dtype, shape=[-1, 1])
+    out.lod_level = 1  # Fluid's compile-time InferShape shares X's LoD with Out
+    tmp = helper.create_tmp(dtype=dtype, shape=[-1, 1], stop_gradient=True)
+    helper.append_op(layer, inputs={"X": [x], "Y": [y], "W": [w]},
+                     outputs={"Out": [out], "Tmp": [tmp]}, attrs={"dim_t": channel_num})
+    return helper.append_activation(out, act), tmp
+
+
+def sequence_topk_avg_pooling(input: Variable, row: Variable, col: Variable,
+                              topks: Sequence[int], channel_num: int) -> Variable:
+    """For every row of every channel of every variable-size image of ``input``, the averages
+    of its ``k`` largest values for each ``k`` in ``topks``, as Fluid 1.8's
+    ``fluid.contrib.layers.sequence_topk_avg_pooling``.
+
+    Parameters
+    ----------
+    input : Variable
+        A 1-level LoD tensor ``[N, 1]``: sequence b is ``channel_num`` images of
+        ``row``'s b-th length by ``col``'s b-th length, channel after channel, row-major.
+    row, col : Variable
+        1-level LoD tensors whose sequence lengths give the images' heights and widths
+        (their values are not read).
+    topks : list of int
+        Increasing positive ks. A row shorter than k sums what it has and still divides by k.
+    channel_num : int
+        The channels of each image.
+
+    Returns
+    -------
+    Variable
+        ``[row rows, channel_num · len(topks)]`` with ``row``'s LoD; column
+        ``c · len(topks) + i`` holds channel c's top-``topks[i]`` average.
+    """
+    layer = "sequence_topk_avg_pooling"
+    for v, arg in ((input, "input"), (row, "row"), (col, "col")):
+        _check_var(v, arg, layer)
+    topks = [int(k) for k in topks] if isinstance(topks, (list, tuple)) else topks
+    if (not isinstance(topks, list) or not topks
+            or any(k < 1 for k in topks) or sorted(topks) != topks):
+        raise ValueError(f"{layer}: topks must be a non-empty increasing list of positive "
+                         f"ints, got {topks!r}")
+    if not isinstance(channel_num, int) or channel_num < 1:
+        raise ValueError(f"{layer}: channel_num must be a positive int, got {channel_num!r}")
+    helper = LayerHelper(layer)
+    out = helper.create_tmp(dtype=input.dtype, shape=[-1, channel_num * len(topks)])
+    out.lod_level = int(getattr(row, "lod_level", 1)) or 1  # ShareLoD("ROW", "Out")
+    # Fluid declares pos with input's dtype although its kernel writes int32 positions
+    pos = helper.create_tmp(dtype=input.dtype, shape=[-1], stop_gradient=True)
+    helper.append_op(layer, inputs={"X": [input], "ROW": [row], "COLUMN": [col]},
+                     outputs={"Out": [out], "pos": [pos]},
+                     attrs={"topks": topks, "channel_num": channel_num})
+    return out
+
+
+def var_conv_2d(input: Variable, row: Variable, col: Variable, input_channel: int,
+                output_channel: int, filter_size: int | Sequence[int],
+                stride: int | Sequence[int] = 1, param_attr: Any = None, act: str | None = None,
+                dtype: str = "float32", name: str | None = None) -> Variable:
+    """A "same"-padded 2-D convolution of variable-size images, as Fluid 1.8's
+    ``fluid.contrib.layers.var_conv_2d``.
+
+    Parameters
+    ----------
+    input : Variable
+        A 1-level LoD tensor ``[N, 1]``: sequence b is an ``input_channel`` x H x W image
+        (H, W: ``row``'s and ``col``'s b-th sequence lengths), channel-major, row-major.
+    row, col : Variable
+        1-level LoD tensors giving the heights and widths (their values are not read).
+    input_channel, output_channel : int
+        The images' and the result's channels.
+    filter_size, stride : int or pair of int
+        ``(H, W)`` of the kernel and of the stride; an image is padded by
+        ``filter_size // 2`` before (and the rest after), so its output is
+        ``((H - 1) // stride_h + 1) x ((W - 1) // stride_w + 1)``.
+    param_attr : ParamAttr or None
+        The filter's attribute, ``[output_channel, input_channel · fh · fw]`` (Xavier by
+        default, as Fluid's ``create_parameter``).
+    act : str or None
+        Activation appended to the result.
+    dtype : str
+        The filter's and the output's dtype.
+    name : str or None
+        The layer's name.
+
+    Returns
+    -------
+    Variable
+        ``[Σ output_channel · OH · OW, 1]``, one sequence per image.
+    """
+    layer = "var_conv_2d"
+    for v, arg in ((input, "input"), (row, "row"), (col, "col")):
+        _check_var(v, arg, layer)
+    _check_name(name, layer)
+    if len(list(input.shape or ())) != 2:
+        raise ValueError(f"{layer}: input must be 2-D ([N, 1]), got shape {input.shape}")
+    for v, arg in ((input_channel, "input_channel"), (output_channel, "output_channel")):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{layer}: {arg} must be a positive int, got {v!r}")
+    fs = _int_pair(filter_size, "filter_size", layer)
+    st = _int_pair(stride, "stride", layer)
+    if min(fs + st) < 1:
+        raise ValueError(f"{layer}: filter_size and stride must be positive, got {fs}, {st}")
+    helper = LayerHelper(layer, name)
+    w = helper.create_parameter(ParamAttr._to_attr(param_attr),
+                                [output_channel, input_channel * fs[0] * fs[1]], dtype)
+    out = helper.create_tmp(dtype=dtype, shape=[-1, 1])
+    col_res = helper.create_tmp(dtype=dtype, shape=[-1, 1], stop_gradient=True)
+    helper.append_op(layer, inputs={"X": [input], "ROW": [row], "COLUMN": [col], "W": [w]},
+                     outputs={"Out": [out], "Col": [col_res]},
+                     attrs={"InputChannel": input_channel, "OutputChannel": output_channel,
+                            "StrideH": st[0], "StrideW": st[1], "KernelH": fs[0],
+                            "KernelW": fs[1]})
+    return helper.append_activation(out, act)
+
+
+def fused_embedding_seq_pool(input: Variable, size: Sequence[int], is_sparse: bool = False,
+                             padding_idx: int | None = None, combiner: str = "sum",
+                             param_attr: Any = None, dtype: str = "float32") -> Variable:
+    """An embedding lookup summed over each sequence in one op, as Fluid 1.8's
+    ``fluid.contrib.layers.fused_embedding_seq_pool``.
+
+    Parameters
+    ----------
+    input : Variable
+        int64 ids, a 1-level LoD tensor ``[N, 1]`` (or ``[N, ..., 1]``: several ids a row,
+        their embeddings side by side).
+    size : list of 2 int
+        The table's shape ``[vocabulary, D]``.
+    is_sparse : bool
+        Give the table a SelectedRows gradient (one row per id) instead of a dense one.
+    padding_idx : int or None
+        Ids equal to it add nothing (and get no gradient); negative counts from
+        ``size[0]``; None: none.
+    combiner : str
+        ``'sum'``, the only one Fluid 1.8 supports.
+    param_attr : ParamAttr or None
+        The table's attribute (Xavier by default).
+    dtype : str
+        The table's and the output's dtype.
+
+    Returns
+    -------
+    Variable
+        ``[num_sequences, D · ids per row]``, no LoD.
+    """
+    layer = "fused_embedding_seq_pool"
+    _check_var(input, "input", layer)
+    if combiner != "sum":
+        raise NotImplementedError(f"{layer}(combiner={combiner!r}) is not implemented in "
+                                  "dask_fluid (Fluid 1.8 supports only 'sum')")
+    size = list(size)
+    if len(size) != 2 or not all(isinstance(s, int) and s > 0 for s in size):
+        raise ValueError(f"{layer}: size must be 2 positive ints [vocabulary, D], got {size}")
+    shape = list(input.shape or ())
+    if not shape or shape[-1] != 1:
+        raise ValueError(f"{layer}: the last dimension of input must be 1, got shape {shape}")
+    if str(input.dtype) not in ("int64", "int32"):
+        raise TypeError(f"{layer}: input must hold int64 ids, got {input.dtype}")
+    _check_lod_level(input, "input", layer, exact=True)
+    if padding_idx is None:
+        pad = -1
+    elif not isinstance(padding_idx, int) or not -size[0] <= padding_idx < size[0]:
+        raise ValueError(f"{layer}: padding_idx must be None or an int in "
+                         f"[-{size[0]}, {size[0]}), got {padding_idx!r}")
+    else:
+        pad = padding_idx if padding_idx >= 0 else size[0] + padding_idx
+    width = size[1] * int(np.prod([d for d in shape[1:]])) if all(
+        d > 0 for d in shape[1:]) else -1
+    helper = LayerHelper(layer)
+    w = helper.create_parameter(ParamAttr._to_attr(param_attr), size, dtype)
+    out = helper.create_tmp(dtype=dtype, shape=[-1, width])
+    helper.append_op(layer, inputs={"Ids": [input], "W": [w]}, outputs={"Out": [out]},
+                     attrs={"is_sparse": bool(is_sparse), "combiner": combiner,
+                            "padding_idx": pad})
     return out
