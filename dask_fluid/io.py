@@ -36,9 +36,25 @@ from .framework import (
 )
 from .ops.registry import array_module, to_host
 from .py_reader import DataLoader, PyReader
+from .sample_readers import (
+    ComposeNotAligned,
+    batch,
+    buffered,
+    cache,
+    chain,
+    compose,
+    firstn,
+    map_readers,
+    multiprocess_reader,
+    shuffle,
+    xmap_readers,
+)
 from .tensor_file import read_tensor, write_tensor
 
 __all__ = [
+    # Fluid 1.8's fluid.io re-exports paddle.reader's decorators and paddle.batch
+    "ComposeNotAligned", "batch", "buffered", "cache", "chain", "compose", "firstn",
+    "map_readers", "multiprocess_reader", "shuffle", "xmap_readers",
     "DataLoader", "PyReader", "get_program_parameter", "get_program_persistable_vars",
     "is_parameter", "is_persistable", "load", "load_inference_model", "load_params",
     "load_persistables", "load_program_state", "load_vars", "read_tensor", "save",

@@ -63,7 +63,7 @@ _ALIASES: dict[str, str] = {
     "paddle.fluid.incubate": "dask_fluid.compat.incubate",
     "paddle.compat": "dask_fluid.compat.paddle_compat",
     "paddle.batch": "dask_fluid.compat.batch",
-    "paddle.reader": "dask_fluid.compat.reader",
+    "paddle.reader": "dask_fluid.sample_readers",
     "paddle.dataset": "dask_fluid.compat.dataset",
 }
 

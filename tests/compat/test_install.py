@@ -135,7 +135,7 @@ def test_paddle_helpers_resolve_when_present(paddle):
     import paddle.reader
 
     assert paddle.batch is importlib.import_module("dask_fluid.compat.batch").batch
-    assert paddle.reader is importlib.import_module("dask_fluid.compat.reader")
+    assert paddle.reader is importlib.import_module("dask_fluid.sample_readers")
     assert paddle.dataset.mnist is importlib.import_module("dask_fluid.compat.dataset.mnist")
     import paddle.batch  # noqa: F811 (binds the module; paddle.batch stays the function)
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from dask_fluid.compat import reader as R
+from dask_fluid import sample_readers as R
 from dask_fluid.compat.batch import batch
 
 

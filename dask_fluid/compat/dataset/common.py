@@ -29,7 +29,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
-from ..reader import Reader
+from ...sample_readers import Reader
 
 __all__ = [
     "DATA_HOME",

@@ -42,7 +42,7 @@ import gzip
 import tarfile
 from collections.abc import Iterator
 
-from ..reader import Reader
+from ...sample_readers import Reader
 from . import common
 
 __all__ = [

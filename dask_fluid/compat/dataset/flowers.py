@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..reader import Reader
+from ...sample_readers import Reader
 from . import common
 
 __all__ = ["default_mapper", "fetch", "reader_creator", "test", "train", "valid"]

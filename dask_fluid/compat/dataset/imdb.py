@@ -15,7 +15,7 @@ import string
 import tarfile
 from collections.abc import Iterator
 
-from ..reader import Reader
+from ...sample_readers import Reader
 from . import common
 
 __all__ = ["build_dict", "fetch", "reader_creator", "test", "tokenize", "train", "word_dict"]

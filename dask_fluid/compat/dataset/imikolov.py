@@ -18,7 +18,7 @@ import collections
 import tarfile
 from collections.abc import Iterable, Iterator
 
-from ..reader import Reader
+from ...sample_readers import Reader
 from . import common
 
 __all__ = ["DataType", "build_dict", "fetch", "reader_creator", "test", "train", "word_count"]

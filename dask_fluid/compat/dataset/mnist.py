@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..reader import Reader
+from ...sample_readers import Reader
 from . import common
 
 __all__ = ["fetch", "reader_creator", "test", "train"]

@@ -49,7 +49,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from ..reader import Reader
+from ...sample_readers import Reader
 from . import common
 
 __all__ = [

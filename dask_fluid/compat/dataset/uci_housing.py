@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..reader import Reader
+from ...sample_readers import Reader
 from . import common
 
 __all__ = [

@@ -27,7 +27,7 @@ import operator
 import tarfile
 from collections.abc import Iterable, Iterator
 
-from ..reader import Reader
+from ...sample_readers import Reader
 from . import common
 
 __all__ = ["fetch", "gen", "get_dict", "reader_creator", "test", "train"]

@@ -30,7 +30,7 @@ import tempfile
 from collections import defaultdict
 from collections.abc import Iterator
 
-from ..reader import Reader
+from ...sample_readers import Reader
 from . import common
 
 __all__ = ["fetch", "get_dict", "reader_creator", "test", "train", "validation"]
