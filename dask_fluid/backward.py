@@ -326,7 +326,9 @@ def _grad_block(block: Block, descs: list[dict], seeds: Sequence[str]) -> Block:
 
 
 def append_backward(loss: Variable, parameter_list: Iterable | None = None,
-                    no_grad_set: Iterable | None = None) -> list[tuple[Parameter, Variable]]:
+                    no_grad_set: Iterable | None = None,
+                    callbacks: Sequence[Callable[..., Any]] | None = None
+                    ) -> list[tuple[Parameter, Variable]]:
     """Append the backward pass of ``loss`` to its program.
 
     Parameters
@@ -337,6 +339,11 @@ def append_backward(loss: Variable, parameter_list: Iterable | None = None,
         Only these parameters get gradients returned (default: every trainable parameter).
     no_grad_set : iterable of str or Variable, optional
         Variables that must not receive a gradient.
+    callbacks : list of callable, optional
+        Fluid 1.8's: each is called as ``cb(block=block, context=grad_to_var)`` right after
+        each grad op (``sum`` ops included) is appended, ``grad_to_var`` mapping this pass's
+        gradient names to their forward variables' (``"__current_op_desc__"`` to the op just
+        appended); ``fluid.clip.error_clip_callback`` is one.
 
     Returns
     -------
@@ -345,6 +352,13 @@ def append_backward(loss: Variable, parameter_list: Iterable | None = None,
     """
     if not isinstance(loss, Variable):
         raise TypeError(f"loss must be a Variable, got {type(loss).__name__}")
+    if callbacks is not None:
+        if not isinstance(callbacks, (list, tuple)):
+            raise TypeError(f"append_backward: callbacks must be a list of callables, got "
+                            f"{type(callbacks).__name__}")
+        for cb in callbacks:
+            if not callable(cb):
+                raise ValueError(f"append_backward: callback {cb!r} must be a callable object")
     program = loss.block.program
     block = program.global_block()
     if loss.block is not block:
@@ -371,10 +385,29 @@ def append_backward(loss: Variable, parameter_list: Iterable | None = None,
     with program._op_role_guard(OpRole.Backward | OpRole.Loss):
         block.append_op("fill_constant", outputs=seed["outputs"], attrs=seed["attrs"])
     create_grad_vars(block, descs)
+    # Fluid's grad_to_var: the gradients the grad ops write (not the @RENAME@ parts a sum adds
+    # up) -> their forward variables
+    grad_to_var: dict[str, Any] = {
+        n: _strip_grad(n) for d in descs for names in d["outputs"].values() for n in names
+        if n.endswith(GRAD_SUFFIX) and _RENAME not in n}
     with program._op_role_guard(OpRole.Backward):
         for desc in descs:
-            block.append_op(desc["type"], desc["inputs"], desc["outputs"], desc["attrs"])
+            op = block.append_op(desc["type"], desc["inputs"], desc["outputs"], desc["attrs"])
+            grad_to_var["__current_op_desc__"] = op
+            for cb in callbacks or ():
+                cb(block=block, context=grad_to_var)
 
+    return param_grads_written(block, descs, parameter_list, renamed)
+
+
+def param_grads_written(block: Block, descs: list[dict], parameter_list: Iterable | None,
+                        renamed: dict[str, str]) -> list[tuple[Parameter, Variable]]:
+    """Each trainable parameter (of ``parameter_list``, if given) with the gradient a
+    backward pass's ``descs`` wrote (under its ``renamed`` name), the last writer of each
+    tagged ``op_role_var = [param, grad]`` (Fluid 1.8's ``grad_info_map``).
+
+    Only this pass's gradients: an earlier pass (``fluid.gradients`` of a critic, before a
+    gradient penalty's ``minimize``) may have declared one this pass never writes."""
     written = {n for d in descs for names in d["outputs"].values() for n in names}
     wanted = None
     if parameter_list is not None:
@@ -385,12 +418,9 @@ def append_backward(loss: Variable, parameter_list: Iterable | None = None,
             continue
         gname = grad_var_name(param.name)
         gname = renamed.get(gname, gname)
-        # only this pass's gradients: an earlier pass (fluid.gradients of a critic, before a
-        # gradient penalty's minimize) may have declared one this pass never writes
         if gname not in written or not block.has_var(gname):
             continue
-        grad = block.var(gname)
-        params_grads.append((param, grad))
+        params_grads.append((param, block.var(gname)))
         for op in reversed(block.ops):
             if gname in op.output_arg_names:
                 role_var = [param.name, gname] + list(op.attrs.get(OP_ROLE_VAR_KEY, []))

@@ -11,6 +11,12 @@
 Pass one as ``grad_clip=`` of an optimizer (Fluid 1.8), or attach it to parameters with
 :func:`set_gradient_clip` (the older API); ``need_clip(param)`` false leaves a parameter's
 gradient as it is. Clipping runs before weight decay, as in Fluid.
+
+Error clipping clips the gradient of any variable, in the backward pass itself: set a
+variable's ``error_clip`` attribute to an :class:`ErrorClipByValue`, and
+:func:`error_clip_callback` (a callback of ``append_backward(callbacks=...)``) appends a
+``clip`` op right after the grad op that writes that variable's gradient, so that the grad ops
+after it read the clipped value.
 """
 
 from __future__ import annotations
@@ -21,8 +27,8 @@ from typing import Any
 from . import layers, unique_name
 from .framework import default_main_program, install_hook
 
-__all__ = ["GradientClipByGlobalNorm", "GradientClipByNorm", "GradientClipByValue",
-           "clip_from_dict", "set_gradient_clip"]
+__all__ = ["ErrorClipByValue", "GradientClipByGlobalNorm", "GradientClipByNorm",
+           "GradientClipByValue", "clip_from_dict", "error_clip_callback", "set_gradient_clip"]
 
 NeedClip = Callable[[Any], bool] | None
 
@@ -165,3 +171,76 @@ def set_gradient_clip(clip: _Clip, param_list=None, program=None) -> None:
     for p in params:
         param = block.var(p) if isinstance(p, str) else p
         param.gradient_clip_attr = clip
+
+
+# -- error clipping (Fluid 1.8's BaseErrorClipAttr, ErrorClipByValue, error_clip_callback) ------
+
+
+class BaseErrorClipAttr:
+    """The base of error clips: ``_append_clip_op(block, grad_name)`` appends the op that
+    clips ``grad_name`` in place."""
+
+    def _append_clip_op(self, block: Any, grad_name: str) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not define its clip op")
+
+
+class ErrorClipByValue(BaseErrorClipAttr):
+    """Clip a variable's gradient into ``[min, max]`` during the backward pass (Fluid 1.8's
+    ``fluid.clip.ErrorClipByValue``).
+
+    Set it as the ``error_clip`` attribute of a forward variable (``var.error_clip =
+    ErrorClipByValue(...)``) before ``append_backward(loss, callbacks=[error_clip_callback])``
+    (or an optimizer's ``minimize``, which passes that callback as Fluid's does); the
+    ``clip`` op follows the grad op that writes the gradient, so every grad op before the
+    variable sees the clipped gradient.
+
+    Parameters
+    ----------
+    max : float
+        The upper bound.
+    min : float, optional
+        The lower bound; ``-max`` when not given.
+
+    Raises
+    ------
+    ValueError
+        ``min`` is greater than ``max`` (Fluid's ``clip`` op refuses it when it runs).
+    """
+
+    def __init__(self, max: float, min: float | None = None) -> None:
+        max = float(max)
+        min = -max if min is None else float(min)
+        if min > max:
+            raise ValueError(f"ErrorClipByValue needs min <= max, got min={min}, max={max}")
+        self.max, self.min = max, min
+
+    def __str__(self) -> str:
+        return f"ByValue, min={self.min:f}, max={self.max:f}"
+
+    def _append_clip_op(self, block: Any, grad_name: str) -> None:
+        # in place, as Fluid: the gradient's readers after this op see the clipped value
+        block.append_op("clip", inputs={"X": [grad_name]}, outputs={"Out": [grad_name]},
+                        attrs={"min": self.min, "max": self.max})
+
+
+def error_clip_callback(block: Any, context: dict) -> None:
+    """The ``append_backward`` callback that applies error clips (Fluid 1.8's
+    ``fluid.clip.error_clip_callback``): for each output of ``block``'s last op (the grad op
+    just appended) that ``context`` (gradient name -> forward variable name) maps to a
+    variable with an ``error_clip``, that clip's op is appended.
+
+    Raises
+    ------
+    TypeError
+        A variable's ``error_clip`` is neither None nor a :class:`BaseErrorClipAttr`.
+    """
+    op = block.ops[-1]
+    for grad_name in [n for n in op.output_arg_names if n in context]:
+        fwd_var = block._var_recursive(context[grad_name])
+        error_clip = getattr(fwd_var, "error_clip", None)
+        if not (error_clip is None or isinstance(error_clip, BaseErrorClipAttr)):
+            raise TypeError(f"the error_clip of variable {fwd_var.name!r} must be a "
+                            f"BaseErrorClipAttr (ErrorClipByValue) or None, got "
+                            f"{type(error_clip).__name__}")
+        if error_clip is not None:
+            error_clip._append_clip_op(block, grad_name)

@@ -193,7 +193,8 @@ _DRAWS = frozenset({"uniform_random", "gaussian_random", "truncated_gaussian_ran
                     "sampling_id"})
 #: ops that sample at run time without a random_seed of their own (seed 0 or no seed attr):
 #: a per-op stream kept with the scope, as the _DRAWS ops
-_SAMPLERS = frozenset({"sample_logits", "rpn_target_assign", "generate_proposal_labels"})
+_SAMPLERS = frozenset({"sample_logits", "rpn_target_assign", "generate_proposal_labels",
+                        "tdm_sampler", "dpsgd"})
 # Ops whose number of outputs is decided by how many names the program binds.
 _NEEDS_OUT_COUNTS = frozenset({"split", "split_ids", "split_byref", "split_selected_rows"})
 

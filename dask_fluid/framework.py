@@ -131,9 +131,13 @@ class Variable:
         lod_level: int = 0,
         is_data: bool = False,
         need_check_feed: bool = True,
+        error_clip: Any = None,
         **kwargs: Any,
     ) -> None:
         self.block = block
+        #: Fluid's ``error_clip``: an ``ErrorClipByValue`` that clips this variable's gradient
+        #: where the backward pass writes it (``clip.error_clip_callback``)
+        self.error_clip = error_clip
         self.name = name
         self.shape = tuple(int(d) for d in shape) if shape is not None else None
         self.dtype = convert_dtype(dtype)

@@ -8,10 +8,47 @@ of the same shape do not get identical values under one seed.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from typing import Any
 
 from .framework import Block, Variable
+
+#: set inside :func:`init_on_cpu` (Fluid 1.8's module global ``_force_init_on_cpu_``)
+_force_init_on_cpu_ = False
+
+
+def force_init_on_cpu() -> bool:
+    """Whether initialisers are inside :func:`init_on_cpu` (Fluid 1.8's
+    ``fluid.initializer.force_init_on_cpu``).
+
+    Returns
+    -------
+    bool
+        True inside ``with init_on_cpu():``; then :class:`ConstantInitializer` sets its
+        ``fill_constant`` op's ``force_cpu`` attr, as in Fluid.
+    """
+    return _force_init_on_cpu_
+
+
+@contextlib.contextmanager
+def init_on_cpu() -> Iterator[None]:
+    """Within the block, constant initialisers mark their op ``force_cpu=True`` (Fluid 1.8's
+    ``fluid.initializer.init_on_cpu``, used around ``layers.create_global_var`` for step
+    counters and learning-rate schedules).
+
+    In Fluid the attr keeps the tensor in host memory. Here it is recorded on the op and
+    nothing else: the ``fill_constant`` kernel makes its tensor on the executor's place, since
+    a kernel reads all its inputs on one place (see ``ops.tensor_ops.fill_constant``).
+    """
+    global _force_init_on_cpu_
+    previous = _force_init_on_cpu_
+    _force_init_on_cpu_ = True
+    try:
+        yield
+    finally:  # restored on an exception too (Fluid restores it only on a normal exit)
+        _force_init_on_cpu_ = previous
 
 
 class Initializer:
@@ -31,8 +68,9 @@ class Initializer:
 
 
 class ConstantInitializer(Initializer):
-    """Every element equals ``value``; ``force_cpu`` is recorded on the op as in Fluid (the
-    executor makes every startup value on its own place: see ``fill_constant``)."""
+    """Every element equals ``value``; ``force_cpu`` (or being inside :func:`init_on_cpu`) is
+    recorded on the op as in Fluid (the executor makes every startup value on its own place:
+    see ``fill_constant``)."""
 
     op_type = "fill_constant"
 
@@ -42,7 +80,7 @@ class ConstantInitializer(Initializer):
 
     def _attrs(self, var, block):
         return {"shape": list(var.shape), "dtype": var.dtype, "value": self.value,
-                "force_cpu": self.force_cpu}
+                "force_cpu": self.force_cpu or force_init_on_cpu()}
 
 
 class UniformInitializer(Initializer):
@@ -146,9 +184,62 @@ class NumpyArrayInitializer(Initializer):
                 slot: self.value.astype(dtype).reshape(-1).tolist()}
 
 
+class BilinearInitializer(Initializer):
+    """The bilinear interpolation kernel, for a ``conv2d_transpose`` that upsamples (Fluid
+    1.8's ``fluid.initializer.Bilinear``): every ``[K, K]`` slice of a ``[C_out, C_in, K, K]``
+    filter gets ``(1 − |x / f − c|) · (1 − |y / f − c|)`` at column x and row y, with
+    ``f = ceil(K / 2)`` and ``c = (2f − 1 − f mod 2) / (2f)``. Upsampling by an integer
+    ``factor``: ``filter_size = 2·factor − factor % 2``, ``stride = factor``,
+    ``padding = ceil((factor − 1) / 2)``, ``groups = C``, no bias.
+
+    As Fluid, one ``assign_value`` op (``fp32_values``) appended to the startup block. The
+    row is the integer ``(i // K) % K`` of the flat index i, as Fluid's ``(i / size) % size``
+    gives under Python 2; Fluid 1.8 under Python 3 divides exactly there, a bug that gives a
+    kernel that is not separable (later Paddle versions keep it).
+    """
+
+    op_type = "assign_value"
+
+    def __call__(self, var: Variable, block: Block) -> None:
+        if not isinstance(var, Variable):
+            raise ValueError("BilinearInitializer: var must be a Variable")
+        if not isinstance(block, Block):
+            raise ValueError("BilinearInitializer: block must be a Block")
+        shape = tuple(var.shape or ())
+        if len(shape) != 4:
+            raise ValueError(f"BilinearInitializer: the filter {var.name!r} must have 4 dims, "
+                             f"got shape {list(shape)}")
+        if shape[2] != shape[3]:
+            raise ValueError(f"BilinearInitializer: the filter {var.name!r} must be square "
+                             f"(shape[2] == shape[3]), got shape {list(shape)}")
+        if str(var.dtype) != "float32":  # Fluid 1.8 writes fp32_values only
+            raise ValueError(f"BilinearInitializer: {var.name!r} is {var.dtype}; Fluid 1.8's "
+                             "Bilinear initialises float32 filters only")
+        if math.prod(shape) > 1024 * 1024:
+            raise ValueError(f"BilinearInitializer: the filter {var.name!r} has "
+                             f"{math.prod(shape)} elements, more than Fluid's 1024 * 1024")
+        block.append_op(self.op_type, outputs={"Out": [var.name]},
+                        attrs={"shape": list(shape), "dtype": "float32",
+                               "fp32_values": bilinear_kernel(shape).reshape(-1).tolist()})
+
+
+def bilinear_kernel(shape: tuple[int, ...]) -> Any:
+    """The float32 values :class:`BilinearInitializer` gives a filter of ``shape``."""
+    import numpy as np
+
+    size = int(shape[3])
+    f = math.ceil(size / 2.0)
+    c = (2 * f - 1 - f % 2) / (2.0 * f)
+    i = np.arange(math.prod(shape))
+    x, y = i % size, (i // size) % size
+    w = (1 - np.abs(x / f - c)) * (1 - np.abs(y / f - c))
+    return w.astype(np.float32).reshape(shape)
+
+
 Constant = ConstantInitializer
 Uniform = UniformInitializer
 Normal = NormalInitializer
 TruncatedNormal = TruncatedNormalInitializer
 Xavier = XavierInitializer
 MSRA = MSRAInitializer
+Bilinear = BilinearInitializer

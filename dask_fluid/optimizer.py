@@ -13,6 +13,7 @@ from typing import Any
 
 from . import unique_name
 from .backward import append_backward
+from .clip import error_clip_callback
 from .distributed_table import distributed_table_name
 from .framework import (
     OP_ROLE_KEY,
@@ -26,6 +27,13 @@ from .framework import (
 from .initializer import ConstantInitializer
 from .layer_helper import LayerHelper
 from .layers.tensor import create_global_var
+from .meta_optimizers import (
+    DGCMomentumOptimizer,
+    LookaheadOptimizer,
+    PipelineOptimizer,
+    RecomputeOptimizer,
+)
+from .model_average import ExponentialMovingAverage, ModelAverage
 
 logger = logging.getLogger("dask_fluid.optimizer")
 
@@ -130,8 +138,11 @@ class Optimizer:
 
     # -- the pass ---------------------------------------------------------------------------
     def backward(self, loss: Variable, startup_program: Program | None = None,
-                 parameter_list=None, no_grad_set=None):
-        return append_backward(loss, parameter_list, no_grad_set)
+                 parameter_list=None, no_grad_set=None, callbacks=None):
+        """``append_backward`` with the variables' error clips applied (Fluid 1.8 always adds
+        ``error_clip_callback`` to ``callbacks``; a copy here, not the caller's list)."""
+        callbacks = [*(callbacks or ()), error_clip_callback]
+        return append_backward(loss, parameter_list, no_grad_set, callbacks)
 
     def apply_gradients(self, params_grads: list[tuple[Parameter, Variable]]) -> list:
         """Clip, decay and optimize ops for sorted ``(param, grad)`` pairs."""
@@ -505,8 +516,153 @@ Ftrl = FtrlOptimizer
 Lamb = LambOptimizer
 RMSProp = RMSPropOptimizer
 
+
+def _check_parameter_list(parameter_list: Any) -> list | None:
+    if parameter_list is None:
+        return None
+    if isinstance(parameter_list, (str, Variable)) or not hasattr(parameter_list, "__iter__"):
+        raise TypeError(f"parameter_list must be a list of Parameters or names, got "
+                        f"{type(parameter_list).__name__}")
+    return list(parameter_list)
+
+
+class _DefaultParameterList:
+    """Fluid 1.8's ``parameter_list=`` of an optimizer's constructor: in a static graph the
+    parameters ``minimize`` updates when its own ``parameter_list`` is not given."""
+
+    _parameter_list: list | None = None
+
+    def minimize(self, loss: Variable, startup_program: Program | None = None,
+                 parameter_list=None, no_grad_set=None, grad_clip: Any = None):
+        return super().minimize(  # type: ignore[misc]
+            loss, startup_program, parameter_list or self._parameter_list, no_grad_set,
+            grad_clip)
+
+
+class AdadeltaOptimizer(_DefaultParameterList, Optimizer):
+    """Adadelta, following Fluid 1.8's ``fluid.optimizer.AdadeltaOptimizer``.
+
+    Per parameter (the ``adadelta`` op, accumulators ``_avg_squared_grad`` and
+    ``_avg_squared_update``)::
+
+        E[g²]  = rho * E[g²] + (1 - rho) * g²
+        delta  = -sqrt((E[dx²] + epsilon) / (E[g²] + epsilon)) * g
+        E[dx²] = rho * E[dx²] + (1 - rho) * delta²
+        param += delta
+
+    Parameters
+    ----------
+    learning_rate : float or Variable
+        Required and checked, and the program gets its learning-rate variable, but, as in
+        Fluid 1.8, the ``adadelta`` op takes no learning rate: it does not scale the step.
+    epsilon : float
+        Added inside both square roots, > 0.
+    rho : float
+        Decay of both running averages, in [0, 1).
+    parameter_list : list of Parameter or str, optional
+        The parameters ``minimize`` updates when it is given none (all trainable ones when
+        None).
+    regularization, grad_clip, name
+        As every optimizer's.
+
+    Notes
+    -----
+    Dense gradients only (Paddle 1.8's kernel enforces a LoDTensor gradient); a sparse one
+    raises ``NotImplementedError`` when the op runs. As the op has no ``LearningRate`` input,
+    the pserver transpiler does not recognise it as an optimizer op (Fluid's
+    ``_is_optimizer_op``), as in Fluid.
+    """
+
+    type = "adadelta"
+
+    def __init__(self, learning_rate: float | Variable, epsilon: float = 1.0e-6,
+                 rho: float = 0.95, parameter_list: Any = None, regularization: Any = None,
+                 grad_clip: Any = None, name: str | None = None) -> None:
+        super().__init__(learning_rate, regularization, name, grad_clip)
+        self._epsilon = _check_positive("epsilon", epsilon)
+        rho_f = _check_positive("rho", rho, allow_zero=True)
+        if rho_f >= 1.0:
+            raise ValueError(f"rho must be in [0, 1), got {rho!r}")
+        self._rho = rho_f
+        self._parameter_list = _check_parameter_list(parameter_list)
+
+    def _create_accumulators(self, block, params):
+        for p in params:
+            self._add_accumulator("_avg_squared_grad", p)
+            self._add_accumulator("_avg_squared_update", p)
+
+    def _append_optimize_op(self, block, pg):
+        p, g = pg
+        g2, u2 = self._acc("_avg_squared_grad", p), self._acc("_avg_squared_update", p)
+        return block.append_op(
+            "adadelta",
+            inputs={"Param": [p], "Grad": [g], "AvgSquaredGrad": [g2],
+                    "AvgSquaredUpdate": [u2]},
+            outputs={"ParamOut": [p], "AvgSquaredGradOut": [g2],
+                     "AvgSquaredUpdateOut": [u2]},
+            attrs={"epsilon": self._epsilon, "rho": self._rho})
+
+
+class DpsgdOptimizer(_DefaultParameterList, Optimizer):
+    """Differentially private SGD (CCS16), following Fluid 1.8's
+    ``fluid.optimizer.DpsgdOptimizer`` (the ``dpsgd`` op, no accumulators)::
+
+        param -= lr * (g / max(1, ||g|| / clip) + noise / batch_size),  noise ~ N(0, sigma²)
+
+    with one scalar noise draw per parameter and step, as Paddle 1.8's kernel.
+
+    Parameters
+    ----------
+    learning_rate : float or Variable
+    clip : float
+        The L2 norm a gradient is scaled down to, > 0.
+    batch_size : float
+        Divides the noise, > 0.
+    sigma : float
+        Standard deviation of the noise, >= 0.
+    parameter_list : list of Parameter or str, optional
+        The parameters ``minimize`` updates when it is given none.
+
+    Notes
+    -----
+    Fluid 1.8 seeds the noise from ``time(NULL)`` (its ``_seed`` attribute, "only used for
+    debugging", is passed as the op's ``seed``; 0 means unseeded). Here ``_seed`` 0 (the
+    default) draws from the executor's per-op stream seeded by the program's
+    ``random_seed``, so runs are reproducible; a non-zero ``_seed`` gives the same noise every
+    step, as Paddle's re-seeded engine. Dense gradients only.
+    """
+
+    type = "dpsgd"
+
+    def __init__(self, learning_rate: float | Variable = 0.001, clip: float = 0.9,
+                 batch_size: float = 0.999, sigma: float = 1e-8,
+                 parameter_list: Any = None) -> None:
+        super().__init__(learning_rate)
+        self._clip = _check_positive("clip", clip)
+        self._batch_size = _check_positive("batch_size", batch_size)
+        self._sigma = _check_positive("sigma", sigma, allow_zero=True)
+        self._parameter_list = _check_parameter_list(parameter_list)
+        #: Fluid's debugging seed of the noise (0: unseeded; see the class notes)
+        self._seed: int | None = None
+
+    def _append_optimize_op(self, block, pg):
+        p, g = pg
+        return block.append_op(
+            "dpsgd",
+            inputs={"Param": [p], "Grad": [g], "LearningRate": [self._param_lr(block, p)]},
+            outputs={"ParamOut": [p]},
+            attrs={"clip": self._clip, "batch_size": self._batch_size, "sigma": self._sigma,
+                   "seed": int(self._seed or 0)})
+
+
+Adadelta = AdadeltaOptimizer
+Dpsgd = DpsgdOptimizer
+
+
 __all__ = ["SGD", "SGDOptimizer", "Momentum", "MomentumOptimizer", "LarsMomentum",
            "LarsMomentumOptimizer", "Adam", "AdamOptimizer", "Adamax", "AdamaxOptimizer",
            "Adagrad", "AdagradOptimizer", "DecayedAdagrad", "DecayedAdagradOptimizer", "Ftrl",
            "FtrlOptimizer", "Lamb", "LambOptimizer", "RMSProp", "RMSPropOptimizer",
-           "Optimizer", "default_main_program"]
+           "Optimizer", "default_main_program", "Adadelta", "AdadeltaOptimizer", "Dpsgd",
+           "DpsgdOptimizer", "ModelAverage", "ExponentialMovingAverage", "LookaheadOptimizer",
+           "RecomputeOptimizer", "PipelineOptimizer", "DGCMomentumOptimizer"]

@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import unique_name
 from ..framework import Variable, VarType, convert_dtype, default_main_program
-from ..initializer import ConstantInitializer
+from ..initializer import ConstantInitializer, force_init_on_cpu
 from ..layer_helper import LayerHelper
 
 __all__ = [
@@ -73,7 +73,8 @@ def fill_constant(shape: Sequence[int], dtype: Any, value: float, force_cpu: boo
         out = helper.create_tmp(dtype=dtype, shape=list(shape), stop_gradient=True)
     helper.append_op("fill_constant", outputs={"Out": [out]},
                      attrs={"shape": list(shape), "dtype": dtype, "value": float(value),
-                            "force_cpu": force_cpu})
+                            # Fluid 1.8: inside initializer.init_on_cpu() too
+                            "force_cpu": bool(force_cpu) or force_init_on_cpu()})
     out.stop_gradient = True
     return out
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import GRAD, array_module, register
+from . import image_channel_ops  # noqa: F401  (instance_norm_grad, given a grad maker below)
+from .math_ops import double_grad_maker
+from .registry import GRAD, array_module, register, set_grad
 from .selected_rows import grad_maker, grad_slots
 
 _BN_ATTRS = {"momentum": 0.9, "epsilon": 1e-5, "is_test": False, "data_layout": "NCHW",
@@ -478,3 +480,168 @@ def inplace_abn_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
               "SavedMean": ins["SavedMean"], "SavedVariance": ins["SavedVariance"],
               "Y" + GRAD: [dz]}
     return batch_norm_grad(bn_ins, attrs, outs)
+
+
+# -- second-order gradients of batch_norm and instance_norm --------------------------------------
+# Paddle 1.8's BatchNormDoubleGradMaker / InstanceNormDoubleGradMaker (batch_norm_op.cc,
+# instance_norm_op.cc): the grad op of ``*_grad`` reads X, Scale, SavedMean, SavedVariance (and
+# Mean, Variance with use_global_stats), DY (the first pass's Y@GRAD, a value) and the gradients
+# DDX, DDScale, DDBias of the grad op's outputs; it writes DX, DScale and DDY (no DBias: Bias
+# does not enter the first-order gradients). In training the statistics are functions of X, so
+# DX is the total derivative through them, as Paddle's kernels compute it.
+
+
+def _norm_grad_grad(ins: dict, outs: tuple, x3: Any, dy3: Any, mean: Any, r: Any,
+                    scale: Any, stat_axes: tuple[int, ...], count: int,
+                    global_stats: bool) -> dict:
+    """The double grad of ``dX = S·r·(dY − mean(dY) − x̂·mean(dY·x̂))``, ``dScale = Σ dY·x̂``,
+    ``dBias = Σ dY`` on a ``[A, C, B]`` view ``x3`` whose statistics (``mean``, ``r`` = inv_std,
+    broadcastable) reduce over ``stat_axes`` (``count`` elements each); per channel parameters
+    have shape ``[1, C, 1]``. With ``global_stats`` the statistics are constants:
+    ``dX = S·r·dY``.
+
+    With L = Σ DDX·dX + DDScale·dScale + DDBias·dBias (the second pass's incoming gradient):
+    DDY = ∂L/∂dY = P(S·DDX) + DDScale·x̂ + DDBias where P(g) = r·(g − mean(g) − x̂·mean(g·x̂))
+    is dX's (self-adjoint) map; DScale = Σ DDX·P(dY); DX = Pᵀ(∂L/∂x̂) + ∂L/∂r · ∂r/∂x with
+    ∂x̂/∂x = P and ∂r/∂x = −r²·x̂ / count."""
+    xp = array_module(x3)
+    dt = x3.dtype
+    ddx = (ins.get("DDX") or [None])[0]
+    dds = (ins.get("DDScale") or [None])[0]
+    ddb = (ins.get("DDBias") or [None])[0]
+    c = x3.shape[1]
+    ddx = None if ddx is None else ddx.reshape(x3.shape)
+    dds = None if dds is None else dds.reshape(1, c, 1)
+    ddb = None if ddb is None else ddb.reshape(1, c, 1)
+    s = xp.ones((1, c, 1), dtype=dt) if scale is None else scale.reshape(1, c, 1).astype(dt)
+    xh = (x3 - mean) * r
+    m = dt.type(count)
+    chan_axes = (0, 2)
+
+    def msum(a: Any) -> Any:
+        return a.sum(axis=stat_axes, keepdims=True)
+
+    def proj(g: Any) -> Any:
+        return r * (g - msum(g) / m - xh * (msum(g * xh) / m))
+
+    res = {}
+    if "DDY" in outs:
+        ddy = xp.zeros(x3.shape, dtype=dt)
+        if ddx is not None:
+            ddy = ddy + (s * r * ddx if global_stats else proj(s * ddx))
+        if dds is not None:
+            ddy = ddy + dds * xh
+        if ddb is not None:
+            ddy = ddy + ddb
+        res["DDY"] = ddy
+    if "DScale" in outs:
+        if ddx is None or dy3 is None:
+            res["DScale"] = xp.zeros((c,), dtype=dt)
+        else:
+            part = r * dy3 if global_stats else proj(dy3)
+            res["DScale"] = (ddx * part).sum(axis=chan_axes)
+    if "DX" in outs:
+        dx = xp.zeros(x3.shape, dtype=dt)
+        if dy3 is not None:
+            if global_stats:
+                if dds is not None:
+                    dx = dds * r * dy3
+            else:
+                b = msum(dy3 * xh) / m
+                g_xh = xp.zeros(x3.shape, dtype=dt) if dds is None else dds * dy3
+                g_r = xp.zeros(b.shape, dtype=dt)
+                if ddx is not None:
+                    a2 = msum(ddx * xh)
+                    a1 = msum(ddx * (dy3 - msum(dy3) / m))
+                    g_xh = g_xh - s * r * (ddx * b + a2 * dy3 / m)
+                    g_r = s * (a1 - a2 * b)
+                dx = proj(g_xh) - g_r * r * r * xh / m
+        res["DX"] = dx
+    return res
+
+
+def _bn_double_grad_maker(op: Any) -> list[dict]:
+    # Mean and Variance only with use_global_stats, as Paddle's maker
+    values = {"X": "X", "Scale": "Scale", "SavedMean": "SavedMean",
+              "SavedVariance": "SavedVariance", "DY": "Y" + GRAD}
+    if op.attrs.get("use_global_stats"):
+        values.update({"Mean": "Mean", "Variance": "Variance"})
+    return double_grad_maker(
+        "batch_norm_grad_grad", values,
+        {"DDX": "X" + GRAD, "DDScale": "Scale" + GRAD, "DDBias": "Bias" + GRAD},
+        {"DX": "X", "DScale": "Scale", "DDY": "Y" + GRAD})(op)
+
+
+set_grad("batch_norm_grad", _bn_double_grad_maker)
+
+_NORM_GG_OPTIONAL = ("DY", "DDX", "DDScale", "DDBias")
+
+
+@register("batch_norm_grad_grad",
+          ("X", "Scale", "SavedMean", "SavedVariance", "Mean", "Variance", "DY", "DDX",
+           "DDScale", "DDBias"), ("DX", "DScale", "DDY"), _BN_ATTRS,
+          optional=("Mean", "Variance", *_NORM_GG_OPTIONAL))
+def batch_norm_grad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Paddle 1.8's batch_norm_grad_grad: DX, DScale and DDY from DDX, DDScale, DDBias (see
+    :func:`_norm_grad_grad`). Training uses SavedMean and SavedVariance (inv_std) and
+    differentiates through them; ``use_global_stats`` uses Mean and Variance as constants.
+    ``is_test`` is refused, as Paddle's kernel refuses it."""
+    if attrs.get("is_test"):
+        raise ValueError("batch_norm_grad_grad: is_test=True cannot be used in a training "
+                         "program (as in Fluid); set use_global_stats=True to normalise with "
+                         "the moving statistics")
+    x = ins["X"][0]
+    xp = array_module(x)
+    axis, _ = _layout(x, attrs)
+    c = int(x.shape[axis])
+    view = (x.shape[0], c, -1) if axis == 1 else (-1, c, 1)
+    x3 = x.reshape(view)
+    dy = (ins.get("DY") or [None])[0]
+    dy3 = None if dy is None else dy.reshape(x3.shape)
+    glob = bool(attrs.get("use_global_stats"))
+    if glob:
+        mean = ins["Mean"][0]
+        r = 1.0 / xp.sqrt(ins["Variance"][0] + x.dtype.type(attrs.get("epsilon", 1e-5)))
+    else:
+        mean, r = ins["SavedMean"][0], ins["SavedVariance"][0]
+    res = _norm_grad_grad(ins, outs, x3, dy3, mean.reshape(1, c, 1).astype(x.dtype),
+                          r.reshape(1, c, 1).astype(x.dtype), ins["Scale"][0], (0, 2),
+                          x.size // c, glob)
+    for slot in ("DX", "DDY"):
+        if slot in res:
+            res[slot] = res[slot].reshape(x.shape)
+    return {k: [v.astype(x.dtype, copy=False)] for k, v in res.items()}
+
+
+set_grad("instance_norm_grad", double_grad_maker(
+    "instance_norm_grad_grad",
+    {"X": "X", "Scale": "Scale", "SavedMean": "SavedMean", "SavedVariance": "SavedVariance",
+     "DY": "Y" + GRAD},
+    {"DDX": "X" + GRAD, "DDScale": "Scale" + GRAD, "DDBias": "Bias" + GRAD},
+    {"DX": "X", "DScale": "Scale", "DDY": "Y" + GRAD}))
+
+
+@register("instance_norm_grad_grad",
+          ("X", "Scale", "SavedMean", "SavedVariance", "DY", "DDX", "DDScale", "DDBias"),
+          ("DX", "DScale", "DDY"), {"epsilon": 1e-5},
+          optional=("Scale", *_NORM_GG_OPTIONAL))
+def instance_norm_grad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Paddle 1.8's instance_norm_grad_grad: DX, DScale and DDY from DDX, DDScale, DDBias,
+    the statistics (SavedMean, SavedVariance = inv_std, ``[N * C]``) over each sample's
+    channel and differentiated through (see :func:`_norm_grad_grad`); DScale sums over the
+    batch. Without Scale (``param_attr=False``) the scale is 1 and there is no DScale."""
+    x = ins["X"][0]
+    n, c = int(x.shape[0]), int(x.shape[1])
+    x3 = x.reshape(n, c, -1)
+    dy = (ins.get("DY") or [None])[0]
+    scale = (ins.get("Scale") or [None])[0]
+    if scale is None:
+        outs = tuple(o for o in outs if o != "DScale")
+    res = _norm_grad_grad(ins, outs, x3, None if dy is None else dy.reshape(x3.shape),
+                          ins["SavedMean"][0].reshape(n, c, 1).astype(x.dtype),
+                          ins["SavedVariance"][0].reshape(n, c, 1).astype(x.dtype), scale,
+                          (2,), x3.shape[2], False)
+    for slot in ("DX", "DDY"):
+        if slot in res:
+            res[slot] = res[slot].reshape(x.shape)
+    return {k: [v.astype(x.dtype, copy=False)] for k, v in res.items()}

@@ -299,3 +299,120 @@ def lamb(ins: dict, attrs: dict, outs: tuple) -> dict:
     ratio = xp.where((p_norm > 0) & (r_norm > 0), p_norm / r_norm, param.dtype.type(1))
     param -= lr * ratio.astype(param.dtype) * r
     return {"ParamOut": [param], "Moment1Out": [m1], "Moment2Out": [m2]}
+
+
+#: Paddle's default max_average_window (INT64_MAX)
+_INT64_MAX = 2**63 - 1
+
+
+def _dense_only(op: str, grad: Any) -> None:
+    if isinstance(grad, SelectedRows):  # Paddle 1.8 enforces a LoDTensor Grad for these ops
+        raise NotImplementedError(f"{op} with a sparse (SelectedRows) gradient is not "
+                                  "implemented in dask_fluid (nor in Paddle 1.8)")
+
+
+@register("adadelta", ("Param", "Grad", "AvgSquaredGrad", "AvgSquaredUpdate"),
+          ("ParamOut", "AvgSquaredGradOut", "AvgSquaredUpdateOut"),
+          {"rho": 0.95, "epsilon": 1e-6})
+def adadelta(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Paddle 1.8's adadelta_op.h: E[g²] = ρ·E[g²] + (1 − ρ)·g²;
+    Δ = −√((E[Δ²] + ε) / (E[g²] + ε))·g; E[Δ²] = ρ·E[Δ²] + (1 − ρ)·Δ²; p += Δ.
+    The op has no LearningRate input (Fluid's AdadeltaOptimizer never passes one). Dense
+    only."""
+    param, grad = ins["Param"][0], ins["Grad"][0]
+    _dense_only("adadelta", grad)
+    g2, u2 = ins["AvgSquaredGrad"][0], ins["AvgSquaredUpdate"][0]
+    xp = xp_of(param)
+    rho, eps = _f(param, attrs.get("rho", 0.95)), _f(param, attrs.get("epsilon", 1e-6))
+    g2 *= rho
+    g2 += (1 - rho) * grad * grad
+    update = -xp.sqrt((u2 + eps) / (g2 + eps)) * grad
+    u2 *= rho
+    u2 += (1 - rho) * update * update
+    param += update
+    return {"ParamOut": [param], "AvgSquaredGradOut": [g2], "AvgSquaredUpdateOut": [u2]}
+
+
+@register("dpsgd", ("Param", "Grad", "LearningRate"), ("ParamOut",),
+          {"clip": 10.0, "batch_size": 16.0, "sigma": 1.0, "seed": 0})
+def dpsgd(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Paddle 1.8's dpsgd_op.h (CCS16 differentially private SGD): the whole gradient is
+    scaled down to L2 norm ``clip`` when longer, and ONE Gaussian draw ``n ~ N(0, sigma²)``
+    (a scalar, as Paddle's Box–Muller draw) is added for the whole tensor:
+    p −= lr·(g / max(1, ‖g‖/clip) + n / batch_size). Dense only.
+
+    The draw: Paddle seeds its engine from ``seed`` (re-seeded each run, so a non-zero seed
+    gives the same noise every step) or, with seed 0, from ``time(NULL)``. Here a non-zero
+    seed does the same (``numpy.random.default_rng(seed)`` per run); with seed 0 the draw
+    comes from ``attrs["_rng"]``, the executor's per-op stream seeded by the program's
+    ``random_seed`` (reproducible), or a fresh unseeded generator when run without one. The
+    scalar is drawn on the host and applied on the parameter's device."""
+    import numpy as np  # (this module's kernels otherwise need only the array module)
+
+    param, grad = ins["Param"][0], ins["Grad"][0]
+    _dense_only("dpsgd", grad)
+    xp = xp_of(param)
+    lr = _lr(ins, param)
+    clip = float(attrs.get("clip", 10.0))
+    batch_size = float(attrs.get("batch_size", 16.0))
+    sigma = float(attrs.get("sigma", 1.0))
+    seed = int(attrs.get("seed", 0) or 0)
+    if seed:
+        rng = np.random.default_rng(seed)
+    else:
+        rng = attrs.get("_rng") or np.random.default_rng()
+    noise = float(rng.standard_normal()) * sigma
+    # Paddle accumulates the norm in float; a device-side where avoids a host sync
+    norm = xp.sqrt((grad.astype(np.float32) ** 2).sum())
+    scale = xp.where(norm > np.float32(clip), norm / np.float32(clip), np.float32(1.0))
+    param -= lr * (grad / scale.astype(param.dtype) + _f(param, noise / batch_size))
+    return {"ParamOut": [param]}
+
+
+@register("average_accumulates",
+          ("param", "in_sum_1", "in_sum_2", "in_sum_3", "in_num_accumulates",
+           "in_old_num_accumulates", "in_num_updates"),
+          ("out_sum_1", "out_sum_2", "out_sum_3", "out_num_accumulates",
+           "out_old_num_accumulates", "out_num_updates"),
+          {"average_window": 0.0, "min_average_window": 10000,
+           "max_average_window": _INT64_MAX})
+def average_accumulates(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """ModelAverage's window sums (Paddle 1.8's average_accumulates_op.h), in place as in a
+    Fluid program (where each ``out_*`` is the ``in_*`` variable, so later steps read the
+    updated sums): sum_1 += param; every 16384 updates sum_2 += sum_1, sum_1 = 0 (precision);
+    once num_accumulates ≥ min_average_window and ≥ min(max_average_window,
+    ⌊num_updates·average_window⌋) the window restarts: sum_3 = sum_1 + sum_2, sum_1 = sum_2 =
+    0, old_num_accumulates = num_accumulates, num_accumulates = 0. The counters are int64
+    [1] arrays; both branches are device-side ``where``s, so no host sync."""
+    import numpy as np
+
+    param = ins["param"][0]
+    s1, s2, s3 = ins["in_sum_1"][0], ins["in_sum_2"][0], ins["in_sum_3"][0]
+    n_acc, old_acc = ins["in_num_accumulates"][0], ins["in_old_num_accumulates"][0]
+    n_upd = ins["in_num_updates"][0]
+    xp = xp_of(param)
+    rate = np.float32(attrs.get("average_window", 0.0))
+    min_w = int(attrs.get("min_average_window", 10000))
+    max_w = int(attrs.get("max_average_window", _INT64_MAX))
+    if min_w > max_w:
+        raise ValueError(f"average_accumulates: min_average_window ({min_w}) must be <= "
+                         f"max_average_window ({max_w})")
+    zero = param.dtype.type(0)
+    n_upd += 1
+    n_acc += 1
+    s1 += param
+    # Paddle's kMaxNumAccumulates: move sum_1 into sum_2 to limit the float error
+    move = (n_upd % 16384 == 0).reshape(())
+    s2[...] = xp.where(move, s2 + s1, s2)
+    s1[...] = xp.where(move, zero, s1)
+    # C++: std::min<int64_t>(max, num_updates * average_window), the product in float
+    window = xp.minimum(np.int64(max_w), (n_upd.astype(np.float32) * rate).astype(np.int64))
+    restart = ((n_acc >= min_w) & (n_acc >= window)).reshape(())
+    s3[...] = xp.where(restart, s1 + s2, s3)
+    s1[...] = xp.where(restart, zero, s1)
+    s2[...] = xp.where(restart, zero, s2)
+    old_acc[...] = xp.where(restart, n_acc, old_acc)
+    n_acc[...] = xp.where(restart, np.int64(0), n_acc)
+    return {"out_sum_1": [s1], "out_sum_2": [s2], "out_sum_3": [s3],
+            "out_num_accumulates": [n_acc], "out_old_num_accumulates": [old_acc],
+            "out_num_updates": [n_upd]}

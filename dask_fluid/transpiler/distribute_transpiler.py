@@ -187,6 +187,13 @@ class DistributeTranspiler:
                    trainer_id: int, trainer_num: int, mode: TrainingMode) -> TranspilePlan:
         opt = optimize_ops(program.global_block())
         if not any(is_optimizer_op(op) for op in opt):
+            unrecognised = sorted({op.type for op in opt if "Param" in op.inputs})
+            if unrecognised:
+                # Fluid 1.8's _is_optimizer_op wants a LearningRate input: adadelta has none
+                raise NotImplementedError(
+                    f"distributed training with {', '.join(unrecognised)}: the transpiler, "
+                    "as Fluid 1.8's, recognises only optimizers that read a LearningRate "
+                    f"(supported: {', '.join(OPTIMIZER_TYPES)})")
             raise ValueError("the program has no optimize ops: call optimizer.minimize(loss) "
                              "before transpile()")
         for op in opt:

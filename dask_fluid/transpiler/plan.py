@@ -16,7 +16,7 @@ from .slicing import VarBlock
 
 #: Fluid's pserver optimizer whitelist (``_is_optimizer_op`` plus the supported types)
 OPTIMIZER_TYPES = ("sgd", "adam", "adagrad", "adamax", "momentum", "lars_momentum", "rmsprop",
-                   "decayed_adagrad", "ftrl")
+                   "decayed_adagrad", "ftrl", "dpsgd")
 
 #: optimizer input slots whose state has the parameter's shape and is sliced with it (§4.3)
 SLICED_ACCUMULATORS = {

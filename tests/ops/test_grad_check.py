@@ -1006,6 +1006,40 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
     ]
     # -- lod array cases --
     # -- double grad cases --
+    # -- norm double grad cases --
+    # batch_norm_grad, instance_norm_grad (their *_grad_grad). Their own generator: the
+    # cases after them keep their draws. The harness perturbs X with SavedMean and
+    # SavedVariance held, while in training DX is the total derivative through the
+    # statistics (Fluid's): there the cases have Y@GRAD = 0 (both derivatives 0) and check DDY
+    # and DScale; tests/core/test_norm_double_grad.py checks DX through the statistics.
+    # use_global_stats takes the statistics as constants: all three are checked
+    nr = np.random.default_rng(81)
+
+    def _bn_grad_ins(x, axes, c, dy, glob):
+        mean = nr.standard_normal(c) if glob else x.mean(axis=axes)
+        var = nr.uniform(0.5, 2.0, c) if glob else x.var(axis=axes)
+        return {"X": [x], "Scale": [nr.standard_normal(c)], "Bias": [nr.standard_normal(c)],
+                "Mean": [mean], "Variance": [var], "SavedMean": [mean],
+                "SavedVariance": [1.0 / np.sqrt(var + 1e-5)], "Y@GRAD": [dy]}
+
+    bn_x, bn_xl = nr.standard_normal((3, 2, 2, 3)), nr.standard_normal((2, 3, 2, 2))
+    c["batch_norm_grad"] = [
+        ("global_stats", _bn_grad_ins(bn_x, (0, 2, 3), 2, nr.standard_normal(bn_x.shape), True),
+         {"use_global_stats": True}),
+        ("global_stats_nhwc", _bn_grad_ins(bn_xl, (0, 1, 2), 2,
+                                           nr.standard_normal(bn_xl.shape), True),
+         {"use_global_stats": True, "data_layout": "NHWC"}),
+        ("train_zero_dy", _bn_grad_ins(bn_x, (0, 2, 3), 2, np.zeros(bn_x.shape), False), {}),
+    ]
+    in_x = nr.standard_normal((2, 3, 2, 2))
+    in_stats = {"SavedMean": [in_x.mean(axis=(2, 3)).reshape(-1)],
+                "SavedVariance": [1.0 / np.sqrt(in_x.var(axis=(2, 3)).reshape(-1) + 1e-5)],
+                "Y@GRAD": [np.zeros(in_x.shape)]}
+    c["instance_norm_grad"] = [
+        ("zero_dy", {"X": [in_x], "Scale": [nr.standard_normal(3)], **in_stats}, {}),
+        ("zero_dy_no_scale", {"X": [in_x], **in_stats}, {}),
+    ]
+    # -- pyramid hash cases --
     # the grad ops with a double grad: their inputs are the forward values and Out@GRAD
     dd_x = _away_from(n((3, 4)), [0.0])
     c["relu_grad"] = [("2d", {"Out": [dd_x], "Out@GRAD": [n((3, 4))]}, {})]
