@@ -868,3 +868,156 @@ def fused_embedding_seq_pool_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
         g = xp.zeros(w.shape, dtype=w.dtype)
         scatter_add(xp, g, flat, per_id)
     return {"W" + GRAD: [g], LOD_KEY: {"W" + GRAD: [None]}}
+
+
+# -- tdm_child / tdm_sampler (Tree-based Deep Model) -------------------------------------------
+# tdm_child_op.h: TreeInfo rows are [item_id, layer_id, parent_id, child_1 .. child_n]; a node
+# has children unless it is node 0 or its first child is 0; a child is an item (LeafMask 1)
+# when its own item_id is non-zero. Child/LeafMask are X's shape + [child_nums].
+# tdm_sampler_op.h: for each id, layer by layer, the positive node of Travel[id] (its row of
+# the leaf's path), then neg_samples_num_list[l] distinct other nodes of the layer drawn
+# uniformly from Layer[layer_offset_lod[l]:layer_offset_lod[l+1]]; a 0 in the path pads:
+# zeros with mask 0. Both ops run on the host (per-id loops over small int tables) and put
+# their results where X is.
+
+_INT_DTYPES = ("int32", "int64")
+
+
+def _tdm_int(v: Any, slot: str, op: str) -> np.ndarray:
+    arr = to_host(v)
+    if str(arr.dtype) not in _INT_DTYPES:
+        raise TypeError(f"{op}: Input({slot}) holds the wrong type, it holds {arr.dtype}, but "
+                        "desires to be int32 or int64")
+    return arr
+
+
+def _tdm_like(host: np.ndarray, x: Any) -> Any:
+    """``host`` on the device ``x`` is on."""
+    xp = array_module(x)
+    return host if xp is np else xp.asarray(host)
+
+
+def _tdm_out_dtype(attrs: dict, op: str) -> str:
+    dtype = str(np.dtype(attrs.get("dtype", "int32")))
+    if dtype not in _INT_DTYPES:
+        raise TypeError(f"{op}: dtype must be int32 or int64, got {dtype}")
+    return dtype
+
+
+@register("tdm_child", ("X", "TreeInfo"), ("Child", "LeafMask"),
+          {"child_nums": 1, "dtype": "int32"})
+def tdm_child(ins: dict, attrs: dict, outs: tuple) -> dict:
+    op = "tdm_child"
+    x = ins["X"][0]
+    ids = _tdm_int(x, "X", op).reshape(-1).astype(np.int64)
+    info = _tdm_int(ins["TreeInfo"][0], "TreeInfo", op)
+    child_nums = int(attrs["child_nums"])
+    if child_nums <= 0:
+        raise ValueError(f"{op}: child_nums must be greater than 0, got {child_nums}")
+    if info.ndim != 2:
+        raise ValueError(f"{op}: TreeInfo must be 2-D, got shape {info.shape}")
+    node_nums = info.shape[0]
+    if info.shape[1] < 3 + child_nums:
+        raise ValueError(f"{op}: TreeInfo has {info.shape[1]} columns, fewer than 3 + "
+                         f"child_nums ({3 + child_nums})")
+    bad = ids[(ids < 0) | (ids >= node_nums)]
+    if bad.size:
+        raise ValueError(f"{op}: input id expected >= 0 and < {node_nums}, but got "
+                         f"{int(bad[0])}. Please check input value.")
+    info = info.astype(np.int64)
+    children = info[ids, 3:3 + child_nums]
+    has_child = (ids != 0) & (info[ids, 3] != 0)
+    children = np.where(has_child[:, None], children, 0)
+    if ((children < 0) | (children >= node_nums)).any():
+        raise ValueError(f"{op}: TreeInfo names a child id outside [0, {node_nums})")
+    mask = np.where(has_child[:, None], info[children, 0] != 0, False)
+    dtype = _tdm_out_dtype(attrs, op)
+    shape = (*x.shape, child_nums)
+    return {"Child": [_tdm_like(children.astype(dtype).reshape(shape), x)],
+            "LeafMask": [_tdm_like(mask.astype(dtype).reshape(shape), x)]}
+
+
+def _tdm_sampler_check(attrs: dict, op: str) -> tuple[list[int], list[int], bool]:
+    negs = [int(n) for n in attrs["neg_samples_num_list"]]
+    lod = [int(n) for n in attrs["layer_offset_lod"]]
+    if len(lod) != len(negs) + 1:
+        raise ValueError(f"{op}: layer_offset_lod must have len(neg_samples_num_list) + 1 = "
+                         f"{len(negs) + 1} entries, got {len(lod)}")
+    for layer, n in enumerate(negs):
+        nodes = lod[layer + 1] - lod[layer]
+        if not 0 <= n <= nodes - 1:
+            raise ValueError(f"{op}: Neg sample nums at layer {layer} expected <= {nodes} - 1 "
+                             f"(positive included), but got {n}. Please check "
+                             "neg_samples_num_list.")
+    return negs, lod, bool(attrs["output_positive"])
+
+
+@register("tdm_sampler", ("X", "Travel", "Layer"), ("Out", "Labels", "Mask"),
+          {"neg_samples_num_list": [], "output_positive": True, "layer_offset_lod": [],
+           "seed": 0, "dtype": "int32"})
+def tdm_sampler(ins: dict, attrs: dict, outs: tuple) -> dict:
+    op = "tdm_sampler"
+    x = ins["X"][0]
+    ids = _tdm_int(x, "X", op).reshape(-1).astype(np.int64)
+    travel = _tdm_int(ins["Travel"][0], "Travel", op)
+    layer = _tdm_int(ins["Layer"][0], "Layer", op)
+    if travel.dtype != layer.dtype:
+        raise TypeError(f"{op}: Input(Travel) must hold the same type as Input(Layer), but "
+                        f"Travel holds {travel.dtype}, and Layer holds {layer.dtype}")
+    negs, lod, positive = _tdm_sampler_check(attrs, op)
+    travel = travel.reshape(travel.shape[0], -1).astype(np.int64)
+    layer = layer.reshape(-1).astype(np.int64)
+    if travel.shape[1] < len(negs) or layer.size < lod[-1]:
+        raise ValueError(f"{op}: Travel {travel.shape} / Layer ({layer.size} nodes) are "
+                         f"smaller than the {len(negs)} layers of layer_offset_lod {lod}")
+    bad = ids[(ids < 0) | (ids >= travel.shape[0])]
+    if bad.size:
+        raise ValueError(f"{op}: input expected >= 0 and < {travel.shape[0]}, but got "
+                         f"{int(bad[0])}. Please check input value.")
+    width = sum(n + int(positive) for n in negs)
+    out = np.zeros((ids.size, width), np.int64)
+    labels = np.zeros_like(out)
+    mask = np.ones_like(out)
+    seed = int(attrs.get("seed") or 0)
+    rng = attrs.get("_rng")
+    if rng is not None:  # seed 0: the executor's per-op stream, from program.random_seed
+        gens = [rng] * len(negs)
+    elif seed:
+        # Fluid makes one UniformSampler(seed) per layer at each run: the same draws each run
+        gens = [np.random.default_rng(seed) for _ in negs]
+    else:  # no stream given: fresh entropy, as Fluid's seed 0
+        gens = [np.random.default_rng()] * len(negs)
+    for i, item in enumerate(ids):
+        col = 0
+        for li, n in enumerate(negs):
+            pos_id = int(travel[item, li])
+            step = n + int(positive)
+            if pos_id == 0:  # padding of a shorter path
+                mask[i, col:col + step] = 0
+                col += step
+                continue
+            lo, hi = lod[li], lod[li + 1]
+            if not lo <= pos_id <= hi:
+                raise ValueError(f"{op}: Positive node id at layer {li} expected >= {lo} and "
+                                 f"<= {hi}, but got {pos_id}. Please check input value.")
+            if positive:
+                out[i, col], labels[i, col] = pos_id, 1
+                col += 1
+            nodes = layer[lo:hi]
+            if n and int((nodes != pos_id).sum()) < n:
+                raise ValueError(f"{op}: layer {li} has fewer than {n} nodes other than the "
+                                 f"positive {pos_id} to sample")
+            taken: list[int] = []
+            for _ in range(n):
+                while True:  # Fluid's rejection loop: not the positive, not drawn before
+                    s = int(gens[li].integers(0, hi - lo))
+                    if nodes[s] != pos_id and s not in taken:
+                        break
+                taken.append(s)
+                out[i, col] = nodes[s]
+                col += 1
+    dtype = _tdm_out_dtype(attrs, op)
+    shape = (ids.size, width)  # [X.dims[0], width] for Fluid's [N, 1] ids
+    return {"Out": [_tdm_like(out.astype(dtype).reshape(shape), x)],
+            "Labels": [_tdm_like(labels.astype(dtype).reshape(shape), x)],
+            "Mask": [_tdm_like(mask.astype(dtype).reshape(shape), x)]}

@@ -3,8 +3,9 @@
 ``partial_concat``, ``partial_sum``, ``batch_fc``, ``rank_attention``, the LoD text-matching
 layers ``match_matrix_tensor``, ``var_conv_2d``, ``sequence_topk_avg_pooling`` and
 ``fused_embedding_seq_pool``; ``tree_conv`` and ``multiclass_nms2`` are the ``fluid.layers``
-ones (one implementation each). Fluid 1.8's ``search_pyramid_hash``, ``tdm_child``,
-``tdm_sampler`` and ``_pull_box_extended_sparse`` are absent (an AttributeError).
+ones (one implementation each); the tree-based-model ops ``tdm_child`` and ``tdm_sampler``.
+Fluid 1.8's ``search_pyramid_hash`` and ``_pull_box_extended_sparse`` are absent (an
+AttributeError).
 """
 
 from __future__ import annotations
@@ -577,3 +578,165 @@ def fused_embedding_seq_pool(input: Variable, size: Sequence[int], is_sparse: bo
                      attrs={"is_sparse": bool(is_sparse), "combiner": combiner,
                             "padding_idx": pad})
     return out
+
+
+# -- Tree-based Deep Model (TDM) ----------------------------------------------------------------
+def _tdm_dtype(dtype: Any, arg: str, layer: str) -> str:
+    name = str(np.dtype(dtype)) if not isinstance(dtype, str) else dtype
+    if name not in ("int32", "int64"):
+        raise TypeError(f"{layer}: {arg} must be int32 or int64, got {dtype!r}")
+    return name
+
+
+def tdm_child(x: Variable, node_nums: int, child_nums: int, param_attr: Any = None,
+              dtype: str = "int32") -> tuple[Variable, Variable]:
+    """The children of tree nodes and whether each is an item (a leaf), as Fluid 1.8's
+    ``fluid.contrib.layers.tdm_child`` (op ``tdm_child``, no gradient).
+
+    Parameters
+    ----------
+    x : Variable
+        int32/int64 node ids, each in ``[0, node_nums)``.
+    node_nums : int
+        Number of nodes of the tree.
+    child_nums : int
+        Most children a node has.
+    param_attr : ParamAttr or None
+        The tree-info parameter ``[node_nums, 3 + child_nums]`` (zeros by default; give it
+        with a ``NumpyArrayInitializer``): per node its item id (0 unless a leaf), layer id,
+        parent id and ``child_nums`` child ids padded with 0.
+    dtype : str
+        ``'int32'`` or ``'int64'``: the tree info's and the outputs' dtype.
+
+    Returns
+    -------
+    tuple of (Variable, Variable)
+        ``(child, leaf_mask)``, both ``x.shape + [child_nums]``: the children (zeros for node 0
+        and for nodes without children) and 1 where a child is an item.
+    """
+    layer = "tdm_child"
+    _check_var(x, "x", layer)
+    dtype = _tdm_dtype(dtype, "dtype", layer)
+    for v, arg in ((node_nums, "node_nums"), (child_nums, "child_nums")):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{layer}: {arg} must be a positive int, got {v!r}")
+    helper = LayerHelper(layer)
+    tree_info = helper.create_parameter(ParamAttr._to_attr(param_attr),
+                                        [node_nums, 3 + child_nums], dtype,
+                                        default_initializer=ConstantInitializer(0.0))
+    tree_info.stop_gradient = True
+    shape = [*(x.shape or [-1]), child_nums]
+    child = helper.create_tmp(dtype=dtype, shape=shape, stop_gradient=True)
+    leaf_mask = helper.create_tmp(dtype=dtype, shape=shape, stop_gradient=True)
+    helper.append_op(layer, inputs={"X": [x], "TreeInfo": [tree_info]},
+                     outputs={"Child": [child], "LeafMask": [leaf_mask]},
+                     attrs={"child_nums": child_nums, "dtype": dtype})
+    return child, leaf_mask
+
+
+def tdm_sampler(x: Variable, neg_samples_num_list: Sequence[int],
+                layer_node_num_list: Sequence[int], leaf_node_num: int,
+                tree_travel_attr: Any = None, tree_layer_attr: Any = None,
+                output_positive: bool = True, output_list: bool = True, seed: int = 0,
+                tree_dtype: str = "int32", dtype: str = "int32") -> tuple:
+    """Layer-by-layer negative sampling on a tree for each positive item, as Fluid 1.8's
+    ``fluid.contrib.layers.tdm_sampler`` (op ``tdm_sampler``, no gradient).
+
+    For each id of ``x`` (an item, i.e. a row of the travel table) and each layer ``l``: the
+    item's ancestor on that layer (label 1) when ``output_positive``, then
+    ``neg_samples_num_list[l]`` distinct other nodes of the layer drawn uniformly (label 0).
+    A 0 in the travel path pads a shorter path: zeros with mask 0.
+
+    Parameters
+    ----------
+    x : Variable
+        int32/int64 item ids ``[N, 1]``, each in ``[0, leaf_node_num)``.
+    neg_samples_num_list : list of int
+        Negatives per layer, each below that layer's node count.
+    layer_node_num_list : list of int
+        Nodes per layer (the root excluded), as long as ``neg_samples_num_list``.
+    leaf_node_num : int
+        Number of items; below the total node count.
+    tree_travel_attr : ParamAttr or None
+        The travel parameter ``[leaf_node_num, layers]``: each item's path, root excluded
+        (zeros by default).
+    tree_layer_attr : ParamAttr or None
+        The layer parameter ``[total nodes, 1]``: the nodes layer after layer.
+    output_positive : bool
+        Put each layer's positive first.
+    output_list : bool
+        Return one ``[N, k, 1]`` slice per layer instead of the whole ``[N, width]`` outputs.
+    seed : int
+        Non-zero: every run draws the same samples (Fluid builds its samplers from it at each
+        run, one per layer); 0: a stream seeded by the program's ``random_seed``.
+    tree_dtype, dtype : str
+        ``'int32'`` or ``'int64'``: the tree parameters' and the outputs' dtype.
+
+    Returns
+    -------
+    tuple
+        ``(out, labels, mask)``: Variables ``[N, width]``, or lists of per-layer Variables when
+        ``output_list``.
+
+    Raises
+    ------
+    ValueError
+        The two lists differ in length, a layer asks for as many negatives as it has nodes or
+        more, or ``leaf_node_num`` is not below the total node count.
+    """
+    layer = "tdm_sampler"
+    _check_var(x, "x", layer)
+    tree_dtype = _tdm_dtype(tree_dtype, "tree_dtype", layer)
+    dtype = _tdm_dtype(dtype, "dtype", layer)
+    negs, nodes = [int(n) for n in neg_samples_num_list], [int(n) for n in layer_node_num_list]
+    if len(negs) != len(nodes):
+        raise ValueError(
+            "The shape of negative samples list must match the shape of layers. But received "
+            f"len of neg_samples_num_list: {len(negs)}, and len of layer_node_num_list: "
+            f"{len(nodes)}, please check your input.")
+    if leaf_node_num is None:
+        raise ValueError(f"{layer}: leaf_node_num should not be None")
+    offsets = [0]
+    for i, (n, k) in enumerate(zip(negs, nodes, strict=True)):
+        offsets.append(offsets[-1] + k)
+        if n >= k:
+            raise ValueError(
+                "The number of negative samples must be less than the number of nodes in the "
+                f"layer {i}, But received negative nums {n}, and num of node at layer {i} is "
+                f"{k}, please check your input.")
+    if not leaf_node_num < offsets[-1]:
+        raise ValueError(f"{layer}: leaf_node_num must be less than total node nums "
+                         f"({offsets[-1]}), got {leaf_node_num}")
+    helper = LayerHelper(layer)
+    travel = helper.create_parameter(ParamAttr._to_attr(tree_travel_attr),
+                                     [leaf_node_num, len(negs)], tree_dtype,
+                                     default_initializer=ConstantInitializer(0.0))
+    tree_layer = helper.create_parameter(ParamAttr._to_attr(tree_layer_attr), [offsets[-1], 1],
+                                         tree_dtype, default_initializer=ConstantInitializer(0.0))
+    travel.stop_gradient = tree_layer.stop_gradient = True
+    positive = int(bool(output_positive))
+    width = sum(n + positive for n in negs)
+    out, labels, mask = (helper.create_tmp(dtype=dtype, shape=[-1, width], stop_gradient=True)
+                         for _ in range(3))
+    helper.append_op(layer, inputs={"X": [x], "Travel": [travel], "Layer": [tree_layer]},
+                     outputs={"Out": [out], "Labels": [labels], "Mask": [mask]},
+                     attrs={"neg_samples_num_list": negs, "output_positive": bool(output_positive),
+                            "layer_offset_lod": offsets, "seed": int(seed), "dtype": dtype})
+    if not output_list:
+        return out, labels, mask
+    from ... import layers as fl  # the fluid.layers slice/reshape, as Fluid's layer uses
+
+    lists: tuple[list, list, list] = ([], [], [])
+    start = 0
+    for n in negs:
+        end = start + n + positive
+        for src, dst in zip((out, labels, mask), lists, strict=True):
+            part = fl.reshape(fl.slice(src, axes=[1], starts=[start], ends=[end]),
+                              [-1, n + positive, 1])
+            part.stop_gradient = True
+            dst.append(part)
+        start = end
+    return lists
+
+
+__all__ += ["tdm_child", "tdm_sampler"]
