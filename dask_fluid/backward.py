@@ -20,6 +20,7 @@ from typing import Any
 from .framework import (
     EMPTY_VAR,
     GRAD_SUFFIX,
+    OP_DEVICE_KEY,
     OP_ROLE_KEY,
     OP_ROLE_VAR_KEY,
     Block,
@@ -126,9 +127,13 @@ def _grad_descs(op_path: list, no_grad: set[str], seeds: set[str]) -> list[dict]
             if not incoming:
                 continue
             produced.update(n for names in outputs.values() for n in names if n != EMPTY_VAR)
+            attrs = desc["attrs"]
+            if OP_DEVICE_KEY in op.attrs:  # Fluid 1.8: grad ops run where their forward op ran
+                attrs = {**attrs, OP_DEVICE_KEY: op.attrs[OP_DEVICE_KEY]}
             # forward_op: the op of op_path it differentiates (a loop's grad block restores
             # that op's values before its grad ops run); append_op takes only the op's fields
-            descs.append(dict(desc, inputs=inputs, outputs=outputs, forward_op=index))
+            descs.append(dict(desc, inputs=inputs, outputs=outputs, attrs=attrs,
+                              forward_op=index))
     return descs
 
 

@@ -22,6 +22,7 @@ import numpy as np
 from . import ops as _ops  # noqa: F401  (registers every kernel)
 from .framework import (
     EMPTY_VAR,
+    OP_DEVICE_KEY,
     Block,
     Operator,
     Program,
@@ -185,6 +186,16 @@ class _Step:
     host: bool
     rng_key: tuple | None
     lod: str | None = None
+    #: ``op_device="cpu"`` on a CUDAPlace executor: the kernel runs on numpy, its inputs
+    #: copied to the host first
+    on_host: bool = False
+    #: inputs a ``device_guard("cpu")`` op of the program may have left on the host: copied
+    #: to the executor's GPU before this op reads them (empty for programs without such ops)
+    to_device: tuple = ()
+    #: the persistable outputs of an ``on_host`` step: moved back to the GPU as soon as it
+    #: wrote them, so between runs (and for the other programs of the scope, a startup
+    #: program's initialisers built inside a guard) persistables stay on the executor's place
+    persist_out: tuple = ()
 
 
 #: ops that draw random values (see ops.random_ops for when they draw anew each run)
@@ -293,6 +304,9 @@ class Executor:
         known = set(scope.keys()) | set(feed_names)
         steps = []
         on_gpu = isinstance(self.place, CUDAPlace)
+        # every block of the program: a variable a host op of the parent block (or of an
+        # earlier loop step) wrote may be a numpy array in the scope
+        host_written = _host_written(program) if on_gpu else frozenset()
         for idx, op in enumerate(block.ops):
             opdef = registry.get(op.type)
             for slot, names in op.inputs.items():
@@ -316,10 +330,21 @@ class Executor:
                 raise ExecutionError(
                     f"op {op.type!r} (#{idx} in block {block.idx}) has no kernel here: it "
                     "cannot be executed")
+            on_host = False
+            device = op.attrs.get(OP_DEVICE_KEY)
+            if device and not host:  # host ops run on the host whatever their op_device
+                # Fluid's OperatorWithKernel::InnerGetExpectedKernelType: "cpu" picks the CPU
+                # kernel; "gpu" the executor's place (the CPU one on CPUPlace), any index
+                # ignored with this warning
+                on_host = on_gpu and device == "cpu"
+                if ":" in device:
+                    warnings.warn(f"op {op.type!r} (#{idx} in block {block.idx}) has op_device="
+                                  f"{device!r}: Device index is only supported under pipeline "
+                                  "parallelism, so it will be ignored.", stacklevel=4)
             attrs = dict(op.attrs)
             if op.type in _DRAWS or op.type in ("fill_constant", "fake_init", "assign_value"):
                 attrs["_out_name"] = op.output("Out")[0]
-                attrs["_place"] = "gpu" if on_gpu else "cpu"
+                attrs["_place"] = "gpu" if on_gpu and not on_host else "cpu"
             if op.type in _NEEDS_OUT_COUNTS:
                 attrs["_out_counts"] = {slot: len(names) for slot, names in op.outputs.items()}
             rng_key = None
@@ -346,8 +371,13 @@ class Executor:
             if self._op_times is not None:  # a timed plan (train_from_dataset's debug)
                 kernel = _timed(kernel, self._op_times.setdefault((block.idx, idx, op.type),
                                                                    [0.0, 0]))
+            to_device = () if on_host or not host_written else tuple(dict.fromkeys(
+                n for _, names in ins for n in names if n in host_written))
+            persist_out = () if not on_host else tuple(
+                n for _, names in outs for n in names
+                if (var := block._find_var_recursive(n)) is not None and var.persistable)
             steps.append(_Step(op, kernel, ins, outs, out_slots, attrs, host,
-                               rng_key, opdef.lod))
+                               rng_key, opdef.lod, on_host, to_device, persist_out))
             known.update(n for _, names in outs for n in names)
         arrays = () if block.idx else tuple(
             v.name for b in program.blocks for v in b.vars.values()
@@ -378,12 +408,22 @@ class Executor:
                 if step.lod == "kernel":
                     attrs = dict(attrs, _lods={slot: [lods.get(n) for n in names]
                                                for slot, names in step.ins})
+                if step.to_device:
+                    # written back: the next readers find it on the GPU
+                    for n in step.to_device:
+                        value = vals.get(n)
+                        if value is not None:
+                            vals[n] = _to_device(value, self._xp)
                 if step.host:
                     # a host op may name variables it does not read (listen_and_serv's
                     # gradients arrive later, control-dependency dummies): None where unset
                     ins = {slot: [vals.get(n) for n in names] for slot, names in step.ins}
                     ctx = RunContext(self, scope, program, block, step.op)
                     out = step.kernel(ins, attrs, step.out_slots, ctx)
+                elif step.on_host:
+                    ins = {slot: [None if n == EMPTY_VAR else _to_host(vals[n]) for n in names]
+                           for slot, names in step.ins}
+                    out = step.kernel(ins, attrs, step.out_slots)
                 else:
                     ins = {slot: [None if n == EMPTY_VAR else vals[n] for n in names]
                            for slot, names in step.ins}
@@ -412,6 +452,8 @@ class Executor:
                             vals[name] = arr
                 if out_lods is not None or lods:
                     _set_output_lods(step, out, out_lods, vals, lods)
+                for name in step.persist_out:
+                    vals[name] = _to_device(vals[name], self._xp)
             if trace is not None:
                 trace(i)
 
@@ -799,6 +841,50 @@ def _rows(value: Any) -> int | None:
     return int(shape[0])
 
 
+
+
+def _host_written(program: Program) -> frozenset[str]:
+    """The variables the ``op_device="cpu"`` ops (kernel ops) of ``program`` write, but for
+    persistables (moved back to the GPU as soon as written: ``_Step.persist_out``)."""
+    names = set()
+    for block in program.blocks:
+        for op in block.ops:
+            if op.attrs.get(OP_DEVICE_KEY) != "cpu" or registry.get(op.type).host:
+                continue
+            for n in op.output_arg_names:
+                var = block._find_var_recursive(n)
+                if n != EMPTY_VAR and not (var is not None and var.persistable):
+                    names.add(n)
+    return frozenset(names)
+
+
+def _to_host(value: Any) -> Any:
+    """``value`` with its arrays on the host (numpy): what an ``op_device="cpu"`` kernel
+    reads on a CUDAPlace executor. Values other than arrays, SelectedRows and tensor arrays
+    (rank tables, readers) pass unchanged."""
+    if isinstance(value, SelectedRows):
+        return SelectedRows(registry.to_host(value.rows), registry.to_host(value.value),
+                            value.height)
+    if isinstance(value, LoDTensorArray):
+        return LoDTensorArray(LoDTensor._of(_to_host(t._array), t._lod, CPUPlace())
+                              for t in value)
+    if type(value).__module__.startswith("cupy"):
+        return value.get()
+    return value
+
+
+def _to_device(value: Any, xp: Any) -> Any:
+    """``value`` with its host arrays moved to the GPU (``xp`` is cupy): what the GPU ops
+    that read an ``op_device="cpu"`` op's outputs get."""
+    if isinstance(value, np.ndarray):
+        return xp.asarray(value)
+    if isinstance(value, SelectedRows) and isinstance(value.value, np.ndarray):
+        return SelectedRows(xp.asarray(value.rows), xp.asarray(value.value), value.height)
+    if isinstance(value, LoDTensorArray) and any(isinstance(t._array, np.ndarray)
+                                                 for t in value):
+        return LoDTensorArray(LoDTensor._of(_to_device(t._array, xp), t._lod, t._place)
+                              for t in value)
+    return value
 
 
 def _timed(kernel: Any, spent: list) -> Any:

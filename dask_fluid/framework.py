@@ -14,6 +14,7 @@ import contextvars
 import copy
 import html
 import json
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -76,6 +77,9 @@ _BLOCK_ATTRS = frozenset({"sub_block", "optimize_blocks", "prefetch_blocks"})
 OP_ROLE_VAR_KEY = "op_role_var"
 #: the attr naming the name_scope an op was built in (``"/encoder/attention/"``)
 OP_NAMESCOPE_KEY = "op_namescope"
+#: the attr naming the device an op built inside :func:`device_guard` runs on
+#: (``"cpu"``, ``"gpu"``, ``"gpu:N"``)
+OP_DEVICE_KEY = "op_device"
 
 DTYPES = ("float16", "float32", "float64", "int32", "int64", "bool", "uint8", "int8")
 
@@ -342,6 +346,16 @@ class Operator:
         scope = _name_scope.get()
         if scope.parent is not None and OP_NAMESCOPE_KEY not in self.attrs:
             self.attrs[OP_NAMESCOPE_KEY] = scope.full_name()
+        device = _current_device.get()
+        # only inside a guard, and not over a given op_device: a program cloned or loaded
+        # inside a guard keeps the devices its ops were built with
+        if device is not None and OP_DEVICE_KEY not in self.attrs:
+            if opdef is not None and not opdef.host:
+                self.attrs[OP_DEVICE_KEY] = device
+            elif opdef is not None:
+                # host ops (control flow, RPC) have no kernel to place, as Fluid's ops
+                # without kernels: Fluid warns with these words and leaves op_device unset
+                warnings.warn(f"The Op({type}) is not support to set device.", stacklevel=3)
         self._check(opdef)
 
     def _check(self, opdef: registry.OpDef | None) -> None:
@@ -784,10 +798,17 @@ class Program:
                 else:
                     var = Variable(block, name, **vd)
                 block.vars[name] = var
-        for bd, block in zip(data["blocks"], prog.blocks, strict=False):
-            for od in bd["ops"]:
-                block.ops.append(Operator(block, od["type"], od["inputs"], od["outputs"],
-                                          copy.deepcopy(od["attrs"])))
+        # the ops as they were built: a name_scope or device_guard around a clone or a load
+        # must not tag them
+        tokens = (_name_scope.set(_ROOT_NAME_SCOPE), _current_device.set(None))
+        try:
+            for bd, block in zip(data["blocks"], prog.blocks, strict=False):
+                for od in bd["ops"]:
+                    block.ops.append(Operator(block, od["type"], od["inputs"], od["outputs"],
+                                              copy.deepcopy(od["attrs"])))
+        finally:
+            _name_scope.reset(tokens[0])
+            _current_device.reset(tokens[1])
         return prog
 
     def __eq__(self, other: object) -> bool:
@@ -911,8 +932,9 @@ class _NameScope:
 
 
 # one root for the process, shared on purpose: Fluid counts a prefix's uses globally
+_ROOT_NAME_SCOPE = _NameScope()
 _name_scope: contextvars.ContextVar[_NameScope] = contextvars.ContextVar(
-    "dask_fluid_name_scope", default=_NameScope())  # noqa: B039
+    "dask_fluid_name_scope", default=_ROOT_NAME_SCOPE)  # noqa: B039
 
 
 @contextlib.contextmanager
@@ -934,6 +956,63 @@ def name_scope(prefix: str | None = None) -> Iterator[None]:
         yield
     finally:
         _name_scope.reset(token)
+
+
+# A contextvar instead of Fluid's module global ``_current_device``: the guard restores it in
+# ``finally`` and threads building programs do not see each other's guards.
+_current_device: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "dask_fluid_device", default=None)
+
+
+@contextlib.contextmanager
+def device_guard(device: str | None = None) -> Iterator[None]:
+    """Place the ops built inside on ``device`` (Fluid 1.8's ``fluid.device_guard``).
+
+    Each op with a kernel built inside gets the attr ``op_device = device``; host ops (control
+    flow, RPC: Fluid's ops without kernels) are left unset with a warning. An executor on
+    ``CUDAPlace`` runs an op whose ``op_device`` is ``"cpu"`` on the host, with numpy: its
+    inputs are copied from the GPU before it runs, and the GPU ops that read its outputs get
+    them copied back. ``"gpu"`` runs the op on the executor's place (the CPU on ``CPUPlace``);
+    the index of ``"gpu:N"`` is ignored with a warning, as Fluid's executor does (Fluid only
+    uses it for pipeline parallelism). Guards nest: the innermost one wins, and ``None`` or
+    ``""`` inside another guard goes back to the executor's choice.
+
+    Parameters
+    ----------
+    device : {"cpu", "gpu", "gpu:N", "", None}
+        ``None`` or ``""``: the executor places the ops (Fluid's default). ``""`` is stored
+        as ``op_device = ""``, as Fluid does; ``None`` stores nothing.
+
+    Raises
+    ------
+    ValueError
+        ``device`` is ``"cpu:N"`` ("Should not set device id for cpu."), or another string
+        than those above (Fluid's message).
+
+    Examples
+    --------
+    >>> with fluid.device_guard("cpu"):
+    ...     shape = fluid.layers.slice(shape, axes=[0], starts=[0], ends=[4])
+    """
+    index = None
+    if device and isinstance(device, str) and ":" in device:
+        device, index = device.split(":", 1)
+        if device == "cpu":
+            raise ValueError("Should not set device id for cpu.")
+        if not index.isdigit():
+            raise ValueError(f"device_guard: the device id of {device}:{index} must be a "
+                             "non-negative integer, as in 'gpu:0'")
+    if device not in ("cpu", "gpu", "", None):
+        raise ValueError(
+            "The Attr(device) should be 'cpu' or 'gpu', and it can also be empty string or "
+            f"None when there is no need to specify device. But received {device}")
+    if index:
+        device = f"{device}:{index}"
+    token = _current_device.set(device)
+    try:
+        yield
+    finally:
+        _current_device.reset(token)
 
 
 @contextlib.contextmanager
