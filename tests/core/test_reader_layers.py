@@ -258,7 +258,8 @@ def test_load_keeps_the_lod_and_reports_a_missing_file(tmp_path):
 
 def test_save_inference_model_prunes_the_read_op(tmp_path):
     main, startup, reader, x, _, loss = _net()
-    pred = main.global_block().ops[1].output("Out")[0]  # fc's mul, after the read op
+    # fc's mul, after the read op (a Variable: Fluid 1.8 refuses names with export_for_deployment)
+    pred = main.global_block().var(main.global_block().ops[1].output("Out")[0])
     exe, scope = fluid.Executor(), fluid.Scope()
     exe.run(startup, scope=scope)
     with fluid.scope_guard(scope):
