@@ -99,6 +99,12 @@ for _type, _rule in (("squeeze2", squeeze_shape), ("unsqueeze2", unsqueeze_shape
     register(_type, ("X",), ("Out", "XShape"), {"axes": []},
              grad=grad_maker(("XShape",)))(_kernel)
     register(_type + "_grad", *grad_slots(("XShape",)), {"axes": []})(_reshape_back)
+    # squeeze2_grad / unsqueeze2_grad are linear in dOut: their grad runs the forward op again
+    # on DDX (squeeze_op.cc / unsqueeze_op.cc: Squeeze2DoubleGradOpMaker,
+    # Unsqueeze2DoubleGradOpMaker, PR #27810, cherry-picked to release/1.8 in PR #27843).
+    # Fluid's maker also writes the forward XShape again; nothing reads that copy, so it is
+    # left out here
+    set_grad(_type + "_grad", linear_grad_maker(_type))
 
 
 # -- gather ------------------------------------------------------------------------------------
@@ -206,6 +212,11 @@ def slice_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     dx = xp.zeros_like(x)
     dx[index] = d.reshape(region)
     return {"Input" + GRAD: [dx]}
+
+
+# slice_grad is linear in dOut: its grad slices DDInput as the forward op did (slice_op.cc:
+# SliceDoubleOpGradMaker, a slice op; PR #22166, in Paddle since 1.7)
+set_grad("slice_grad", linear_grad_maker("slice", src="Input" + GRAD, in_slot="Input"))
 
 
 # -- arg_max -----------------------------------------------------------------------------------

@@ -1006,6 +1006,30 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
     ]
     # -- lod array cases --
     # -- double grad cases --
+    # slice_grad, squeeze2_grad, unsqueeze2_grad (grads: the forward op again) and conv3d_grad
+    # (conv3d_grad_grad). Their own generator, so that the cases after them keep their draws
+    dg = np.random.default_rng(97).standard_normal
+    c["slice_grad"] = [
+        ("clamped_negative", {"Input": [dg((4, 5, 6))], "Out@GRAD": [dg((3, 5, 3))]},
+         {"axes": [0, 2], "starts": [1, -4], "ends": [100, -1]}),
+        ("decrease", {"Input": [dg((4, 5))], "Out@GRAD": [dg((5,))]},
+         {"axes": [0], "starts": [2], "ends": [3], "decrease_axis": [0]}),
+    ]
+    c["squeeze2_grad"] = [("axes", {"XShape": [np.zeros((0, 2, 1, 3, 1))],
+                                    "Out@GRAD": [dg((2, 3, 1))]}, {"axes": [1]}),
+                          ("all", {"XShape": [np.zeros((0, 2, 1, 3, 1))],
+                                   "Out@GRAD": [dg((2, 3))]}, {})]
+    c["unsqueeze2_grad"] = [("axes", {"XShape": [np.zeros((0, 2, 3))],
+                                      "Out@GRAD": [dg((1, 2, 1, 3))]}, {"axes": [0, 2]})]
+    c["conv3d_grad"] = [
+        ("plain", {"Input": [dg((1, 2, 3, 4, 3))], "Filter": [dg((3, 2, 2, 2, 2))],
+                   "Output@GRAD": [dg((1, 3, 2, 3, 2))]}, {}),
+        ("groups_stride_pad", {"Input": [dg((1, 4, 4, 3, 4))], "Filter": [dg((2, 2, 2, 2, 2))],
+                               "Output@GRAD": [dg((1, 2, 3, 2, 2))]},
+         {"groups": 2, "strides": [2, 1, 2], "paddings": [1, 0, 0]}),
+        ("ndhwc", {"Input": [dg((1, 3, 3, 3, 2))], "Filter": [dg((2, 2, 2, 2, 2))],
+                   "Output@GRAD": [dg((1, 2, 2, 2, 2))]}, {"data_format": "NDHWC"}),
+    ]
     # -- norm double grad cases --
     # batch_norm_grad, instance_norm_grad (their *_grad_grad). Their own generator: the
     # cases after them keep their draws. The harness perturbs X with SavedMean and
