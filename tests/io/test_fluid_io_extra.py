@@ -13,7 +13,7 @@ import pytest
 
 import dask_fluid as fluid
 from dask_fluid import io as fio
-from dask_fluid import layers
+from dask_fluid import layers, lookup_table_io
 
 EPS = "127.0.0.1:6170,127.0.0.1:6171"
 
@@ -239,12 +239,12 @@ def test_selected_rows_files_are_paddles(tmp_path):
     fio.write_selected_rows(buf, [5, 1, 9], value, 1000)
     assert buf.getvalue() == raw
     (tmp_path / "t").write_bytes(raw)
-    rows, back, height = fio._read_selected_rows(str(tmp_path / "t"))
+    rows, back, height = lookup_table_io._read_selected_rows(str(tmp_path / "t"))
     assert rows.tolist() == [5, 1, 9] and height == 1000
     np.testing.assert_array_equal(back, value)
     (tmp_path / "bad").write_bytes(raw[:30])
     with pytest.raises(ValueError, match="SelectedRows"):
-        fio._read_selected_rows(str(tmp_path / "bad"))
+        lookup_table_io._read_selected_rows(str(tmp_path / "bad"))
 
 
 def _table_job():
@@ -344,7 +344,8 @@ def test_load_persistables_for_inference_merges_the_parts(tmp_path):
         got, = exe.run(main.clone(for_test=True), feed={"ids": np.array([[9], [0]], np.int64)},
                        fetch_list=[main.global_block().ops[1].output_arg_names[0]])
         np.testing.assert_allclose(got, table[[9, 0]] @ fw, rtol=1e-5)
-    rows, merged, _ = fio._read_selected_rows(str(tmp_path / "__lookup_table__" / "table"))
+    rows, merged, _ = lookup_table_io._read_selected_rows(
+        str(tmp_path / "__lookup_table__" / "table"))
     assert rows.tolist() == [0, 4, 1, 9, 3]
     np.testing.assert_array_equal(merged, np.concatenate([part0, part1]))
     # a second run skips the merged file (Fluid would count it as a part)
