@@ -8,13 +8,14 @@ trainer program (sends gradients, receives parameters) and one program per pserv
 
 from .config import DistributeTranspilerConfig, parse_endpoints
 from .distribute_transpiler import DistributeTranspiler
+from .geo_sgd_transpiler import GeoSgdTranspiler
 from .memory_optimization import memory_optimize, release_memory
 from .ps_dispatcher import HashName, PSDispatcher, RoundRobin
 from .slicing import VarBlock, slice_variable, split_sizes
 from .summary import summarize
 
 __all__ = [
-    "DistributeTranspiler", "DistributeTranspilerConfig", "HashName", "PSDispatcher",
-    "RoundRobin", "VarBlock", "memory_optimize", "parse_endpoints", "release_memory",
-    "slice_variable", "split_sizes", "summarize",
+    "DistributeTranspiler", "DistributeTranspilerConfig", "GeoSgdTranspiler", "HashName",
+    "PSDispatcher", "RoundRobin", "VarBlock", "memory_optimize", "parse_endpoints",
+    "release_memory", "slice_variable", "split_sizes", "summarize",
 ]
