@@ -8,6 +8,7 @@ from . import (  # noqa: F401  (model_stat: fluid.contrib.model_stat.summary, as
     mixed_precision,
     model_stat,
     op_frequence,
+    utils,
 )
 from .extend_optimizer import *  # noqa: F403
 from .layers import *  # noqa: F403

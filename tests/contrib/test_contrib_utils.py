@@ -206,3 +206,20 @@ def test_op_freq_statistic_training_program(capsys):
     capsys.readouterr()
     with pytest.raises(TypeError, match="should be Porgram"):
         fluid.contrib.op_freq_statistic(None)
+
+
+def test_lookup_table_utils_module_as_fluid_names_it():
+    from dask_fluid import compat
+
+    compat.install()
+    try:
+        from paddle.fluid.contrib.utils import lookup_table_utils
+
+        assert (lookup_table_utils.load_persistables_for_inference
+                is fluid.io.load_persistables_for_inference)
+        assert (lookup_table_utils.load_persistables_for_increment
+                is fluid.io.load_persistables_for_increment)
+        with pytest.raises(NotImplementedError, match="convert_dist_to_sparse_program"):
+            lookup_table_utils.convert_dist_to_sparse_program(fluid.Program())
+    finally:
+        compat.uninstall()
