@@ -17,6 +17,7 @@ from dask_fluid.distributed.comm import wire
 from dask_fluid.distributed.comm.auth import client_handshake
 from dask_fluid.distributed.comm.rpc import unpack_arrays
 from dask_fluid.distributed.errors import WorkerLostError
+from dask_fluid.distributed.pserver import shard_server
 from dask_fluid.distributed.pserver.shard import Schedule
 from dask_fluid.distributed.pserver.shard_server import RECLAIM_CHECK_S, serve_while_waiting
 
@@ -92,8 +93,17 @@ def two_trainers():
 
 
 def test_the_round_ender_answers_the_open_push_and_the_waiting_trainer_reads_the_next(
-        two_trainers):
-    shard, conn, names = two_trainers
+        monkeypatch):
+    # the connection's own thread takes back a request left unread for a whole check
+    # (50 ms): on a loaded machine this test's thread can be descheduled that long between
+    # the push and its wait, and the thread would read the push instead (the test a request
+    # left unread... checks that path); here only the waiting trainer may read it
+    monkeypatch.setattr(shard_server, "RECLAIM_CHECK_S", 30.0)
+    with _serving() as (shard, conn, names):
+        _round_ender_and_waiting_trainer(shard, conn, names)
+
+
+def _round_ender_and_waiting_trainer(shard, conn, names) -> None:
     server = shard.server
     _push_and_lend(shard, conn, names, 3.0)
     assert shard.round == 0 and server.read_by == {"threads": 1, "trainer": 0}
