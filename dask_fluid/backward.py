@@ -26,6 +26,7 @@ from .framework import (
     Block,
     OpRole,
     Parameter,
+    Program,
     Variable,
     VarType,
     grad_var_name,
@@ -364,6 +365,25 @@ def append_backward(loss: Variable, parameter_list: Iterable | None = None,
         for cb in callbacks:
             if not callable(cb):
                 raise ValueError(f"append_backward: callback {cb!r} must be a callable object")
+    program, block, op_path, no_grad = loss_op_path(loss, no_grad_set)
+    op_path[-1]._set_attr(OP_ROLE_KEY, OpRole.Forward | OpRole.Loss)
+    descs = grad_descs(op_path, no_grad, [grad_var_name(loss.name)])
+    return append_grad_ops(loss, descs, parameter_list, callbacks)
+
+
+def loss_op_path(loss: Variable, no_grad_set: Iterable | None
+                 ) -> tuple[Program, Block, list, set[str]]:
+    """What a backward pass of ``loss`` starts from (``append_backward``, the recompute
+    pass): its program and global block, the forward ops ``loss`` depends on, and the
+    gradient names nobody may have (``stop_gradient`` variables and ``no_grad_set``).
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``loss`` is not a Variable of the global block of shape ``[1]``, or no op writes it.
+    """
+    if not isinstance(loss, Variable):
+        raise TypeError(f"loss must be a Variable, got {type(loss).__name__}")
     program = loss.block.program
     block = program.global_block()
     if loss.block is not block:
@@ -374,15 +394,22 @@ def append_backward(loss: Variable, parameter_list: Iterable | None = None,
     op_path = _find_op_path(block, loss)
     if not op_path:
         raise ValueError(f"append_backward: no op writes the loss {loss.name!r}")
-    op_path[-1]._set_attr(OP_ROLE_KEY, OpRole.Forward | OpRole.Loss)
-
     no_grad = {grad_var_name(v.name) for v in block.vars.values() if v.stop_gradient}
     for v in no_grad_set or ():
         no_grad.add(grad_var_name(v.name if isinstance(v, Variable) else str(v)))
+    return program, block, op_path, no_grad
 
+
+def append_grad_ops(loss: Variable, descs: list[dict], parameter_list: Iterable | None,
+                    callbacks: Sequence[Callable[..., Any]] | None = None
+                    ) -> list[tuple[Parameter, Variable]]:
+    """Append a backward pass's grad ops ``descs`` of ``loss``: the ``loss@GRAD`` seed (a
+    ``fill_constant`` of 1), the later-pass renames (``_later_pass_names``), the variables,
+    the ops (``callbacks`` after each), and return :func:`param_grads_written`."""
+    program = loss.block.program
+    block = program.global_block()
     program._appending_grad_times += 1
     loss_grad = grad_var_name(loss.name)
-    descs = grad_descs(op_path, no_grad, [loss_grad])
     seed = {"type": "fill_constant", "inputs": {}, "outputs": {"Out": [loss_grad]},
             "attrs": {"shape": [1], "dtype": loss.dtype, "value": 1.0}}
     renamed = _later_pass_names(block, [seed, *descs])

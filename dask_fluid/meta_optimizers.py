@@ -14,11 +14,9 @@ from typing import Any
 from .backward import (
     _addup_repetitive_outputs,
     _array_grads,
-    _find_op_path,
     _grad_descs,
-    _later_pass_names,
-    create_grad_vars,
-    param_grads_written,
+    append_grad_ops,
+    loss_op_path,
 )
 from .framework import (
     OP_ROLE_KEY,
@@ -244,18 +242,7 @@ def append_backward_with_checkpoints(
     -------
     (params_grads, sorted checkpoint names)
     """
-    if not isinstance(loss, Variable):
-        raise TypeError(f"loss must be a Variable, got {type(loss).__name__}")
-    program = loss.block.program
-    block = program.global_block()
-    if loss.block is not block:
-        raise ValueError("append_backward: the loss must live in the global block")
-    if loss.shape is not None and list(loss.shape) not in ([1], [-1], []):
-        raise ValueError(f"append_backward: loss {loss.name!r} must have shape [1] "
-                         f"(reduce it with layers.mean), got {list(loss.shape)}")
-    ops = _find_op_path(block, loss)
-    if not ops:
-        raise ValueError(f"append_backward: no op writes the loss {loss.name!r}")
+    _, block, ops, no_grad = loss_op_path(loss, no_grad_set)
     for op in ops:
         if "sub_block" in op.attrs:
             # as Fluid 1.8: "Recompute don't support ops with sub_block"
@@ -263,10 +250,6 @@ def append_backward_with_checkpoints(
                 f"RecomputeOptimizer: the op {op.type!r} has a sub-block; recomputing ops "
                 "with sub-blocks is not implemented in dask_fluid (nor in Fluid 1.8)")
     ops[-1]._set_attr(OP_ROLE_KEY, OpRole.Forward | OpRole.Loss)
-
-    no_grad = {grad_var_name(v.name) for v in block.vars.values() if v.stop_gradient}
-    for v in no_grad_set or ():
-        no_grad.add(grad_var_name(v.name if isinstance(v, Variable) else str(v)))
 
     stats = _ProgramStats(block, ops)
     names = stats.sort_checkpoints(dict.fromkeys(c.name for c in checkpoints))
@@ -278,7 +261,6 @@ def append_backward_with_checkpoints(
     held_set = set(held)
     in_memory = held_set | set(names)
 
-    program._appending_grad_times += 1
     loss_grad = grad_var_name(loss.name)
     # the grad ops as append_backward builds them (same pruning, same order), un-summed
     descs = _grad_descs(ops, no_grad, {loss_grad})
@@ -320,19 +302,7 @@ def append_backward_with_checkpoints(
         final.append(desc)
     final += tail
 
-    seed = {"type": "fill_constant", "inputs": {}, "outputs": {"Out": [loss_grad]},
-            "attrs": {"shape": [1], "dtype": loss.dtype, "value": 1.0}}
-    renamed = _later_pass_names(block, [seed, *final])
-    block.create_var(name=seed["outputs"]["Out"][0], shape=[1], dtype=loss.dtype)
-    with program._op_role_guard(OpRole.Backward | OpRole.Loss):
-        block.append_op("fill_constant", outputs=seed["outputs"], attrs=seed["attrs"])
-    create_grad_vars(block, final)
-    with program._op_role_guard(OpRole.Backward):
-        for desc in final:
-            block.append_op(desc["type"], desc["inputs"], desc["outputs"], desc["attrs"])
-
-    params_grads = param_grads_written(block, final, parameter_list, renamed)
-    return params_grads, names
+    return append_grad_ops(loss, final, parameter_list), names
 
 
 def _recompute_descs(block: Block, seg_ops: list, index: int, rename: dict[str, str],
