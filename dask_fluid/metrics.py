@@ -62,14 +62,27 @@ def _from_lod(var: Any) -> Any:
     return np.array(var) if isinstance(var, LoDTensor) else var
 
 
-def _rounded_batch(preds: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Precision's and Recall's checks: numpy ``preds`` (rounded to 0 / 1) and ``labels``."""
+def _binary_counts(preds: Any, labels: Any) -> tuple[int, int, int]:
+    """Precision's and Recall's counts over a batch, after their checks: ``(tp, fp, fn)`` of
+    ``preds`` rounded to 0 / 1 (``np.rint``) against ``labels``, row by row as Fluid's loops
+    compare them."""
     preds, labels = _from_lod(preds), _from_lod(labels)
     if not _is_numpy_(preds):
         raise ValueError("The 'preds' must be a numpy ndarray.")
     if not _is_numpy_(labels):
         raise ValueError("The 'labels' must be a numpy ndarray.")
-    return np.rint(preds).astype("int32"), labels
+    preds = np.rint(preds).astype("int32")
+    tp = fp = fn = 0
+    for i in range(labels.shape[0]):
+        pred, label = preds[i], labels[i]
+        if pred == 1:
+            if pred == label:
+                tp += 1
+            else:
+                fp += 1
+        elif label == 1:  # pred == label would make pred 1
+            fn += 1
+    return tp, fp, fn
 
 
 class MetricBase:
@@ -175,16 +188,9 @@ class Precision(MetricBase):
 
     def update(self, preds: Any, labels: Any) -> None:
         """Add a mini-batch: ``preds`` and ``labels`` numpy arrays ``[batch, 1]``."""
-        preds, labels = _rounded_batch(preds, labels)
-        sample_num = labels.shape[0]
-        for i in range(sample_num):
-            pred = preds[i]
-            label = labels[i]
-            if pred == 1:
-                if pred == label:
-                    self.tp += 1
-                else:
-                    self.fp += 1
+        tp, fp, _ = _binary_counts(preds, labels)
+        self.tp += tp
+        self.fp += fp
 
     def eval(self) -> float:
         """The precision, 0.0 when nothing was predicted positive."""
@@ -210,16 +216,9 @@ class Recall(MetricBase):
 
     def update(self, preds: Any, labels: Any) -> None:
         """Add a mini-batch: ``preds`` and ``labels`` numpy arrays ``[batch, 1]``."""
-        preds, labels = _rounded_batch(preds, labels)
-        sample_num = labels.shape[0]
-        for i in range(sample_num):
-            pred = preds[i]
-            label = labels[i]
-            if label == 1:
-                if pred == label:
-                    self.tp += 1
-                else:
-                    self.fn += 1
+        tp, _, fn = _binary_counts(preds, labels)
+        self.tp += tp
+        self.fn += fn
 
     def eval(self) -> float:
         """The recall, 0.0 when no label was positive."""
