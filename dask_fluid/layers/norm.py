@@ -20,6 +20,18 @@ __all__ = ["batch_norm", "group_norm", "inplace_abn", "instance_norm", "layer_no
            "spectral_norm"]
 
 
+def _layout_channels(input: Variable, data_layout: str, layer: str) -> tuple[list[int], int]:
+    """The checks batch_norm, group_norm and inplace_abn share: ``data_layout`` is NCHW or
+    NHWC and ``input`` has rank >= 2; its static shape and channel dim (-1 when unknown)."""
+    if data_layout not in ("NCHW", "NHWC"):
+        raise ValueError(f"{layer}: data_layout must be 'NCHW' or 'NHWC', got "
+                         f"{data_layout!r}")
+    shape = list(input.shape or ())
+    if len(shape) < 2:
+        raise ValueError(f"{layer}: input {input.name!r} needs rank >= 2, got {shape}")
+    return shape, shape[1] if data_layout == "NCHW" else shape[-1]
+
+
 def batch_norm(input: Variable, act: str | None = None, is_test: bool = False,
                momentum: float = 0.9, epsilon: float = 1e-05, param_attr: Any = None,
                bias_attr: Any = None, data_layout: str = "NCHW", in_place: bool = False,
@@ -34,13 +46,7 @@ def batch_norm(input: Variable, act: str | None = None, is_test: bool = False,
     that the op updates in place while training. ``clone(for_test=True)`` sets ``is_test``.
     """
     _check_var(input, "input", "batch_norm")
-    if data_layout not in ("NCHW", "NHWC"):
-        raise ValueError(f"batch_norm: data_layout must be 'NCHW' or 'NHWC', got "
-                         f"{data_layout!r}")
-    shape = list(input.shape or ())
-    if len(shape) < 2:
-        raise ValueError(f"batch_norm: input {input.name!r} needs rank >= 2, got {shape}")
-    channels = shape[1] if data_layout == "NCHW" else shape[-1]
+    shape, channels = _layout_channels(input, data_layout, "batch_norm")
     if channels <= 0:
         raise ValueError(f"batch_norm: the channel dim of {input.name!r} must be known, got "
                          f"shape {shape}")
@@ -82,13 +88,7 @@ def group_norm(input: Variable, groups: int, epsilon: float = 1e-05, param_attr:
     ``layers.group_norm``): a scale (ones) and a bias (zeros) of one element per channel,
     left out when ``param_attr`` / ``bias_attr`` is False."""
     _check_var(input, "input", "group_norm")
-    if data_layout not in ("NCHW", "NHWC"):
-        raise ValueError(f"group_norm: data_layout must be 'NCHW' or 'NHWC', got "
-                         f"{data_layout!r}")
-    shape = list(input.shape or ())
-    if len(shape) < 2:
-        raise ValueError(f"group_norm: input {input.name!r} needs rank >= 2, got {shape}")
-    channels = shape[1] if data_layout == "NCHW" else shape[-1]
+    shape, channels = _layout_channels(input, data_layout, "group_norm")
     if not isinstance(groups, int) or groups < 1 or channels <= 0 or channels % groups:
         raise ValueError(f"group_norm: groups={groups!r} must be a positive int dividing the "
                          f"{channels} channels of {input.name!r}")
@@ -303,16 +303,10 @@ def inplace_abn(input: Variable, act: str | None = None, is_test: bool = False,
     if isinstance(momentum, Variable):
         raise NotImplementedError("inplace_abn(momentum=Variable) is not implemented in "
                                   "dask_fluid")
-    if data_layout not in ("NCHW", "NHWC"):
-        raise ValueError(f"inplace_abn: data_layout must be 'NCHW' or 'NHWC', got "
-                         f"{data_layout!r}")
+    shape, channels = _layout_channels(input, data_layout, "inplace_abn")
     if act in ("leaky_relu", "elu") and float(act_alpha) <= 0:
         raise ValueError(f"inplace_abn: act_alpha must be > 0 for {act} (the gradient inverts "
                          f"the activation), got {act_alpha!r}")
-    shape = list(input.shape or ())
-    if len(shape) < 2:
-        raise ValueError(f"inplace_abn: input {input.name!r} needs rank >= 2, got {shape}")
-    channels = shape[1] if data_layout == "NCHW" else shape[-1]
     if not _known(channels) or channels == 0:
         raise ValueError(f"inplace_abn: the channel dim of {input.name!r} must be known, got "
                          f"shape {shape}")
