@@ -39,9 +39,9 @@ from .conv_ops import (
     conv_output_size,
     conv_transpose_output_size,
     pool_output_size,
+    register_conv_grad_grad,
 )
-from .math_ops import double_grad_maker
-from .registry import GRAD, array_module, register, set_grad
+from .registry import GRAD, array_module, register
 from .selected_rows import grad_maker, grad_slots
 
 __all__ = ["resolve_paddings_3d"]
@@ -259,43 +259,9 @@ def conv3d_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     return res
 
 
-# conv3d_grad is bilinear in (Input, Filter) and dOutput, so its grad op is built from the
-# conv3d and conv3d_grad kernels as conv2d's is (conv_op.cc: Conv3DDoubleGradMaker,
-# conv3d_grad_grad, in Paddle since 1.6)
-set_grad("conv3d_grad", double_grad_maker(
-    "conv3d_grad_grad", {"Input": "Input", "Filter": "Filter", "DOutput": "Output" + GRAD},
-    {"DDInput": "Input" + GRAD, "DDFilter": "Filter" + GRAD},
-    {"DDOutput": "Output" + GRAD, "DInput": "Input", "DFilter": "Filter"}))
-
-
-@register("conv3d_grad_grad", ("Input", "Filter", "DOutput", "DDInput", "DDFilter"),
-          ("DDOutput", "DInput", "DFilter"), _CONV_ATTRS,
-          optional=("DOutput", "DDInput", "DDFilter"))
-def conv3d_grad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """DDOutput = conv3d(DDInput, Filter) + conv3d(Input, DDFilter), DInput = conv3d's input
-    gradient of dOutput through DDFilter, DFilter = its filter gradient of dOutput against
-    DDInput (any data_format: the kernels called handle it)."""
-    x, w = ins["Input"][0], ins["Filter"][0]
-    xp = array_module(x, w)
-    ddx, ddw = (ins.get("DDInput") or [None])[0], (ins.get("DDFilter") or [None])[0]
-    dout = (ins.get("DOutput") or [None])[0]
-    res = {}
-    if "DDOutput" in outs:
-        parts = [conv3d({"Input": [a], "Filter": [b]}, attrs, ("Output",))["Output"][0]
-                 for a, b in ((ddx, w), (x, ddw)) if a is not None and b is not None]
-        if not parts:  # neither gradient reached: the shape from a conv of zeros
-            parts = [xp.zeros_like(conv3d({"Input": [x], "Filter": [w]}, attrs,
-                                          ("Output",))["Output"][0])]
-        res["DDOutput"] = [sum(parts[1:], parts[0])]
-    if "DInput" in outs:
-        res["DInput"] = [xp.zeros(x.shape, x.dtype) if ddw is None or dout is None else
-                         conv3d_grad({"Input": [x], "Filter": [ddw], "Output" + GRAD: [dout]},
-                                     attrs, ("Input" + GRAD,))["Input" + GRAD][0]]
-    if "DFilter" in outs:
-        res["DFilter"] = [xp.zeros(w.shape, w.dtype) if ddx is None or dout is None else
-                          conv3d_grad({"Input": [ddx], "Filter": [w], "Output" + GRAD: [dout]},
-                                      attrs, ("Filter" + GRAD,))["Filter" + GRAD][0]]
-    return res
+# conv3d_grad's grad op as conv2d's (conv_op.cc: Conv3DDoubleGradMaker, conv3d_grad_grad, in
+# Paddle since 1.6)
+register_conv_grad_grad("conv3d", conv3d, conv3d_grad, _CONV_ATTRS)
 
 
 # ---------------------------------------------------------------------------------------------

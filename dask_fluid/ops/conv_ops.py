@@ -323,44 +323,50 @@ for _type in ("conv2d", "depthwise_conv2d"):
     register(_type + "_grad", *_CONV_GRAD_SLOTS, _CONV_ATTRS)(_conv2d_grad)
 
 
-def _conv2d_grad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """conv2d_grad is bilinear: dInput = conv^T(dOutput, Filter), dFilter = corr(Input,
-    dOutput). So DDOutput = conv(DDInput, Filter) + conv(Input, DDFilter), DInput =
-    conv^T(dOutput, DDFilter), DFilter = corr(DDInput, dOutput) (conv_op.cc's
-    Conv2DDoubleGradMaker), each computed by the conv2d / conv2d_grad kernels."""
-    x, w = ins["Input"][0], ins["Filter"][0]
-    xp = array_module(x, w)
-    ddx, ddw = (ins.get("DDInput") or [None])[0], (ins.get("DDFilter") or [None])[0]
-    dout = (ins.get("DOutput") or [None])[0]
-    res = {}
-    if "DDOutput" in outs:
-        geo = _ConvGeometry(x.shape, w.shape, attrs)
-        dd = xp.zeros((geo.n, geo.m, geo.oh, geo.ow), dtype=x.dtype)
-        if ddx is not None:
-            dd = dd + _conv2d({"Input": [ddx], "Filter": [w]}, attrs, ("Output",))["Output"][0]
-        if ddw is not None:
-            dd = dd + _conv2d({"Input": [x], "Filter": [ddw]}, attrs, ("Output",))["Output"][0]
-        res["DDOutput"] = [dd]
-    if "DInput" in outs:
-        res["DInput"] = [xp.zeros(x.shape, x.dtype) if ddw is None or dout is None else
-                         _conv2d_grad({"Input": [x], "Filter": [ddw], "Output" + GRAD: [dout]},
-                                      attrs, ("Input" + GRAD,))["Input" + GRAD][0]]
-    if "DFilter" in outs:
-        res["DFilter"] = [xp.zeros(w.shape, w.dtype) if ddx is None or dout is None else
-                          _conv2d_grad({"Input": [ddx], "Filter": [w], "Output" + GRAD: [dout]},
-                                       attrs, ("Filter" + GRAD,))["Filter" + GRAD][0]]
-    return res
+def register_conv_grad_grad(type: str, conv: Any, conv_grad: Any, attrs: dict) -> None:
+    """Give ``<type>_grad`` its grad op ``<type>_grad_grad`` (conv_op.cc's
+    Conv2DDoubleGradMaker / Conv3DDoubleGradMaker), computed by the forward and grad kernels
+    ``conv`` and ``conv_grad`` (any data_format: they handle it).
 
+    conv_grad is bilinear: dInput = conv^T(dOutput, Filter), dFilter = corr(Input, dOutput).
+    So DDOutput = conv(DDInput, Filter) + conv(Input, DDFilter), DInput = conv^T(dOutput,
+    DDFilter), DFilter = corr(DDInput, dOutput)."""
+    def grad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+        x, w = ins["Input"][0], ins["Filter"][0]
+        xp = array_module(x, w)
+        ddx, ddw = (ins.get("DDInput") or [None])[0], (ins.get("DDFilter") or [None])[0]
+        dout = (ins.get("DOutput") or [None])[0]
+        res = {}
+        if "DDOutput" in outs:
+            parts = [conv({"Input": [a], "Filter": [b]}, attrs, ("Output",))["Output"][0]
+                     for a, b in ((ddx, w), (x, ddw)) if a is not None and b is not None]
+            if not parts:  # neither gradient reached: the shape from a conv of zeros
+                parts = [xp.zeros_like(conv({"Input": [x], "Filter": [w]}, attrs,
+                                            ("Output",))["Output"][0])]
+            res["DDOutput"] = [sum(parts[1:], parts[0])]
+        if "DInput" in outs:
+            res["DInput"] = [xp.zeros(x.shape, x.dtype) if ddw is None or dout is None else
+                             conv_grad({"Input": [x], "Filter": [ddw], "Output" + GRAD: [dout]},
+                                       attrs, ("Input" + GRAD,))["Input" + GRAD][0]]
+        if "DFilter" in outs:
+            res["DFilter"] = [xp.zeros(w.shape, w.dtype) if ddx is None or dout is None else
+                              conv_grad({"Input": [ddx], "Filter": [w],
+                                         "Output" + GRAD: [dout]},
+                                        attrs, ("Filter" + GRAD,))["Filter" + GRAD][0]]
+        return res
 
-for _type in ("conv2d", "depthwise_conv2d"):
-    set_grad(_type + "_grad", double_grad_maker(
-        _type + "_grad_grad",
+    set_grad(type + "_grad", double_grad_maker(
+        type + "_grad_grad",
         {"Input": "Input", "Filter": "Filter", "DOutput": "Output" + GRAD},
         {"DDInput": "Input" + GRAD, "DDFilter": "Filter" + GRAD},
         {"DDOutput": "Output" + GRAD, "DInput": "Input", "DFilter": "Filter"}))
-    register(_type + "_grad_grad", ("Input", "Filter", "DOutput", "DDInput", "DDFilter"),
-             ("DDOutput", "DInput", "DFilter"), _CONV_ATTRS,
-             optional=("DOutput", "DDInput", "DDFilter"))(_conv2d_grad_grad)
+    register(type + "_grad_grad", ("Input", "Filter", "DOutput", "DDInput", "DDFilter"),
+             ("DDOutput", "DInput", "DFilter"), attrs,
+             optional=("DOutput", "DDInput", "DDFilter"))(grad_grad)
+
+
+for _type in ("conv2d", "depthwise_conv2d"):
+    register_conv_grad_grad(_type, _conv2d, _conv2d_grad, _CONV_ATTRS)
 
 
 # ---------------------------------------------------------------------------------------------
