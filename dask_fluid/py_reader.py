@@ -111,12 +111,14 @@ class PyReader:
     def decorate_sample_list_generator(self, reader: Callable[[], Iterable[list]],
                                        places: Any = None) -> None:
         """Batches given as lists of samples; :class:`DataFeeder` builds the feeds."""
+        _one_place(places, "decorate_sample_list_generator")
         feeder = DataFeeder(self._feed_list, CPUPlace(), program=self._program)
         self._batches = lambda: (feeder.feed(batch) for batch in reader())
 
     def decorate_batch_generator(self, reader: Callable[[], Iterable], places: Any = None
                                  ) -> None:
         """Batches given as one array (or LoDTensor) per variable of ``feed_list``."""
+        _one_place(places, "decorate_batch_generator")
         names = [v.name for v in self._feed_list]
 
         def feeds() -> Iterator[dict]:
@@ -223,6 +225,16 @@ class GeneratorLoader(PyReader):
 
 
 _END = object()  # queued after the last batch
+
+
+def _one_place(places: Any, method: str) -> None:
+    """The ``places`` of a reader's source: None or one place, where the executor puts the
+    batches anyway. Fluid yields a batch per place for several; that is not implemented."""
+    if isinstance(places, (list, tuple)) and len(places) > 1:
+        raise NotImplementedError(
+            f"PyReader.{method}(places=<{len(places)} places>) is not implemented in "
+            "dask_fluid: a reader here yields one batch per step for one place; feed a "
+            "CompiledProgram over several places the whole batch (it splits it as Fluid does)")
 
 
 class _ReadAhead:

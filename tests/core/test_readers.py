@@ -306,3 +306,14 @@ def test_data_loader_from_generator_is_fluid_1_8s_generator_loader():
                                                    use_multiprocess=True)
     multi.set_batch_generator(_counting_batches(2, []))
     assert [float(d[0]["x"][0, 0]) for d in multi()] == [0.0, 1.0]
+
+
+def test_several_places_for_a_reader_are_refused_not_ignored():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        x = fluid.layers.data("x", shape=[2])
+    reader = fluid.io.PyReader(feed_list=[x], capacity=2, iterable=True)
+    with pytest.raises(NotImplementedError, match="places=<2 places>"):
+        reader.decorate_batch_generator(lambda: iter([]), places=fluid.cpu_places(2))
+    with pytest.raises(NotImplementedError, match="decorate_sample_list_generator"):
+        reader.decorate_sample_generator(lambda: iter([]), 2, places=fluid.cpu_places(2))
+    reader.decorate_batch_generator(lambda: iter([]), places=fluid.cpu_places(1))
