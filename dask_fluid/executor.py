@@ -322,67 +322,76 @@ class Executor:
                     raise ExecutionError(
                         f"op {op.type!r} (#{idx} in block {block.idx}) reads {slot}={name!r}, "
                         "which is neither fed, in the scope, nor written by an earlier op")
-            host = opdef.host
-            kernel = opdef.resolve()
-            if registry.is_remote(op.attrs):
-                host, kernel = True, opdef.resolve_remote()
-            if kernel is None:
-                raise ExecutionError(
-                    f"op {op.type!r} (#{idx} in block {block.idx}) has no kernel here: it "
-                    "cannot be executed")
-            on_host = False
-            device = op.attrs.get(OP_DEVICE_KEY)
-            if device and not host:  # host ops run on the host whatever their op_device
-                # Fluid's OperatorWithKernel::InnerGetExpectedKernelType: "cpu" picks the CPU
-                # kernel; "gpu" the executor's place (the CPU one on CPUPlace), any index
-                # ignored with this warning
-                on_host = on_gpu and device == "cpu"
-                if ":" in device:
-                    warnings.warn(f"op {op.type!r} (#{idx} in block {block.idx}) has op_device="
-                                  f"{device!r}: Device index is only supported under pipeline "
-                                  "parallelism, so it will be ignored.", stacklevel=4)
-            attrs = dict(op.attrs)
-            if op.type in _DRAWS or op.type in ("fill_constant", "fake_init", "assign_value"):
-                attrs["_out_name"] = op.output("Out")[0]
-                attrs["_place"] = "gpu" if on_gpu and not on_host else "cpu"
-            if op.type in _NEEDS_OUT_COUNTS:
-                attrs["_out_counts"] = {slot: len(names) for slot, names in op.outputs.items()}
-            rng_key = None
-            if op.type == "dropout":
-                rng_key = (block.idx, idx, op.output("Out")[0])
-                attrs.setdefault("seed", 0)
-                if not attrs.get("fix_seed"):
-                    attrs["seed"] = program.random_seed
-            elif op.type in _DRAWS and not attrs.get("seed"):
-                out = block._find_var_recursive(op.output("Out")[0])
-                if not (out is not None and out.persistable):
-                    # Fluid's seed 0: new values each run (a stream per op, kept with the
-                    # scope); initialisers keep the per-name draw of ops.random_ops
-                    rng_key = (block.idx, idx, op.output("Out")[0])
-                    attrs["seed"] = program.random_seed
-            elif op.type in _SAMPLERS and not attrs.get("seed"):
-                first_out = next(n for names in op.outputs.values() for n in names)
-                rng_key = (block.idx, idx, first_out)
-                attrs["seed"] = program.random_seed
-            ins = tuple((slot, tuple(names)) for slot, names in op.inputs.items())
-            outs = tuple((slot, tuple(names)) for slot, names in op.outputs.items())
-            out_slots = tuple(slot for slot, names in op.outputs.items()
-                              if any(n != EMPTY_VAR for n in names))
-            if self._op_times is not None:  # a timed plan (train_from_dataset's debug)
-                kernel = _timed(kernel, self._op_times.setdefault((block.idx, idx, op.type),
-                                                                   [0.0, 0]))
-            to_device = () if on_host or not host_written else tuple(dict.fromkeys(
-                n for _, names in ins for n in names if n in host_written))
-            persist_out = () if not on_host else tuple(
-                n for _, names in outs for n in names
-                if (var := block._find_var_recursive(n)) is not None and var.persistable)
-            steps.append(_Step(op, kernel, ins, outs, out_slots, attrs, host,
-                               rng_key, opdef.lod, on_host, to_device, persist_out))
-            known.update(n for _, names in outs for n in names)
+            step = self._plan_step(program, block, idx, op, host_written)
+            steps.append(step)
+            known.update(n for _, names in step.outs for n in names)
         arrays = () if block.idx else tuple(
             v.name for b in program.blocks for v in b.vars.values()
             if v.type == VarType.LOD_TENSOR_ARRAY and not v.persistable)
         return _Compiled(steps, arrays)
+
+    def _plan_step(self, program: Program, block: Block, idx: int, op: Operator,
+                   host_written: frozenset = frozenset()) -> _Step:
+        """The step of op ``idx`` of ``block``: its kernel, resolved names and run-time
+        attributes (also how dygraph's tracer runs one op at a time)."""
+        opdef = registry.get(op.type)
+        on_gpu = isinstance(self.place, CUDAPlace)
+        host = opdef.host
+        kernel = opdef.resolve()
+        if registry.is_remote(op.attrs):
+            host, kernel = True, opdef.resolve_remote()
+        if kernel is None:
+            raise ExecutionError(
+                f"op {op.type!r} (#{idx} in block {block.idx}) has no kernel here: it "
+                "cannot be executed")
+        on_host = False
+        device = op.attrs.get(OP_DEVICE_KEY)
+        if device and not host:  # host ops run on the host whatever their op_device
+            # Fluid's OperatorWithKernel::InnerGetExpectedKernelType: "cpu" picks the CPU
+            # kernel; "gpu" the executor's place (the CPU one on CPUPlace), any index
+            # ignored with this warning
+            on_host = on_gpu and device == "cpu"
+            if ":" in device:
+                warnings.warn(f"op {op.type!r} (#{idx} in block {block.idx}) has op_device="
+                              f"{device!r}: Device index is only supported under pipeline "
+                              "parallelism, so it will be ignored.", stacklevel=5)
+        attrs = dict(op.attrs)
+        if op.type in _DRAWS or op.type in ("fill_constant", "fake_init", "assign_value"):
+            attrs["_out_name"] = op.output("Out")[0]
+            attrs["_place"] = "gpu" if on_gpu and not on_host else "cpu"
+        if op.type in _NEEDS_OUT_COUNTS:
+            attrs["_out_counts"] = {slot: len(names) for slot, names in op.outputs.items()}
+        rng_key = None
+        if op.type == "dropout":
+            rng_key = (block.idx, idx, op.output("Out")[0])
+            attrs.setdefault("seed", 0)
+            if not attrs.get("fix_seed"):
+                attrs["seed"] = program.random_seed
+        elif op.type in _DRAWS and not attrs.get("seed"):
+            out = block._find_var_recursive(op.output("Out")[0])
+            if not (out is not None and out.persistable):
+                # Fluid's seed 0: new values each run (a stream per op, kept with the
+                # scope); initialisers keep the per-name draw of ops.random_ops
+                rng_key = (block.idx, idx, op.output("Out")[0])
+                attrs["seed"] = program.random_seed
+        elif op.type in _SAMPLERS and not attrs.get("seed"):
+            first_out = next(n for names in op.outputs.values() for n in names)
+            rng_key = (block.idx, idx, first_out)
+            attrs["seed"] = program.random_seed
+        ins = tuple((slot, tuple(names)) for slot, names in op.inputs.items())
+        outs = tuple((slot, tuple(names)) for slot, names in op.outputs.items())
+        out_slots = tuple(slot for slot, names in op.outputs.items()
+                          if any(n != EMPTY_VAR for n in names))
+        if self._op_times is not None:  # a timed plan (train_from_dataset's debug)
+            kernel = _timed(kernel, self._op_times.setdefault((block.idx, idx, op.type),
+                                                               [0.0, 0]))
+        to_device = () if on_host or not host_written else tuple(dict.fromkeys(
+            n for _, names in ins for n in names if n in host_written))
+        persist_out = () if not on_host else tuple(
+            n for _, names in outs for n in names
+            if (var := block._find_var_recursive(n)) is not None and var.persistable)
+        return _Step(op, kernel, ins, outs, out_slots, attrs, host,
+                     rng_key, opdef.lod, on_host, to_device, persist_out)
 
     def _compiled(self, program: Program, block: Block, feed_names: frozenset,
                   scope: Scope) -> _Compiled:
@@ -399,8 +408,14 @@ class Executor:
                   trace: Callable[[int], None] | None = None) -> None:
         """Run every op of ``block`` against ``scope`` (used by control-flow ops too);
         ``trace(i)`` is called after op ``i`` ran (a trained loop keeps its steps' values)."""
+        self._run_steps(program, block, self._compiled(program, block, feed_names, scope).steps,
+                        scope, trace)
+
+    def _run_steps(self, program: Program, block: Block, steps: list[_Step], scope: Scope,
+                   trace: Callable[[int], None] | None = None) -> None:
+        """Run planned ``steps`` of ``block`` against ``scope``."""
         vals, lods = scope.vars, scope.lods
-        for i, step in enumerate(self._compiled(program, block, feed_names, scope).steps):
+        for i, step in enumerate(steps):
             try:
                 attrs = step.attrs
                 if step.rng_key is not None:

@@ -37,6 +37,32 @@ class _Hooks:
 
 _hooks = _Hooks()
 
+#: the dygraph tracer while ``fluid.dygraph.guard`` is on in this thread (:mod:`.dygraph`,
+#: above this module): blocks hand it the variables, parameters and ops created, and it runs
+#: each op at once. A context variable, so a worker's other threads keep building programs.
+_tracer: contextvars.ContextVar[Any] = contextvars.ContextVar("dask_fluid_tracer", default=None)
+
+
+def in_dygraph_mode() -> bool:
+    """Whether ops run as they are created (inside ``fluid.dygraph.guard``), Fluid's
+    ``framework.in_dygraph_mode``."""
+    return _tracer.get() is not None
+
+
+def _dygraph_tracer() -> Any:
+    """The dygraph tracer of this thread, or None outside ``fluid.dygraph.guard``."""
+    return _tracer.get()
+
+
+@contextlib.contextmanager
+def _dygraph_tracer_guard(tracer: Any) -> Iterator[None]:
+    """``tracer`` takes the blocks' variables and ops inside (None: programs are built)."""
+    token = _tracer.set(tracer)
+    try:
+        yield
+    finally:
+        _tracer.reset(token)
+
 
 def install_hook(name: str, fn: Callable[..., Any]) -> None:
     """Install hook ``name`` (``"binary_op"`` or ``"clip_from_dict"``, see :class:`_Hooks`)."""
@@ -512,7 +538,11 @@ class Block:
         return var
 
     def create_var(self, name: str | None = None, **kwargs: Any) -> Variable:
-        """Create (or return the existing) variable ``name`` in this block."""
+        """Create (or return the existing) variable ``name`` in this block (in dygraph mode a
+        variable of the tracer, which holds a value)."""
+        tracer = _tracer.get()
+        if tracer is not None:
+            return tracer.create_var(name, **kwargs)
         if name is None:
             name = unique_name.generate("_generated_var")
         if name in self.vars:
@@ -529,7 +559,11 @@ class Block:
         return var
 
     def create_parameter(self, name: str, shape: Sequence[int], **kwargs: Any) -> Parameter:
-        """Create a :class:`Parameter` in this (global) block."""
+        """Create a :class:`Parameter` in this (global) block (in dygraph mode a parameter
+        of the tracer)."""
+        tracer = _tracer.get()
+        if tracer is not None:
+            return tracer.create_parameter(name, shape, **kwargs)
         if name in self.vars:
             var = self.vars[name]
             if isinstance(var, Parameter) and var.shape == tuple(shape):
@@ -543,13 +577,20 @@ class Block:
         self.vars.pop(name, None)
 
     def append_op(self, type: str, inputs=None, outputs=None, attrs=None) -> Operator:
-        """Append an op, checked against its registered signature."""
+        """Append an op, checked against its registered signature (in dygraph mode the
+        tracer runs it instead)."""
+        tracer = _tracer.get()
+        if tracer is not None:
+            return tracer.trace_op(type, inputs, outputs, attrs)
         op = Operator(self, type, inputs, outputs, attrs)
         self.ops.append(op)
         return op
 
     def _insert_op(self, index: int, type: str, inputs=None, outputs=None,
                    attrs=None) -> Operator:
+        tracer = _tracer.get()
+        if tracer is not None:  # dygraph: no op list, the op runs now
+            return tracer.trace_op(type, inputs, outputs, attrs)
         op = Operator(self, type, inputs, outputs, attrs)
         self.ops.insert(index, op)
         return op

@@ -11,6 +11,7 @@ from .framework import (
     Variable,
     default_main_program,
     default_startup_program,
+    in_dygraph_mode,
 )
 from .initializer import ConstantInitializer, Initializer, XavierInitializer
 from .param_attr import ParamAttr, WeightNormParamAttr
@@ -56,6 +57,9 @@ class LayerHelper:
         init = attr.initializer or default_initializer or (
             ConstantInitializer(0.0) if is_bias else XavierInitializer())
         if isinstance(attr, WeightNormParamAttr):
+            if in_dygraph_mode():  # as Fluid 1.8's LayerHelperBase
+                raise NotImplementedError("WeightNormParamAttr is not supported in dygraph "
+                                          "mode: use it in a static program")
             w = self._create_weight_normalize(attr, name, list(shape), dtype, init)
             WeightNormParamAttr.params_with_weight_norm.append(w)
             return w
@@ -199,7 +203,12 @@ class LayerHelper:
         return w
 
     def set_variable_initializer(self, var: Variable, init: Initializer) -> None:
-        """Declare ``var`` in the startup program and prepend its init op there."""
+        """Declare ``var`` in the startup program and prepend its init op there (in dygraph
+        mode: run the init op on ``var`` now, as Fluid's dygraph parameters are created
+        initialised)."""
+        if in_dygraph_mode():
+            init(var, self.main_program.global_block())
+            return
         block = self.startup_program.global_block()
         if block.has_var(var.name):
             return

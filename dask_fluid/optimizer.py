@@ -22,7 +22,9 @@ from .framework import (
     Parameter,
     Program,
     Variable,
+    _dygraph_tracer,
     default_main_program,
+    in_dygraph_mode,
 )
 from .initializer import ConstantInitializer
 from .layer_helper import LayerHelper
@@ -61,10 +63,15 @@ class Optimizer:
 
     type = ""
 
-    def __init__(self, learning_rate: float | Variable, regularization: Any = None,
-                 name: str | None = None,
-                 grad_clip: Any = None) -> None:
-        if not isinstance(learning_rate, Variable):
+    def __init__(self, learning_rate: float | Variable, parameter_list: Any = None,
+                 regularization: Any = None, grad_clip: Any = None,
+                 name: str | None = None) -> None:
+        if _is_lr_schedule(learning_rate):
+            if not in_dygraph_mode():
+                raise TypeError("a dygraph learning-rate decay (fluid.dygraph.*Decay) works in "
+                                "dygraph mode only; in a static program use the "
+                                "fluid.layers.*_decay functions")
+        elif not isinstance(learning_rate, Variable):
             learning_rate = _check_positive("learning_rate", learning_rate)
         self._learning_rate = learning_rate
         self.regularization = regularization
@@ -74,6 +81,12 @@ class Optimizer:
         #: applied to all (param, grad) pairs before regularization (Fluid 1.8's grad_clip=)
         self._grad_clip = grad_clip
         self._name = name
+        #: Fluid 1.8's ``parameter_list=``: the parameters ``minimize`` updates when it is
+        #: given none (all trainable ones when None; required in dygraph mode)
+        self._parameter_list = _check_parameter_list(parameter_list)
+        if in_dygraph_mode() and self._parameter_list is None:  # as Fluid 1.8
+            raise AttributeError("parameter_list argument given to the Optimizer should not be "
+                                 "None in dygraph mode.")
         self._lr_var: dict[int, Variable] = {}
         self._accumulators: dict[str, dict[str, Variable]] = {}
 
@@ -81,6 +94,9 @@ class Optimizer:
     def _global_learning_rate(self, program: Program, dtype: str = "float32") -> Variable:
         if isinstance(self._learning_rate, Variable):
             return self._learning_rate
+        if _is_lr_schedule(self._learning_rate) and id(program) not in self._lr_var:
+            # dygraph: this step's rate (apply_gradients takes one per minimize)
+            self._lr_var[id(program)] = self._learning_rate()
         if id(program) not in self._lr_var:
             # the parameters' dtype, so a float64 model is not stepped by a rounded rate
             self._lr_var[id(program)] = create_global_var(
@@ -106,6 +122,9 @@ class Optimizer:
     # -- accumulators -----------------------------------------------------------------------
     def _add_accumulator(self, name: str, param: Parameter, fill_value: float = 0.0,
                          shape: list[int] | None = None) -> Variable:
+        made = self._accumulators.get(name, {}).get(param.name)
+        if made is not None and in_dygraph_mode():
+            return made  # dygraph: each minimize asks again; the state is kept (Fluid 1.8)
         block = param.block.program.global_block()
         var = block.create_var(name=unique_name.generate(f"{param.name}_{name}"),
                                shape=list(shape or param.shape), dtype=param.dtype,
@@ -141,6 +160,11 @@ class Optimizer:
                  parameter_list=None, no_grad_set=None, callbacks=None):
         """``append_backward`` with the variables' error clips applied (Fluid 1.8 always adds
         ``error_clip_callback`` to ``callbacks``; a copy here, not the caller's list)."""
+        parameter_list = parameter_list or self._parameter_list
+        if in_dygraph_mode():
+            # Fluid 1.8: the gradients loss.backward() left in the parameters
+            return [(p, p._grad_ivar()) for p in parameter_list
+                    if p.trainable and p._grad_ivar() is not None]
         callbacks = [*(callbacks or ()), error_clip_callback]
         return append_backward(loss, parameter_list, no_grad_set, callbacks)
 
@@ -149,8 +173,11 @@ class Optimizer:
         params_grads = sorted(params_grads, key=lambda pg: pg[0].name)
         if not params_grads:
             raise ValueError("the loss does not depend on any trainable parameter: "
-                             "nothing to optimize")
+                             "nothing to optimize" + (" (call loss.backward() before "
+                                                      "minimize)" if in_dygraph_mode() else ""))
         program = params_grads[0][0].block.program
+        if _is_lr_schedule(self._learning_rate):
+            self._lr_var.pop(id(program), None)  # the schedule's next rate
         block = program.global_block()
         params_grads, table_op = self._update_distributed_table(program, params_grads)
         if not params_grads:  # the table is the only parameter
@@ -211,6 +238,10 @@ class Optimizer:
                                 f"{type(grad_clip).__name__}")
             self._grad_clip = grad_clip
         params_grads = self.backward(loss, startup_program, parameter_list, no_grad_set)
+        if in_dygraph_mode():
+            # as Fluid 1.8's minimize: the update is not differentiated
+            with _dygraph_tracer().no_grad():
+                return self.apply_gradients(params_grads), params_grads
         return self.apply_gradients(params_grads), params_grads
 
 
@@ -231,10 +262,10 @@ class MomentumOptimizer(Optimizer):
 
     type = "momentum"
 
-    def __init__(self, learning_rate, momentum: float, use_nesterov: bool = False,
-                 regularization: Any = None, name: str | None = None,
-                 grad_clip: Any = None) -> None:
-        super().__init__(learning_rate, regularization, name, grad_clip)
+    def __init__(self, learning_rate, momentum: float, parameter_list: Any = None,
+                 use_nesterov: bool = False, regularization: Any = None,
+                 grad_clip: Any = None, name: str | None = None) -> None:
+        super().__init__(learning_rate, parameter_list, regularization, grad_clip, name)
         self._momentum = _check_positive("momentum", momentum, allow_zero=True)
         self._use_nesterov = bool(use_nesterov)
 
@@ -262,11 +293,11 @@ class LarsMomentumOptimizer(MomentumOptimizer):
     type = "lars_momentum"
 
     def __init__(self, learning_rate, momentum: float, lars_coeff: float = 0.001,
-                 lars_weight_decay: float = 0.0005, regularization: Any = None,
-                 name: str | None = None,
-                 grad_clip: Any = None) -> None:
-        super().__init__(learning_rate, momentum, regularization=regularization, name=name,
-                         grad_clip=grad_clip)
+                 lars_weight_decay: float = 0.0005, parameter_list: Any = None,
+                 regularization: Any = None, grad_clip: Any = None,
+                 name: str | None = None) -> None:
+        super().__init__(learning_rate, momentum, parameter_list=parameter_list,
+                         regularization=regularization, grad_clip=grad_clip, name=name)
         self._lars_coeff = _check_positive("lars_coeff", lars_coeff, allow_zero=True)
         self._lars_weight_decay = _check_positive("lars_weight_decay", lars_weight_decay,
                                                   allow_zero=True)
@@ -282,10 +313,10 @@ class AdamOptimizer(Optimizer):
     type = "adam"
 
     def __init__(self, learning_rate: float | Variable = 0.001, beta1: float = 0.9,
-                 beta2: float = 0.999, epsilon: float = 1e-8, regularization: Any = None,
-                 name: str | None = None, lazy_mode: bool = False,
-                 grad_clip: Any = None) -> None:
-        super().__init__(learning_rate, regularization, name, grad_clip)
+                 beta2: float = 0.999, epsilon: float = 1e-8, parameter_list: Any = None,
+                 regularization: Any = None, grad_clip: Any = None,
+                 name: str | None = None, lazy_mode: bool = False) -> None:
+        super().__init__(learning_rate, parameter_list, regularization, grad_clip, name)
         self._beta1, self._beta2 = _check_betas(beta1, beta2)
         self._epsilon = _check_positive("epsilon", epsilon)
         self._lazy_mode = bool(lazy_mode)
@@ -321,10 +352,10 @@ class AdamaxOptimizer(Optimizer):
     type = "adamax"
 
     def __init__(self, learning_rate: float | Variable = 0.001, beta1: float = 0.9,
-                 beta2: float = 0.999, epsilon: float = 1e-8, regularization: Any = None,
-                 name: str | None = None,
-                 grad_clip: Any = None) -> None:
-        super().__init__(learning_rate, regularization, name, grad_clip)
+                 beta2: float = 0.999, epsilon: float = 1e-8, parameter_list: Any = None,
+                 regularization: Any = None, grad_clip: Any = None,
+                 name: str | None = None) -> None:
+        super().__init__(learning_rate, parameter_list, regularization, grad_clip, name)
         self._beta1, self._beta2 = _check_betas(beta1, beta2)
         self._epsilon = _check_positive("epsilon", epsilon)
 
@@ -359,11 +390,11 @@ class LambOptimizer(AdamOptimizer):
 
     def __init__(self, learning_rate: float | Variable = 0.001, lamb_weight_decay: float = 0.01,
                  beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-6,
-                 regularization: Any = None, exclude_from_weight_decay_fn: Any = None,
-                 name: str | None = None,
-                 grad_clip: Any = None) -> None:
-        super().__init__(learning_rate, beta1, beta2, epsilon, regularization, name,
-                         grad_clip=grad_clip)
+                 parameter_list: Any = None, regularization: Any = None,
+                 grad_clip: Any = None, exclude_from_weight_decay_fn: Any = None,
+                 name: str | None = None) -> None:
+        super().__init__(learning_rate, beta1, beta2, epsilon, parameter_list, regularization,
+                         grad_clip, name)
         self._weight_decay = _check_positive("lamb_weight_decay", lamb_weight_decay,
                                              allow_zero=True)
         self._exclude = exclude_from_weight_decay_fn
@@ -388,10 +419,10 @@ class AdagradOptimizer(Optimizer):
 
     type = "adagrad"
 
-    def __init__(self, learning_rate, epsilon: float = 1e-6, regularization: Any = None,
-                 name: str | None = None, initial_accumulator_value: float = 0.0,
-                 grad_clip: Any = None) -> None:
-        super().__init__(learning_rate, regularization, name, grad_clip)
+    def __init__(self, learning_rate, epsilon: float = 1e-6, parameter_list: Any = None,
+                 regularization: Any = None, grad_clip: Any = None, name: str | None = None,
+                 initial_accumulator_value: float = 0.0) -> None:
+        super().__init__(learning_rate, parameter_list, regularization, grad_clip, name)
         self._epsilon = _check_positive("epsilon", epsilon)
         self._initial = _check_positive("initial_accumulator_value",
                                         initial_accumulator_value, allow_zero=True)
@@ -416,10 +447,10 @@ class RMSPropOptimizer(Optimizer):
     type = "rmsprop"
 
     def __init__(self, learning_rate, rho: float = 0.95, epsilon: float = 1e-6,
-                 momentum: float = 0.0, centered: bool = False, regularization: Any = None,
-                 name: str | None = None,
-                 grad_clip: Any = None) -> None:
-        super().__init__(learning_rate, regularization, name, grad_clip)
+                 momentum: float = 0.0, centered: bool = False, parameter_list: Any = None,
+                 regularization: Any = None, grad_clip: Any = None,
+                 name: str | None = None) -> None:
+        super().__init__(learning_rate, parameter_list, regularization, grad_clip, name)
         if not 0.0 <= float(rho) < 1.0:
             raise ValueError(f"rho must be in [0, 1), got {rho}")
         self._rho = float(rho)
@@ -452,9 +483,9 @@ class DecayedAdagradOptimizer(Optimizer):
     type = "decayed_adagrad"
 
     def __init__(self, learning_rate, decay: float = 0.95, epsilon: float = 1e-6,
-                 regularization: Any = None, name: str | None = None,
-                 grad_clip: Any = None) -> None:
-        super().__init__(learning_rate, regularization, name, grad_clip)
+                 parameter_list: Any = None, regularization: Any = None,
+                 grad_clip: Any = None, name: str | None = None) -> None:
+        super().__init__(learning_rate, parameter_list, regularization, grad_clip, name)
         if not 0.0 <= float(decay) < 1.0:
             raise ValueError(f"decay must be in [0, 1), got {decay}")
         self._decay = float(decay)
@@ -481,10 +512,10 @@ class FtrlOptimizer(Optimizer):
     type = "ftrl"
 
     def __init__(self, learning_rate, l1: float = 0.0, l2: float = 0.0,
-                 lr_power: float = -0.5, regularization: Any = None,
-                 name: str | None = None,
-                 grad_clip: Any = None) -> None:
-        super().__init__(learning_rate, regularization, name, grad_clip)
+                 lr_power: float = -0.5, parameter_list: Any = None,
+                 regularization: Any = None, grad_clip: Any = None,
+                 name: str | None = None) -> None:
+        super().__init__(learning_rate, parameter_list, regularization, grad_clip, name)
         self._l1 = _check_positive("l1", l1, allow_zero=True)
         self._l2 = _check_positive("l2", l2, allow_zero=True)
         self._lr_power = float(lr_power)
@@ -517,6 +548,12 @@ Lamb = LambOptimizer
 RMSProp = RMSPropOptimizer
 
 
+def _is_lr_schedule(learning_rate: Any) -> bool:
+    """Whether ``learning_rate`` is a dygraph decay object (``fluid.dygraph.*Decay``: called
+    once per step for that step's rate)."""
+    return callable(learning_rate) and not isinstance(learning_rate, Variable)
+
+
 def _check_parameter_list(parameter_list: Any) -> list | None:
     if parameter_list is None:
         return None
@@ -526,20 +563,7 @@ def _check_parameter_list(parameter_list: Any) -> list | None:
     return list(parameter_list)
 
 
-class _DefaultParameterList:
-    """Fluid 1.8's ``parameter_list=`` of an optimizer's constructor: in a static graph the
-    parameters ``minimize`` updates when its own ``parameter_list`` is not given."""
-
-    _parameter_list: list | None = None
-
-    def minimize(self, loss: Variable, startup_program: Program | None = None,
-                 parameter_list=None, no_grad_set=None, grad_clip: Any = None):
-        return super().minimize(  # type: ignore[misc]
-            loss, startup_program, parameter_list or self._parameter_list, no_grad_set,
-            grad_clip)
-
-
-class AdadeltaOptimizer(_DefaultParameterList, Optimizer):
+class AdadeltaOptimizer(Optimizer):
     """Adadelta, following Fluid 1.8's ``fluid.optimizer.AdadeltaOptimizer``.
 
     Per parameter (the ``adadelta`` op, accumulators ``_avg_squared_grad`` and
@@ -578,13 +602,12 @@ class AdadeltaOptimizer(_DefaultParameterList, Optimizer):
     def __init__(self, learning_rate: float | Variable, epsilon: float = 1.0e-6,
                  rho: float = 0.95, parameter_list: Any = None, regularization: Any = None,
                  grad_clip: Any = None, name: str | None = None) -> None:
-        super().__init__(learning_rate, regularization, name, grad_clip)
+        super().__init__(learning_rate, parameter_list, regularization, grad_clip, name)
         self._epsilon = _check_positive("epsilon", epsilon)
         rho_f = _check_positive("rho", rho, allow_zero=True)
         if rho_f >= 1.0:
             raise ValueError(f"rho must be in [0, 1), got {rho!r}")
         self._rho = rho_f
-        self._parameter_list = _check_parameter_list(parameter_list)
 
     def _create_accumulators(self, block, params):
         for p in params:
@@ -603,7 +626,7 @@ class AdadeltaOptimizer(_DefaultParameterList, Optimizer):
             attrs={"epsilon": self._epsilon, "rho": self._rho})
 
 
-class DpsgdOptimizer(_DefaultParameterList, Optimizer):
+class DpsgdOptimizer(Optimizer):
     """Differentially private SGD (CCS16), following Fluid 1.8's
     ``fluid.optimizer.DpsgdOptimizer`` (the ``dpsgd`` op, no accumulators)::
 
@@ -637,11 +660,10 @@ class DpsgdOptimizer(_DefaultParameterList, Optimizer):
     def __init__(self, learning_rate: float | Variable = 0.001, clip: float = 0.9,
                  batch_size: float = 0.999, sigma: float = 1e-8,
                  parameter_list: Any = None) -> None:
-        super().__init__(learning_rate)
+        super().__init__(learning_rate, parameter_list)
         self._clip = _check_positive("clip", clip)
         self._batch_size = _check_positive("batch_size", batch_size)
         self._sigma = _check_positive("sigma", sigma, allow_zero=True)
-        self._parameter_list = _check_parameter_list(parameter_list)
         #: Fluid's debugging seed of the noise (0: unseeded; see the class notes)
         self._seed: int | None = None
 

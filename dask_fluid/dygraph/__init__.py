@@ -1,0 +1,15 @@
+"""``fluid.dygraph``: Fluid 1.8's imperative mode on dask_fluid's ops.
+
+Inside :func:`guard` every op a layer appends runs at once (the same kernels as a program
+run), variables hold values, ``loss.backward()`` fills gradients and ``optimizer.minimize``
+updates the parameters it is given.
+"""
+
+from __future__ import annotations
+
+from .base import disable_dygraph, enable_dygraph, enabled, guard, no_grad, to_variable
+from .layers import Layer
+from .varbase import ParamBase, VarBase
+
+__all__ = ["Layer", "ParamBase", "VarBase", "disable_dygraph", "enable_dygraph", "enabled",
+           "guard", "no_grad", "to_variable"]
