@@ -17,6 +17,7 @@ from . import (
     compiler,
     contrib,
     control_flow_ops,  # noqa: F401  (the control-flow ops' kernels and gradient rules)
+    dygraph,
     evaluator,
     initializer,
     io,
@@ -38,6 +39,7 @@ from .compiler import (
 )
 from .data import data
 from .data_feeder import DataFeeder
+from .dygraph import disable_dygraph, enable_dygraph
 from .executor import (
     CPUPlace,
     CUDAPlace,
@@ -57,6 +59,7 @@ from .framework import (
     default_main_program,
     default_startup_program,
     device_guard,
+    in_dygraph_mode,
     name_scope,
     program_guard,
 )
@@ -68,6 +71,10 @@ from .param_attr import ParamAttr, WeightNormParamAttr
 from .queue_dataset import DatasetFactory
 
 __version__ = "0.1.0"
+
+#: Fluid 1.8's other names of enable_dygraph / disable_dygraph
+enable_imperative = enable_dygraph
+disable_imperative = disable_dygraph
 
 _LAZY = {
     "DistributeTranspiler": "dask_fluid.transpiler",
@@ -99,8 +106,9 @@ __all__ = [
     "Program", "Scope", "Variable", "WeightNormParamAttr",
     "append_backward", "average", "backward", "clip", "compiler", "contrib", "cpu_places",
     "create_lod_tensor", "create_random_int_lodtensor", "cuda_places", "data",
-    "default_main_program", "default_startup_program", "device_guard", "embedding",
-    "evaluator", "global_scope", "gradients", "initializer", "io", "layers", "load",
+    "default_main_program", "default_startup_program", "device_guard", "disable_dygraph",
+    "disable_imperative", "dygraph", "embedding", "enable_dygraph", "enable_imperative",
+    "evaluator", "global_scope", "gradients", "initializer", "in_dygraph_mode", "io", "layers", "load",
     "load_program_state", "metrics", "name_scope", "nets", "one_hot", "optimizer",
     "program_guard", "regularizer", "save", "scope_guard", "set_program_state", "unique_name",
     *_LAZY,

@@ -673,6 +673,11 @@ class Program:
         return len(self.blocks)
 
     def _create_block(self, parent_idx: int | None = None) -> Block:
+        if _tracer.get() is not None:
+            raise NotImplementedError(
+                "sub-blocks (While, IfElse, Switch, StaticRNN, DynamicRNN, ...) are not "
+                "supported in dygraph mode: use Python's if/for/while on the values, or build "
+                "a Program")
         parent = self.current_block_idx if parent_idx is None else parent_idx
         block = Block(self, len(self.blocks), parent)
         self.blocks.append(block)

@@ -59,7 +59,6 @@ _ALIASES: dict[str, str] = {
     "paddle.fluid.log_helper": "dask_fluid.compat.log_helper",
     "paddle.fluid.reader": "dask_fluid.py_reader",  # PyReader, DataLoader, GeneratorLoader
     "paddle.fluid.dataset": "dask_fluid.queue_dataset",  # DatasetFactory, QueueDataset, ...
-    "paddle.fluid.dygraph": "dask_fluid.compat.dygraph",
     "paddle.fluid.incubate": "dask_fluid.compat.incubate",
     "paddle.compat": "dask_fluid.compat.paddle_compat",
     "paddle.batch": "dask_fluid.compat.batch",

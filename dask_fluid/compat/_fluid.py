@@ -3,7 +3,7 @@
 Every name dask_fluid has is the same object here (``fluid.layers.fc is dask_fluid.layers.fc``,
 ``fluid.Executor``, ``fluid.DistributeTranspiler``, ``fluid.default_main_program`` ...), and so
 is every dask_fluid module of a Fluid 1.8 name (``fluid.io`` once dask_fluid has it). On top
-come Fluid's own ``core``, ``profiler``, ``dygraph``, ``incubate`` and ``log_helper`` from
+come Fluid's own ``core``, ``profiler``, ``incubate`` and ``log_helper`` from
 dask_fluid.compat, and a few top-level Fluid names. Names that are neither raise AttributeError
 saying that dask_fluid does not implement them.
 """
@@ -30,18 +30,13 @@ load_op_library = _stand_in(
     "dask_fluid's ops are numpy/CuPy kernels (add one with dask_fluid.ops.registry.register)",
     __name__)
 
-__all__ = ["Tensor", "in_dygraph_mode", "is_compiled_with_cuda", "load_op_library",
+__all__ = ["Tensor", "is_compiled_with_cuda", "load_op_library",
            "require_version"]
 
 # a package, so that ``import paddle.fluid.layers`` asks the finder for the submodule
 __path__: list[str] = []
 
-_COMPAT_SUBMODULES = ("core", "dygraph", "incubate", "log_helper", "profiler")
-
-
-def in_dygraph_mode() -> bool:
-    """False: dask_fluid has no dygraph mode, so a program is always being built."""
-    return False
+_COMPAT_SUBMODULES = ("core", "incubate", "log_helper", "profiler")
 
 
 class VersionError(Exception):

@@ -1,7 +1,7 @@
 """dask_fluid.compat.install(): ``paddle`` / ``paddle.fluid`` resolve to dask_fluid, and only then.
 
-Also the Fluid 1.8 names that are importable but not implemented (dygraph, the collective fleet,
-the profiler), paddle.fluid.core, paddle.compat, the role makers, and Paddle 1.8's own
+Also the Fluid 1.8 names that are importable but not implemented (the collective fleet, the
+profiler), paddle.fluid.dygraph, paddle.fluid.core, paddle.compat, the role makers, and Paddle 1.8's own
 test_dist_base.py / dist_word2vec.py importing under the compat layer.
 """
 
@@ -145,25 +145,20 @@ def test_paddle_helpers_resolve_when_present(paddle):
 # -- not implemented, importable -------------------------------------------------------------
 
 
-def test_dygraph_imports_and_raises_naming_itself(paddle):
+def test_dygraph_is_dask_fluids(paddle):
+    import paddle.fluid as fluid
     import paddle.fluid.dygraph as dygraph
     from paddle.fluid.dygraph.base import to_variable
-    from paddle.fluid.dygraph.parallel import DataParallel
 
+    assert dygraph is dask_fluid.dygraph
     assert dygraph.enabled() is False
-    with pytest.raises(NotImplementedError, match=r"fluid\.dygraph\.to_variable .*static-graph"):
+    with pytest.raises(RuntimeError, match=r"to_variable works in dygraph mode only"):
         to_variable(np.zeros(2))
-    with pytest.raises(NotImplementedError, match=r"fluid\.dygraph\.guard"):
-        dygraph.guard()
-    with pytest.raises(NotImplementedError, match=r"fluid\.dygraph\.DataParallel"):
-        DataParallel(None, None)
-
-    class Net(dygraph.Layer):  # subclassing at import time works
-        def __init__(self):
-            pass  # never calls super().__init__(): still refused
-
-    with pytest.raises(NotImplementedError, match=r"fluid\.dygraph\.Layer"):
-        Net()
+    with dygraph.guard(fluid.CPUPlace()):
+        assert fluid.in_dygraph_mode() and dygraph.enabled()
+        x = to_variable(np.arange(3, dtype="float32"))
+        np.testing.assert_array_equal((x * 2.0).numpy(), [0.0, 2.0, 4.0])
+    assert fluid.in_dygraph_mode() is False
 
 
 def test_profiler_raises_naming_the_call(paddle):

@@ -1,0 +1,437 @@
+"""Dygraph mode's core: guard, to_variable, VarBase, the tracer, backward, no_grad, Layer.
+
+The references are independent of the tracer: central differences for gradients, numpy for
+values, and the same model trained as a static program for training."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import dask_fluid as fluid
+from dask_fluid import dygraph
+from dask_fluid.ops.selected_rows import SelectedRows
+
+
+def _numeric_grad(f, x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        d = np.zeros_like(x)
+        d[i] = eps
+        g[i] = (f(x + d) - f(x - d)) / (2 * eps)
+    return g
+
+
+class _Linear(dygraph.Layer):
+    """A dense layer from the core alone (dygraph.nn has its own)."""
+
+    def __init__(self, n_in: int, n_out: int, act: str | None = None,
+                 dtype: str = "float32") -> None:
+        super().__init__(dtype=dtype)
+        self.weight = self.create_parameter([n_in, n_out], dtype=dtype)
+        self.bias = self.create_parameter([n_out], dtype=dtype, is_bias=True)
+        self._act = act
+
+    def forward(self, x):
+        y = fluid.layers.elementwise_add(fluid.layers.matmul(x, self.weight), self.bias)
+        return fluid.layers.relu(y) if self._act == "relu" else y
+
+
+class _MLP(dygraph.Layer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = _Linear(4, 8, "relu")
+        self.fc2 = _Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(self.fc1(x))
+
+
+# -- guard and variables ----------------------------------------------------------------------
+
+
+def test_guard_turns_dygraph_mode_on_and_off():
+    assert not fluid.in_dygraph_mode() and not dygraph.enabled()
+    with dygraph.guard(fluid.CPUPlace()):
+        assert fluid.in_dygraph_mode() and dygraph.enabled()
+        main = fluid.default_main_program()
+        x = dygraph.to_variable(np.ones(2, "float32"))
+        assert (x + 1.0).numpy().tolist() == [2.0, 2.0]
+        assert not main.global_block().ops  # nothing was appended to a program
+    assert not fluid.in_dygraph_mode()
+    fluid.enable_dygraph(fluid.CPUPlace())
+    try:
+        assert fluid.in_dygraph_mode()
+    finally:
+        fluid.disable_dygraph()
+    assert not fluid.in_dygraph_mode()
+
+
+def test_static_programs_are_unchanged_outside_the_guard():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", shape=[3])
+        fluid.layers.fc(x, 2)
+    assert [op.type for op in main.global_block().ops] == ["mul", "elementwise_add"]
+    assert type(x) is fluid.Variable
+
+
+def test_to_variable_copies_keeps_dtype_and_checks_input():
+    src = np.arange(6, dtype="float64").reshape(2, 3)
+    with pytest.raises(RuntimeError, match="inside fluid.dygraph.guard"):
+        dygraph.to_variable(src)
+    with dygraph.guard(fluid.CPUPlace()):
+        x = dygraph.to_variable(src, name="x")
+        assert x.name == "x" and x.dtype == "float64" and x.shape == (2, 3)
+        assert x.stop_gradient
+        src[0, 0] = 100.0
+        assert x.numpy()[0, 0] == 0.0  # a copy
+        out = x.numpy()
+        out[0, 1] = -1.0
+        assert x.numpy()[0, 1] == 1.0  # numpy() is a copy too
+        assert dygraph.to_variable(x) is x
+        with pytest.raises(TypeError, match="numpy.ndarray, LoDTensor or VarBase"):
+            dygraph.to_variable([1.0, 2.0])
+        with pytest.raises(TypeError, match="not tensors"):
+            dygraph.to_variable(np.array(["a", "b"]))
+
+
+def test_arithmetic_on_variables_matches_numpy():
+    a = np.array([[1.0, -2.0], [3.0, 4.0]], "float32")
+    b = np.array([[0.5, 2.0], [-1.0, 3.0]], "float32")
+    with dygraph.guard(fluid.CPUPlace()):
+        x, y = dygraph.to_variable(a), dygraph.to_variable(b)
+        np.testing.assert_allclose((x + y).numpy(), a + b)
+        np.testing.assert_allclose((x - y).numpy(), a - b)
+        np.testing.assert_allclose((x * y).numpy(), a * b)
+        np.testing.assert_allclose((x / y).numpy(), a / b)
+        np.testing.assert_allclose((2.0 * x - 1.0).numpy(), 2 * a - 1)
+        np.testing.assert_allclose((-x).numpy(), -a)
+        np.testing.assert_array_equal((x > y).numpy(), a > b)
+        assert float(fluid.layers.reduce_sum(x)) == pytest.approx(6.0)
+        with pytest.raises(ValueError, match="needs one value"):
+            float(x)
+
+
+# -- backward ---------------------------------------------------------------------------------
+
+
+def test_backward_matches_central_differences():
+    rng = np.random.default_rng(0)
+    xv = rng.standard_normal((3, 4))
+    wv = rng.standard_normal((4, 2))
+    label = np.array([[1], [0], [1]], "int64")
+
+    def loss_of(x, w):
+        h = np.tanh(x @ w) * x[:, :2]
+        z = h - h.max(axis=1, keepdims=True)
+        logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        return -logp[np.arange(3), label[:, 0]].mean()
+
+    with dygraph.guard(fluid.CPUPlace()):
+        x = dygraph.to_variable(xv)
+        w = dygraph.to_variable(wv)
+        x.stop_gradient = False
+        w.stop_gradient = False
+        h = fluid.layers.tanh(fluid.layers.matmul(x, w)) * fluid.layers.slice(
+            x, axes=[1], starts=[0], ends=[2])
+        loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(
+            h, dygraph.to_variable(label)))
+        assert float(loss) == pytest.approx(loss_of(xv, wv), rel=1e-10)
+        loss.backward()
+        np.testing.assert_allclose(w.gradient(), _numeric_grad(lambda v: loss_of(xv, v), wv),
+                                   rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(x.gradient(), _numeric_grad(lambda v: loss_of(v, wv), xv),
+                                   rtol=1e-6, atol=1e-9)
+
+
+def test_a_variable_used_twice_gets_both_gradients():
+    with dygraph.guard(fluid.CPUPlace()):
+        x = dygraph.to_variable(np.array([1.0, 2.0, 3.0]))
+        x.stop_gradient = False
+        loss = fluid.layers.reduce_sum(x * x + x)
+        loss.backward()
+        np.testing.assert_allclose(x.gradient(), 2 * np.array([1.0, 2.0, 3.0]) + 1)
+
+
+def test_gradients_add_up_until_cleared():
+    with dygraph.guard(fluid.CPUPlace()):
+        x = dygraph.to_variable(np.array([1.0, 2.0]))
+        x.stop_gradient = False
+        for _ in range(2):
+            fluid.layers.reduce_sum(x * 3.0).backward()
+        np.testing.assert_allclose(x.gradient(), [6.0, 6.0])
+        x.clear_gradient()
+        assert x.gradient() is None
+        fluid.layers.reduce_sum(x * 3.0).backward()
+        np.testing.assert_allclose(x.gradient(), [3.0, 3.0])
+
+
+def test_a_value_rewritten_in_place_keeps_its_gradient_path():
+    # y is read by z, then rewritten by an assign: the backward pass must use each value
+    with dygraph.guard(fluid.CPUPlace()):
+        xv = np.array([1.0, -2.0])
+        x = dygraph.to_variable(xv)
+        x.stop_gradient = False
+        y = x * 2.0
+        z = y * y
+        fluid.layers.assign(x * 5.0, output=y)
+        loss = fluid.layers.reduce_sum(z) + fluid.layers.reduce_sum(y)
+        loss.backward()
+        np.testing.assert_allclose(x.gradient(), 8 * xv + 5)
+
+
+def test_stop_gradient_follows_fluid_18():
+    with dygraph.guard(fluid.CPUPlace()):
+        a = dygraph.to_variable(np.ones(2))
+        b = dygraph.to_variable(np.ones(2))
+        c = a + b
+        assert a.stop_gradient and c.stop_gradient  # nothing needs a gradient
+        with pytest.raises(ValueError, match="nothing to differentiate"):
+            fluid.layers.reduce_sum(c).backward()
+        b.stop_gradient = False
+        d = a * b
+        assert not d.stop_gradient
+        fluid.layers.reduce_sum(d).backward()
+        assert a.gradient() is None
+        np.testing.assert_allclose(b.gradient(), [1.0, 1.0])
+
+
+def test_no_grad_as_context_and_decorator():
+    @dygraph.no_grad
+    def double(v):
+        return v * 2.0
+
+    with dygraph.guard(fluid.CPUPlace()):
+        x = dygraph.to_variable(np.ones(2))
+        x.stop_gradient = False
+        with dygraph.no_grad():
+            y = x * 3.0
+        assert y.stop_gradient and y._node is None
+        assert double(x).stop_gradient
+        assert not (x * 3.0).stop_gradient  # recording is back on
+        with pytest.raises(ValueError, match="no_grad"):
+            fluid.layers.reduce_sum(y).backward()
+
+
+def test_sparse_embedding_gradient_is_rows():
+    table = np.arange(12, dtype="float32").reshape(6, 2)
+    ids = np.array([[1], [4], [1]], "int64")
+    with dygraph.guard(fluid.CPUPlace()):
+        emb = fluid.layers.embedding(
+            dygraph.to_variable(ids), size=[6, 2], is_sparse=True,
+            param_attr=fluid.ParamAttr(name="emb_w",
+                                       initializer=fluid.initializer.NumpyArrayInitializer(
+                                           table)))
+        loss = fluid.layers.reduce_sum(emb * 2.0)
+        loss.backward()
+        w = fluid.framework._dygraph_tracer().block.vars["emb_w"]
+        assert isinstance(w._grad, SelectedRows)
+        values, rows = w.gradient()
+        assert sorted(rows.tolist()) == [1, 1, 4]
+        np.testing.assert_allclose(values, np.full((3, 2), 2.0))
+        fluid.optimizer.SGD(0.5, parameter_list=[w]).minimize(loss)
+        expected = table.copy()
+        expected[1] -= 0.5 * 4.0
+        expected[4] -= 0.5 * 2.0
+        np.testing.assert_allclose(w.numpy(), expected)
+
+
+def test_graph_is_released_with_its_variables():
+    with dygraph.guard(fluid.CPUPlace()):
+        tracer = fluid.framework._dygraph_tracer()
+        x = dygraph.to_variable(np.ones((4, 4)))
+        x.stop_gradient = False
+        for _ in range(5):
+            loss = fluid.layers.reduce_sum(fluid.layers.relu(x * 2.0))
+        node = weakref.ref(loss._node)
+        del loss
+        gc.collect()
+        assert node() is None
+        assert len(tracer.block.vars) < 5  # the intermediates went with their graph
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+def test_static_variables_and_control_flow_are_refused_clearly():
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        static_x = fluid.layers.data("sx", shape=[2])
+    with dygraph.guard(fluid.CPUPlace()):
+        with pytest.raises(ValueError, match="not a variable of this dygraph guard"):
+            fluid.layers.relu(static_x)
+        cond = dygraph.to_variable(np.array([True]))
+        with pytest.raises(NotImplementedError, match="not supported in dygraph mode"):
+            with fluid.layers.While(cond).block():
+                pass
+        with pytest.raises(NotImplementedError, match="WeightNormParamAttr"):
+            _Linear(2, 2).create_parameter([2, 2], attr=fluid.WeightNormParamAttr())
+
+
+def test_optimizer_needs_a_parameter_list_and_gradients():
+    with dygraph.guard(fluid.CPUPlace()):
+        model = _Linear(3, 2)
+        with pytest.raises(AttributeError, match="parameter_list"):
+            fluid.optimizer.SGD(0.1)
+        opt = fluid.optimizer.SGD(0.1, parameter_list=model.parameters())
+        out = model(dygraph.to_variable(np.ones((2, 3), "float32")))
+        loss = fluid.layers.mean(out)
+        with pytest.raises(ValueError, match="loss.backward"):
+            opt.minimize(loss)
+
+
+# -- training ---------------------------------------------------------------------------------
+
+
+def _static_mlp_run(init: dict, xs: list, ys: list, lr: float) -> dict:
+    """The same MLP as _MLP, as a static program with the given initial values."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data("x", shape=[4])
+        y = fluid.layers.data("y", shape=[1], dtype="int64")
+        h = fluid.layers.fc(x, 8, act="relu", param_attr="w1", bias_attr="b1")
+        logits = fluid.layers.fc(h, 3, param_attr="w2", bias_attr="b2")
+        loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, y))
+        fluid.optimizer.Momentum(lr, 0.9).minimize(loss)
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    for name, value in init.items():
+        scope.set(name, value.copy())
+    losses = [exe.run(main, feed={"x": xv, "y": yv}, fetch_list=[loss], scope=scope)[0]
+              for xv, yv in zip(xs, ys, strict=True)]
+    return {"losses": np.array(losses).ravel(),
+            **{n: np.array(scope.get(n)) for n in init}}
+
+
+def _dygraph_mlp_run(xs: list, ys: list, lr: float, place) -> tuple[dict, dict]:
+    with dygraph.guard(place):
+        fluid.default_main_program().random_seed = 3
+        model = _MLP()
+        init = {"w1": model.fc1.weight.numpy(), "b1": model.fc1.bias.numpy(),
+                "w2": model.fc2.weight.numpy(), "b2": model.fc2.bias.numpy()}
+        opt = fluid.optimizer.Momentum(lr, 0.9, parameter_list=model.parameters())
+        losses = []
+        for xv, yv in zip(xs, ys, strict=True):
+            logits = model(dygraph.to_variable(xv))
+            loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(
+                logits, dygraph.to_variable(yv)))
+            loss.backward()
+            opt.minimize(loss)
+            model.clear_gradients()
+            losses.append(float(loss))
+        final = {"losses": np.array(losses), "w1": model.fc1.weight.numpy(),
+                 "b1": model.fc1.bias.numpy(), "w2": model.fc2.weight.numpy(),
+                 "b2": model.fc2.bias.numpy()}
+    return init, final
+
+
+def _batches(steps: int = 6):
+    rng = np.random.default_rng(4)
+    xs = [rng.standard_normal((16, 4)).astype("float32") for _ in range(steps)]
+    ys = [rng.integers(0, 3, (16, 1)).astype("int64") for _ in range(steps)]
+    return xs, ys
+
+
+def test_dygraph_training_equals_the_static_program():
+    xs, ys = _batches()
+    init, dy = _dygraph_mlp_run(xs, ys, 0.2, fluid.CPUPlace())
+    st = _static_mlp_run(init, xs, ys, 0.2)
+    for name in ("losses", "w1", "b1", "w2", "b2"):
+        np.testing.assert_allclose(dy[name], st[name], rtol=2e-5, atol=1e-6, err_msg=name)
+    assert dy["losses"][-1] < dy["losses"][0]
+
+
+def test_dygraph_on_a_cuda_place_trains_as_on_cpu(device_xp):
+    xs, ys = _batches(3)
+    _, cpu = _dygraph_mlp_run(xs, ys, 0.2, fluid.CPUPlace())
+    _, gpu = _dygraph_mlp_run(xs, ys, 0.2, fluid.CUDAPlace(0))
+    for name in ("losses", "w1", "b1", "w2", "b2"):
+        np.testing.assert_allclose(gpu[name], cpu[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_parameters_start_from_the_programs_seed():
+    def first_weight(seed):
+        with dygraph.guard(fluid.CPUPlace()):
+            fluid.default_main_program().random_seed = seed
+            return _Linear(4, 3).weight.numpy()
+
+    np.testing.assert_array_equal(first_weight(7), first_weight(7))
+    assert not np.array_equal(first_weight(7), first_weight(8))
+
+
+def test_dropout_draws_new_masks_each_call_and_replays_with_the_seed():
+    def masks():
+        with dygraph.guard(fluid.CPUPlace()):
+            fluid.default_main_program().random_seed = 11
+            x = dygraph.to_variable(np.ones((50,), "float32"))
+            return [fluid.layers.dropout(x, 0.5).numpy() for _ in range(3)]
+
+    first, again = masks(), masks()
+    assert not np.array_equal(first[0], first[1])
+    for a, b in zip(first, again, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+# -- Layer ------------------------------------------------------------------------------------
+
+
+def test_layer_registers_parameters_and_sublayers_with_fluid_names():
+    with dygraph.guard(fluid.CPUPlace()):
+        model = _MLP()
+        assert model.full_name() == "_mlp_0"
+        assert [(n, p.name) for n, p in model.named_parameters()] == [
+            # Fluid's camel-to-snake rule: "_Linear" -> "__linear"
+            ("fc1.weight", "__linear_0.w_0"), ("fc1.bias", "__linear_0.b_0"),
+            ("fc2.weight", "__linear_1.w_0"), ("fc2.bias", "__linear_1.b_0")]
+        assert [type(s).__name__ for s in model.sublayers()] == ["_Linear", "_Linear"]
+        assert list(model.state_dict()) == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+        assert model.fc1.create_parameter([2], attr=False) is None
+        with pytest.raises(TypeError, match="should be of type Parameter"):
+            model.fc1.weight = np.zeros((4, 8))
+
+
+def test_set_dict_restores_and_checks_values():
+    with dygraph.guard(fluid.CPUPlace()):
+        a, b = _MLP(), _MLP()
+        b.set_dict(a.state_dict())
+        for (_, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters(), strict=True):
+            np.testing.assert_array_equal(pa.numpy(), pb.numpy())
+        by_name = {pb.name: pa.numpy() * 2
+                   for pa, pb in zip(a.parameters(), b.parameters(), strict=True)}
+        b.set_dict(by_name, use_structured_name=False)
+        np.testing.assert_array_equal(b.fc1.weight.numpy(), a.fc1.weight.numpy() * 2)
+        with pytest.raises(RuntimeError, match="fc2.bias"):
+            b.set_dict({k: v for k, v in a.state_dict().items() if k != "fc2.bias"})
+        with pytest.raises(ValueError, match="shape"):
+            b.set_dict({**a.state_dict(), "fc2.bias": np.zeros(5, "float32")})
+
+
+def test_hooks_and_modes():
+    with dygraph.guard(fluid.CPUPlace()):
+        model = _MLP()
+        seen = []
+        pre = model.register_forward_pre_hook(lambda layer, inputs: seen.append("pre"))
+        model.register_forward_post_hook(lambda layer, inputs, out: out * 0.0)
+        out = model(dygraph.to_variable(np.ones((2, 4), "float32")))
+        assert seen == ["pre"] and not out.numpy().any()
+        pre.remove()
+        model(dygraph.to_variable(np.ones((2, 4), "float32")))
+        assert seen == ["pre"]
+        model.eval()
+        assert not model.training and not model.fc1.training
+        assert model(dygraph.to_variable(np.ones((2, 4), "float32"))).stop_gradient
+        model.train()
+        assert model.fc2.training
+        with pytest.raises(RuntimeError, match="dygraph mode only"):
+            _call_outside(model)
+
+
+def _call_outside(model):
+    from dask_fluid.framework import _dygraph_tracer_guard
+
+    with _dygraph_tracer_guard(None):
+        model(None)
