@@ -28,10 +28,12 @@ EMPTY_VAR = "@EMPTY@"
 
 class _Hooks:
     """What modules above this one install when they are imported (Fluid's monkey patches):
-    ``binary_op(x, other, op_type, reverse)`` (:mod:`.layers`: a Variable's arithmetic) and
-    ``clip_from_dict`` (:mod:`.clip`: a parameter's gradient clip, read back from JSON)."""
+    ``binary_op(x, other, op_type, reverse)`` and ``getitem(x, item)`` (:mod:`.layers`: a
+    Variable's arithmetic and indexing) and ``clip_from_dict`` (:mod:`.clip`: a parameter's
+    gradient clip, read back from JSON)."""
 
     binary_op: Callable[[Variable, Any, str, bool], Variable] | None = None
+    getitem: Callable[[Variable, Any], Variable] | None = None
     clip_from_dict: Callable[[Any], Any] | None = None
 
 
@@ -65,8 +67,9 @@ def _dygraph_tracer_guard(tracer: Any) -> Iterator[None]:
 
 
 def install_hook(name: str, fn: Callable[..., Any]) -> None:
-    """Install hook ``name`` (``"binary_op"`` or ``"clip_from_dict"``, see :class:`_Hooks`)."""
-    if name not in ("binary_op", "clip_from_dict"):
+    """Install hook ``name`` (``"binary_op"``, ``"getitem"`` or ``"clip_from_dict"``, see
+    :class:`_Hooks`)."""
+    if name not in ("binary_op", "getitem", "clip_from_dict"):
         raise ValueError(f"framework has no hook {name!r}")
     setattr(_hooks, name, fn)
 
@@ -285,6 +288,18 @@ class Variable:
 
     def __ge__(self, other):
         return self._binary(other, "greater_equal")
+
+    def __getitem__(self, item: Any) -> Variable:
+        """``x[1:3, 0]``: a ``slice`` op (``strided_slice`` for steps other than 1, then
+        ``reverse`` for ``::-1``), as Fluid 1.8's ``_getitem_impl_``."""
+        if _hooks.getitem is None:
+            raise RuntimeError("Variable indexing builds layers: import dask_fluid first")
+        return _hooks.getitem(self, item)
+
+    def __iter__(self) -> Iterator[Variable]:
+        # without this, __getitem__ would make every Variable an endless iterable (slices
+        # clamp instead of raising IndexError)
+        raise TypeError(f"Variable {self.name!r} of a program is not iterable: index it")
 
     # == and != stay Python's identity comparisons (Fluid 1.8 maps them to equal/not_equal):
     # the framework keeps Variables in lists and dicts and compares them there

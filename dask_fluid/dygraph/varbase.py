@@ -182,6 +182,10 @@ class VarBase(Variable):
     def __len__(self) -> int:
         return int(self._checked_value().shape[0])
 
+    def __iter__(self) -> Any:
+        # a value's rows, each through the indexing ops (so gradients reach this variable)
+        return (self[i] for i in range(len(self)))
+
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         value = self.numpy()
         return value if dtype is None else value.astype(dtype)

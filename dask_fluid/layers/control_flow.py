@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .. import unique_name
-from ..framework import Variable, VarType, default_main_program
+from ..framework import Variable, VarType, default_main_program, in_dygraph_mode
 from ..layer_helper import LayerHelper
 from .tensor import assign, cast, equal, fill_constant, logical_and, logical_not
 
@@ -242,7 +242,8 @@ def cond(pred: Variable, true_fn: Any = None, false_fn: Any = None,
     """``true_fn()`` if ``pred`` else ``false_fn()`` (Fluid 1.8's ``layers.cond``): each
     branch's ops go into a ConditionalBlock that runs only when its side is taken, and their
     results are merged with ``select_input``. Forward only (the backward pass through the
-    blocks raises NotImplementedError naming it).
+    blocks raises NotImplementedError naming it). In dygraph mode the taken branch runs, as
+    in Fluid, and is differentiated like any other ops.
 
     Parameters
     ----------
@@ -269,14 +270,18 @@ def cond(pred: Variable, true_fn: Any = None, false_fn: Any = None,
         raise TypeError("cond: pred must be a bool Variable")
     if pred.shape is not None and int(np.prod(pred.shape)) != 1:
         raise TypeError(f"cond: pred must hold one element, got shape {list(pred.shape)}")
+    for fn, what in ((true_fn, "true_fn"), (false_fn, "false_fn")):
+        if fn is not None and not callable(fn):
+            raise TypeError(f"The {what} in cond must be callable, but received "
+                            f"{type(fn).__name__}")
+    if in_dygraph_mode():  # Fluid 1.8: the taken branch simply runs
+        fn = true_fn if bool(pred) else false_fn
+        return None if fn is None else fn()
     outputs = []
     for fn, condition, what in ((true_fn, pred, "true_fn"),
                                 (false_fn, None, "false_fn")):
         result = None
         if fn is not None:
-            if not callable(fn):
-                raise TypeError(f"The {what} in cond must be callable, but received "
-                                f"{type(fn).__name__}")
             block = ConditionalBlock([condition if condition is not None else
                                       logical_not(pred)], is_scalar_condition=True)
             with block.block():

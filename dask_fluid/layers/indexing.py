@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..framework import Variable, convert_dtype
+from ..framework import Variable, convert_dtype, install_hook
 from ..layer_helper import LayerHelper
 from .tensor import _check_var, _shape_tensor_list, assign, zeros
 
@@ -427,3 +427,93 @@ def rank(input: Variable) -> Variable:  # noqa: A002 (Fluid's name)
         raise ValueError(f"rank: the shape of {input.name!r} is unknown when the program is "
                          "built")
     return assign(np.array(len(input.shape), dtype=np.int32))
+
+
+#: Fluid 1.8's ``_getitem_impl_`` end for "to the end of the dim"
+_TO_END = 10000000
+
+
+def _getitem(var: Variable, item: Any) -> Variable:
+    """``var[item]`` as Fluid 1.8's ``_getitem_impl_``: ints and slices per dim (an int drops
+    its dim: ``decrease_axis``), one ``slice`` op, or ``strided_slice`` when a step is not 1,
+    and ``reverse`` for a whole dim taken backwards (``::-1``).
+
+    Raises
+    ------
+    TypeError
+        An index that is not an int or a slice (Ellipsis, None, lists, Variables).
+    IndexError
+        More indices than dims, or an int outside a known dim.
+    """
+    items = item if isinstance(item, tuple) else (item,)
+    shape = var.shape
+    if shape is not None and len(items) > len(shape):
+        raise IndexError(f"too many indices for {var.name!r} of shape {list(shape)}: "
+                         f"{len(items)}")
+    axes, starts, ends, steps, decrease, reverse_axes = [], [], [], [], [], []
+    for dim, each in enumerate(items):
+        if isinstance(each, slice):
+            start, stop, step = each.start, each.stop, each.step
+            if start is None and stop is None and step is None:
+                continue
+            step = 1 if step is None else step
+            if start is None and stop is None and step == -1:
+                reverse_axes.append(dim)
+                continue
+            if start is None and stop is None and step < 0:
+                # Fluid 1.8 asserts step == -1 here; a positive step goes to strided_slice
+                raise TypeError(f"indexing {var.name!r}: a whole dim taken with step {step} "
+                                "(backwards, only ::-1 is supported, as in Fluid)")
+            for v in (start, stop, step):
+                if v is not None and not isinstance(v, (int, np.integer)):
+                    raise TypeError(f"indexing {var.name!r}: slice bounds must be ints, "
+                                    f"got {type(v).__name__}")
+            if step == 0:
+                raise ValueError(f"indexing {var.name!r}: slice step cannot be zero")
+            axes.append(dim)
+            starts.append(0 if start is None else int(start))
+            ends.append(_TO_END if stop is None else int(stop))
+            steps.append(int(step))
+        elif isinstance(each, (int, np.integer)) and not isinstance(each, bool):
+            index = int(each)
+            size = shape[dim] if shape is not None else -1
+            if size > 0 and not -size <= index < size:
+                raise IndexError(f"index {index} is out of bounds for dim {dim} of "
+                                 f"{var.name!r}, of size {size}")
+            axes.append(dim)
+            starts.append(index)
+            ends.append(_TO_END if index == -1 else index + 1)
+            steps.append(1)
+            decrease.append(dim)
+        else:
+            raise TypeError(f"indexing {var.name!r}: only ints and slices are supported (as in "
+                            f"Fluid 1.8), got {type(each).__name__}")
+    out = var
+    if axes:
+        strided = any(s != 1 for s in steps)
+        op_type = "strided_slice" if strided else "slice"
+        helper = LayerHelper(op_type)
+        attrs = {"axes": axes, "starts": starts, "ends": ends, "decrease_axis": decrease,
+                 "infer_flags": [1] * len(axes)}
+        if strided:
+            attrs["strides"] = steps
+        result_shape = None
+        if shape is not None and not strided:
+            dims = list(shape)
+            for a, s, e in zip(axes, starts, ends, strict=True):
+                if dims[a] >= 0:
+                    dims[a] = len(range(*slice(s, e).indices(dims[a])))
+            result_shape = [d for i, d in enumerate(dims) if i not in decrease] or [1]
+        out = helper.create_tmp(dtype=var.dtype, shape=result_shape)
+        helper.append_op(op_type, inputs={"Input": [var]}, outputs={"Out": [out]},
+                         attrs=attrs)
+    if reverse_axes:
+        helper = LayerHelper("reverse")
+        flipped = helper.create_tmp(dtype=var.dtype, shape=out.shape)
+        helper.append_op("reverse", inputs={"X": [out]}, outputs={"Out": [flipped]},
+                         attrs={"axis": reverse_axes})
+        out = flipped
+    return out
+
+
+install_hook("getitem", _getitem)  # a Variable's [] builds these ops

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..framework import Variable, VarType
+from ..framework import Variable, VarType, in_dygraph_mode
 from ..layer_helper import LayerHelper
 from .control_flow import sub_block
 from .tensor import assign
@@ -129,6 +129,15 @@ def while_loop(cond: Callable[..., Variable], body: Callable[..., Any],
     if pre_cond.shape is not None and int(np.prod(pre_cond.shape)) != 1:
         raise TypeError(f"the shape of the variable returned by cond should be [1],but given "
                         f"shape as {list(pre_cond.shape)}.")
+    if in_dygraph_mode():  # Fluid 1.8: a Python loop on the values
+        while bool(pre_cond):
+            outputs = body(*loop_vars)
+            outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+            if len(outputs) != len(loop_vars):
+                raise ValueError("body in while_loop should return the same arity (length "
+                                 "and structure) and types as loop_vars")
+            loop_vars, pre_cond = outputs, cond(*outputs)
+        return list(loop_vars)
     loop = While(pre_cond, is_test, name)
     with loop.block():
         outputs = body(*loop_vars)

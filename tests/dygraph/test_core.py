@@ -435,3 +435,64 @@ def _call_outside(model):
 
     with _dygraph_tracer_guard(None):
         model(None)
+
+
+def test_cond_case_switch_and_while_loop_run_python_control_flow():
+    with dygraph.guard(fluid.CPUPlace()):
+        x = dygraph.to_variable(np.array([2.0]))
+        x.stop_gradient = False
+        big = fluid.layers.cond(x > 1.0, lambda: x * 10.0, lambda: x * -1.0)
+        assert float(big) == 20.0
+        small = fluid.layers.cond(x < 1.0, lambda: x * 10.0, lambda: x * -1.0)
+        assert float(small) == -2.0
+        picked = fluid.layers.switch_case(
+            dygraph.to_variable(np.array([1], "int64")),
+            [lambda: x * 1.0, lambda: x * 2.0, lambda: x * 3.0])
+        assert float(picked) == 4.0
+        i, total = fluid.layers.while_loop(
+            lambda i, t: i < 4.0, lambda i, t: [i + 1.0, t * x],
+            [dygraph.to_variable(np.array([0.0])), dygraph.to_variable(np.array([1.0]))])
+        assert float(i) == 4.0 and float(total) == 16.0
+        total.backward()  # d(x^4)/dx through the loop's ops
+        np.testing.assert_allclose(x.gradient(), [4 * 2.0 ** 3])
+
+
+def test_indexing_matches_numpy_and_differentiates():
+    a = np.arange(24, dtype="float64").reshape(2, 3, 4)
+    with dygraph.guard(fluid.CPUPlace()):
+        x = dygraph.to_variable(a)
+        x.stop_gradient = False
+        for item in (1, -1, (0, 2), (slice(None), 1), (slice(0, 1), slice(1, 3)),
+                     (1, slice(None), slice(0, 4, 2)), (slice(None, None, -1),),
+                     (0, slice(1, None), -1), (slice(None), slice(None), slice(None, None, 3))):
+            np.testing.assert_array_equal(x[item].numpy(), a[item], err_msg=str(item))
+        fluid.layers.reduce_sum(x[1, :, 1:3] * 2.0).backward()
+        expected = np.zeros_like(a)
+        expected[1, :, 1:3] = 2.0
+        np.testing.assert_array_equal(x.gradient(), expected)
+        with pytest.raises(IndexError, match="out of bounds"):
+            x[2]
+        with pytest.raises(IndexError, match="too many indices"):
+            x[0, 0, 0, 0]
+        with pytest.raises(TypeError, match="only ints and slices"):
+            x[[0, 1]]
+        rows = list(x[0])
+        assert len(rows) == 3
+        np.testing.assert_array_equal(rows[2].numpy(), a[0, 2])
+
+
+def test_static_variables_index_too_and_are_not_iterable():
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        x = fluid.layers.data("x", shape=[3, 4], append_batch_size=False)
+        y = x[1:, ::2]
+        z = x[0]
+    assert [op.type for op in main.global_block().ops] == ["strided_slice", "slice"]
+    assert z.shape == (4,)
+    exe = fluid.Executor(fluid.CPUPlace())
+    value = np.arange(12, dtype="float32").reshape(3, 4)
+    got_y, got_z = exe.run(main, feed={"x": value}, fetch_list=[y, z])
+    np.testing.assert_array_equal(got_y, value[1:, ::2])
+    np.testing.assert_array_equal(got_z, value[0])
+    with pytest.raises(TypeError, match="not iterable"):
+        list(x)
