@@ -20,7 +20,13 @@ from typing import Any
 
 from .. import unique_name
 from ..executor import ExecutionError, Executor, Scope
-from ..framework import EMPTY_VAR, Operator, Program, default_main_program
+from ..framework import (
+    EMPTY_VAR,
+    Operator,
+    Program,
+    _dygraph_tracer_guard,
+    default_main_program,
+)
 from ..ops import registry
 from .varbase import ParamBase, VarBase
 
@@ -67,6 +73,8 @@ class Tracer:
         self._seq = itertools.count()
         #: random streams, one per op type, as a program's scope keeps one per op
         self._rngs: dict[tuple, Any] = {}
+        #: while ``TracedLayer.trace`` runs: the program every op is copied into
+        self._recording: Program | None = None
 
     @contextlib.contextmanager
     def no_grad(self) -> Iterator[None]:
@@ -156,8 +164,33 @@ class Tracer:
         for name, var in out_vars.items():
             var._value = scope.vars.get(name)
             var._lod = scope.lods.get(name, ())
+        if self._recording is not None:
+            self._copy_into(self._recording, op, in_vars, out_vars)
         self._record(op, in_vars, out_vars, scope)
         return op
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[Program]:
+        """Copy every op run inside, with its variables, into a new program (what
+        ``TracedLayer.trace`` saves); persistable variables are declared persistable."""
+        saved, self._recording = self._recording, Program()
+        try:
+            yield self._recording
+        finally:
+            self._recording = saved
+
+    @staticmethod
+    def _copy_into(program: Program, op: Operator, in_vars: dict, out_vars: dict) -> None:
+        block = program.global_block()
+        with _dygraph_tracer_guard(None):
+            for name, var in (*in_vars.items(), *out_vars.items()):
+                if not block.has_var(name):
+                    # the value's shape: a traced program runs with the batch it was traced with
+                    # (Fluid 1.8's TracedLayer keeps the traced shapes too)
+                    block.create_var(name=name, shape=var.shape, dtype=var.dtype,
+                                     persistable=var.persistable, type=var.type,
+                                     stop_gradient=var.stop_gradient)
+            block.append_op(op.type, op.inputs, op.outputs, dict(op.attrs))
 
     def _record(self, op: Operator, in_vars: dict, out_vars: dict, scope: Scope) -> None:
         """Keep a node when a gradient may flow through ``op``; set its outputs'

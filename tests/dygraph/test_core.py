@@ -496,3 +496,32 @@ def test_static_variables_index_too_and_are_not_iterable():
     np.testing.assert_array_equal(got_z, value[0])
     with pytest.raises(TypeError, match="not iterable"):
         list(x)
+
+
+# -- TracedLayer ------------------------------------------------------------------------------
+
+
+def test_traced_layer_runs_and_saves_as_an_inference_model(tmp_path):
+    from dask_fluid.dygraph.jit import ProgramTranslator, TracedLayer, declarative
+
+    x_np = np.random.default_rng(2).standard_normal((5, 4)).astype("float32")
+    with dygraph.guard(fluid.CPUPlace()):
+        model = _MLP()
+        out, traced = TracedLayer.trace(model, inputs=[dygraph.to_variable(x_np)])
+        assert [op.type for op in traced.program.global_block().ops] == [
+            "matmul", "elementwise_add", "relu", "matmul", "elementwise_add"]
+        np.testing.assert_allclose(traced([x_np])[0], out.numpy(), rtol=1e-6)
+        traced.save_inference_model(str(tmp_path / "model"))
+        with pytest.raises(TypeError, match="fluid.dygraph.Layer"):
+            TracedLayer.trace(lambda v: v, [dygraph.to_variable(x_np)])
+        with pytest.raises(ValueError, match="one per traced input"):
+            traced([x_np, x_np])
+    exe = fluid.Executor(fluid.CPUPlace())
+    with fluid.scope_guard(fluid.Scope()):
+        program, feeds, fetches = fluid.io.load_inference_model(str(tmp_path / "model"), exe)
+        got = exe.run(program, feed={feeds[0]: x_np}, fetch_list=fetches)[0]
+    np.testing.assert_allclose(got, out.numpy(), rtol=1e-6)
+    with pytest.raises(NotImplementedError, match="dygraph-to-static"):
+        declarative(lambda v: v)
+    with pytest.raises(NotImplementedError, match="ProgramTranslator"):
+        ProgramTranslator()
