@@ -7,9 +7,10 @@ updates the parameters it is given.
 
 from __future__ import annotations
 
+from .backward import BackwardStrategy, grad
 from .base import disable_dygraph, enable_dygraph, enabled, guard, no_grad, to_variable
 from .layers import Layer
 from .varbase import ParamBase, VarBase
 
-__all__ = ["Layer", "ParamBase", "VarBase", "disable_dygraph", "enable_dygraph", "enabled",
-           "guard", "no_grad", "to_variable"]
+__all__ = ["BackwardStrategy", "Layer", "ParamBase", "VarBase", "disable_dygraph",
+           "enable_dygraph", "enabled", "grad", "guard", "no_grad", "to_variable"]

@@ -23,7 +23,19 @@ from .tracer import Node
 from .varbase import VarBase
 
 
-def run_backward(loss: VarBase) -> None:
+class BackwardStrategy:
+    """Fluid 1.8's ``fluid.dygraph.BackwardStrategy``.
+
+    ``sort_sum_gradient`` asks Fluid to sum a variable's gradient parts in a fixed order;
+    here they are always summed in the order of the ops that produced them (the static
+    backward pass's rule), so both settings give the same, reproducible sums.
+    """
+
+    def __init__(self) -> None:
+        self.sort_sum_gradient = False
+
+
+def run_backward(loss: VarBase, backward_strategy: BackwardStrategy | None = None) -> None:
     """Differentiate ``loss`` and add the gradients into the variables it depends on.
 
     Raises
@@ -31,37 +43,18 @@ def run_backward(loss: VarBase) -> None:
     ValueError
         ``loss`` depends on nothing that needs a gradient (computed under ``no_grad``, or
         only from variables with ``stop_gradient=True``).
+    TypeError
+        ``backward_strategy`` is not a BackwardStrategy.
     """
-    node = loss._node
-    if node is None:
+    if backward_strategy is not None and not isinstance(backward_strategy, BackwardStrategy):
+        raise TypeError(f"backward_strategy must be a fluid.dygraph.BackwardStrategy, got "
+                        f"{type(backward_strategy).__name__}")
+    if loss._node is None:
         raise ValueError(
             f"{loss.name!r} depends on no variable that needs a gradient (computed under "
             "no_grad, or only from variables with stop_gradient=True): nothing to "
             "differentiate")
-    tracer = loss.block.program._tracer
-    nodes = _nodes_behind(node)
-    with _dygraph_tracer_guard(None):
-        forward = _SSAProgram(nodes)
-        seed = forward.names[(node.seq, loss.name)] + GRAD_SUFFIX
-        value = loss._checked_value()
-        forward.values[seed] = array_module(value).ones(value.shape, dtype=value.dtype)
-        descs = grad_descs(forward.block.ops, forward.no_grad, [seed])
-        grads = Program()
-        gblock = grads.global_block()
-        for var in forward.block.vars.values():
-            gblock.create_var(name=var.name, shape=var.shape, dtype=var.dtype, type=var.type,
-                              stop_gradient=var.stop_gradient)
-        create_grad_vars(gblock, descs, [seed])
-        for desc in descs:
-            gblock.append_op(desc["type"], desc["inputs"], desc["outputs"], desc["attrs"])
-    scope = Scope()
-    scope.vars.update(forward.values)
-    scope.lods.update(forward.lods)
-    scope._rngs = tracer._rngs
-    # a new executor each pass: its plans are of this pass's program only
-    executor = Executor(tracer.place)
-    with executor._on_device():
-        executor.run_block(grads, gblock, scope)
+    forward, scope = _differentiate([loss], [None], set())
     for name, var in forward.leaves.items():
         grad = scope.vars.get(name + GRAD_SUFFIX)
         if grad is not None and not var.stop_gradient:
@@ -73,10 +66,124 @@ def run_backward(loss: VarBase) -> None:
             var._grad = grad  # an intermediate value: its gradient in this pass
 
 
-def _nodes_behind(last: Node) -> list[Node]:
-    """The nodes ``last`` depends on through variables that take gradients, oldest first."""
-    seen = {id(last): last}
-    todo = [last]
+def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: Any = None,
+         create_graph: bool = False, only_inputs: bool = True, allow_unused: bool = False,
+         no_grad_vars: Any = None, backward_strategy: BackwardStrategy | None = None) -> list:
+    """The gradients of ``outputs`` with respect to ``inputs`` (Fluid 1.8's
+    ``fluid.dygraph.grad``), returned as new variables; the variables' own gradients
+    (``.gradient()``) are left as they are.
+
+    Parameters
+    ----------
+    outputs : VarBase or list of VarBase
+    inputs : VarBase or list of VarBase
+    grad_outputs : VarBase, list of (VarBase or None), optional
+        The gradient each output starts from; ones (its shape) where None.
+    retain_graph : bool, optional
+        Accepted: the traced graph lives as long as its variables either way.
+    create_graph : bool
+        True (gradients that are themselves differentiable) is not implemented.
+    only_inputs : bool
+        Must be True, as in Fluid 1.8.
+    allow_unused : bool
+        An input the outputs do not depend on gives None instead of an error.
+    no_grad_vars : VarBase or list of VarBase, optional
+        Variables no gradient flows through.
+
+    Returns
+    -------
+    list of VarBase or None
+        One per input.
+    """
+    if create_graph:
+        raise NotImplementedError("fluid.dygraph.grad(create_graph=True) (differentiable "
+                                  "gradients, double backward in dygraph mode) is not "
+                                  "implemented in dask_fluid")
+    if not only_inputs:
+        raise AssertionError("only_inputs=False is not supported yet")  # Fluid 1.8's words
+    outs = _var_list(outputs, "outputs")
+    ins = _var_list(inputs, "inputs")
+    seeds = [None] * len(outs) if grad_outputs is None else (
+        list(grad_outputs) if isinstance(grad_outputs, (list, tuple)) else [grad_outputs])
+    if len(seeds) != len(outs):
+        raise ValueError(f"grad: {len(seeds)} grad_outputs for {len(outs)} outputs")
+    for out, seed in zip(outs, seeds, strict=True):
+        if seed is not None and (not isinstance(seed, VarBase) or seed.shape != out.shape):
+            raise ValueError(f"grad: the grad_output of {out.name!r} must be a VarBase of "
+                             f"shape {list(out.shape)}")
+    blocked = {v.name for v in _var_list(no_grad_vars, "no_grad_vars")} if no_grad_vars \
+        is not None else set()
+    live = [(o, s) for o, s in zip(outs, seeds, strict=True) if o._node is not None]
+    results: list = [None] * len(ins)
+    if live:
+        forward, scope = _differentiate([o for o, _ in live], [s for _, s in live], blocked)
+        by_var = {id(v): n for n, v in forward.leaves.items()}
+        for name, ref in forward.outputs.items():
+            var = ref()
+            if var is not None:
+                by_var.setdefault(id(var), name)
+        tracer = ins[0].block.program._tracer
+        for i, var in enumerate(ins):
+            name = by_var.get(id(var))
+            value = None if name is None else scope.vars.get(name + GRAD_SUFFIX)
+            if value is not None:
+                results[i] = tracer.wrap(value, name=var.name + GRAD_SUFFIX)
+    for var, result in zip(ins, results, strict=True):
+        if result is None and not allow_unused:
+            raise ValueError(f"grad: the outputs do not depend on input {var.name!r} (pass "
+                             "allow_unused=True to get None for it)")
+    return results
+
+
+def _var_list(value: Any, what: str) -> list[VarBase]:
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    for item in items:
+        if not isinstance(item, VarBase):
+            raise TypeError(f"grad: {what} must be dygraph variables, got "
+                            f"{type(item).__name__}")
+    return items
+
+
+def _differentiate(targets: list[VarBase], seeds: list, blocked: set[str]
+                   ) -> tuple[_SSAProgram, Scope]:
+    """Run the grad ops of the nodes behind ``targets``, each starting from its seed (a
+    VarBase, or ones where None); returns the forward program and the scope of gradients.
+    ``blocked`` names variables no gradient flows through."""
+    tracer = targets[0].block.program._tracer
+    nodes = _nodes_behind([t._node for t in targets])
+    with _dygraph_tracer_guard(None):
+        forward = _SSAProgram(nodes, blocked)
+        seed_names = []
+        for target, seed in zip(targets, seeds, strict=True):
+            name = forward.names[(target._node.seq, target.name)] + GRAD_SUFFIX
+            value = target._checked_value()
+            forward.values[name] = (array_module(value).ones(value.shape, dtype=value.dtype)
+                                    if seed is None else seed._checked_value())
+            seed_names.append(name)
+        descs = grad_descs(forward.block.ops, forward.no_grad, seed_names)
+        grads = Program()
+        gblock = grads.global_block()
+        for var in forward.block.vars.values():
+            gblock.create_var(name=var.name, shape=var.shape, dtype=var.dtype, type=var.type,
+                              stop_gradient=var.stop_gradient)
+        create_grad_vars(gblock, descs, seed_names)
+        for desc in descs:
+            gblock.append_op(desc["type"], desc["inputs"], desc["outputs"], desc["attrs"])
+    scope = Scope()
+    scope.vars.update(forward.values)
+    scope.lods.update(forward.lods)
+    scope._rngs = tracer._rngs
+    # a new executor each pass: its plans are of this pass's program only
+    executor = Executor(tracer.place)
+    with executor._on_device():
+        executor.run_block(grads, gblock, scope)
+    return forward, scope
+
+
+def _nodes_behind(lasts: list[Node]) -> list[Node]:
+    """The nodes ``lasts`` depend on through variables that take gradients, oldest first."""
+    seen = {id(n): n for n in lasts}
+    todo = list(lasts)
     while todo:
         node = todo.pop()
         for name, var in node.inputs.items():
@@ -91,7 +198,7 @@ class _SSAProgram:
     """The forward program of ``nodes``, one name per value (Fluid's programs may write a
     name twice; a backward pass over recorded values may not)."""
 
-    def __init__(self, nodes: list[Node]) -> None:
+    def __init__(self, nodes: list[Node], blocked: set[str] = frozenset()) -> None:
         self.program = Program()
         self.block = self.program.global_block()
         #: (seq of the writing node, or None for a leaf, forward name) -> name here
@@ -112,7 +219,7 @@ class _SSAProgram:
                        name)
                 if key not in self.names:
                     self._declare(key, node.in_values[name], node.lods.get(name),
-                                  var.stop_gradient)
+                                  var.stop_gradient or name in blocked)
                     if key[0] is None:
                         self.leaves[self.names[key]] = var
                 renamed[name] = self.names[key]
@@ -122,7 +229,7 @@ class _SSAProgram:
                 var = ref()
                 key = (node.seq, name)
                 self._declare(key, value, node.lods.get(name),
-                              var is not None and var.stop_gradient)
+                              (var is not None and var.stop_gradient) or name in blocked)
                 outs[name] = self.names[key]
                 self.outputs[self.names[key]] = ref
             op = node.op

@@ -119,11 +119,11 @@ class VarBase(Variable):
         """Fill the gradients of every variable this one depends on (Fluid 1.8's
         ``VarBase.backward``; gradients add up over calls until ``clear_gradient``).
 
-        ``backward_strategy`` (``BackwardStrategy``) is accepted for its ``sort_sum_gradient``
-        only: gradients here are always summed in a fixed order.
+        ``backward_strategy`` (``BackwardStrategy``): gradients here are always summed in a
+        fixed order, so its ``sort_sum_gradient`` changes nothing.
         """
         from .backward import run_backward  # noqa: PLC0415  (backward imports this module)
-        run_backward(self)
+        run_backward(self, backward_strategy)
 
     def gradient(self) -> Any:
         """The gradient as numpy (None before a backward pass reached it); for a sparse

@@ -525,3 +525,34 @@ def test_traced_layer_runs_and_saves_as_an_inference_model(tmp_path):
         declarative(lambda v: v)
     with pytest.raises(NotImplementedError, match="ProgramTranslator"):
         ProgramTranslator()
+
+
+def test_grad_returns_gradients_without_touching_the_variables():
+    xv = np.array([1.0, 2.0, 3.0])
+    with dygraph.guard(fluid.CPUPlace()):
+        x = dygraph.to_variable(xv)
+        x.stop_gradient = False
+        w = dygraph.to_variable(np.array([0.5, -1.0, 2.0]))
+        w.stop_gradient = False
+        y = x * x * w
+        z = fluid.layers.reduce_sum(y)
+        gx, gw = dygraph.grad(z, [x, w])
+        np.testing.assert_allclose(gx.numpy(), 2 * xv * w.numpy())
+        np.testing.assert_allclose(gw.numpy(), xv ** 2)
+        assert x.gradient() is None
+        (gy,) = dygraph.grad(y, x, grad_outputs=[dygraph.to_variable(np.array([1.0, 0.0, 2.0]))])
+        np.testing.assert_allclose(gy.numpy(), 2 * xv * w.numpy() * [1.0, 0.0, 2.0])
+        mid = x * w
+        top = fluid.layers.reduce_sum(mid * x)
+        (through_x_only,) = dygraph.grad(top, x, no_grad_vars=[mid])
+        np.testing.assert_allclose(through_x_only.numpy(), xv * w.numpy())  # mid's value
+        unused = dygraph.to_variable(np.ones(3))
+        unused.stop_gradient = False
+        with pytest.raises(ValueError, match="allow_unused"):
+            dygraph.grad(z, [x, unused])
+        assert dygraph.grad(z, [x, unused], allow_unused=True)[1] is None
+        with pytest.raises(NotImplementedError, match="create_graph"):
+            dygraph.grad(z, x, create_graph=True)
+        z.backward(dygraph.BackwardStrategy())
+        with pytest.raises(TypeError, match="BackwardStrategy"):
+            z.backward("sorted")
