@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from .backward import BackwardStrategy, grad
 from .base import disable_dygraph, enable_dygraph, enabled, guard, no_grad, to_variable
+from .jit import ProgramTranslator, TracedLayer, declarative, dygraph_to_static_func
 from .layers import Layer
+from .parallel import DataParallel, Env, ParallelEnv, ParallelStrategy, prepare_context
 from .varbase import ParamBase, VarBase
 
-__all__ = ["BackwardStrategy", "Layer", "ParamBase", "VarBase", "disable_dygraph",
-           "enable_dygraph", "enabled", "grad", "guard", "no_grad", "to_variable"]
+__all__ = ["BackwardStrategy", "DataParallel", "Env", "Layer", "ParallelEnv",
+           "ParallelStrategy", "ParamBase", "ProgramTranslator", "TracedLayer", "VarBase",
+           "declarative", "disable_dygraph", "dygraph_to_static_func", "enable_dygraph",
+           "enabled", "grad", "guard", "no_grad", "prepare_context", "to_variable"]

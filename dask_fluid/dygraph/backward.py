@@ -205,6 +205,7 @@ class _SSAProgram:
         self.names: dict[tuple, str] = {}
         self.values: dict[str, Any] = {}
         self.lods: dict[str, tuple] = {}
+        #: the gradients nobody may have (of stop_gradient and blocked variables)
         self.no_grad: set[str] = set()
         #: name here -> the leaf variable its gradient goes to
         self.leaves: dict[str, VarBase] = {}
@@ -259,4 +260,4 @@ class _SSAProgram:
         if lod:
             self.lods[name] = lod
         if stop_gradient:
-            self.no_grad.add(name)
+            self.no_grad.add(name + GRAD_SUFFIX)  # as append_backward: gradient names

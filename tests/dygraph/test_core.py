@@ -556,3 +556,14 @@ def test_grad_returns_gradients_without_touching_the_variables():
         z.backward(dygraph.BackwardStrategy())
         with pytest.raises(TypeError, match="BackwardStrategy"):
             z.backward("sorted")
+
+
+def test_an_intermediate_that_stops_gradients_blocks_its_path():
+    xv = np.array([1.0, 2.0])
+    with dygraph.guard(fluid.CPUPlace()):
+        x = dygraph.to_variable(xv)
+        x.stop_gradient = False
+        mid = x * 3.0
+        mid.stop_gradient = True  # Fluid's detach of an intermediate
+        fluid.layers.reduce_sum(mid * x).backward()
+        np.testing.assert_allclose(x.gradient(), 3 * xv)  # only through the second factor
