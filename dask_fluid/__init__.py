@@ -39,7 +39,7 @@ from .compiler import (
 )
 from .data import data
 from .data_feeder import DataFeeder
-from .dygraph import disable_dygraph, enable_dygraph
+from .dygraph import disable_dygraph, enable_dygraph, load_dygraph, save_dygraph
 from .executor import (
     CPUPlace,
     CUDAPlace,
@@ -103,13 +103,13 @@ __all__ = [
     "Block", "BuildStrategy", "CPUPlace", "CUDAPlace", "CompiledProgram", "DataFeeder",
     "DatasetFactory", "ExecutionError", "ExecutionStrategy", "Executor", "LoDTensor",
     "LoDTensorArray", "OpRole", "Operator", "ParallelExecutor", "ParamAttr", "Parameter",
-    "Program", "Scope", "Variable", "WeightNormParamAttr",
-    "append_backward", "average", "backward", "clip", "compiler", "contrib", "cpu_places",
-    "create_lod_tensor", "create_random_int_lodtensor", "cuda_places", "data",
-    "default_main_program", "default_startup_program", "device_guard", "disable_dygraph",
-    "disable_imperative", "dygraph", "embedding", "enable_dygraph", "enable_imperative",
-    "evaluator", "global_scope", "gradients", "initializer", "in_dygraph_mode", "io", "layers", "load",
-    "load_program_state", "metrics", "name_scope", "nets", "one_hot", "optimizer",
-    "program_guard", "regularizer", "save", "scope_guard", "set_program_state", "unique_name",
+    "Program", "Scope", "Variable", "WeightNormParamAttr", "append_backward", "average",
+    "backward", "clip", "compiler", "contrib", "cpu_places", "create_lod_tensor",
+    "create_random_int_lodtensor", "cuda_places", "data", "default_main_program",
+    "default_startup_program", "device_guard", "disable_dygraph", "disable_imperative", "dygraph",
+    "embedding", "enable_dygraph", "enable_imperative", "evaluator", "global_scope", "gradients",
+    "in_dygraph_mode", "initializer", "io", "layers", "load", "load_dygraph", "load_program_state",
+    "metrics", "name_scope", "nets", "one_hot", "optimizer", "program_guard", "regularizer",
+    "save", "save_dygraph", "scope_guard", "set_program_state", "unique_name",
     *_LAZY,
 ]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import numpy as np
+
 from . import unique_name
 from .backward import append_backward
 from .clip import error_clip_callback
@@ -131,6 +133,8 @@ class Optimizer:
                                persistable=True, stop_gradient=True)
         LayerHelper(self.type).set_variable_initializer(var, ConstantInitializer(fill_value))
         self._accumulators.setdefault(name, {})[param.name] = var
+        if in_dygraph_mode():
+            self._restore_accumulator(var)  # from set_dict's holder, as Fluid 1.8
         return var
 
     def _acc(self, name: str, param: Parameter) -> Variable:
@@ -243,6 +247,143 @@ class Optimizer:
             with _dygraph_tracer().no_grad():
                 return self.apply_gradients(params_grads), params_grads
         return self.apply_gradients(params_grads), params_grads
+
+    # -- dygraph state (Fluid 1.8's Optimizer.state_dict / set_dict / current_step_lr /
+    # set_lr; 1.8 decorates each with @dygraph_only) ----------------------------------------
+    def _require_dygraph(self, api: str) -> Any:
+        tracer = _dygraph_tracer()
+        if tracer is None:
+            raise RuntimeError(f"Optimizer.{api}() works in dygraph mode only: call it "
+                               "inside fluid.dygraph.guard()")
+        return tracer
+
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer's state: each accumulator variable by its name, and, when the
+        learning rate is a ``fluid.dygraph`` decay, its state under ``"LR_Scheduler"`` plus
+        (step decays) its step number as the int32 ``[1]`` variable ``"global_step"``.
+
+        Returns
+        -------
+        dict
+            What ``save_dygraph`` writes to ``.pdopt`` and :meth:`set_dict` restores.
+        """
+        tracer = self._require_dygraph("state_dict")
+        out: dict[str, Any] = {}
+        for accs in self._accumulators.values():
+            for var in accs.values():
+                out[var.name] = var
+        if _is_lr_schedule(self._learning_rate):
+            out.update(self._learning_rate._optimizer_state(tracer))
+        return out
+
+    def set_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (or ``load_dygraph``'s optimizer dict).
+
+        Existing accumulators take their values now; those the next ``minimize`` creates take
+        theirs then (Fluid 1.8 keeps the dict as ``_accumulators_holder`` for that).
+
+        Raises
+        ------
+        TypeError
+            ``state_dict`` is not a dict, or a value is not a variable or array.
+        RuntimeError
+            A value the optimizer needs is missing (an accumulator, ``"LR_Scheduler"`` or
+            ``"global_step"`` of a decay).
+        ValueError
+            A value's shape differs from the variable's (``TypeError`` for its dtype).
+        """
+        self._require_dygraph("set_dict")
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"state_dict must be a dict, got {type(state_dict).__name__}")
+        if _is_lr_schedule(self._learning_rate):
+            self._learning_rate._restore_optimizer_state(state_dict, self._state_array)
+        # Fluid 1.8's holder: accumulators the next minimize creates take their values from
+        # it (_add_accumulator), those that exist take theirs now
+        self._accumulators_holder = state_dict
+        for accs in self._accumulators.values():
+            for var in accs.values():
+                self._restore_accumulator(var)
+
+    def _restore_accumulator(self, var: Variable) -> None:
+        holder = getattr(self, "_accumulators_holder", None)
+        if not holder:
+            return
+        if var.name not in holder:
+            raise RuntimeError(f"Optimizer set error, optimizer variable {var.name} not found "
+                               "in the state dict given to set_dict")
+        var.set_value(self._state_array(var.name, holder[var.name]))
+
+    @staticmethod
+    def _state_array(name: str, value: Any) -> Any:
+        """A state-dict value (variable or numpy array) as a numpy array."""
+        if isinstance(value, Variable):
+            return value.numpy()
+        if isinstance(value, np.ndarray):
+            return value
+        raise TypeError(f"state dict value {name!r} is a {type(value).__name__}: give a "
+                        "variable or a numpy array")
+
+    def current_step_lr(self) -> float:
+        """The learning rate: that of the last ``minimize`` (a decay's rate of the step it
+        took), else the rate the next one will use.
+
+        Returns
+        -------
+        float
+        """
+        tracer = self._require_dygraph("current_step_lr")
+        lr = self._learning_rate
+        current = lr if isinstance(lr, Variable) else self._lr_var.get(id(tracer.program))
+        if current is not None:
+            return float(np.asarray(current.numpy()).reshape(-1)[0])
+        if not _is_lr_schedule(lr):
+            return float(lr)
+        next_rate = getattr(lr, "_next_rate", None)
+        if next_rate is None:
+            raise TypeError(f"current_step_lr: the learning rate is a {type(lr).__name__}, "
+                            "not a fluid.dygraph LearningRateDecay; its rate is known after "
+                            "the first minimize")
+        step_lr = next_rate()
+        if isinstance(step_lr, Variable):
+            return float(np.asarray(step_lr.numpy()).reshape(-1)[0])
+        return float(step_lr)
+
+    def set_lr(self, value: float | Variable) -> None:
+        """Use ``value`` as the learning rate from the next ``minimize`` on (Fluid 1.8).
+
+        Parameters
+        ----------
+        value : float or Variable
+            A float, or a ``[1]`` variable (used as it is, later changes included).
+
+        Raises
+        ------
+        TypeError
+            ``value`` is neither a float nor a variable.
+        RuntimeError
+            The learning rate is a ``LearningRateDecay`` (the two would conflict).
+        ValueError
+            A variable's shape is not ``[1]``, or the float is not > 0.
+        """
+        tracer = self._require_dygraph("set_lr")
+        if not isinstance(value, (Variable, float)):
+            raise TypeError("The type of 'value' in optimizer.set_lr must be (float, Variable), "
+                            f"but received {type(value).__name__}.")
+        if _is_lr_schedule(self._learning_rate):
+            raise RuntimeError("optimizer's learning rate can't be LearningRateDecay when "
+                               "invoke this API, because this will lead to conflict.")
+        key = id(tracer.program)
+        if isinstance(value, float):
+            self._learning_rate = _check_positive("learning_rate", value)
+            # the next minimize makes the rate variable afresh (a variable the caller passed
+            # before is left as it is)
+            self._lr_var.pop(key, None)
+            return
+        if value.shape is None or tuple(value.shape) != (1,):
+            raise ValueError("optimizer's learning rate must be 1-D Tensor with shape[1], got "
+                             f"shape {value.shape}")
+        self._learning_rate = value
+        self._lr_var[key] = value
 
 
 class SGDOptimizer(Optimizer):

@@ -9,12 +9,32 @@ from __future__ import annotations
 
 from .backward import BackwardStrategy, grad
 from .base import disable_dygraph, enable_dygraph, enabled, guard, no_grad, to_variable
+from .checkpoint import load_dygraph, save_dygraph
 from .jit import ProgramTranslator, TracedLayer, declarative, dygraph_to_static_func
 from .layers import Layer
+from .learning_rate_scheduler import (
+    CosineDecay,
+    ExponentialDecay,
+    InverseTimeDecay,
+    LambdaDecay,
+    LearningRateDecay,
+    LinearLrWarmup,
+    MultiStepDecay,
+    NaturalExpDecay,
+    NoamDecay,
+    PiecewiseDecay,
+    PolynomialDecay,
+    ReduceLROnPlateau,
+    StepDecay,
+)
 from .parallel import DataParallel, Env, ParallelEnv, ParallelStrategy, prepare_context
 from .varbase import ParamBase, VarBase
 
-__all__ = ["BackwardStrategy", "DataParallel", "Env", "Layer", "ParallelEnv",
-           "ParallelStrategy", "ParamBase", "ProgramTranslator", "TracedLayer", "VarBase",
-           "declarative", "disable_dygraph", "dygraph_to_static_func", "enable_dygraph",
-           "enabled", "grad", "guard", "no_grad", "prepare_context", "to_variable"]
+__all__ = ["BackwardStrategy", "CosineDecay", "DataParallel", "Env", "ExponentialDecay",
+           "InverseTimeDecay", "LambdaDecay", "Layer", "LearningRateDecay", "LinearLrWarmup",
+           "MultiStepDecay", "NaturalExpDecay", "NoamDecay", "ParallelEnv", "ParallelStrategy",
+           "ParamBase", "PiecewiseDecay", "PolynomialDecay", "ProgramTranslator",
+           "ReduceLROnPlateau", "StepDecay", "TracedLayer", "VarBase", "declarative",
+           "disable_dygraph", "dygraph_to_static_func", "enable_dygraph", "enabled", "grad",
+           "guard", "load_dygraph", "no_grad", "prepare_context", "save_dygraph",
+           "to_variable"]

@@ -278,8 +278,7 @@ def cond(pred: Variable, true_fn: Any = None, false_fn: Any = None,
         fn = true_fn if bool(pred) else false_fn
         return None if fn is None else fn()
     outputs = []
-    for fn, condition, what in ((true_fn, pred, "true_fn"),
-                                (false_fn, None, "false_fn")):
+    for fn, condition in ((true_fn, pred), (false_fn, None)):
         result = None
         if fn is not None:
             block = ConditionalBlock([condition if condition is not None else

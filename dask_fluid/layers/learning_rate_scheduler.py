@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from ..framework import Variable, default_main_program
+from ..framework import Variable, default_main_program, in_dygraph_mode
 from ..initializer import ConstantInitializer
 from ..layer_helper import LayerHelper
 from . import tensor
@@ -19,6 +20,25 @@ __all__ = [
 ]
 
 LR_COUNTER = "@LR_DECAY_COUNTER@"
+
+#: fluid.dygraph's decay classes by name: in dygraph mode each function below returns one (as
+#: Fluid 1.8's do); :mod:`dask_fluid.dygraph.learning_rate_scheduler`, above this module,
+#: registers them when imported
+_DYGRAPH_DECAYS: dict[str, Callable[..., Any]] = {}
+
+
+def register_dygraph_decays(classes: dict[str, Callable[..., Any]]) -> None:
+    """Give the decay functions their dygraph classes (name -> class)."""
+    _DYGRAPH_DECAYS.update(classes)
+
+
+def _dygraph_decay(name: str, *args: Any, **kwargs: Any) -> Any:
+    try:
+        cls = _DYGRAPH_DECAYS[name]
+    except KeyError:
+        raise RuntimeError(f"fluid.dygraph.{name} is not registered: import dask_fluid (its "
+                           "dygraph package registers the decays)") from None
+    return cls(*args, **kwargs)
 
 
 def autoincreased_step_counter(counter_name: str = LR_COUNTER, begin: int = 1,
@@ -50,7 +70,11 @@ def _decay_ratio(decay_steps: float, staircase: bool) -> Variable:
 
 def exponential_decay(learning_rate: float, decay_steps: int, decay_rate: float,
                       staircase: bool = False) -> Variable:
-    """``lr * decay_rate ** (step / decay_steps)`` (floored exponent when ``staircase``)."""
+    """``lr * decay_rate ** (step / decay_steps)`` (floored exponent when ``staircase``);
+    in dygraph mode a ``fluid.dygraph.ExponentialDecay`` (as every decay here: its class)."""
+    if in_dygraph_mode():
+        return _dygraph_decay("ExponentialDecay", learning_rate, decay_steps, decay_rate,
+                              staircase)
     with default_main_program()._lr_schedule_guard():
         return float(learning_rate) * (float(decay_rate) ** _decay_ratio(decay_steps, staircase))
 
@@ -62,6 +86,8 @@ def piecewise_decay(boundaries: Sequence[float], values: Sequence[float]) -> Var
                          f"{len(values)} values and {len(boundaries)} boundaries")
     if list(boundaries) != sorted(boundaries):
         raise ValueError(f"piecewise_decay boundaries must increase, got {list(boundaries)}")
+    if in_dygraph_mode():
+        return _dygraph_decay("PiecewiseDecay", boundaries, values, 0)
     with default_main_program()._lr_schedule_guard():
         global_step = _decay_step_counter()
         lr = tensor.create_global_var([1], 0.0, "float32", persistable=True,
@@ -87,6 +113,8 @@ def noam_decay(d_model: float, warmup_steps: float, learning_rate: float = 1.0) 
     """``learning_rate * d_model ** -0.5 * min(step ** -0.5, warmup_steps ** -1.5 * step)``,
     the step counted from 1 (the Transformer's schedule)."""
     _check_steps("warmup_steps", warmup_steps)
+    if in_dygraph_mode():
+        return _dygraph_decay("NoamDecay", d_model, warmup_steps, learning_rate=learning_rate)
     with default_main_program()._lr_schedule_guard():
         global_step = _decay_step_counter(1)
         a = global_step ** -0.5
@@ -97,6 +125,9 @@ def noam_decay(d_model: float, warmup_steps: float, learning_rate: float = 1.0) 
 def natural_exp_decay(learning_rate: float, decay_steps: int, decay_rate: float,
                       staircase: bool = False) -> Variable:
     """``lr * exp(-decay_rate * step / decay_steps)`` (floored ratio when ``staircase``)."""
+    if in_dygraph_mode():
+        return _dygraph_decay("NaturalExpDecay", learning_rate, decay_steps, decay_rate,
+                              staircase)
     with default_main_program()._lr_schedule_guard():
         return exp(_decay_ratio(decay_steps, staircase) * float(-decay_rate)) * \
             float(learning_rate)
@@ -105,6 +136,9 @@ def natural_exp_decay(learning_rate: float, decay_steps: int, decay_rate: float,
 def inverse_time_decay(learning_rate: float, decay_steps: int, decay_rate: float,
                        staircase: bool = False) -> Variable:
     """``lr / (1 + decay_rate * step / decay_steps)`` (floored ratio when ``staircase``)."""
+    if in_dygraph_mode():
+        return _dygraph_decay("InverseTimeDecay", learning_rate, decay_steps, decay_rate,
+                              staircase)
     with default_main_program()._lr_schedule_guard():
         return float(learning_rate) / (_decay_ratio(decay_steps, staircase) *
                                        float(decay_rate) + 1.0)
@@ -115,6 +149,9 @@ def polynomial_decay(learning_rate: float, decay_steps: int,
                      cycle: bool = False) -> Variable:
     """``(lr - end) * (1 - min(step, decay_steps) / decay_steps) ** power + end``."""
     _check_steps("decay_steps", decay_steps)
+    if in_dygraph_mode():
+        return _dygraph_decay("PolynomialDecay", learning_rate, decay_steps, end_learning_rate,
+                              power, cycle)
     if cycle:
         raise NotImplementedError("polynomial_decay(cycle=True) is not implemented in "
                                   "dask_fluid (it needs the ceil and equal ops)")
@@ -131,6 +168,8 @@ def cosine_decay(learning_rate: float, step_each_epoch: int, epochs: int) -> Var
     """``lr * 0.5 * (cos(floor(step / step_each_epoch) * pi / epochs) + 1)``."""
     _check_steps("step_each_epoch", step_each_epoch)
     _check_steps("epochs", epochs)
+    if in_dygraph_mode():
+        return _dygraph_decay("CosineDecay", learning_rate, step_each_epoch, epochs)
     with default_main_program()._lr_schedule_guard():
         cur_epoch = floor(_decay_step_counter() / float(step_each_epoch))
         return (cos(cur_epoch * float(math.pi / epochs)) + 1.0) * float(learning_rate * 0.5)
@@ -141,6 +180,8 @@ def linear_lr_warmup(learning_rate: float | Variable, warmup_steps: int, start_l
     """From ``start_lr`` linearly to ``end_lr`` over ``warmup_steps`` steps, then
     ``learning_rate`` (a float or another schedule)."""
     _check_steps("warmup_steps", warmup_steps)
+    if in_dygraph_mode():
+        return _dygraph_decay("LinearLrWarmup", learning_rate, warmup_steps, start_lr, end_lr)
     dtype = learning_rate.dtype if isinstance(learning_rate, Variable) else "float32"
     linear_step = float(end_lr) - float(start_lr)
     with default_main_program()._lr_schedule_guard():

@@ -567,3 +567,20 @@ def test_an_intermediate_that_stops_gradients_blocks_its_path():
         mid.stop_gradient = True  # Fluid's detach of an intermediate
         fluid.layers.reduce_sum(mid * x).backward()
         np.testing.assert_allclose(x.gradient(), 3 * xv)  # only through the second factor
+
+
+def test_layers_decay_functions_give_dygraph_decays_in_dygraph_mode():
+    with dygraph.guard(fluid.CPUPlace()):
+        decay = fluid.layers.exponential_decay(0.1, 2, 0.5, staircase=True)
+        assert isinstance(decay, dygraph.ExponentialDecay)
+        assert isinstance(fluid.layers.piecewise_decay([2], [0.1, 0.01]), dygraph.PiecewiseDecay)
+        w = _Linear(2, 1)
+        opt = fluid.optimizer.SGD(decay, parameter_list=w.parameters())
+        rates = []
+        for _ in range(4):
+            loss = fluid.layers.mean(w(dygraph.to_variable(np.ones((1, 2), "float32"))))
+            loss.backward()
+            opt.minimize(loss)
+            w.clear_gradients()
+            rates.append(opt.current_step_lr())
+        np.testing.assert_allclose(rates, [0.1, 0.1, 0.05, 0.05])
