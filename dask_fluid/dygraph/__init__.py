@@ -7,9 +7,11 @@ updates the parameters it is given.
 
 from __future__ import annotations
 
+from . import nn  # noqa: F401  (fluid.dygraph.nn, as in Fluid)
 from .backward import BackwardStrategy, grad
 from .base import disable_dygraph, enable_dygraph, enabled, guard, no_grad, to_variable
 from .checkpoint import load_dygraph, save_dygraph
+from .container import LayerList, ParameterList, Sequential
 from .jit import ProgramTranslator, TracedLayer, declarative, dygraph_to_static_func
 from .layers import Layer
 from .learning_rate_scheduler import (
@@ -27,14 +29,38 @@ from .learning_rate_scheduler import (
     ReduceLROnPlateau,
     StepDecay,
 )
+from .nn import (
+    NCE,
+    BatchNorm,
+    BilinearTensorProduct,
+    Conv2D,
+    Conv2DTranspose,
+    Conv3D,
+    Conv3DTranspose,
+    Dropout,
+    Embedding,
+    GroupNorm,
+    GRUUnit,
+    InstanceNorm,
+    LayerNorm,
+    Linear,
+    Pool2D,
+    PRelu,
+    SpectralNorm,
+    TreeConv,
+)
 from .parallel import DataParallel, Env, ParallelEnv, ParallelStrategy, prepare_context
 from .varbase import ParamBase, VarBase
 
-__all__ = ["BackwardStrategy", "CosineDecay", "DataParallel", "Env", "ExponentialDecay",
-           "InverseTimeDecay", "LambdaDecay", "Layer", "LearningRateDecay", "LinearLrWarmup",
-           "MultiStepDecay", "NaturalExpDecay", "NoamDecay", "ParallelEnv", "ParallelStrategy",
-           "ParamBase", "PiecewiseDecay", "PolynomialDecay", "ProgramTranslator",
-           "ReduceLROnPlateau", "StepDecay", "TracedLayer", "VarBase", "declarative",
-           "disable_dygraph", "dygraph_to_static_func", "enable_dygraph", "enabled", "grad",
-           "guard", "load_dygraph", "no_grad", "prepare_context", "save_dygraph",
-           "to_variable"]
+__all__ = [
+    "BackwardStrategy", "BatchNorm", "BilinearTensorProduct", "Conv2D", "Conv2DTranspose",
+    "Conv3D", "Conv3DTranspose", "CosineDecay", "DataParallel", "Dropout", "Embedding", "Env",
+    "ExponentialDecay", "GRUUnit", "GroupNorm", "InstanceNorm", "InverseTimeDecay", "LambdaDecay",
+    "Layer", "LayerList", "LayerNorm", "LearningRateDecay", "Linear", "LinearLrWarmup",
+    "MultiStepDecay", "NCE", "NaturalExpDecay", "NoamDecay", "PRelu", "ParallelEnv",
+    "ParallelStrategy", "ParamBase", "ParameterList", "PiecewiseDecay", "PolynomialDecay",
+    "Pool2D", "ProgramTranslator", "ReduceLROnPlateau", "Sequential", "SpectralNorm", "StepDecay",
+    "TracedLayer", "TreeConv", "VarBase", "declarative", "disable_dygraph",
+    "dygraph_to_static_func", "enable_dygraph", "enabled", "grad", "guard", "load_dygraph",
+    "no_grad", "prepare_context", "save_dygraph", "to_variable",
+]

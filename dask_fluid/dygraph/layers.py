@@ -24,9 +24,10 @@ __all__ = ["HookRemoveHelper", "Layer"]
 
 
 def _snake(name: str) -> str:
-    """``Conv2DTranspose`` -> ``conv2_d_transpose``, as Fluid's _convert_camel_to_snake."""
+    """``Conv2DTranspose`` -> ``conv2d_transpose``, as Fluid's _convert_camel_to_snake (a
+    digit does not start a new word)."""
     s1 = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)
-    return re.sub("([a-z0-9])([A-Z])", r"\1_\2", s1).lower()
+    return re.sub("([a-z])([A-Z])", r"\1_\2", s1).lower()
 
 
 class HookRemoveHelper:

@@ -245,7 +245,7 @@ def test_conv3d_parameters_and_initialiser_as_fluid():
     with dygraph.guard():
         c = Conv3D(8, 16, 3, groups=2)
         assert [(n, p.name, list(p.shape)) for n, p in c.named_parameters()] == [
-            ("weight", "conv3_d_0.w_0", [16, 4, 3, 3, 3]), ("bias", "conv3_d_0.b_0", [16])]
+            ("weight", "conv3d_0.w_0", [16, 4, 3, 3, 3]), ("bias", "conv3d_0.b_0", [16])]
         # Normal(0, sqrt(2 / (27 * num_channels))); 1728 draws: within 10 % of it
         std = math.sqrt(2.0 / (27 * 8))
         assert abs(c.weight.numpy().std() / std - 1) < 0.1
@@ -275,8 +275,8 @@ def test_conv3d_transpose_default_bias_is_created_but_not_added_as_fluid_1_8():
     x = _rand(rng, [1, 2, 3, 3, 3])
     outs, fixed, params, _ = _dygraph_run(lambda: Conv3DTranspose(2, 3, 2), [x])
     assert [(n, name, list(v.shape)) for n, (name, v, _) in params.items()] == [
-        ("weight", "conv3_d_transpose_0.w_0", [2, 3, 2, 2, 2]),
-        ("bias", "conv3_d_transpose_0.b_0", [3])]
+        ("weight", "conv3d_transpose_0.w_0", [2, 3, 2, 2, 2]),
+        ("bias", "conv3d_transpose_0.b_0", [3])]
     assert np.abs(params["bias"][1]).max() > 0  # a non-zero bias, yet not added
     assert params["bias"][2] is None
     st_outs, st_grads = _static_run(
