@@ -1,7 +1,9 @@
 """``fluid.dygraph.Layer``: the base class of dygraph models (Fluid 1.8's ``dygraph.layers``).
 
 A Layer owns parameters and sub-layers, found by attribute assignment, and runs ``forward``
-when called. Parameters are named as Fluid 1.8 names them (``linear_0.w_0``: the layer's
+when called: in dygraph mode its ops run at once; outside it, as in Fluid 1.8, they are
+appended to the default main program (the parameters are the program's, initialised by the
+startup program). Parameters are named as Fluid 1.8 names them (``linear_0.w_0``: the layer's
 unique full name, then the parameter's), and ``state_dict`` keys are the structured names
 (``fc1.weight``), as ``save_dygraph``/``load_dygraph`` and ``set_dict`` use them.
 """
@@ -14,11 +16,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import unique_name
-from ..framework import Parameter, VarType, _dygraph_tracer
+from ..framework import Parameter, Variable, VarType, _dygraph_tracer
 from ..initializer import Initializer
 from ..layer_helper import LayerHelper
 from ..param_attr import ParamAttr
-from .varbase import ParamBase, VarBase
+from .varbase import VarBase
 
 __all__ = ["HookRemoveHelper", "Layer"]
 
@@ -135,17 +137,14 @@ class Layer:
                                              default_initializer=default_initializer)
 
     def create_variable(self, name: str | None = None, persistable: bool | None = None,
-                        dtype: Any = None, type: str = VarType.LOD_TENSOR) -> VarBase:
+                        dtype: Any = None, type: str = VarType.LOD_TENSOR) -> Variable:
         """A variable of this layer (``<full_name>.<name>``), without a value until an op
-        writes it."""
-        tracer = _dygraph_tracer()
-        if tracer is None:
-            raise RuntimeError("Layer.create_variable works in dygraph mode only: call it "
-                               "inside fluid.dygraph.guard()")
+        writes it (in a static program: a variable of the main program's current block)."""
         name = (f"{self._full_name}.{name}" if name is not None
                 else unique_name.generate(f"{self._full_name}.tmp"))
-        return tracer.create_var(name=name, persistable=bool(persistable),
-                                 dtype=dtype or self._dtype, type=type)
+        # in dygraph mode the block hands creation to the tracer
+        return self._helper.main_program.current_block().create_var(
+            name=name, persistable=bool(persistable), dtype=dtype or self._dtype, type=type)
 
     def add_parameter(self, name: str, parameter: Parameter | None) -> Parameter | None:
         """Register ``parameter`` under attribute ``name``."""
@@ -206,7 +205,7 @@ class Layer:
     def clear_gradients(self) -> None:
         """Forget every parameter's gradient (call after each ``minimize``)."""
         for param in self.parameters():
-            if param.trainable:
+            if param.trainable and isinstance(param, VarBase):  # a program's keep none
                 param.clear_gradient()
 
     # -- state ---------------------------------------------------------------------------------
@@ -237,6 +236,10 @@ class Layer:
             A value's shape or dtype differs from the parameter's.
         """
         for name, param in self.state_dict(include_sublayers=include_sublayers).items():
+            if not isinstance(param, VarBase):
+                raise RuntimeError("set_dict works in dygraph mode: this layer's parameters "
+                                   "belong to a static program (set their values in its "
+                                   "scope, or fluid.io.load_persistables)")
             key = name if use_structured_name else param.name
             if key not in stat_dict:
                 raise RuntimeError(f"Parameter not found, Can't not find [ {key} ] in "
@@ -257,9 +260,8 @@ class Layer:
         raise ValueError("Layer shouldn't implement backward")
 
     def __call__(self, *inputs: Any, **kwargs: Any) -> Any:
-        if _dygraph_tracer() is None:
-            raise RuntimeError(f"{type(self).__name__} runs in dygraph mode only: call it "
-                               "inside fluid.dygraph.guard()")
+        # in dygraph mode the ops run now; outside it they go into the default main program
+        # (Fluid 1.8's layers build static programs too, with the parameters they made)
         for hook in list(self._forward_pre_hooks.values()):
             result = hook(self, inputs)
             if result is not None:
@@ -287,7 +289,7 @@ class Layer:
     def __setattr__(self, name: str, value: Any) -> None:
         params = self.__dict__.get("_parameters")
         layers = self.__dict__.get("_sub_layers")
-        if isinstance(value, ParamBase):
+        if isinstance(value, Parameter):  # a ParamBase, or a program's in static mode
             if params is None:
                 raise ValueError("super(YourLayer, self).__init__() should be called first")
             self.__dict__.pop(name, None)
