@@ -20,7 +20,7 @@ from ..lod import LoDTensorArray
 from ..ops.registry import array_module
 from ..ops.selected_rows import SelectedRows
 from .tracer import Node
-from .varbase import VarBase
+from .varbase import VarBase, install_backward
 
 
 class BackwardStrategy:
@@ -64,6 +64,9 @@ def run_backward(loss: VarBase, backward_strategy: BackwardStrategy | None = Non
         grad = scope.vars.get(name + GRAD_SUFFIX)
         if var is not None and grad is not None:
             var._grad = grad  # an intermediate value: its gradient in this pass
+
+
+install_backward(run_backward)  # loss.backward()
 
 
 def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: Any = None,

@@ -17,6 +17,16 @@ from ..lod import LoDTensor, LoDTensorArray
 from ..ops.registry import array_module, to_host
 from ..ops.selected_rows import SelectedRows, scatter_add
 
+#: the backward pass (:func:`.backward.run_backward`, which sits above this module and installs
+#: itself when imported)
+_backward: Any = None
+
+
+def install_backward(run_backward: Any) -> None:
+    """Give ``VarBase.backward`` its backward pass."""
+    global _backward
+    _backward = run_backward
+
 
 class VarBase(Variable):
     """A variable with a value (Fluid 1.8's dygraph ``VarBase``).
@@ -122,8 +132,9 @@ class VarBase(Variable):
         ``backward_strategy`` (``BackwardStrategy``): gradients here are always summed in a
         fixed order, so its ``sort_sum_gradient`` changes nothing.
         """
-        from .backward import run_backward  # noqa: PLC0415  (backward imports this module)
-        run_backward(self, backward_strategy)
+        if _backward is None:
+            raise RuntimeError("VarBase.backward needs dask_fluid.dygraph imported")
+        _backward(self, backward_strategy)
 
     def gradient(self) -> Any:
         """The gradient as numpy (None before a backward pass reached it); for a sparse
