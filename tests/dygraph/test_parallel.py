@@ -13,7 +13,6 @@ import os
 import pickle
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +35,8 @@ from dask_fluid.dygraph.parallel import (
 )
 from dask_fluid.ops.selected_rows import SelectedRows
 
+from ..launch.cluster import free_ports
+
 ROOT = Path(__file__).resolve().parents[2]
 UNITTESTS = ROOT.parent / "shared/reference/paddle-1.8/unittests"
 MODEL = Path(__file__).with_name("parallel_dygraph_mlp.py")
@@ -44,19 +45,8 @@ PADDLE_VARS = ("PADDLE_TRAINERS_NUM", "PADDLE_TRAINER_ID", "PADDLE_CURRENT_ENDPO
                "PADDLE_TRAINER_ENDPOINTS", "FLAGS_selected_gpus")
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def _endpoints(n: int) -> list[str]:
-    return [f"127.0.0.1:{p}" for p in _free_ports(n)]
+    return [f"127.0.0.1:{p}" for p in free_ports(n)]
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
