@@ -14,6 +14,10 @@ Batches come from ``decorate_sample_generator`` (samples, batched here),
 fields become LoD tensors) or ``decorate_batch_generator`` (one array, or LoDTensor, per
 variable).
 
+In dygraph mode (inside ``fluid.dygraph.guard``), as Fluid 1.8's ``DygraphGeneratorLoader``,
+a reader takes no ``feed_list``, is always iterable and yields each batch as a list of dygraph
+variables, one per field of the samples (each field's values stacked into one array).
+
 As in Fluid, a thread reads the source ahead of the runs into a queue of ``capacity`` batches
 (Fluid's ``LoDTensorBlockingQueue`` and its feeding thread), and ``use_double_buffer`` adds
 Fluid's double buffer, :data:`DOUBLE_BUFFER` batch more: the next batches are converted while
@@ -32,9 +36,11 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 from .data_feeder import DataFeeder
 from .executor import CPUPlace
-from .framework import Program, Variable
+from .framework import Program, Variable, _dygraph_tracer
 
 __all__ = ["DEFAULT_CAPACITY", "DOUBLE_BUFFER", "DataLoader", "EOFException", "GeneratorLoader",
            "PyReader"]
@@ -73,18 +79,30 @@ class PyReader:
     def __init__(self, feed_list: Sequence[Variable] | None = None, capacity: int | None = None,
                  use_double_buffer: bool = True, iterable: bool = True,
                  return_list: bool = False) -> None:
-        if not feed_list:
-            raise ValueError("PyReader needs feed_list: the data layers its batches fill")
         if capacity is not None and int(capacity) <= 0:
             raise ValueError(f"PyReader: capacity must be positive, got {capacity}")
-        self._feed_list = list(feed_list)
+        #: dygraph mode's tracer (its batches become its variables), None in a program
+        self._tracer = _dygraph_tracer()
+        if self._tracer is not None:
+            # Fluid 1.8's DygraphGeneratorLoader: no feed list, iterable, lists of variables
+            if not iterable:
+                raise ValueError("a reader in dygraph mode is iterable only (iterable=True): "
+                                 "take its batches with `for data in loader():`")
+            if not return_list:
+                warnings.warn("Please NOTE: DygraphGeneratorLoader supports returning as list "
+                              "only. Change to return as list.", stacklevel=3)
+            feed_list, return_list = None, True
+        elif not feed_list:
+            raise ValueError("PyReader needs feed_list: the data layers its batches fill")
+        self._feed_list = list(feed_list or ())
         self._ahead = ((DEFAULT_CAPACITY if capacity is None else int(capacity))
                        + (DOUBLE_BUFFER if use_double_buffer else 0))
         self._iterable = bool(iterable)
         self._return_list = bool(return_list)
         self._batches: Callable[[], Iterable[dict]] | None = None
         self._running: _ReadAhead | None = None
-        self._program: Program = self._feed_list[0].block.program
+        self._program: Program | None = (self._feed_list[0].block.program
+                                         if self._feed_list else None)
         if not self._iterable:
             readers = self._program.__dict__.setdefault("_py_readers", [])
             readers.append(self)
@@ -112,6 +130,9 @@ class PyReader:
                                        places: Any = None) -> None:
         """Batches given as lists of samples; :class:`DataFeeder` builds the feeds."""
         _one_place(places, "decorate_sample_list_generator")
+        if self._tracer is not None:  # dygraph: each field's values stacked (Fluid 1.8)
+            self._batches = lambda: (_stacked_fields(batch) for batch in reader())
+            return
         feeder = DataFeeder(self._feed_list, CPUPlace(), program=self._program)
         self._batches = lambda: (feeder.feed(batch) for batch in reader())
 
@@ -119,6 +140,10 @@ class PyReader:
                                  ) -> None:
         """Batches given as one array (or LoDTensor) per variable of ``feed_list``."""
         _one_place(places, "decorate_batch_generator")
+        if self._tracer is not None:  # dygraph: one array per field, in order
+            self._batches = lambda: ([_field_array(v, i) for i, v in enumerate(
+                item.values() if isinstance(item, dict) else item)] for item in reader())
+            return
         names = [v.name for v in self._feed_list]
 
         def feeds() -> Iterator[dict]:
@@ -139,7 +164,11 @@ class PyReader:
         ahead = _ReadAhead(self._source()(), self._ahead)
         try:
             for feed in ahead:
-                yield [list(feed.values())] if self._return_list else [feed]
+                if self._tracer is not None:
+                    # made here, not in the reader thread: the tracer belongs to this one
+                    yield [self._tracer.wrap(self._tracer.executor.to_place(a)) for a in feed]
+                else:
+                    yield [list(feed.values())] if self._return_list else [feed]
         finally:  # the end of the pass, or a loop left early
             ahead.close()
 
@@ -225,6 +254,29 @@ class GeneratorLoader(PyReader):
 
 
 _END = object()  # queued after the last batch
+
+
+def _field_array(value: Any, index: int) -> np.ndarray:
+    """One field of a dygraph batch as an array (Fluid 1.8's ``_check_input_array``)."""
+    try:
+        array = np.asarray(value)
+    except ValueError:  # numpy refuses ragged nested sequences
+        array = np.empty(0, dtype=object)
+    if array.dtype == object:
+        raise TypeError(f"field {index} of a batch is not a regular array (ragged or of "
+                        "objects): every sample's field must have the same shape")
+    return array
+
+
+def _stacked_fields(batch: list) -> list[np.ndarray]:
+    """A list of samples (tuples of fields) as one array per field."""
+    if not batch:
+        raise ValueError("a batch of the sample list generator is empty")
+    width = len(batch[0])
+    for sample in batch:
+        if len(sample) != width:
+            raise ValueError(f"the samples of a batch have {width} and {len(sample)} fields")
+    return [_field_array([sample[i] for sample in batch], i) for i in range(width)]
 
 
 def _one_place(places: Any, method: str) -> None:
