@@ -5,10 +5,10 @@ As in Fluid 1.8 (``python/paddle/fluid/contrib/layers/rnn_impl.py``) everything 
 over basic layers: each unit is concat + matmul + elementwise_add + activations + split, and
 ``basic_gru``/``basic_lstm`` unroll a stack of units per direction with one ``StaticRNN``.
 
-In Fluid the units are ``dygraph.Layer`` subclasses used in static mode; dask_fluid's
-``dygraph.Layer`` is a stand-in that cannot be instantiated, so here they are plain classes
-whose ``__call__``/``forward`` build the static ops and whose ``parameters()`` lists the
-parameters created at the first call. The step arithmetic is that of ``layers.GRUCell`` /
+In Fluid the units are ``dygraph.Layer`` subclasses used in static mode; here they are plain
+classes (not :class:`dask_fluid.dygraph.Layer`: no ``state_dict`` or sub-layer registration)
+whose ``__call__``/``forward`` build the ops and whose ``parameters()`` lists the parameters
+created at the first call. The step arithmetic is that of ``layers.GRUCell`` /
 ``layers.LSTMCell`` (Fluid 1.8 builds those from these very units), so the units delegate
 to them; parameter names and shapes are Fluid's: ``<name_scope>/BasicGRUUnit_<k>.w_0``
 (gate, ``[in + hidden, 2 hidden]``), ``.w_1`` (candidate, ``[in + hidden, hidden]``),
