@@ -54,14 +54,14 @@ def run_backward(loss: VarBase, backward_strategy: BackwardStrategy | None = Non
             f"{loss.name!r} depends on no variable that needs a gradient (computed under "
             "no_grad, or only from variables with stop_gradient=True): nothing to "
             "differentiate")
-    forward, scope = _differentiate([loss], [None], set())
+    forward, grads = _differentiate([loss], [None], set())
     for name, var in forward.leaves.items():
-        grad = scope.vars.get(name + GRAD_SUFFIX)
+        grad = grads.get(name + GRAD_SUFFIX)
         if grad is not None and not var.stop_gradient:
             var._add_grad(grad)
     for name, ref in forward.outputs.items():
         var = ref()
-        grad = scope.vars.get(name + GRAD_SUFFIX)
+        grad = grads.get(name + GRAD_SUFFIX)
         if var is not None and grad is not None:
             var._grad = grad  # an intermediate value: its gradient in this pass
 
@@ -85,7 +85,10 @@ def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: Any 
     retain_graph : bool, optional
         Accepted: the traced graph lives as long as its variables either way.
     create_graph : bool
-        True (gradients that are themselves differentiable) is not implemented.
+        Run the grad ops through the tracer, so that the gradients returned are themselves
+        differentiable (a gradient penalty's ``backward``), through the ops that have a
+        second-order gradient (``docs/ops.md``); the others raise NotImplementedError when the
+        second pass reaches them, as in static programs.
     only_inputs : bool
         Must be True, as in Fluid 1.8.
     allow_unused : bool
@@ -98,10 +101,6 @@ def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: Any 
     list of VarBase or None
         One per input.
     """
-    if create_graph:
-        raise NotImplementedError("fluid.dygraph.grad(create_graph=True) (differentiable "
-                                  "gradients, double backward in dygraph mode) is not "
-                                  "implemented in dask_fluid")
     if not only_inputs:
         raise AssertionError("only_inputs=False is not supported yet")  # Fluid 1.8's words
     outs = _var_list(outputs, "outputs")
@@ -119,7 +118,8 @@ def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: Any 
     live = [(o, s) for o, s in zip(outs, seeds, strict=True) if o._node is not None]
     results: list = [None] * len(ins)
     if live:
-        forward, scope = _differentiate([o for o, _ in live], [s for _, s in live], blocked)
+        forward, grads = _differentiate([o for o, _ in live], [s for _, s in live], blocked,
+                                        create_graph=bool(create_graph))
         by_var = {id(v): n for n, v in forward.leaves.items()}
         for name, ref in forward.outputs.items():
             var = ref()
@@ -128,8 +128,10 @@ def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: Any 
         tracer = ins[0].block.program._tracer
         for i, var in enumerate(ins):
             name = by_var.get(id(var))
-            value = None if name is None else scope.vars.get(name + GRAD_SUFFIX)
-            if value is not None:
+            value = None if name is None else grads.get(name + GRAD_SUFFIX)
+            if isinstance(value, VarBase):
+                results[i] = value
+            elif value is not None:
                 results[i] = tracer.wrap(value, name=var.name + GRAD_SUFFIX)
     for var, result in zip(ins, results, strict=True):
         if result is None and not allow_unused:
@@ -147,11 +149,12 @@ def _var_list(value: Any, what: str) -> list[VarBase]:
     return items
 
 
-def _differentiate(targets: list[VarBase], seeds: list, blocked: set[str]
-                   ) -> tuple[_SSAProgram, Scope]:
+def _differentiate(targets: list[VarBase], seeds: list, blocked: set[str],
+                   create_graph: bool = False) -> tuple[_SSAProgram, dict[str, Any]]:
     """Run the grad ops of the nodes behind ``targets``, each starting from its seed (a
-    VarBase, or ones where None); returns the forward program and the scope of gradients.
-    ``blocked`` names variables no gradient flows through."""
+    VarBase, or ones where None); returns the forward program and the values by name (arrays;
+    with ``create_graph`` dygraph variables, the grad ops traced). ``blocked`` names
+    variables no gradient flows through."""
     tracer = targets[0].block.program._tracer
     nodes = _nodes_behind([t._node for t in targets])
     with _dygraph_tracer_guard(None):
@@ -163,6 +166,8 @@ def _differentiate(targets: list[VarBase], seeds: list, blocked: set[str]
             forward.values[name] = (array_module(value).ones(value.shape, dtype=value.dtype)
                                     if seed is None else seed._checked_value())
             seed_names.append(name)
+            if seed is not None:
+                forward.seed_vars[name] = seed
         descs = grad_descs(forward.block.ops, forward.no_grad, seed_names)
         grads = Program()
         gblock = grads.global_block()
@@ -172,6 +177,8 @@ def _differentiate(targets: list[VarBase], seeds: list, blocked: set[str]
         create_grad_vars(gblock, descs, seed_names)
         for desc in descs:
             gblock.append_op(desc["type"], desc["inputs"], desc["outputs"], desc["attrs"])
+    if create_graph:
+        return forward, _trace_grad_ops(tracer, forward, gblock)
     scope = Scope()
     scope.vars.update(forward.values)
     scope.lods.update(forward.lods)
@@ -180,7 +187,49 @@ def _differentiate(targets: list[VarBase], seeds: list, blocked: set[str]
     executor = Executor(tracer.place)
     with executor._on_device():
         executor.run_block(grads, gblock, scope)
-    return forward, scope
+    return forward, scope.vars
+
+
+def _trace_grad_ops(tracer: Any, forward: _SSAProgram, gblock: Any) -> dict[str, Any]:
+    """Run ``gblock``'s grad ops through the tracer, on the live variables of the forward
+    values, so that the tracer records them: the gradients come back as dygraph variables a
+    later backward pass differentiates (``grad(create_graph=True)``)."""
+    values: dict[str, Any] = {}
+    for name, var in forward.leaves.items():
+        values[name] = _live(var, forward.values[name], name)
+    for name, ref in forward.outputs.items():
+        var = ref()
+        # an output nobody reads later is dead: no gradient reaches it through the graph
+        values[name] = (_live(var, forward.values[name], name) if var is not None
+                        else tracer.wrap(forward.values[name]))
+    for name, value in forward.values.items():
+        if name not in values:  # the seeds
+            seed = forward.seed_vars.get(name)
+            values[name] = seed if seed is not None else tracer.wrap(value)
+    for op in gblock.ops:
+        ins = {slot: [values[n] if n != EMPTY_VAR else n for n in names]
+               for slot, names in op.inputs.items()}
+        outs = {}
+        for slot, names in op.outputs.items():
+            made = []
+            for n in names:
+                if n != EMPTY_VAR:
+                    values[n] = tracer.create_var(name=n)
+                made.append(values.get(n, n))
+            outs[slot] = made
+        tracer.trace_op(op.type, ins, outs, dict(op.attrs))
+    return values
+
+
+def _live(var: VarBase, recorded: Any, name: str) -> VarBase:
+    """``var`` to differentiate through, when it still holds the value the forward pass
+    read."""
+    if var._value is not recorded:
+        raise NotImplementedError(
+            f"grad(create_graph=True) through {name!r}, whose value was replaced after the "
+            "forward pass read it (set_value, an in-place op, an optimizer step), is not "
+            "implemented: take the gradient before changing it")
+    return var
 
 
 def _nodes_behind(lasts: list[Node]) -> list[Node]:
@@ -214,6 +263,8 @@ class _SSAProgram:
         self.leaves: dict[str, VarBase] = {}
         #: name here -> weak reference to the output variable
         self.outputs: dict[str, Any] = {}
+        #: seed gradient name -> the caller's grad_output variable
+        self.seed_vars: dict[str, VarBase] = {}
         in_path = {id(n) for n in nodes}
         for node in nodes:
             renamed: dict[str, str] = {}

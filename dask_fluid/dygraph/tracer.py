@@ -198,7 +198,10 @@ class Tracer:
         needs_grad = self._train_mode and any(not v.stop_gradient for v in in_vars.values())
         opdef = registry.get(op.type)
         node = None
-        if needs_grad and opdef.grad is not None:
+        # a grad op without a gradient of its own is recorded all the same: a second
+        # backward pass that reaches it raises (the static pass's rule), where leaving it
+        # out would drop that part of the gradient silently
+        if needs_grad and (opdef.grad is not None or op.type.endswith("_grad")):
             node = Node(next(self._seq), op,
                         inputs=dict(in_vars),
                         in_values={n: v._value for n, v in in_vars.items()},

@@ -426,15 +426,64 @@ def test_hooks_and_modes():
         assert model(dygraph.to_variable(np.ones((2, 4), "float32"))).stop_gradient
         model.train()
         assert model.fc2.training
-        with pytest.raises(RuntimeError, match="dygraph mode only"):
-            _call_outside(model)
 
 
-def _call_outside(model):
-    from dask_fluid.framework import _dygraph_tracer_guard
+class _MnistLike(dygraph.Layer):
+    """Fluid 1.8's test_imperative_mnist pattern: one Layer class, built in either mode."""
 
-    with _dygraph_tracer_guard(None):
-        model(None)
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = dygraph.Conv2D(1, 4, 3, act="relu")
+        self.pool = dygraph.Pool2D(2, "max", 2)
+        self.norm = dygraph.BatchNorm(4)
+        self.fc = dygraph.Linear(4 * 3 * 3, 10)
+
+    def forward(self, x):
+        h = self.norm(self.pool(self.conv(x)))
+        return self.fc(fluid.layers.reshape(h, [-1, 4 * 3 * 3]))
+
+
+def test_a_layer_class_builds_the_same_model_as_a_static_program():
+    # Fluid 1.8's test_imperative_*: the same seeds give the same start in both modes, and
+    # the same steps (each parameter is drawn from the seed and its name)
+    rng = np.random.default_rng(6)
+    xs = [rng.standard_normal((8, 1, 8, 8)).astype("float32") for _ in range(3)]
+    ys = [rng.integers(0, 10, (8, 1)).astype("int64") for _ in range(3)]
+    seed = 90
+    with dygraph.guard(fluid.CPUPlace()):
+        fluid.default_startup_program().random_seed = seed
+        fluid.default_main_program().random_seed = seed
+        model = _MnistLike()
+        opt = fluid.optimizer.SGD(0.1, parameter_list=model.parameters())
+        dy_losses = []
+        for x, y in zip(xs, ys, strict=True):
+            loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(
+                model(dygraph.to_variable(x)), dygraph.to_variable(y)))
+            loss.backward()
+            opt.minimize(loss)
+            model.clear_gradients()
+            dy_losses.append(float(loss))
+        dy_params = {p.name: p.numpy() for p in model.parameters()}
+
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = seed
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        model = _MnistLike()
+        img = fluid.layers.data("img", shape=[1, 8, 8])
+        label = fluid.layers.data("label", shape=[1], dtype="int64")
+        loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(model(img), label))
+        fluid.optimizer.SGD(0.1).minimize(loss)
+    assert sorted(p.name for p in model.parameters()) == sorted(dy_params)
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    st_losses = [exe.run(main, feed={"img": x, "label": y}, fetch_list=[loss], scope=scope)[0]
+                 for x, y in zip(xs, ys, strict=True)]
+    np.testing.assert_allclose(np.ravel(st_losses), dy_losses, rtol=1e-5)
+    for name, value in dy_params.items():
+        np.testing.assert_allclose(np.array(scope.get(name)), value, rtol=1e-4, atol=1e-6,
+                                   err_msg=name)
+    with pytest.raises(RuntimeError, match="set_dict works in dygraph mode"):
+        model.set_dict({})
 
 
 def test_cond_case_switch_and_while_loop_run_python_control_flow():
@@ -551,8 +600,6 @@ def test_grad_returns_gradients_without_touching_the_variables():
         with pytest.raises(ValueError, match="allow_unused"):
             dygraph.grad(z, [x, unused])
         assert dygraph.grad(z, [x, unused], allow_unused=True)[1] is None
-        with pytest.raises(NotImplementedError, match="create_graph"):
-            dygraph.grad(z, x, create_graph=True)
         z.backward(dygraph.BackwardStrategy())
         with pytest.raises(TypeError, match="BackwardStrategy"):
             z.backward("sorted")
@@ -584,3 +631,110 @@ def test_layers_decay_functions_give_dygraph_decays_in_dygraph_mode():
             w.clear_gradients()
             rates.append(opt.current_step_lr())
         np.testing.assert_allclose(rates, [0.1, 0.1, 0.05, 0.05])
+
+
+def test_data_loader_yields_dygraph_variables():
+    def samples():
+        for i in range(7):
+            yield np.full((3,), i, "float32"), np.array([i % 2], "int64")
+
+    with dygraph.guard(fluid.CPUPlace()):
+        with pytest.warns(UserWarning, match="returning as list only"):
+            loader = fluid.io.DataLoader.from_generator(capacity=4)
+        loader.set_sample_generator(samples, batch_size=3, drop_last=False)
+        batches = [data for data in loader()]
+        assert [len(b) for b in batches] == [2, 2, 2]
+        img, label = batches[0]
+        assert isinstance(img, dygraph.VarBase) and img.stop_gradient
+        np.testing.assert_array_equal(img.numpy(), [[0] * 3, [1] * 3, [2] * 3])
+        assert label.shape == (3, 1) and label.dtype == "int64"
+        assert batches[-1][0].shape == (1, 3)
+        loader = fluid.io.DataLoader.from_generator(capacity=2, return_list=True)
+        loader.set_batch_generator(lambda: iter([(np.ones((2, 3), "float32"), np.zeros(2))]))
+        (x, y), = list(loader())
+        assert x.shape == (2, 3) and y.shape == (2,)
+        with pytest.raises(ValueError, match="iterable only"):
+            fluid.io.DataLoader.from_generator(capacity=2, iterable=False, return_list=True)
+        ragged = fluid.io.DataLoader.from_generator(capacity=2, return_list=True)
+        ragged.set_sample_list_generator(lambda: iter([[(np.ones(2),), (np.ones(3),)]]))
+        with pytest.raises(TypeError, match="same shape"):
+            list(ragged())
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda params: fluid.optimizer.Momentum(
+        0.1, 0.9, parameter_list=params, regularization=fluid.regularizer.L2Decay(0.01),
+        grad_clip=fluid.clip.GradientClipByGlobalNorm(0.5)),
+    lambda params: fluid.optimizer.Adam(
+        0.05, parameter_list=params, grad_clip=fluid.clip.GradientClipByValue(0.05)),
+], ids=["momentum-l2-globalnorm", "adam-clipbyvalue"])
+def test_regularization_and_clipping_match_the_static_program(make_opt):
+    xs, ys = _batches(3)
+    seed = 21
+    with dygraph.guard(fluid.CPUPlace()):
+        fluid.default_startup_program().random_seed = seed
+        fluid.default_main_program().random_seed = seed
+        model = _MLP()
+        opt = make_opt(model.parameters())
+        accs = []
+        for x, y in zip(xs, ys, strict=True):
+            logits = model(dygraph.to_variable(x))
+            label = dygraph.to_variable(y)
+            loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, label))
+            accs.append(float(fluid.layers.accuracy(fluid.layers.softmax(logits), label)))
+            loss.backward()
+            opt.minimize(loss)
+            model.clear_gradients()
+        dy = {p.name: p.numpy() for p in model.parameters()}
+
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = seed
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        model = _MLP()
+        x = fluid.layers.data("x", shape=[4])
+        y = fluid.layers.data("y", shape=[1], dtype="int64")
+        logits = model(x)
+        loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, y))
+        acc = fluid.layers.accuracy(fluid.layers.softmax(logits), y)
+        make_opt(None).minimize(loss)
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    st_accs = [exe.run(main, feed={"x": xv, "y": yv}, fetch_list=[acc], scope=scope)[0].item()
+               for xv, yv in zip(xs, ys, strict=True)]
+    assert accs == pytest.approx(st_accs)
+    for name, value in dy.items():
+        np.testing.assert_allclose(np.array(scope.get(name)), value, rtol=1e-4, atol=1e-6,
+                                   err_msg=name)
+
+
+def test_grad_with_create_graph_gives_a_differentiable_gradient_penalty():
+    # WGAN-GP in dygraph: penalty = sum((d critic / d x)^2), differentiated for the weights
+    rng = np.random.default_rng(8)
+    xv, w1v, w2v = (rng.standard_normal(s) for s in ((5, 3), (3, 4), (4, 1)))
+
+    def penalty_of(w1, w2):
+        dx = (2 * (xv @ w1) * w2.T) @ w1.T  # d sum(critic) / dx of critic = (x w1)^2 w2
+        return float((dx ** 2).sum())
+
+    with dygraph.guard(fluid.CPUPlace()):
+        x = dygraph.to_variable(xv)
+        x.stop_gradient = False
+        w1, w2 = dygraph.to_variable(w1v), dygraph.to_variable(w2v)
+        w1.stop_gradient = w2.stop_gradient = False
+        # ops with second-order gradients in Fluid 1.8: mul, square, reduce_sum
+        critic = fluid.layers.mul(fluid.layers.square(fluid.layers.mul(x, w1)), w2)
+        (dx,) = dygraph.grad(critic, x, create_graph=True)
+        assert not dx.stop_gradient
+        penalty = fluid.layers.reduce_sum(fluid.layers.square(dx))
+        assert float(penalty) == pytest.approx(penalty_of(w1v, w2v), rel=1e-10)
+        penalty.backward()
+        np.testing.assert_allclose(
+            w1.gradient(), _numeric_grad(lambda v: penalty_of(v, w2v), w1v), rtol=1e-5,
+            atol=1e-8)
+        np.testing.assert_allclose(
+            w2.gradient(), _numeric_grad(lambda v: penalty_of(w1v, v), w2v), rtol=1e-5,
+            atol=1e-8)
+        with pytest.raises(NotImplementedError, match="second-order"):
+            y = fluid.layers.tanh(fluid.layers.mul(x, w1))  # tanh_grad_grad came after 1.8
+            (gx,) = dygraph.grad(fluid.layers.reduce_sum(y), x, create_graph=True)
+            fluid.layers.reduce_sum(gx * gx).backward()
