@@ -8,6 +8,10 @@ Each class takes Fluid 1.8's constructor arguments, creates its parameters once 
 the static ``fluid.layers`` function of the same name appends (``conv2d`` or
 ``depthwise_conv2d``, then ``elementwise_add`` of the bias along axis 1, then the
 activation; ``matmul`` + ``elementwise_add`` for Linear; ...), which the tracer runs at once.
+Outside ``fluid.dygraph.guard`` the same call appends those ops to the default main program,
+as in Fluid 1.8: each output is declared with the shape the static function declares (``-1``
+where the input's dim is unknown), and dims a static input leaves unknown are not checked
+when the program is built (the kernels check the values).
 Dropout and BatchNorm follow ``Layer.train()`` / ``Layer.eval()`` (``self.training``).
 
 The module also holds (from :mod:`.nn_extra`) GRUUnit, BilinearTensorProduct, Conv3D,
@@ -75,11 +79,16 @@ def _float_dtype(dtype: Any, layer: str, half: bool = False) -> str:
 
 def _check_input(x: Any, layer: str, dtype: str | None = None,
                  rank: int | Sequence[int] | None = None) -> tuple[int, ...]:
-    """Check that ``x`` is a dygraph variable (of ``dtype``, of ``rank``); its shape."""
+    """Check that ``x`` is a variable (of ``dtype``, of ``rank``); its shape.
+
+    ``x`` is a dygraph variable (its shape from its value) or, outside the guard, a static
+    Variable whose declared shape may hold ``-1`` for dims unknown until run time.
+    """
     if not isinstance(x, Variable):
-        raise TypeError(f"{layer}: the input must be a dygraph variable (to_variable), got "
+        raise TypeError(f"{layer}: the input must be a dygraph variable (to_variable) or, "
+                        f"outside the guard, a Variable of the program, got "
                         f"{type(x).__name__}")
-    shape = tuple(x.shape or ())
+    shape = tuple(int(d) for d in (x.shape or ()))
     if rank is not None:
         ranks = (rank,) if isinstance(rank, int) else tuple(rank)
         if len(shape) not in ranks:
@@ -93,6 +102,22 @@ def _check_input(x: Any, layer: str, dtype: str | None = None,
     return shape
 
 
+def _fits(dim: int, want: int) -> bool:
+    """A declared dim matches ``want``: equal, or unknown (``-1``) until run time, when the
+    op's kernel checks the value."""
+    return dim < 0 or dim == want
+
+
+def _no_output(sizes: Sequence[int], inputs: Sequence[int]) -> bool:
+    """Some known input size leaves an empty (or negative) output size."""
+    return any(i >= 0 and o <= 0 for i, o in zip(inputs, sizes, strict=True))
+
+
+def _known_prod(dims: Sequence[int]) -> int:
+    """The product of ``dims``, or ``-1`` where one is unknown."""
+    return math.prod(dims) if all(d >= 0 for d in dims) else -1
+
+
 class _Layer(Layer):
     """A Fluid 1.8 dygraph layer: its name scope from its class name (``Conv2D`` ->
     ``conv2d``), as 1.8's ``Layer``."""
@@ -100,8 +125,11 @@ class _Layer(Layer):
     def __init__(self, dtype: Any = "float32", name_scope: str | None = None) -> None:
         super().__init__(name_scope, dtype)
 
-    def _tmp(self, dtype: Any, stop_gradient: bool = False) -> Variable:
-        return self._helper.create_tmp(dtype=dtype, stop_gradient=stop_gradient)
+    def _tmp(self, dtype: Any, shape: Sequence[int], stop_gradient: bool = False) -> Variable:
+        """An output of ``shape``: what the static ``fluid.layers`` function declares, so
+        that a static program can go on from it (dygraph mode takes the value's shape)."""
+        return self._helper.create_tmp(dtype=dtype, shape=list(shape),
+                                       stop_gradient=stop_gradient)
 
     def _bias_act(self, pre_bias: Variable, bias: Variable | None, axis: int,
                   act: str | None) -> Variable:
@@ -109,7 +137,7 @@ class _Layer(Layer):
         then the activation ``act``."""
         out = pre_bias
         if bias is not None:
-            out = self._tmp(pre_bias.dtype)
+            out = self._tmp(pre_bias.dtype, pre_bias.shape)
             self._helper.append_op("elementwise_add", inputs={"X": [pre_bias], "Y": [bias]},
                                    outputs={"Out": [out]}, attrs={"axis": axis})
         return self._helper.append_activation(out, act)
@@ -152,10 +180,10 @@ class Linear(_Layer):
 
     def forward(self, input: Variable) -> Variable:
         shape = _check_input(input, "Linear", self._dtype)
-        if not shape or shape[-1] != self._input_dim:
+        if not shape or not _fits(shape[-1], self._input_dim):
             raise ValueError(f"Linear: the input {input.name!r} has shape {list(shape)}; its "
                              f"last dim must be input_dim={self._input_dim}")
-        pre_bias = self._tmp(self._dtype)
+        pre_bias = self._tmp(self._dtype, [*shape[:-1], self._output_dim])
         self._helper.append_op("matmul", inputs={"X": [input], "Y": [self.weight]},
                                outputs={"Out": [pre_bias]},
                                attrs={"transpose_X": False, "transpose_Y": False,
@@ -231,18 +259,18 @@ class Conv2D(_Layer):
 
     def forward(self, input: Variable) -> Variable:
         n, c, h, w = _check_input(input, "Conv2D", self._dtype, rank=4)
-        if c != self._num_channels:
+        if not _fits(c, self._num_channels):
             raise ValueError(f"Conv2D: the input {input.name!r} (NCHW, shape {[n, c, h, w]}) "
                              f"has {c} channels, the layer was built for num_channels="
                              f"{self._num_channels}")
         sizes = [conv_output_size(d, k, p, p, s, dil) for d, k, p, s, dil in zip(
             (h, w), self._filter_size, self._padding, self._stride, self._dilation,
             strict=True)]
-        if min(sizes) <= 0:
+        if _no_output(sizes, (h, w)):
             raise ValueError(f"Conv2D: an input of {h}x{w} with filter_size "
                              f"{self._filter_size}, padding {self._padding} and dilation "
                              f"{self._dilation} leaves no output")
-        pre_bias = self._tmp(self._dtype)
+        pre_bias = self._tmp(self._dtype, [n, self._num_filters, *sizes])
         self._helper.append_op(self._l_type,
                                inputs={"Input": [input], "Filter": [self.weight]},
                                outputs={"Output": [pre_bias]},
@@ -320,26 +348,28 @@ class Conv2DTranspose(_Layer):
 
     def forward(self, input: Variable) -> Variable:
         n, c, h, w = _check_input(input, "Conv2DTranspose", self._dtype, rank=4)
-        if c != self._num_channels:
+        if not _fits(c, self._num_channels):
             raise ValueError(f"Conv2DTranspose: the input {input.name!r} (NCHW, shape "
                              f"{[n, c, h, w]}) has {c} channels, the layer was built for "
                              f"num_channels={self._num_channels}")
         sizes = [conv_transpose_output_size(d, k, p, p, s, dil) for d, k, p, s, dil in zip(
             (h, w), self._filter_size, self._padding, self._stride, self._dilation,
             strict=True)]
-        if min(sizes) <= 0:
+        if _no_output(sizes, (h, w)):
             raise ValueError(f"Conv2DTranspose: an input of {h}x{w} with filter_size "
                              f"{self._filter_size} and padding {self._padding} leaves no "
                              "output")
         if self._output_size and not all(
-                o <= want < o + s for o, want, s in zip(sizes, self._output_size,
-                                                        self._stride, strict=True)):
+                o < 0 or o <= want < o + s for o, want, s in zip(sizes, self._output_size,
+                                                                 self._stride, strict=True)):
             raise ValueError(f"Conv2DTranspose: output_size {self._output_size} must be "
                              f"within [{sizes[0]}, {sizes[0] + self._stride[0]}) x "
                              f"[{sizes[1]}, {sizes[1] + self._stride[1]}) for an input of "
                              f"{h}x{w}, filter_size {self._filter_size}, padding "
                              f"{self._padding} and stride {self._stride}")
-        pre_bias = self._tmp(self._dtype)
+        # as the static conv2d_transpose: output_size, when given, is the output's size
+        pre_bias = self._tmp(self._dtype,
+                             [n, self._num_filters, *(self._output_size or sizes)])
         self._helper.append_op(self._op_type,
                                inputs={"Input": [input], "Filter": [self.weight]},
                                outputs={"Output": [pre_bias]},
@@ -393,14 +423,15 @@ class Pool2D(_Layer):
 
     def forward(self, input: Variable) -> Variable:
         n, c, h, w = _check_input(input, "Pool2D", rank=4)
+        sizes = [1, 1]
         if not self._global_pooling:
             sizes = [pool_output_size(d, k, p, p, s, self._ceil_mode) for d, k, p, s in zip(
                 (h, w), self._pool_size, self._pool_padding, self._pool_stride, strict=True)]
-            if min(sizes) <= 0:
+            if _no_output(sizes, (h, w)):
                 raise ValueError(f"Pool2D: an input of {h}x{w} with pool_size "
                                  f"{self._pool_size} and pool_padding {self._pool_padding} "
                                  "leaves no output")
-        out = self._tmp(input.dtype)
+        out = self._tmp(input.dtype, [n, c, *sizes])
         self._helper.append_op(self._l_type, inputs={"X": [input]}, outputs={"Out": [out]},
                                attrs={"pooling_type": self._pool_type,
                                       "ksize": self._pool_size,
@@ -501,14 +532,17 @@ class BatchNorm(_Layer):
             raise ValueError(f"BatchNorm: the input {input.name!r} needs rank >= 2, got "
                              f"shape {list(shape)}")
         channels = shape[1] if self._data_layout == "NCHW" else shape[-1]
-        if channels != self._num_channels:
+        if not _fits(channels, self._num_channels):
             raise ValueError(f"BatchNorm: the input {input.name!r} ({self._data_layout}, "
                              f"shape {list(shape)}) has {channels} channels, the layer was "
                              f"built for num_channels={self._num_channels}")
         is_test = not self.training and not self._trainable_statistics
-        saved_mean = self._tmp(self._dtype, stop_gradient=True)
-        saved_variance = self._tmp(self._dtype, stop_gradient=True)
-        out = self._tmp(self._dtype)  # Fluid 1.8: no in-place output in dygraph mode
+        stats = [self._num_channels]
+        saved_mean = self._tmp(self._dtype, stats, stop_gradient=True)
+        saved_variance = self._tmp(self._dtype, stats, stop_gradient=True)
+        # Fluid 1.8: no in-place output in dygraph mode; kept out of place in static
+        # programs too, so that both modes build the same ops
+        out = self._tmp(self._dtype, shape)
         # MeanOut / VarianceOut are the moving statistics themselves: updated in place
         self._helper.append_op(
             "batch_norm",
@@ -559,7 +593,8 @@ class LayerNorm(_Layer):
         input_shape = list(_check_input(input, "LayerNorm", self._dtype))
         ndim, norm_ndim = len(input_shape), len(self._normalized_shape)
         begin = ndim - norm_ndim
-        if ndim < norm_ndim or input_shape[begin:] != self._normalized_shape:
+        if ndim < norm_ndim or not all(_fits(d, want) for d, want in zip(
+                input_shape[begin:], self._normalized_shape, strict=True)):
             shown = str(self._normalized_shape)
             raise ValueError(f"Given normalized_shape is {shown}, expected input with shape "
                              f"[*, {shown[1:]}, but got input shape {input_shape}")
@@ -571,9 +606,10 @@ class LayerNorm(_Layer):
             inputs["Scale"] = [self.weight]
         if self.bias is not None:
             inputs["Bias"] = [self.bias]
-        mean = self._tmp(self._dtype, stop_gradient=True)
-        variance = self._tmp(self._dtype, stop_gradient=True)
-        out = self._tmp(self._dtype)
+        rows = [_known_prod(input_shape[:begin])]
+        mean = self._tmp(self._dtype, rows, stop_gradient=True)
+        variance = self._tmp(self._dtype, rows, stop_gradient=True)
+        out = self._tmp(self._dtype, input_shape)
         self._helper.append_op("layer_norm", inputs=inputs,
                                outputs={"Y": [out], "Mean": [mean], "Variance": [variance]},
                                attrs={"epsilon": self._epsilon, "begin_norm_axis": begin})
@@ -610,7 +646,7 @@ class GroupNorm(_Layer):
 
     def forward(self, input: Variable) -> Variable:
         shape = _check_input(input, "GroupNorm", self._dtype)
-        if len(shape) < 2 or shape[1] != self._channels:
+        if len(shape) < 2 or not _fits(shape[1], self._channels):
             raise ValueError(f"GroupNorm: the input {input.name!r} (NCHW, shape "
                              f"{list(shape)}) must have {self._channels} channels at dim 1")
         inputs: dict[str, list[Variable]] = {"X": [input]}
@@ -618,9 +654,10 @@ class GroupNorm(_Layer):
             inputs["Bias"] = [self.bias]
         if self.weight is not None:
             inputs["Scale"] = [self.weight]
-        mean = self._tmp(self._dtype, stop_gradient=True)
-        variance = self._tmp(self._dtype, stop_gradient=True)
-        out = self._tmp(self._dtype)
+        rows = [shape[0], self._groups]
+        mean = self._tmp(self._dtype, rows, stop_gradient=True)
+        variance = self._tmp(self._dtype, rows, stop_gradient=True)
+        out = self._tmp(self._dtype, shape)
         self._helper.append_op("group_norm", inputs=inputs,
                                outputs={"Y": [out], "Mean": [mean], "Variance": [variance]},
                                attrs={"epsilon": self._epsilon, "groups": self._groups,
@@ -661,16 +698,17 @@ class InstanceNorm(_Layer):
 
     def forward(self, input: Variable) -> Variable:
         shape = _check_input(input, "InstanceNorm", self._dtype, rank=(2, 3, 4, 5))
-        if shape[1] != self._num_channels:
+        if not _fits(shape[1], self._num_channels):
             raise ValueError(f"InstanceNorm: the input {input.name!r} (shape {list(shape)}) "
                              f"has {shape[1]} channels at dim 1, the layer was built for "
                              f"num_channels={self._num_channels}")
         inputs: dict[str, list[Variable]] = {"X": [input]}
         if self.scale is not None:
             inputs["Scale"], inputs["Bias"] = [self.scale], [self.bias]
-        saved_mean = self._tmp(self._dtype, stop_gradient=True)
-        saved_variance = self._tmp(self._dtype, stop_gradient=True)
-        out = self._tmp(self._dtype)
+        rows = [_known_prod([shape[0], self._num_channels])]
+        saved_mean = self._tmp(self._dtype, rows, stop_gradient=True)
+        saved_variance = self._tmp(self._dtype, rows, stop_gradient=True)
+        out = self._tmp(self._dtype, shape)
         self._helper.append_op("instance_norm", inputs=inputs,
                                outputs={"Y": [out], "SavedMean": [saved_mean],
                                         "SavedVariance": [saved_variance]},
@@ -722,11 +760,11 @@ class Embedding(_Layer):
                                             is_bias=False)
 
     def forward(self, input: Variable) -> Variable:
-        _check_input(input, "Embedding")
+        shape = _check_input(input, "Embedding")
         if convert_dtype(input.dtype) not in ("int32", "int64"):
             raise TypeError(f"Embedding: the ids {input.name!r} must be int64 (or int32), got "
                             f"{convert_dtype(input.dtype)}")
-        out = self._tmp(self._dtype)
+        out = self._tmp(self._dtype, [*shape, self._size[1]])
         self._helper.append_op("lookup_table_v2", inputs={"Ids": [input], "W": [self.weight]},
                                outputs={"Out": [out]},
                                attrs={"is_sparse": self._is_sparse,
@@ -767,12 +805,12 @@ class Dropout(_Layer):
         self._dropout_implementation, self._is_test = dropout_implementation, is_test
 
     def forward(self, input: Variable) -> Variable:
-        _check_input(input, "Dropout")
+        shape = _check_input(input, "Dropout")
         prog = default_main_program()
         if (self._seed is None or self._seed == 0) and prog.random_seed != 0:
             self._seed = prog.random_seed
-        out = self._tmp(input.dtype)
-        mask = self._tmp("uint8", stop_gradient=True)
+        out = self._tmp(input.dtype, shape)
+        mask = self._tmp("uint8", shape, stop_gradient=True)
         self._helper.append_op("dropout", inputs={"X": [input]},
                                outputs={"Out": [out], "Mask": [mask]},
                                attrs={"dropout_prob": self._dropout_prob,
@@ -823,13 +861,16 @@ class PRelu(_Layer):
 
     def forward(self, input: Variable) -> Variable:
         shape = _check_input(input, "PRelu", self._dtype)
-        if self._mode == "channel" and (len(shape) < 2 or shape[1] != self._alpha_shape[1]):
+        if self._mode == "channel" and (len(shape) < 2
+                                        or not _fits(shape[1], self._alpha_shape[1])):
             raise ValueError(f"PRelu: the input {input.name!r} (shape {list(shape)}) must "
                              f"have {self._alpha_shape[1]} channels at dim 1")
-        if self._mode == "element" and list(shape[1:]) != self._alpha_shape[1:]:
+        if self._mode == "element" and (len(shape) != len(self._alpha_shape) or not all(
+                _fits(d, want) for d, want in zip(shape[1:], self._alpha_shape[1:],
+                                                  strict=True))):
             raise ValueError(f"PRelu: the input {input.name!r} (shape {list(shape)}) must "
                              f"have shape [*, {str(self._alpha_shape[1:])[1:]}")
-        out = self._tmp(self._dtype)
+        out = self._tmp(self._dtype, shape)
         self._helper.append_op("prelu", inputs={"X": [input], "Alpha": [self.weight]},
                                outputs={"Out": [out]}, attrs={"mode": self._mode})
         return out

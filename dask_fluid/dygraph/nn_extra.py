@@ -5,7 +5,8 @@
 Each layer creates its parameters once in ``__init__`` (named as Fluid 1.8 names them:
 ``<full_name>.w_N`` / ``.b_N``, with Fluid's shapes and default initialisers) and its
 ``forward`` appends the op the static ``fluid.layers`` function appends, which runs at once
-inside ``fluid.dygraph.guard()``.
+inside ``fluid.dygraph.guard()``; outside it the op goes into the default main program, its
+outputs declared with the static layer's shapes (``-1`` for dims the inputs leave unknown).
 
 Where Fluid 1.8's dygraph classes behave differently from the static layers, these follow
 the dygraph classes (and say so where it shows):
@@ -30,6 +31,7 @@ import numpy as np
 from ..framework import Variable
 from ..initializer import NormalInitializer, NumpyArrayInitializer
 from ..layers.nn import _alias_table
+from ..ops.conv_ops import conv_output_size, conv_transpose_output_size
 from ..param_attr import ParamAttr
 from .layers import Layer
 
@@ -76,10 +78,22 @@ def _check_input(var: Any, arg: str, layer: str, rank: int | None = None,
     if str(var.dtype) not in dtypes:
         raise TypeError(f"{layer}: {arg} must be of dtype {' or '.join(dtypes)}, got "
                         f"{var.dtype}")
-    shape = list(var.shape or ())
+    # a static Variable's declared shape may hold -1 (unknown until run time)
+    shape = [int(d) for d in (var.shape or ())]
     if rank is not None and len(shape) != rank:
         raise ValueError(f"{layer}: {arg} must be {rank}-D, got shape {shape}")
     return shape
+
+
+def _fits(dim: int, want: int) -> bool:
+    """A declared dim matches ``want``: equal, or unknown (``-1``, a static program's dim
+    known only at run time, when the op's kernel checks it)."""
+    return dim < 0 or want < 0 or dim == want
+
+
+def _known(*dims: int) -> int:
+    """The first known one of ``dims`` (the same dim of several inputs), else ``-1``."""
+    return next((d for d in dims if d >= 0), -1)
 
 
 def _truthy_attr(attr: Any) -> Any:
@@ -150,15 +164,16 @@ class GRUUnit(Layer):
         d = self._hidden_size
         xs = _check_input(input, "input", "GRUUnit", 2, ("float32", "float64"))
         hs = _check_input(hidden, "hidden", "GRUUnit", 2, ("float32", "float64"))
-        if xs[1] != 3 * d or hs[1] != d or xs[0] != hs[0]:
+        if not (_fits(xs[1], 3 * d) and _fits(hs[1], d) and _fits(xs[0], hs[0])):
             raise ValueError(f"GRUUnit: input must be [N, {3 * d}] and hidden [N, {d}] for "
                              f"size={3 * d}, got {xs} and {hs}")
         inputs = {"Input": [input], "HiddenPrev": [hidden], "Weight": [self.weight]}
         if self.bias is not None:
             inputs["Bias"] = [self.bias]
-        gate = self._helper.create_tmp(dtype=self._dtype, shape=[xs[0], 3 * d])
-        reset_hidden_pre = self._helper.create_tmp(dtype=self._dtype, shape=[xs[0], d])
-        updated_hidden = self._helper.create_tmp(dtype=self._dtype, shape=[xs[0], d])
+        n = _known(xs[0], hs[0])
+        gate = self._helper.create_tmp(dtype=self._dtype, shape=[n, 3 * d])
+        reset_hidden_pre = self._helper.create_tmp(dtype=self._dtype, shape=[n, d])
+        updated_hidden = self._helper.create_tmp(dtype=self._dtype, shape=[n, d])
         self._helper.append_op(
             "gru_unit", inputs=inputs,
             outputs={"Gate": [gate], "ResetHiddenPrev": [reset_hidden_pre],
@@ -210,13 +225,14 @@ class BilinearTensorProduct(Layer):
         layer = "BilinearTensorProduct"
         xs = _check_input(x, "x", layer, 2, ("float32", "float64"))
         ys = _check_input(y, "y", layer, 2, ("float32", "float64"))
-        if xs[1] != self._input1_dim or ys[1] != self._input2_dim or xs[0] != ys[0]:
+        if not (_fits(xs[1], self._input1_dim) and _fits(ys[1], self._input2_dim)
+                and _fits(xs[0], ys[0])):
             raise ValueError(f"{layer}: x must be [N, {self._input1_dim}] and y "
                              f"[N, {self._input2_dim}], got {xs} and {ys}")
         inputs = {"X": [x], "Y": [y], "Weight": [self.weight]}
         if self.bias is not None:
             inputs["Bias"] = [self.bias]
-        shape = [xs[0], self._output_dim]
+        shape = [_known(xs[0], ys[0]), self._output_dim]
         if self._name is not None:
             out = self.create_variable(name=self._name, dtype=self._dtype)
             out.shape = shape
@@ -252,7 +268,7 @@ def _conv3d_args(layer: str, num_channels: Any, num_filters: Any, groups: Any,
 
 def _check_ncdhw(layer: Layer, input: Any, name: str) -> list[int]:
     shape = _check_input(input, "input", name, 5)
-    if shape[1] != layer._num_channels:
+    if not _fits(shape[1], layer._num_channels):
         raise ValueError(f"{name}: input must be NCDHW with {layer._num_channels} channels "
                          f"(num_channels), got shape {shape}")
     return shape
@@ -314,8 +330,16 @@ class Conv3D(Layer):
 
     def forward(self, input: Variable) -> Variable:
         """``[N, M, D', H', W']`` from ``input`` ``[N, C, D, H, W]``."""
-        _check_ncdhw(self, input, "Conv3D")
-        pre_bias = self._helper.create_tmp(dtype=self._dtype)
+        shape = _check_ncdhw(self, input, "Conv3D")
+        outs = [conv_output_size(i, k, p, p, s, dil) for i, k, p, s, dil in zip(
+            shape[2:], self._filter_size, self._padding, self._stride, self._dilation,
+            strict=True)]
+        if any(i >= 0 and o <= 0 for i, o in zip(shape[2:], outs, strict=True)):
+            raise ValueError(f"Conv3D: input {shape} with filter {self._filter_size}, padding "
+                             f"{self._padding}, stride {self._stride} and dilation "
+                             f"{self._dilation} leaves an output of {outs}")
+        pre_bias = self._helper.create_tmp(dtype=self._dtype,
+                                           shape=[shape[0], self._num_filters, *outs])
         self._helper.append_op(
             "conv3d", inputs={"Input": [input], "Filter": [self.weight]},
             outputs={"Output": [pre_bias]},
@@ -381,10 +405,10 @@ class Conv3DTranspose(Layer):
     def forward(self, input: Variable) -> Variable:
         """``[N, M, D', H', W']`` from ``input`` ``[N, C, D, H, W]``."""
         shape = _check_ncdhw(self, input, "Conv3DTranspose")
-        outs = [(i - 1) * s - 2 * p + d * (k - 1) + 1 for i, s, p, d, k in
+        outs = [conv_transpose_output_size(i, k, p, p, s, d) for i, s, p, d, k in
                 zip(shape[2:], self._stride, self._padding, self._dilation, self._filter_size,
                     strict=True)]
-        if min(outs) <= 0:
+        if any(i >= 0 and o <= 0 for i, o in zip(shape[2:], outs, strict=True)):
             raise ValueError(f"Conv3DTranspose: input {shape} with filter {self._filter_size}, "
                              f"padding {self._padding} and stride {self._stride} leaves an "
                              f"output of {outs}")
@@ -469,10 +493,11 @@ class SpectralNorm(Layer):
     def forward(self, weight: Variable) -> Variable:
         """The normalised ``weight``, of ``weight_shape``."""
         shape = _check_input(weight, "weight", "SpectralNorm", dtypes=("float32", "float64"))
-        if shape != self._weight_shape:
+        if len(shape) != len(self._weight_shape) or not all(
+                _fits(d, want) for d, want in zip(shape, self._weight_shape, strict=True)):
             raise ValueError(f"SpectralNorm: weight must have weight_shape "
                              f"{self._weight_shape}, got {shape}")
-        out = self._helper.create_tmp(dtype=self._dtype, shape=shape)
+        out = self._helper.create_tmp(dtype=self._dtype, shape=self._weight_shape)
         self._helper.append_op(
             "spectral_norm",
             inputs={"Weight": [weight], "U": [self.weight_u], "V": [self.weight_v]},
@@ -580,9 +605,9 @@ class NCE(Layer):
         ``input`` ``[N, dim]`` and int64 ``label`` ``[N, T]``."""
         xs = _check_input(input, "input", "NCE", 2, ("float32", "float64"))
         ls = _check_input(label, "label", "NCE", dtypes=("int64",))
-        if xs[1] != self._dim:
+        if not _fits(xs[1], self._dim):
             raise ValueError(f"NCE: input must be [N, {self._dim}] (dim), got {xs}")
-        if not ls or ls[0] != xs[0]:
+        if not ls or not _fits(ls[0], xs[0]):
             raise ValueError(f"NCE: label must be [N, T] with N={xs[0]} rows, got {ls}")
         weights = sample_weight if sample_weight is not None else self._sample_weight
         if weights is not None and not isinstance(weights, Variable):
@@ -594,8 +619,10 @@ class NCE(Layer):
                                    **self._inputs}
         if self.bias is not None:
             inputs["Bias"] = [self.bias]
-        width = [xs[0], (ls[-1] if len(ls) > 1 else 1) + self._num_neg_samples]
-        cost = self._helper.create_tmp(dtype=input.dtype, shape=[xs[0], 1])
+        n = _known(xs[0], ls[0])
+        true_labels = ls[-1] if len(ls) > 1 else 1
+        width = [n, true_labels + self._num_neg_samples if true_labels >= 0 else -1]
+        cost = self._helper.create_tmp(dtype=input.dtype, shape=[n, 1])
         logits = self._helper.create_tmp(dtype=input.dtype, shape=width, stop_gradient=True)
         samples = self._helper.create_tmp(dtype=label.dtype, shape=width, stop_gradient=True)
         self._helper.append_op("nce", inputs=inputs,
@@ -662,15 +689,16 @@ class TreeConv(Layer):
         ns = _check_input(nodes_vector, "nodes_vector", "TreeConv", 3,
                           ("float32", "float64"))
         es = _check_input(edge_set, "edge_set", "TreeConv", 3, ("int32", "int64"))
-        if ns[2] != self._feature_size or es[2] != 2 or es[0] != ns[0]:
+        if not (_fits(ns[2], self._feature_size) and _fits(es[2], 2) and _fits(es[0], ns[0])):
             raise ValueError(f"TreeConv: nodes_vector must be [N, max_nodes, "
                              f"{self._feature_size}] and edge_set [N, max_edges, 2], got "
                              f"{ns} and {es}")
-        if self.bias is not None and self._num_filters not in (1, ns[1]):
+        if self.bias is not None and self._num_filters != 1 and not _fits(ns[1],
+                                                                            self._num_filters):
             raise ValueError(f"TreeConv: Fluid 1.8 adds the bias [num_filters] from axis 1 "
                              f"(max_nodes): num_filters={self._num_filters} must be 1 or "
                              f"max_nodes={ns[1]}")
-        shape = [ns[0], ns[1], self._output_size, self._num_filters]
+        shape = [_known(ns[0], es[0]), ns[1], self._output_size, self._num_filters]
         if self._name:
             out = self.create_variable(name=self._name, dtype=self._dtype)
             out.shape = shape
