@@ -71,6 +71,7 @@ MODULES: list[tuple[str, str]] = [
     ("dask_fluid.dygraph.learning_rate_scheduler", "Dygraph learning-rate decays"),
     ("dask_fluid.dygraph.checkpoint", "save_dygraph and load_dygraph"),
     ("dask_fluid.dygraph.jit", "TracedLayer"),
+    ("dask_fluid.dygraph.static_runner", "StaticModelRunner"),
     ("dask_fluid.dygraph.parallel", "Dygraph data parallelism"),
     ("dask_fluid.models", "Ready-made programs"),
     ("dask_fluid.datasets", "Data sets"),

@@ -50,6 +50,7 @@ from .nn import (
     TreeConv,
 )
 from .parallel import DataParallel, Env, ParallelEnv, ParallelStrategy, prepare_context
+from .static_runner import StaticModelRunner
 from .varbase import ParamBase, VarBase
 
 __all__ = [
@@ -59,7 +60,8 @@ __all__ = [
     "Layer", "LayerList", "LayerNorm", "LearningRateDecay", "Linear", "LinearLrWarmup",
     "MultiStepDecay", "NCE", "NaturalExpDecay", "NoamDecay", "PRelu", "ParallelEnv",
     "ParallelStrategy", "ParamBase", "ParameterList", "PiecewiseDecay", "PolynomialDecay",
-    "Pool2D", "ProgramTranslator", "ReduceLROnPlateau", "Sequential", "SpectralNorm", "StepDecay",
+    "Pool2D", "ProgramTranslator", "ReduceLROnPlateau", "Sequential", "SpectralNorm",
+    "StaticModelRunner", "StepDecay",
     "TracedLayer", "TreeConv", "VarBase", "declarative", "disable_dygraph",
     "dygraph_to_static_func", "enable_dygraph", "enabled", "grad", "guard", "load_dygraph",
     "no_grad", "prepare_context", "save_dygraph", "to_variable",
