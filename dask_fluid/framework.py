@@ -113,8 +113,17 @@ OP_DEVICE_KEY = "op_device"
 DTYPES = ("float16", "float32", "float64", "int32", "int64", "bool", "uint8", "int8")
 
 
+#: dtype given (str, numpy dtype or type) -> Fluid's name: numpy works a dtype's name out
+#: afresh at every ``.name``, and dygraph asks for every value's dtype
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
 def convert_dtype(dtype: Any) -> str:
     """Normalise a dtype given as str, numpy dtype or type to Fluid's string name."""
+    try:
+        return _DTYPE_NAMES[dtype]
+    except (KeyError, TypeError):  # not seen yet, or unhashable
+        pass
     import numpy as np
 
     try:
@@ -123,6 +132,10 @@ def convert_dtype(dtype: Any) -> str:
         raise TypeError(f"dtype {dtype!r} is not understood; use one of {DTYPES}") from None
     if name not in DTYPES:
         raise TypeError(f"dtype {name!r} is not supported; use one of {DTYPES}")
+    try:
+        _DTYPE_NAMES[dtype] = name
+    except TypeError:
+        pass
     return name
 
 

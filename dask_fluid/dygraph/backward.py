@@ -11,11 +11,13 @@ the variables until ``clear_gradient``; the traced graph stays as long as its va
 from __future__ import annotations
 
 import heapq
+import re
+from dataclasses import dataclass
 from typing import Any
 
 from ..backward import create_grad_vars, grad_descs
-from ..executor import Executor, Scope
-from ..framework import EMPTY_VAR, GRAD_SUFFIX, Program, VarType, _dygraph_tracer_guard
+from ..executor import ExecutionError, Executor, Scope
+from ..framework import EMPTY_VAR, GRAD_SUFFIX, Block, Program, VarType, _dygraph_tracer_guard
 from ..lod import LoDTensorArray
 from ..ops.registry import array_module
 from ..ops.selected_rows import SelectedRows
@@ -157,37 +159,76 @@ def _differentiate(targets: list[VarBase], seeds: list, blocked: set[str],
     variables no gradient flows through."""
     tracer = targets[0].block.program._tracer
     nodes = _nodes_behind([t._node for t in targets])
+    forward = _SSAProgram(nodes, blocked)
+    seed_names = []
+    for target, seed in zip(targets, seeds, strict=True):
+        name = forward.names[(target._node.seq, target.name)] + GRAD_SUFFIX
+        value = target._checked_value()
+        forward.values[name] = (array_module(value).ones(value.shape, dtype=value.dtype)
+                                if seed is None else seed._checked_value())
+        seed_names.append(name)
+        if seed is not None:
+            forward.seed_vars[name] = seed
+    plan = _plan(tracer, forward, seed_names)
+    if create_graph:
+        return forward, _trace_grad_ops(tracer, forward, plan.block)
+    scope = Scope()
+    scope.vars.update(forward.values)
+    scope.lods.update(forward.lods)
+    scope._rngs = tracer._rngs
+    scope._compile_key = ("dygraph backward", id(plan))  # the plan's executor plans it once
+    try:
+        with plan.executor._on_device():
+            plan.executor.run_block(plan.program, plan.block, scope)
+    except ExecutionError as err:  # with the variables' own names, not the plan's
+        raise ExecutionError("in the backward pass: " + _real_names(str(err), forward.real)
+                             ) from err.__cause__
+    return forward, scope.vars
+
+
+@dataclass
+class _Plan:
+    """The grad program of one graph shape, and the executor that planned it."""
+
+    program: Program
+    block: Any
+    executor: Executor
+
+
+#: grad programs kept per tracer (graphs of different shapes: a model's train and eval
+#: steps, the last smaller batch, ...)
+_PLANS_KEPT = 16
+
+
+def _plan(tracer: Any, forward: _SSAProgram, seed_names: list[str]) -> _Plan:
+    """The grad program of ``forward``: made (static backward pass, variables, an executor)
+    the first time a graph of its shape is differentiated, then reused; a training loop
+    differentiates the same graph every step."""
+    key = (forward.signature, tuple(seed_names))
+    plans = tracer._backward_plans
+    plan = plans.get(key)
+    if plan is not None:
+        plans.move_to_end(key)
+        return plan
     with _dygraph_tracer_guard(None):
-        forward = _SSAProgram(nodes, blocked)
-        seed_names = []
-        for target, seed in zip(targets, seeds, strict=True):
-            name = forward.names[(target._node.seq, target.name)] + GRAD_SUFFIX
-            value = target._checked_value()
-            forward.values[name] = (array_module(value).ones(value.shape, dtype=value.dtype)
-                                    if seed is None else seed._checked_value())
-            seed_names.append(name)
-            if seed is not None:
-                forward.seed_vars[name] = seed
-        descs = grad_descs(forward.block.ops, forward.no_grad, seed_names)
-        grads = Program()
-        gblock = grads.global_block()
-        for var in forward.block.vars.values():
+        block = forward.build()
+        descs = grad_descs(block.ops, forward.no_grad, seed_names)
+        program = Program()
+        gblock = program.global_block()
+        for var in block.vars.values():
             gblock.create_var(name=var.name, shape=var.shape, dtype=var.dtype, type=var.type,
                               stop_gradient=var.stop_gradient)
         create_grad_vars(gblock, descs, seed_names)
         for desc in descs:
             gblock.append_op(desc["type"], desc["inputs"], desc["outputs"], desc["attrs"])
-    if create_graph:
-        return forward, _trace_grad_ops(tracer, forward, gblock)
-    scope = Scope()
-    scope.vars.update(forward.values)
-    scope.lods.update(forward.lods)
-    scope._rngs = tracer._rngs
-    # a new executor each pass: its plans are of this pass's program only
-    executor = Executor(tracer.place)
-    with executor._on_device():
-        executor.run_block(grads, gblock, scope)
-    return forward, scope.vars
+    plan = plans[key] = _Plan(program, gblock, Executor(tracer.place))
+    if len(plans) > _PLANS_KEPT:
+        plans.popitem(last=False)
+    return plan
+
+
+def _real_names(message: str, real: dict[str, str]) -> str:
+    return re.sub(r"\bv\d+\b", lambda m: real.get(m.group(0), m.group(0)), message)
 
 
 def _trace_grad_ops(tracer: Any, forward: _SSAProgram, gblock: Any) -> dict[str, Any]:
@@ -247,14 +288,16 @@ def _nodes_behind(lasts: list[Node]) -> list[Node]:
 
 
 class _SSAProgram:
-    """The forward program of ``nodes``, one name per value (Fluid's programs may write a
-    name twice; a backward pass over recorded values may not)."""
+    """The forward program of ``nodes``: one name per value (Fluid's programs may write a
+    name twice; a backward pass over recorded values may not), and names by position
+    (``v0``, ``v1``, ...), so that the same graph gives the same program, and the same grad
+    program, every step (:func:`_plan`). ``signature`` is that program's shape."""
 
     def __init__(self, nodes: list[Node], blocked: set[str] = frozenset()) -> None:
-        self.program = Program()
-        self.block = self.program.global_block()
         #: (seq of the writing node, or None for a leaf, forward name) -> name here
         self.names: dict[tuple, str] = {}
+        #: name here -> the forward name (for messages)
+        self.real: dict[str, str] = {}
         self.values: dict[str, Any] = {}
         self.lods: dict[str, tuple] = {}
         #: the gradients nobody may have (of stop_gradient and blocked variables)
@@ -265,6 +308,9 @@ class _SSAProgram:
         self.outputs: dict[str, Any] = {}
         #: seed gradient name -> the caller's grad_output variable
         self.seed_vars: dict[str, VarBase] = {}
+        self._vars: list[tuple] = []  # (name, shape, dtype, type, stop_gradient)
+        self._ops: list[tuple] = []  # (type, inputs, outputs, attrs)
+        shape: list[tuple] = []
         in_path = {id(n) for n in nodes}
         for node in nodes:
             renamed: dict[str, str] = {}
@@ -278,40 +324,46 @@ class _SSAProgram:
                     if key[0] is None:
                         self.leaves[self.names[key]] = var
                 renamed[name] = self.names[key]
-            outs: dict[str, str] = {}
             for name, value in node.out_values.items():
                 ref = node.outputs[name]
                 var = ref()
                 key = (node.seq, name)
                 self._declare(key, value, node.lods.get(name),
                               (var is not None and var.stop_gradient) or name in blocked)
-                outs[name] = self.names[key]
-                self.outputs[self.names[key]] = ref
+                renamed_out = self.names[key]
+                self.outputs[renamed_out] = ref
             op = node.op
-            self.block.append_op(
-                op.type,
-                {s: [renamed.get(n, n) if n != EMPTY_VAR else n for n in ns]
-                 for s, ns in op.inputs.items()},
-                {s: [outs.get(n, n) if n != EMPTY_VAR else n for n in ns]
-                 for s, ns in op.outputs.items()},
-                dict(op.attrs))
+            ins = tuple((s, tuple(renamed.get(n, n) if n != EMPTY_VAR else n for n in ns))
+                        for s, ns in op.inputs.items())
+            outs = tuple((s, tuple(self.names.get((node.seq, n), n) for n in ns))
+                         for s, ns in op.outputs.items())
+            self._ops.append((op.type, ins, outs, op.attrs))
+            shape.append((op.type, ins, outs, node.attrs_key()))
+        self.signature = (tuple(shape), tuple(self._vars))
 
     def _declare(self, key: tuple, value: Any, lod: Any, stop_gradient: bool) -> None:
-        name = key[1]
-        k = 0
-        while self.block.has_var(name):
-            k += 1
-            name = f"{key[1]}@DYGRAPH_V{k}"
+        name = f"v{len(self.names)}"
         self.names[key] = name
+        self.real[name] = key[1]
         kind = (VarType.SELECTED_ROWS if isinstance(value, SelectedRows)
                 else VarType.LOD_TENSOR_ARRAY if isinstance(value, LoDTensorArray)
                 else VarType.LOD_TENSOR)
         shape = getattr(value, "shape", None) if kind != VarType.LOD_TENSOR_ARRAY else None
-        dtype = getattr(value, "dtype", "float32")
-        self.block.create_var(name=name, shape=None if shape is None else list(shape),
-                              dtype=dtype, type=kind, stop_gradient=stop_gradient)
+        self._vars.append((name, None if shape is None else tuple(shape),
+                           str(getattr(value, "dtype", "float32")), kind, stop_gradient))
         self.values[name] = value
         if lod:
             self.lods[name] = lod
         if stop_gradient:
             self.no_grad.add(name + GRAD_SUFFIX)  # as append_backward: gradient names
+
+    def build(self) -> Block:
+        """The forward program's block (for the static backward pass)."""
+        block = Program().global_block()
+        for name, shape, dtype, kind, stop_gradient in self._vars:
+            block.create_var(name=name, shape=None if shape is None else list(shape),
+                             dtype=dtype, type=kind, stop_gradient=stop_gradient)
+        for op_type, ins, outs, attrs in self._ops:
+            block.append_op(op_type, {s: list(ns) for s, ns in ins},
+                            {s: list(ns) for s, ns in outs}, dict(attrs))
+        return block

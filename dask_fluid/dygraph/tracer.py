@@ -11,6 +11,7 @@ results, as Fluid's; :mod:`.backward` turns the nodes behind a loss into a progr
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import weakref
@@ -47,6 +48,13 @@ class Node:
     lods: dict[str, tuple] = field(default_factory=dict)
     #: name -> weak reference to the output variable (its gradient is set too)
     outputs: dict[str, Any] = field(default_factory=dict)
+    _attrs_key: str | None = None
+
+    def attrs_key(self) -> str:
+        """The op's attributes as text: part of a graph's shape (the backward plans' key)."""
+        if self._attrs_key is None:
+            self._attrs_key = repr(sorted(self.op.attrs.items()))
+        return self._attrs_key
 
 
 class Tracer:
@@ -75,6 +83,8 @@ class Tracer:
         self._rngs: dict[tuple, Any] = {}
         #: while ``TracedLayer.trace`` runs: the program every op is copied into
         self._recording: Program | None = None
+        #: the backward passes' grad programs by graph shape (:mod:`.backward`)
+        self._backward_plans: collections.OrderedDict = collections.OrderedDict()
 
     @contextlib.contextmanager
     def no_grad(self) -> Iterator[None]:

@@ -738,3 +738,35 @@ def test_grad_with_create_graph_gives_a_differentiable_gradient_penalty():
             y = fluid.layers.tanh(fluid.layers.mul(x, w1))  # tanh_grad_grad came after 1.8
             (gx,) = dygraph.grad(fluid.layers.reduce_sum(y), x, create_graph=True)
             fluid.layers.reduce_sum(gx * gx).backward()
+
+
+def test_the_backward_program_of_a_graph_is_planned_once():
+    xs, ys = _batches(4)
+    with dygraph.guard(fluid.CPUPlace()):
+        tracer = fluid.framework._dygraph_tracer()
+        model = _MLP()
+        for x, y in zip(xs, ys, strict=True):
+            loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(
+                model(dygraph.to_variable(x)), dygraph.to_variable(y)))
+            loss.backward()
+        assert len(tracer._backward_plans) == 1  # four steps, one graph shape
+        plan = next(iter(tracer._backward_plans.values()))
+        assert len(plan.executor._cache) == 1  # and one executor plan
+        loss = fluid.layers.mean(model(dygraph.to_variable(xs[0][:5])))  # another shape
+        loss.backward()
+        assert len(tracer._backward_plans) == 2
+
+
+def test_backward_errors_say_where_with_the_variables_names():
+    from dask_fluid.dygraph.backward import _real_names
+
+    with dygraph.guard(fluid.CPUPlace()):
+        x = dygraph.to_variable(np.array([[1.0, -1.0]]))
+        x.stop_gradient = False
+        y = fluid.layers.relu(x)
+        y._node.out_values[y.name] = None  # a value lost: the grad kernel fails
+        with pytest.raises(fluid.ExecutionError,
+                           match=r"in the backward pass: op 'reduce_sum_grad'"):
+            fluid.layers.reduce_sum(y).backward()
+    assert _real_names("reads X='v1', not v12 or v1x", {"v1": "fc_0.tmp_1"}) == \
+        "reads X='fc_0.tmp_1', not v12 or v1x"
