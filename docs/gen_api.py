@@ -67,6 +67,7 @@ MODULES: list[tuple[str, str]] = [
     ("dask_fluid.dygraph.layers", "Dygraph Layer"),
     ("dask_fluid.dygraph.nn", "Dygraph layers (fluid.dygraph.nn)"),
     ("dask_fluid.dygraph.nn_extra", "Dygraph layers: recurrent, 3-D, sampled"),
+    ("dask_fluid.dygraph.layer_checks", "Dygraph layers' argument checks"),
     ("dask_fluid.dygraph.container", "Dygraph containers"),
     ("dask_fluid.dygraph.learning_rate_scheduler", "Dygraph learning-rate decays"),
     ("dask_fluid.dygraph.checkpoint", "save_dygraph and load_dygraph"),

@@ -30,6 +30,7 @@ from ..initializer import ConstantInitializer, NormalInitializer
 from ..layer_helper import ACTIVATIONS
 from ..ops.conv_ops import conv_output_size, conv_transpose_output_size, pool_output_size
 from ..param_attr import ParamAttr
+from .layer_checks import check_input, fits, int_list
 from .layers import Layer
 from .nn_extra import (
     NCE,
@@ -47,17 +48,6 @@ __all__ = ["NCE", "BatchNorm", "BilinearTensorProduct", "Conv2D", "Conv2DTranspo
 
 
 # -- helpers ----------------------------------------------------------------------------------
-def _to_list(value: Any, n: int, name: str, layer: str) -> list[int]:
-    """Fluid's ``utils.convert_to_list``: an int repeated ``n`` times, or ``n`` ints."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        return [int(value)] * n
-    if isinstance(value, (list, tuple)) and len(value) == n and all(
-            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value):
-        return [int(v) for v in value]
-    raise ValueError(f"{layer}: {name} must be an int or a list/tuple of {n} ints, got "
-                     f"{value!r}")
-
-
 def _check_act(act: str | None, layer: str) -> None:
     if act is not None and act not in ACTIVATIONS:
         raise ValueError(f"{layer}: unknown activation act={act!r}; use one of {ACTIVATIONS} "
@@ -75,37 +65,6 @@ def _float_dtype(dtype: Any, layer: str, half: bool = False) -> str:
     if name not in ("float32", "float64") and not (half and name == "float16"):
         raise TypeError(f"{layer}: dtype must be 'float32' or 'float64', got {name!r}")
     return name
-
-
-def _check_input(x: Any, layer: str, dtype: str | None = None,
-                 rank: int | Sequence[int] | None = None) -> tuple[int, ...]:
-    """Check that ``x`` is a variable (of ``dtype``, of ``rank``); its shape.
-
-    ``x`` is a dygraph variable (its shape from its value) or, outside the guard, a static
-    Variable whose declared shape may hold ``-1`` for dims unknown until run time.
-    """
-    if not isinstance(x, Variable):
-        raise TypeError(f"{layer}: the input must be a dygraph variable (to_variable) or, "
-                        f"outside the guard, a Variable of the program, got "
-                        f"{type(x).__name__}")
-    shape = tuple(int(d) for d in (x.shape or ()))
-    if rank is not None:
-        ranks = (rank,) if isinstance(rank, int) else tuple(rank)
-        if len(shape) not in ranks:
-            want = " or ".join(str(r) for r in ranks)
-            raise ValueError(f"{layer}: the input {x.name!r} must have rank {want}, got shape "
-                             f"{list(shape)}")
-    if dtype is not None and convert_dtype(x.dtype) != dtype:
-        raise TypeError(f"{layer}: the input {x.name!r} is {convert_dtype(x.dtype)}, the "
-                        f"layer's parameters are {dtype}: create the layer with "
-                        f"dtype={convert_dtype(x.dtype)!r} or cast the input (astype)")
-    return shape
-
-
-def _fits(dim: int, want: int) -> bool:
-    """A declared dim matches ``want``: equal, or unknown (``-1``) until run time, when the
-    op's kernel checks the value."""
-    return dim < 0 or dim == want
 
 
 def _no_output(sizes: Sequence[int], inputs: Sequence[int]) -> bool:
@@ -179,8 +138,8 @@ class Linear(_Layer):
                                           dtype=dtype, is_bias=True)
 
     def forward(self, input: Variable) -> Variable:
-        shape = _check_input(input, "Linear", self._dtype)
-        if not shape or not _fits(shape[-1], self._input_dim):
+        shape = check_input(input, "Linear", dtype=self._dtype)
+        if not shape or not fits(shape[-1], self._input_dim):
             raise ValueError(f"Linear: the input {input.name!r} has shape {list(shape)}; its "
                              f"last dim must be input_dim={self._input_dim}")
         pre_bias = self._tmp(self._dtype, [*shape[:-1], self._output_dim])
@@ -238,10 +197,10 @@ class Conv2D(_Layer):
             raise ValueError(f"Conv2D: num_filters must be divisible by groups (num_filters="
                              f"{num_filters}, groups={g})")
         self._num_channels, self._num_filters, self._groups = num_channels, num_filters, groups
-        self._filter_size = _to_list(filter_size, 2, "filter_size", "Conv2D")
-        self._stride = _to_list(stride, 2, "stride", "Conv2D")
-        self._padding = _to_list(padding, 2, "padding", "Conv2D")
-        self._dilation = _to_list(dilation, 2, "dilation", "Conv2D")
+        self._filter_size = int_list(filter_size, 2, "filter_size", "Conv2D")
+        self._stride = int_list(stride, 2, "stride", "Conv2D")
+        self._padding = int_list(padding, 2, "padding", "Conv2D")
+        self._dilation = int_list(dilation, 2, "dilation", "Conv2D")
         if min(self._filter_size + self._stride + self._dilation) <= 0 or min(self._padding) < 0:
             raise ValueError("Conv2D: filter_size, stride and dilation must be positive and "
                              f"padding >= 0, got filter_size={filter_size!r}, stride="
@@ -258,8 +217,8 @@ class Conv2D(_Layer):
                                           is_bias=True)
 
     def forward(self, input: Variable) -> Variable:
-        n, c, h, w = _check_input(input, "Conv2D", self._dtype, rank=4)
-        if not _fits(c, self._num_channels):
+        n, c, h, w = check_input(input, "Conv2D", dtype=self._dtype, rank=4)
+        if not fits(c, self._num_channels):
             raise ValueError(f"Conv2D: the input {input.name!r} (NCHW, shape {[n, c, h, w]}) "
                              f"has {c} channels, the layer was built for num_channels="
                              f"{self._num_channels}")
@@ -324,17 +283,17 @@ class Conv2DTranspose(_Layer):
             raise ValueError(f"Conv2DTranspose: num_channels={num_channels} and num_filters="
                              f"{num_filters} must both be divisible by groups={groups!r}")
         self._num_channels, self._num_filters = num_channels, num_filters
-        self._filter_size = _to_list(filter_size, 2, "filter_size", "Conv2DTranspose")
-        self._padding = _to_list(padding, 2, "padding", "Conv2DTranspose")
-        self._stride = _to_list(stride, 2, "stride", "Conv2DTranspose")
-        self._dilation = _to_list(dilation, 2, "dilation", "Conv2DTranspose")
+        self._filter_size = int_list(filter_size, 2, "filter_size", "Conv2DTranspose")
+        self._padding = int_list(padding, 2, "padding", "Conv2DTranspose")
+        self._stride = int_list(stride, 2, "stride", "Conv2DTranspose")
+        self._dilation = int_list(dilation, 2, "dilation", "Conv2DTranspose")
         if min(self._filter_size + self._stride + self._dilation) <= 0 or min(self._padding) < 0:
             raise ValueError("Conv2DTranspose: filter_size, stride and dilation must be "
                              "positive and padding >= 0")
         if output_size is None:
             self._output_size: list[int] = []
         elif isinstance(output_size, (numbers.Integral, list, tuple)):
-            self._output_size = _to_list(output_size, 2, "output_size", "Conv2DTranspose")
+            self._output_size = int_list(output_size, 2, "output_size", "Conv2DTranspose")
         else:
             raise ValueError(f"Conv2DTranspose: output_size should be list or int, got "
                              f"{output_size!r}")
@@ -347,8 +306,8 @@ class Conv2DTranspose(_Layer):
                                           is_bias=True)
 
     def forward(self, input: Variable) -> Variable:
-        n, c, h, w = _check_input(input, "Conv2DTranspose", self._dtype, rank=4)
-        if not _fits(c, self._num_channels):
+        n, c, h, w = check_input(input, "Conv2DTranspose", dtype=self._dtype, rank=4)
+        if not fits(c, self._num_channels):
             raise ValueError(f"Conv2DTranspose: the input {input.name!r} (NCHW, shape "
                              f"{[n, c, h, w]}) has {c} channels, the layer was built for "
                              f"num_channels={self._num_channels}")
@@ -408,10 +367,10 @@ class Pool2D(_Layer):
                                       "implemented")
         super().__init__()
         self._pool_type = pool_type
-        self._pool_size = [1, 1] if pool_size == -1 else _to_list(pool_size, 2, "pool_size",
+        self._pool_size = [1, 1] if pool_size == -1 else int_list(pool_size, 2, "pool_size",
                                                                   "Pool2D")
-        self._pool_padding = _to_list(pool_padding, 2, "pool_padding", "Pool2D")
-        self._pool_stride = _to_list(pool_stride, 2, "pool_stride", "Pool2D")
+        self._pool_padding = int_list(pool_padding, 2, "pool_padding", "Pool2D")
+        self._pool_stride = int_list(pool_stride, 2, "pool_stride", "Pool2D")
         if min(self._pool_size + self._pool_stride) <= 0 or min(self._pool_padding) < 0:
             raise ValueError("Pool2D: pool_size and pool_stride must be positive and "
                              f"pool_padding >= 0, got pool_size={pool_size!r}, pool_stride="
@@ -422,7 +381,7 @@ class Pool2D(_Layer):
         self._l_type = "pool2d"
 
     def forward(self, input: Variable) -> Variable:
-        n, c, h, w = _check_input(input, "Pool2D", rank=4)
+        n, c, h, w = check_input(input, "Pool2D", rank=4)
         sizes = [1, 1]
         if not self._global_pooling:
             sizes = [pool_output_size(d, k, p, p, s, self._ceil_mode) for d, k, p, s in zip(
@@ -527,12 +486,12 @@ class BatchNorm(_Layer):
         self._trainable_statistics = bool(trainable_statistics)
 
     def forward(self, input: Variable) -> Variable:
-        shape = _check_input(input, "BatchNorm", self._dtype)
+        shape = check_input(input, "BatchNorm", dtype=self._dtype)
         if len(shape) < 2:
             raise ValueError(f"BatchNorm: the input {input.name!r} needs rank >= 2, got "
                              f"shape {list(shape)}")
         channels = shape[1] if self._data_layout == "NCHW" else shape[-1]
-        if not _fits(channels, self._num_channels):
+        if not fits(channels, self._num_channels):
             raise ValueError(f"BatchNorm: the input {input.name!r} ({self._data_layout}, "
                              f"shape {list(shape)}) has {channels} channels, the layer was "
                              f"built for num_channels={self._num_channels}")
@@ -590,10 +549,10 @@ class LayerNorm(_Layer):
                                           is_bias=True) if self._shift else None
 
     def forward(self, input: Variable) -> Variable:
-        input_shape = list(_check_input(input, "LayerNorm", self._dtype))
+        input_shape = list(check_input(input, "LayerNorm", dtype=self._dtype))
         ndim, norm_ndim = len(input_shape), len(self._normalized_shape)
         begin = ndim - norm_ndim
-        if ndim < norm_ndim or not all(_fits(d, want) for d, want in zip(
+        if ndim < norm_ndim or not all(fits(d, want) for d, want in zip(
                 input_shape[begin:], self._normalized_shape, strict=True)):
             shown = str(self._normalized_shape)
             raise ValueError(f"Given normalized_shape is {shown}, expected input with shape "
@@ -645,8 +604,8 @@ class GroupNorm(_Layer):
                                           is_bias=True)
 
     def forward(self, input: Variable) -> Variable:
-        shape = _check_input(input, "GroupNorm", self._dtype)
-        if len(shape) < 2 or not _fits(shape[1], self._channels):
+        shape = check_input(input, "GroupNorm", dtype=self._dtype)
+        if len(shape) < 2 or not fits(shape[1], self._channels):
             raise ValueError(f"GroupNorm: the input {input.name!r} (NCHW, shape "
                              f"{list(shape)}) must have {self._channels} channels at dim 1")
         inputs: dict[str, list[Variable]] = {"X": [input]}
@@ -697,8 +656,8 @@ class InstanceNorm(_Layer):
                                               default_initializer=ConstantInitializer(0.0))
 
     def forward(self, input: Variable) -> Variable:
-        shape = _check_input(input, "InstanceNorm", self._dtype, rank=(2, 3, 4, 5))
-        if not _fits(shape[1], self._num_channels):
+        shape = check_input(input, "InstanceNorm", dtype=self._dtype, rank=(2, 3, 4, 5))
+        if not fits(shape[1], self._num_channels):
             raise ValueError(f"InstanceNorm: the input {input.name!r} (shape {list(shape)}) "
                              f"has {shape[1]} channels at dim 1, the layer was built for "
                              f"num_channels={self._num_channels}")
@@ -760,7 +719,7 @@ class Embedding(_Layer):
                                             is_bias=False)
 
     def forward(self, input: Variable) -> Variable:
-        shape = _check_input(input, "Embedding")
+        shape = check_input(input, "Embedding")
         if convert_dtype(input.dtype) not in ("int32", "int64"):
             raise TypeError(f"Embedding: the ids {input.name!r} must be int64 (or int32), got "
                             f"{convert_dtype(input.dtype)}")
@@ -805,7 +764,7 @@ class Dropout(_Layer):
         self._dropout_implementation, self._is_test = dropout_implementation, is_test
 
     def forward(self, input: Variable) -> Variable:
-        shape = _check_input(input, "Dropout")
+        shape = check_input(input, "Dropout")
         prog = default_main_program()
         if (self._seed is None or self._seed == 0) and prog.random_seed != 0:
             self._seed = prog.random_seed
@@ -860,13 +819,13 @@ class PRelu(_Layer):
                                             default_initializer=ConstantInitializer(1.0))
 
     def forward(self, input: Variable) -> Variable:
-        shape = _check_input(input, "PRelu", self._dtype)
+        shape = check_input(input, "PRelu", dtype=self._dtype)
         if self._mode == "channel" and (len(shape) < 2
-                                        or not _fits(shape[1], self._alpha_shape[1])):
+                                        or not fits(shape[1], self._alpha_shape[1])):
             raise ValueError(f"PRelu: the input {input.name!r} (shape {list(shape)}) must "
                              f"have {self._alpha_shape[1]} channels at dim 1")
         if self._mode == "element" and (len(shape) != len(self._alpha_shape) or not all(
-                _fits(d, want) for d, want in zip(shape[1:], self._alpha_shape[1:],
+                fits(d, want) for d, want in zip(shape[1:], self._alpha_shape[1:],
                                                   strict=True))):
             raise ValueError(f"PRelu: the input {input.name!r} (shape {list(shape)}) must "
                              f"have shape [*, {str(self._alpha_shape[1:])[1:]}")

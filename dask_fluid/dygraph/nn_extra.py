@@ -33,6 +33,7 @@ from ..initializer import NormalInitializer, NumpyArrayInitializer
 from ..layers.nn import _alias_table
 from ..ops.conv_ops import conv_output_size, conv_transpose_output_size
 from ..param_attr import ParamAttr
+from .layer_checks import check_input, fits, int_list, is_int, known
 from .layers import Layer
 
 __all__ = ["NCE", "BilinearTensorProduct", "Conv3D", "Conv3DTranspose", "GRUUnit",
@@ -47,53 +48,10 @@ _FLOATS = ("float16", "float32", "float64")
 
 # -- argument checks -------------------------------------------------------------------------------
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
 def _positive_int(value: Any, arg: str, layer: str) -> int:
-    if not _is_int(value) or value <= 0:
+    if not is_int(value) or value <= 0:
         raise ValueError(f"{layer}: {arg} must be a positive int, got {value!r}")
     return int(value)
-
-
-def _int_list(value: Any, n: int, arg: str, layer: str, minimum: int = 1) -> list[int]:
-    """Fluid's ``utils.convert_to_list``: an int repeated ``n`` times, or ``n`` ints, each at
-    least ``minimum``."""
-    values = list(value) if isinstance(value, (list, tuple)) else [value]
-    if len(values) == 1 and not isinstance(value, (list, tuple)):
-        values = values * n
-    if len(values) != n or not all(_is_int(v) and v >= minimum for v in values):
-        raise ValueError(f"{layer}: {arg} must be an int or {n} ints >= {minimum}, got "
-                         f"{value!r}")
-    return [int(v) for v in values]
-
-
-def _check_input(var: Any, arg: str, layer: str, rank: int | None = None,
-                 dtypes: Sequence[str] = _FLOATS) -> list[int]:
-    """``var`` is a Variable of one of ``dtypes`` (and of rank ``rank``); its shape."""
-    if not isinstance(var, Variable):
-        raise TypeError(f"{layer}: {arg} must be a Variable (a VarBase in dygraph mode), got "
-                        f"{type(var).__name__}")
-    if str(var.dtype) not in dtypes:
-        raise TypeError(f"{layer}: {arg} must be of dtype {' or '.join(dtypes)}, got "
-                        f"{var.dtype}")
-    # a static Variable's declared shape may hold -1 (unknown until run time)
-    shape = [int(d) for d in (var.shape or ())]
-    if rank is not None and len(shape) != rank:
-        raise ValueError(f"{layer}: {arg} must be {rank}-D, got shape {shape}")
-    return shape
-
-
-def _fits(dim: int, want: int) -> bool:
-    """A declared dim matches ``want``: equal, or unknown (``-1``, a static program's dim
-    known only at run time, when the op's kernel checks it)."""
-    return dim < 0 or want < 0 or dim == want
-
-
-def _known(*dims: int) -> int:
-    """The first known one of ``dims`` (the same dim of several inputs), else ``-1``."""
-    return next((d for d in dims if d >= 0), -1)
 
 
 def _truthy_attr(attr: Any) -> Any:
@@ -140,7 +98,7 @@ class GRUUnit(Layer):
                  activation: str = "tanh", gate_activation: str = "sigmoid",
                  origin_mode: bool = False, dtype: str = "float32") -> None:
         super().__init__(dtype=dtype)
-        if not _is_int(size) or size <= 0 or size % 3:
+        if not is_int(size) or size <= 0 or size % 3:
             raise ValueError(f"GRUUnit: size must be 3 * hidden size (a positive multiple of "
                              f"3), got {size!r}")
         for arg, act in (("activation", activation), ("gate_activation", gate_activation)):
@@ -162,15 +120,16 @@ class GRUUnit(Layer):
         """``(updated_hidden [N, D], reset_hidden_pre [N, D], gate [N, 3D])``, Fluid's
         order, from ``input`` ``[N, 3D]`` and ``hidden`` ``[N, D]``."""
         d = self._hidden_size
-        xs = _check_input(input, "input", "GRUUnit", 2, ("float32", "float64"))
-        hs = _check_input(hidden, "hidden", "GRUUnit", 2, ("float32", "float64"))
-        if not (_fits(xs[1], 3 * d) and _fits(hs[1], d) and _fits(xs[0], hs[0])):
+        xs = check_input(input, "GRUUnit", rank=2, dtypes=("float32", "float64"))
+        hs = check_input(hidden, "GRUUnit", arg="hidden", rank=2,
+                         dtypes=("float32", "float64"))
+        if not (fits(xs[1], 3 * d) and fits(hs[1], d) and fits(xs[0], hs[0])):
             raise ValueError(f"GRUUnit: input must be [N, {3 * d}] and hidden [N, {d}] for "
                              f"size={3 * d}, got {xs} and {hs}")
         inputs = {"Input": [input], "HiddenPrev": [hidden], "Weight": [self.weight]}
         if self.bias is not None:
             inputs["Bias"] = [self.bias]
-        n = _known(xs[0], hs[0])
+        n = known(xs[0], hs[0])
         gate = self._helper.create_tmp(dtype=self._dtype, shape=[n, 3 * d])
         reset_hidden_pre = self._helper.create_tmp(dtype=self._dtype, shape=[n, d])
         updated_hidden = self._helper.create_tmp(dtype=self._dtype, shape=[n, d])
@@ -223,16 +182,16 @@ class BilinearTensorProduct(Layer):
     def forward(self, x: Variable, y: Variable) -> Variable:
         """``[N, output_dim]`` from ``x`` ``[N, input1_dim]`` and ``y`` ``[N, input2_dim]``."""
         layer = "BilinearTensorProduct"
-        xs = _check_input(x, "x", layer, 2, ("float32", "float64"))
-        ys = _check_input(y, "y", layer, 2, ("float32", "float64"))
-        if not (_fits(xs[1], self._input1_dim) and _fits(ys[1], self._input2_dim)
-                and _fits(xs[0], ys[0])):
+        xs = check_input(x, layer, arg="x", rank=2, dtypes=("float32", "float64"))
+        ys = check_input(y, layer, arg="y", rank=2, dtypes=("float32", "float64"))
+        if not (fits(xs[1], self._input1_dim) and fits(ys[1], self._input2_dim)
+                and fits(xs[0], ys[0])):
             raise ValueError(f"{layer}: x must be [N, {self._input1_dim}] and y "
                              f"[N, {self._input2_dim}], got {xs} and {ys}")
         inputs = {"X": [x], "Y": [y], "Weight": [self.weight]}
         if self.bias is not None:
             inputs["Bias"] = [self.bias]
-        shape = [_known(xs[0], ys[0]), self._output_dim]
+        shape = [known(xs[0], ys[0]), self._output_dim]
         if self._name is not None:
             out = self.create_variable(name=self._name, dtype=self._dtype)
             out.shape = shape
@@ -255,7 +214,7 @@ def _conv3d_args(layer: str, num_channels: Any, num_filters: Any, groups: Any,
     _positive_int(num_channels, "num_channels", layer)
     _positive_int(num_filters, "num_filters", layer)
     groups = 1 if groups is None else groups
-    if not _is_int(groups) or groups <= 0:
+    if not is_int(groups) or groups <= 0:
         raise ValueError(f"{layer}: groups must be a positive int or None, got {groups!r}")
     if num_channels % groups:
         raise ValueError(f"{layer}: num_channels ({num_channels}) must be divisible by groups "
@@ -267,8 +226,8 @@ def _conv3d_args(layer: str, num_channels: Any, num_filters: Any, groups: Any,
 
 
 def _check_ncdhw(layer: Layer, input: Any, name: str) -> list[int]:
-    shape = _check_input(input, "input", name, 5)
-    if not _fits(shape[1], layer._num_channels):
+    shape = check_input(input, name, rank=5, dtypes=_FLOATS)
+    if not fits(shape[1], layer._num_channels):
         raise ValueError(f"{name}: input must be NCDHW with {layer._num_channels} channels "
                          f"(num_channels), got shape {shape}")
     return shape
@@ -314,10 +273,10 @@ class Conv3D(Layer):
                                     param_attr)
         self._num_channels = int(num_channels)
         self._num_filters = int(num_filters)
-        self._stride = _int_list(stride, 3, "stride", "Conv3D")
-        self._padding = _int_list(padding, 3, "padding", "Conv3D", minimum=0)
-        self._dilation = _int_list(dilation, 3, "dilation", "Conv3D")
-        self._filter_size = _int_list(filter_size, 3, "filter_size", "Conv3D")
+        self._stride = int_list(stride, 3, "stride", "Conv3D")
+        self._padding = int_list(padding, 3, "padding", "Conv3D", minimum=0)
+        self._dilation = int_list(dilation, 3, "dilation", "Conv3D")
+        self._filter_size = int_list(filter_size, 3, "filter_size", "Conv3D")
         self._use_cudnn = use_cudnn
         self._act = act
         k = self._filter_size
@@ -388,10 +347,10 @@ class Conv3DTranspose(Layer):
                                     param_attr)
         self._num_channels = int(num_channels)
         self._num_filters = int(num_filters)
-        self._padding = _int_list(padding, 3, "padding", layer, minimum=0)
-        self._stride = _int_list(stride, 3, "stride", layer)
-        self._dilation = _int_list(dilation, 3, "dilation", layer)
-        self._filter_size = _int_list(filter_size, 3, "filter_size", layer)
+        self._padding = int_list(padding, 3, "padding", layer, minimum=0)
+        self._stride = int_list(stride, 3, "stride", layer)
+        self._dilation = int_list(dilation, 3, "dilation", layer)
+        self._filter_size = int_list(filter_size, 3, "filter_size", layer)
         self._use_cudnn = use_cudnn
         self._act = act
         self._bias_attr = _truthy_attr(bias_attr)
@@ -462,14 +421,14 @@ class SpectralNorm(Layer):
                  eps: float = 1e-12, dtype: str = "float32") -> None:
         super().__init__(dtype=dtype)
         if not isinstance(weight_shape, (list, tuple)) or \
-                not all(_is_int(d) and d > 0 for d in weight_shape):
+                not all(is_int(d) and d > 0 for d in weight_shape):
             raise ValueError(f"SpectralNorm: weight_shape must be a list of positive ints "
                              f"(no dim of 0), got {weight_shape!r}")
         self._weight_shape = [int(d) for d in weight_shape]
         if not 2 <= len(self._weight_shape) <= 5:
             raise ValueError(f"SpectralNorm: weight_shape must have rank 2 to 5, got "
                              f"{self._weight_shape}")
-        if not _is_int(dim) or not _is_int(power_iters):
+        if not is_int(dim) or not is_int(power_iters):
             raise TypeError(f"SpectralNorm: dim and power_iters must be ints, got {dim!r} and "
                             f"{power_iters!r}")
         if isinstance(eps, bool) or not isinstance(eps, (int, float)):
@@ -492,9 +451,10 @@ class SpectralNorm(Layer):
 
     def forward(self, weight: Variable) -> Variable:
         """The normalised ``weight``, of ``weight_shape``."""
-        shape = _check_input(weight, "weight", "SpectralNorm", dtypes=("float32", "float64"))
+        shape = check_input(weight, "SpectralNorm", arg="weight",
+                            dtypes=("float32", "float64"))
         if len(shape) != len(self._weight_shape) or not all(
-                _fits(d, want) for d, want in zip(shape, self._weight_shape, strict=True)):
+                fits(d, want) for d, want in zip(shape, self._weight_shape, strict=True)):
             raise ValueError(f"SpectralNorm: weight must have weight_shape "
                              f"{self._weight_shape}, got {shape}")
         out = self._helper.create_tmp(dtype=self._dtype, shape=self._weight_shape)
@@ -551,7 +511,7 @@ class NCE(Layer):
                  custom_dist: Sequence[float] | None = None, seed: int = 0,
                  is_sparse: bool = False, dtype: str = "float32") -> None:
         super().__init__(dtype=dtype)
-        if not _is_int(num_total_classes) or num_total_classes < 2:
+        if not is_int(num_total_classes) or num_total_classes < 2:
             raise ValueError(f"NCE: num_total_classes must be an int >= 2, got "
                              f"{num_total_classes!r}")
         self._num_total_classes = int(num_total_classes)
@@ -561,10 +521,10 @@ class NCE(Layer):
                              f"{list(_NCE_SAMPLERS)}")
         if num_neg_samples is None:
             num_neg_samples = 10
-        if not _is_int(num_neg_samples) or num_neg_samples <= 0:
+        if not is_int(num_neg_samples) or num_neg_samples <= 0:
             raise ValueError(f"NCE: num_neg_samples must be a positive int or None, got "
                              f"{num_neg_samples!r}")
-        if not _is_int(seed):
+        if not is_int(seed):
             raise TypeError(f"NCE: seed must be an int, got {seed!r}")
         self._num_neg_samples = int(num_neg_samples)
         self._sample_weight = sample_weight
@@ -603,11 +563,11 @@ class NCE(Layer):
                 sample_weight: Variable | None = None) -> Variable:
         """The cost ``[N, 1]`` divided by ``num_neg_samples + 1`` (as Fluid 1.8), from
         ``input`` ``[N, dim]`` and int64 ``label`` ``[N, T]``."""
-        xs = _check_input(input, "input", "NCE", 2, ("float32", "float64"))
-        ls = _check_input(label, "label", "NCE", dtypes=("int64",))
-        if not _fits(xs[1], self._dim):
+        xs = check_input(input, "NCE", rank=2, dtypes=("float32", "float64"))
+        ls = check_input(label, "NCE", arg="label", dtypes=("int64",))
+        if not fits(xs[1], self._dim):
             raise ValueError(f"NCE: input must be [N, {self._dim}] (dim), got {xs}")
-        if not ls or not _fits(ls[0], xs[0]):
+        if not ls or not fits(ls[0], xs[0]):
             raise ValueError(f"NCE: label must be [N, T] with N={xs[0]} rows, got {ls}")
         weights = sample_weight if sample_weight is not None else self._sample_weight
         if weights is not None and not isinstance(weights, Variable):
@@ -619,7 +579,7 @@ class NCE(Layer):
                                    **self._inputs}
         if self.bias is not None:
             inputs["Bias"] = [self.bias]
-        n = _known(xs[0], ls[0])
+        n = known(xs[0], ls[0])
         true_labels = ls[-1] if len(ls) > 1 else 1
         width = [n, true_labels + self._num_neg_samples if true_labels >= 0 else -1]
         cost = self._helper.create_tmp(dtype=input.dtype, shape=[n, 1])
@@ -686,19 +646,20 @@ class TreeConv(Layer):
     def forward(self, nodes_vector: Variable, edge_set: Variable) -> Variable:
         """``[N, max_nodes, output_size, num_filters]`` from ``nodes_vector``
         ``[N, max_nodes, feature_size]`` and int32 ``edge_set`` ``[N, max_edges, 2]``."""
-        ns = _check_input(nodes_vector, "nodes_vector", "TreeConv", 3,
-                          ("float32", "float64"))
-        es = _check_input(edge_set, "edge_set", "TreeConv", 3, ("int32", "int64"))
-        if not (_fits(ns[2], self._feature_size) and _fits(es[2], 2) and _fits(es[0], ns[0])):
+        ns = check_input(nodes_vector, "TreeConv", arg="nodes_vector", rank=3,
+                         dtypes=("float32", "float64"))
+        es = check_input(edge_set, "TreeConv", arg="edge_set", rank=3,
+                         dtypes=("int32", "int64"))
+        if not (fits(ns[2], self._feature_size) and fits(es[2], 2) and fits(es[0], ns[0])):
             raise ValueError(f"TreeConv: nodes_vector must be [N, max_nodes, "
                              f"{self._feature_size}] and edge_set [N, max_edges, 2], got "
                              f"{ns} and {es}")
-        if self.bias is not None and self._num_filters != 1 and not _fits(ns[1],
+        if self.bias is not None and self._num_filters != 1 and not fits(ns[1],
                                                                             self._num_filters):
             raise ValueError(f"TreeConv: Fluid 1.8 adds the bias [num_filters] from axis 1 "
                              f"(max_nodes): num_filters={self._num_filters} must be 1 or "
                              f"max_nodes={ns[1]}")
-        shape = [_known(ns[0], es[0]), ns[1], self._output_size, self._num_filters]
+        shape = [known(ns[0], es[0]), ns[1], self._output_size, self._num_filters]
         if self._name:
             out = self.create_variable(name=self._name, dtype=self._dtype)
             out.shape = shape
