@@ -22,7 +22,7 @@ from ..lod import LoDTensorArray
 from ..ops.registry import array_module
 from ..ops.selected_rows import SelectedRows
 from .tracer import Node
-from .varbase import VarBase, install_backward
+from .varbase import VarBase, install_backward, var_list
 
 
 class BackwardStrategy:
@@ -105,8 +105,8 @@ def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: Any 
     """
     if not only_inputs:
         raise AssertionError("only_inputs=False is not supported yet")  # Fluid 1.8's words
-    outs = _var_list(outputs, "outputs")
-    ins = _var_list(inputs, "inputs")
+    outs = var_list(outputs, "outputs", "grad")
+    ins = var_list(inputs, "inputs", "grad")
     seeds = [None] * len(outs) if grad_outputs is None else (
         list(grad_outputs) if isinstance(grad_outputs, (list, tuple)) else [grad_outputs])
     if len(seeds) != len(outs):
@@ -115,7 +115,7 @@ def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: Any 
         if seed is not None and (not isinstance(seed, VarBase) or seed.shape != out.shape):
             raise ValueError(f"grad: the grad_output of {out.name!r} must be a VarBase of "
                              f"shape {list(out.shape)}")
-    blocked = {v.name for v in _var_list(no_grad_vars, "no_grad_vars")} if no_grad_vars \
+    blocked = {v.name for v in var_list(no_grad_vars, "no_grad_vars", "grad")} if no_grad_vars \
         is not None else set()
     live = [(o, s) for o, s in zip(outs, seeds, strict=True) if o._node is not None]
     results: list = [None] * len(ins)
@@ -140,15 +140,6 @@ def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: Any 
             raise ValueError(f"grad: the outputs do not depend on input {var.name!r} (pass "
                              "allow_unused=True to get None for it)")
     return results
-
-
-def _var_list(value: Any, what: str) -> list[VarBase]:
-    items = list(value) if isinstance(value, (list, tuple)) else [value]
-    for item in items:
-        if not isinstance(item, VarBase):
-            raise TypeError(f"grad: {what} must be dygraph variables, got "
-                            f"{type(item).__name__}")
-    return items
 
 
 def _differentiate(targets: list[VarBase], seeds: list, blocked: set[str],

@@ -19,7 +19,7 @@ from ..executor import Executor, Scope, scope_guard
 from ..framework import Program, _dygraph_tracer, _dygraph_tracer_guard
 from ..inference_model import save_inference_model
 from .layers import Layer
-from .varbase import VarBase
+from .varbase import var_list
 
 __all__ = ["ProgramTranslator", "TracedLayer", "declarative", "dygraph_to_static_func"]
 
@@ -44,15 +44,6 @@ class ProgramTranslator:
 
     def __new__(cls, *args: Any, **kwargs: Any) -> ProgramTranslator:
         raise NotImplementedError(f"fluid.dygraph.ProgramTranslator: {_NO_TRANSLATOR}")
-
-
-def _as_list(value: Any, what: str) -> list:
-    items = list(value) if isinstance(value, (list, tuple)) else [value]
-    for item in items:
-        if not isinstance(item, VarBase):
-            raise TypeError(f"TracedLayer.trace: {what} must be dygraph variables (VarBase), "
-                            f"got {type(item).__name__}")
-    return items
 
 
 class TracedLayer:
@@ -109,10 +100,10 @@ class TracedLayer:
         if tracer is None:
             raise RuntimeError("TracedLayer.trace works in dygraph mode only: call it inside "
                                "fluid.dygraph.guard()")
-        ins = _as_list(inputs, "inputs")
+        ins = var_list(inputs, "inputs", "TracedLayer.trace")
         with tracer.recording() as program:
             outputs = layer(*ins)
-        outs = _as_list(outputs, "the layer's outputs")
+        outs = var_list(outputs, "the layer's outputs", "TracedLayer.trace")
         block = program.global_block()
         for var in ins:
             if not block.has_var(var.name):

@@ -218,6 +218,17 @@ class VarBase(Variable):
         return int(self._scalar("int()"))
 
 
+def var_list(value: Any, what: str, where: str) -> list[VarBase]:
+    """``value`` (a VarBase, or a list or tuple of them) as a list; TypeError naming
+    ``where`` and ``what`` otherwise."""
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    for item in items:
+        if not isinstance(item, VarBase):
+            raise TypeError(f"{where}: {what} must be dygraph variables (VarBase), got "
+                            f"{type(item).__name__}")
+    return items
+
+
 class ParamBase(VarBase, Parameter):
     """A dygraph parameter (Fluid 1.8's ``ParamBase``): trainable, persistable, with the
     :class:`~dask_fluid.framework.Parameter` attributes the optimizers read."""
