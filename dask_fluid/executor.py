@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from . import ops as _ops  # noqa: F401  (registers every kernel)
+from .fetched import fetched
 from .framework import (
     EMPTY_VAR,
     OP_DEVICE_KEY,
@@ -528,7 +529,8 @@ class Executor:
                 out.append(LoDTensor._of(value, lod, self.place))
                 continue
             if return_numpy:
-                value = np.array(registry.to_host(value), copy=True)
+                # a [1] loss converts to a number (float(loss)) as with numpy 1.x
+                value = fetched(np.array(registry.to_host(value), copy=True))
             elif not isinstance(value, np.ndarray):
                 # a device array as Fluid gives it: a LoDTensor, which np.array() copies to
                 # the host (a bare cupy array refuses np.array)

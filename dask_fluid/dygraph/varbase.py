@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..fetched import fetched
 from ..framework import Parameter, Variable, VarType, convert_dtype
 from ..lod import LoDTensor, LoDTensorArray
 from ..ops.registry import array_module, to_host
@@ -91,7 +92,9 @@ class VarBase(Variable):
             return to_host(_dense(value))
         if isinstance(value, LoDTensorArray):
             raise TypeError(f"{self.name!r} is a tensor array: read its items")
-        return np.array(value, copy=True) if isinstance(value, np.ndarray) else to_host(value)
+        # a [1] loss converts to a number (float(loss.numpy())) as with numpy 1.x
+        return fetched(np.array(value, copy=True) if isinstance(value, np.ndarray)
+                       else to_host(value))
 
     def value(self) -> LoDTensor:
         """The value as a LoDTensor (Fluid's ``VarBase.value().get_tensor()`` reads it)."""

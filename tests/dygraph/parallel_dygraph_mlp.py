@@ -73,9 +73,9 @@ class TestMLP(TestParallelDyGraphRunnerBase):
         label.stop_gradient = True
         logits = model(to_variable(x))
         loss = fluid.layers.softmax_with_cross_entropy(logits, label)
-        # the runner logs "%f" % loss.numpy() at step 0, which NumPy 2 refuses for Fluid's
-        # loss of shape [1] (only 0-d arrays convert): squeezed, the runner runs unchanged
-        return fluid.layers.squeeze(fluid.layers.mean(loss), axes=[0])
+        # Fluid's [1] loss: the runner logs it with "%f" % loss.numpy() (dask_fluid's
+        # one-element arrays convert to a number, as numpy 1.x's did)
+        return fluid.layers.mean(loss)
 
 
 if __name__ == "__main__":
