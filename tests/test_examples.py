@@ -100,3 +100,23 @@ def test_notebook_runs_in_a_kernel(tmp_path):
     plot = next(c for c in code if "plot_loss_curve(clf)" in c.source)
     assert any("image/png" in o.get("data", {}) for o in plot.outputs), "no loss-curve plot"
     assert "/individual-fluid-training" in out
+
+
+def test_dygraph_digits_example():
+    proc = _run_python([str(EXAMPLES / "dygraph_digits.py"), "--epochs", "6"], cwd=EXAMPLES)
+    assert _value(proc.stdout, "test accuracy: ") > 0.85
+
+
+def test_dygraph_digits_example_data_parallel_on_dask():
+    # Fluid's launch style on Dask workers: two trainer processes, DataParallel over a ring
+    proc = subprocess.run(
+        [sys.executable, "-m", "dask_fluid.cli", "launch", "--mode", "nccl2", "--workers", "2",
+         "--trainers", "2", "--no-progress", str(EXAMPLES / "dygraph_digits.py"), "--epochs",
+         "3"],
+        capture_output=True, text=True, cwd=EXAMPLES, timeout=240,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    accs = {line.split("]")[0] + "]": float(line.rsplit(" ", 1)[1])
+            for line in proc.stdout.splitlines() if "] test accuracy: " in line}
+    assert set(accs) == {"[trainer0]", "[trainer1]"}, proc.stdout
+    assert accs["[trainer0]"] == accs["[trainer1]"] > 0.8  # one model on both trainers
