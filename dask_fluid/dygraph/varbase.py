@@ -56,12 +56,14 @@ class VarBase(Variable):
 
     # -- shape and dtype come from the value ----------------------------------------------
     @property
-    def shape(self) -> tuple[int, ...] | None:
+    def shape(self) -> list[int] | None:
+        """The value's shape, a list as Fluid 1.8's ``VarBase.shape`` (a program's Variable has
+        a tuple); the declared one before an op wrote the value."""
         value = self._value
         if value is not None and hasattr(value, "shape") and not isinstance(
                 value, LoDTensorArray):
-            return tuple(int(d) for d in value.shape)
-        return self._declared_shape
+            return [int(d) for d in value.shape]
+        return None if self._declared_shape is None else list(self._declared_shape)
 
     @shape.setter
     def shape(self, shape: Any) -> None:  # layers declare shapes before the op runs

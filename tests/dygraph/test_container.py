@@ -58,7 +58,7 @@ def test_sequential_set_and_delete_items():
         assert model[0] is replacement and len(model) == 2
         assert list(model.state_dict()) == ["0.weight", "1.weight", "1.bias"]
         model["extra"] = Linear(2, 1)
-        assert len(model) == 3 and model(_x(3, 4)).shape == (3, 1)
+        assert len(model) == 3 and model(_x(3, 4)).shape == [3, 1]
         del model["extra"]
         del model[0]
         assert len(model) == 1 and list(model.state_dict()) == ["1.weight", "1.bias"]

@@ -85,7 +85,7 @@ def test_to_variable_copies_keeps_dtype_and_checks_input():
         dygraph.to_variable(src)
     with dygraph.guard(fluid.CPUPlace()):
         x = dygraph.to_variable(src, name="x")
-        assert x.name == "x" and x.dtype == "float64" and x.shape == (2, 3)
+        assert x.name == "x" and x.dtype == "float64" and x.shape == [2, 3]
         assert x.stop_gradient
         src[0, 0] = 100.0
         assert x.numpy()[0, 0] == 0.0  # a copy
@@ -647,12 +647,12 @@ def test_data_loader_yields_dygraph_variables():
         img, label = batches[0]
         assert isinstance(img, dygraph.VarBase) and img.stop_gradient
         np.testing.assert_array_equal(img.numpy(), [[0] * 3, [1] * 3, [2] * 3])
-        assert label.shape == (3, 1) and label.dtype == "int64"
-        assert batches[-1][0].shape == (1, 3)
+        assert label.shape == [3, 1] and label.dtype == "int64"
+        assert batches[-1][0].shape == [1, 3]
         loader = fluid.io.DataLoader.from_generator(capacity=2, return_list=True)
         loader.set_batch_generator(lambda: iter([(np.ones((2, 3), "float32"), np.zeros(2))]))
         (x, y), = list(loader())
-        assert x.shape == (2, 3) and y.shape == (2,)
+        assert x.shape == [2, 3] and y.shape == [2]
         with pytest.raises(ValueError, match="iterable only"):
             fluid.io.DataLoader.from_generator(capacity=2, iterable=False, return_list=True)
         ragged = fluid.io.DataLoader.from_generator(capacity=2, return_list=True)

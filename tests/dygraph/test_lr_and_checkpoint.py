@@ -123,7 +123,7 @@ def test_decay_returns_a_shape1_variable_of_its_dtype_and_advances_by_step():
         decay = lrs.ExponentialDecay(1.0, 1, 0.5, begin=2, step=3, dtype="float64")
         lr = decay()
         assert isinstance(lr, dygraph.VarBase)
-        assert lr.shape == (1,) and lr.dtype == "float64"
+        assert lr.shape == [1] and lr.dtype == "float64"
         assert lr.numpy()[0] == 0.25
         assert decay.step_num == 5
         assert decay.step().numpy()[0] == 0.5 ** 5  # step() does not advance

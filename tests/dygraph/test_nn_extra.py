@@ -216,7 +216,7 @@ def test_bilinear_tensor_product_central_differences_and_names():
         out = b(dygraph.to_variable(x.astype("float32")),
                 dygraph.to_variable(y.astype("float32")))
         assert out.name.startswith("bilinear_tensor_product_0.out")
-        assert out.shape == (3, 4)
+        assert out.shape == [3, 4]
 
 
 # -- Conv3D, Conv3DTranspose -----------------------------------------------------------------------
