@@ -1,8 +1,8 @@
 """dask_fluid.compat.install(): ``paddle`` / ``paddle.fluid`` resolve to dask_fluid, and only then.
 
 Also the Fluid 1.8 names that are importable but not implemented (the collective fleet, the
-profiler), paddle.fluid.dygraph, paddle.fluid.core, paddle.compat, the role makers, and Paddle 1.8's own
-test_dist_base.py / dist_word2vec.py importing under the compat layer.
+profiler), paddle.fluid.dygraph, paddle.fluid.core, paddle.compat, the role makers, and Paddle
+1.8's own test_dist_base.py / dist_word2vec.py importing under the compat layer.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ def test_a_fetched_loss_prints_as_fluid_scripts_print_it(tmp_path):
     value, rows = exe.run(main, feed={"x": np.ones((4, 3), "float32")}, fetch_list=[loss, acc])
     assert value.shape == (1,) and isinstance(value, np.ndarray)
     assert float(value) == pytest.approx(value[0])
-    assert "%.4f" % value == f"{value[0]:.4f}" == f"{value:.4f}"
+    assert "%.4f" % value == f"{value[0]:.4f}" == f"{value:.4f}"  # noqa: UP031 (as 1.x scripts)
     assert int(fetched(np.array([3]))) == 3
     assert repr(value).startswith("array(")
     assert type(rows) is np.ndarray and rows.shape == (4,)  # only one-element values change
@@ -42,5 +42,5 @@ def test_dygraph_numpy_of_a_loss_converts_too():
         loss = fluid.layers.mean(dygraph.to_variable(np.arange(4, dtype="float32")))
         value = loss.numpy()
         assert isinstance(value, OneValueArray) and value.shape == (1,)
-        assert "loss at step 0: %f" % value == "loss at step 0: 1.500000"
+        assert "loss at step 0: %f" % value == "loss at step 0: 1.500000"  # noqa: UP031
         assert np.asarray(value * 2).tolist() == [3.0]
