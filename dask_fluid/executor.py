@@ -218,7 +218,8 @@ class RunInfo:
     Attributes
     ----------
     program : Program
-        The program that ran (a CompiledProgram's program).
+        The program that ran (a CompiledProgram's program); in dygraph mode, where a training
+        step (``Optimizer.minimize``) runs no program, the tracer's (``program._tracer``).
     feed : dict or list of dict
         What it was fed (a reader's batch when the caller passed none; one dict per place for
         a CompiledProgram over several places).
@@ -264,6 +265,18 @@ def add_run_hook(hook: RunHook) -> Callable[[], None]:
         with contextlib.suppress(ValueError):
             _RUN_HOOKS.remove(hook)
     return remove
+
+
+def has_run_hooks() -> bool:
+    """Whether any run hook listens (so a caller builds a :class:`RunInfo` only then)."""
+    return bool(_RUN_HOOKS)
+
+
+def notify_run_hooks(info: RunInfo) -> None:
+    """Give ``info`` to every run hook: what ``Executor.run`` does after a run, and what
+    dygraph mode does after a training step (``Optimizer.minimize``)."""
+    for hook in list(_RUN_HOOKS):
+        hook(info)
 
 
 class ExecutionError(RuntimeError):
@@ -632,9 +645,7 @@ class Executor:
             fetched, ran, fed, fetch_names = self._run(program, feed, fetch_list, scope,
                                                        return_numpy, return_merged)
         if _RUN_HOOKS:
-            info = RunInfo(ran, fed, fetch_names, fetched, time.perf_counter() - t0)
-            for hook in list(_RUN_HOOKS):
-                hook(info)
+            notify_run_hooks(RunInfo(ran, fed, fetch_names, fetched, time.perf_counter() - t0))
         return fetched
 
     def to_place(self, value: Any) -> Any:

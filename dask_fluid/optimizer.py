@@ -244,8 +244,11 @@ class Optimizer:
         params_grads = self.backward(loss, startup_program, parameter_list, no_grad_set)
         if in_dygraph_mode():
             # as Fluid 1.8's minimize: the update is not differentiated
-            with _dygraph_tracer().no_grad():
-                return self.apply_gradients(params_grads), params_grads
+            tracer = _dygraph_tracer()
+            with tracer.no_grad():
+                ops = self.apply_gradients(params_grads)
+            tracer.step_done(loss)  # a training step, for whoever counts them
+            return ops, params_grads
         return self.apply_gradients(params_grads), params_grads
 
     # -- dygraph state (Fluid 1.8's Optimizer.state_dict / set_dict / current_step_lr /

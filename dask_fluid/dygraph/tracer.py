@@ -14,13 +14,23 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import time
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from .. import unique_name
-from ..executor import ExecutionError, Executor, Scope
+from ..executor import (
+    ExecutionError,
+    Executor,
+    RunInfo,
+    Scope,
+    has_run_hooks,
+    notify_run_hooks,
+)
 from ..framework import (
     EMPTY_VAR,
     Operator,
@@ -83,6 +93,8 @@ class Tracer:
         self._rngs: dict[tuple, Any] = {}
         #: while ``TracedLayer.trace`` runs: the program every op is copied into
         self._recording: Program | None = None
+        #: when the last training step ended (:meth:`step_done`)
+        self._last_step: float | None = None
         #: the backward passes' grad programs by graph shape (:mod:`.backward`)
         self._backward_plans: collections.OrderedDict = collections.OrderedDict()
 
@@ -102,6 +114,36 @@ class Tracer:
     def eval_mode(self) -> None:
         """Record no gradients (``Layer.eval()``; the layers set ``is_test`` themselves)."""
         self._train_mode = False
+
+    def step_done(self, loss: VarBase) -> None:
+        """A training step (``Optimizer.minimize``) ended: the executor's run hooks hear it
+        as a run of this tracer's program, fed a batch of the rows of the loss's input and
+        fetching the loss (what ``dask-fluid launch`` counts and shows)."""
+        now = time.perf_counter()
+        seconds, self._last_step = now - (self._last_step or now), now
+        if not has_run_hooks():
+            return
+        rows = self._batch_rows(loss)
+        feed = {"": np.empty((rows, 0))} if rows else {}
+        notify_run_hooks(RunInfo(self.program, feed, [loss.name], [loss.numpy()], seconds))
+
+    @staticmethod
+    def _batch_rows(loss: VarBase) -> int:
+        """The batch's rows: the most rows of the data (leaves that are no parameters) behind
+        ``loss`` (a label has the rows too; a constant, ``scale_loss``'s, has one)."""
+        todo, seen, rows = [loss._node], set(), 0
+        while todo:
+            node = todo.pop()
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            for name, var in node.inputs.items():
+                before = node.in_nodes[name]
+                if before is not None:
+                    todo.append(before)
+                elif not var.persistable and var.shape:
+                    rows = max(rows, int(var.shape[0]))
+        return rows
 
     # -- variables -------------------------------------------------------------------------
     def create_var(self, name: str | None = None, **kwargs: Any) -> VarBase:

@@ -302,3 +302,29 @@ def test_launched_script_reports_its_steps_and_loss_to_the_progress_and_the_boar
     assert b["status"] == "finished" and b["kind"] == "launch" and b["step"] == 12
     assert set(b["points"]) == {0, 1} and min(b["points"].values()) > 0
     assert b["rate"] == pytest.approx(seen.samples_per_s, rel=1e-6)
+
+
+def test_step_reporter_counts_dygraph_training_steps(tmp_path):
+    import dask_fluid as fluid
+    from dask_fluid import dygraph
+
+    out = tmp_path / "steps.jsonl"
+    reporter = StepReporter(out.open("w"), interval_s=3600).install()
+    try:
+        with dygraph.guard(fluid.CPUPlace()):
+            model = dygraph.Linear(3, 2)
+            opt = fluid.optimizer.SGD(0.1, parameter_list=model.parameters())
+            for rows in (8, 8, 6):
+                x = dygraph.to_variable(np.ones((rows, 3), "float32"))
+                loss = fluid.layers.mean(model(x)) / dygraph.to_variable(
+                    np.array([2.0], "float32"))  # a constant of one row: not the batch
+                loss.backward()
+                opt.minimize(loss)
+                model.clear_gradients()
+            model(x)  # a forward pass alone is no step
+    finally:
+        reporter.close()
+    step, done = _records(out)
+    assert step["step"] == 2 and step["samples"] == 6 and step["trained"] == 22
+    assert step["fetches"] == {loss.name: pytest.approx(float(loss.numpy()))}
+    assert done["steps"] == 3 and done["samples"] == 22

@@ -5,12 +5,12 @@ its steps. The worker that runs a trainer role (:func:`.script.run_role`) gives 
 process the write end of a pipe, its number in :data:`STEP_FD_ENV`; ``dask-fluid run`` then
 installs a :class:`StepReporter` as an executor run hook (:func:`install_from_env`). The
 reporter counts the runs of programs that train (programs with backward ops: the trainer
-program, not the startup, pserver or test programs), the rows they were fed and their first
-fetched value (the loss), and writes a line of JSON to the pipe at most every
-:data:`~.events.PUBLISH_INTERVAL_S`, with the same running totals as the pserver and collective
-trainers (a :class:`~.events.StepMeter`). The worker reads the lines (:func:`read_steps`) and
-publishes them as the role's ``step`` events, so the progress bar, the Jupyter view and the
-dashboard page show a launched job as they show the others.
+program, not the startup, pserver or test programs; in dygraph mode each ``minimize``), the
+rows they were fed and their first fetched value (the loss), and writes a line of JSON to the
+pipe at most every :data:`~.events.PUBLISH_INTERVAL_S`, with the same running totals as the
+pserver and collective trainers (a :class:`~.events.StepMeter`). The worker reads the lines
+(:func:`read_steps`) and publishes them as the role's ``step`` events, so the progress bar, the
+Jupyter view and the dashboard page show a launched job as they show the others.
 
 What a script does not tell is left out: its epochs (the events carry none) and the time it
 waits for the pservers (``wait_s`` is 0).
@@ -109,7 +109,9 @@ class StepReporter:
         return self
 
     def __call__(self, info: RunInfo) -> None:
-        if self.stream.closed or not trains(info.program):
+        # a dygraph training step comes as a run of the tracer's program (it has no ops)
+        dygraph_step = getattr(info.program, "_tracer", None) is not None
+        if self.stream.closed or not (dygraph_step or trains(info.program)):
             return
         rows = batch_rows(info.feed)
         if self.meter is None:  # the loop starts with the first step, not at process start
