@@ -105,6 +105,7 @@ from dask_fluid import dygraph
 from dask_fluid.dygraph.parallel import DataParallel, ParallelEnv, prepare_context
 
 out, steps, rows = sys.argv[1], int(sys.argv[2]), 16
+sparse = len(sys.argv) > 3 and sys.argv[3] == "sparse"  # a sparse embedding in front, SGD
 env = ParallelEnv()
 n, rank = env.nranks, env.local_rank
 
@@ -122,10 +123,15 @@ class Dense(dygraph.Layer):
 class MLP(dygraph.Layer):
     def __init__(self):
         super().__init__()
-        self.fc1 = Dense(4, 16)
+        self.emb = dygraph.Embedding([20, 4], is_sparse=True) if sparse else None
+        self.fc1 = Dense(8 if sparse else 4, 16)
         self.fc2 = Dense(16, 3)
 
     def forward(self, x):
+        if self.emb is not None:  # each row's id picks an embedding row (a sparse gradient)
+            # lookup_table_v2 (1.8's dygraph Embedding): ids [N] give rows [N, 4]
+            ids = dygraph.to_variable((x[:, 0].numpy() * 20).astype("int64") % 20)
+            x = fluid.layers.concat([x, self.emb(ids)], axis=1)
         return self.fc2(fluid.layers.relu(self.fc1(x)))
 
 
@@ -134,7 +140,8 @@ with dygraph.guard(fluid.CPUPlace()):
     fluid.default_startup_program().random_seed = 5
     model = MLP()
     keys = list(model.state_dict())
-    opt = fluid.optimizer.Momentum(0.2, 0.9, parameter_list=model.parameters())
+    opt = (fluid.optimizer.SGD(0.5, parameter_list=model.parameters()) if sparse else
+           fluid.optimizer.Momentum(0.2, 0.9, parameter_list=model.parameters()))
     strategy = prepare_context()
     if strategy is not None:
         model = DataParallel(model, strategy)
@@ -161,7 +168,9 @@ with dygraph.guard(fluid.CPUPlace()):
 
 
 @pytest.mark.slow
-def test_two_trainer_processes_reproduce_local_training(tmp_path):
+@pytest.mark.parametrize("model", ["dense", "sparse"])
+def test_two_trainer_processes_reproduce_local_training(tmp_path, model):
+    # sparse: an Embedding(is_sparse=True) whose row gradients are summed over the trainers
     script = tmp_path / "trainer.py"
     script.write_text(TRAINER)
     steps = 6
@@ -170,7 +179,7 @@ def test_two_trainer_processes_reproduce_local_training(tmp_path):
     procs = []
     try:
         procs.append(subprocess.Popen(
-            [sys.executable, str(script), str(tmp_path / "local.npz"), str(steps)],
+            [sys.executable, str(script), str(tmp_path / "local.npz"), str(steps), model],
             env=_clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE))
         for i in range(2):  # what Paddle's launcher sets
             role = {"PADDLE_TRAINERS_NUM": "2", "PADDLE_TRAINER_ID": str(i),
@@ -178,7 +187,8 @@ def test_two_trainer_processes_reproduce_local_training(tmp_path):
                     "PADDLE_CURRENT_ENDPOINT": endpoints[i], "FLAGS_selected_gpus": "0",
                     "DASK_FLUID_JOB_SECRET": secret, "FLAGS_rpc_deadline": "30000"}
             procs.append(subprocess.Popen(
-                [sys.executable, str(script), str(tmp_path / f"trainer{i}.npz"), str(steps)],
+                [sys.executable, str(script), str(tmp_path / f"trainer{i}.npz"), str(steps),
+                 model],
                 env=_clean_env(**role), stdout=subprocess.PIPE, stderr=subprocess.PIPE))
     finally:
         results = _run_all(procs)
@@ -188,7 +198,7 @@ def test_two_trainer_processes_reproduce_local_training(tmp_path):
     t0, t1 = np.load(tmp_path / "trainer0.npz"), np.load(tmp_path / "trainer1.npz")
     names = sorted(k for k in local.files if k != "losses")
     assert names == sorted(k for k in t0.files if k != "losses")  # no DataParallel prefix
-    assert names
+    assert names and (model == "dense" or "emb.weight" in names)
     for name in names:
         np.testing.assert_array_equal(t0[name], t1[name])  # one model on both trainers
         np.testing.assert_allclose(t0[name], local[name], rtol=1e-5, atol=1e-6)
