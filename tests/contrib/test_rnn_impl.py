@@ -407,3 +407,38 @@ def test_errors():
             BasicGRUUnit("u", H, dtype="int32")
         with pytest.raises(TypeError, match="pre_hidden must be a Variable"):
             BasicGRUUnit("u", H)(_data("s", [B, D], "float32"), None)
+
+
+def test_units_are_layers_that_run_in_dygraph_mode_too():
+    from dask_fluid import dygraph
+
+    rng = np.random.RandomState(3)
+    x, h, c = (rng.uniform(-1, 1, s) for s in ((B, D), (B, H), (B, H)))
+    with dygraph.guard(fluid.CPUPlace()):
+        gru = BasicGRUUnit("g", H, bias_attr=UNIFORM, dtype="float64")
+        lstm = BasicLSTMUnit("l", H, bias_attr=UNIFORM, forget_bias=0.3, dtype="float64")
+        assert isinstance(gru, dygraph.Layer) and gru.parameters() == []
+        new_h = gru(dygraph.to_variable(x), dygraph.to_variable(h))
+        lstm_h, lstm_c = lstm(dygraph.to_variable(x), dygraph.to_variable(h),
+                              dygraph.to_variable(c))
+        assert list(gru.state_dict()) == ["_gate_weight", "_candidate_weight", "_gate_bias",
+                                          "_candidate_bias"]
+        assert [p.name for p in lstm.parameters()] == ["l/BasicLSTMUnit_0.w_0",
+                                                       "l/BasicLSTMUnit_0.b_0"]
+        gp = [gru._gate_weight.numpy(), gru._gate_bias.numpy(), gru._candidate_weight.numpy(),
+              gru._candidate_bias.numpy()]
+        np.testing.assert_allclose(new_h.numpy(), _gru_step(x, h, gp)[0], rtol=1e-12)
+        want_h, want_c = _lstm_step(0.3)(x, [h, c], [lstm._weight.numpy(), lstm._bias.numpy()])
+        np.testing.assert_allclose(lstm_h.numpy(), want_h, rtol=1e-12)
+        np.testing.assert_allclose(lstm_c.numpy(), want_c, rtol=1e-12)
+        # the gradients reach the unit's parameters: a step of SGD lowers the loss
+        opt = fluid.optimizer.SGD(0.5, parameter_list=gru.parameters())
+        losses = []
+        for _ in range(3):
+            out = gru(dygraph.to_variable(x), dygraph.to_variable(h))
+            loss = fluid.layers.reduce_mean(fluid.layers.square(out))
+            loss.backward()
+            opt.minimize(loss)
+            gru.clear_gradients()
+            losses.append(float(loss.numpy()))
+        assert losses[2] < losses[1] < losses[0]

@@ -5,15 +5,14 @@ As in Fluid 1.8 (``python/paddle/fluid/contrib/layers/rnn_impl.py``) everything 
 over basic layers: each unit is concat + matmul + elementwise_add + activations + split, and
 ``basic_gru``/``basic_lstm`` unroll a stack of units per direction with one ``StaticRNN``.
 
-In Fluid the units are ``dygraph.Layer`` subclasses used in static mode; here they are plain
-classes (not :class:`dask_fluid.dygraph.Layer`: no ``state_dict`` or sub-layer registration)
-whose ``__call__``/``forward`` build the ops and whose ``parameters()`` lists the parameters
-created at the first call. The step arithmetic is that of ``layers.GRUCell`` /
-``layers.LSTMCell`` (Fluid 1.8 builds those from these very units), so the units delegate
-to them; parameter names and shapes are Fluid's: ``<name_scope>/BasicGRUUnit_<k>.w_0``
-(gate, ``[in + hidden, 2 hidden]``), ``.w_1`` (candidate, ``[in + hidden, hidden]``),
-``.b_0``, ``.b_1``; ``<name_scope>/BasicLSTMUnit_<k>.w_0`` (``[in + hidden, 4 hidden]``) and
-``.b_0``.
+As in Fluid the units are :class:`dask_fluid.dygraph.Layer` subclasses: they build static
+programs outside a dygraph guard and run at once inside one; their parameters, created at the
+first call, are the layer's (``parameters()``, ``state_dict()``). The step arithmetic is that
+of ``layers.GRUCell`` / ``layers.LSTMCell`` (Fluid 1.8 builds those from these very units), so
+the units delegate to them; parameter names and shapes are Fluid's:
+``<name_scope>/BasicGRUUnit_<k>.w_0`` (gate, ``[in + hidden, 2 hidden]``), ``.w_1`` (candidate,
+``[in + hidden, hidden]``), ``.b_0``, ``.b_1``; ``<name_scope>/BasicLSTMUnit_<k>.w_0`` (``[in +
+hidden, 4 hidden]``) and ``.b_0``.
 """
 
 from __future__ import annotations
@@ -22,8 +21,8 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from ... import unique_name
-from ...framework import Parameter, Variable
+from ...dygraph.layers import Layer
+from ...framework import Variable
 from ...layers import control_flow, nn, sequence_lod, tensor
 from ...layers.rnn_cells import GRUCell, LSTMCell
 from ...param_attr import ParamAttr
@@ -75,7 +74,7 @@ def _check_var(x: Any, arg: str, where: str, optional: bool = False) -> None:
 
 # -- the units --------------------------------------------------------------------------------
 
-class BasicGRUUnit:
+class BasicGRUUnit(Layer):
     """One GRU step from basic operators (Fluid 1.8's ``contrib.layers.BasicGRUUnit``)::
 
         r, u = split(gate_activation([x, h] @ W_gate + b_gate), 2)
@@ -116,9 +115,9 @@ class BasicGRUUnit:
         _check_dtype(dtype, where)
         param_attr = _check_attr(param_attr, "param_attr", where)
         bias_attr = _check_attr(bias_attr, "bias_attr", where)
-        # Fluid's dygraph Layer.__init__ draws a unique name from name_scope as well: drawn
-        # here too so later names made from the same prefix are numbered as in Fluid
-        unique_name.generate(name_scope)
+        # Fluid's Layer.__init__ draws a unique name from name_scope, so that later names made
+        # from the same prefix are numbered as in Fluid
+        super().__init__(name_scope, dtype)
         self._cell = GRUCell(hidden_size, param_attr, bias_attr,
                              _check_act(gate_activation, "gate_activation", where),
                              _check_act(activation, "activation", where), dtype,
@@ -128,29 +127,23 @@ class BasicGRUUnit:
         self._dtype = dtype
 
     def full_name(self) -> str:
-        """``<name_scope>/BasicGRUUnit_<k>``, the prefix of the parameter names."""
+        """``<name_scope>/BasicGRUUnit_<k>``, the prefix of the parameter names (Fluid 1.8
+        keeps this "old school" full name for these units)."""
         return self._cell._full_name
-
-    def parameters(self, include_sublayers: bool = True) -> list[Parameter]:
-        """The gate weight, candidate weight, gate bias and candidate bias (in Fluid's
-        creation order); empty before the first call."""
-        if not self._cell._built:
-            return []
-        c = self._cell
-        return [c._gate_weight, c._candidate_weight, c._gate_bias, c._candidate_bias]
 
     def forward(self, input: Variable, pre_hidden: Variable) -> Variable:
         """One step: the new hidden state ``[batch, hidden_size]``."""
         _check_var(input, "input", "BasicGRUUnit")
         _check_var(pre_hidden, "pre_hidden", "BasicGRUUnit")
         new_hidden, _ = self._cell(input, pre_hidden)
+        if not self._parameters:  # made by the first call: the layer's, in Fluid's order
+            c = self._cell
+            self._gate_weight, self._candidate_weight = c._gate_weight, c._candidate_weight
+            self._gate_bias, self._candidate_bias = c._gate_bias, c._candidate_bias
         return new_hidden
 
-    def __call__(self, input: Variable, pre_hidden: Variable) -> Variable:
-        return self.forward(input, pre_hidden)
 
-
-class BasicLSTMUnit:
+class BasicLSTMUnit(Layer):
     """One LSTM step from basic operators (Fluid 1.8's ``contrib.layers.BasicLSTMUnit``)::
 
         i, j, f, o = split([x, h] @ W + b, 4)
@@ -198,7 +191,7 @@ class BasicLSTMUnit:
                 "dask_fluid (Fluid 1.8 accepts them but always uses sigmoid and tanh)")
         if isinstance(forget_bias, bool) or not isinstance(forget_bias, (int, float)):
             raise TypeError(f"{where}: forget_bias must be a float, got {forget_bias!r}")
-        unique_name.generate(name_scope)  # as Fluid's dygraph Layer.__init__ (see GRU)
+        super().__init__(name_scope, dtype)  # a unique name drawn, as Fluid's (see GRU)
         self._cell = LSTMCell(hidden_size, param_attr, bias_attr, forget_bias=float(forget_bias),
                               dtype=dtype, name=name_scope)
         self._forget_bias = self._cell._forget_bias
@@ -210,23 +203,15 @@ class BasicLSTMUnit:
         """``<name_scope>/BasicLSTMUnit_<k>``, the prefix of the parameter names."""
         return self._cell._full_name
 
-    def parameters(self, include_sublayers: bool = True) -> list[Parameter]:
-        """The weight and the bias; empty before the first call."""
-        if not self._cell._built:
-            return []
-        return [self._cell._weight, self._cell._bias]
-
     def forward(self, input: Variable, pre_hidden: Variable,
                 pre_cell: Variable) -> tuple[Variable, Variable]:
         """One step: ``(new_hidden, new_cell)``, each ``[batch, hidden_size]``."""
         for x, arg in ((input, "input"), (pre_hidden, "pre_hidden"), (pre_cell, "pre_cell")):
             _check_var(x, arg, "BasicLSTMUnit")
         new_hidden, (_, new_cell) = self._cell(input, [pre_hidden, pre_cell])
+        if not self._parameters:  # made by the first call: the layer's
+            self._weight, self._bias = self._cell._weight, self._cell._bias
         return new_hidden, new_cell
-
-    def __call__(self, input: Variable, pre_hidden: Variable,
-                 pre_cell: Variable) -> tuple[Variable, Variable]:
-        return self.forward(input, pre_hidden, pre_cell)
 
 
 # -- the multi-layer, optionally bidirectional networks ---------------------------------------
