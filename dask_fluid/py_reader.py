@@ -265,6 +265,9 @@ def _field_array(value: Any, index: int) -> np.ndarray:
     if array.dtype == object:
         raise TypeError(f"field {index} of a batch is not a regular array (ragged or of "
                         "objects): every sample's field must have the same shape")
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        # what the executor refuses in a program's feed
+        raise ValueError(f"field {index} of a batch contains NaN or inf; clean the input data")
     return array
 
 

@@ -19,6 +19,7 @@ from ..framework import (
     program_guard,
 )
 from ..lod import LoDTensor
+from ..ops.registry import array_module
 from ..places import CPUPlace, CUDAPlace
 from .tracer import Tracer
 from .varbase import VarBase
@@ -129,6 +130,10 @@ def to_variable(value: Any, name: str | None = None, zero_copy: bool | None = No
     if value.dtype.kind not in "biuf":
         raise TypeError(f"to_variable: values of dtype {value.dtype} are not tensors; give "
                         "numbers (bool, int or float)")
+    if value.dtype.kind == "f" and not bool(array_module(value).isfinite(value).all()):
+        # as the executor refuses such a feed: it would train on silently
+        raise ValueError(f"to_variable{'' if name is None else f'({name!r})'}: the value "
+                         "contains NaN or inf; clean the input data")
     array = tracer.executor.to_place(value)
     if array is value and not zero_copy:
         array = np.array(value, copy=True)

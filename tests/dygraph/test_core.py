@@ -97,6 +97,8 @@ def test_to_variable_copies_keeps_dtype_and_checks_input():
             dygraph.to_variable([1.0, 2.0])
         with pytest.raises(TypeError, match="not tensors"):
             dygraph.to_variable(np.array(["a", "b"]))
+        with pytest.raises(ValueError, match="NaN or inf"):
+            dygraph.to_variable(np.array([1.0, np.nan]), name="batch")
 
 
 def test_arithmetic_on_variables_matches_numpy():
@@ -659,6 +661,10 @@ def test_data_loader_yields_dygraph_variables():
         ragged.set_sample_list_generator(lambda: iter([[(np.ones(2),), (np.ones(3),)]]))
         with pytest.raises(TypeError, match="same shape"):
             list(ragged())
+        bad = fluid.io.DataLoader.from_generator(capacity=2, return_list=True)
+        bad.set_batch_generator(lambda: iter([(np.array([[np.inf, 1.0]], "float32"),)]))
+        with pytest.raises(ValueError, match="field 0 of a batch contains NaN or inf"):
+            list(bad())
 
 
 @pytest.mark.parametrize("make_opt", [
