@@ -314,6 +314,10 @@ class Variable:
         # clamp instead of raising IndexError)
         raise TypeError(f"Variable {self.name!r} of a program is not iterable: index it")
 
+    #: numpy defers to a Variable's own operators (``np.float32(2) * x`` builds an op; numpy
+    #: would otherwise make an array of it, dygraph's value without its graph), as Fluid 1.8
+    __array_ufunc__ = None
+
     # == and != stay Python's identity comparisons (Fluid 1.8 maps them to equal/not_equal):
     # the framework keeps Variables in lists and dicts and compares them there
 

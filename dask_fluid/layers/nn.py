@@ -487,6 +487,8 @@ def _binary_op(x: Variable, other: Any, op_type: str, reverse: bool) -> Variable
     with ``+ - * /`` becomes a ``scale`` op, otherwise a constant (of the Variable's dtype) in
     the elementwise or compare op; a Variable of another dtype is cast to ``x``'s; the
     elementwise ``axis`` is 0 when the right operand's first dim is unknown, else -1."""
+    if isinstance(other, np.generic) and other.ndim == 0 and other.dtype.kind in "iuf":
+        other = other.item()  # a numpy number is a number (np.float32(2) * x)
     if isinstance(other, (int, float)) and not isinstance(other, bool):
         if isinstance(other, float) and x.dtype in _INT_DTYPES and other != int(other):
             raise TypeError(f"{x.name!r} is {x.dtype}: the float {other} in its {op_type} "

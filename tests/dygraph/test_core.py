@@ -776,3 +776,22 @@ def test_backward_errors_say_where_with_the_variables_names():
             fluid.layers.reduce_sum(y).backward()
     assert _real_names("reads X='v1', not v12 or v1x", {"v1": "fc_0.tmp_1"}) == \
         "reads X='fc_0.tmp_1', not v12 or v1x"
+
+
+def test_numpy_numbers_build_ops_and_numpy_defers_to_variables():
+    with dygraph.guard(fluid.CPUPlace()):
+        x = dygraph.to_variable(np.ones(3, "float32"))
+        x.stop_gradient = False
+        y = np.float32(2.0) * x + np.int64(1)  # numpy scalars on either side: ops, traced
+        assert isinstance(y, dygraph.VarBase)
+        np.testing.assert_array_equal(y.numpy(), [3.0, 3.0, 3.0])
+        fluid.layers.reduce_sum(y).backward()
+        np.testing.assert_array_equal(x.gradient(), [2.0, 2.0, 2.0])
+        with pytest.raises(TypeError, match="does not support ufuncs"):
+            np.add(x, 1)  # as Fluid 1.8: no silent trip through numpy, which drops the graph
+        np.testing.assert_array_equal(np.asarray(x), [1.0, 1.0, 1.0])  # reading it is fine
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        v = fluid.layers.data("v", shape=[3])
+        w = np.float64(0.5) * v
+    assert isinstance(w, fluid.Variable) and main.global_block().ops[-1].type == "scale"
