@@ -180,6 +180,32 @@ class Reader(PyReader):
             super().start()  # started by the run, so no thread waits on an unused queue
         return super()._next_feed()
 
+    def _add_double_buffer(self, name: str | None) -> None:
+        """Fluid's double-buffer reader over this one: a new reader variable, one batch more
+        read ahead."""
+        self._var = self._var.block.create_var(
+            name=unique_name.generate("double_buffer") if name is None else name,
+            type=VarType.RAW, dtype="float32", stop_gradient=True)
+        self._ahead += DOUBLE_BUFFER
+
+    def _append_read(self, program: Program) -> list[Variable]:
+        """Append the ``read`` op that fills the data variables to ``program`` (once)."""
+        if program is not self._program:
+            raise ValueError("read_file: the default main program is not the program the "
+                             "reader was created in; call read_file under the reader's "
+                             "program_guard")
+        if self._read:
+            raise NotImplementedError("read_file(reader) a second time on the same reader is "
+                                      "not implemented in dask_fluid: use the variables the "
+                                      "first call returned")
+        self._read = True
+        outs = list(self._feed_list)
+        program.global_block().append_op(type="read", inputs={"Reader": [self._var]},
+                                         outputs={"Out": outs},
+                                         attrs={"throw_eof_exp": True, "infer_out": True,
+                                                "drop_last": True})
+        return outs
+
 
 def _check_capacity(capacity: Any) -> int:
     if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
@@ -305,11 +331,7 @@ def double_buffer(reader: Reader, place: Any = None, name: str | None = None) ->
     if place is not None and not isinstance(place, CPUPlace):
         raise NotImplementedError(f"double_buffer(place={place!r}) is not implemented in "
                                   "dask_fluid: batches go to the executor's place when it runs")
-    block = reader._var.block
-    reader._var = block.create_var(
-        name=unique_name.generate("double_buffer") if name is None else name,
-        type=VarType.RAW, dtype="float32", stop_gradient=True)
-    reader._ahead += DOUBLE_BUFFER
+    reader._add_double_buffer(name)
     return reader
 
 
@@ -335,20 +357,7 @@ def read_file(reader: Reader) -> Variable | list[Variable]:
     if not isinstance(reader, Reader):
         raise TypeError("read_file: reader must be what layers.py_reader or "
                         f"create_py_reader_by_data returns, got {type(reader).__name__}")
-    program: Program = default_main_program()
-    if program is not reader._program:
-        raise ValueError("read_file: the default main program is not the program the reader "
-                         "was created in; call read_file under the reader's program_guard")
-    if reader._read:
-        raise NotImplementedError("read_file(reader) a second time on the same reader is not "
-                                  "implemented in dask_fluid: use the variables the first call "
-                                  "returned")
-    reader._read = True
-    outs = list(reader._feed_list)
-    program.global_block().append_op(type="read", inputs={"Reader": [reader._var]},
-                                     outputs={"Out": outs},
-                                     attrs={"throw_eof_exp": True, "infer_out": True,
-                                            "drop_last": True})
+    outs = reader._append_read(default_main_program())
     return outs[0] if len(outs) == 1 else outs
 
 
