@@ -202,7 +202,23 @@ class LearningRateDecay:
         return self.step()
 
 
-class _LearningRateEpochDecay(LearningRateDecay):
+class _HeldRate(LearningRateDecay):
+    """A decay whose rate changes when it is told (an epoch, a loss), not per step: it holds
+    the rate in ``learning_rate`` and calling it advances nothing."""
+
+    learning_rate: float | Variable
+
+    def __call__(self) -> Variable:
+        """The current rate as a ``[1]`` variable."""
+        if not isinstance(self.learning_rate, Variable):
+            self.learning_rate = self.create_lr_var(self.learning_rate)
+        return self.learning_rate
+
+    def _next_rate(self) -> float | Variable:
+        return self()
+
+
+class _LearningRateEpochDecay(_HeldRate):
     """Base of the epoch decays (1.8): the rate changes when :meth:`epoch` is called, and
     ``__call__`` returns the current one without advancing anything."""
 
@@ -227,14 +243,6 @@ class _LearningRateEpochDecay(LearningRateDecay):
     def _state_keys(self) -> list[str]:
         return ["epoch_num", "learning_rate"]
 
-    def _next_rate(self) -> float | Variable:
-        return self()  # advances nothing
-
-    def __call__(self) -> Variable:
-        """The current epoch's rate as a ``[1]`` variable."""
-        if not isinstance(self.learning_rate, Variable):
-            self.learning_rate = self.create_lr_var(self.learning_rate)
-        return self.learning_rate
 
     def epoch(self, epoch: int | None = None) -> None:
         """Move to the next epoch (or to ``epoch``) and compute its rate."""
@@ -491,7 +499,7 @@ class LinearLrWarmup(LearningRateDecay):
         return base_lr
 
 
-class ReduceLROnPlateau(LearningRateDecay):
+class ReduceLROnPlateau(_HeldRate):
     """Multiply the rate by ``decay_rate`` when the loss given to :meth:`step` has not improved
     for more than ``patience`` calls (then wait ``cooldown`` calls).
 
@@ -550,14 +558,6 @@ class ReduceLROnPlateau(LearningRateDecay):
     def _state_keys(self) -> list[str]:
         return ["cooldown_counter", "best_loss", "num_bad_epochs", "epoch_num", "learning_rate"]
 
-    def _next_rate(self) -> float | Variable:
-        return self()  # advances nothing
-
-    def __call__(self) -> Variable:
-        """The current rate as a ``[1]`` variable (nothing advances)."""
-        if not isinstance(self.learning_rate, Variable):
-            self.learning_rate = self.create_lr_var(self.learning_rate)
-        return self.learning_rate
 
     def step(self, loss: Variable) -> None:  # type: ignore[override]
         """Record one epoch's ``loss`` (a one-value variable) and reduce the rate when it has
