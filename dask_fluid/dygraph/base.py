@@ -19,7 +19,7 @@ from ..framework import (
     program_guard,
 )
 from ..lod import LoDTensor
-from ..ops.registry import array_module
+from ..ops.registry import array_module, to_host
 from ..places import CPUPlace, CUDAPlace
 from .tracer import Tracer
 from .varbase import VarBase
@@ -134,9 +134,11 @@ def to_variable(value: Any, name: str | None = None, zero_copy: bool | None = No
         # as the executor refuses such a feed: it would train on silently
         raise ValueError(f"to_variable{'' if name is None else f'({name!r})'}: the value "
                          "contains NaN or inf; clean the input data")
+    if isinstance(tracer.place, CPUPlace):
+        value = to_host(value)  # a CuPy array given to a CPU guard: its values, on the host
     array = tracer.executor.to_place(value)
     if array is value and not zero_copy:
-        array = np.array(value, copy=True)
+        array = array.copy()  # numpy or CuPy, each with its own copy
     var = tracer.wrap(array, name=name)
     var._lod = lod
     return var

@@ -795,3 +795,16 @@ def test_numpy_numbers_build_ops_and_numpy_defers_to_variables():
         v = fluid.layers.data("v", shape=[3])
         w = np.float64(0.5) * v
     assert isinstance(w, fluid.Variable) and main.global_block().ops[-1].type == "scale"
+
+
+def test_to_variable_takes_device_arrays_on_either_place(device_xp):
+    on_device = device_xp.asarray(np.arange(4, dtype="float32"))
+    with dygraph.guard(fluid.CPUPlace()):
+        x = dygraph.to_variable(on_device)  # copied to the host for a CPU guard
+        assert isinstance(x._value, np.ndarray)
+        np.testing.assert_array_equal(x.numpy(), [0, 1, 2, 3])
+    with dygraph.guard(fluid.CUDAPlace(0)):
+        y = dygraph.to_variable(on_device)
+        assert type(y._value).__module__.startswith(type(on_device).__module__.split(".")[0])
+        assert y._value is not on_device  # a copy: the caller's array stays the caller's
+        np.testing.assert_array_equal((y * 2.0).numpy(), [0, 2, 4, 6])
