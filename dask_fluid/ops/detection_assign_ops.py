@@ -333,6 +333,12 @@ def _check_boxes(op: str, name: str, a: Any, cols: int = 4) -> None:
                          f"{list(a.shape)}")
 
 
+def _check_im_info(op: str, im_info: Any) -> None:
+    if im_info.ndim != 2 or im_info.shape[1] < 3:
+        raise ValueError(f"{op}: Input(ImInfo) must be [N, 3] (height, width, scale), got shape "
+                         f"{list(im_info.shape)}")
+
+
 def _assign_images(op: str, ins: dict, attrs: dict, straddle: float, batch_size: int,
                    frac: float, pos: float, neg: float, seed: int | None,
                    with_labels: bool) -> dict:
@@ -345,9 +351,7 @@ def _assign_images(op: str, ins: dict, attrs: dict, straddle: float, batch_size:
     im_info = to_host(ins["ImInfo"][0])
     _check_boxes(op, "Anchor", anchor)
     _check_boxes(op, "GtBoxes", gt)
-    if im_info.ndim != 2 or im_info.shape[1] < 3:
-        raise ValueError(f"{op}: Input(ImInfo) must be [N, 3] (height, width, scale), got shape "
-                         f"{list(im_info.shape)}")
+    _check_im_info(op, im_info)
     g_off = _gt_offsets(op, attrs, "GtBoxes", gt.shape[0])
     c_off = _gt_offsets(op, attrs, "IsCrowd", crowd.shape[0])
     batch = len(g_off) - 1

@@ -12,7 +12,14 @@ from typing import Any
 
 import numpy as np
 
-from .detection_assign_ops import _box_to_delta, _check_boxes, _gt_offsets, _pixel_iou, _run_seed
+from .detection_assign_ops import (
+    _box_to_delta,
+    _check_boxes,
+    _check_im_info,
+    _gt_offsets,
+    _pixel_iou,
+    _run_seed,
+)
 from .registry import LOD_KEY, array_module, register, to_host
 
 # -- generate_proposal_labels (Paddle's detection/generate_proposal_labels_op.cc) -------------
@@ -149,9 +156,7 @@ def generate_proposal_labels(ins: dict, attrs: dict, outs: tuple) -> dict:
     im_info = to_host(ins["ImInfo"][0])
     _check_boxes(op, "RpnRois", rois)
     _check_boxes(op, "GtBoxes", gt)
-    if im_info.ndim != 2 or im_info.shape[1] < 3:
-        raise ValueError(f"{op}: Input(ImInfo) must be [N, 3] (height, width, scale), got shape "
-                         f"{list(im_info.shape)}")
+    _check_im_info(op, im_info)
     r_off = _gt_offsets(op, attrs, "RpnRois", rois.shape[0])
     g_off = _gt_offsets(op, attrs, "GtBoxes", gt.shape[0])
     batch = len(r_off) - 1
@@ -371,9 +376,7 @@ def generate_mask_labels(ins: dict, attrs: dict, outs: tuple) -> dict:
     gt_cls = to_host(ins["GtClasses"][0]).reshape(-1)
     crowd = to_host(ins["IsCrowd"][0]).reshape(-1)
     im_info = to_host(ins["ImInfo"][0])
-    if im_info.ndim != 2 or im_info.shape[1] < 3:
-        raise ValueError(f"{op}: Input(ImInfo) must be [N, 3] (height, width, scale), got shape "
-                         f"{list(im_info.shape)}")
+    _check_im_info(op, im_info)
     g_off = _gt_offsets(op, attrs, "GtClasses", gt_cls.shape[0])
     c_off = _gt_offsets(op, attrs, "IsCrowd", crowd.shape[0])
     r_off = _gt_offsets(op, attrs, "Rois", rois.shape[0])
