@@ -167,8 +167,8 @@ class Optimizer:
         parameter_list = parameter_list or self._parameter_list
         if in_dygraph_mode():
             # Fluid 1.8: the gradients loss.backward() left in the parameters
-            return [(p, p._grad_ivar()) for p in parameter_list
-                    if p.trainable and p._grad_ivar() is not None]
+            pairs = ((p, p._grad_ivar()) for p in parameter_list if p.trainable)
+            return [(p, g) for p, g in pairs if g is not None]
         callbacks = [*(callbacks or ()), error_clip_callback]
         return append_backward(loss, parameter_list, no_grad_set, callbacks)
 
