@@ -20,8 +20,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from .. import unique_name
 from ..executor import (
     ExecutionError,
@@ -117,21 +115,23 @@ class Tracer:
 
     def step_done(self, loss: VarBase) -> None:
         """A training step (``Optimizer.minimize``) ended: the executor's run hooks hear it
-        as a run of this tracer's program, fed a batch of the rows of the loss's input and
-        fetching the loss (what ``dask-fluid launch`` counts and shows)."""
+        as a run of this tracer's program, fed the step's data (the input behind ``loss``
+        with the most rows) and fetching the loss (what ``dask-fluid launch`` counts and
+        shows)."""
         now = time.perf_counter()
         seconds, self._last_step = now - (self._last_step or now), now
         if not has_run_hooks():
             return
-        rows = self._batch_rows(loss)
-        feed = {"": np.empty((rows, 0))} if rows else {}
+        data = self._batch_input(loss)
+        feed = {} if data is None else {data.name: data._value}
         notify_run_hooks(RunInfo(self.program, feed, [loss.name], [loss.numpy()], seconds))
 
     @staticmethod
-    def _batch_rows(loss: VarBase) -> int:
-        """The batch's rows: the most rows of the data (leaves that are no parameters) behind
-        ``loss`` (a label has the rows too; a constant, ``scale_loss``'s, has one)."""
-        todo, seen, rows = [loss._node], set(), 0
+    def _batch_input(loss: VarBase) -> VarBase | None:
+        """The batch behind ``loss``: of the data (leaves that are no parameters), the one
+        with the most rows (a label has the rows too; a constant, ``scale_loss``'s, has
+        one)."""
+        todo, seen, best = [loss._node], set(), None
         while todo:
             node = todo.pop()
             if node is None or id(node) in seen:
@@ -141,9 +141,10 @@ class Tracer:
                 before = node.in_nodes[name]
                 if before is not None:
                     todo.append(before)
-                elif not var.persistable and var.shape:
-                    rows = max(rows, int(var.shape[0]))
-        return rows
+                elif not var.persistable and var.shape and (
+                        best is None or var.shape[0] > best.shape[0]):
+                    best = var
+        return best
 
     # -- variables -------------------------------------------------------------------------
     def create_var(self, name: str | None = None, **kwargs: Any) -> VarBase:
