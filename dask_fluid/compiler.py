@@ -211,8 +211,8 @@ class BuildStrategy:
     hierarchical_allreduce_inter_nranks, async_mode, is_distribution
         Graph-engine tuning: stored, no effect on the result.
     sync_batch_norm : bool
-        Batch-norm statistics over all places: not implemented over several places (raises);
-        no effect on one.
+        Batch-norm statistics over all places: not implemented over several places or
+        several trainers (raises when the program has batch_norm ops); no effect on one.
     """
 
     ReduceStrategy = _ReduceStrategy
@@ -432,6 +432,12 @@ class CompiledProgram:
                     f"BuildStrategy.sync_batch_norm over {len(places)} places ({how}) is not "
                     "implemented in dask_fluid: batch statistics are per place; use one place "
                     "with the whole batch")
+        if build.num_trainers > 1 and build.sync_batch_norm and any(
+                op.type == "batch_norm" for op in self._program.global_block().ops):
+            raise NotImplementedError(
+                f"BuildStrategy.sync_batch_norm over num_trainers={build.num_trainers} trainers "
+                "is not implemented in dask_fluid: batch statistics would be each trainer's "
+                "own, not the global batch's; set sync_batch_norm = False")
         if not 0 <= build.trainer_id < max(build.num_trainers, 1):
             raise ValueError(f"build_strategy.trainer_id={build.trainer_id} is out of range for "
                              f"num_trainers={build.num_trainers}")

@@ -10,12 +10,12 @@ from __future__ import annotations
 from .framework import OP_ROLE_KEY, OP_ROLE_VAR_KEY, OpRole, Program
 from .framework import grad_var_name as _grad_var_name
 
-__all__ = ["gradient_names", "optimize_start", "split_program"]
+__all__ = ["PROGRAM_ALLREDUCE", "gradient_names", "optimize_start", "split_program"]
 
 #: Fluid 1.8's in-program all-reduce (``fluid.layers.collective._allreduce``): gradients it reads
 #: or writes are reduced by the program itself, and Fluid's graph builder adds no all-reduce
 #: for them (``NeedCollectiveForGrad``)
-_PROGRAM_ALLREDUCE = "allreduce"
+PROGRAM_ALLREDUCE = "allreduce"
 
 
 def optimize_start(main: Program) -> int | None:
@@ -40,7 +40,7 @@ def gradient_names(main: Program, first: int) -> list[str]:
     if not grads:
         written = {n for op in ops for n in op.output_arg_names}
         grads = {_grad_var_name(p.name) for p in main.all_parameters() if p.trainable} & written
-    reduced = {n for op in main.global_block().ops if op.type == _PROGRAM_ALLREDUCE
+    reduced = {n for op in main.global_block().ops if op.type == PROGRAM_ALLREDUCE
                for n in (*op.input_arg_names, *op.output_arg_names)}
     return sorted(grads - reduced)
 

@@ -7,6 +7,7 @@ Fluid's ``fluid.layers`` is the union of ``layers.nn``, ``layers.tensor`` and th
 from . import (
     activations,
     boxes,
+    collective,
     compare,
     control_flow,
     crf,

@@ -44,6 +44,28 @@ register_signature("gen_nccl_id", (), ("NCCLID",),
                    {"trainers": [], "trainer_id": 0, "nccl_comm_num": 1, "endpoint": "",
                     "endpoint_list": [], "use_hierarchical_allreduce": False},
                    provider=_COLLECTIVE_OPS)
+# Fluid 1.8's c_* collective ops (the collective transpilers, fluid.layers.collective)
+_C_OPS = "dask_fluid.distributed.collective.c_ops"
+register_signature("c_gen_nccl_id", (), ("Out",),
+                   {"endpoint": "", "other_endpoints": [], "rank": 0}, provider=_C_OPS)
+register_signature("c_comm_init", ("X",), (), {"nranks": 0, "rank": 0, "device_id": -1,
+                                               "ring_id": 0}, provider=_C_OPS)
+for _op in ("c_allreduce_sum", "c_allreduce_max", "c_allreduce_min", "c_allreduce_prod"):
+    register_signature(_op, ("X",), ("Out",), {"ring_id": 0, "use_calc_stream": False},
+                       provider=_C_OPS)
+register_signature("c_broadcast", ("X",), ("Out",),
+                   {"ring_id": 0, "root": 0, "use_calc_stream": False}, provider=_C_OPS)
+for _op in ("c_allgather", "c_reducescatter"):
+    register_signature(_op, ("X",), ("Out",),
+                       {"ring_id": 0, "nranks": 1, "use_calc_stream": False}, provider=_C_OPS)
+register_signature("c_sync_calc_stream", ("X",), ("Out",), {}, provider=_C_OPS)
+# the older allreduce/broadcast (fluid.layers.collective._allreduce, _broadcast): on the nccl2
+# trainers' communicator (the NCCLID variable); reduce_type 0 sum, 1 prod, 2 max, 3 min
+register_signature("allreduce", ("X",), ("Out",), {"reduce_type": 0, "sync_mode": False},
+                   provider=_C_OPS)
+register_signature("broadcast", ("X",), ("Out",), {"sync_mode": False, "root": 0},
+                   provider=_C_OPS)
+register_signature("c_sync_comm_stream", ("X",), ("Out",), {"ring_id": 0}, provider=_C_OPS)
 # what a CompiledProgram with num_trainers > 1 runs between backward and optimize: every
 # gradient X all-reduced (mean, or sum without ``average``) through the communicator in Comm
 register_signature("fused_allreduce", ("X", "Comm"), ("Out",), {"average": True},

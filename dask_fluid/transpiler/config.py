@@ -9,7 +9,9 @@ from typing import Any
 from .ps_dispatcher import HashName, PSDispatcher, RoundRobin
 
 MIN_BLOCK_SIZE = 8192
-MODES = ("pserver", "nccl2")
+MODES = ("pserver", "nccl2", "collective")
+#: Fluid 1.8's collective transpilers (``mode = "collective"``); the third is refused later
+COLLECTIVE_MODES = ("grad_allreduce", "local_sgd", "single_process_multi_thread")
 
 
 def _check_bool(name: str, value: Any) -> Any:
@@ -43,6 +45,13 @@ def _check_mode(name: str, value: Any) -> Any:
     return value
 
 
+def _check_collective_mode(name: str, value: Any) -> Any:
+    if value is not None and value not in COLLECTIVE_MODES:
+        raise ValueError(f"DistributeTranspilerConfig.{name} = {value!r} is not allowed: use "
+                         f"None or one of {COLLECTIVE_MODES}")
+    return value
+
+
 def _check_not_none_bool(name: str, value: Any) -> Any:
     if value is None:  # Fluid 1.8's setters refuse None for these two
         raise ValueError(f"DistributeTranspilerConfig.{name} can't be None: it must be a bool "
@@ -64,6 +73,7 @@ _FIELDS: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "min_block_size": (MIN_BLOCK_SIZE, _check_min_block_size),
     "enable_dc_asgd": (False, _check_bool),
     "mode": ("pserver", _check_mode),
+    "collective_mode": (None, _check_collective_mode),
     "print_log": (False, _check_bool),
     "sync_mode": (True, _check_not_none_bool),
     "runtime_split_send_recv": (False, _check_not_none_bool),
@@ -96,7 +106,13 @@ class DistributeTranspilerConfig:
         Minimum elements per block; at least 8192.
     enable_dc_asgd : bool, default False
         Delay-compensated async SGD on the pservers (async modes only).
-    mode : {"pserver", "nccl2"}, default "pserver"
+    mode : {"pserver", "nccl2", "collective"}, default "pserver"
+        ``"collective"``: the programs get Fluid's ``c_*`` collective ops
+        (:mod:`~dask_fluid.transpiler.collective`), chosen by ``collective_mode``.
+    collective_mode : {None, "grad_allreduce", "local_sgd"}, default None
+        With ``mode = "collective"``: all-reduce every gradient, or average the parameters
+        after each local step. Fluid's ``"single_process_multi_thread"`` is accepted here and
+        refused by ``transpile()`` (not implemented).
     print_log : bool, default False
         Log every decision (block cuts, endpoint per block) to the ``dask_fluid.transpiler``
         logger at INFO level.

@@ -32,7 +32,7 @@ from ..framework import (
     default_main_program,
     default_startup_program,
 )
-from . import lookup_table, remote_prefetch, trainer_rewrite, vars_distributed
+from . import collective, lookup_table, remote_prefetch, trainer_rewrite, vars_distributed
 from .config import DistributeTranspilerConfig, parse_endpoints
 from .modes import TrainingMode, resolve_mode
 from .nccl2 import transpile_nccl2
@@ -53,12 +53,16 @@ from .startup import build_pserver_startup
 logger = logging.getLogger("dask_fluid.transpiler")
 
 
+#: modes that only annotate or rewrite the trainers' programs: there are no pserver programs
+_TRAINERS_ONLY = ("nccl2", "collective")
+
+
 def _no_log(*args: Any, **kwargs: Any) -> None:
     return None
 
 
 class DistributeTranspiler:
-    """Fluid's ``DistributeTranspiler`` (pserver and nccl2 modes).
+    """Fluid's ``DistributeTranspiler`` (pserver, nccl2 and collective modes).
 
     Parameters
     ----------
@@ -106,16 +110,16 @@ class DistributeTranspiler:
             pserver mode: comma-separated ``host:port`` endpoints of the pservers (Dask worker
             addresses such as ``tcp://10.0.0.5:40123`` are accepted too).
         trainers : int or str
-            pserver mode: the number of trainers. nccl2 mode: the comma-separated trainer
-            endpoints.
+            pserver mode: the number of trainers. nccl2 and collective modes: the trainer
+            endpoints (comma-separated; collective mode takes a list too).
         sync_mode : bool
             Synchronous training (barriers, gradients averaged over the trainers). Once
             ``config.sync_mode`` has been assigned, the config decides instead (Fluid 1.4/1.5's
             precedence; Fluid 1.8 would take the pserver's mode from the config and the
             trainer's ops from this argument, which only trains when they agree).
         current_endpoint : str
-            nccl2 mode: this trainer's endpoint, one of ``trainers``. pserver mode: stored as
-            the program's ``_ps_endpoint``.
+            nccl2 and collective modes: this trainer's endpoint, one of ``trainers``. pserver
+            mode: stored as the program's ``_ps_endpoint``.
         """
         self.config.validate()
         self._log = logger.info if self.config.print_log else _no_log
@@ -129,6 +133,12 @@ class DistributeTranspiler:
         trainer_id = int(trainer_id)
         self._program, self._startup, self._mode = program, startup, self.config.mode
         self._current_endpoint = current_endpoint
+        if self.config.mode == "collective":
+            self._refuse_pserver_fields()
+            self._endpoints = self._transpile_collective(trainer_id, trainers, program, startup,
+                                                         current_endpoint)
+            self._trainer_id, self._trainer_num = trainer_id, len(self._endpoints)
+            return None
         if self.config.mode == "nccl2":
             self._refuse_pserver_fields()
             self._endpoints = transpile_nccl2(program, startup, trainer_id, trainers,
@@ -158,14 +168,46 @@ class DistributeTranspiler:
         """Whether the transpiled program has a distributed lookup table."""
         return self.table_name is not None
 
+    def _transpile_collective(self, trainer_id: int, trainers: Any, program: Program,
+                              startup: Program, current_endpoint: str) -> list[str]:
+        """``config.mode = "collective"``: Fluid's collective transpilers
+        (:mod:`.collective`) rewrite both programs; returns the trainer endpoints."""
+        kind = self.config.collective_mode
+        if kind == "grad_allreduce":
+            transpiler = collective.GradAllReduce(self.config.nccl_comm_num)
+        elif kind == "local_sgd":
+            transpiler = collective.LocalSGD(self.config.nccl_comm_num)
+        elif kind == "single_process_multi_thread":
+            raise NotImplementedError(
+                "collective_mode 'single_process_multi_thread' (one process driving every "
+                "device through c_comm_init_all) is not implemented in dask_fluid: run one "
+                "trainer process per device with 'grad_allreduce'")
+        else:
+            raise ValueError("config.mode = 'collective' needs config.collective_mode = "
+                             f"'grad_allreduce' or 'local_sgd', got {kind!r}")
+        if isinstance(trainers, str):
+            endpoints = parse_endpoints(trainers, "trainers")
+        elif isinstance(trainers, (list, tuple)):
+            endpoints = parse_endpoints(",".join(map(str, trainers)), "trainers")
+        else:
+            raise TypeError("in collective mode, trainers must be the trainer endpoints "
+                            f"('ip:port,ip:port' or a list), got {type(trainers).__name__}")
+        transpiler.transpile(startup_program=startup, main_program=program, rank=trainer_id,
+                             endpoints=endpoints, current_endpoint=current_endpoint,
+                             wait_port=self.config.wait_port)
+        self._log("collective (%s): trainer %d of %s, %d ring(s)", kind, trainer_id, endpoints,
+                  self.config.nccl_comm_num)
+        return endpoints
+
     def _refuse_pserver_fields(self) -> None:
-        """nccl2 mode all-reduces every step: the pserver-mode training modes do not apply."""
+        """nccl2 and collective modes all-reduce every step: the pserver-mode training modes do
+        not apply."""
         for field in ("runtime_split_send_recv", "half_async", "completely_not_async",
                       "geo_sgd_mode"):
             if getattr(self.config, field):
                 raise ValueError(f"config.{field} is a pserver-mode option, but config.mode is "
-                                 "'nccl2' (synchronous all-reduce): unset it, or use "
-                                 "mode='pserver'")
+                                 f"{self.config.mode!r} (synchronous all-reduce): unset it, or "
+                                 "use mode='pserver'")
 
     def _check_arguments(self, trainer_id: int, pservers: Any, trainers: Any,
                          sync_mode: Any) -> tuple[list[str], int, TrainingMode]:
@@ -293,8 +335,9 @@ class DistributeTranspiler:
     # getters
     # ------------------------------------------------------------------------------------------
     def _require_pserver_plan(self) -> TranspilePlan:
-        if self._mode == "nccl2":
-            raise RuntimeError("this transpiler ran in nccl2 mode: there are no pserver programs")
+        if self._mode in _TRAINERS_ONLY:
+            raise RuntimeError(f"this transpiler ran in {self._mode} mode: there are no pserver "
+                               "programs")
         if self._plan is None:
             raise RuntimeError("call transpile() first")
         return self._plan
@@ -325,7 +368,7 @@ class DistributeTranspiler:
         """
         if self._program is None:
             raise RuntimeError("call transpile() first")
-        if self._mode == "nccl2":
+        if self._mode in _TRAINERS_ONLY:
             return self._program
         plan = self._require_pserver_plan()
         if not isinstance(wait_port, bool):
@@ -378,8 +421,9 @@ class DistributeTranspiler:
 
     def _repr_html_(self) -> str:
         """Jupyter: which block of which parameter lives on which pserver (:mod:`.plan_html`)."""
-        if self._mode == "nccl2":
-            return nccl2_html(list(self._endpoints), self._trainer_id)
+        if self._mode in _TRAINERS_ONLY:
+            return nccl2_html(list(self._endpoints), self._trainer_id,
+                              self.config.collective_mode if self._mode == "collective" else None)
         if self._plan is None:
             return ("<div class='dask-fluid-transpile-plan'><b>DistributeTranspiler</b>: not "
                     "transpiled yet; call transpile()</div>")
@@ -399,13 +443,13 @@ class DistributeTranspiler:
 
     @property
     def trainer_num(self) -> int:
-        if self._mode == "nccl2":
+        if self._mode in _TRAINERS_ONLY:
             return self._trainer_num
         return self._require_pserver_plan().trainer_num
 
     @property
     def trainer_id(self) -> int:
-        if self._mode == "nccl2":
+        if self._mode in _TRAINERS_ONLY:
             return self._trainer_id
         return self._require_pserver_plan().trainer_id
 

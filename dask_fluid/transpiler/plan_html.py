@@ -109,11 +109,19 @@ def plan_html(plan: TranspilePlan) -> str:
     return "".join(parts) + "</div>"
 
 
-def nccl2_html(endpoints: list[str], trainer_id: int) -> str:
-    """An nccl2-mode transpile: the trainers, no pservers."""
+def nccl2_html(endpoints: list[str], trainer_id: int, collective_mode: str | None = None) -> str:
+    """An nccl2- or collective-mode transpile: the trainers, no pservers."""
     items = "".join(f"<li>{html.escape(ep)}{' (this trainer)' if i == trainer_id else ''}</li>"
                     for i, ep in enumerate(endpoints))
-    return (f"<div class='dask-fluid-transpile-plan'><b>DistributeTranspiler: nccl2 mode; "
-            f"{len(endpoints)} trainer(s), no pservers</b><div>the program is not rewritten: "
-            f"every gradient is all-reduced over the trainers each step</div>"
+    if collective_mode is None:
+        title, what = "nccl2 mode", ("the program is not rewritten: every gradient is "
+                                     "all-reduced over the trainers each step")
+    elif collective_mode == "local_sgd":
+        title, what = "collective mode (local_sgd)", (
+            "each trainer steps alone, then c_allreduce_sum ops average the parameters")
+    else:
+        title, what = f"collective mode ({html.escape(collective_mode)})", (
+            "a c_allreduce_sum op after each gradient sums it over the trainers")
+    return (f"<div class='dask-fluid-transpile-plan'><b>DistributeTranspiler: {title}; "
+            f"{len(endpoints)} trainer(s), no pservers</b><div>{what}</div>"
             f"<ol start='0'>{items}</ol></div>")

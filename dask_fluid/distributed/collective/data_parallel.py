@@ -18,7 +18,12 @@ import numpy as np
 
 from dask_fluid.framework import OP_ROLE_KEY, OpRole, Program, VarType
 from dask_fluid.ops.registry import to_host
-from dask_fluid.program_phases import gradient_names, optimize_start, split_program
+from dask_fluid.program_phases import (
+    PROGRAM_ALLREDUCE,
+    gradient_names,
+    optimize_start,
+    split_program,
+)
 
 __all__ = ["ALLREDUCE_OP", "broadcast_persistables", "gradient_names", "optimize_start",
            "persistable_names", "reduce_gradients", "split_program", "with_allreduce"]
@@ -27,10 +32,16 @@ __all__ = ["ALLREDUCE_OP", "broadcast_persistables", "gradient_names", "optimize
 ALLREDUCE_OP = "fused_allreduce"
 
 
-def with_allreduce(main: Program, comm_var: str, *, average: bool = True) -> Program:
+def with_allreduce(main: Program, comm_var: str, *, average: bool = True,
+                   nranks: int = 1) -> Program:
     """A copy of ``main`` with one ``fused_allreduce`` op of every gradient before its first
-    optimize op; ``main`` itself when it has no optimize op or no gradient (an evaluation
-    program runs as it is on every trainer).
+    optimize op; ``main`` itself when it has no optimize op or nothing to reduce (an
+    evaluation program runs as it is on every trainer).
+
+    Gradients that the program's own ``allreduce`` ops reduce (``layers.collective._allreduce``,
+    a sum) are left to them; then, as Fluid's CoeffNumDevice scaling does, the loss gradient is
+    scaled by ``1 / nranks`` and the other gradients are summed, so every gradient is the
+    trainers' mean.
 
     Parameters
     ----------
@@ -39,17 +50,41 @@ def with_allreduce(main: Program, comm_var: str, *, average: bool = True) -> Pro
         The scope variable holding the trainers' communicator (``NCCLID``).
     average : bool
         Mean over trainers (Fluid's ``CoeffNumDevice``), else the sum (``One``).
+    nranks : int
+        The number of trainers.
     """
     first = optimize_start(main)
-    grads = gradient_names(main, first) if first is not None else []
-    if not grads:
+    if first is None:
+        return main
+    grads = gradient_names(main, first)
+    scale_loss = average and any(op.type == PROGRAM_ALLREDUCE
+                                 for op in main.global_block().ops[:first])
+    if not grads and not scale_loss:
         return main
     program = main.clone()
     block = program.global_block()
-    block._insert_op(first, ALLREDUCE_OP, inputs={"X": grads, "Comm": [comm_var]},
-                     outputs={"Out": grads},
-                     attrs={"average": average, OP_ROLE_KEY: OpRole.Backward})
+    if grads:
+        block._insert_op(first, ALLREDUCE_OP, inputs={"X": grads, "Comm": [comm_var]},
+                         outputs={"Out": grads},
+                         attrs={"average": average and not scale_loss,
+                                OP_ROLE_KEY: OpRole.Backward})
+    if scale_loss:
+        _scale_loss_grad(block, 1.0 / nranks)
     return program
+
+
+def _scale_loss_grad(block: Any, scale: float) -> None:
+    seeds = [i for i, op in enumerate(block.ops)
+             if op.attrs.get(OP_ROLE_KEY, 0) & OpRole.Backward
+             and op.attrs.get(OP_ROLE_KEY, 0) & OpRole.Loss]
+    if not seeds:
+        raise ValueError("the program all-reduces gradients with allreduce ops but has no "
+                         "loss-gradient op (op_role Backward | Loss) to scale by 1 / trainers; "
+                         "build it with optimizer.backward(loss)")
+    for i in reversed(seeds):
+        loss_grad = block.ops[i].output_arg_names[0]
+        block._insert_op(i + 1, "scale", inputs={"X": [loss_grad]}, outputs={"Out": [loss_grad]},
+                         attrs={"scale": scale, OP_ROLE_KEY: OpRole.Backward})
 
 
 def persistable_names(main: Program) -> list[str]:
@@ -73,15 +108,15 @@ def _writable(scope: Any, name: str, xp: Any, *, host: bool) -> Any:
 
 
 def broadcast_persistables(comm: Any, scope: Any, names: Sequence[str], xp: Any, *,
-                           host: bool) -> None:
-    """Overwrite ``names`` in ``scope`` with rank 0's values (NCCL programs' start: rank 0's
-    parameters win even if a startup op were not deterministic).
+                           host: bool, root: int = 0) -> None:
+    """Overwrite ``names`` in ``scope`` with rank ``root``'s values (NCCL programs' start: rank
+    0's parameters win even if a startup op were not deterministic).
 
     ``host``: the communicator takes numpy arrays only (the ring), so device arrays travel
     through host memory.
     """
     state = [_writable(scope, n, xp, host=host) for n in names]
-    comm.broadcast(state, root=0)
+    comm.broadcast(state, root=root)
     if host and xp is not np:
         for n, a in zip(names, state, strict=True):
             scope.vars[n] = xp.asarray(a)

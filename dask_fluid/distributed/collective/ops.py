@@ -29,7 +29,7 @@ from ..errors import DistributedTrainingError
 from . import data_parallel
 from .trainers import TrainerComm, connect_trainers
 
-__all__ = ["COMM_VAR", "compile_for_trainers", "find_comm"]
+__all__ = ["COMM_VAR", "compile_for_trainers", "connect", "find_comm", "passthrough"]
 
 #: the scope variable that holds the trainer's communicator (Fluid's NCCL id variable)
 COMM_VAR = "NCCLID"
@@ -43,7 +43,7 @@ _MISSING = (
     "before the CompiledProgram; its gen_nccl_id op connects the trainers")
 
 
-def _passthrough(err: DistributedTrainingError) -> DistributedTrainingError:
+def passthrough(err: DistributedTrainingError) -> DistributedTrainingError:
     err._dask_fluid_passthrough = True  # the executor re-raises it as is: it names the peer
     return err
 
@@ -63,7 +63,17 @@ def _gen_nccl_id(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
                          f"trainers={endpoints}, not {mine}; pass current_endpoint = "
                          "trainers[trainer_id] to transpile()")
     names = ctx.op.output("NCCLID")
-    old = ctx.scope.vars.get(names[0]) if names else None
+    handle = connect(ctx, rank, endpoints, names[0] if names else None)
+    # Fluid keeps one NCCL id per communicator (nccl_comm_num, hierarchical rings); one
+    # communicator serves them all here, with the same result
+    return {"NCCLID": [handle] * len(names)}
+
+
+def connect(ctx: RunContext, rank: int, endpoints: list[str], var: str | None) -> TrainerComm:
+    """Connect trainer ``rank`` of ``endpoints`` (the ring on CPUs, NCCL on GPUs), closing
+    the communicator an earlier run of the startup program left in ``var``; ``exe.close()``
+    of this executor closes the new one."""
+    old = ctx.scope.vars.get(var) if var else None
     if isinstance(old, TrainerComm):  # the startup program ran again: start afresh
         old.close()
     place = ctx.executor.place
@@ -74,11 +84,9 @@ def _gen_nccl_id(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
             on_gpu=on_gpu, device=place.device_id if on_gpu else 0,
             scheduler=os.environ.get("DASK_SCHEDULER_ADDRESS") or None)
     except DistributedTrainingError as err:
-        raise _passthrough(err) from None
+        raise passthrough(err) from None
     ctx.executor.host_context[_CLOSE_KEY] = handle
-    # Fluid keeps one NCCL id per communicator (nccl_comm_num, hierarchical rings); one
-    # communicator serves them all here, with the same result
-    return {"NCCLID": [handle] * len(names)}
+    return handle
 
 
 def _fused_allreduce(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
@@ -101,7 +109,7 @@ def _fused_allreduce(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> di
                                        op="mean" if attrs.get("average", True) else "sum",
                                        step=step)
     except DistributedTrainingError as err:
-        raise _passthrough(err) from None
+        raise passthrough(err) from None
     return {"Out": [ctx.scope.vars[g] for g in grads]}
 
 
@@ -137,7 +145,8 @@ def compile_for_trainers(program: Any, scope: Any, place: Any, *, num_trainers: 
             f"program connected trainer {handle.rank} of {handle.nranks} "
             f"({', '.join(handle.endpoints)}); set build_strategy.num_trainers = "
             "len(trainer endpoints) and build_strategy.trainer_id = the transpiled trainer_id")
-    to_run = data_parallel.with_allreduce(program, COMM_VAR, average=average)
+    to_run = data_parallel.with_allreduce(program, COMM_VAR, average=average,
+                                          nranks=num_trainers)
     if to_run is program:  # nothing to train (an evaluation program): no collective at all
         return program
     xp = np

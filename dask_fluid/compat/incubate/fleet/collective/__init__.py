@@ -1,24 +1,45 @@
-"""``paddle.fluid.incubate.fleet.collective``: Fluid 1.8's collective fleet API.
+"""``paddle.fluid.incubate.fleet.collective``: Fluid 1.8's collective fleet.
 
-``fleet`` and ``CollectiveOptimizer`` import (test_dist_base.py imports them at module level)
-and raise NotImplementedError when used: the fleet API is not implemented in dask_fluid yet.
-``DistributedStrategy`` is Fluid's configuration object (a BuildStrategy with fleet fields), so
-scripts can build and inspect it.
+Every process is a trainer; ``fleet.init(PaddleCloudRoleMaker(is_collective=True))`` reads
+its id and the trainer endpoints from ``PADDLE_TRAINER_ID``, ``PADDLE_TRAINER_ENDPOINTS`` and
+``PADDLE_CURRENT_ENDPOINT`` (``dask-fluid launch --mode nccl2`` sets them on Dask workers).
+``fleet.distributed_optimizer(opt, strategy).minimize(loss)`` minimises, then transpiles for
+the strategy's mode:
+
+- ``strategy.mode = "nccl2"`` (the default): the startup program connects the trainers
+  (``gen_nccl_id``) and ``fleet.main_program`` is a ``CompiledProgram`` whose build strategy
+  all-reduces the gradients between backward and optimize;
+- ``strategy.mode = "collective"`` (``collective_mode = "grad_allreduce"``, or
+  ``use_local_sgd``): Fluid's collective transpilers write ``c_*`` ops into the program
+  (:mod:`dask_fluid.transpiler.collective`) and ``fleet.main_program`` is that program.
+
+Either way the trainers run ``fleet.startup_program`` and then ``fleet.main_program`` with
+their own part of each batch, and end with the parameters of one process trained on the whole
+batch (for SGD and momentum; local SGD with stateful optimizers averages the parameters only).
+``fleet.save_persistables``/``save_inference_model`` save the original program.
 """
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+import logging
+import os
+from typing import Any
 
-from dask_fluid.compiler import BuildStrategy, ExecutionStrategy
+from dask_fluid import io as _io
+from dask_fluid.compiler import BuildStrategy, CompiledProgram, ExecutionStrategy
+from dask_fluid.executor import Executor
+from dask_fluid.framework import Program, default_startup_program
+from dask_fluid.parallel_executor import ParallelExecutor
+from dask_fluid.transpiler import DistributeTranspiler, DistributeTranspilerConfig
 
-from ...._unsupported import cls, not_implemented
+from ...._unsupported import not_implemented
+from ..base.fleet_base import DistributedOptimizer, Fleet, Mode
+from ..base.role_maker import RoleMakerBase
 
-__all__ = ["CollectiveOptimizer", "DistFCConfig", "DistributedStrategy", "LambConfig", "fleet"]
+__all__ = ["Collective", "CollectiveOpBasedOptimizer", "CollectiveOptimizer", "DistFCConfig",
+           "DistributedStrategy", "LambConfig", "fleet"]
 
-_WHY = ("Fluid 1.8's collective fleet API is not implemented yet; for NCCL2 training transpile "
-        "with fluid.DistributeTranspiler (config.mode = 'nccl2'), as test_dist_base.py does "
-        "without --gpu_fleet_api")
+logger = logging.getLogger(__name__)
 
 
 class LambConfig:
@@ -34,17 +55,24 @@ class DistributedStrategy(BuildStrategy):
 
     Attributes
     ----------
-    use_local_sgd, use_dist_fc, forward_recompute, use_amp : bool
-        Default False.
-    dist_fc_config : DistFCConfig or None
-    mode : str
-        ``"nccl2"`` (default) or ``"collective"``.
-    collective_mode : str or None
-        ``"local_sgd"`` or ``"grad_allreduce"``.
+    mode : {"nccl2", "collective"}
+        ``"nccl2"`` (default): a CompiledProgram all-reduces the gradients. ``"collective"``:
+        the program gets ``c_*`` ops (``collective_mode``).
+    collective_mode : {None, "grad_allreduce", "local_sgd"}
+    use_local_sgd : bool
+        Average the parameters after every local step (sets ``mode = "collective"``,
+        ``collective_mode = "local_sgd"``).
     nccl_comm_num : int
+        Communicators (rings) of the transpile.
+    forward_recompute : bool
+        Wrap the optimizer in a ``RecomputeOptimizer`` with ``recompute_checkpoints``.
     recompute_checkpoints : list
-    amp_loss_scaling : float
-        Default ``2 ** 15``.
+    use_amp : bool
+        Wrap the optimizer with ``fluid.contrib.mixed_precision.decorate`` (dynamic loss
+        scaling from ``amp_loss_scaling``, default ``2 ** 15``).
+    use_dist_fc : bool
+        The distributed fully-connected layer (PLSC's); not implemented (``minimize`` raises).
+    dist_fc_config : DistFCConfig or None
     exec_strategy : ExecutionStrategy
     """
 
@@ -61,38 +89,276 @@ class DistributedStrategy(BuildStrategy):
         self.use_amp = False
         self.amp_loss_scaling = 2 ** 15
         self.exec_strategy = ExecutionStrategy()
+        # for Fluid's unit tests: grad_allreduce in collective mode
         self._ut4grad_allreduce = False
 
 
-def _method(name: str) -> Any:
-    def stand_in(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
-        raise not_implemented(f"fleet.{name}", _WHY)
+class Collective(Fleet):
+    """The collective fleet (Fluid 1.8's ``Collective``; use the ``fleet`` instance).
 
-    stand_in.__name__ = stand_in.__qualname__ = name
-    stand_in.__doc__ = f"Fluid's ``fleet.{name}``; not implemented: {_WHY}."
-    return stand_in
+    Attributes
+    ----------
+    main_program : CompiledProgram or Program or None
+        What the trainers run after ``minimize`` (nccl2 mode: a CompiledProgram).
+    startup_program : Program or None
+    _origin_program : Program or None
+        The program as minimised, before the transpile (what the savers save).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(Mode.COLLECTIVE)
+        self.startup_program: Program | None = None
+        self._origin_program: Program | None = None
+        self._transpiled_program: Program | None = None
+        self.main_program: CompiledProgram | Program | None = None
+        self._optimizer: CollectiveOptimizer | None = None
+
+    def init(self, role_maker: RoleMakerBase | None = None) -> None:
+        """Learn this trainer's id and the trainer endpoints (default:
+        ``PaddleCloudRoleMaker(is_collective=True)``)."""
+        super().init(role_maker)
+        if not self.is_worker():
+            raise ValueError("the collective fleet has trainers only; its role maker says "
+                             "this process is a server (use PaddleCloudRoleMaker("
+                             "is_collective=True) or UserDefinedCollectiveRoleMaker)")
+        self.startup_program = self._origin_program = self._transpiled_program = None
+        self.main_program = None
+
+    def node_num(self) -> int:
+        """The number of distinct hosts among the trainer endpoints."""
+        return len({ep.rsplit(":", 1)[0] for ep in self.worker_endpoints()})
+
+    # Fluid's collective fleet warns and does nothing here: there is no server to start and
+    # the trainers' communicator is the startup program's
+    def init_worker(self) -> None:
+        """Nothing to do in collective mode (Fluid warns)."""
+        logger.warning("You should not call 'init_worker' method for collective mode.")
+
+    def run_worker(self, main_programs: Any = None, scopes: Any = None) -> None:
+        """Nothing to do in collective mode (Fluid warns)."""
+        logger.warning("You should not call 'run_worker' method for collective mode.")
+
+    def init_server(self, model_dir: str | None = None) -> None:
+        """No servers in collective mode (Fluid warns)."""
+        logger.warning("You should not call 'init_server' method for collective mode.")
+
+    def run_server(self) -> None:
+        """No servers in collective mode (Fluid warns)."""
+        logger.warning("You should not call 'run_server' method for collective mode.")
+
+    def stop_worker(self) -> None:
+        """Nothing to do in collective mode (Fluid warns); ``exe.close()`` closes the
+        trainer's communicator."""
+        logger.warning("You should not call 'stop_worker' method for collective mode.")
+
+    def distributed_optimizer(self, optimizer: Any,
+                              strategy: DistributedStrategy | None = None
+                              ) -> CollectiveOptimizer:
+        """Wrap ``optimizer``: its ``minimize`` also transpiles for these trainers."""
+        self._role()
+        self._optimizer = CollectiveOptimizer(optimizer, strategy)
+        return self._optimizer
+
+    @staticmethod
+    def _check_executor(executor: Any, what: str) -> None:
+        if isinstance(executor, ParallelExecutor) or not isinstance(executor, Executor):
+            raise TypeError(f"In fleet.{what}() function, executor must be as Executor type, "
+                            f"got {type(executor).__name__}")
+
+    def _saved_program(self, main_program: Program | None, what: str) -> Program:
+        program = main_program if main_program is not None else self._origin_program
+        if not isinstance(program, Program):
+            raise TypeError(f"In fleet.{what}() function, main_program must be as Program "
+                            "type (call DistributedOptimizer.minimize first, or pass one)")
+        return program
+
+    def save_inference_model(self, executor: Executor, dirname: str,
+                             feeded_var_names: list[str] | None = None,
+                             target_vars: Any = None, main_program: Program | None = None,
+                             export_for_deployment: bool = True) -> Any:
+        """``fluid.io.save_inference_model`` of the original program (default)."""
+        self._check_executor(executor, "save_inference_model")
+        program = self._saved_program(main_program, "save_inference_model")
+        return _io.save_inference_model(dirname, feeded_var_names, target_vars, executor,
+                                        program, export_for_deployment=export_for_deployment)
+
+    def save_persistables(self, executor: Executor, dirname: str,
+                          main_program: Program | None = None,
+                          filename: str | None = None) -> None:
+        """``fluid.io.save_persistables`` of the original program (default)."""
+        self._check_executor(executor, "save_persistables")
+        program = self._saved_program(main_program, "save_persistables")
+        _io.save_persistables(executor, dirname, program, filename=filename)
+
+    def save_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        """Fluid 1.8's checkpoint to a file system (``fs``); not implemented."""
+        raise not_implemented("fleet.save_checkpoint", _NO_CHECKPOINT)
+
+    def load_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        """Fluid 1.8's checkpoint from a file system (``fs``); not implemented."""
+        raise not_implemented("fleet.load_checkpoint", _NO_CHECKPOINT)
 
 
-def _property(name: str) -> property:
-    return property(_method(name), doc=f"Fluid's ``fleet.{name}``; not implemented.")
-
-
-_METHODS = ("barrier_worker", "distributed_optimizer", "init", "init_server", "init_worker",
-            "is_first_worker", "is_server", "is_worker", "node_num", "run_server",
-            "save_inference_model", "save_persistables", "server_endpoints", "server_index",
-            "server_num", "split_files", "stop_worker", "worker_endpoints", "worker_index",
-            "worker_num")
-_PROPERTIES = ("_origin_program", "main_program", "startup_program")
-
-# Fluid's Collective(Fleet) class, every entry point raising
-Collective = type("Collective", (), {
-    "__module__": __name__,
-    "__doc__": f"Fluid 1.8's collective fleet; not implemented: {_WHY}.",
-    "__repr__": lambda self: "<fleet (collective): not implemented in dask_fluid>",
-    **{name: _method(name) for name in _METHODS},
-    **{name: _property(name) for name in _PROPERTIES},
-})
+_NO_CHECKPOINT = ("its file-system checkpoints (LocalFS/HDFS, TrainStatus) are not part of "
+                  "dask_fluid; save with fleet.save_persistables(exe, dirname) on worker 0 and "
+                  "load with fluid.io.load_persistables")
 
 fleet = Collective()
 
-CollectiveOptimizer = cls("fleet.collective.CollectiveOptimizer", _WHY, __name__)
+
+class CollectiveOpBasedOptimizer(DistributedOptimizer):
+    """The base of Fluid's op-based collective optimizers (a DistributedStrategy required)."""
+
+    def __init__(self, optimizer: Any, strategy: DistributedStrategy | None = None) -> None:
+        if not isinstance(strategy, DistributedStrategy):
+            raise TypeError("strategy must be DistributedStrategy")
+        super().__init__(optimizer, strategy)
+
+
+class CollectiveOptimizer(DistributedOptimizer):
+    """An optimizer whose ``minimize`` also transpiles for the collective fleet (Fluid 1.8's
+    ``CollectiveOptimizer``).
+
+    Parameters
+    ----------
+    optimizer : Optimizer
+    strategy : DistributedStrategy, optional
+    """
+
+    def __init__(self, optimizer: Any, strategy: DistributedStrategy | None = None) -> None:
+        if strategy is None:
+            strategy = DistributedStrategy()
+        if not isinstance(strategy, DistributedStrategy):
+            raise TypeError(f"strategy must be a fleet.collective.DistributedStrategy, got "
+                            f"{type(strategy).__name__}")
+        super().__init__(optimizer, strategy)
+        if not isinstance(strategy.recompute_checkpoints, list):
+            raise ValueError("DistStrategy.recompute_checkpoints should be a List")
+        self._loss: Any = None
+        self.print_config = False
+
+    def _check_collective_mode(self, main_program: Program) -> None:
+        strategy = self._strategy
+        dgc = bool(getattr(main_program, "_enable_dgc", False))
+        lamb = bool(getattr(main_program, "_use_lamb", False))
+        if strategy.use_dist_fc:
+            raise not_implemented("DistributedStrategy.use_dist_fc",
+                                  "the distributed fully-connected layer (PLSC's) is not part of "
+                                  "dask_fluid; use a plain fc with use_dist_fc = False")
+        if strategy.use_local_sgd:
+            strategy.mode, strategy.collective_mode = "collective", "local_sgd"
+            _refuse_together("use_local_sgd", use_dgc=dgc, use_lamb=lamb)
+        if strategy._ut4grad_allreduce:
+            strategy.mode, strategy.collective_mode = "collective", "grad_allreduce"
+            _refuse_together("_ut4grad_allreduce", use_dgc=dgc, use_lamb=lamb)
+        if strategy.mode not in ("nccl2", "collective"):
+            raise ValueError(f"DistributedStrategy.mode must be 'nccl2' or 'collective', got "
+                             f"{strategy.mode!r}")
+        if strategy.collective_mode in ("local_sgd", "grad_allreduce") and \
+                strategy.mode != "collective":
+            raise ValueError("local_sgd and grad_allreduce can be used under collective mode: "
+                             "set DistributedStrategy.mode = 'collective'")
+
+    def _wrap_optimizer(self) -> None:
+        """``forward_recompute`` and ``use_amp`` wrap the optimizer, as Fluid's minimize."""
+        from dask_fluid.contrib import mixed_precision  # noqa: PLC0415 - only with use_amp
+        from dask_fluid.meta_optimizers import RecomputeOptimizer  # noqa: PLC0415
+
+        strategy = self._strategy
+        name = type(self._optimizer).__name__
+        if strategy.forward_recompute:
+            if not strategy.recompute_checkpoints:
+                raise ValueError("please set strategy.recompute_checkpoints when set "
+                                 "strategy.forward_recompute as True")
+            if name in ("RecomputeOptimizer", "OptimizerWithMixedPrecision"):
+                raise ValueError(f"can not use {name} when you set DistStrategy."
+                                 "forward_recompute as True")
+            self._optimizer = RecomputeOptimizer(self._optimizer)
+            self._optimizer._set_checkpoints(strategy.recompute_checkpoints)
+        if strategy.use_amp:
+            if name in ("OptimizerWithMixedPrecision", "DGCMomentumOptimizer"):
+                raise ValueError(f"can not use {name} when you set DistStrategy.use_amp as "
+                                 "True")
+            self._optimizer = mixed_precision.decorate(
+                self._optimizer, init_loss_scaling=strategy.amp_loss_scaling,
+                use_dynamic_loss_scaling=True)
+
+    def _transpile(self, startup_program: Program, main_program: Program) -> None:
+        strategy = self._strategy
+        endpoints = fleet.worker_endpoints()
+        trainer_id = fleet.worker_index()
+        config = DistributeTranspilerConfig()
+        config.mode = strategy.mode
+        config.collective_mode = strategy.collective_mode
+        config.nccl_comm_num = strategy.nccl_comm_num
+        config.use_hierarchical_allreduce = strategy.use_hierarchical_allreduce
+        config.hierarchical_allreduce_inter_nranks = strategy.hierarchical_allreduce_inter_nranks
+        if self.print_config:
+            print(f"worker_endpoints:{endpoints} trainers_num:{len(endpoints)} "
+                  f"current_endpoint:{endpoints[trainer_id]} trainer_id:{trainer_id}")
+        DistributeTranspiler(config=config).transpile(
+            trainer_id=trainer_id, trainers=",".join(endpoints), startup_program=startup_program,
+            program=main_program, current_endpoint=endpoints[trainer_id])
+
+    def _try_to_compile(self, startup_program: Program,
+                        main_program: Program) -> CompiledProgram | Program:
+        strategy = self._strategy
+        if fleet.node_num() <= 1:  # one host: Fluid keeps one ring and no hierarchy
+            if strategy.nccl_comm_num > 1:
+                logger.warning("set nccl_comm_num=1 since you only have 1 node.")
+            strategy.nccl_comm_num = 1
+            if strategy.use_hierarchical_allreduce:
+                logger.warning("set use_hierarchical_allreduce=False since you only have 1 "
+                               "node.")
+            strategy.use_hierarchical_allreduce = False
+        exec_strategy = strategy.exec_strategy
+        if os.getenv("FLAGS_sync_nccl_allreduce") in (None, "1"):
+            exec_strategy.num_threads = strategy.nccl_comm_num + 1
+            if strategy.use_hierarchical_allreduce:
+                exec_strategy.num_threads = 2 * strategy.nccl_comm_num + 1
+        self._transpile(startup_program, main_program)
+        if strategy.mode == "collective":
+            return main_program
+        strategy.num_trainers = fleet.worker_num()
+        strategy.trainer_id = fleet.worker_index()
+        strategy.trainers_endpoints = fleet.worker_endpoints()
+        strategy.enable_backward_optimizer_op_deps = True
+        return CompiledProgram(main_program).with_data_parallel(
+            loss_name=self._loss.name, build_strategy=strategy, exec_strategy=exec_strategy)
+
+    def minimize(self, loss: Any, startup_program: Program | None = None,
+                 parameter_list: Any = None, no_grad_set: Any = None) -> Any:
+        """Minimise ``loss``, then transpile for these trainers; ``fleet.main_program`` and
+        ``fleet.startup_program`` are what they run.
+
+        Returns
+        -------
+        tuple
+            ``(optimize_ops, params_grads)`` of the wrapped optimizer.
+
+        Raises
+        ------
+        ValueError
+            Conflicting strategy fields, or the role maker's trainers are not usable.
+        NotImplementedError
+            ``use_dist_fc``.
+        """
+        main_program = loss.block.program
+        if startup_program is None:
+            startup_program = default_startup_program()
+        self._check_collective_mode(main_program)
+        self._wrap_optimizer()
+        fleet.startup_program = startup_program
+        self._loss = loss
+        optimize_ops, params_grads = self._optimizer.minimize(
+            loss, startup_program, parameter_list, no_grad_set=no_grad_set)
+        fleet._origin_program = main_program.clone(for_test=False)
+        fleet._transpiled_program = main_program
+        fleet.main_program = self._try_to_compile(startup_program, main_program)
+        return optimize_ops, params_grads
+
+
+def _refuse_together(name: str, **others: bool) -> None:
+    for other, on in others.items():
+        if on:
+            raise ValueError(f"you can't use {name} and {other} together")

@@ -23,18 +23,19 @@ from dask_fluid.optimizer import Optimizer
 from dask_fluid.parallel_executor import ParallelExecutor
 from dask_fluid.transpiler import DistributeTranspiler, DistributeTranspilerConfig
 
+from ...base.fleet_base import DistributedOptimizer, Fleet, Mode
 from ...base.role_maker import RoleMakerBase
 from .distributed_strategy import DistributedStrategy, StrategyFactory
 
 __all__ = ["FleetTranspiler", "ParameterServerOptimizer", "fleet"]
 
 
-class FleetTranspiler:
+class FleetTranspiler(Fleet):
     """The parameter-server fleet (Fluid 1.8's ``FleetTranspiler``; use the ``fleet``
     instance)."""
 
     def __init__(self) -> None:
-        self._role_maker: RoleMakerBase | None = None
+        super().__init__(Mode.TRANSPILER)
         self._executor: Executor | None = None
         self._transpiler: DistributeTranspiler | None = None
         self._strategy: DistributedStrategy | None = None
@@ -43,56 +44,13 @@ class FleetTranspiler:
         self.main_program: Program | None = None
         self.startup_program: Program | None = None
 
-    # -- roles ------------------------------------------------------------------------------
     def init(self, role_maker: RoleMakerBase | None = None) -> None:
         """Learn this process's role (default: ``PaddleCloudRoleMaker`` from the
         environment)."""
-        if role_maker is None:
-            from ...base.role_maker import PaddleCloudRoleMaker
-
-            role_maker = PaddleCloudRoleMaker()
-        if not isinstance(role_maker, RoleMakerBase):
-            raise TypeError(f"fleet.init: role_maker must be a RoleMakerBase, got "
-                            f"{type(role_maker).__name__}")
-        role_maker.generate_role()
-        self._role_maker = role_maker
+        super().init(role_maker)
         self._executor = Executor(_df.CPUPlace())
         # a new role: the programs of an earlier minimize are not this role's
         self._transpiler = self.main_program = self.startup_program = None
-
-    def _role(self) -> RoleMakerBase:
-        if self._role_maker is None:
-            raise ValueError("fleet.init(role) to initialize before using fleet")
-        return self._role_maker
-
-    def is_worker(self) -> bool:
-        return self._role().is_worker()
-
-    def is_server(self) -> bool:
-        return self._role().is_server()
-
-    def is_first_worker(self) -> bool:
-        return self._role().is_first_worker()
-
-    def worker_index(self) -> int:
-        return self._role().worker_index()
-
-    def worker_num(self) -> int:
-        return self._role().worker_num()
-
-    def server_index(self) -> int:
-        return self._role().server_index()
-
-    def server_num(self) -> int:
-        return len(self._role().get_pserver_endpoints())
-
-    def server_endpoints(self, to_string: bool = False) -> list[str] | str:
-        eps = list(self._role().get_pserver_endpoints())
-        return ",".join(eps) if to_string else eps
-
-    def worker_endpoints(self, to_string: bool = False) -> list[str] | str:
-        eps = list(self._role().get_trainer_endpoints())
-        return ",".join(eps) if to_string else eps
 
     # -- optimizer and transpile ------------------------------------------------------------
     def distributed_optimizer(self, optimizer: Optimizer,
@@ -193,12 +151,8 @@ class FleetTranspiler:
         _io.save_persistables(executor, dirname, program)
 
 
-class ParameterServerOptimizer:
+class ParameterServerOptimizer(DistributedOptimizer):
     """An optimizer whose ``minimize`` also transpiles (Fluid's ``ParameterServerOptimizer``)."""
-
-    def __init__(self, optimizer: Optimizer, strategy: DistributedStrategy) -> None:
-        self._optimizer = optimizer
-        self._strategy = strategy
 
     def minimize(self, losses: Any, scopes: Any = None, startup_programs: Any = None,
                  parameter_list: Any = None, no_grad_set: Any = None) -> Any:
