@@ -1,18 +1,15 @@
 """Stand-ins for Fluid names that dask_fluid does not implement: importable, raising when used.
 
 Fluid scripts import some names at module level that they only use on code paths dask_fluid does
-not offer (``to_variable``, ``DataParallel``, the collective ``fleet``). The stand-ins let the
-import succeed; calling a function or creating an instance raises NotImplementedError with the
-Fluid name, why, and what to use instead.
+not offer (the MPI role makers, ``fluid.profiler``). The stand-ins let the import succeed;
+calling a function or creating an instance raises NotImplementedError with the Fluid name, why,
+and what to use instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, NoReturn
-
-DYGRAPH = ("dask_fluid implements Fluid's static-graph API, not imperative (dygraph) mode: build "
-           "the model with fluid.layers inside a Program and run it with fluid.Executor")
 
 
 def not_implemented(name: str, why: str) -> NotImplementedError:

@@ -7,7 +7,7 @@ Fluid's ``fluid.layers`` is the union of ``layers.nn``, ``layers.tensor`` and th
 from . import (
     activations,
     boxes,
-    collective,
+    collective,  # noqa: F401 - fluid.layers.collective: private builders only
     compare,
     control_flow,
     crf,

@@ -176,6 +176,15 @@ def test_collective_transpile_refuses_what_it_cannot_do():
         GradAllReduce(0)
 
 
+def test_train_collective_refuses_programs_that_reduce_themselves():
+    from dask_fluid.distributed import train_collective
+
+    t, main, startup, _ = _collective("grad_allreduce")
+    for kwargs in ({"transpiler": t}, {"main_program": main, "startup_program": startup}):
+        with pytest.raises(ValueError, match="dask-fluid launch --mode nccl2"):
+            train_collective(None, data={"x": np.ones((4, 8), "float32")}, **kwargs)
+
+
 def test_c_ops_without_a_communicator_say_how_to_get_one():
     _, main, startup, loss = _collective("grad_allreduce")
     exe = fluid.Executor(fluid.CPUPlace())

@@ -143,6 +143,8 @@ def _resolve_programs(main: Program | None, startup: Program | None, transpiler:
                       ) -> tuple[Program, Program, list[str]]:
     if transpiler is not None:
         mode = getattr(transpiler, "_mode", None)
+        if mode == "collective":
+            raise ValueError(_COLLECTIVE_OPS_HERE)
         if mode != "nccl2":
             raise ValueError(f"the transpiler ran in mode {mode!r}; train_collective runs "
                              "config.mode='nccl2' programs (use train_pserver for pserver mode)")
@@ -153,8 +155,19 @@ def _resolve_programs(main: Program | None, startup: Program | None, transpiler:
     for arg, prog in (("main_program", main), ("startup_program", startup)):
         if not isinstance(prog, Program):
             raise TypeError(f"{arg} must be a Program, got {type(prog).__name__}")
+    if any(op.type.startswith("c_") for prog in (main, startup)
+           for op in prog.global_block().ops):
+        raise ValueError(_COLLECTIVE_OPS_HERE)
     endpoints = list(getattr(transpiler, "_endpoints", None) or main._trainers_endpoints or [])
     return main, _strip_nccl_id(startup), endpoints
+
+
+#: train_collective places and reduces itself; collective-mode programs run themselves
+_COLLECTIVE_OPS_HERE = (
+    "the programs have Fluid's c_* collective ops (config.mode = 'collective', or the "
+    "collective fleet's strategy.mode = 'collective'): they connect and all-reduce by "
+    "themselves, so run the script on every trainer (dask-fluid launch --mode nccl2, or as "
+    "processes with PADDLE_* variables); train_collective takes nccl2-mode or plain programs")
 
 
 def _map_endpoints(endpoints: Sequence[str], workers: Sequence[str]) -> list[str]:
