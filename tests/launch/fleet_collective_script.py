@@ -7,7 +7,8 @@ batch with the plain optimizer.
 
 SCRIPT_FLEET_MODE picks the strategy: ``nccl2`` (the default strategy), ``grad_allreduce``
 (``mode = "collective"``) or ``local_sgd`` (``use_local_sgd``); SCRIPT_NCCL_COMM_NUM its
-``nccl_comm_num``. Usage: ``python fleet_collective_script.py OUT.json``; the per-step losses
+``nccl_comm_num``; SCRIPT_RECOMPUTE=1 sets ``forward_recompute`` with the hidden layer as the
+checkpoint. Usage: ``python fleet_collective_script.py OUT.json``; the per-step losses
 and the final parameters of this process go to OUT.json, and trainer 0 saves its persistables
 with ``fleet.save_persistables`` under OUT.json's name + ``.model``.
 """
@@ -31,7 +32,7 @@ def network():
     h = fluid.layers.fc(input=x, size=64, act="relu")
     logits = fluid.layers.fc(input=h, size=4)
     loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, y))
-    return loss
+    return loss, h
 
 
 def global_batch(step, rows):
@@ -46,7 +47,7 @@ def main():
     main_program = fluid.default_main_program()
     startup = fluid.default_startup_program()
     main_program.random_seed = startup.random_seed = 7
-    loss = network()
+    loss, hidden = network()
     optimizer = fluid.optimizer.Momentum(learning_rate=0.05, momentum=0.9)
     distributed = bool(os.getenv("PADDLE_TRAINER_ENDPOINTS"))
     trainer_id = 0
@@ -60,6 +61,9 @@ def main():
         elif mode == "local_sgd":
             strategy.use_local_sgd = True
         strategy.nccl_comm_num = int(os.getenv("SCRIPT_NCCL_COMM_NUM", "1"))
+        if os.getenv("SCRIPT_RECOMPUTE"):  # recompute the hidden layer in the backward pass
+            strategy.forward_recompute = True
+            strategy.recompute_checkpoints = [hidden]
         fleet.distributed_optimizer(optimizer, strategy=strategy).minimize(loss)
         trainer_id = fleet.worker_index()
         to_run, startup = fleet.main_program, fleet.startup_program

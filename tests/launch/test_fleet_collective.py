@@ -462,15 +462,17 @@ def _check_equal_local(t0: dict, t1: dict, local: dict) -> None:
         np.testing.assert_allclose(t0["params"][name], value, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_fleet_script_as_two_processes_equals_local(tmp_path, local_run, mode):
+@pytest.mark.parametrize("mode,recompute", [(m, False) for m in MODES] +
+                         [("grad_allreduce", True)])
+def test_fleet_script_as_two_processes_equals_local(tmp_path, local_run, mode, recompute):
     endpoints = _endpoints(2)
     base = {k: v for k, v in os.environ.items() if not k.startswith("PADDLE_")}
     procs = []
     for i in range(2):
         env = {**base, "CPU_NUM": "1", "FLAGS_rpc_deadline": "30000",
                "DASK_FLUID_JOB_SECRET": "fleet", "SCRIPT_FLEET_MODE": mode,
-               "SCRIPT_NCCL_COMM_NUM": "2", "PADDLE_TRAINER_ID": str(i),
+               "SCRIPT_NCCL_COMM_NUM": "2", "SCRIPT_RECOMPUTE": "1" if recompute else "",
+               "PADDLE_TRAINER_ID": str(i),
                "PADDLE_TRAINER_ENDPOINTS": ",".join(endpoints),
                "PADDLE_CURRENT_ENDPOINT": endpoints[i]}
         procs.append(subprocess.Popen(
@@ -488,6 +490,8 @@ def test_fleet_script_as_two_processes_equals_local(tmp_path, local_run, mode):
         assert not any(op.startswith("c_") for op in t0["ops"])
     else:
         assert "c_allreduce_sum" in t0["ops"]
+    # forward_recompute: the layer after the checkpoint runs again in the backward pass
+    assert t0["ops"].count("mul") == (3 if recompute else 2)
     # trainer 0 saved the original program's persistables (fleet.save_persistables)
     saved = tmp_path / "t0.json.model"
     names = {p.name for p in saved.iterdir()}
