@@ -211,8 +211,10 @@ class BuildStrategy:
     hierarchical_allreduce_inter_nranks, async_mode, is_distribution
         Graph-engine tuning: stored, no effect on the result.
     sync_batch_norm : bool
-        Batch-norm statistics over all places: not implemented over several places or
-        several trainers (raises when the program has batch_norm ops); no effect on one.
+        Batch-norm statistics over all places: over ``num_trainers > 1`` trainers the training
+        batch norms use the global batch's statistics (Fluid's sync_batch_norm ops,
+        :mod:`dask_fluid.distributed.collective.sync_batch_norm`); not implemented over several
+        places in one process (raises when the program has batch_norm ops).
     """
 
     ReduceStrategy = _ReduceStrategy
@@ -395,7 +397,8 @@ class CompiledProgram:
             self._to_run = compile_for_trainers(
                 self._to_run, scope, place, num_trainers=build.num_trainers,
                 trainer_id=build.trainer_id,
-                average=build.gradient_scale_strategy == _GradientScaleStrategy.CoeffNumDevice)
+                average=build.gradient_scale_strategy == _GradientScaleStrategy.CoeffNumDevice,
+                sync_batch_norm=bool(build.sync_batch_norm))
         self._places, self._scope, self._place = places, scope, place
         self._compiled = True
         return self
@@ -432,12 +435,6 @@ class CompiledProgram:
                     f"BuildStrategy.sync_batch_norm over {len(places)} places ({how}) is not "
                     "implemented in dask_fluid: batch statistics are per place; use one place "
                     "with the whole batch")
-        if build.num_trainers > 1 and build.sync_batch_norm and any(
-                op.type == "batch_norm" for op in self._program.global_block().ops):
-            raise NotImplementedError(
-                f"BuildStrategy.sync_batch_norm over num_trainers={build.num_trainers} trainers "
-                "is not implemented in dask_fluid: batch statistics would be each trainer's "
-                "own, not the global batch's; set sync_batch_norm = False")
         if not 0 <= build.trainer_id < max(build.num_trainers, 1):
             raise ValueError(f"build_strategy.trainer_id={build.trainer_id} is out of range for "
                              f"num_trainers={build.num_trainers}")

@@ -10,7 +10,8 @@ as their ``provider`` (imported when a program first needs it). Attr defaults fo
 
 from __future__ import annotations
 
-from .registry import register_signature
+from .norm_ops import BN_ATTRS, BN_GRAD_IN, BN_GRAD_OUT, bn_grad_maker
+from .registry import register_signature, set_grad
 
 #: the module of the pserver-mode kernels (RPC ops, remote-prefetch lookups)
 PSERVER_OPS = "dask_fluid.distributed.pserver.ops"
@@ -66,6 +67,14 @@ register_signature("allreduce", ("X",), ("Out",), {"reduce_type": 0, "sync_mode"
 register_signature("broadcast", ("X",), ("Out",), {"sync_mode": False, "root": 0},
                    provider=_C_OPS)
 register_signature("c_sync_comm_stream", ("X",), ("Out",), {"ring_id": 0}, provider=_C_OPS)
+# BuildStrategy.sync_batch_norm over nccl2 trainers: batch_norm's slots, the global statistics
+_SYNC_BN = "dask_fluid.distributed.collective.sync_batch_norm"
+register_signature("sync_batch_norm", ("X", "Scale", "Bias", "Mean", "Variance"),
+                   ("Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance"), BN_ATTRS,
+                   provider=_SYNC_BN)
+register_signature("sync_batch_norm_grad", BN_GRAD_IN, BN_GRAD_OUT, BN_ATTRS, provider=_SYNC_BN)
+set_grad("sync_batch_norm", lambda op: [{**desc, "type": "sync_batch_norm_grad"}
+                                        for desc in bn_grad_maker(op)])
 # what a CompiledProgram with num_trainers > 1 runs between backward and optimize: every
 # gradient X all-reduced (mean, or sum without ``average``) through the communicator in Comm
 register_signature("fused_allreduce", ("X", "Comm"), ("Out",), {"average": True},

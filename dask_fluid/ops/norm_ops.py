@@ -18,7 +18,7 @@ from .math_ops import double_grad_maker
 from .registry import GRAD, array_module, register, set_grad
 from .selected_rows import grad_maker, grad_slots
 
-_BN_ATTRS = {"momentum": 0.9, "epsilon": 1e-5, "is_test": False, "data_layout": "NCHW",
+BN_ATTRS = {"momentum": 0.9, "epsilon": 1e-5, "is_test": False, "data_layout": "NCHW",
              "use_mkldnn": False, "fuse_with_relu": False, "use_global_stats": False,
              "trainable_statistics": False}
 
@@ -40,12 +40,12 @@ def _uses_global_stats(attrs: dict) -> bool:
     return bool(attrs.get("is_test")) or bool(attrs.get("use_global_stats"))
 
 
-_BN_GRAD_IN, _BN_GRAD_OUT = grad_slots(
+BN_GRAD_IN, BN_GRAD_OUT = grad_slots(
     ("X", "Scale", "Bias", "Mean", "Variance", "SavedMean", "SavedVariance"), ("Y",),
     ("X", "Scale", "Bias"))
 
 
-def _bn_grad_maker(op: Any) -> list[dict]:
+def bn_grad_maker(op: Any) -> list[dict]:
     inputs = {slot: list(op.inputs[slot]) for slot in ("X", "Scale", "Bias", "Mean",
                                                        "Variance") if op.inputs.get(slot)}
     for slot in ("SavedMean", "SavedVariance"):
@@ -69,8 +69,8 @@ def _per_channel(xp: Any, axis: int, a: Any, b: Any = None) -> Any:
 
 
 @register("batch_norm", ("X", "Scale", "Bias", "Mean", "Variance"),
-          ("Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance"), _BN_ATTRS,
-          grad=_bn_grad_maker)
+          ("Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance"), BN_ATTRS,
+          grad=bn_grad_maker)
 def batch_norm(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Y = (X − mean) / sqrt(var + ε) · Scale + Bias per channel (see the module docstring)."""
     x, scale, bias = ins["X"][0], ins["Scale"][0], ins["Bias"][0]
@@ -98,7 +98,7 @@ def batch_norm(ins: dict, attrs: dict, outs: tuple) -> dict:
             "SavedVariance": [inv_std]}
 
 
-@register("batch_norm_grad", _BN_GRAD_IN, _BN_GRAD_OUT, _BN_ATTRS)
+@register("batch_norm_grad", BN_GRAD_IN, BN_GRAD_OUT, BN_ATTRS)
 def batch_norm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """dBias = Σ dY, dScale = Σ dY · x̂, dX = Scale · inv_std / m · (m·dY − dBias − x̂·dScale)
     in training; dX = dY · Scale · inv_std with the global statistics.
@@ -398,7 +398,7 @@ def spectral_norm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
 # affine normalisation to get X back, and runs batch_norm_grad on the activation's gradient.
 
 _ABN_ACTS = ("identity", "leaky_relu", "elu")
-_ABN_ATTRS = {**_BN_ATTRS, "activation": "identity", "alpha": 1.0}
+_ABN_ATTRS = {**BN_ATTRS, "activation": "identity", "alpha": 1.0}
 
 
 def _abn_act(attrs: dict) -> tuple[str, float]:
@@ -579,7 +579,7 @@ _NORM_GG_OPTIONAL = ("DY", "DDX", "DDScale", "DDBias")
 
 @register("batch_norm_grad_grad",
           ("X", "Scale", "SavedMean", "SavedVariance", "Mean", "Variance", "DY", "DDX",
-           "DDScale", "DDBias"), ("DX", "DScale", "DDY"), _BN_ATTRS,
+           "DDScale", "DDBias"), ("DX", "DScale", "DDY"), BN_ATTRS,
           optional=("Mean", "Variance", *_NORM_GG_OPTIONAL))
 def batch_norm_grad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Paddle 1.8's batch_norm_grad_grad: DX, DScale and DDY from DDX, DDScale, DDBias (see

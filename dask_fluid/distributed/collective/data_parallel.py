@@ -25,8 +25,9 @@ from dask_fluid.program_phases import (
     split_program,
 )
 
-__all__ = ["ALLREDUCE_OP", "broadcast_persistables", "gradient_names", "optimize_start",
-           "persistable_names", "reduce_gradients", "split_program", "with_allreduce"]
+__all__ = ["ALLREDUCE_OP", "SYNC_OPS", "broadcast_persistables", "gradient_names",
+           "optimize_start", "persistable_names", "reduce_gradients", "split_program",
+           "with_allreduce", "with_sync_batch_norm"]
 
 #: the op :func:`with_allreduce` inserts (its kernel: :mod:`.ops`)
 ALLREDUCE_OP = "fused_allreduce"
@@ -85,6 +86,21 @@ def _scale_loss_grad(block: Any, scale: float) -> None:
         loss_grad = block.ops[i].output_arg_names[0]
         block._insert_op(i + 1, "scale", inputs={"X": [loss_grad]}, outputs={"Out": [loss_grad]},
                          attrs={"scale": scale, OP_ROLE_KEY: OpRole.Backward})
+
+
+#: batch_norm op type -> the synchronised one (kernels: :mod:`.sync_batch_norm`)
+SYNC_OPS = {"batch_norm": "sync_batch_norm", "batch_norm_grad": "sync_batch_norm_grad"}
+
+
+def with_sync_batch_norm(program: Program) -> Program:
+    """``program`` (changed in place) with its training batch-norm ops synchronised over the
+    trainers; those at test time or with ``use_global_stats`` stay as they are."""
+    for block in program.blocks:
+        for op in block.ops:
+            if op.type in SYNC_OPS and not (op.attrs.get("is_test")
+                                            or op.attrs.get("use_global_stats")):
+                op.type = SYNC_OPS[op.type]
+    return program
 
 
 def persistable_names(main: Program) -> list[str]:

@@ -125,11 +125,13 @@ def find_comm(scope: Any, var: str = COMM_VAR) -> TrainerComm:
 
 
 def compile_for_trainers(program: Any, scope: Any, place: Any, *, num_trainers: int,
-                         trainer_id: int, average: bool) -> Any:
+                         trainer_id: int, average: bool, sync_batch_norm: bool = False) -> Any:
     """What a ``CompiledProgram`` with ``num_trainers > 1`` runs: ``program`` with one fused
     all-reduce of its gradients before its optimize ops, after rank 0's persistables replaced
     every trainer's (as Fluid's ParallelExecutor broadcasts them at its start). A program
-    without optimize ops (evaluation) runs as it is, with no collective.
+    without optimize ops (evaluation) runs as it is, with no collective. With
+    ``sync_batch_norm`` its training batch norms use the trainers' global statistics
+    (:mod:`.sync_batch_norm`).
 
     Raises
     ------
@@ -147,6 +149,11 @@ def compile_for_trainers(program: Any, scope: Any, place: Any, *, num_trainers: 
             "len(trainer endpoints) and build_strategy.trainer_id = the transpiled trainer_id")
     to_run = data_parallel.with_allreduce(program, COMM_VAR, average=average,
                                           nranks=num_trainers)
+    if sync_batch_norm and any(op.type in data_parallel.SYNC_OPS for block in program.blocks
+                               for op in block.ops):
+        if to_run is program:  # the ops are renamed in a copy: the user's program stays
+            to_run = program.clone()
+        data_parallel.with_sync_batch_norm(to_run)
     if to_run is program:  # nothing to train (an evaluation program): no collective at all
         return program
     xp = np
