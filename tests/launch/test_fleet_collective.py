@@ -199,6 +199,29 @@ def test_c_ops_without_a_communicator_say_how_to_get_one():
                                 "y": np.zeros((2, 1), "int64")}, fetch_list=[loss])
 
 
+def test_layers_collective_builds_fluids_ops():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", [4, 3], append_batch_size=False)
+        col = fluid.layers.collective
+        assert col._allreduce(x, reduce_type="max").shape == (4, 3)
+        assert col._c_allgather(x, nranks=2).shape == (8, 3)
+        assert col._c_reducescatter(x, nranks=2).shape == (2, 3)
+        assert col._c_allreduce(x, reduce_type="prod", ring_id=1).shape == (4, 3)
+        assert col._c_broadcast(x, root=1) is x and col._broadcast(x, 1) is x
+        col._c_sync_comm_stream(col._c_sync_calc_stream(x), ring_id=0)
+        with pytest.raises(ValueError, match="evenly divided"):
+            col._c_reducescatter(x, nranks=3)
+        with pytest.raises(TypeError, match="reduce type"):
+            col._allreduce(x, reduce_type="mean")
+    ops = main.global_block().ops
+    assert [op.type for op in ops] == ["allreduce", "c_allgather", "c_reducescatter",
+                                       "c_allreduce_prod", "c_broadcast", "broadcast",
+                                       "c_sync_calc_stream", "c_sync_comm_stream"]
+    assert ops[0].attr("reduce_type") == 2 and ops[3].attr("ring_id") == 1
+    assert ops[4].attr("root") == 1 and ops[1].attr("nranks") == 2
+
+
 # -- 2. the kernels between two trainers in threads ---------------------------------------------
 
 
@@ -226,13 +249,15 @@ def test_collective_ops_reduce_gather_scatter_and_broadcast_between_two_trainers
     monkeypatch.setenv("DASK_FLUID_JOB_SECRET", "c-ops")
     endpoints = _endpoints(2)
     ops = ("c_allreduce_sum", "c_allreduce_max", "c_allreduce_min", "c_allreduce_prod",
-           "c_allgather", "c_reducescatter", "c_broadcast", "c_sync_calc_stream")
+           "c_allgather", "c_reducescatter", "c_broadcast", "c_sync_calc_stream",
+           "allreduce", "broadcast")
 
     def programs(rank: int) -> tuple:
         # built here, run in the threads: program_guard and scope_guard are process-wide
         main, startup = fluid.Program(), fluid.Program()
         block = startup.global_block()
-        comm = block.create_var(name="nccl_id_0", persistable=True,
+        # named as nccl2 mode's id: the older allreduce/broadcast ops find it there
+        comm = block.create_var(name="NCCLID", persistable=True,
                                 type=fluid.framework.VarType.RAW)
         block.append_op("c_gen_nccl_id", outputs={"Out": [comm]},
                         attrs={"rank": rank, "endpoint": endpoints[rank],
@@ -243,8 +268,11 @@ def test_collective_ops_reduce_gather_scatter_and_broadcast_between_two_trainers
         x = blk.create_var(name="x", shape=(2, 3), dtype="float32", is_data=True)
         outs = []
         for op in ops:
-            attrs = {"ring_id": 0, **({"nranks": 2} if op in ("c_allgather", "c_reducescatter")
-                                      else {}), **({"root": 1} if op == "c_broadcast" else {})}
+            attrs = {**({"ring_id": 0} if op.startswith("c_") else {}),
+                     **({"nranks": 2} if op in ("c_allgather", "c_reducescatter")
+                                      else {}),
+                     **({"root": 1} if op in ("c_broadcast", "broadcast") else {}),
+                     **({"reduce_type": 3} if op == "allreduce" else {})}  # 3: min
             out = blk.create_var(name=op + ".out", dtype="float32")
             blk.append_op(op, inputs={"X": [x]}, outputs={"Out": [out]}, attrs=attrs)
             outs.append(out)
@@ -270,6 +298,8 @@ def test_collective_ops_reduce_gather_scatter_and_broadcast_between_two_trainers
         np.testing.assert_array_equal(r["c_allreduce_prod"], x0 * x1)
         np.testing.assert_array_equal(r["c_allgather"], np.concatenate([x0, x1]))
         np.testing.assert_array_equal(r["c_broadcast"], x1)  # root 1
+        np.testing.assert_array_equal(r["broadcast"], x1)
+        np.testing.assert_array_equal(r["allreduce"], np.minimum(x0, x1))
     np.testing.assert_array_equal(r0["c_sync_calc_stream"], x0)
     np.testing.assert_array_equal(r0["c_reducescatter"], (x0 + x1)[:1])
     np.testing.assert_array_equal(r1["c_reducescatter"], (x0 + x1)[1:])
