@@ -168,11 +168,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser(
         "run", help="run a Fluid script, with 'import paddle.fluid' resolving to dask_fluid",
-        usage=f"{PROG} run [-h] SCRIPT [ARGS...]",
+        usage=f"{PROG} run [-h] SCRIPT [ARGS...] | {PROG} run -m MODULE [ARGS...]",
         description="Run SCRIPT like 'python SCRIPT ARGS...', with paddle and paddle.fluid "
                     "resolving to dask_fluid in the script and in every Python process it "
                     "starts (PYTHONPATH carries the hook). ARGS are passed to the script "
-                    "untouched; the exit status is the script's.")
+                    "untouched; the exit status is the script's. '-m MODULE' runs a module as "
+                    "'python -m MODULE' would, e.g. -m paddle.distributed.launch "
+                    "--selected_gpus=0,1 train.py.")
     # optional for argparse only, so that a missing SCRIPT gets its own message (REMAINDER
     # would be listed as required too)
     run.add_argument("script", nargs="?", metavar="SCRIPT", help="the Python file to run")
@@ -232,6 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         0 on success, 1 when training or the cluster failed, 2 on bad usage, 130 on Ctrl-C.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["run", "-m"]:  # argparse would take the module's options for run's
+        return _run_module(argv[2:])
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -368,6 +372,15 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError(f"{PROG} run: SCRIPT is required: {PROG} run SCRIPT [ARGS...]")
     install_from_env()  # a trainer role of dask-fluid launch: tell the worker its steps
     return run_script(args.script, args.args)
+
+
+def _run_module(argv: list[str]) -> int:
+    from .compat.run import run_module
+
+    if not argv:
+        return _fail(UsageError(f"{PROG} run -m: MODULE is required: {PROG} run -m MODULE "
+                                "[ARGS...]"), 2)
+    return run_module(argv[0], argv[1:])
 
 
 def _cmd_launch(args: argparse.Namespace, out: TextIO) -> int:

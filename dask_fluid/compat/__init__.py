@@ -64,6 +64,7 @@ _ALIASES: dict[str, str] = {
     "paddle.batch": "dask_fluid.compat.batch",
     "paddle.reader": "dask_fluid.sample_readers",
     "paddle.dataset": "dask_fluid.compat.dataset",
+    "paddle.distributed": "dask_fluid.compat.distributed",  # its launcher
 }
 
 # The modules of Paddle 1.8's python/paddle/fluid. ``paddle.fluid.<name>`` is

@@ -19,7 +19,7 @@ from types import TracebackType
 
 from . import install
 
-__all__ = ["AUTOINSTALL_DIR", "export_autoinstall", "run_script"]
+__all__ = ["AUTOINSTALL_DIR", "export_autoinstall", "run_module", "run_script"]
 
 #: the directory whose sitecustomize installs the compat layer in child processes
 AUTOINSTALL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_autoinstall")
@@ -97,6 +97,40 @@ def run_script(path: str, args: Sequence[str] = ()) -> int:
         sys.stdout.flush()
         traceback.print_exception(type(exc), exc, _script_frames(exc.__traceback__, script))
         return 1
+    finally:
+        sys.stdout.flush()
+    return 0
+
+
+def run_module(name: str, args: Sequence[str] = ()) -> int:
+    """Run the module ``name`` as ``python -m name *args`` would, with compat installed: a
+    Paddle name (``paddle.distributed.launch``) runs the dask_fluid module standing for it.
+
+    Returns
+    -------
+    int
+        The exit status, as :func:`run_script`'s.
+    """
+    from . import _target  # noqa: PLC0415 - the Paddle-name -> module rule of the finder
+
+    install()
+    export_autoinstall()
+    try:
+        target = _target(name) if name == "paddle" or name.startswith("paddle.") else name
+    except ModuleNotFoundError as err:
+        print(f"dask-fluid run: {err}", file=sys.stderr)
+        return 1
+    sys.argv = [name, *args]
+    sys.path[:1] = [os.getcwd()]  # python -m puts the working directory first
+    try:
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        return _exit_status(exc.code)
+    except ImportError as err:
+        print(f"dask-fluid run: No module named {name!r} ({err})", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
     finally:
         sys.stdout.flush()
     return 0

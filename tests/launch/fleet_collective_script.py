@@ -5,12 +5,16 @@ same file runs as every trainer; the role comes from PADDLE_TRAINER_ID, PADDLE_T
 and PADDLE_CURRENT_ENDPOINT. Without PADDLE_TRAINER_ENDPOINTS it trains locally on the whole
 batch with the plain optimizer.
 
-SCRIPT_FLEET_MODE picks the strategy: ``nccl2`` (the default strategy), ``grad_allreduce``
-(``mode = "collective"``) or ``local_sgd`` (``use_local_sgd``); SCRIPT_NCCL_COMM_NUM its
-``nccl_comm_num``; SCRIPT_RECOMPUTE=1 sets ``forward_recompute`` with the hidden layer as the
-checkpoint. Usage: ``python fleet_collective_script.py OUT.json``; the per-step losses
-and the final parameters of this process go to OUT.json, and trainer 0 saves its persistables
-with ``fleet.save_persistables`` under OUT.json's name + ``.model``.
+Usage: ``python fleet_collective_script.py OUT.json``; the per-step losses and the final
+parameters of this process go to OUT.json (``{trainer_id}`` in it becomes PADDLE_TRAINER_ID: one
+command line for every trainer, as ``paddle.distributed.launch`` starts them), and trainer 0
+saves its persistables with ``fleet.save_persistables`` under OUT.json's name + ``.model``.
+
+- SCRIPT_FLEET_MODE: the strategy, ``nccl2`` (the default strategy), ``grad_allreduce``
+  (``mode = "collective"``) or ``local_sgd`` (``use_local_sgd``);
+- SCRIPT_NCCL_COMM_NUM: its ``nccl_comm_num``;
+- SCRIPT_RECOMPUTE=1: ``forward_recompute`` with the hidden layer as the checkpoint;
+- SCRIPT_FAIL_TRAINER=N: trainer N exits with status 3 before training.
 """
 
 import json
@@ -43,13 +47,16 @@ def global_batch(step, rows):
 
 
 def main():
-    out = sys.argv[1]
+    out = sys.argv[1].replace("{trainer_id}", os.getenv("PADDLE_TRAINER_ID", "0"))
     main_program = fluid.default_main_program()
     startup = fluid.default_startup_program()
     main_program.random_seed = startup.random_seed = 7
     loss, hidden = network()
     optimizer = fluid.optimizer.Momentum(learning_rate=0.05, momentum=0.9)
     distributed = bool(os.getenv("PADDLE_TRAINER_ENDPOINTS"))
+    fail = os.getenv("SCRIPT_FAIL_TRAINER")
+    if fail is not None and fail == os.getenv("PADDLE_TRAINER_ID"):
+        sys.exit(3)
     trainer_id = 0
     if distributed:
         fleet.init(role_maker.PaddleCloudRoleMaker(is_collective=True))

@@ -654,3 +654,61 @@ def test_paddle_18_runner_fleet_api_cases_match_local(tmp_path):
     finally:
         for d in saved:
             shutil.rmtree(d, ignore_errors=True)
+
+
+# -- 5. python -m paddle.distributed.launch ---------------------------------------------------
+
+
+def _launch(tmp_path, *options, env=None, timeout=TIMEOUT_S):
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PADDLE_")}
+    return subprocess.run(
+        [sys.executable, "-m", "dask_fluid.cli", "run", "-m", "paddle.distributed.launch",
+         *options, str(SCRIPT), str(tmp_path / "t{trainer_id}.json")],
+        cwd=tmp_path, env={**base, "CPU_NUM": "1", **(env or {})}, capture_output=True,
+        timeout=timeout)
+
+
+def test_paddle_launch_starts_one_trainer_per_selected_gpu_equal_to_local(tmp_path, local_run):
+    proc = _launch(tmp_path, "--selected_gpus=0,1", "--log_dir", "logs",
+                   env={"SCRIPT_FLEET_MODE": "grad_allreduce"})
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    t0, t1 = (json.loads((tmp_path / f"t{i}.json").read_text()) for i in (0, 1))
+    _check_equal_local(t0, t1, local_run)
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["workerlog.0",
+                                                                     "workerlog.1"]
+    assert "selected_gpus: 0,1" in proc.stdout.decode()  # --print_config
+
+
+def test_paddle_launch_stops_the_others_when_one_trainer_fails(tmp_path):
+    # trainer 1 exits with 3 before connecting; trainer 0 would wait for it until the deadline
+    proc = _launch(tmp_path, "--selected_gpus=0,1",
+                   env={"SCRIPT_FAIL_TRAINER": "1", "FLAGS_rpc_deadline": "600000"}, timeout=60)
+    err = proc.stderr.decode()
+    assert proc.returncode == 1, err[-3000:]
+    assert "trainer(s) [1] of 2 failed (exit status [3])" in err
+    assert not (tmp_path / "t0.json").exists()
+
+
+def test_paddle_launch_refuses_bad_arguments(tmp_path):
+    proc = _launch(tmp_path, "--selected_gpus=0,1", "--cluster_node_ips=10.0.0.1,10.0.0.2",
+                   "--node_ip=10.0.0.3")
+    assert proc.returncode == 2 and b"10.0.0.3 is not one of" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "dask_fluid.cli", "run", "-m",
+                           "paddle.distributed.nowhere"], capture_output=True, timeout=60)
+    assert proc.returncode == 1 and b"paddle.distributed.nowhere" in proc.stderr
+
+
+def test_paddle_launch_cluster_and_gpus_follow_paddle_18(monkeypatch):
+    from dask_fluid.compat.distributed.launch import get_cluster, get_gpus
+
+    endpoints, mine = get_cluster(["10.0.0.1", "10.0.0.2"], "10.0.0.2", [6070, 6071],
+                                  ["0", "1"])
+    assert endpoints == ["10.0.0.1:6070", "10.0.0.1:6071", "10.0.0.2:6070", "10.0.0.2:6071"]
+    assert [(t.rank, t.endpoint, t.gpus) for t in mine] == [
+        (2, "10.0.0.2:6070", ["0"]), (3, "10.0.0.2:6071", ["1"])]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    assert get_gpus("5,7") == ["1", "3"]  # indices into CUDA_VISIBLE_DEVICES, as Paddle
+    with pytest.raises(ValueError, match="Can't find your selected_gpus 2"):
+        get_gpus("2")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert get_gpus("0, 1") == ["0", "1"]
