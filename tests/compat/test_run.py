@@ -171,3 +171,23 @@ def test_console_script_entry_point(tmp_path):
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "7 dask_fluid.compat._fluid ['--trainers', '2']"
+
+
+def test_run_m_runs_a_module_as_python_m_with_paddle_resolving(tmp_path):
+    # a module of the working directory (python -m puts it first on sys.path)
+    _write(tmp_path / "trainmod.py", """
+        import json, sys
+        import paddle.fluid as fluid
+        import dask_fluid
+        print(json.dumps({"same": fluid.Executor is dask_fluid.Executor, "argv": sys.argv[1:],
+                          "name": __name__}))
+        sys.exit(4)
+        """)
+    proc = _run("-m", "trainmod", "--lr", "0.1", cwd=str(tmp_path))
+    assert proc.returncode == 4, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report == {"same": True, "argv": ["--lr", "0.1"], "name": "__main__"}
+    proc = _run("-m")
+    assert proc.returncode == 2 and "MODULE is required" in proc.stderr
+    proc = _run("-m", "paddle.fluid.no_such_module")
+    assert proc.returncode == 1 and "no_such_module" in proc.stderr
