@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -124,3 +125,25 @@ def free_port_unused() -> int:
     with closing(socket.socket()) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def in_threads(n: int, fn) -> list:
+    """``[fn(0), ..., fn(n - 1)]``, each called in a thread of its own (trainers that must meet
+    each other); the first exception of any is raised."""
+    results: list = [None] * n
+    errors: list = []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = fn(i)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    if errors:
+        raise errors[0]
+    return results

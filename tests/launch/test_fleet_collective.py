@@ -20,7 +20,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -225,26 +224,6 @@ def test_layers_collective_builds_fluids_ops():
 # -- 2. the kernels between two trainers in threads ---------------------------------------------
 
 
-def _in_threads(n: int, fn) -> list:
-    results: list = [None] * n
-    errors: list = []
-
-    def run(i: int) -> None:
-        try:
-            results[i] = fn(i)
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    if errors:
-        raise errors[0]
-    return results
-
-
 def test_collective_ops_reduce_gather_scatter_and_broadcast_between_two_trainers(monkeypatch):
     monkeypatch.setenv("DASK_FLUID_JOB_SECRET", "c-ops")
     endpoints = _endpoints(2)
@@ -289,7 +268,7 @@ def test_collective_ops_reduce_gather_scatter_and_broadcast_between_two_trainers
         exe.close()
         return {"x": value, **dict(zip(ops, got, strict=True))}
 
-    r0, r1 = _in_threads(2, trainer)
+    r0, r1 = cluster.in_threads(2, trainer)
     x0, x1 = r0["x"], r1["x"]
     for r in (r0, r1):
         np.testing.assert_array_equal(r["c_allreduce_sum"], x0 + x1)
@@ -303,6 +282,26 @@ def test_collective_ops_reduce_gather_scatter_and_broadcast_between_two_trainers
     np.testing.assert_array_equal(r0["c_sync_calc_stream"], x0)
     np.testing.assert_array_equal(r0["c_reducescatter"], (x0 + x1)[:1])
     np.testing.assert_array_equal(r1["c_reducescatter"], (x0 + x1)[1:])
+
+
+def _check_halves_equal_local(built: list[tuple], batches: list, local: dict) -> None:
+    """Trainer r runs its ``(main, startup, to_run)`` in a thread on rows ``4r:4r + 4`` of
+    every batch; both end with the parameters ``local`` trained on the whole batches."""
+
+    def trainer(rank: int) -> dict:
+        main, startup, to_run = built[rank]
+        exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+        exe.run(startup, scope=scope)
+        for x, y in batches:
+            half = slice(4 * rank, 4 * rank + 4)
+            exe.run(to_run, feed={"x": x[half], "y": y[half]}, scope=scope)
+        exe.close()
+        return {p.name: np.array(scope.get(p.name)) for p in main.global_block().all_parameters()}
+
+    p0, p1 = cluster.in_threads(2, trainer)
+    for name, value in local.items():
+        np.testing.assert_array_equal(p0[name], p1[name])
+        np.testing.assert_allclose(p0[name], value, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("kind", ["grad_allreduce", "local_sgd"])
@@ -332,24 +331,11 @@ def test_two_trainers_in_threads_equal_one_on_the_whole_batch(kind, monkeypatch)
         DistributeTranspiler(config=config).transpile(
             rank, program=main, startup_program=startup, trainers=endpoints,
             current_endpoint=endpoints[rank])
-        return main, startup
+        return main, startup, main
 
     built = [programs(rank) for rank in range(2)]  # program_guard is process-wide
 
-    def trainer(rank: int) -> dict:
-        main, startup = built[rank]
-        exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
-        exe.run(startup, scope=scope)
-        for x, y in batches:
-            half = slice(4 * rank, 4 * rank + 4)
-            exe.run(main, feed={"x": x[half], "y": y[half]}, scope=scope)
-        exe.close()
-        return {p.name: np.array(scope.get(p.name)) for p in main.global_block().all_parameters()}
-
-    p0, p1 = _in_threads(2, trainer)
-    for name, value in local.items():
-        np.testing.assert_array_equal(p0[name], p1[name])
-        np.testing.assert_allclose(p0[name], value, rtol=1e-5, atol=1e-6)
+    _check_halves_equal_local(built, batches, local)
 
 
 def test_in_program_allreduce_ops_sum_and_the_loss_gradient_is_scaled(monkeypatch):
@@ -392,20 +378,7 @@ def test_in_program_allreduce_ops_sum_and_the_loss_gradient_is_scaled(monkeypatc
     built = [programs(rank) for rank in range(2)]
     assert _ops(built[0][0]).count("allreduce") == 4
 
-    def trainer(rank: int) -> dict:
-        main, startup, compiled = built[rank]
-        exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
-        exe.run(startup, scope=scope)
-        for x, y in batches:
-            half = slice(4 * rank, 4 * rank + 4)
-            exe.run(compiled, feed={"x": x[half], "y": y[half]}, scope=scope)
-        exe.close()
-        return {p.name: np.array(scope.get(p.name)) for p in main.global_block().all_parameters()}
-
-    p0, p1 = _in_threads(2, trainer)
-    for name, value in local.items():
-        np.testing.assert_array_equal(p0[name], p1[name])
-        np.testing.assert_allclose(p0[name], value, rtol=1e-5, atol=1e-6)
+    _check_halves_equal_local(built, batches, local)
 
 
 # -- the fleet API ---------------------------------------------------------------------------

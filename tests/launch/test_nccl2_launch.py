@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -254,26 +253,6 @@ def test_paddle_18_check_with_place_nccl2_on_dist_word2vec(tmp_path):
 # -- in one process: the ring between endpoints, the id exchange, the compiled program ---------
 
 
-def _in_threads(n: int, fn) -> list:
-    results: list = [None] * n
-    errors: list = []
-
-    def run(i: int) -> None:
-        try:
-            results[i] = fn(i)
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    if errors:
-        raise errors[0]
-    return results
-
-
 def test_endpoint_ring_reduces_identically_and_broadcasts():
     eps = _endpoints(3)
     rng = np.random.default_rng(3)
@@ -291,7 +270,7 @@ def test_endpoint_ring_reduces_identically_and_broadcasts():
             comm.barrier()
             return arrays, total, marker
 
-    results = _in_threads(3, rank)
+    results = cluster.in_threads(3, rank)
     for k in range(2):
         expected = np.mean([inp[k].astype(np.float64) for inp in inputs], axis=0)
         np.testing.assert_allclose(results[0][0][k], expected, rtol=1e-6)
@@ -317,7 +296,7 @@ def test_an_aborting_trainer_tells_every_other_why():
                 comm.allreduce([np.ones(3)], step=7)
             return time.monotonic() - start
 
-    waited = _in_threads(3, rank)
+    waited = cluster.in_threads(3, rank)
     assert all(w < 10 for w in (waited[0], waited[2]))  # the notice, not the deadline
 
 
@@ -325,7 +304,7 @@ def test_unique_id_served_by_trainer_0():
     eps = _endpoints(3)
     uid = tuple(range(-64, 64))  # CuPy 13's form: signed chars; the raw bytes travel
     raw = bytes(v & 0xFF for v in uid)
-    got = _in_threads(3, lambda i: exchange_unique_id(i, eps, 20.0, secret=b"k",
+    got = cluster.in_threads(3, lambda i: exchange_unique_id(i, eps, 20.0, secret=b"k",
                                                       make_id=lambda: uid, nccl_version=23203))
     assert got == [(raw, 23203)] * 3
     with pytest.raises(DeadlineExceededError, match=f"trainer {eps[0]} did not accept"):
@@ -404,7 +383,7 @@ def _train_two_in_threads(scale=None, steps: int = 4):
             exe.run(binary, feed={"x": x[:8], "y": y[:8]}, scope=scope)
         return params
 
-    return _in_threads(2, trainer)
+    return cluster.in_threads(2, trainer)
 
 
 @pytest.mark.parametrize("scale", [None, "One"])
@@ -478,7 +457,7 @@ def test_gpu_trainers_get_nccl_with_the_id_from_trainer_0_or_the_scheduler(fake_
             finally:
                 handle.close()
 
-        assert _in_threads(2, trainer) == [("nccl", [1.5] * 3)] * 2
+        assert cluster.in_threads(2, trainer) == [("nccl", [1.5] * 3)] * 2
         if scheduler is not None:  # trainer 0 deleted the session once every trainer joined
             assert lc.scheduler.__dict__.get("_dask_fluid_nccl", {}) == {}
 
@@ -564,7 +543,7 @@ def test_gpu_trainers_without_nccl_all_reduce_through_host_memory_as_cpu(monkeyp
             weight = scope.get("fc_0.w_0")
             return losses, weight.get() if hasattr(weight, "get") else weight
 
-        return _in_threads(2, trainer)
+        return cluster.in_threads(2, trainer)
 
     on_gpu, on_cpu = job(fluid.CUDAPlace(0)), job(fluid.CPUPlace())
     for (gpu_losses, gpu_w), (cpu_losses, cpu_w) in zip(on_gpu, on_cpu, strict=True):

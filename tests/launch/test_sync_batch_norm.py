@@ -5,8 +5,6 @@ of one process trained with batch norm over the whole batch; without it they do 
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
@@ -81,29 +79,17 @@ def _two_trainers(layout: str, sync: bool, monkeypatch, place=None) -> list[dict
             loss_name=loss.name, build_strategy=build)
 
     built = [programs(rank) for rank in range(2)]  # program_guard is process-wide
-    results: list = [None, None]
-    errors: list = []
+    def trainer(rank: int) -> dict:
+        main, startup, compiled = built[rank]
+        exe, scope = fluid.Executor(place or fluid.CPUPlace()), fluid.Scope()
+        exe.run(startup, scope=scope)
+        for img, y in _batches():
+            half = slice(4 * rank, 4 * rank + 4)
+            exe.run(compiled, feed={"img": img[half], "y": y[half]}, scope=scope)
+        exe.close()
+        return _state(scope, main)
 
-    def trainer(rank: int) -> None:
-        try:
-            main, startup, compiled = built[rank]
-            exe, scope = fluid.Executor(place or fluid.CPUPlace()), fluid.Scope()
-            exe.run(startup, scope=scope)
-            for img, y in _batches():
-                half = slice(4 * rank, 4 * rank + 4)
-                exe.run(compiled, feed={"img": img[half], "y": y[half]}, scope=scope)
-            exe.close()
-            results[rank] = _state(scope, main)
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=trainer, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    if errors:
-        raise errors[0]
+    results = cluster.in_threads(2, trainer)
     # the user's program is left as it was: the synchronised ops are the compiled copy's
     assert "sync_batch_norm" not in [op.type for op in built[0][0].global_block().ops]
     return results
