@@ -50,7 +50,8 @@ def _endpoints(n: int) -> list[str]:
     return [f"127.0.0.1:{p}" for p in cluster.free_ports(n)]
 
 
-def _net(optimizer=None):
+def _net(optimizer=None, minimize=None):
+    """The test MLP; ``optimizer.minimize(loss)`` (SGD by default), or ``minimize(loss)``."""
     main, startup = fluid.Program(), fluid.Program()
     main.random_seed = startup.random_seed = 3
     with fluid.program_guard(main, startup), fluid.unique_name.guard():
@@ -59,7 +60,10 @@ def _net(optimizer=None):
         h = fluid.layers.fc(x, 16, act="relu")
         loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(
             fluid.layers.fc(h, 3), y))
-        (optimizer or fluid.optimizer.SGD(0.1)).minimize(loss)
+        if minimize is not None:
+            minimize(loss)
+        else:
+            (optimizer or fluid.optimizer.SGD(0.1)).minimize(loss)
     return main, startup, loss
 
 
@@ -353,18 +357,13 @@ def test_in_program_allreduce_ops_sum_and_the_loss_gradient_is_scaled(monkeypatc
     local = {p.name: np.array(scope.get(p.name)) for p in main.global_block().all_parameters()}
     endpoints = _endpoints(2)
 
+    def reduce_in_program(loss) -> None:
+        opt = fluid.optimizer.Momentum(0.1, momentum=0.9)
+        pairs = [(p, fluid.layers.collective._allreduce(g)) for p, g in opt.backward(loss)]
+        opt.apply_gradients(pairs)
+
     def programs(rank: int) -> tuple:
-        main, startup = fluid.Program(), fluid.Program()
-        main.random_seed = startup.random_seed = 3
-        with fluid.program_guard(main, startup), fluid.unique_name.guard():
-            x = fluid.layers.data("x", [8])
-            y = fluid.layers.data("y", [1], dtype="int64")
-            h = fluid.layers.fc(x, 16, act="relu")
-            loss = fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(
-                fluid.layers.fc(h, 3), y))
-            opt = fluid.optimizer.Momentum(0.1, momentum=0.9)
-            pairs = [(p, fluid.layers.collective._allreduce(g)) for p, g in opt.backward(loss)]
-            opt.apply_gradients(pairs)
+        main, startup, loss = _net(minimize=reduce_in_program)
         config = DistributeTranspilerConfig()
         config.mode = "nccl2"
         DistributeTranspiler(config=config).transpile(
