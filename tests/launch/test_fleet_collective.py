@@ -34,9 +34,11 @@ from dask_fluid.compat.incubate.fleet.collective import (
     DistributedStrategy,
 )
 from dask_fluid.distributed.launch.script import launch_script
+from dask_fluid.ops.registry import to_host
 from dask_fluid.transpiler import DistributeTranspiler, DistributeTranspilerConfig
 from dask_fluid.transpiler.collective import GradAllReduce, MultiThread
 
+from .. import strict_cupy
 from . import cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -228,8 +230,26 @@ def test_layers_collective_builds_fluids_ops():
 # -- 2. the kernels between two trainers in threads ---------------------------------------------
 
 
-def test_collective_ops_reduce_gather_scatter_and_broadcast_between_two_trainers(monkeypatch):
+def _two_gpus() -> int:
+    from dask_fluid.distributed.collective.trainers import nccl_usable
+
+    if not nccl_usable():
+        return 0
+    import cupy
+
+    return int(cupy.cuda.runtime.getDeviceCount())
+
+
+@pytest.mark.parametrize("device", [
+    "cpu", "strict",  # CUDAPlace on the strict CPU CuPy: device arrays, the ring on the host
+    pytest.param("gpu", marks=[pytest.mark.gpu, pytest.mark.skipif(
+        _two_gpus() < 2, reason="needs 2 CUDA GPUs with CuPy and NCCL (one NCCL rank per GPU)")]),
+])
+def test_collective_ops_reduce_gather_scatter_and_broadcast_between_two_trainers(
+        device, monkeypatch, request):
     monkeypatch.setenv("DASK_FLUID_JOB_SECRET", "c-ops")
+    if device == "strict":
+        strict_cupy.device_module("strict", request)
     endpoints = _endpoints(2)
     ops = ("c_allreduce_sum", "c_allreduce_max", "c_allreduce_min", "c_allreduce_prod",
            "c_allgather", "c_reducescatter", "c_broadcast", "c_sync_calc_stream",
@@ -265,12 +285,15 @@ def test_collective_ops_reduce_gather_scatter_and_broadcast_between_two_trainers
 
     def trainer(rank: int) -> dict:
         main, startup, outs = built[rank]
-        exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+        place = {"cpu": fluid.CPUPlace(), "strict": fluid.CUDAPlace(0),
+                 "gpu": fluid.CUDAPlace(rank)}[device]
+        exe, scope = fluid.Executor(place), fluid.Scope()
         exe.run(startup, scope=scope)
         value = np.array([[1.0, -2.0, 3.0], [0.5, 4.0, -1.0]], "float32") * (rank + 2)
         got = exe.run(main, feed={"x": value}, fetch_list=outs, scope=scope)
         exe.close()
-        return {"x": value, **dict(zip(ops, got, strict=True))}
+        return {"x": value, **{op: np.asarray(to_host(v))
+                               for op, v in zip(ops, got, strict=True)}}
 
     r0, r1 = cluster.in_threads(2, trainer)
     x0, x1 = r0["x"], r1["x"]
