@@ -311,6 +311,64 @@ def test_collective_ops_reduce_gather_scatter_and_broadcast_between_two_trainers
     np.testing.assert_array_equal(r1["c_reducescatter"], (x0 + x1)[1:])
 
 
+def test_allreduces_are_held_for_their_rings_sync_unless_read_before_it(monkeypatch):
+    # Fluid's c_allreduce_sum result is only promised after the ring's c_sync_comm_stream:
+    # b and c are summed there in one exchange; a, read by the scale before the sync, at once
+    from dask_fluid.distributed.collective.tcp_ring import EndpointRingCommunicator
+
+    monkeypatch.setenv("DASK_FLUID_JOB_SECRET", "c-ops")
+    calls: list[int] = []
+    real = EndpointRingCommunicator.allreduce
+
+    def counted(self, arrays, **kwargs):
+        calls.append(len(arrays))
+        return real(self, arrays, **kwargs)
+
+    monkeypatch.setattr(EndpointRingCommunicator, "allreduce", counted)
+    endpoints = _endpoints(2)
+
+    def programs(rank: int) -> tuple:
+        main, startup = fluid.Program(), fluid.Program()
+        block = startup.global_block()
+        comm = block.create_var(name="nccl_id_0", persistable=True,
+                                type=fluid.framework.VarType.RAW)
+        block.append_op("c_gen_nccl_id", outputs={"Out": [comm]},
+                        attrs={"rank": rank, "endpoint": endpoints[rank],
+                               "other_endpoints": [endpoints[1 - rank]]})
+        block.append_op("c_comm_init", inputs={"X": [comm]},
+                        attrs={"nranks": 2, "rank": rank, "ring_id": 0})
+        blk = main.global_block()
+        x = blk.create_var(name="x", shape=(2, 3), dtype="float32", is_data=True)
+        out = {n: blk.create_var(name=n, dtype="float32") for n in "absc"}
+        blk.append_op("c_allreduce_sum", inputs={"X": [x]}, outputs={"Out": [out["a"]]})
+        blk.append_op("scale", inputs={"X": [out["a"]]}, outputs={"Out": [out["s"]]},
+                      attrs={"scale": 2.0})
+        for n in "bc":
+            blk.append_op("c_allreduce_sum", inputs={"X": [x]}, outputs={"Out": [out[n]]})
+        blk.append_op("c_sync_comm_stream", inputs={"X": [out["c"]]},
+                      outputs={"Out": [out["c"]]}, attrs={"ring_id": 0})
+        return main, startup, [out[n] for n in "sbc"]
+
+    built = [programs(rank) for rank in range(2)]
+
+    def trainer(rank: int) -> list:
+        main, startup, fetch = built[rank]
+        exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+        exe.run(startup, scope=scope)
+        x = np.full((2, 3), rank + 1.0, "float32")
+        got = [exe.run(main, feed={"x": x}, fetch_list=fetch, scope=scope) for _ in range(2)]
+        exe.close()
+        return got
+
+    for runs in cluster.in_threads(2, trainer):
+        for s_, b, c in runs:  # 1 + 2 = 3 everywhere
+            np.testing.assert_array_equal(s_, np.full((2, 3), 6.0))
+            np.testing.assert_array_equal(b, np.full((2, 3), 3.0))
+            np.testing.assert_array_equal(c, np.full((2, 3), 3.0))
+    # per rank and run: a alone, then b and c together
+    assert sorted(calls) == [1] * 4 + [2] * 4
+
+
 def _check_halves_equal_local(built: list[tuple], batches: list, local: dict) -> None:
     """Trainer r runs its ``(main, startup, to_run)`` in a thread on rows ``4r:4r + 4`` of
     every batch; both end with the parameters ``local`` trained on the whole batches."""

@@ -19,11 +19,15 @@
   the nccl2 trainers' communicator (the ``NCCLID`` variable of ``gen_nccl_id``).
 - ``c_sync_calc_stream`` and ``c_sync_comm_stream`` order Fluid's compute and communication
   CUDA streams. Every collective here has finished when its op returns (the NCCL communicator
-  waits for its stream), so they pass ``X`` through.
+  waits for its stream), except the ``c_allreduce_sum`` ops held for the ring's
+  ``c_sync_comm_stream`` (below), which that op sums in one fused exchange;
+  ``c_sync_calc_stream`` passes ``X`` through.
 """
 
 from __future__ import annotations
 
+import weakref
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -156,11 +160,83 @@ def _reduced(handle: TrainerComm, value: Any, xp: Any, reduce: str) -> Any:
 
 def _reduce_kernel(reduce: str) -> Any:
     def kernel(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
-        return {"Out": [_reduced(_ring(ctx, attrs), _input(ctx, ins), ctx.executor._xp,
-                                 reduce)]}
+        handle, value = _ring(ctx, attrs), _input(ctx, ins)
+        if reduce == "sum" and not attrs.get("use_calc_stream"):
+            plan = _comm_stream_plan(ctx, int(attrs.get("ring_id", 0)))
+            if plan is not None:  # summed with the ring's others at its c_sync_comm_stream
+                key = _pending_var(int(attrs.get("ring_id", 0)))
+                pending = [] if plan.starts else ctx.scope.vars.get(key, [])
+                pending.append((ctx.op.output("Out")[0], _buffer(handle, value,
+                                                                 ctx.executor._xp)))
+                ctx.scope.vars[key] = pending
+                return {"Out": [value]}
+        return {"Out": [_reduced(handle, value, ctx.executor._xp, reduce)]}
 
     kernel.__name__ = f"c_allreduce_{reduce}"
     return kernel
+
+
+# -- the communication stream ---------------------------------------------------------------
+# Fluid's c_allreduce_sum (use_calc_stream False) runs on the ring's CUDA stream and its result
+# is only promised after the ring's c_sync_comm_stream: GradAllReduce puts one sync before the
+# optimizer, LocalSGD one after the last parameter. Here such an all-reduce, when a
+# c_sync_comm_stream of its ring follows it in the block and no op in between reads or writes
+# its output, is held until that sync, which sums every held tensor of the ring in one fused
+# exchange (one exchange a step instead of one per gradient). Any other all-reduce runs at once.
+
+
+@dataclass(frozen=True)
+class _StreamPlan:
+    op: Any  # the all-reduce the plan is for, where it stood (checked before every use)
+    index: int
+    sync: Any  # the c_sync_comm_stream that ends its wait, where it stood
+    sync_index: int
+    starts: bool  # no held all-reduce of the ring before it since the last sync
+
+
+#: op -> its plan (None: run at once); revalidated by position, so inserted ops replan
+_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _pending_var(ring_id: int) -> str:
+    return f"@COLLECTIVE_PENDING_{ring_id}@"
+
+
+def _is_sync(op: Any, ring_id: int) -> bool:
+    return op.type == "c_sync_comm_stream" and int(op.attrs.get("ring_id", 0)) == ring_id
+
+
+def _is_held_kind(op: Any, ring_id: int) -> bool:
+    return (op.type == "c_allreduce_sum" and not op.attrs.get("use_calc_stream")
+            and int(op.attrs.get("ring_id", 0)) == ring_id)
+
+
+def _comm_stream_plan(ctx: RunContext, ring_id: int) -> _StreamPlan | None:
+    ops, op = ctx.block.ops, ctx.op
+    cached = _PLANS.get(op, False)
+    if cached is None or (cached and cached.index < len(ops) and ops[cached.index] is op
+                          and cached.sync_index < len(ops)
+                          and ops[cached.sync_index] is cached.sync):
+        return cached
+    index = next(i for i, other in enumerate(ops) if other is op)
+    names = set(op.output_arg_names)  # its input was copied: only the result must wait
+    plan = None
+    for j in range(index + 1, len(ops)):
+        other = ops[j]
+        if _is_sync(other, ring_id):
+            starts = True
+            for before in reversed(ops[:index]):
+                if _is_sync(before, ring_id):
+                    break
+                if _is_held_kind(before, ring_id):
+                    starts = False
+                    break
+            plan = _StreamPlan(op, index, other, j, starts)
+            break
+        if names & (set(other.input_arg_names) | set(other.output_arg_names)):
+            break  # read or rewritten before the sync: the result is needed at once
+    _PLANS[op] = plan
+    return plan
 
 
 #: the older ``allreduce`` op's ``reduce_type`` attr
@@ -231,8 +307,21 @@ def _c_reducescatter(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> di
     return {"Out": [summed[handle.rank * part:(handle.rank + 1) * part].copy()]}
 
 
-def _c_sync_stream(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+def _c_sync_calc_stream(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     return {"Out": [ins["X"][0]]}
+
+
+def _c_sync_comm_stream(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    """Sum the ring's held all-reduces in one exchange and write their results."""
+    pending = ctx.scope.vars.pop(_pending_var(int(attrs.get("ring_id", 0))), None)
+    if pending:
+        handle, xp = _ring(ctx, attrs), ctx.executor._xp
+        buffers = [buf for _, buf in pending]
+        _collective(lambda: handle.comm.allreduce(buffers, op="sum"))
+        for name, buf in pending:
+            ctx.scope.vars[name] = xp.asarray(buf)
+    x = ctx.op.input("X")[0]
+    return {"Out": [ctx.scope.vars.get(x, ins["X"][0])]}
 
 
 registry.set_kernel("c_gen_nccl_id", _c_gen_nccl_id)
@@ -242,7 +331,7 @@ for _reduce in ("sum", "max", "min", "prod"):
 registry.set_kernel("c_broadcast", _c_broadcast)
 registry.set_kernel("c_allgather", _c_allgather)
 registry.set_kernel("c_reducescatter", _c_reducescatter)
-registry.set_kernel("c_sync_calc_stream", _c_sync_stream)
-registry.set_kernel("c_sync_comm_stream", _c_sync_stream)
+registry.set_kernel("c_sync_calc_stream", _c_sync_calc_stream)
+registry.set_kernel("c_sync_comm_stream", _c_sync_comm_stream)
 registry.set_kernel("allreduce", _allreduce_op)
 registry.set_kernel("broadcast", _broadcast_op)
