@@ -519,8 +519,9 @@ def test_fleet_optimizer_checks_its_strategy(monkeypatch):
     assert (strategy.num_trainers, strategy.trainer_id) == (2, 0)
     with pytest.raises(TypeError, match="Executor"):
         fleet.save_persistables("exe", "/tmp/nowhere")
-    with pytest.raises(NotImplementedError, match="save_checkpoint"):
-        fleet.save_checkpoint(fluid.Executor(fluid.CPUPlace()), "/tmp/nowhere")
+    for name in ("save_checkpoint", "load_checkpoint", "save_check_point", "load_check_point"):
+        with pytest.raises(NotImplementedError, match=name):
+            getattr(fleet, name)(fluid.Executor(fluid.CPUPlace()), "/tmp/nowhere")
 
 
 # -- 3. a Fluid-style fleet script as real processes --------------------------------------------

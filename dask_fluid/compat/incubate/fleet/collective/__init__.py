@@ -198,6 +198,15 @@ class Collective(Fleet):
         """Fluid 1.8's checkpoint from a file system (``fs``); not implemented."""
         raise not_implemented("fleet.load_checkpoint", _NO_CHECKPOINT)
 
+    # the 1.7/1.8 spelling of the same methods (with a TrainStatus)
+    def save_check_point(self, *args: Any, **kwargs: Any) -> Any:
+        """Fluid 1.8's ``save_check_point`` (``TrainStatus``, ``fs``); not implemented."""
+        raise not_implemented("fleet.save_check_point", _NO_CHECKPOINT)
+
+    def load_check_point(self, *args: Any, **kwargs: Any) -> Any:
+        """Fluid 1.8's ``load_check_point`` (``TrainStatus``, ``fs``); not implemented."""
+        raise not_implemented("fleet.load_check_point", _NO_CHECKPOINT)
+
 
 _NO_CHECKPOINT = ("its file-system checkpoints (LocalFS/HDFS, TrainStatus) are not part of "
                   "dask_fluid; save with fleet.save_persistables(exe, dirname) on worker 0 and "
