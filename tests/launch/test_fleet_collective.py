@@ -524,6 +524,27 @@ def test_fleet_optimizer_checks_its_strategy(monkeypatch):
             getattr(fleet, name)(fluid.Executor(fluid.CPUPlace()), "/tmp/nowhere")
 
 
+def test_fleet_use_amp_all_reduces_the_scaled_gradients_before_the_finite_check(monkeypatch):
+    # every trainer must unscale and check the same (all-reduced) gradients, or one trainer
+    # skips a step the others take: the all-reduce goes before AMP's unscale and isfinite
+    from dask_fluid.distributed.collective.data_parallel import ALLREDUCE_OP, with_allreduce
+
+    fleet = Collective()
+    monkeypatch.setattr("dask_fluid.compat.incubate.fleet.collective.fleet", fleet)
+    fleet.init(_role())
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", [4])
+        loss = fluid.layers.mean(fluid.layers.fc(x, 2))
+        strategy = DistributedStrategy()
+        strategy.use_amp = True
+        fleet.distributed_optimizer(fluid.optimizer.SGD(0.1), strategy).minimize(loss)
+    assert isinstance(fleet.main_program, fluid.CompiledProgram)
+    ops = _ops(with_allreduce(main, "NCCLID"))
+    assert ops.index(ALLREDUCE_OP) < ops.index("isfinite") < ops.index("sgd")
+    assert ops.index(ALLREDUCE_OP) < ops.index("elementwise_div")  # the unscale
+
+
 # -- 3. a Fluid-style fleet script as real processes --------------------------------------------
 
 
