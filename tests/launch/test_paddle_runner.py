@@ -10,17 +10,12 @@ sequences, 6 cases), test_dist_text_classification.py (sequence_conv_pool), test
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from tests.compat import synthetic_data
 
 UNITTESTS = Path(__file__).resolve().parents[3] / "shared/reference/paddle-1.8/unittests"
 
@@ -29,62 +24,6 @@ pytestmark = [
     pytest.mark.skipif(not UNITTESTS.is_dir(),
                        reason=f"{UNITTESTS} (Paddle 1.8's unittests) is not beside this checkout"),
 ]
-
-
-#: Paddle's cache: its runner keeps only PATH, PYTHONPATH and LD_LIBRARY_PATH of the
-#: environment, so its processes read the default ~/.cache/paddle/dataset
-PADDLE_CACHE = os.path.expanduser("~/.cache/paddle/dataset")
-
-
-@contextlib.contextmanager
-def _synthetic_in_cache(module: str, marker: str, write) -> Iterator[Path]:
-    """Paddle's cache directory ``module``, with synthetic files written by ``write`` unless a
-    real ``marker`` file is there; the files written are removed after."""
-    directory = Path(PADDLE_CACHE) / module
-    before = set(directory.glob("*")) if directory.is_dir() else set()
-    if any(p.name == marker for p in before):
-        yield directory
-        return
-    write(PADDLE_CACHE)
-    try:
-        yield directory
-    finally:
-        for path in set(directory.glob("*")) - before:
-            path.unlink()
-
-
-@pytest.fixture
-def imikolov_in_paddle_cache():
-    with _synthetic_in_cache("imikolov", "imikolov%2Fsimple-examples.tgz",
-                             synthetic_data.write_imikolov) as directory:
-        yield directory
-
-
-@pytest.fixture
-def mnist_in_paddle_cache():
-    with _synthetic_in_cache("mnist", "t10k-images-idx3-ubyte.gz",
-                             synthetic_data.write_mnist) as directory:
-        yield directory
-
-
-@pytest.fixture
-def simnet_in_paddle_cache():
-    with _synthetic_in_cache("simnet", "train", synthetic_data.write_simnet) as directory:
-        yield directory
-
-
-@pytest.fixture
-def text_classification_in_paddle_cache():
-    with _synthetic_in_cache("text_classification", "text_classification.tar.gz",
-                             synthetic_data.write_text_classification) as directory:
-        yield directory
-
-
-@pytest.fixture
-def avazu_in_paddle_cache():
-    with _synthetic_in_cache("avazu_ctr_data", "avazu_ctr_data.tgz",
-                             synthetic_data.write_avazu_ctr) as directory:
-        yield directory
 
 
 def _run_paddle_test(tmp_path: Path, test: str, *models: str, test_text: str | None = None,
