@@ -230,6 +230,19 @@ def test_layers_collective_builds_fluids_ops():
 # -- 2. the kernels between two trainers in threads ---------------------------------------------
 
 
+def _ring_startup(rank: int, endpoints: list[str], var: str) -> fluid.Program:
+    """A startup program connecting trainer ``rank`` of two as ring 0 (id variable ``var``)."""
+    startup = fluid.Program()
+    block = startup.global_block()
+    comm = block.create_var(name=var, persistable=True, type=fluid.framework.VarType.RAW)
+    block.append_op("c_gen_nccl_id", outputs={"Out": [comm]},
+                    attrs={"rank": rank, "endpoint": endpoints[rank],
+                           "other_endpoints": [endpoints[1 - rank]]})
+    block.append_op("c_comm_init", inputs={"X": [comm]},
+                    attrs={"nranks": 2, "rank": rank, "ring_id": 0})
+    return startup
+
+
 def _two_gpus() -> int:
     from dask_fluid.distributed.collective.trainers import nccl_usable
 
@@ -257,16 +270,8 @@ def test_collective_ops_reduce_gather_scatter_and_broadcast_between_two_trainers
 
     def programs(rank: int) -> tuple:
         # built here, run in the threads: program_guard and scope_guard are process-wide
-        main, startup = fluid.Program(), fluid.Program()
-        block = startup.global_block()
-        # named as nccl2 mode's id: the older allreduce/broadcast ops find it there
-        comm = block.create_var(name="NCCLID", persistable=True,
-                                type=fluid.framework.VarType.RAW)
-        block.append_op("c_gen_nccl_id", outputs={"Out": [comm]},
-                        attrs={"rank": rank, "endpoint": endpoints[rank],
-                               "other_endpoints": [endpoints[1 - rank]]})
-        block.append_op("c_comm_init", inputs={"X": [comm]},
-                        attrs={"nranks": 2, "rank": rank, "ring_id": 0})
+        # (the id named as nccl2 mode's: the older allreduce/broadcast ops find it there)
+        main, startup = fluid.Program(), _ring_startup(rank, endpoints, "NCCLID")
         blk = main.global_block()
         x = blk.create_var(name="x", shape=(2, 3), dtype="float32", is_data=True)
         outs = []
@@ -328,15 +333,7 @@ def test_allreduces_are_held_for_their_rings_sync_unless_read_before_it(monkeypa
     endpoints = _endpoints(2)
 
     def programs(rank: int) -> tuple:
-        main, startup = fluid.Program(), fluid.Program()
-        block = startup.global_block()
-        comm = block.create_var(name="nccl_id_0", persistable=True,
-                                type=fluid.framework.VarType.RAW)
-        block.append_op("c_gen_nccl_id", outputs={"Out": [comm]},
-                        attrs={"rank": rank, "endpoint": endpoints[rank],
-                               "other_endpoints": [endpoints[1 - rank]]})
-        block.append_op("c_comm_init", inputs={"X": [comm]},
-                        attrs={"nranks": 2, "rank": rank, "ring_id": 0})
+        main, startup = fluid.Program(), _ring_startup(rank, endpoints, "nccl_id_0")
         blk = main.global_block()
         x = blk.create_var(name="x", shape=(2, 3), dtype="float32", is_data=True)
         out = {n: blk.create_var(name=n, dtype="float32") for n in "absc"}
