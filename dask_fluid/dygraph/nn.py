@@ -72,6 +72,25 @@ def _no_output(sizes: Sequence[int], inputs: Sequence[int]) -> bool:
     return any(i >= 0 and o <= 0 for i, o in zip(inputs, sizes, strict=True))
 
 
+def _conv_sizes(layer: Any, input: Variable, name: str, size: Any, how: str
+                ) -> tuple[tuple[int, ...], list[int]]:
+    """The NCHW dims of ``input`` and the output's spatial sizes by ``size`` (the conv or
+    transposed-conv rule) for Conv2D and Conv2DTranspose ``layer``; ValueError for the wrong
+    channels or an input too small (``how``: the rest of the message after filter_size)."""
+    n, c, h, w = check_input(input, name, dtype=layer._dtype, rank=4)
+    if not fits(c, layer._num_channels):
+        raise ValueError(f"{name}: the input {input.name!r} (NCHW, shape {[n, c, h, w]}) "
+                         f"has {c} channels, the layer was built for num_channels="
+                         f"{layer._num_channels}")
+    sizes = [size(d, k, p, p, s, dil) for d, k, p, s, dil in zip(
+        (h, w), layer._filter_size, layer._padding, layer._stride, layer._dilation,
+        strict=True)]
+    if _no_output(sizes, (h, w)):
+        raise ValueError(f"{name}: an input of {h}x{w} with filter_size "
+                         f"{layer._filter_size}{how} leaves no output")
+    return (n, c, h, w), sizes
+
+
 def _known_prod(dims: Sequence[int]) -> int:
     """The product of ``dims``, or ``-1`` where one is unknown."""
     return math.prod(dims) if all(d >= 0 for d in dims) else -1
@@ -217,18 +236,8 @@ class Conv2D(_Layer):
                                           is_bias=True)
 
     def forward(self, input: Variable) -> Variable:
-        n, c, h, w = check_input(input, "Conv2D", dtype=self._dtype, rank=4)
-        if not fits(c, self._num_channels):
-            raise ValueError(f"Conv2D: the input {input.name!r} (NCHW, shape {[n, c, h, w]}) "
-                             f"has {c} channels, the layer was built for num_channels="
-                             f"{self._num_channels}")
-        sizes = [conv_output_size(d, k, p, p, s, dil) for d, k, p, s, dil in zip(
-            (h, w), self._filter_size, self._padding, self._stride, self._dilation,
-            strict=True)]
-        if _no_output(sizes, (h, w)):
-            raise ValueError(f"Conv2D: an input of {h}x{w} with filter_size "
-                             f"{self._filter_size}, padding {self._padding} and dilation "
-                             f"{self._dilation} leaves no output")
+        (n, *_), sizes = _conv_sizes(self, input, "Conv2D", conv_output_size,
+                                     f", padding {self._padding} and dilation {self._dilation}")
         pre_bias = self._tmp(self._dtype, [n, self._num_filters, *sizes])
         self._helper.append_op(self._l_type,
                                inputs={"Input": [input], "Filter": [self.weight]},
@@ -306,18 +315,9 @@ class Conv2DTranspose(_Layer):
                                           is_bias=True)
 
     def forward(self, input: Variable) -> Variable:
-        n, c, h, w = check_input(input, "Conv2DTranspose", dtype=self._dtype, rank=4)
-        if not fits(c, self._num_channels):
-            raise ValueError(f"Conv2DTranspose: the input {input.name!r} (NCHW, shape "
-                             f"{[n, c, h, w]}) has {c} channels, the layer was built for "
-                             f"num_channels={self._num_channels}")
-        sizes = [conv_transpose_output_size(d, k, p, p, s, dil) for d, k, p, s, dil in zip(
-            (h, w), self._filter_size, self._padding, self._stride, self._dilation,
-            strict=True)]
-        if _no_output(sizes, (h, w)):
-            raise ValueError(f"Conv2DTranspose: an input of {h}x{w} with filter_size "
-                             f"{self._filter_size} and padding {self._padding} leaves no "
-                             "output")
+        (n, _, h, w), sizes = _conv_sizes(self, input, "Conv2DTranspose",
+                                          conv_transpose_output_size,
+                                          f" and padding {self._padding}")
         if self._output_size and not all(
                 o < 0 or o <= want < o + s for o, want, s in zip(sizes, self._output_size,
                                                                  self._stride, strict=True)):

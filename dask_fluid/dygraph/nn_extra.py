@@ -225,6 +225,20 @@ def _conv3d_args(layer: str, num_channels: Any, num_filters: Any, groups: Any,
     return int(groups)
 
 
+def _conv3d_sizes(layer: Any, shape: Sequence[int], name: str, size: Any, how: str
+                  ) -> list[int]:
+    """The output's D, H, W by ``size`` (the conv or transposed-conv rule) for Conv3D and
+    Conv3DTranspose ``layer`` on an input of ``shape``; ValueError when one is empty
+    (``how``: the rest of the message after the filter)."""
+    outs = [size(i, k, p, p, s, d) for i, k, p, s, d in zip(
+        shape[2:], layer._filter_size, layer._padding, layer._stride, layer._dilation,
+        strict=True)]
+    if any(i >= 0 and o <= 0 for i, o in zip(shape[2:], outs, strict=True)):
+        raise ValueError(f"{name}: input {shape} with filter {layer._filter_size}{how} "
+                         f"leaves an output of {outs}")
+    return outs
+
+
 def _check_ncdhw(layer: Layer, input: Any, name: str) -> list[int]:
     shape = check_input(input, name, rank=5, dtypes=_FLOATS)
     if not fits(shape[1], layer._num_channels):
@@ -290,13 +304,9 @@ class Conv3D(Layer):
     def forward(self, input: Variable) -> Variable:
         """``[N, M, D', H', W']`` from ``input`` ``[N, C, D, H, W]``."""
         shape = _check_ncdhw(self, input, "Conv3D")
-        outs = [conv_output_size(i, k, p, p, s, dil) for i, k, p, s, dil in zip(
-            shape[2:], self._filter_size, self._padding, self._stride, self._dilation,
-            strict=True)]
-        if any(i >= 0 and o <= 0 for i, o in zip(shape[2:], outs, strict=True)):
-            raise ValueError(f"Conv3D: input {shape} with filter {self._filter_size}, padding "
-                             f"{self._padding}, stride {self._stride} and dilation "
-                             f"{self._dilation} leaves an output of {outs}")
+        outs = _conv3d_sizes(self, shape, "Conv3D", conv_output_size,
+                             f", padding {self._padding}, stride {self._stride} and dilation "
+                             f"{self._dilation}")
         pre_bias = self._helper.create_tmp(dtype=self._dtype,
                                            shape=[shape[0], self._num_filters, *outs])
         self._helper.append_op(
@@ -364,13 +374,8 @@ class Conv3DTranspose(Layer):
     def forward(self, input: Variable) -> Variable:
         """``[N, M, D', H', W']`` from ``input`` ``[N, C, D, H, W]``."""
         shape = _check_ncdhw(self, input, "Conv3DTranspose")
-        outs = [conv_transpose_output_size(i, k, p, p, s, d) for i, s, p, d, k in
-                zip(shape[2:], self._stride, self._padding, self._dilation, self._filter_size,
-                    strict=True)]
-        if any(i >= 0 and o <= 0 for i, o in zip(shape[2:], outs, strict=True)):
-            raise ValueError(f"Conv3DTranspose: input {shape} with filter {self._filter_size}, "
-                             f"padding {self._padding} and stride {self._stride} leaves an "
-                             f"output of {outs}")
+        outs = _conv3d_sizes(self, shape, "Conv3DTranspose", conv_transpose_output_size,
+                             f", padding {self._padding} and stride {self._stride}")
         pre_bias = self._helper.create_tmp(dtype=self._dtype,
                                            shape=[shape[0], self._num_filters, *outs])
         self._helper.append_op(
