@@ -25,11 +25,12 @@ import argparse
 import json
 import os
 import pathlib
-import socket
 import statistics
 import subprocess
 import sys
 import time
+
+from dask_fluid.compat.distributed.launch import free_ports
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 MODES = ("local", "nccl2", "grad_allreduce", "local_sgd")
@@ -80,21 +81,10 @@ def _trainer(mode: str, steps: int) -> None:
     print(json.dumps({"rank": rank, "ms_per_step": 1000 * seconds / steps}), flush=True)
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def _job(mode: str, steps: int) -> float:
     """ms per step of the job (its slowest trainer)."""
     n = 1 if mode == "local" else 2
-    endpoints = [f"127.0.0.1:{p}" for p in _free_ports(n)]
+    endpoints = [f"127.0.0.1:{p}" for p in free_ports(n)]
     base = {k: v for k, v in os.environ.items() if not k.startswith("PADDLE_")}
     base.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                 CPU_NUM="1", DASK_FLUID_JOB_SECRET="bench")

@@ -14,19 +14,10 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dask_fluid.compat.distributed.launch import free_ports  # noqa: F401 - the tests use it
+
 HERE = Path(__file__).parent
 SCRIPT = HERE / "fluid_script.py"
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def dask_fluid_copy(tmp: Path) -> Path:

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import IO
 
-__all__ = ["Trainer", "get_cluster", "get_gpus", "launch", "main"]
+__all__ = ["Trainer", "free_ports", "get_cluster", "get_gpus", "launch", "main"]
 
 logger = logging.getLogger("paddle.distributed.launch")
 
@@ -119,7 +119,8 @@ def get_gpus(selected_gpus: str | None) -> list[str]:
     return [str(visible_list.index(g)) for g in wanted]
 
 
-def _free_ports(n: int) -> list[int]:
+def free_ports(n: int) -> list[int]:
+    """``n`` ports free on this host now (for trainer endpoints on one node)."""
     import socket  # noqa: PLC0415
 
     socks = [socket.socket() for _ in range(n)]
@@ -165,7 +166,7 @@ def _cluster_from_args(args: argparse.Namespace, gpus: list[str]
         node_ips = [ip.strip() for ip in os.environ["PADDLE_TRAINERS"].split(",")]
         node_ip, started = os.environ["POD_IP"], int(os.environ["PADDLE_PORT"])
     if len(node_ips) <= 1 and started is None:
-        ports = _free_ports(len(gpus))
+        ports = free_ports(len(gpus))
     else:
         first = 6070 if started is None else started
         ports = list(range(first, first + len(gpus)))
