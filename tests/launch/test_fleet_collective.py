@@ -485,10 +485,16 @@ def test_fleet_answers_the_role_questions_and_splits_files():
         fleet.init("trainer")
 
 
-def test_fleet_optimizer_checks_its_strategy(monkeypatch):
+@pytest.fixture
+def fleet(monkeypatch) -> Collective:
+    """A fresh collective fleet as the module's ``fleet``, trainer 0 of two."""
     fleet = Collective()
     monkeypatch.setattr("dask_fluid.compat.incubate.fleet.collective.fleet", fleet)
     fleet.init(_role())
+    return fleet
+
+
+def test_fleet_optimizer_checks_its_strategy(fleet):
     main, startup = fluid.Program(), fluid.Program()
     with fluid.program_guard(main, startup):
         x = fluid.layers.data("x", [4])
@@ -521,14 +527,11 @@ def test_fleet_optimizer_checks_its_strategy(monkeypatch):
             getattr(fleet, name)(fluid.Executor(fluid.CPUPlace()), "/tmp/nowhere")
 
 
-def test_fleet_use_amp_all_reduces_the_scaled_gradients_before_the_finite_check(monkeypatch):
+def test_fleet_use_amp_all_reduces_the_scaled_gradients_before_the_finite_check(fleet):
     # every trainer must unscale and check the same (all-reduced) gradients, or one trainer
     # skips a step the others take: the all-reduce goes before AMP's unscale and isfinite
     from dask_fluid.distributed.collective.data_parallel import ALLREDUCE_OP, with_allreduce
 
-    fleet = Collective()
-    monkeypatch.setattr("dask_fluid.compat.incubate.fleet.collective.fleet", fleet)
-    fleet.init(_role())
     main, startup = fluid.Program(), fluid.Program()
     with fluid.program_guard(main, startup):
         x = fluid.layers.data("x", [4])
