@@ -15,13 +15,16 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import pickle
 import socket
+import struct
 import tarfile
 from collections.abc import Sequence
 
 import numpy as np
 
 from dask_fluid.compat.dataset import (
+    cifar,
     common,
     conll05,
     flowers,
@@ -35,7 +38,7 @@ from dask_fluid.compat.dataset import (
 )
 
 __all__ = [
-    "closed_port_url", "go_offline", "write_conll05", "write_flowers", "write_imdb",
+    "closed_port_url", "go_offline", "write_cifar", "write_conll05", "write_flowers", "write_imdb",
     "write_imikolov", "write_mnist", "write_movielens", "write_tgz", "write_uci_housing",
     "write_wmt14", "write_wmt16",
 ]
@@ -338,6 +341,94 @@ def write_flowers(data_home: str | os.PathLike, n_images: int = 30, seed: int = 
     for path in paths:
         common.register_substitute(path)
     return os.path.join(os.fspath(data_home), "flowers")
+
+
+# -- cifar ------------------------------------------------------------------------------------
+
+
+class Py2Pickler(pickle._Pickler):
+    """Pickles as Python 2's cPickle wrote the published CIFAR batches (protocol 2): text and
+    bytes as Python 2 ``str`` (read back as bytes with ``encoding="bytes"``), numpy's array
+    reconstruction under its numpy 1 name ``numpy.core.multiarray``."""
+
+    dispatch = dict(pickle._Pickler.dispatch)
+
+    def save_py2_str(self, obj) -> None:
+        data = obj.encode("latin-1") if isinstance(obj, str) else obj
+        if len(data) < 256:
+            self.write(pickle.SHORT_BINSTRING + bytes([len(data)]) + data)
+        else:
+            self.write(pickle.BINSTRING + struct.pack("<i", len(data)) + data)
+        self.memoize(obj)
+
+    dispatch[bytes] = save_py2_str
+    dispatch[str] = save_py2_str
+
+    def save_global(self, obj, name=None) -> None:
+        if getattr(obj, "__name__", None) == "_reconstruct":
+            self.write(pickle.GLOBAL + b"numpy.core.multiarray\n_reconstruct\n")
+            self.memoize(obj)
+        else:
+            super().save_global(obj, name)
+
+
+def py2_pickle(obj) -> bytes:
+    """``obj`` pickled as Python 2 would (see :class:`Py2Pickler`)."""
+    buf = io.BytesIO()
+    Py2Pickler(buf, protocol=2).dump(obj)
+    return buf.getvalue()
+
+
+def write_cifar(data_home: str | os.PathLike, n_per_batch: int = 20, seed: int = 0) -> str:
+    """Write ``cifar-10-python.tar.gz`` and ``cifar-100-python.tar.gz`` under
+    ``data_home/cifar``, laid out as the published archives.
+
+    CIFAR-10: ``cifar-10-batches-py/`` with ``batches.meta``, ``data_batch_1`` ... ``_5``,
+    ``readme.html`` and ``test_batch``; CIFAR-100: ``cifar-100-python/`` with ``file.txt~``,
+    ``meta``, ``test`` and ``train``. Every batch holds ``n_per_batch`` random images
+    (``b"data"``, uint8 ``(n, 3072)``) and the published keys (``b"labels"``, or
+    ``b"fine_labels"`` and ``b"coarse_labels"``, ``b"filenames"``, ``b"batch_label"``), pickled
+    as Python 2 wrote them. The training set of CIFAR-100 holds ``2 * n_per_batch`` images.
+
+    Returns
+    -------
+    str
+        The directory ``data_home/cifar``.
+    """
+    rng = np.random.default_rng(seed)
+
+    def batch(n: int, label_keys: dict[str, int], name: str) -> bytes:
+        content: dict = {"batch_label": name}
+        for key, n_classes in label_keys.items():
+            content[key] = [int(v) for v in rng.integers(0, n_classes, n)]
+        content["data"] = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
+        content["filenames"] = [f"image_{name}_{i}.png" for i in range(n)]
+        return py2_pickle({k.encode(): v for k, v in content.items()})
+
+    ten = "cifar-10-batches-py"
+    members10: list[tuple[str, bytes | None]] = [
+        (ten, None),
+        (f"{ten}/batches.meta", py2_pickle({b"label_names": [f"c{k}" for k in range(10)]})),
+    ]
+    members10 += [(f"{ten}/data_batch_{k}", batch(n_per_batch, {"labels": 10},
+                                                  f"training batch {k} of 5"))
+                  for k in range(1, 6)]
+    members10 += [(f"{ten}/readme.html", b"<html>synthetic CIFAR-10</html>\n"),
+                  (f"{ten}/test_batch", batch(n_per_batch, {"labels": 10}, "testing batch 1"))]
+    hundred = "cifar-100-python"
+    labels100 = {"fine_labels": 100, "coarse_labels": 20}
+    members100: list[tuple[str, bytes | None]] = [
+        (hundred, None),
+        (f"{hundred}/file.txt~", b""),
+        (f"{hundred}/meta", py2_pickle({b"fine_label_names": [f"f{k}" for k in range(100)]})),
+        (f"{hundred}/test", batch(n_per_batch, labels100, "testing")),
+        (f"{hundred}/train", batch(2 * n_per_batch, labels100, "training")),
+    ]
+    for url, members in ((cifar.CIFAR10_URL, members10), (cifar.CIFAR100_URL, members100)):
+        path = _cache_file(data_home, "cifar", url)
+        write_tgz(path, members)
+        common.register_substitute(path)
+    return os.path.join(os.fspath(data_home), "cifar")
 
 
 # -- dist_transformer.py's WMT16 en-de files ---------------------------------------------------

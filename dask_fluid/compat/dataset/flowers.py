@@ -15,7 +15,6 @@ CHW, minus the mean ``[103.94, 116.78, 123.68]``, flattened to float32; the labe
 
 from __future__ import annotations
 
-import io
 import tarfile
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -23,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ...sample_readers import Reader
-from . import common
+from . import common, image
 
 __all__ = ["default_mapper", "fetch", "reader_creator", "test", "train", "valid"]
 
@@ -44,15 +43,6 @@ RESIZE_SHORT = 256
 CROP = 224
 
 
-def _pil() -> Any:
-    try:
-        from PIL import Image
-    except ImportError:
-        raise ImportError("paddle.dataset.flowers decodes JPEGs with Pillow, which is not "
-                          "installed: pip install pillow") from None
-    return Image
-
-
 def _loadmat(path: str) -> dict:
     try:
         from scipy.io import loadmat
@@ -65,27 +55,12 @@ def _loadmat(path: str) -> dict:
 def default_mapper(is_train: bool, sample: tuple[bytes, int],
                    rng: np.random.Generator | None = None) -> tuple[np.ndarray, int]:
     """One ``(jpeg bytes, label)`` as ``(flat float32 CHW image, label)`` (see the module
-    docstring); ``rng`` draws the training crop and mirror (default: a fresh generator)."""
+    docstring), through :mod:`.image` as Paddle's; ``rng`` draws the training crop and mirror
+    (default: numpy's global generator, as in Paddle)."""
     data, label = sample
-    image = _pil().open(io.BytesIO(data)).convert("RGB")
-    w, h = image.size
-    if h > w:
-        size = (RESIZE_SHORT, RESIZE_SHORT * h // w)
-    else:
-        size = (RESIZE_SHORT * w // h, RESIZE_SHORT)
-    image = image.resize(size, resample=3)  # bicubic, as cv2.INTER_CUBIC
-    bgr = np.asarray(image, np.float32)[:, :, ::-1]
-    hh, ww = bgr.shape[:2]
-    if is_train:
-        rng = rng or np.random.default_rng()
-        top, left = int(rng.integers(0, hh - CROP + 1)), int(rng.integers(0, ww - CROP + 1))
-    else:
-        top, left = (hh - CROP) // 2, (ww - CROP) // 2
-    crop = bgr[top:top + CROP, left:left + CROP]
-    if is_train and rng.integers(0, 2):
-        crop = crop[:, ::-1]
-    chw = crop.transpose(2, 0, 1) - MEAN_BGR[:, None, None]
-    return np.ascontiguousarray(chw).reshape(-1).astype(np.float32), label
+    im = image.load_image_bytes(data)
+    im = image.simple_transform(im, RESIZE_SHORT, CROP, is_train, mean=MEAN_BGR, rng=rng)
+    return im.flatten().astype(np.float32), label
 
 
 def reader_creator(data_file: str, label_file: str, setid_file: str, dataset_name: str,
