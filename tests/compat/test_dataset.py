@@ -27,6 +27,7 @@ import pytest
 from dask_fluid import compat
 from dask_fluid.compat.batch import batch
 from dask_fluid.compat.dataset import (
+    cifar,
     common,
     conll05,
     flowers,
@@ -46,6 +47,7 @@ DATASET_URLS = {
     uci_housing: ["URL"],
     imikolov: ["URL"],
     imdb: ["URL"],
+    cifar: ["CIFAR10_URL", "CIFAR100_URL"],
     flowers: ["DATA_URL", "LABEL_URL", "SETID_URL"],
     wmt14: ["URL_TRAIN", "URL_MODEL", "URL_DEV_TEST"],
     wmt16: ["DATA_URL"],
@@ -259,6 +261,7 @@ def test_fetch_all_uses_the_substitutes(data_home):
     synthetic_data.write_uci_housing(data_home)
     synthetic_data.write_imikolov(data_home)
     synthetic_data.write_imdb(data_home)
+    synthetic_data.write_cifar(data_home)
     synthetic_data.write_flowers(data_home, n_images=3)
     synthetic_data.write_wmt14(data_home)
     synthetic_data.write_wmt16(data_home)

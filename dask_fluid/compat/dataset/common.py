@@ -57,7 +57,8 @@ DOWNLOAD_TIMEOUT_S = 15.0
 SUBSTITUTE_SUFFIX = ".substitute-md5"
 
 _DATASET_MODULES = (
-    "mnist", "uci_housing", "imikolov", "imdb", "flowers", "wmt14", "wmt16", "movielens", "conll05",
+    "mnist", "uci_housing", "imikolov", "imdb", "cifar", "flowers", "wmt14", "wmt16", "movielens",
+    "conll05",
 )
 
 
