@@ -1,6 +1,5 @@
 """Optimizers of Fluid 1.8's ``fluid.optimizer`` that wrap another one: LookaheadOptimizer,
-RecomputeOptimizer (and what they leave unimplemented: PipelineOptimizer,
-DGCMomentumOptimizer).
+RecomputeOptimizer (and what they leave unimplemented: PipelineOptimizer).
 
 The inner optimizer is duck-typed (anything with ``minimize``, ``backward``,
 ``apply_gradients``), so this module does not import :mod:`dask_fluid.optimizer`.
@@ -32,8 +31,7 @@ from .framework import (
 )
 from .layers import control_flow, nn, tensor
 
-__all__ = ["LookaheadOptimizer", "RecomputeOptimizer", "PipelineOptimizer",
-           "DGCMomentumOptimizer"]
+__all__ = ["LookaheadOptimizer", "RecomputeOptimizer", "PipelineOptimizer"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -484,16 +482,3 @@ class PipelineOptimizer:
             "PipelineOptimizer is not implemented in dask_fluid: it needs section programs "
             "run on several devices of one process (Fluid's PipelineTrainer/SectionWorker)")
 
-
-class DGCMomentumOptimizer:
-    """Fluid 1.8's ``fluid.optimizer.DGCMomentumOptimizer``: not implemented in dask_fluid.
-
-    Deep Gradient Compression sends the top-k of each gradient through its ``dgc`` op and
-    sparse all-reduce (``dgc_momentum``, NCCL collectives on GPUs); dask_fluid has neither.
-    """
-
-    def __init__(self, learning_rate: Any, momentum: float, rampup_begin_step: int,
-                 *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError(
-            "DGCMomentumOptimizer is not implemented in dask_fluid: it needs the dgc op and "
-            "its sparse all-reduce across GPUs")

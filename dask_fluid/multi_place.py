@@ -47,7 +47,8 @@ from .program_phases import gradient_names, optimize_start
 __all__ = ["MultiPlaceStep", "split_feed"]
 
 #: ops that tie a program to one place a process (collectives, serving, remote lookups)
-_ONE_PLACE_OPS = frozenset({"listen_and_serv", "fused_allreduce", "allreduce", "broadcast",
+_ONE_PLACE_OPS = frozenset({"listen_and_serv", "fused_allreduce", "dgc_allreduce", "allreduce",
+                            "broadcast",
                             "c_allreduce_sum", "c_broadcast", "gen_nccl_id",
                             "c_gen_nccl_id", "c_comm_init", "distributed_lookup_table",
                             "prefetch"})

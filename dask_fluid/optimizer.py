@@ -15,7 +15,7 @@ import numpy as np
 
 from . import unique_name
 from .backward import append_backward
-from .clip import error_clip_callback
+from .clip import GradientClipByNorm, error_clip_callback
 from .distributed_table import distributed_table_name
 from .framework import (
     OP_ROLE_KEY,
@@ -24,20 +24,31 @@ from .framework import (
     Parameter,
     Program,
     Variable,
+    VarType,
     _dygraph_tracer,
     default_main_program,
     in_dygraph_mode,
+    program_guard,
 )
 from .initializer import ConstantInitializer
 from .layer_helper import LayerHelper
 from .layers.tensor import create_global_var
 from .meta_optimizers import (
-    DGCMomentumOptimizer,
     LookaheadOptimizer,
     PipelineOptimizer,
     RecomputeOptimizer,
 )
 from .model_average import ExponentialMovingAverage, ModelAverage
+from .ops.dgc_ops import (
+    DGC_COUNTER,
+    DGC_ENCODED,
+    DGC_GATHER,
+    DGC_K,
+    DGC_MIN_NUMEL,
+    DGC_NRANKS,
+    DGC_RAMPUP_BEGIN,
+)
+from .regularizer import L1DecayRegularizer, L2DecayRegularizer
 
 logger = logging.getLogger("dask_fluid.optimizer")
 
@@ -186,6 +197,20 @@ class Optimizer:
         params_grads, table_op = self._update_distributed_table(program, params_grads)
         if not params_grads:  # the table is the only parameter
             return [table_op]
+        processed = self._clipped_and_decayed(program, params_grads)
+        self._create_accumulators(block, [p for p, _ in processed])
+        self._global_learning_rate(program, processed[0][0].dtype)
+        ops = []
+        for param, grad in processed:
+            with program._optimized_guard([param, grad]):
+                ops.append(self._append_optimize_op(block, (param, grad)))
+        self._finish_update(block, processed)
+        return ops + ([table_op] if table_op is not None else [])
+
+    def _clipped_and_decayed(self, program: Program, params_grads: list) -> list:
+        """The pairs with their gradients clipped (``grad_clip=``, else each parameter's own
+        clip) and weight-decayed, in order."""
+        block = program.global_block()
         if self._grad_clip is not None:  # Fluid 1.8: grad_clip= replaces per-parameter clips
             params_grads = self._grad_clip(params_grads)
         processed = []
@@ -197,14 +222,7 @@ class Optimizer:
                 if regularizer is not None:
                     grad = regularizer.append(param, grad, block)
             processed.append((param, grad))
-        self._create_accumulators(block, [p for p, _ in processed])
-        self._global_learning_rate(program, processed[0][0].dtype)
-        ops = []
-        for param, grad in processed:
-            with program._optimized_guard([param, grad]):
-                ops.append(self._append_optimize_op(block, (param, grad)))
-        self._finish_update(block, processed)
-        return ops + ([table_op] if table_op is not None else [])
+        return processed
 
     def _update_distributed_table(self, program: Program, params_grads: list) -> tuple:
         """Fluid 1.8's ``_process_distribute_lookuptable``: the table looked up with
@@ -819,6 +837,212 @@ class DpsgdOptimizer(Optimizer):
             outputs={"ParamOut": [p]},
             attrs={"clip": self._clip, "batch_size": self._batch_size, "sigma": self._sigma,
                    "seed": int(self._seed or 0)})
+
+
+
+
+class DGCMomentumOptimizer(Optimizer):
+    """Momentum with Deep Gradient Compression (https://arxiv.org/abs/1712.01887), Fluid
+    1.8's ``fluid.optimizer.DGCMomentumOptimizer``, for nccl2 trainers.
+
+    Until step ``rampup_begin_step`` it is Momentum over the trainers' summed gradients. From
+    then on each trainer keeps its gradients' momentum locally and sends only the largest
+    ``1 - sparsity`` of it per parameter (``sparsity`` ramps through its list over
+    ``rampup_step`` steps), the rest accumulating until it is large enough; the pservers-free
+    exchange sums every trainer's entries and the update is plain SGD on them. Parameters
+    under 16384 elements, sparse or not float32 get plain Momentum (the ops:
+    :mod:`dask_fluid.ops.dgc_ops`).
+
+    Parameters
+    ----------
+    learning_rate : float or Variable
+    momentum : float
+    rampup_begin_step : int
+        The first compressed step (>= 0; steps count from 0).
+    rampup_step : int
+        Steps over which ``sparsity`` ramps up through its entries.
+    sparsity : list of float
+        The fractions of each gradient left unsent, in ramp-up order.
+    parameter_list : list, optional
+    use_nesterov : bool
+    num_trainers : int, optional
+        Required with ``grad_clip``: the compressed gradients are clipped to
+        ``clip_norm / sqrt(num_trainers)`` locally.
+    regularization : L1Decay or L2Decay, optional
+        Applied inside the ``dgc`` op for the compressed parameters.
+    grad_clip : GradientClipByNorm, optional
+    name : str, optional
+
+    Notes
+    -----
+    Fluid 1.8 builds this optimizer on CUDA only; here the same programs also train on CPUs,
+    over the trainers' TCP ring. Run the program as a ``CompiledProgram`` of nccl2 trainers
+    (``build_strategy.num_trainers > 1``, or the collective fleet in nccl2 mode): elsewhere
+    the ``dgc`` op raises, as Fluid's (DGC needs several trainers).
+    """
+
+    type = "dgc_momentum"
+    _u_velocity_acc_str = "_dgc_u_"
+    _v_velocity_acc_str = "_dgc_v_"
+
+    def __init__(self, learning_rate: float | Variable, momentum: float,
+                 rampup_begin_step: int, rampup_step: int = 1,
+                 sparsity: list[float] | tuple[float, ...] = (0.999,),
+                 parameter_list: Any = None, use_nesterov: bool = False,
+                 num_trainers: int | None = None, regularization: Any = None,
+                 grad_clip: Any = None, name: str | None = None) -> None:
+        if in_dygraph_mode():
+            raise RuntimeError("DGCMomentumOptimizer does not work in dygraph mode (as Fluid "
+                               "1.8: \"In dygraph, don't support DGCMomentumOptimizer.\"); "
+                               "build a static program")
+        if learning_rate is None or momentum is None:
+            raise ValueError("DGCMomentumOptimizer needs learning_rate and momentum")
+        super().__init__(learning_rate, parameter_list, regularization, grad_clip, name)
+        self._momentum = _check_positive("momentum", momentum, allow_zero=True)
+        self._use_nesterov = bool(use_nesterov)
+        if int(rampup_begin_step) < 0:
+            raise ValueError(f"rampup_begin_step must be >= 0, got {rampup_begin_step}")
+        self._rampup_begin_step = int(rampup_begin_step)
+        self._rampup_step = _check_positive("rampup_step", rampup_step)
+        self._sparsity = [float(s) for s in sparsity]
+        if not self._sparsity or not all(0.0 < s <= 1.0 for s in self._sparsity):
+            raise ValueError(f"sparsity must be a non-empty list of fractions in (0, 1], got "
+                             f"{sparsity!r}")
+        self._dgc_clip_norm = None
+        if grad_clip is not None:
+            if not isinstance(grad_clip, GradientClipByNorm):
+                raise TypeError("The type of grad_clip should be 'GradientClipByNorm', because "
+                                "DGCMomentumOptimizer only support GradientClipByNorm")
+            if not isinstance(num_trainers, int) or isinstance(num_trainers, bool) \
+                    or num_trainers <= 0:
+                raise ValueError("DGCMomentumOptimizer with grad_clip needs num_trainers, the "
+                                 f"number of trainers (an int > 0), got {num_trainers!r}")
+            self._dgc_clip_norm = grad_clip.clip_norm * num_trainers ** -0.5
+        self._num_trainers = num_trainers
+        self.regular_type, self.regular_coeff = self._regularization_param(regularization)
+        self._counter: Variable | None = None
+        self._nranks: Variable | None = None
+
+    @staticmethod
+    def _regularization_param(regularization: Any) -> tuple[int, float]:
+        """The dgc op's ``(regular_type, regular_coeff)``: 0 none, 1 L1Decay, 2 L2Decay."""
+        if regularization is None:
+            return 0, 0.0
+        if isinstance(regularization, L1DecayRegularizer):
+            return 1, regularization.regularization_coeff
+        if isinstance(regularization, L2DecayRegularizer):
+            return 2, regularization.regularization_coeff
+        raise TypeError(f"DGCMomentumOptimizer's regularization must be None, L1Decay or "
+                        f"L2Decay, got {type(regularization).__name__}")
+
+    @staticmethod
+    def _is_use_dgc(param: Variable, grad: Variable) -> bool:
+        """Whether ``param`` is compressed (Fluid's rule: dense float32, >= 16384 elements)."""
+        numel = abs(int(np.prod(param.shape))) if param.shape else 0
+        return (numel >= DGC_MIN_NUMEL and param.dtype == "float32"
+                and VarType.SELECTED_ROWS not in (param.type, grad.type))
+
+    # -- the backward side: a dgc op per compressed gradient -------------------------------
+    def backward(self, loss: Variable, startup_program: Program | None = None,
+                 parameter_list=None, no_grad_set=None, callbacks=None):
+        """``append_backward``, then the step counter and each compressed gradient's
+        (``dgc_clip_by_norm`` and) ``dgc`` op, as Fluid 1.8's ``Optimizer.backward``."""
+        params_grads = super().backward(loss, startup_program, parameter_list, no_grad_set,
+                                        callbacks)
+        with program_guard(loss.block.program, startup_program):
+            self._append_dgc_ops(params_grads)
+        return params_grads
+
+    def _global_var(self, name: str, value: float) -> tuple[Variable, bool]:
+        block = default_main_program().global_block()
+        if block.has_var(name):
+            return block.var(name), False
+        return create_global_var([1], value, "float32", persistable=True, force_cpu=True,
+                                 name=name), True
+
+    def _append_dgc_ops(self, params_grads: list) -> None:
+        main = default_main_program()
+        main._enable_dgc = True
+        self._counter, new = self._global_var(DGC_COUNTER, -1.0)
+        if new:  # 0 at the first step
+            main.global_block()._prepend_op("increment", inputs={"X": [self._counter]},
+                                            outputs={"Out": [self._counter]},
+                                            attrs={"step": 1.0})
+        self._nranks, _ = self._global_var(DGC_NRANKS, -1.0)
+        self._global_var(DGC_RAMPUP_BEGIN, float(self._rampup_begin_step))
+        block = main.global_block()
+        for param, grad in params_grads:
+            u = self._add_accumulator(self._u_velocity_acc_str, param)
+            if not self._is_use_dgc(param, grad):
+                continue
+            v = self._add_accumulator(self._v_velocity_acc_str, param)
+            k, encoded, gather = (
+                create_global_var([1], 0.0, param.dtype, persistable=True,
+                                  force_cpu=suffix == DGC_K, name=param.name + suffix)
+                for suffix in (DGC_K, DGC_ENCODED, DGC_GATHER))
+            # the dgc op, not the backward op that made the gradient, now names the pair
+            # (what the nccl2 exchange reads to find the gradients it reduces)
+            for op in block.ops:
+                pairs = op.attrs.get(OP_ROLE_VAR_KEY)
+                if op.attrs.get(OP_ROLE_KEY) != OpRole.Backward or not pairs \
+                        or param.name not in pairs:
+                    continue
+                pairs = list(pairs)
+                pairs.remove(param.name)
+                pairs.remove(grad.name)
+                if len(pairs) > 1:
+                    op._set_attr(OP_ROLE_VAR_KEY, pairs)
+                else:
+                    op.attrs.pop(OP_ROLE_VAR_KEY, None)
+            role = {OP_ROLE_KEY: OpRole.Backward}
+            if self._dgc_clip_norm is not None:
+                block.append_op("dgc_clip_by_norm",
+                                inputs={"X": [grad], "current_step": [self._counter]},
+                                outputs={"Out": [grad]},
+                                attrs={"max_norm": self._dgc_clip_norm,
+                                       "rampup_begin_step": float(self._rampup_begin_step),
+                                       **role})
+            regular_type, regular_coeff = self.regular_type, self.regular_coeff
+            if param.regularizer is not None:  # the parameter's own wins
+                regular_type, regular_coeff = self._regularization_param(param.regularizer)
+            block.append_op(
+                "dgc",
+                inputs={"U": [u], "V": [v], "Grad": [grad], "Param": [param],
+                        "current_step": [self._counter], "nranks": [self._nranks]},
+                outputs={"U_out": [u], "V_out": [v], "EncodeGrad": [encoded],
+                         "k": [k], "Grad_out": [grad], "GatherBuff": [gather]},
+                attrs={"m": self._momentum, "sparsity": list(self._sparsity),
+                       "use_nesterov": self._use_nesterov,
+                       "rampup_begin_step": float(self._rampup_begin_step),
+                       "rampup_step": float(self._rampup_step),
+                       "regular_coeff": float(regular_coeff),
+                       "regular_type": int(regular_type),
+                       **role, OP_ROLE_VAR_KEY: [param.name, grad.name]})
+
+    # -- the optimize side ------------------------------------------------------------------
+    def _clipped_and_decayed(self, program: Program, params_grads: list) -> list:
+        """The uncompressed pairs clipped and decayed as by any optimizer; the compressed ones
+        as they are (their ``dgc`` ops clip and decay)."""
+        dense = super()._clipped_and_decayed(
+            program, [pg for pg in params_grads if not self._is_use_dgc(*pg)])
+        done = {p.name: (p, g) for p, g in dense}
+        return sorted((done.get(p.name, (p, g)) for p, g in params_grads),
+                      key=lambda pg: pg[0].name)
+
+    def _append_optimize_op(self, block, pg):
+        p, g = pg
+        u = self._acc(self._u_velocity_acc_str, p)
+        inputs = {"Param": [p], "Grad": [g], "Velocity": [u],
+                  "LearningRate": [self._param_lr(block, p)]}
+        outputs = {"ParamOut": [p], "VelocityOut": [u]}
+        attrs = {"mu": self._momentum, "use_nesterov": self._use_nesterov}
+        if not self._is_use_dgc(p, g):
+            return block.append_op("momentum", inputs=inputs, outputs=outputs, attrs=attrs)
+        return block.append_op(
+            "dgc_momentum",
+            inputs={**inputs, "current_step": [self._counter], "nranks": [self._nranks]},
+            outputs={**outputs, "Grad_out": [g]},
+            attrs={**attrs, "rampup_begin_step": float(self._rampup_begin_step)})
 
 
 Adadelta = AdadeltaOptimizer

@@ -31,6 +31,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     dense_ops,
     detection_assign_ops,
     detection_target_ops,
+    dgc_ops,
     host_ops,
     image_channel_ops,
     index_ops,

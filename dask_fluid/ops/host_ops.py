@@ -79,6 +79,11 @@ set_grad("sync_batch_norm", lambda op: [{**desc, "type": "sync_batch_norm_grad"}
 # gradient X all-reduced (mean, or sum without ``average``) through the communicator in Comm
 register_signature("fused_allreduce", ("X", "Comm"), ("Out",), {"average": True},
                    provider=_COLLECTIVE_OPS)
+# ... and the gradients DGCMomentumOptimizer's dgc ops compress: summed densely before the
+# ramp-up's first step, every trainer's top-k entries (EncodeGrad) summed after
+register_signature("dgc_allreduce",
+                   ("Grad", "EncodeGrad", "current_step", "rampup_begin_step", "Comm"),
+                   ("Out", "GatherBuff"), {}, provider=_COLLECTIVE_OPS)
 # ConditionalBlock/Switch, layers.While and the tensor arrays (dask_fluid.control_flow_ops)
 _LOOP = "dask_fluid.control_flow_ops"
 register_signature("select_input", ("X", "Mask"), ("Out",), {}, provider=_LOOP, lod="kernel")

@@ -133,6 +133,12 @@ class DistributeTranspiler:
         trainer_id = int(trainer_id)
         self._program, self._startup, self._mode = program, startup, self.config.mode
         self._current_endpoint = current_endpoint
+        if self.config.mode != "nccl2" and any(op.type == "dgc"
+                                               for op in program.global_block().ops):
+            raise ValueError(
+                f"the program was built with DGCMomentumOptimizer, which compresses gradients "
+                f"in the all-reduce of nccl2 trainers; config.mode is {self.config.mode!r}: set "
+                "config.mode = 'nccl2' (or use Momentum)")
         if self.config.mode == "collective":
             self._refuse_pserver_fields()
             self._endpoints = self._transpile_collective(trainer_id, trainers, program, startup,

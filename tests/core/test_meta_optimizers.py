@@ -8,7 +8,6 @@ import pytest
 import dask_fluid as fluid
 from dask_fluid import layers
 from dask_fluid.meta_optimizers import (
-    DGCMomentumOptimizer,
     LookaheadOptimizer,
     PipelineOptimizer,
     RecomputeOptimizer,
@@ -257,8 +256,6 @@ def test_recompute_errors():
         opt.minimize(mean_out, grad_clip=fluid.clip.GradientClipByValue(1.0))
     with pytest.raises(NotImplementedError, match="PipelineOptimizer"):
         PipelineOptimizer(fluid.optimizer.SGD(0.1))
-    with pytest.raises(NotImplementedError, match="DGCMomentumOptimizer"):
-        DGCMomentumOptimizer(0.1, 0.9, rampup_begin_step=0)
 
 
 def test_recompute_rejects_ops_with_sub_blocks():

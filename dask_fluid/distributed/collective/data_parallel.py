@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from dask_fluid.framework import OP_ROLE_KEY, OpRole, Program, VarType
+from dask_fluid.ops.dgc_ops import DGC_RAMPUP_BEGIN, scalar
 from dask_fluid.ops.registry import to_host
 from dask_fluid.program_phases import (
     PROGRAM_ALLREDUCE,
@@ -25,12 +26,15 @@ from dask_fluid.program_phases import (
     split_program,
 )
 
-__all__ = ["ALLREDUCE_OP", "SYNC_OPS", "broadcast_persistables", "gradient_names",
-           "optimize_start", "persistable_names", "reduce_gradients", "split_program",
-           "with_allreduce", "with_sync_batch_norm"]
+__all__ = ["ALLREDUCE_OP", "DGC_ALLREDUCE_OP", "SYNC_OPS", "broadcast_persistables",
+           "compressing", "gradient_names", "optimize_start", "persistable_names",
+           "reduce_compressed", "reduce_gradients", "split_program", "with_allreduce",
+           "with_sync_batch_norm"]
 
 #: the op :func:`with_allreduce` inserts (its kernel: :mod:`.ops`)
 ALLREDUCE_OP = "fused_allreduce"
+#: and for the gradients DGCMomentumOptimizer compresses (Fluid's SparseAllReduceOpHandle)
+DGC_ALLREDUCE_OP = "dgc_allreduce"
 
 
 def with_allreduce(main: Program, comm_var: str, *, average: bool = True,
@@ -58,12 +62,28 @@ def with_allreduce(main: Program, comm_var: str, *, average: bool = True,
     if first is None:
         return main
     grads = gradient_names(main, first)
-    scale_loss = average and any(op.type == PROGRAM_ALLREDUCE
-                                 for op in main.global_block().ops[:first])
+    before = main.global_block().ops[:first]
+    compressed = {op.output("Grad_out")[0]: op for op in before if op.type == "dgc"}
+    grads = [g for g in grads if g not in compressed]
+    # Fluid's CoeffNumDevice: the loss gradient scaled by 1 / N and the gradients summed
+    # (the dgc ops and DGC's momentum count on that)
+    scale_loss = average and (bool(compressed)
+                              or any(op.type == PROGRAM_ALLREDUCE for op in before))
     if not grads and not scale_loss:
         return main
     program = main.clone()
     block = program.global_block()
+    if compressed:
+        dgc_ops = [compressed[g] for g in sorted(compressed)]
+        block._insert_op(
+            first, DGC_ALLREDUCE_OP,
+            inputs={"Grad": sorted(compressed),
+                    "EncodeGrad": [op.output("EncodeGrad")[0] for op in dgc_ops],
+                    "current_step": dgc_ops[0].input("current_step"),
+                    "rampup_begin_step": [DGC_RAMPUP_BEGIN], "Comm": [comm_var]},
+            outputs={"Out": sorted(compressed),
+                     "GatherBuff": [op.output("GatherBuff")[0] for op in dgc_ops]},
+            attrs={OP_ROLE_KEY: OpRole.Backward})
     if grads:
         block._insert_op(first, ALLREDUCE_OP, inputs={"X": grads, "Comm": [comm_var]},
                          outputs={"Out": grads},
@@ -157,3 +177,48 @@ def reduce_gradients(comm: Any, scope: Any, grads: Sequence[str], xp: Any, *, ho
     if host and xp is not np:
         for g, a in zip(grads, arrays, strict=True):
             scope.vars[g] = xp.asarray(a)
+
+
+def reduce_compressed(handle: Any, scope: Any, grads: Sequence[str], encoded: Sequence[str],
+                      xp: Any, *, step: int | None = None) -> list[Any]:
+    """Sum the trainers' DGC top-k entries into the gradients ``grads`` (which their ``dgc``
+    ops zeroed), in one fused exchange: Fluid's ``sparseAllGReduce``.
+
+    ``encoded`` are the ``dgc`` ops' ``EncodeGrad`` values (``k`` indices' int32 bits, then
+    ``k`` values); every trainer's are gathered (each in its slot of a zero buffer, summed: in
+    float64, which keeps both the indices and the float32 values exact) and added into zeros
+    in rank order, so every trainer ends with the same bits. Returns the gathered encodings
+    of each gradient in Fluid's layout (its ``GatherBuff``).
+    """
+    host = handle.host_staged or xp is np
+    encs = [to_host(scope.vars[e]) if host else scope.vars[e] for e in encoded]
+    ks = [len(e) // 2 for e in encs]
+    mod = np if host else xp
+    buf = mod.zeros((handle.nranks, 2 * sum(ks)), dtype=np.float64)
+    off = 0
+    for enc, k in zip(encs, ks, strict=True):
+        buf[handle.rank, off:off + k] = enc[:k].view(np.int32)
+        buf[handle.rank, off + k:off + 2 * k] = enc[k:]
+        off += 2 * k
+    handle.comm.allreduce([buf], op="sum", step=step)
+    off, gathered = 0, []
+    for g, k in zip(grads, ks, strict=True):
+        like = scope.vars[g]
+        dense = mod.zeros(like.shape, dtype=like.dtype)
+        flat = dense.reshape(-1)
+        parts = []
+        for r in range(handle.nranks):
+            idx = buf[r, off:off + k].astype(np.int64)
+            vals = buf[r, off + k:off + 2 * k].astype(like.dtype)
+            flat[idx] += vals  # a trainer's indices are distinct
+            parts += [idx.astype(np.int32).view(np.float32), vals.astype(np.float32)]
+        off += 2 * k
+        scope.vars[g] = xp.asarray(dense)
+        gathered.append(xp.asarray(mod.concatenate(parts)))
+    return gathered
+
+
+def compressing(scope: Any, step_var: str, begin_var: str) -> bool:
+    """Whether this step of DGC sends top-k entries (the step counter has reached the
+    ramp-up's first step) rather than the dense gradients."""
+    return int(scalar(scope.vars[step_var])) >= int(scalar(scope.vars[begin_var]))

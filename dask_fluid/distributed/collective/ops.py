@@ -7,7 +7,8 @@
   NCCL id; ``exe.close()`` of that executor closes it.
 - ``fused_allreduce`` (inserted by a ``CompiledProgram`` with ``num_trainers > 1`` between
   backward and optimize, :func:`.data_parallel.with_allreduce`) all-reduces the gradients
-  through the communicator it finds there.
+  through the communicator it finds there; ``dgc_allreduce`` exchanges those that
+  ``DGCMomentumOptimizer`` compresses (dense before its ramp-up, the top-k entries after).
 
 :func:`compile_for_trainers` is what ``CompiledProgram`` calls at its first run. The op
 registry imports this module the first time a program needs one of these kernels.
@@ -23,6 +24,7 @@ import numpy as np
 from ...executor import CUDAPlace, RunContext
 from ...flags import RPCFlags
 from ...ops import registry
+from ...ops.dgc_ops import DGC_NRANKS
 from ..comm.auth import env_secret
 from ..comm.tls import env_contexts
 from ..errors import DistributedTrainingError
@@ -89,7 +91,8 @@ def connect(ctx: RunContext, rank: int, endpoints: list[str], var: str | None) -
     return handle
 
 
-def _fused_allreduce(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+def _op_comm(ins: dict, ctx: RunContext, slot: str) -> TrainerComm:
+    """The communicator in the op's ``Comm`` input, once every gradient in ``slot`` is there."""
     handle = (ins.get("Comm") or [None])[0]
     var = (ctx.op.input("Comm") or [COMM_VAR])[0]
     if not isinstance(handle, TrainerComm):
@@ -97,11 +100,16 @@ def _fused_allreduce(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> di
     if handle.closed:
         raise RuntimeError(f"the NCCL2 communicator in {var} was closed (exe.close()); run the "
                            "startup program again to reconnect the trainers")
-    grads = ctx.op.input("X")
-    missing = [g for g, v in zip(grads, ins["X"], strict=True) if v is None]
+    missing = [g for g, v in zip(ctx.op.input(slot), ins[slot], strict=True) if v is None]
     if missing:
-        raise ValueError(f"fused_allreduce: the gradients {missing} were not computed before "
+        raise ValueError(f"{ctx.op.type}: the gradients {missing} were not computed before "
                          "it; every trainer must run the same program")
+    return handle
+
+
+def _fused_allreduce(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    handle = _op_comm(ins, ctx, "X")
+    grads = ctx.op.input("X")
     step, handle.steps = handle.steps, handle.steps + 1
     try:
         data_parallel.reduce_gradients(handle.comm, ctx.scope, grads, ctx.executor._xp,
@@ -111,6 +119,29 @@ def _fused_allreduce(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> di
     except DistributedTrainingError as err:
         raise passthrough(err) from None
     return {"Out": [ctx.scope.vars[g] for g in grads]}
+
+
+def _dgc_allreduce(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
+    """The DGC gradients' exchange: summed densely before the ramp-up begins, their
+    trainers' top-k entries summed after (:func:`.data_parallel.reduce_compressed`)."""
+    handle = _op_comm(ins, ctx, "Grad")
+    grads, xp = ctx.op.input("Grad"), ctx.executor._xp
+    step, handle.steps = handle.steps, handle.steps + 1
+    compressing = data_parallel.compressing(ctx.scope, ctx.op.input("current_step")[0],
+                                            ctx.op.input("rampup_begin_step")[0])
+    try:
+        if compressing:
+            gathered = data_parallel.reduce_compressed(handle, ctx.scope, grads,
+                                                       ctx.op.input("EncodeGrad"), xp, step=step)
+        else:
+            data_parallel.reduce_gradients(handle.comm, ctx.scope, grads, xp,
+                                           host=handle.host_staged, op="sum", step=step)
+    except DistributedTrainingError as err:
+        raise passthrough(err) from None
+    out = {"Out": [ctx.scope.vars[g] for g in grads]}
+    if compressing:
+        out["GatherBuff"] = gathered
+    return out
 
 
 def find_comm(scope: Any, var: str = COMM_VAR) -> TrainerComm:
@@ -161,8 +192,11 @@ def compile_for_trainers(program: Any, scope: Any, place: Any, *, num_trainers: 
         import cupy as xp  # noqa: PLC0415 - only on GPUs
     names = [n for n in data_parallel.persistable_names(program) if n in scope.vars]
     data_parallel.broadcast_persistables(handle.comm, scope, names, xp, host=handle.host_staged)
+    if program.global_block().has_var(DGC_NRANKS):  # as Fluid's ParallelExecutor sets it
+        scope.vars[DGC_NRANKS] = xp.full((1,), num_trainers, dtype=np.float32)
     return to_run
 
 
 registry.set_kernel("gen_nccl_id", _gen_nccl_id)
 registry.set_kernel(data_parallel.ALLREDUCE_OP, _fused_allreduce)
+registry.set_kernel(data_parallel.DGC_ALLREDUCE_OP, _dgc_allreduce)

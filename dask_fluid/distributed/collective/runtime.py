@@ -158,6 +158,8 @@ def _resolve_programs(main: Program | None, startup: Program | None, transpiler:
     if any(op.type.startswith("c_") for prog in (main, startup)
            for op in prog.global_block().ops):
         raise ValueError(_COLLECTIVE_OPS_HERE)
+    if any(op.type == "dgc" for op in main.global_block().ops):
+        raise ValueError(_DGC_HERE)
     endpoints = list(getattr(transpiler, "_endpoints", None) or main._trainers_endpoints or [])
     return main, _strip_nccl_id(startup), endpoints
 
@@ -168,6 +170,14 @@ _COLLECTIVE_OPS_HERE = (
     "collective fleet's strategy.mode = 'collective'): they connect and all-reduce by "
     "themselves, so run the script on every trainer (dask-fluid launch --mode nccl2, or as "
     "processes with PADDLE_* variables); train_collective takes nccl2-mode or plain programs")
+
+
+#: DGC's exchange is the nccl2 trainers' CompiledProgram's
+_DGC_HERE = (
+    "the program was built with DGCMomentumOptimizer, whose compressed exchange runs in the "
+    "nccl2 trainers' CompiledProgram (build_strategy.num_trainers > 1): run the script on "
+    "every trainer (dask-fluid launch --mode nccl2, or as processes with PADDLE_* "
+    "variables); train_collective all-reduces dense gradients only")
 
 
 def _map_endpoints(endpoints: Sequence[str], workers: Sequence[str]) -> list[str]:
