@@ -9,7 +9,8 @@ transpile mode (``DistributeTranspilerConfig.mode = "collective"``) with its ``c
    ``dask-fluid launch --mode nccl2``.
 4. Paddle 1.8's own runner (test_dist_base.py ``--gpu_fleet_api``) with dist_mnist.py, on the
    strict CPU CuPy: its nccl2, local-SGD and grad-allreduce fleet cases, and fleet's savers;
-   and its test_dist_allreduce_op.py case (``layers.collective._allreduce`` in the program).
+   its test_dist_allreduce_op.py case (``layers.collective._allreduce`` in the program) and its
+   test_dist_mnist_dgc_nccl.py case (DGCMomentumOptimizer's nccl2 trainers).
 """
 
 from __future__ import annotations
@@ -675,6 +676,20 @@ class TestDistMnistNCCL2(TestDistBase):  # Paddle 1.8's test_dist_allreduce_op.p
         self.check_with_place("dist_allreduce_op.py", delta=1e-5, check_error_log=True)
 
 
+class TestDistMnistNCCL2DGC(TestDistBase):  # Paddle 1.8's test_dist_mnist_dgc_nccl.py
+    def _setup_config(self):
+        self._sync_mode = True
+        self._use_reduce = False
+        self._use_reader_alloc = False
+        self._nccl2_mode = True
+        self._use_dgc = True  # dist_mnist.py's DGCMomentumOptimizer, rampup_begin_step=2
+
+    def test_dist_train(self):
+        import paddle.fluid as fluid
+        assert fluid.core.is_compiled_with_cuda()  # else the runner drops _use_dgc
+        self.check_with_place("dist_mnist.py", delta=1e-5, check_error_log=True)
+
+
 del _Fleet
 
 if __name__ == "__main__":
@@ -715,10 +730,10 @@ def test_paddle_18_runner_fleet_api_cases_match_local(tmp_path, mnist_in_paddle_
                               capture_output=True, timeout=300)
         err = proc.stderr.decode(errors="replace")
         assert proc.returncode == 0, err[-4000:]
-        assert "Ran 5 tests" in err and "\nOK" in err, err[-4000:]
+        assert "Ran 6 tests" in err and "\nOK" in err, err[-4000:]
         pairs = [line for line in proc.stdout.decode(errors="replace").splitlines()
                  if line.startswith("=======")]
-        assert len(pairs) == 5 * 5  # the runner's local : distributed loss of every step
+        assert len(pairs) == 6 * 5  # the runner's local : distributed loss of every step
         # trainer 0 saved with fluid.io and with fleet's savers, trainer 1 under "_2"
         for d in saved:
             assert d.is_dir(), d
