@@ -424,6 +424,9 @@ class RecomputeOptimizer:
                                             no_grad_set)
         params_grads, _ = append_backward_with_checkpoints(loss, parameter_list, no_grad_set,
                                                            ckpts)
+        if hasattr(self._optimizer, "_append_dgc_ops"):  # DGC's ops close the backward pass
+            with program_guard(loss.block.program, startup_program):
+                self._optimizer._append_dgc_ops(params_grads)
         return params_grads
 
     def apply_optimize(self, loss: Variable, startup_program: Program | None,

@@ -329,3 +329,19 @@ def test_the_sparsity_ramps_up_through_its_list(monkeypatch):
     np.testing.assert_allclose(t0["w"], w, rtol=1e-4, atol=1e-6)
     # the last step (step 5, 4 past the start): the last entry, 0.999
     assert t0["w__dgc_gather__"].shape == (2 * 2 * int(IN * OUT * 0.001),)
+
+
+def test_recompute_around_dgc_appends_the_dgc_ops_after_its_backward_pass():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup), fluid.unique_name.guard():
+        x = fluid.layers.data("x", [IN])
+        h = fluid.layers.fc(x, OUT, act="relu", param_attr=fluid.ParamAttr(name="w"))
+        loss = fluid.layers.mean(fluid.layers.fc(h, 1))
+        opt = fluid.optimizer.RecomputeOptimizer(
+            fluid.optimizer.DGCMomentumOptimizer(LR, MU, rampup_begin_step=0))
+        opt._set_checkpoints([h])
+        opt.minimize(loss)
+    types = [op.type for op in main.global_block().ops]
+    assert types[0] == "increment" and types.count("dgc") == 1
+    assert types.index("dgc") < types.index("dgc_momentum")
+    assert any(".subprog_" in n for op in main.global_block().ops for n in op.output_arg_names)
