@@ -345,3 +345,34 @@ def test_recompute_around_dgc_appends_the_dgc_ops_after_its_backward_pass():
     assert types[0] == "increment" and types.count("dgc") == 1
     assert types.index("dgc") < types.index("dgc_momentum")
     assert any(".subprog_" in n for op in main.global_block().ops for n in op.output_arg_names)
+
+
+@pytest.mark.parametrize("kind", ["strict", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_the_dgc_kernels_on_a_device_give_the_host_results(kind, request):
+    xp = strict_cupy.device_module(kind, request)
+    rng = np.random.default_rng(4)
+    u, v, g, p = (rng.normal(size=(64, 300)).astype(np.float32) for _ in range(4))
+    attrs = {"m": 0.9, "use_nesterov": False, "sparsity": [0.99], "rampup_begin_step": 0.0,
+             "rampup_step": 1.0, "regular_coeff": 1e-3, "regular_type": 2}
+
+    def ins(mod):
+        return {"U": [mod.asarray(u.copy())], "V": [mod.asarray(v.copy())],
+                "Grad": [mod.asarray(g)], "Param": [mod.asarray(p)],
+                "current_step": [mod.asarray(np.array([3.0], "f4"))],
+                "nranks": [mod.asarray(np.array([2.0], "f4"))]}
+
+    host, dev = dgc(ins(np), attrs, ()), dgc(ins(xp), attrs, ())
+    for slot in ("U_out", "V_out", "EncodeGrad", "Grad_out", "k"):
+        assert type(dev[slot][0]).__module__.startswith("cupy"), slot  # stayed on the device
+        np.testing.assert_allclose(to_host(dev[slot][0]), host[slot][0], rtol=1e-6,
+                                   atol=1e-6, err_msg=slot)
+    enc = to_host(dev["EncodeGrad"][0])
+    np.testing.assert_array_equal(enc[:192].view(np.int32), host["EncodeGrad"][0][:192].view(
+        np.int32))
+    mom = {"Param": [xp.asarray(p.copy())], "Grad": [xp.asarray(g)],
+           "Velocity": [xp.asarray(u.copy())], "LearningRate": [xp.asarray(np.array([0.1], "f4"))],
+           "current_step": [xp.asarray(np.array([0.0], "f4"))],
+           "nranks": [xp.asarray(np.array([2.0], "f4"))]}
+    out = dgc_momentum(mom, {"mu": 0.9, "rampup_begin_step": 1.0}, ())
+    np.testing.assert_allclose(to_host(out["ParamOut"][0]), p - 0.1 * (0.9 * u + g / 2),
+                               rtol=1e-5, atol=1e-6)
