@@ -362,9 +362,9 @@ class Pool2D(_Layer):
             raise ValueError("When the global_pooling is False, pool_size must be passed and "
                              f"be a valid value. Received pool_size: {pool_size}")
         _check_bool(use_cudnn, "use_cudnn", "Pool2D")
-        if data_format != "NCHW":
-            raise NotImplementedError(f"Pool2D with data_format={data_format!r}: only NCHW is "
-                                      "implemented")
+        if data_format not in ("NCHW", "NHWC"):
+            raise ValueError("Attr(data_format) should be 'NCHW' or 'NHWC'. Received "
+                             f"Attr(data_format): {data_format}.")
         super().__init__()
         self._pool_type = pool_type
         self._pool_size = [1, 1] if pool_size == -1 else int_list(pool_size, 2, "pool_size",

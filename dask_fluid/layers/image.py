@@ -35,8 +35,18 @@ def _pair(value: Any, name: str, layer: str) -> list[int]:
     return [int(v) for v in values]
 
 
-def _padding(padding: Any, layer: str) -> tuple[list[int], str]:
-    """Fluid's ``padding`` argument as ``(paddings attr, padding_algorithm)``."""
+def _padding(padding: Any, layer: str, data_format: str = "NCHW") -> tuple[list[int], str]:
+    """Fluid's ``padding`` argument as ``(paddings attr, padding_algorithm)``; Fluid 1.8's
+    per-dimension form (four ``[before, after]`` pairs in the data's layout, zero on the batch
+    and channel dimensions) becomes ``[top, bottom, left, right]``."""
+    if isinstance(padding, (list, tuple)) and len(padding) == 4 and all(
+            isinstance(p, (list, tuple)) for p in padding):
+        spatial = (1, 2) if data_format == "NHWC" else (2, 3)
+        other = [list(padding[i]) for i in range(4) if i not in spatial]
+        if any(p != [0, 0] for p in other):
+            raise ValueError(f"{layer}: non-zero padding {padding!r} in the batch or channel "
+                             f"dimensions is not supported ({data_format})")
+        padding = [v for i in spatial for v in padding[i]]
     if isinstance(padding, str):
         algorithm = padding.upper()
         if algorithm not in ("SAME", "VALID"):
@@ -51,25 +61,37 @@ def _padding(padding: Any, layer: str) -> tuple[list[int], str]:
 
 
 def _nchw(input: Variable, layer: str, data_format: str) -> tuple[int, ...]:
-    if data_format != "NCHW":
-        raise NotImplementedError(f"{layer} with data_format={data_format!r}: only NCHW is "
-                                  "implemented")
+    """``(N, C, H, W)`` of a 4-D input in ``data_format`` (``"NCHW"`` or ``"NHWC"``)."""
+    if data_format not in ("NCHW", "NHWC"):
+        raise ValueError(f"{layer}: data_format must be 'NCHW' or 'NHWC', got "
+                         f"{data_format!r}")
     shape = tuple(input.shape or ())
     if len(shape) != 4:
-        raise ValueError(f"{layer}: input {input.name!r} must be 4-D NCHW, got shape "
+        raise ValueError(f"{layer}: input {input.name!r} must be 4-D {data_format}, got shape "
                          f"{list(shape)}")
+    if data_format == "NHWC":
+        n, h, w, c = shape
+        return n, c, h, w
     return shape
 
 
-def _channel_bias(helper: LayerHelper, pre_bias: Variable, bias_attr: Any) -> Variable:
-    """``pre_bias`` plus a per-channel bias (axis 1, zeros), unless ``bias_attr`` is False."""
+def _shaped(data_format: str, n: int, c: int, h: int, w: int) -> list[int]:
+    """An output shape in the data's layout."""
+    return [n, h, w, c] if data_format == "NHWC" else [n, c, h, w]
+
+
+def _channel_bias(helper: LayerHelper, pre_bias: Variable, bias_attr: Any,
+                  data_format: str = "NCHW") -> Variable:
+    """``pre_bias`` plus a per-channel bias (zeros) along the channel axis (1, or 3 for
+    NHWC, as Fluid's ``append_bias_op``), unless ``bias_attr`` is False."""
     battr = ParamAttr._to_attr(bias_attr)
     if battr is False:
         return pre_bias
-    b = helper.create_parameter(battr, [pre_bias.shape[1]], pre_bias.dtype, is_bias=True)
+    axis = 3 if data_format == "NHWC" else 1
+    b = helper.create_parameter(battr, [pre_bias.shape[axis]], pre_bias.dtype, is_bias=True)
     out = helper.create_tmp(dtype=pre_bias.dtype, shape=pre_bias.shape)
     helper.append_op("elementwise_add", inputs={"X": [pre_bias], "Y": [b]},
-                     outputs={"Out": [out]}, attrs={"axis": 1})
+                     outputs={"Out": [out]}, attrs={"axis": axis})
     return out
 
 
@@ -79,17 +101,18 @@ def conv2d(input: Variable, num_filters: int, filter_size: int | Sequence[int],
            param_attr: Any = None, bias_attr: Any = None, use_cudnn: bool = True,
            act: str | None = None, name: str | None = None,
            data_format: str = "NCHW") -> Variable:
-    """2-D convolution of an NCHW input, as Fluid 1.8's ``layers.conv2d``.
+    """2-D convolution, as Fluid 1.8's ``layers.conv2d``.
 
     The filter ``[num_filters, C / groups, KH, KW]`` starts from ``Normal(0, sqrt(2 / (KH *
-    KW * C)))``; the bias ``[num_filters]`` (zeros) is added along axis 1. ``groups == C``
+    KW * C)))``; the bias ``[num_filters]`` (zeros) is added along the channel axis (1, or 3
+    with ``data_format="NHWC"``: the op then computes channels-last). ``groups == C``
     with ``use_cudnn=False`` (and ``num_filters`` a multiple of ``C``) makes the op
     ``depthwise_conv2d``, as in Fluid.
 
     Parameters
     ----------
     input : Variable
-        ``[N, C, H, W]``.
+        ``[N, C, H, W]`` (``[N, H, W, C]`` with ``data_format="NHWC"``).
     num_filters : int
     filter_size, stride, dilation : int or pair of int
     padding : int, pair, 4 ints ``[top, bottom, left, right]``, "SAME" or "VALID"
@@ -111,7 +134,7 @@ def conv2d(input: Variable, num_filters: int, filter_size: int | Sequence[int],
     ksize = _pair(filter_size, "filter_size", "conv2d")
     strides = _pair(stride, "stride", "conv2d")
     dilations = _pair(dilation, "dilation", "conv2d")
-    paddings, algorithm = _padding(padding, "conv2d")
+    paddings, algorithm = _padding(padding, "conv2d", data_format)
     helper = LayerHelper("conv2d", name)
     std = (2.0 / (ksize[0] * ksize[1] * c)) ** 0.5
     filt = helper.create_parameter(ParamAttr._to_attr(param_attr),
@@ -132,14 +155,16 @@ def conv2d(input: Variable, num_filters: int, filter_size: int | Sequence[int],
     op_type = "conv2d"
     if c == groups and num_filters % c == 0 and not use_cudnn:
         op_type = "depthwise_conv2d"
-    pre_bias = helper.create_tmp(dtype=input.dtype, shape=[n, num_filters, oh, ow])
+    pre_bias = helper.create_tmp(dtype=input.dtype,
+                                 shape=_shaped(data_format, n, num_filters, oh, ow))
     helper.append_op(op_type, inputs={"Input": [input], "Filter": [filt]},
                      outputs={"Output": [pre_bias]},
                      attrs={"strides": strides, "paddings": paddings, "dilations": dilations,
                             "groups": groups, "use_cudnn": bool(use_cudnn),
                             "use_mkldnn": False, "fuse_relu_before_depthwise_conv": False,
                             "padding_algorithm": algorithm, "data_format": data_format})
-    return helper.append_activation(_channel_bias(helper, pre_bias, bias_attr), act)
+    return helper.append_activation(_channel_bias(helper, pre_bias, bias_attr, data_format),
+                                    act)
 
 
 def pool2d(input: Variable, pool_size: int | Sequence[int] = -1, pool_type: str = "max",
@@ -147,7 +172,8 @@ def pool2d(input: Variable, pool_size: int | Sequence[int] = -1, pool_type: str 
            global_pooling: bool = False, use_cudnn: bool = True, ceil_mode: bool = False,
            name: str | None = None, exclusive: bool = True,
            data_format: str = "NCHW") -> Variable:
-    """Max or average pooling of an NCHW input, as Fluid 1.8's ``layers.pool2d``.
+    """Max or average pooling, as Fluid 1.8's ``layers.pool2d`` (``data_format`` ``"NCHW"`` or
+    ``"NHWC"``).
 
     Windows are clipped to the input; ``exclusive`` averages divide by the clipped window's
     size; ``ceil_mode`` rounds the output size up; ``global_pooling`` pools each whole map.
@@ -160,7 +186,7 @@ def pool2d(input: Variable, pool_size: int | Sequence[int] = -1, pool_type: str 
         raise ValueError("pool2d: pool_size must be given when global_pooling is False")
     ksize = [1, 1] if pool_size == -1 else _pair(pool_size, "pool_size", "pool2d")
     strides = _pair(pool_stride, "pool_stride", "pool2d")
-    paddings, algorithm = _padding(pool_padding, "pool2d")
+    paddings, algorithm = _padding(pool_padding, "pool2d", data_format)
     if global_pooling:
         oh, ow = 1, 1
     elif algorithm == "SAME":
@@ -174,7 +200,7 @@ def pool2d(input: Variable, pool_size: int | Sequence[int] = -1, pool_type: str 
             raise ValueError(f"pool2d: input {list(input.shape)} with pool_size {ksize} and "
                              f"padding {pool_padding!r} leaves no output")
     helper = LayerHelper("pool2d", name)
-    out = helper.create_tmp(dtype=input.dtype, shape=[n, c, oh, ow])
+    out = helper.create_tmp(dtype=input.dtype, shape=_shaped(data_format, n, c, oh, ow))
     helper.append_op("pool2d", inputs={"X": [input]}, outputs={"Out": [out]},
                      attrs={"pooling_type": pool_type, "ksize": ksize,
                             "global_pooling": bool(global_pooling), "strides": strides,
@@ -190,7 +216,8 @@ def conv2d_transpose(input: Variable, num_filters: int, output_size: Any = None,
                      dilation: Any = 1, groups: int | None = None, param_attr: Any = None,
                      bias_attr: Any = None, use_cudnn: bool = True, act: str | None = None,
                      name: str | None = None, data_format: str = "NCHW") -> Variable:
-    """Transposed 2-D convolution of an NCHW input, as Fluid 1.8's ``layers.conv2d_transpose``.
+    """Transposed 2-D convolution, as Fluid 1.8's ``layers.conv2d_transpose`` (``data_format``
+    ``"NCHW"`` or ``"NHWC"``).
 
     The filter is ``[C, num_filters / groups, KH, KW]`` (Xavier). Without ``filter_size`` it
     follows from ``output_size``: ``(output - (H - 1) * stride + 2 * padding - 1) //
@@ -205,7 +232,7 @@ def conv2d_transpose(input: Variable, num_filters: int, output_size: Any = None,
                          f"channels must be positive multiples of groups={groups}")
     strides = _pair(stride, "stride", "conv2d_transpose")
     dilations = _pair(dilation, "dilation", "conv2d_transpose")
-    paddings, algorithm = _padding(padding, "conv2d_transpose")
+    paddings, algorithm = _padding(padding, "conv2d_transpose", data_format)
     if filter_size is None:
         if output_size is None:
             raise ValueError("conv2d_transpose: give output_size or filter_size")
@@ -226,14 +253,16 @@ def conv2d_transpose(input: Variable, num_filters: int, output_size: Any = None,
     if output_size is not None:
         out_attr = _pair(output_size, "output_size", "conv2d_transpose")
         oh, ow = out_attr
-    pre_bias = helper.create_tmp(dtype=input.dtype, shape=[n, num_filters, oh, ow])
+    pre_bias = helper.create_tmp(dtype=input.dtype,
+                                 shape=_shaped(data_format, n, num_filters, oh, ow))
     helper.append_op("conv2d_transpose", inputs={"Input": [input], "Filter": [filt]},
                      outputs={"Output": [pre_bias]},
                      attrs={"output_size": out_attr, "strides": strides, "paddings": paddings,
                             "padding_algorithm": algorithm, "dilations": dilations,
                             "groups": groups, "use_cudnn": bool(use_cudnn),
                             "data_format": data_format})
-    return helper.append_activation(_channel_bias(helper, pre_bias, bias_attr), act)
+    return helper.append_activation(_channel_bias(helper, pre_bias, bias_attr, data_format),
+                                    act)
 
 
 def pixel_shuffle(x: Variable, upscale_factor: int) -> Variable:

@@ -104,6 +104,47 @@ def _pad(xp: Any, x: Any, pads: tuple[int, int, int, int], value: float = 0.0) -
 
 
 # ---------------------------------------------------------------------------------------------
+# channels-last data: the kernels below compute in NCHW; an op whose data_format is "NHWC"
+# (Fluid 1.8's conv2d, pool2d and conv2d_transpose take it) has its 4-D tensors transposed to
+# NCHW on the way in and back on the way out. Filters keep their [M, C/groups, KH, KW] layout
+# whatever the data's, as in Fluid.
+
+
+def _check_format(op: str, attrs: dict) -> None:
+    if attrs.get("data_format", "NCHW") not in ("NCHW", "AnyLayout"):
+        raise ValueError(f"{op}: data_format must be 'NCHW' or 'NHWC', got "
+                         f"{attrs['data_format']!r}")
+
+
+def channels_last(kernel: Any, data_in: tuple[str, ...], data_out: tuple[str, ...]) -> Any:
+    """``kernel`` (NCHW) for ops whose ``data_format`` may be ``"NHWC"``: the arrays of slots
+    ``data_in`` are given to it as NCHW, those it returns in ``data_out`` come back NHWC."""
+    def run(ins: dict, attrs: dict, outs: tuple) -> dict:
+        if attrs.get("data_format", "NCHW") != "NHWC":
+            return kernel(ins, attrs, outs)
+        moved = {slot: [_nchw(v) if slot in data_in else v for v in values]
+                 for slot, values in ins.items()}
+        res = kernel(moved, {**attrs, "data_format": "NCHW"}, outs)
+        return {slot: [_nhwc(v) if slot in data_out else v for v in values]
+                for slot, values in res.items()}
+
+    run.__doc__ = kernel.__doc__
+    return run
+
+
+def _nchw(a: Any) -> Any:
+    if a is None or getattr(a, "ndim", 0) != 4:
+        return a
+    return array_module(a).ascontiguousarray(a.transpose(0, 3, 1, 2))
+
+
+def _nhwc(a: Any) -> Any:
+    if a is None or getattr(a, "ndim", 0) != 4:
+        return a
+    return array_module(a).ascontiguousarray(a.transpose(0, 2, 3, 1))
+
+
+# ---------------------------------------------------------------------------------------------
 # conv2d
 
 _CONV_ATTRS = {"strides": [1, 1], "paddings": [0, 0], "padding_algorithm": "EXPLICIT",
@@ -116,9 +157,7 @@ class _ConvGeometry:
     """Everything a conv kernel derives from its input, filter and attrs."""
 
     def __init__(self, x_shape: tuple, w_shape: tuple, attrs: dict) -> None:
-        if attrs.get("data_format", "NCHW") not in ("NCHW", "AnyLayout"):
-            raise NotImplementedError(f"conv2d with data_format={attrs['data_format']!r}: "
-                                      "only NCHW is implemented")
+        _check_format("conv2d", attrs)
         if len(x_shape) != 4 or len(w_shape) != 4:
             raise ValueError(f"conv2d needs a 4-D input and filter (NCHW, MCKK), got "
                              f"{list(x_shape)} and {list(w_shape)}")
@@ -317,10 +356,12 @@ def _input_grad_scattered(xp: Any, dout: Any, w: Any, geo: _ConvGeometry) -> Any
     return xp.ascontiguousarray(dx)
 
 
+_conv2d_any = channels_last(_conv2d, ("Input",), ("Output",))
+_conv2d_grad_any = channels_last(_conv2d_grad, ("Input", "Output" + GRAD), ("Input" + GRAD,))
 for _type in ("conv2d", "depthwise_conv2d"):
     register(_type, ("Input", "Filter"), ("Output",), _CONV_ATTRS, optional=("Bias",),
-             grad=_conv_grad_maker)(_conv2d)
-    register(_type + "_grad", *_CONV_GRAD_SLOTS, _CONV_ATTRS)(_conv2d_grad)
+             grad=_conv_grad_maker)(_conv2d_any)
+    register(_type + "_grad", *_CONV_GRAD_SLOTS, _CONV_ATTRS)(_conv2d_grad_any)
 
 
 def register_conv_grad_grad(type: str, conv: Any, conv_grad: Any, attrs: dict) -> None:
@@ -366,7 +407,7 @@ def register_conv_grad_grad(type: str, conv: Any, conv_grad: Any, attrs: dict) -
 
 
 for _type in ("conv2d", "depthwise_conv2d"):
-    register_conv_grad_grad(_type, _conv2d, _conv2d_grad, _CONV_ATTRS)
+    register_conv_grad_grad(_type, _conv2d_any, _conv2d_grad_any, _CONV_ATTRS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -380,9 +421,7 @@ _POOL_ATTRS = {"pooling_type": "max", "ksize": [1, 1], "global_pooling": False,
 
 class _PoolGeometry:
     def __init__(self, x_shape: tuple, attrs: dict) -> None:
-        if attrs.get("data_format", "NCHW") not in ("NCHW", "AnyLayout"):
-            raise NotImplementedError(f"pool2d with data_format={attrs['data_format']!r}: "
-                                      "only NCHW is implemented")
+        _check_format("pool2d", attrs)
         if len(x_shape) != 4:
             raise ValueError(f"pool2d needs a 4-D NCHW input, got {list(x_shape)}")
         self.type = attrs.get("pooling_type", "max")
@@ -503,8 +542,6 @@ def _lowest(dtype: Any) -> float:
     return -np.inf if np.dtype(dtype).kind == "f" else np.iinfo(dtype).min
 
 
-@register("pool2d", ("X",), ("Out",), _POOL_ATTRS,
-          grad=grad_maker(("X", "Out"), in_grads=("X",)))
 def pool2d(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Max or average pooling of an NCHW input (see the module docstring for the rules)."""
     x = ins["X"][0]
@@ -532,7 +569,6 @@ def pool2d(ins: dict, attrs: dict, outs: tuple) -> dict:
     return {"Out": [total / div]}
 
 
-@register("pool2d_grad", *grad_slots(("X", "Out"), ("Out",), ("X",)), _POOL_ATTRS)
 def pool2d_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     x = ins["X"][0]
     xp = array_module(x)
@@ -570,6 +606,12 @@ def pool2d_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     # what fell on padding is dropped: the windows were clipped to the input
     return {"X" + GRAD: [xp.ascontiguousarray(dpad[:, :, top:top + geo.h,
                                                    left:left + geo.w])]}
+
+
+register("pool2d", ("X",), ("Out",), _POOL_ATTRS, grad=grad_maker(("X", "Out"), in_grads=("X",)))(
+    channels_last(pool2d, ("X",), ("Out",)))
+register("pool2d_grad", *grad_slots(("X", "Out"), ("Out",), ("X",)), _POOL_ATTRS)(
+    channels_last(pool2d_grad, ("X", "Out", "Out" + GRAD), ("X" + GRAD,)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -617,8 +659,6 @@ _convt_grad_maker = grad_maker(("Input", "Filter"), out_grads=("Output",),
                                in_grads=("Input", "Filter"))
 
 
-@register("conv2d_transpose", ("Input", "Filter"), ("Output",), _CONVT_ATTRS,
-          optional=("Bias",), grad=_convt_grad_maker)
 def conv2d_transpose(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Output = the transposed convolution of Input (NCHW) with Filter ``[C, M/groups, KH,
     KW]``: the input gradient of the conv2d that maps Output back to Input."""
@@ -630,8 +670,6 @@ def conv2d_transpose(ins: dict, attrs: dict, outs: tuple) -> dict:
     return {"Output": [dx["Input" + GRAD][0]]}
 
 
-@register("conv2d_transpose_grad", *grad_slots(("Input", "Filter"), ("Output",),
-                                               ("Input", "Filter")), _CONVT_ATTRS)
 def conv2d_transpose_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """dInput = conv2d(dOutput, Filter); dFilter = that conv2d's filter gradient."""
     x, w = ins["Input"][0], ins["Filter"][0]
@@ -647,3 +685,10 @@ def conv2d_transpose_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
         res["Filter" + GRAD] = _conv2d_grad({"Input": [d], "Filter": [w], "Output" + GRAD: [x]},
                                             conv_attrs, ("Filter" + GRAD,))["Filter" + GRAD]
     return res
+
+
+register("conv2d_transpose", ("Input", "Filter"), ("Output",), _CONVT_ATTRS, optional=("Bias",),
+         grad=_convt_grad_maker)(channels_last(conv2d_transpose, ("Input",), ("Output",)))
+register("conv2d_transpose_grad", *grad_slots(("Input", "Filter"), ("Output",),
+                                              ("Input", "Filter")), _CONVT_ATTRS)(
+    channels_last(conv2d_transpose_grad, ("Input", "Output" + GRAD), ("Input" + GRAD,)))

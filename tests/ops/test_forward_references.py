@@ -109,8 +109,8 @@ def test_bad_geometry_is_a_clear_error():
                {"groups": 3})
     with pytest.raises(ValueError, match="would be"):
         run_op("conv2d", {"Input": [x], "Filter": [rng.standard_normal((2, 4, 7, 7))]}, {})
-    with pytest.raises(NotImplementedError, match="NHWC"):
-        run_op("pool2d", {"X": [x]}, {"data_format": "NHWC"})
+    with pytest.raises(ValueError, match="data_format must be 'NCHW' or 'NHWC'"):
+        run_op("pool2d", {"X": [x]}, {"data_format": "NDHWC"})
 
 
 def test_batch_norm_forward_matches_sklearns_standard_scaler():

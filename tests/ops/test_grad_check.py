@@ -243,12 +243,16 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
          {"groups": 2, "strides": [2, 1], "paddings": [1, 0, 2, 1], "dilations": [1, 2]}),
         ("same", {"Input": [n((1, 2, 5, 4))], "Filter": [n((3, 2, 2, 3))]},
          {"padding_algorithm": "SAME", "strides": [2, 2]}),
+        ("nhwc_stride_pad_groups", {"Input": [n((2, 6, 5, 4))], "Filter": [n((4, 2, 3, 2))]},
+         {"groups": 2, "strides": [2, 1], "paddings": [1, 1], "data_format": "NHWC"}),
     ]
     c["conv2d_transpose"] = [
         ("stride2_pad", {"Input": [n((2, 3, 3, 4))], "Filter": [n((3, 2, 3, 3))]},
          {"strides": [2, 2], "paddings": [1, 1]}),
         ("groups_dilation_output_size", {"Input": [n((1, 4, 3, 3))], "Filter": [n((4, 1, 2, 2))]},
          {"groups": 2, "dilations": [2, 1], "strides": [2, 2], "output_size": [8, 7]}),
+        ("nhwc", {"Input": [n((2, 3, 4, 3))], "Filter": [n((3, 2, 3, 3))]},
+         {"strides": [2, 2], "paddings": [1, 1], "data_format": "NHWC"}),
     ]
     c["depthwise_conv2d"] = [
         ("depthwise", {"Input": [n((2, 3, 5, 5))], "Filter": [n((6, 1, 3, 3))]},
@@ -552,6 +556,11 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
     c["pool2d"] += [
         ("adaptive_max", {"X": [rng.permutation(70).reshape(1, 2, 7, 5) * 0.1]},
          {"ksize": [3, 2], "adaptive": True}),
+        ("nhwc_max", {"X": [rng.permutation(60).reshape(1, 6, 5, 2) * 0.1]},
+         {"ksize": [3, 2], "strides": [2, 2], "paddings": [1, 1], "data_format": "NHWC"}),
+        ("nhwc_avg", {"X": [n((2, 5, 6, 3))]},
+         {"pooling_type": "avg", "ksize": [3, 3], "strides": [2, 2], "paddings": [1, 1],
+          "data_format": "NHWC"}),
         ("adaptive_avg", {"X": [n((2, 2, 5, 7))]},
          {"pooling_type": "avg", "ksize": [2, 3], "adaptive": True}),
     ]
@@ -1105,6 +1114,8 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
         ("stride2_groups2", {"Input": [n((1, 4, 5, 5))], "Filter": [n((2, 2, 3, 3))],
                              "Output@GRAD": [n((1, 2, 3, 3))]},
          {"paddings": [1, 1], "strides": [2, 2], "groups": 2}),
+        ("nhwc", {"Input": [n((1, 4, 4, 2))], "Filter": [n((3, 2, 3, 3))],
+                  "Output@GRAD": [n((1, 4, 4, 3))]}, {"paddings": [1, 1], "data_format": "NHWC"}),
     ]
     c["depthwise_conv2d_grad"] = [
         ("depthwise", {"Input": [n((1, 2, 4, 4))], "Filter": [n((2, 1, 3, 3))],
