@@ -10,6 +10,7 @@ from ..framework import Variable, default_main_program, in_dygraph_mode
 from ..initializer import ConstantInitializer
 from ..layer_helper import LayerHelper
 from . import tensor
+from .activations import ceil
 from .control_flow import Switch
 from .nn import cos, elementwise_min, exp, floor
 
@@ -147,19 +148,28 @@ def inverse_time_decay(learning_rate: float, decay_steps: int, decay_rate: float
 def polynomial_decay(learning_rate: float, decay_steps: int,
                      end_learning_rate: float = 0.0001, power: float = 1.0,
                      cycle: bool = False) -> Variable:
-    """``(lr - end) * (1 - min(step, decay_steps) / decay_steps) ** power + end``."""
+    """``(lr - end) * (1 - min(step, decay_steps) / decay_steps) ** power + end``; with
+    ``cycle`` the decay starts over every ``decay_steps``: ``(lr - end) * (1 - step / (decay_steps
+    * ceil(step / decay_steps))) ** power + end`` (the ceil taken as 1 at step 0), as Fluid
+    1.8 builds it (``ceil``, and a ``Switch`` on ``step == 0``)."""
     _check_steps("decay_steps", decay_steps)
     if in_dygraph_mode():
         return _dygraph_decay("PolynomialDecay", learning_rate, decay_steps, end_learning_rate,
                               power, cycle)
-    if cycle:
-        raise NotImplementedError("polynomial_decay(cycle=True) is not implemented in "
-                                  "dask_fluid (it needs the ceil and equal ops)")
     with default_main_program()._lr_schedule_guard():
         global_step = _decay_step_counter()
-        steps = tensor.fill_constant([1], "float32", float(decay_steps))
-        global_step = elementwise_min(global_step, steps)
-        frac = (global_step / float(decay_steps)) * -1.0 + 1.0
+        if cycle:
+            div_res = ceil(global_step / float(decay_steps))
+            zero = tensor.fill_constant([1], "float32", 0.0)
+            one = tensor.fill_constant([1], "float32", 1.0)
+            with Switch() as switch:
+                with switch.case(tensor.equal(global_step, zero)):
+                    tensor.assign(one, div_res)
+            frac = (global_step / (div_res * float(decay_steps))) * -1.0 + 1.0
+        else:
+            steps = tensor.fill_constant([1], "float32", float(decay_steps))
+            global_step = elementwise_min(global_step, steps)
+            frac = (global_step / float(decay_steps)) * -1.0 + 1.0
         return (frac ** float(power)) * float(learning_rate - end_learning_rate) + \
             float(end_learning_rate)
 

@@ -235,6 +235,8 @@ def _lr_values(build, steps: int = 6) -> list[float]:
      lambda t: 0.1 / (1 + 0.5 * t / 2)),
     ("polynomial", lambda: layers.polynomial_decay(0.1, 4, 0.01, power=2.0),
      lambda t: (0.1 - 0.01) * (1 - min(t, 4) / 4) ** 2 + 0.01),
+    ("polynomial_cycle", lambda: layers.polynomial_decay(0.1, 2, 0.01, power=2.0, cycle=True),
+     lambda t: (0.1 - 0.01) * (1 - t / (2 * max(math.ceil(t / 2), 1))) ** 2 + 0.01),
     ("cosine", lambda: layers.cosine_decay(0.1, 2, 3),
      lambda t: 0.1 * 0.5 * (math.cos((t // 2) * math.pi / 3) + 1)),
     ("linear_warmup", lambda: layers.linear_lr_warmup(0.1, 3, 0.01, 0.1),
@@ -243,7 +245,3 @@ def _lr_values(build, steps: int = 6) -> list[float]:
 def test_learning_rate_schedules_follow_fluids_formulas(name, build, formula):
     assert _lr_values(build) == pytest.approx([formula(t) for t in range(6)], rel=1e-5)
 
-
-def test_polynomial_decay_with_cycle_is_refused():
-    with pytest.raises(NotImplementedError, match="cycle=True"):
-        _lr_values(lambda: layers.polynomial_decay(0.1, 4, cycle=True))

@@ -79,7 +79,8 @@ CASES = {
     "polynomial_cycle": (lambda: lrs.PolynomialDecay(0.3, 5, 0.01, power=1.5, cycle=True),
                          (0.3 - 0.01) * (1 - STEPS0 / (5 * np.maximum(np.ceil(STEPS0 / 5), 1)))
                          ** 1.5 + 0.01,
-                         None),
+                         lambda: fluid.layers.polynomial_decay(0.3, 5, 0.01, power=1.5,
+                                                               cycle=True)),
     "cosine": (lambda: lrs.CosineDecay(0.4, 3, 5),
                0.4 * 0.5 * (np.cos(np.floor(STEPS0 / 3) * np.pi / 5) + 1),
                lambda: fluid.layers.cosine_decay(0.4, 3, 5)),
