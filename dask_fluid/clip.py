@@ -117,7 +117,12 @@ class GradientClipByGlobalNorm(_Clip):
         self.group_name = group_name
 
     def __call__(self, params_grads: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
-        clipped = [(p, g) for p, g in params_grads if g is not None and self._wanted(p)]
+        return self._scaled(params_grads, self._wanted)
+
+    def _scaled(self, params_grads: list[tuple[Any, Any]], wanted: Callable[[Any], bool]
+                ) -> list[tuple[Any, Any]]:
+        """The pairs with the gradients of the parameters ``wanted`` scaled together."""
+        clipped = [(p, g) for p, g in params_grads if g is not None and wanted(p)]
         if not clipped:
             return params_grads
         p0, g0 = clipped[-1]
@@ -130,7 +135,7 @@ class GradientClipByGlobalNorm(_Clip):
                                            layers.elementwise_max(max_norm, global_norm))
         out = []
         for p, g in params_grads:
-            if g is None or not self._wanted(p):
+            if g is None or not wanted(p):
                 out.append((p, g))
                 continue
             with program._optimized_guard([p, g]):
@@ -142,7 +147,8 @@ class GradientClipByGlobalNorm(_Clip):
                                   "pass it as the optimizer's grad_clip=, not per parameter")
 
     def _to_dict(self) -> dict[str, Any]:
-        return {"kind": "global_norm", "clip_norm": self.clip_norm}
+        return {"kind": "global_norm", "clip_norm": self.clip_norm,
+                "group_name": self.group_name}
 
 
 def clip_from_dict(d: dict | None) -> _Clip | None:
@@ -153,24 +159,55 @@ def clip_from_dict(d: dict | None) -> _Clip | None:
         return GradientClipByValue(d["max"], d["min"])
     if kind == "norm":
         return GradientClipByNorm(d["clip_norm"])
-    return GradientClipByGlobalNorm(d["clip_norm"])
+    return GradientClipByGlobalNorm(d["clip_norm"], d.get("group_name", "default_group"))
 
 
 install_hook("clip_from_dict", clip_from_dict)  # programs read back from JSON
 
 
 def set_gradient_clip(clip: _Clip, param_list=None, program=None) -> None:
-    """Clip the gradients of ``param_list`` (default: every parameter of ``program``) one by
-    one (not :class:`GradientClipByGlobalNorm`: give that to the optimizer's ``grad_clip=``)."""
-    if isinstance(clip, GradientClipByGlobalNorm):
-        raise NotImplementedError("set_gradient_clip with GradientClipByGlobalNorm is not "
-                                  "implemented: pass it as the optimizer's grad_clip=")
+    """Clip the gradients of ``param_list`` (default: every parameter of ``program``) when an
+    optimizer without ``grad_clip=`` updates them: each by itself, or, with
+    :class:`GradientClipByGlobalNorm`, by the global norm of its group's gradients (one norm
+    per ``group_name``, as Fluid 1.8's clip context)."""
+    if not isinstance(clip, _Clip):
+        raise TypeError(f"set_gradient_clip takes a fluid.clip.GradientClipBy* object, got "
+                        f"{type(clip).__name__}")
     program = program or default_main_program()
     params = param_list or program.all_parameters()
     block = program.global_block()
     for p in params:
         param = block.var(p) if isinstance(p, str) else p
         param.gradient_clip_attr = clip
+
+
+def clip_global_norm_groups(params_grads: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """The pairs with the gradients of parameters that :func:`set_gradient_clip` gave a
+    :class:`GradientClipByGlobalNorm` scaled by their group's global norm; the others as they
+    are.
+
+    Raises
+    ------
+    ValueError
+        Two parameters of one group with different ``clip_norm`` (Fluid 1.8's check).
+    """
+    groups: dict[str, GradientClipByGlobalNorm] = {}
+    for p, g in params_grads:
+        clip = getattr(p, "gradient_clip_attr", None)
+        if isinstance(clip, GradientClipByGlobalNorm) and g is not None:
+            first = groups.setdefault(clip.group_name, clip)
+            if first.clip_norm != clip.clip_norm:
+                raise ValueError(f"All parameters' 'clip_norm' of a same group should be the "
+                                 f"same: group {clip.group_name!r} has {first.clip_norm} and "
+                                 f"{clip.clip_norm}")
+    for name, clip in groups.items():
+        part = [(p, g) for p, g in params_grads
+                if isinstance(getattr(p, "gradient_clip_attr", None), GradientClipByGlobalNorm)
+                and p.gradient_clip_attr.group_name == name]
+        # as Fluid 1.8's append_gradient_clip_ops: need_clip is not asked on this path
+        done = {p.name: (p, g) for p, g in clip._scaled(part, lambda p: True)}
+        params_grads = [done.get(p.name, (p, g)) for p, g in params_grads]
+    return params_grads
 
 
 # -- error clipping (Fluid 1.8's BaseErrorClipAttr, ErrorClipByValue, error_clip_callback) ------

@@ -15,7 +15,12 @@ import numpy as np
 
 from . import unique_name
 from .backward import append_backward
-from .clip import GradientClipByNorm, error_clip_callback
+from .clip import (
+    GradientClipByGlobalNorm,
+    GradientClipByNorm,
+    clip_global_norm_groups,
+    error_clip_callback,
+)
 from .distributed_table import distributed_table_name
 from .framework import (
     OP_ROLE_KEY,
@@ -213,11 +218,15 @@ class Optimizer:
         block = program.global_block()
         if self._grad_clip is not None:  # Fluid 1.8: grad_clip= replaces per-parameter clips
             params_grads = self._grad_clip(params_grads)
+        else:
+            params_grads = clip_global_norm_groups(params_grads)
         processed = []
         for param, grad in params_grads:
             with program._optimized_guard([param, grad]):
-                if param.gradient_clip_attr is not None and self._grad_clip is None:
-                    grad = param.gradient_clip_attr.append(param, grad, block)
+                clip = param.gradient_clip_attr
+                if clip is not None and self._grad_clip is None and \
+                        not isinstance(clip, GradientClipByGlobalNorm):
+                    grad = clip.append(param, grad, block)
                 regularizer = param.regularizer or self.regularization
                 if regularizer is not None:
                     grad = regularizer.append(param, grad, block)

@@ -145,7 +145,9 @@ def test_the_other_fluid_optimizers_train_the_reference_mlp(make):
     assert losses[-1] < 0.8 * losses[0], losses[::10]
 
 
-def _one_sgd_step(clip, lr=1.0):
+def _one_sgd_step(clip, lr=1.0, per_param=None):
+    """One SGD step with ``grad_clip=clip``, or with ``set_gradient_clip(c, [name])`` for each
+    ``name: c`` of ``per_param``."""
     main, startup = fluid.Program(), fluid.Program()
     with fluid.program_guard(main, startup):
         x = layers.data("x", shape=[3], dtype="float64")
@@ -154,6 +156,8 @@ def _one_sgd_step(clip, lr=1.0):
         b = layers.create_parameter([2], "float64", name="b", is_bias=True,
                                     default_initializer=fluid.initializer.Constant(0.0))
         loss = layers.reduce_sum(layers.elementwise_add(layers.matmul(x, w), b))
+        for name, c in (per_param or {}).items():
+            fluid.clip.set_gradient_clip(c, [name], program=main)
         fluid.optimizer.SGD(lr, grad_clip=clip).minimize(loss)
     exe, scope = fluid.Executor(), fluid.Scope()
     exe.run(startup, scope=scope)
@@ -190,8 +194,28 @@ def test_bad_clips_are_refused():
         fluid.clip.GradientClipByGlobalNorm(0.0)
     with pytest.raises(TypeError, match="grad_clip must be"):
         fluid.optimizer.SGD(0.1, grad_clip=3.0)
-    with pytest.raises(NotImplementedError, match="grad_clip="):
-        fluid.clip.set_gradient_clip(fluid.clip.GradientClipByGlobalNorm(1.0))
+    with pytest.raises(TypeError, match="GradientClipBy"):
+        fluid.clip.set_gradient_clip(1.0)
+    with pytest.raises(ValueError, match="same group should be the same"):
+        _one_sgd_step(None, per_param={"w": fluid.clip.GradientClipByGlobalNorm(1.0),
+                                       "b": fluid.clip.GradientClipByGlobalNorm(2.0)})
+
+
+def test_set_gradient_clip_by_global_norm_clips_each_group_by_its_norm():
+    gw, gb, _ = _one_sgd_step(None)
+    both = fluid.clip.GradientClipByGlobalNorm(5.0)
+    cw, cb, main = _one_sgd_step(None, per_param={"w": both, "b": both})
+    norm = np.sqrt((gw ** 2).sum() + (gb ** 2).sum())
+    np.testing.assert_allclose(cw, gw * 5.0 / norm)  # as grad_clip=GradientClipByGlobalNorm
+    np.testing.assert_allclose(cb, gb * 5.0 / norm)
+    assert [op.type for op in main.global_block().ops].count("sqrt") == 1
+    # two groups: each scaled by its own norm
+    cw, cb, main = _one_sgd_step(None, per_param={
+        "w": fluid.clip.GradientClipByGlobalNorm(5.0, group_name="w"),
+        "b": fluid.clip.GradientClipByGlobalNorm(1.0, group_name="b")})
+    np.testing.assert_allclose(cw, gw * 5.0 / np.linalg.norm(gw))
+    np.testing.assert_allclose(cb, gb * 1.0 / np.linalg.norm(gb))
+    assert [op.type for op in main.global_block().ops].count("sqrt") == 2
 
 
 def test_adam_advances_its_beta_powers_in_the_op_as_fluid_1_8():
