@@ -390,29 +390,28 @@ def pad2d(input: Variable, paddings: Sequence[int] = (0, 0, 0, 0), mode: str = "
     ------
     ValueError
         ``mode`` or ``data_format`` is not one of Fluid's.
-    NotImplementedError
-        ``paddings`` given as a Variable.
     """
     _check_var(input, "input", "pad2d")
     if mode not in ("reflect", "edge", "constant"):
         raise ValueError("mode should be one of constant, reflect, edge.")
     if data_format not in ("NCHW", "NHWC"):
         raise ValueError(f"pad2d: data_format must be 'NCHW' or 'NHWC', got {data_format!r}")
-    if isinstance(paddings, Variable):
-        raise NotImplementedError("pad2d(paddings=Variable) is not implemented in dask_fluid: "
-                                  "give the four paddings as ints")
     helper = LayerHelper("pad2d", name)
-    shape = None
+    inputs, shape = {"X": [input]}, None
+    given = isinstance(paddings, Variable)
+    if given:  # read at run time (Fluid 1.8: the Paddings input, the attr left empty)
+        inputs["Paddings"] = [paddings]
     if input.shape is not None and len(input.shape) == 4:
-        top, bottom, left, right = (int(p) for p in paddings)
+        top, bottom, left, right = (-1,) * 4 if given else (int(p) for p in paddings)
         h, w = (2, 3) if data_format == "NCHW" else (1, 2)
         shape = list(input.shape)
-        shape[h] = shape[h] if shape[h] < 0 else shape[h] + top + bottom
-        shape[w] = shape[w] if shape[w] < 0 else shape[w] + left + right
+        shape[h] = -1 if shape[h] < 0 or given else shape[h] + top + bottom
+        shape[w] = -1 if shape[w] < 0 or given else shape[w] + left + right
     out = helper.create_tmp(dtype=input.dtype, shape=shape)
-    helper.append_op("pad2d", inputs={"X": [input]}, outputs={"Out": [out]},
-                     attrs={"paddings": [int(p) for p in paddings], "mode": mode,
-                            "pad_value": float(pad_value), "data_format": data_format})
+    helper.append_op("pad2d", inputs=inputs, outputs={"Out": [out]},
+                     attrs={"paddings": [] if given else [int(p) for p in paddings],
+                            "mode": mode, "pad_value": float(pad_value),
+                            "data_format": data_format})
     return out
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .math_ops import linear_grad_maker
-from .registry import GRAD, array_module, register, set_grad
+from .registry import GRAD, array_module, register, set_grad, to_host
 from .selected_rows import grad_maker, grad_slots, scatter_add, to_dtype
 from .tensor_ops import _xshape
 
@@ -413,23 +413,33 @@ def _pad2d_axes(x: Any, attrs: dict) -> tuple[int, int]:
     return (2, 3) if fmt == "NCHW" else (1, 2)
 
 
-def _pad2d_plan(x: Any, attrs: dict) -> tuple[int, int, np.ndarray, np.ndarray, str]:
+def _pad2d_plan(x: Any, attrs: dict, ins: dict) -> tuple[int, int, np.ndarray, np.ndarray, str]:
     """(height axis, width axis, source row of each padded row, source column of each padded
-    column, mode)."""
+    column, mode); the paddings from the ``Paddings`` tensor when the op has one (Fluid 1.8's
+    ``pad2d(paddings=Variable)``), else from the attr."""
     h_axis, w_axis = _pad2d_axes(x, attrs)
-    top, bottom, left, right = (int(v) for v in attrs.get("paddings", [0, 0, 0, 0]))
+    given = (ins.get("Paddings") or [None])[0]
+    if given is not None:
+        values = to_host(given).reshape(-1)
+        if values.size != 4 or (values < 0).any():
+            raise ValueError(f"pad2d: the Paddings tensor must hold 4 values >= 0 (top, bottom, "
+                             f"left, right), got {values.tolist()}")
+    else:
+        values = attrs.get("paddings", [0, 0, 0, 0])
+    top, bottom, left, right = (int(v) for v in values)
     mode = attrs.get("mode", "constant")
     return (h_axis, w_axis, _pad2d_sources(x.shape[h_axis], top, bottom, mode),
             _pad2d_sources(x.shape[w_axis], left, right, mode), mode)
 
 
-@register("pad2d", ("X",), ("Out",), _PAD2D, grad=grad_maker(("X",), in_grads=("X",)))
+@register("pad2d", ("X", "Paddings"), ("Out",), _PAD2D, optional=("Paddings",),
+          grad=grad_maker(("X", "Paddings"), in_grads=("X",)))
 def pad2d(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = X padded in height and width (``paddings`` = top, bottom, left, right) with
     ``pad_value`` (constant) or by reflecting or repeating the edges."""
     x = ins["X"][0]
     xp = array_module(x)
-    h_axis, w_axis, rows, cols, mode = _pad2d_plan(x, attrs)
+    h_axis, w_axis, rows, cols, mode = _pad2d_plan(x, attrs, ins)
     out = xp.take(xp.take(x, xp.asarray(np.maximum(rows, 0)), axis=h_axis),
                   xp.asarray(np.maximum(cols, 0)), axis=w_axis)
     if mode == "constant":
@@ -440,12 +450,13 @@ def pad2d(ins: dict, attrs: dict, outs: tuple) -> dict:
     return {"Out": [out]}
 
 
-@register("pad2d_grad", *grad_slots(("X",), ("Out",), ("X",)), _PAD2D)
+@register("pad2d_grad", *grad_slots(("X", "Paddings"), ("Out",), ("X",)), _PAD2D,
+          optional=("Paddings",))
 def pad2d_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """dX: every padded position's gradient added to the input position it copied."""
     x = ins["X"][0]
     xp = array_module(x)
-    h_axis, w_axis, rows, cols, _ = _pad2d_plan(x, attrs)
+    h_axis, w_axis, rows, cols, _ = _pad2d_plan(x, attrs, ins)
     out_shape = list(x.shape)
     out_shape[h_axis], out_shape[w_axis] = len(rows), len(cols)
     d = _d(ins, tuple(out_shape), xp, x.dtype)

@@ -255,6 +255,24 @@ def test_unstack_expand_as_where_scatter_kldiv_layers():
     np.testing.assert_allclose(got[6], [0.0], atol=1e-6)  # a distribution against itself
 
 
+def test_pad2d_reads_a_paddings_tensor_at_run_time():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data("x", [2, 3, 4])
+        pads = layers.data("pads", [4], dtype="int32", append_batch_size=False)
+        out = layers.pad2d(x, pads, mode="edge", data_format="NCHW")
+    op = main.global_block().ops[-1]
+    assert op.input("Paddings") == ["pads"] and op.attrs["paddings"] == []
+    assert out.shape == (-1, 2, -1, -1)  # known only at run time
+    xv = np.random.default_rng(2).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    for p in ([1, 0, 2, 1], [0, 2, 0, 0]):
+        got, = _run(main, startup, {"x": xv, "pads": np.array(p, np.int32)}, [out])
+        np.testing.assert_array_equal(got, np.pad(xv, ((0, 0), (0, 0), p[:2], p[2:]),
+                                                  mode="edge"))
+    with pytest.raises(fluid.executor.ExecutionError, match="4 values >= 0"):
+        _run(main, startup, {"x": xv, "pads": np.array([1, -1, 0, 0], np.int32)}, [out])
+
+
 def test_pad_pad2d_smooth_l1_layers():
     main, startup = fluid.Program(), fluid.Program()
     with fluid.program_guard(main, startup):

@@ -195,6 +195,9 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
                   for mode in ("constant", "reflect", "edge")]
     c["pad2d"].append(("nhwc_edge", {"X": [n((1, 3, 4, 2))]},
                        {"paddings": [2, 0, 1, 3], "mode": "edge", "data_format": "NHWC"}))
+    c["pad2d"].append(("paddings_tensor", {"X": [n((1, 2, 3, 4))],
+                                           "Paddings": [np.array([1, 0, 2, 1], np.int32)]},
+                       {"paddings": [], "mode": "reflect"}))
     c["smooth_l1_loss"] = [
         ("plain", {"X": [_away_from(n((3, 4)), [-1.0, 1.0])], "Y": [np.zeros((3, 4))]}, {}),
         # inside weight 2, sigma 2: the kink at |2 x| = 1 / 4
