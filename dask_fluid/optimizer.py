@@ -848,8 +848,6 @@ class DpsgdOptimizer(Optimizer):
                    "seed": int(self._seed or 0)})
 
 
-
-
 class DGCMomentumOptimizer(Optimizer):
     """Momentum with Deep Gradient Compression (https://arxiv.org/abs/1712.01887), Fluid
     1.8's ``fluid.optimizer.DGCMomentumOptimizer``, for nccl2 trainers.
@@ -857,7 +855,7 @@ class DGCMomentumOptimizer(Optimizer):
     Until step ``rampup_begin_step`` it is Momentum over the trainers' summed gradients. From
     then on each trainer keeps its gradients' momentum locally and sends only the largest
     ``1 - sparsity`` of it per parameter (``sparsity`` ramps through its list over
-    ``rampup_step`` steps), the rest accumulating until it is large enough; the pservers-free
+    ``rampup_step`` steps), the rest accumulating until it is large enough; the trainers'
     exchange sums every trainer's entries and the update is plain SGD on them. Parameters
     under 16384 elements, sparse or not float32 get plain Momentum (the ops:
     :mod:`dask_fluid.ops.dgc_ops`).

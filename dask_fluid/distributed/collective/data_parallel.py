@@ -46,7 +46,9 @@ def with_allreduce(main: Program, comm_var: str, *, average: bool = True,
     Gradients that the program's own ``allreduce`` ops reduce (``layers.collective._allreduce``,
     a sum) are left to them; then, as Fluid's CoeffNumDevice scaling does, the loss gradient is
     scaled by ``1 / nranks`` and the other gradients are summed, so every gradient is the
-    trainers' mean.
+    trainers' mean. So it is with ``DGCMomentumOptimizer``'s programs, whose compressed
+    gradients (those its ``dgc`` ops write) get a ``dgc_allreduce`` op of their own (dense
+    before the ramp-up, the trainers' top-k entries after: :func:`reduce_compressed`).
 
     Parameters
     ----------
