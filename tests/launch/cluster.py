@@ -14,7 +14,9 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import dask_fluid as fluid
 from dask_fluid.compat.distributed.launch import free_ports  # noqa: F401 - the tests use it
+from dask_fluid.transpiler import DistributeTranspiler, DistributeTranspilerConfig
 
 HERE = Path(__file__).parent
 SCRIPT = HERE / "fluid_script.py"
@@ -138,3 +140,20 @@ def in_threads(n: int, fn) -> list:
     if errors:
         raise errors[0]
     return results
+
+
+def nccl2_trainer(main, startup, loss, rank: int, endpoints: list[str], **build_fields):
+    """``main`` and ``startup`` transpiled in place in nccl2 mode as trainer ``rank`` of
+    ``endpoints``, and the ``CompiledProgram`` of ``main`` with those trainers in its build
+    strategy (and ``build_fields`` set on it: ``sync_batch_norm=True``...)."""
+    config = DistributeTranspilerConfig()
+    config.mode = "nccl2"
+    DistributeTranspiler(config=config).transpile(
+        rank, program=main, startup_program=startup, trainers=",".join(endpoints),
+        current_endpoint=endpoints[rank])
+    build = fluid.BuildStrategy()
+    build.num_trainers, build.trainer_id = len(endpoints), rank
+    for name, value in build_fields.items():
+        setattr(build, name, value)
+    return fluid.CompiledProgram(main).with_data_parallel(loss_name=loss.name,
+                                                          build_strategy=build)

@@ -272,15 +272,7 @@ def _two_dgc_trainers(monkeypatch, place=None, **net_args) -> list[dict]:
 
     def programs(rank: int):
         main, startup, loss = _net(**net_args)
-        config = DistributeTranspilerConfig()
-        config.mode = "nccl2"
-        DistributeTranspiler(config=config).transpile(
-            rank, program=main, startup_program=startup, trainers=",".join(endpoints),
-            current_endpoint=endpoints[rank])
-        build = fluid.BuildStrategy()
-        build.num_trainers, build.trainer_id = 2, rank
-        return startup, fluid.CompiledProgram(main).with_data_parallel(
-            loss_name=loss.name, build_strategy=build)
+        return startup, cluster.nccl2_trainer(main, startup, loss, rank, endpoints)
 
     built = [programs(rank) for rank in range(2)]  # program_guard is process-wide
 

@@ -443,15 +443,7 @@ def test_in_program_allreduce_ops_sum_and_the_loss_gradient_is_scaled(monkeypatc
 
     def programs(rank: int) -> tuple:
         main, startup, loss = _net(minimize=reduce_in_program)
-        config = DistributeTranspilerConfig()
-        config.mode = "nccl2"
-        DistributeTranspiler(config=config).transpile(
-            rank, program=main, startup_program=startup, trainers=",".join(endpoints),
-            current_endpoint=endpoints[rank])
-        build = fluid.BuildStrategy()
-        build.num_trainers, build.trainer_id = 2, rank
-        return main, startup, fluid.CompiledProgram(main).with_data_parallel(
-            loss_name=loss.name, build_strategy=build)
+        return main, startup, cluster.nccl2_trainer(main, startup, loss, rank, endpoints)
 
     built = [programs(rank) for rank in range(2)]
     assert _ops(built[0][0]).count("allreduce") == 4

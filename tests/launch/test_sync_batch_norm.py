@@ -10,7 +10,6 @@ import pytest
 
 import dask_fluid as fluid
 from dask_fluid.ops.registry import to_host
-from dask_fluid.transpiler import DistributeTranspiler, DistributeTranspilerConfig
 
 from .. import strict_cupy
 from . import cluster
@@ -68,15 +67,8 @@ def _two_trainers(layout: str, sync: bool, monkeypatch, place=None) -> list[dict
 
     def programs(rank: int):
         main, startup, loss = _net(layout)
-        config = DistributeTranspilerConfig()
-        config.mode = "nccl2"
-        DistributeTranspiler(config=config).transpile(
-            rank, program=main, startup_program=startup, trainers=",".join(endpoints),
-            current_endpoint=endpoints[rank])
-        build = fluid.BuildStrategy()
-        build.num_trainers, build.trainer_id, build.sync_batch_norm = 2, rank, sync
-        return main, startup, fluid.CompiledProgram(main).with_data_parallel(
-            loss_name=loss.name, build_strategy=build)
+        return main, startup, cluster.nccl2_trainer(main, startup, loss, rank, endpoints,
+                                                    sync_batch_norm=sync)
 
     built = [programs(rank) for rank in range(2)]  # program_guard is process-wide
     def trainer(rank: int) -> dict:
