@@ -1,5 +1,6 @@
-"""Image resizing kernels of Fluid 1.8: ``bilinear_interp``, ``nearest_interp`` and
-``trilinear_interp``, with their gradients (Paddle 1.8's ``interpolate_op.cc/.h``).
+"""Image resizing kernels of Fluid 1.8: ``bilinear_interp``, ``nearest_interp``,
+``trilinear_interp`` and ``bicubic_interp``, with their gradients (Paddle 1.8's
+``interpolate_op.cc/.h``).
 
 The output size comes from, in this order of priority: ``SizeTensor`` (a list of int32 ``[1]``
 tensors, one per spatial dim), ``OutSize`` (an int32 tensor of the spatial sizes), the
@@ -11,6 +12,9 @@ Each output position ``k`` of a spatial dim reads the input at a source position
 ``out`` is 1:
 
 - nearest: ``int(ratio·k + 0.5)`` with ``align_corners``, else ``int(ratio·k)``;
+- bicubic: the four taps around ``ratio·k`` (``align_corners``) or ``ratio·(k + 0.5) − 0.5``
+  (otherwise, whatever ``align_mode``), clamped to the edges, with Keys' cubic coefficients
+  (``A = −0.75``); Paddle interpolates along W, then H;
 - bilinear/trilinear: the lower neighbour ``int(ratio·k)`` and the weight of the upper one
   ``ratio·k − lower``, except with ``align_corners=False, align_mode=0`` (half-pixel centres):
   source ``ratio·(k + 0.5) − 0.5`` clamped at 0. The upper neighbour is ``min(lower + 1,
@@ -52,12 +56,9 @@ def _spatial_axes(x: Any, op: str, attrs: dict) -> tuple[int, ...]:
     if x.ndim not in (4, 5):
         raise ValueError(f"{op}: Input(X) dimension must be 4 or 5, got shape {list(x.shape)}")
     method = attrs.get("interp_method", "bilinear")
-    if x.ndim == 4 and method not in ("bilinear", "nearest"):
-        if method == "bicubic":
-            raise NotImplementedError(f"{op}(interp_method='bicubic') is not implemented in "
-                                      "dask_fluid")
-        raise ValueError(f"{op}: interp_method can only be 'bilinear' or 'nearest' when "
-                         f"Input(X) dimension is 4, got {method!r}")
+    if x.ndim == 4 and method not in ("bilinear", "nearest", "bicubic"):
+        raise ValueError(f"{op}: interp_method can only be 'bilinear', 'nearest' or 'bicubic' "
+                         f"when Input(X) dimension is 4, got {method!r}")
     if x.ndim == 5 and method != "trilinear":
         raise ValueError(f"{op}: interp_method can only be 'trilinear' when Input(X) "
                          f"dimension is 5, got {method!r}")
@@ -150,6 +151,38 @@ def _linear_plan(n_in: int, n_out: int, align_corners: bool, align_mode: int):
     return lo, hi, _F32(1) - w_hi, w_hi
 
 
+#: Paddle's cubic convolution constant (``get_cubic_upsample_coefficients``)
+_CUBIC_A = _F32(-0.75)
+
+
+def _cubic_matrix(n_in: int, n_out: int, align_corners: bool) -> np.ndarray:
+    """``M[k, i]``: the weight of input position i in output position k along one dim of a
+    bicubic resize: the four taps around ``ratio·k`` (``ratio·(k + 0.5) − 0.5`` without
+    ``align_corners``), clamped to the edges (a clamped tap adds to the edge's weight), with
+    Keys' coefficients for ``A = −0.75``, in float32 as Paddle's kernel."""
+    ratio = _ratio(n_in, n_out, align_corners)
+    k = np.arange(n_out)
+    if align_corners:
+        src = ratio * k.astype(_F32)
+    else:
+        src = (np.float64(ratio) * (k + 0.5) - 0.5).astype(_F32)
+    base = np.floor(src).astype(np.int64)
+    t = (src - base.astype(_F32)).astype(_F32)
+    a, one = _CUBIC_A, _F32(1)
+
+    def near(x):  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + one
+
+    def far(x):  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    coeffs = (far(t + one), near(t), near(one - t), far(one - t + one))
+    m = np.zeros((n_out, n_in), dtype=np.float64)
+    for tap, c in enumerate(coeffs):
+        np.add.at(m, (k, np.clip(base - 1 + tap, 0, n_in - 1)), c.astype(np.float64))
+    return m
+
+
 def _bshape(ndim: int, axis: int, n: int) -> tuple[int, ...]:
     shape = [1] * ndim
     shape[axis] = n
@@ -170,11 +203,19 @@ def _interp_forward(ins: dict, attrs: dict, op: str) -> dict:
     if in_sizes == out_sizes:
         return {"Out": [x.copy()]}
     align_corners = bool(attrs.get("align_corners", True))
-    if attrs.get("interp_method", "bilinear") == "nearest":
+    method = attrs.get("interp_method", "bilinear")
+    if method == "nearest":
         out = x
         for a, n_in, n_out in zip(axes, in_sizes, out_sizes, strict=True):
             out = xp.take(out, xp.asarray(_nearest_index(n_in, n_out, align_corners)), axis=a)
         return {"Out": [out]}
+    if method == "bicubic":  # along W, then H, as Paddle's kernel; one product per dim
+        dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float32)
+        out = x.astype(dtype, copy=False)
+        for a, n_in, n_out in reversed(list(zip(axes, in_sizes, out_sizes, strict=True))):
+            m = xp.asarray(_cubic_matrix(n_in, n_out, align_corners).astype(dtype))
+            out = xp.moveaxis(xp.tensordot(out, m, axes=([a], [1])), -1, a)
+        return {"Out": [xp.ascontiguousarray(out).astype(x.dtype, copy=False)]}
     align_mode = int(attrs.get("align_mode", 1))
     plans = []
     for a, n_in, n_out in zip(axes, in_sizes, out_sizes, strict=True):
@@ -206,8 +247,11 @@ def _adjoint_matrix(n_in: int, n_out: int, attrs: dict, dtype: Any) -> np.ndarra
     align_corners = bool(attrs.get("align_corners", True))
     m = np.zeros((n_out, n_in), dtype=np.float64)
     k = np.arange(n_out)
-    if attrs.get("interp_method", "bilinear") == "nearest":
+    method = attrs.get("interp_method", "bilinear")
+    if method == "nearest":
         m[k, _nearest_index(n_in, n_out, align_corners)] = 1.0
+    elif method == "bicubic":
+        m = _cubic_matrix(n_in, n_out, align_corners)
     else:
         lo, hi, w_lo, w_hi = _linear_plan(n_in, n_out, align_corners,
                                           int(attrs.get("align_mode", 1)))
@@ -257,5 +301,5 @@ def _register(op: str) -> None:
              optional=_OPTIONAL)(backward)
 
 
-for _op in ("bilinear_interp", "nearest_interp", "trilinear_interp"):
+for _op in ("bilinear_interp", "nearest_interp", "trilinear_interp", "bicubic_interp"):
     _register(_op)

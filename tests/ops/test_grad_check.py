@@ -488,6 +488,13 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
     ]
     # -- image resize cases --
     bi = {"interp_method": "bilinear"}
+    c["bicubic_interp"] = [
+        ("up_align_corners", {"X": [n((1, 2, 3, 4))]},
+         {"interp_method": "bicubic", "out_h": 5, "out_w": 6}),
+        ("down_half_pixel_nhwc", {"X": [n((1, 6, 5, 2))]},
+         {"interp_method": "bicubic", "out_h": 4, "out_w": 3, "align_corners": False,
+          "data_layout": "NHWC"}),
+    ]
     c["bilinear_interp"] = [
         ("up_align_corners", {"X": [n((2, 2, 3, 4))]}, {**bi, "out_h": 5, "out_w": 7}),
         ("half_pixel_nhwc", {"X": [n((1, 4, 5, 2))]},

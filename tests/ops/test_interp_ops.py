@@ -1,7 +1,8 @@
-"""``bilinear_interp``, ``nearest_interp`` and ``trilinear_interp`` (and their gradients)
-against element-by-element references written after Paddle 1.8's own op tests
+"""``bilinear_interp``, ``nearest_interp``, ``trilinear_interp`` and ``bicubic_interp`` (and
+their gradients) against element-by-element references written after Paddle 1.8's own op tests
 (``test_bilinear_interp_op.py``, ``test_nearest_interp_op.py``, ``test_trilinear_interp_op.py``:
-float64 ratios, explicit loops), the output-size priority of the kernel, and its errors."""
+float64 ratios, explicit loops; bicubic after Paddle's ``BicubicInterpolation`` kernel), the
+output-size priority of the kernel, and its errors."""
 
 from __future__ import annotations
 
@@ -177,6 +178,62 @@ def test_gradient_is_the_scatter_add_of_the_forward_weights(method, ac, am):
     assert np.isclose((out * dy).sum(), (x * dx).sum(), rtol=1e-10)
 
 
+def _cubic_coeffs(t: float) -> list[float]:
+    a = -0.75
+
+    def near(x):
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x):
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+
+
+def bicubic_ref(x, out_h, out_w, align_corners=True, nhwc=False):
+    """Paddle's BicubicInterpolation, pixel by pixel (each row along W first, then the four
+    row results along H), in float64."""
+    if nhwc:
+        x = x.transpose(0, 3, 1, 2)
+    n, c, in_h, in_w = x.shape
+    rh, rw = _ratio(in_h, out_h, align_corners), _ratio(in_w, out_w, align_corners)
+    out = np.zeros((n, c, out_h, out_w))
+    for k in range(out_h):
+        yn = rh * k if align_corners else rh * (k + 0.5) - 0.5
+        iy = int(np.floor(yn))
+        cy = _cubic_coeffs(yn - iy)
+        for m in range(out_w):
+            xn = rw * m if align_corners else rw * (m + 0.5) - 0.5
+            ix = int(np.floor(xn))
+            cx = _cubic_coeffs(xn - ix)
+            rows = []
+            for ii in range(4):
+                yy = min(max(iy - 1 + ii, 0), in_h - 1)
+                rows.append(sum(cx[jj] * x[:, :, yy, min(max(ix - 1 + jj, 0), in_w - 1)]
+                                for jj in range(4)))
+            out[:, :, k, m] = sum(cy[ii] * rows[ii] for ii in range(4))
+    return out.transpose(0, 2, 3, 1) if nhwc else out
+
+
+@pytest.mark.parametrize("shape,oh,ow,ac,nhwc", [
+    ((2, 3, 5, 4), 9, 7, True, False),     # up
+    ((1, 2, 6, 7), 3, 4, False, False),    # down, half-pixel taps
+    ((1, 4, 5, 3), 8, 5, False, True),     # NHWC
+    ((1, 1, 2, 2), 1, 5, True, False),     # one output row: ratio 0
+])
+def test_bicubic_matches_reference(shape, oh, ow, ac, nhwc):
+    x = np.random.default_rng(0).standard_normal(shape)
+    attrs = {"interp_method": "bicubic", "out_h": oh, "out_w": ow, "align_corners": ac,
+             "data_layout": "NHWC" if nhwc else "NCHW"}
+    got = run_op("bicubic_interp", {"X": [x]}, attrs)["Out"][0]
+    ref_in = x
+    np.testing.assert_allclose(got, bicubic_ref(ref_in, oh, ow, ac, nhwc), rtol=1e-6,
+                               atol=1e-6)
+    # align_mode plays no part in bicubic (Paddle's kernel ignores it)
+    other = run_op("bicubic_interp", {"X": [x]}, {**attrs, "align_mode": 0})["Out"][0]
+    np.testing.assert_array_equal(other, got)
+
+
 def test_uint8_input_truncates_as_paddle_casts():
     x = np.array([[[[0, 255], [10, 20]]]], np.uint8)
     out = run_op("bilinear_interp", {"X": [x]}, {"out_h": 3, "out_w": 3})["Out"][0]
@@ -256,15 +313,15 @@ def test_errors():
         run_op("bilinear_interp", {"X": [x]}, {"out_h": 2, "out_w": -1})
     with pytest.raises(ValueError, match="dimension must be 4 or 5"):
         run_op("bilinear_interp", {"X": [np.zeros((2, 3, 4))]}, {"out_h": 2, "out_w": 2})
-    with pytest.raises(ValueError, match="can only be 'bilinear' or 'nearest'"):
+    with pytest.raises(ValueError, match="can only be 'bilinear', 'nearest' or 'bicubic'"):
         run_op("bilinear_interp", {"X": [x]},
                {"interp_method": "trilinear", "out_h": 2, "out_w": 2})
     with pytest.raises(ValueError, match="can only be 'trilinear' when Input.X. dimension is 5"):
         run_op("trilinear_interp", {"X": [np.zeros((1, 1, 2, 2, 2))]},
                {"out_d": 3, "out_h": 3, "out_w": 3})
-    with pytest.raises(NotImplementedError, match="interp_method='bicubic'"):
-        run_op("bilinear_interp", {"X": [x]}, {"interp_method": "bicubic", "out_h": 2,
-                                               "out_w": 2})
+    with pytest.raises(ValueError, match="'bilinear', 'nearest' or 'bicubic'"):
+        run_op("bicubic_interp", {"X": [x]}, {"interp_method": "cubic", "out_h": 2,
+                                              "out_w": 2})
     with pytest.raises(ValueError, match="data_layout must be 'NCHW' or 'NHWC', got 'NCDHW'"):
         run_op("bilinear_interp", {"X": [x]}, {"out_h": 2, "out_w": 2,
                                                "data_layout": "NCDHW"})
