@@ -34,6 +34,7 @@ from .framework import (
 from .lod import LoD, LoDTensor, LoDTensorArray, check_lod
 from .ops import registry
 from .ops.registry import LOD_KEY, array_module
+from .ops.rnn_ops import drops_between_layers
 from .ops.selected_rows import SelectedRows
 from .places import CPUPlace, CUDAPlace, cupy_for
 
@@ -387,6 +388,11 @@ class Executor:
                 # Fluid's seed 0: new values each run (a stream per op, kept with the
                 # scope); initialisers keep the per-name draw of ops.random_ops
                 rng_key = (block.idx, idx, op.output("Out")[0])
+                attrs["seed"] = program.random_seed
+        elif op.type == "cudnn_lstm" and drops_between_layers(attrs):
+            # its dropout masks: a stream per op, from its seed or the program's
+            rng_key = (block.idx, idx, op.output("Out")[0])
+            if int(attrs.get("seed", 0)) <= 0:
                 attrs["seed"] = program.random_seed
         elif op.type in _SAMPLERS and not attrs.get("seed"):
             first_out = next(n for names in op.outputs.values() for n in names)

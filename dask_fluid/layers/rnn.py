@@ -360,8 +360,10 @@ def lstm(input: Variable, init_h: Variable, init_c: Variable, max_len: int, hidd
     hidden_size, num_layers : int
         The state size and the number of stacked layers.
     dropout_prob : float
-        Dropout between layers in training; only ``0`` (or ``is_test=True``, or a single
-        layer, where cuDNN applies none) is implemented.
+        Dropout on the outputs of every layer but the last, in training (none with
+        ``is_test=True`` or a single layer, as cuDNN's): kept values scaled by ``1 / (1 -
+        dropout_prob)``; the masks are drawn from a stream of the op (``seed``, or the
+        program's ``random_seed``), not cuDNN's generator.
     is_bidirec, is_test : bool
         Run a backward LSTM too (outputs concatenated); inference mode.
     name : str, optional
@@ -399,9 +401,6 @@ def lstm(input: Variable, init_h: Variable, init_c: Variable, max_len: int, hidd
                          f"input_size, got {None if input.shape is None else list(input.shape)}")
     if not 0.0 <= float(dropout_prob) < 1.0:
         raise ValueError(f"lstm: dropout_prob must be in [0, 1), got {dropout_prob}")
-    if dropout_prob > 0 and not is_test and num_layers > 1:
-        raise NotImplementedError("layers.lstm(dropout_prob>0) between layers in training is "
-                                  "not implemented in dask_fluid")
     dirs = 2 if is_bidirec else 1
     want = [num_layers * dirs, input.shape[1], hidden_size]
     for arg, var in (("init_h", init_h), ("init_c", init_c)):

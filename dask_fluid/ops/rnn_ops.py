@@ -729,9 +729,8 @@ def _cudnn_lstm_setup(ins: dict, attrs: dict, op: str):
                          f"input_size={x.shape[2]}, hidden_size={hidden}, num_layers={layers}, "
                          f"is_bidirec={bidirec}), got {w.size}")
     prob = float(attrs.get("dropout_prob", 0.0))
-    if prob > 0 and not attrs.get("is_test", False) and layers > 1:
-        raise NotImplementedError("layers.lstm(dropout_prob>0) between layers in training is "
-                                  "not implemented in dask_fluid")
+    if not 0.0 <= prob < 1.0:
+        raise ValueError(f"{op}: dropout_prob must be in [0, 1), got {prob}")
     flat = w.reshape(-1)
     params = [[flat[o:o + int(np.prod(shape))].reshape(shape) for o, shape in entry]
               for entry in _cudnn_lstm_slices(int(x.shape[2]), hidden, layers, dirs)]
@@ -757,12 +756,38 @@ def _cudnn_dir_forward(xp: Any, x: Any, prm: list, h: Any, c: Any, reverse: bool
     return hs, cs, gates
 
 
-def _cudnn_lstm_run(x: Any, h0: Any, c0: Any, xp: Any, layers: int, dirs: int, params: list):
-    """Every layer in turn; returns Out, LastH, LastC and, per pseudo-layer, (its input,
-    hs, cells, gates) for the gradient."""
+def drops_between_layers(attrs: dict, layers: int | None = None) -> bool:
+    """Whether a ``cudnn_lstm`` op with ``attrs`` drops out between its layers (training,
+    ``dropout_prob > 0``, several layers)."""
+    layers = int(attrs.get("num_layers", 1)) if layers is None else layers
+    return (float(attrs.get("dropout_prob", 0.0)) > 0 and not attrs.get("is_test", False)
+            and layers > 1)
+
+
+def _cudnn_lstm_masks(x: Any, xp: Any, attrs: dict, layers: int, dirs: int, hid: int) -> Any:
+    """The scaled dropout masks between the layers, ``[layers - 1, T, B, dirs * H]`` (each
+    entry 0 or ``1 / (1 - p)``: cuDNN's dropout scales in training), or None without dropout
+    (inference, one layer, ``p = 0``). Drawn from the executor's stream for the op (its
+    ``seed`` attr, or the program's ``random_seed``), or from ``seed`` alone when there is
+    none."""
+    if not drops_between_layers(attrs, layers):
+        return None
+    prob = float(attrs.get("dropout_prob", 0.0))
+    rng = attrs.get("_rng") or np.random.default_rng(max(int(attrs.get("seed", 0)), 0))
+    keep = rng.random((layers - 1, x.shape[0], x.shape[1], dirs * hid)) >= prob
+    return xp.asarray(keep.astype(x.dtype) / x.dtype.type(1.0 - prob))
+
+
+def _cudnn_lstm_run(x: Any, h0: Any, c0: Any, xp: Any, layers: int, dirs: int, params: list,
+                    masks: Any = None):
+    """Every layer in turn, the outputs below the last one through ``masks`` when given;
+    returns Out, LastH, LastC and, per pseudo-layer, (its input, hs, cells, gates) for the
+    gradient."""
     tape, last_h, last_c = [], [], []
     inp = x
     for layer in range(layers):
+        if layer and masks is not None:
+            inp = inp * masks[layer - 1]
         outs = []
         for dr in range(dirs):
             k = layer * dirs + dr
@@ -776,26 +801,41 @@ def _cudnn_lstm_run(x: Any, h0: Any, c0: Any, xp: Any, layers: int, dirs: int, p
     return inp, xp.stack(last_h), xp.stack(last_c), tape
 
 
+#: the grad op reads the forward's Reserve: the dropout masks it drew (cuDNN's reserve space
+#: holds them there too)
+_CUDNN_LSTM_GRAD_FWD = (*_CUDNN_LSTM_IN, "Reserve")
+
+
 @register("cudnn_lstm", _CUDNN_LSTM_IN, ("Out", "LastH", "LastC", "Reserve", "StateOut"),
           _CUDNN_LSTM_ATTRS,
-          grad=grad_maker(_CUDNN_LSTM_IN, ("Out", "LastH", "LastC"), _CUDNN_LSTM_IN))
+          grad=grad_maker(_CUDNN_LSTM_GRAD_FWD, ("Out", "LastH", "LastC"), _CUDNN_LSTM_IN))
 def cudnn_lstm(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """Out ``[T, B, dirs * H]``, LastH and LastC ``[L * dirs, B, H]`` (see above)."""
-    x, h0, c0, xp, _, layers, dirs, params = _cudnn_lstm_setup(ins, attrs, "cudnn_lstm")
-    out, last_h, last_c, _ = _cudnn_lstm_run(x, h0, c0, xp, layers, dirs, params)
+    """Out ``[T, B, dirs * H]``, LastH and LastC ``[L * dirs, B, H]`` (see above); in training
+    with ``dropout_prob`` and several layers, each layer's output but the last's goes through
+    dropout (scaled by ``1 / (1 - p)``), the masks kept in Reserve for the gradient."""
+    x, h0, c0, xp, hid, layers, dirs, params = _cudnn_lstm_setup(ins, attrs, "cudnn_lstm")
+    masks = _cudnn_lstm_masks(x, xp, attrs, layers, dirs, hid)
+    out, last_h, last_c, _ = _cudnn_lstm_run(x, h0, c0, xp, layers, dirs, params, masks)
     empty = xp.zeros((0,), dtype=xp.uint8)
-    return {"Out": [out], "LastH": [last_h], "LastC": [last_c], "Reserve": [empty],
-            "StateOut": [empty.copy()]}
+    return {"Out": [out], "LastH": [last_h], "LastC": [last_c],
+            "Reserve": [empty if masks is None else masks], "StateOut": [empty.copy()]}
 
 
-@register("cudnn_lstm_grad", *grad_slots(_CUDNN_LSTM_IN, ("Out", "LastH", "LastC"),
+@register("cudnn_lstm_grad", *grad_slots(_CUDNN_LSTM_GRAD_FWD, ("Out", "LastH", "LastC"),
                                          _CUDNN_LSTM_IN),
-          _CUDNN_LSTM_ATTRS)
+          _CUDNN_LSTM_ATTRS, optional=("Reserve",))
 def cudnn_lstm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """Backpropagation through time, top layer first, over the recomputed forward pass."""
+    """Backpropagation through time, top layer first, over the recomputed forward pass (with
+    the forward's dropout masks, from Reserve)."""
     x, h0, c0, xp, hid, layers, dirs, params = _cudnn_lstm_setup(ins, attrs,
                                                                  "cudnn_lstm_grad")
-    _, _, _, tape = _cudnn_lstm_run(x, h0, c0, xp, layers, dirs, params)
+    reserve = (ins.get("Reserve") or [None])[0]
+    masks = reserve if reserve is not None and reserve.size else None
+    if masks is None and drops_between_layers(attrs, layers):
+        raise ValueError("cudnn_lstm_grad: the forward op dropped out between layers but its "
+                         "Reserve (the masks) is not given; build the gradient with "
+                         "append_backward")
+    _, _, _, tape = _cudnn_lstm_run(x, h0, c0, xp, layers, dirs, params, masks)
     d_out = (ins.get("Out" + GRAD) or [None])[0]
     d_lh = (ins.get("LastH" + GRAD) or [None])[0]
     d_lc = (ins.get("LastC" + GRAD) or [None])[0]
@@ -835,7 +875,7 @@ def cudnn_lstm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
                 dw[off:off + int(np.prod(shape))] = g.reshape(-1)
             part = dz @ w_ih
             d_in = part if d_in is None else d_in + part
-        d_out = d_in
+        d_out = d_in if not layer or masks is None else d_in * masks[layer - 1]
     res: dict = {}
     if "Input" + GRAD in outs:
         res["Input" + GRAD] = [d_out]

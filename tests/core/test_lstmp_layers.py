@@ -185,8 +185,6 @@ def test_lstm_errors():
     with fluid.program_guard(fluid.Program(), fluid.Program()):
         x = layers.data("x", [5, 4, 3], append_batch_size=False)
         h = layers.fill_constant([2, 4, 6], "float32", 0.0)
-        with pytest.raises(NotImplementedError, match=r"layers.lstm\(dropout_prob>0\)"):
-            layers.lstm(x, h, h, 5, 6, 2, dropout_prob=0.2)
         with pytest.raises(ValueError, match=r"init_h must be \[num_layers \* dirs, batch_size, "
                                              r"hidden_size\] = \[4, 4, 6\]"):
             layers.lstm(x, h, h, 5, 6, 2, is_bidirec=True)
@@ -225,3 +223,32 @@ def test_lstm_whole_program_gradient():
     for name, (analytic, numeric) in got.items():
         np.testing.assert_allclose(analytic, numeric, rtol=1e-5, atol=1e-7, err_msg=name)
         assert np.abs(analytic).sum() > 0, name
+
+
+def test_lstm_with_dropout_trains_with_new_masks_each_step_and_none_in_test():
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = startup.random_seed = 5
+    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+        x = layers.data("x", [6, 4, 3], append_batch_size=False)
+        h = layers.fill_constant([2, 4, 5], "float32", 0.0)
+        out, _, _ = layers.lstm(x, h, h, 6, 5, 2, dropout_prob=0.5)
+        loss = layers.mean(layers.square(out))
+        test = main.clone(for_test=True)
+        fluid.optimizer.SGD(0.5).minimize(loss)
+    op = next(o for o in main.global_block().ops if o.type == "cudnn_lstm")
+    grad_op = next(o for o in main.global_block().ops if o.type == "cudnn_lstm_grad")
+    assert grad_op.input("Reserve") == op.output("Reserve")  # the masks reach the gradient
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    xv = np.random.default_rng(0).normal(size=(6, 4, 3)).astype("float32")
+    masks, losses = [], []
+    for _ in range(3):
+        lv, mv = exe.run(main, feed={"x": xv}, fetch_list=[loss, op.output("Reserve")[0]],
+                         scope=scope)
+        losses.append(float(lv[0]))
+        masks.append(mv)
+    assert masks[0].shape == (1, 6, 4, 5) and not np.array_equal(masks[0], masks[1])
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+    a, b = (exe.run(test, feed={"x": xv}, fetch_list=[out.name], scope=scope)[0]
+            for _ in range(2))
+    np.testing.assert_array_equal(a, b)  # is_test: no dropout, the same output

@@ -866,6 +866,11 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
         ("two_layers_bidirec", {"Input": [n((3, 2, 3))], "InitH": [n((4, 2, 2))],
                                 "InitC": [n((4, 2, 2))], "W": [0.5 * n(240)]},
          {"input_size": 3, "hidden_size": 2, "num_layers": 2, "is_bidirec": True}),
+        # the masks the forward draws (from its seed) reach the grad op through Reserve
+        ("two_layers_dropout", {"Input": [n((3, 2, 3))], "InitH": [n((2, 2, 2))],
+                                "InitC": [n((2, 2, 2))], "W": [0.5 * n(104)]},
+         {"input_size": 3, "hidden_size": 2, "num_layers": 2, "dropout_prob": 0.4,
+          "seed": 3}),
     ]
     # -- nn extra cases --
     # power_iters=0: U and V are the constants the grad treats them as

@@ -290,8 +290,43 @@ def test_cudnn_lstm_errors():
     two = cudnn_lstm_weight_size(4, 2, 2, False)
     deep = {"Input": [x], "InitH": [np.zeros((2, 3, 2))], "InitC": [np.zeros((2, 3, 2))],
             "W": [rng.normal(size=two)]}
-    with pytest.raises(NotImplementedError, match=r"layers.lstm\(dropout_prob>0\)"):
-        run_op("cudnn_lstm", deep, {**attrs, "num_layers": 2, "dropout_prob": 0.2})
-    # in test mode, or with a single layer, cuDNN applies no dropout: accepted
-    run_op("cudnn_lstm", deep, {**attrs, "num_layers": 2, "dropout_prob": 0.2, "is_test": True})
-    run_op("cudnn_lstm", ins, {**attrs, "dropout_prob": 0.2})
+    with pytest.raises(ValueError, match=r"dropout_prob must be in \[0, 1\)"):
+        run_op("cudnn_lstm", deep, {**attrs, "num_layers": 2, "dropout_prob": 1.0})
+    # in test mode, or with a single layer, cuDNN applies no dropout: no masks
+    for case in ({**attrs, "num_layers": 2, "dropout_prob": 0.2, "is_test": True},
+                 {**attrs, "dropout_prob": 0.2}):
+        assert run_op("cudnn_lstm", deep if case.get("is_test") else ins,
+                      case)["Reserve"][0].size == 0
+    with pytest.raises(ValueError, match="Reserve .the masks. is not given"):
+        run_op("cudnn_lstm_grad", {**deep, "Out@GRAD": [np.zeros((4, 3, 2))]},
+               {**attrs, "num_layers": 2, "dropout_prob": 0.2})
+
+
+@pytest.mark.parametrize("bidirec", [False, True])
+def test_cudnn_lstm_dropout_between_layers(bidirec):
+    """Two layers with dropout: the second layer reads the first's output times the mask
+    in Reserve (0 or 1 / (1 - p), about p of them 0); the same as two one-layer ops with the
+    mask applied between them; the top layer's output is not dropped."""
+    rng = np.random.default_rng(21)
+    n_t, batch, isz, hid, p = 6, 5, 3, 4, 0.3
+    dirs = 2 if bidirec else 1
+    prm, flat = cudnn_weights(rng, isz, hid, 2, dirs)
+    x = rng.normal(size=(n_t, batch, isz))
+    h0, c0 = rng.normal(size=(2, 2 * dirs, batch, hid))
+    attrs = {"input_size": isz, "hidden_size": hid, "num_layers": 2, "is_bidirec": bidirec,
+             "dropout_prob": p, "seed": 7}
+    res = run_op("cudnn_lstm", {"Input": [x], "InitH": [h0], "InitC": [c0], "W": [flat]}, attrs)
+    mask = res["Reserve"][0]
+    assert mask.shape == (1, n_t, batch, dirs * hid)
+    assert set(np.unique(mask).round(6)) == {0.0, round(1 / (1 - p), 6)}
+    assert 0.15 < (mask == 0).mean() < 0.45
+    # the same masks again for the same seed without an executor stream (the grad op's and
+    # the gradient checker's forward runs), another seed other masks
+    again = run_op("cudnn_lstm", {"Input": [x], "InitH": [h0], "InitC": [c0], "W": [flat]},
+                   attrs)["Reserve"][0]
+    np.testing.assert_array_equal(again, mask)
+    first, _, _ = cudnn_lstm_by_loops(x, h0[:dirs], c0[:dirs], prm[:dirs], 1, dirs)
+    out, lh, lc = cudnn_lstm_by_loops(first * mask[0], h0[dirs:], c0[dirs:], prm[dirs:], 1,
+                                      dirs)
+    np.testing.assert_allclose(res["Out"][0], out, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(res["LastH"][0][dirs:], lh, rtol=1e-12, atol=1e-12)
