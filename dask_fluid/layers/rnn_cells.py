@@ -27,7 +27,7 @@ from . import compare, control_flow, indexing, loops, nn, sampling, sequence_lod
 
 __all__: list[str] = ["RNNCell", "GRUCell", "LSTMCell", "rnn", "Decoder", "DecodeHelper",
                       "GreedyEmbeddingHelper", "SampleEmbeddingHelper", "BasicDecoder",
-                      "TrainingHelper", "BeamSearchDecoder", "dynamic_decode"]
+                      "TrainingHelper", "BeamSearchDecoder", "dynamic_decode", "gather_tree"]
 
 
 # -- nested structures (Fluid 1.8's layers/utils.py map_structure & co) --------------------
@@ -614,7 +614,27 @@ class TrainingHelper(DecodeHelper):
         return finished, next_inputs, states
 
 
-def _gather_tree(ids: Variable, parents: Variable) -> Variable:
+def gather_tree(ids: Variable, parents: Variable) -> Variable:
+    """The whole sequences of a beam search, walked back from the last step through the
+    beams each step's ids came from (Fluid 1.8's ``layers.gather_tree``, what
+    ``BeamSearchDecoder.finalize`` uses).
+
+    Parameters
+    ----------
+    ids, parents : Variable
+        ``[max_time, batch_size, beam_size]`` int32 or int64: each step's selected ids and the
+        beam of the previous step each extends.
+
+    Returns
+    -------
+    Variable
+        ``[max_time, batch_size, beam_size]``, the dtype of ``ids``.
+    """
+    for arg, var in (("ids", ids), ("parents", parents)):
+        if not isinstance(var, Variable):
+            raise TypeError(f"gather_tree: {arg} must be a Variable, got {type(var).__name__}")
+        if var.dtype not in ("int32", "int64"):
+            raise TypeError(f"gather_tree: {arg} must be int32 or int64, got {var.dtype}")
     helper = LayerHelper("gather_tree")
     out = helper.create_tmp(dtype=ids.dtype, shape=ids.shape, stop_gradient=True)
     helper.append_op("gather_tree", inputs={"Ids": [ids], "Parents": [parents]},
@@ -785,7 +805,7 @@ class BeamSearchDecoder(Decoder):
 
     def finalize(self, outputs: Any, final_states: Any, sequence_lengths: Variable) -> tuple:
         """``(gather_tree(predicted_ids, parent_ids) [time, batch, beam], final_states)``."""
-        return _gather_tree(outputs.predicted_ids, outputs.parent_ids), final_states
+        return gather_tree(outputs.predicted_ids, outputs.parent_ids), final_states
 
     @property
     def tracks_own_finished(self) -> bool:

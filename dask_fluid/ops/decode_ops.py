@@ -28,6 +28,10 @@ def gather_tree(ins: dict, attrs: dict, outs: tuple) -> dict:
     steps = ids.shape[0]
     if steps == 0:
         return {"Out": [out]}
+    if parents.size and (int(parents.min()) < 0 or int(parents.max()) >= ids.shape[2]):
+        raise ValueError(f"gather_tree: every parent must be a beam index in [0, "
+                         f"{ids.shape[2]}), got values in [{int(parents.min())}, "
+                         f"{int(parents.max())}]")
     beam = xp.broadcast_to(xp.arange(ids.shape[2], dtype=parents.dtype), ids.shape[1:])
     out[steps - 1] = ids[steps - 1]
     parent = xp.take_along_axis(parents[steps - 1], beam, axis=1)

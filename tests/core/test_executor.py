@@ -245,3 +245,20 @@ def _lr_values(build, steps: int = 6) -> list[float]:
 def test_learning_rate_schedules_follow_fluids_formulas(name, build, formula):
     assert _lr_values(build) == pytest.approx([formula(t) for t in range(6)], rel=1e-5)
 
+
+
+def test_gather_tree_layer():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        ids = layers.data("ids", [3, 2, 2], dtype="int64", append_batch_size=False)
+        parents = layers.data("parents", [3, 2, 2], dtype="int64", append_batch_size=False)
+        out = layers.gather_tree(ids, parents)
+        with pytest.raises(TypeError, match="int32 or int64"):
+            layers.gather_tree(layers.data("f", [3, 2, 2], append_batch_size=False), parents)
+    assert out.shape == (3, 2, 2) and out.dtype == "int64"
+    assert [op.type for op in main.global_block().ops] == ["gather_tree"]
+    ids_v = np.array([[[2, 2], [6, 1]], [[3, 9], [6, 1]], [[0, 1], [9, 0]]], np.int64)
+    par_v = np.array([[[0, 0], [1, 1]], [[1, 0], [1, 0]], [[0, 0], [0, 1]]], np.int64)
+    got, = fluid.Executor().run(main, feed={"ids": ids_v, "parents": par_v}, fetch_list=[out],
+                                scope=fluid.Scope())
+    assert got.tolist() == [[[2, 2], [1, 6]], [[3, 3], [6, 1]], [[0, 1], [9, 0]]]

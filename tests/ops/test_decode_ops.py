@@ -56,3 +56,7 @@ def test_gather_tree_errors():
         run_op("gather_tree", {"Ids": [ids[0]], "Parents": [ids[0]]})
     with pytest.raises(TypeError, match="must be int32/int64"):
         run_op("gather_tree", {"Ids": [ids.astype(np.float32)], "Parents": [ids]})
+    bad = np.zeros((2, 2, 2), np.int64)
+    bad[0, 1, 0] = 2
+    with pytest.raises(ValueError, match=r"beam index in \[0, 2\), got values in \[0, 2\]"):
+        run_op("gather_tree", {"Ids": [ids], "Parents": [bad]})
