@@ -63,6 +63,7 @@ from .framework import (
     name_scope,
     program_guard,
 )
+from .global_flags import get_flags, set_flags
 from .input import embedding, one_hot
 from .io import load, load_program_state, save, set_program_state
 from .lod import LoDTensor, LoDTensorArray, create_lod_tensor, create_random_int_lodtensor
@@ -107,9 +108,10 @@ __all__ = [
     "backward", "clip", "compiler", "contrib", "cpu_places", "create_lod_tensor",
     "create_random_int_lodtensor", "cuda_places", "data", "default_main_program",
     "default_startup_program", "device_guard", "disable_dygraph", "disable_imperative", "dygraph",
-    "embedding", "enable_dygraph", "enable_imperative", "evaluator", "global_scope", "gradients",
+    "embedding", "enable_dygraph", "enable_imperative", "evaluator", "get_flags", "global_scope",
+    "gradients",
     "in_dygraph_mode", "initializer", "io", "layers", "load", "load_dygraph", "load_program_state",
     "metrics", "name_scope", "nets", "one_hot", "optimizer", "program_guard", "regularizer",
-    "save", "save_dygraph", "scope_guard", "set_program_state", "unique_name",
+    "save", "save_dygraph", "scope_guard", "set_flags", "set_program_state", "unique_name",
     *_LAZY,
 ]

@@ -31,6 +31,7 @@ from .framework import (
     VarType,
     default_main_program,
 )
+from .global_flags import check_nan_inf
 from .lod import LoD, LoDTensor, LoDTensorArray, check_lod
 from .ops import registry
 from .ops.registry import LOD_KEY, array_module
@@ -92,6 +93,19 @@ class _Tensor:
             self._scope.vars[self._name] = value
         else:
             _ScopeTensor(self._scope, self._name).set(value, place)
+
+
+def _check_finite(step: _Step, out: dict, block_idx: int, i: int) -> None:
+    """FLAGS_check_nan_inf: raise if a floating output of the op holds a NaN or an infinity."""
+    for slot, names in step.outs:
+        for name, arr in zip(names, out.get(slot) or (), strict=False):
+            value = arr.value if isinstance(arr, SelectedRows) else arr
+            kind = getattr(getattr(value, "dtype", None), "kind", "")
+            if name != EMPTY_VAR and kind in ("f", "c") and \
+                    not bool(array_module(value).isfinite(value).all()):
+                raise ExecutionError(
+                    f"op {step.op.type!r} (#{i} in block {block_idx}) output {name!r} (slot "
+                    f"{slot}) contains NaN or Inf (FLAGS_check_nan_inf is on)")
 
 
 class Scope:
@@ -435,6 +449,7 @@ class Executor:
                    trace: Callable[[int], None] | None = None) -> None:
         """Run planned ``steps`` of ``block`` against ``scope``."""
         vals, lods = scope.vars, scope.lods
+        check_finite = check_nan_inf()
         for i, step in enumerate(steps):
             try:
                 attrs = step.attrs
@@ -487,6 +502,8 @@ class Executor:
                             vals[name] = arr
                 if out_lods is not None or lods:
                     _set_output_lods(step, out, out_lods, vals, lods)
+                if check_finite:
+                    _check_finite(step, out, block.idx, i)
                 for name in step.persist_out:
                     vals[name] = _to_device(vals[name], self._xp)
             if trace is not None:
