@@ -35,6 +35,7 @@ from .compiler import (
     CompiledProgram,
     ExecutionStrategy,
     cpu_places,
+    cuda_pinned_places,
     cuda_places,
 )
 from .data import data
@@ -69,6 +70,7 @@ from .io import load, load_program_state, save, set_program_state
 from .lod import LoDTensor, LoDTensorArray, create_lod_tensor, create_random_int_lodtensor
 from .parallel_executor import ParallelExecutor
 from .param_attr import ParamAttr, WeightNormParamAttr
+from .places import CUDAPinnedPlace
 from .queue_dataset import DatasetFactory
 
 __version__ = "0.1.0"
@@ -101,12 +103,14 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "Block", "BuildStrategy", "CPUPlace", "CUDAPlace", "CompiledProgram", "DataFeeder",
+    "Block", "BuildStrategy", "CPUPlace", "CUDAPinnedPlace", "CUDAPlace", "CompiledProgram",
+    "DataFeeder",
     "DatasetFactory", "ExecutionError", "ExecutionStrategy", "Executor", "LoDTensor",
     "LoDTensorArray", "OpRole", "Operator", "ParallelExecutor", "ParamAttr", "Parameter",
     "Program", "Scope", "Variable", "WeightNormParamAttr", "append_backward", "average",
     "backward", "clip", "compiler", "contrib", "cpu_places", "create_lod_tensor",
-    "create_random_int_lodtensor", "cuda_places", "data", "default_main_program",
+    "create_random_int_lodtensor", "cuda_pinned_places", "cuda_places", "data",
+    "default_main_program",
     "default_startup_program", "device_guard", "disable_dygraph", "disable_imperative", "dygraph",
     "embedding", "enable_dygraph", "enable_imperative", "evaluator", "get_flags", "global_scope",
     "gradients",

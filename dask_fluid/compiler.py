@@ -44,9 +44,10 @@ from .executor import CPUPlace, CUDAPlace, Scope
 from .framework import Program
 from .ir_passes import PassBuilder
 from .multi_place import MultiPlaceStep
+from .places import CUDAPinnedPlace
 
 __all__ = ["BuildStrategy", "CompiledProgram", "ExecutionStrategy", "cpu_places",
-           "cuda_places"]
+           "cuda_pinned_places", "cuda_places"]
 
 Place = CPUPlace | CUDAPlace
 
@@ -130,6 +131,32 @@ def cuda_places(device_ids: int | Sequence[int] | None = None) -> list[CUDAPlace
     elif isinstance(device_ids, int):
         device_ids = [device_ids]
     return [CUDAPlace(i) for i in device_ids]
+
+
+def cuda_pinned_places(device_count: int | None = None) -> list[CUDAPinnedPlace]:
+    """``device_count`` pinned-memory places (Fluid's ``fluid.cuda_pinned_places``).
+
+    Parameters
+    ----------
+    device_count : int, optional
+        Defaults to the number of GPUs ``cuda_places()`` would give (``FLAGS_selected_gpus``,
+        else every visible one).
+
+    Returns
+    -------
+    list of CUDAPinnedPlace
+
+    Raises
+    ------
+    RuntimeError
+        When CuPy finds no GPU (Fluid asserts it is compiled with CUDA).
+    """
+    if _cuda_device_count() == 0:
+        raise RuntimeError("cuda_pinned_places: CuPy finds no CUDA GPU; install the 'gpu' "
+                           "extra (pip install 'dask-fluid[gpu]') on a machine with a GPU")
+    if device_count is None:
+        device_count = len(cuda_places())
+    return [CUDAPinnedPlace() for _ in range(int(device_count))]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from .ops import registry
 from .ops.registry import LOD_KEY, array_module
 from .ops.rnn_ops import drops_between_layers
 from .ops.selected_rows import SelectedRows
-from .places import CPUPlace, CUDAPlace, cupy_for
+from .places import CPUPlace, CUDAPinnedPlace, CUDAPlace, cupy_for
 
 
 class _ScopeTensor(LoDTensor):
@@ -316,6 +316,10 @@ class Executor:
     """
 
     def __init__(self, place: CPUPlace | CUDAPlace | None = None) -> None:
+        if isinstance(place, CUDAPinnedPlace):
+            raise TypeError("Executor(CUDAPinnedPlace()): no kernel runs in pinned host memory; "
+                            "run on CPUPlace() or CUDAPlace(i) (pinned memory is where tensors "
+                            "are staged for a GPU: LoDTensor.set(array, CUDAPinnedPlace()))")
         self.place = place or CPUPlace()
         self._xp = cupy_for(self.place) if isinstance(self.place, CUDAPlace) else np
         self._cache: dict[tuple, _Compiled] = {}

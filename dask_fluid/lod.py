@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .places import CPUPlace, CUDAPlace
+from .places import CPUPlace, CUDAPinnedPlace, CUDAPlace, pinned_copy
 
 __all__ = ["LoD", "LoDTensor", "LoDTensorArray", "check_lod", "create_lod_tensor",
            "create_random_int_lodtensor", "lengths_to_offsets", "offsets_to_lengths"]
@@ -96,7 +96,8 @@ class LoDTensor:
         return t
 
     def set(self, array: Any, place: Any) -> None:
-        """Store a copy of ``array`` on ``place`` (``CPUPlace`` or ``CUDAPlace``)."""
+        """Store a copy of ``array`` on ``place`` (``CPUPlace``, ``CUDAPlace`` or
+        ``CUDAPinnedPlace``)."""
         if isinstance(place, CUDAPlace):
             import cupy
 
@@ -104,9 +105,11 @@ class LoDTensor:
                 self._array = cupy.array(array)
         elif isinstance(place, CPUPlace):
             self._array = np.array(array.get() if hasattr(array, "get") else array)
+        elif isinstance(place, CUDAPinnedPlace):
+            self._array = pinned_copy(array)
         else:
-            raise TypeError(f"LoDTensor.set: place must be a CPUPlace or CUDAPlace, got "
-                            f"{type(place).__name__}")
+            raise TypeError(f"LoDTensor.set: place must be a CPUPlace, CUDAPlace or "
+                            f"CUDAPinnedPlace, got {type(place).__name__}")
         self._place = place
 
     def _require(self) -> Any:

@@ -1,4 +1,6 @@
-"""Where kernels run: :class:`CPUPlace` (numpy) and :class:`CUDAPlace` (cupy on one GPU).
+"""Where kernels run: :class:`CPUPlace` (numpy) and :class:`CUDAPlace` (cupy on one GPU); and
+:class:`CUDAPinnedPlace`, page-locked host memory that tensors can be set in (no kernel runs
+there).
 
 Their own module, below :mod:`.lod` and :mod:`.executor`, which both need them (a LoDTensor is
 set on a place; the executor runs on one)."""
@@ -7,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CPUPlace", "CUDAPlace", "cupy_for"]
+import numpy as np
+
+__all__ = ["CPUPlace", "CUDAPinnedPlace", "CUDAPlace", "cupy_for", "pinned_copy"]
 
 
 class CPUPlace:
@@ -39,6 +43,48 @@ class CUDAPlace:
         return isinstance(other, CUDAPlace) and other.device_id == self.device_id
 
     __hash__ = object.__hash__
+
+
+class CUDAPinnedPlace:
+    """Page-locked host memory (Fluid 1.8's ``CUDAPinnedPlace``): what a ``LoDTensor`` set
+    there holds is a numpy array in CUDA pinned memory, which copies to a GPU fastest. No
+    kernel runs here: an executor runs on a :class:`CPUPlace` or a :class:`CUDAPlace`."""
+
+    xp_name = "numpy"
+
+    def __repr__(self) -> str:
+        return "CUDAPinnedPlace"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CUDAPinnedPlace)
+
+    __hash__ = object.__hash__
+
+
+def pinned_copy(array: Any) -> np.ndarray:
+    """A copy of ``array`` (host or device) in CUDA pinned host memory, as a numpy array.
+
+    Raises
+    ------
+    RuntimeError
+        Without CuPy and a CUDA GPU (pinned memory is CUDA's).
+    """
+    try:
+        import cupy
+
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as err:  # ImportError, CUDARuntimeError: both mean "no usable GPU"
+        raise RuntimeError(
+            "CUDAPinnedPlace needs CuPy and a CUDA GPU: pinned (page-locked) host memory is "
+            f"CUDA's; use CPUPlace() on this machine ({err})") from err
+    if count == 0:
+        raise RuntimeError("CUDAPinnedPlace needs a CUDA GPU, and CuPy sees none: use CPUPlace()")
+    host = np.asarray(array.get() if hasattr(array, "get") else array)
+    memory = cupy.cuda.alloc_pinned_memory(max(host.nbytes, 1))
+    # the array keeps the pinned buffer alive (its base)
+    out = np.frombuffer(memory, dtype=host.dtype, count=host.size).reshape(host.shape)
+    out[...] = host
+    return out
 
 
 def cupy_for(place: CUDAPlace) -> Any:

@@ -274,6 +274,8 @@ def modules() -> dict[str, types.ModuleType]:
     runtime.getDeviceProperties = lambda i: {"name": b"strict_cupy (host memory)"}
     cuda.runtime, cuda.Device = runtime, Device
     cuda.get_device_id = lambda: 0
+    # "pinned" host memory: plain bytes here, which numpy wraps as CuPy's buffer
+    cuda.alloc_pinned_memory = bytearray
     cupy.cuda = cuda
     cupyx = types.ModuleType("cupyx")
     scipy = types.ModuleType("cupyx.scipy")

@@ -12,9 +12,10 @@ from typing import Any
 from ..compiler import _cuda_device_count
 from ..executor import CPUPlace, CUDAPlace, Scope
 from ..lod import LoDTensor
+from ..places import CUDAPinnedPlace
 from ..py_reader import EOFException
 
-__all__ = ["CPUPlace", "CUDAPlace", "EOFException", "LoDTensor", "Scope",
+__all__ = ["CPUPlace", "CUDAPinnedPlace", "CUDAPlace", "EOFException", "LoDTensor", "Scope",
            "get_cuda_device_count", "is_compiled_with_cuda"]
 
 
