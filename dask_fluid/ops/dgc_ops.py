@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from .math_ops import clip_by_norm
 from .optimizer_ops import momentum, sgd
 from .registry import array_module, register, to_host
 
@@ -90,10 +91,7 @@ def dgc_clip_by_norm(ins: dict, attrs: dict, outs: tuple) -> dict:
     x = ins["X"][0]
     if int(scalar(ins["current_step"][0])) < int(attrs.get("rampup_begin_step", -1.0)):
         return {"Out": [x]}
-    xp = array_module(x)
-    max_norm = x.dtype.type(attrs.get("max_norm", 1.0))
-    norm = xp.sqrt((x * x).sum())
-    return {"Out": [(x * (max_norm / xp.maximum(norm, max_norm))).astype(x.dtype, copy=False)]}
+    return clip_by_norm({"X": [x]}, attrs, outs)
 
 
 @register("dgc", ("U", "V", "Grad", "Param", "current_step", "nranks"),

@@ -37,6 +37,7 @@ from ...ops import registry
 from ...ops.registry import to_host
 from ...ops.selected_rows import SelectedRows
 from ..errors import DistributedTrainingError
+from .data_parallel import allgather
 from .ops import connect, find_comm, passthrough
 from .trainers import TrainerComm
 
@@ -136,20 +137,10 @@ def _allreduce(handle: TrainerComm, value: Any, xp: Any) -> Any:
     return xp.asarray(buf)
 
 
-def _allgather(handle: TrainerComm, value: Any, xp: Any) -> Any:
-    """``[nranks, *value.shape]``: every rank's ``value``, in rank order."""
-    part = _buffer(handle, value, xp)
-    mod = np if isinstance(part, np.ndarray) else xp
-    buf = mod.zeros((handle.nranks, *part.shape), dtype=part.dtype)
-    buf[handle.rank] = part
-    handle.comm.allreduce([buf], op="sum")
-    return buf
-
-
 def _reduced(handle: TrainerComm, value: Any, xp: Any, reduce: str) -> Any:
     if reduce == "sum":
         return _collective(lambda: _allreduce(handle, value, xp))
-    gathered = _collective(lambda: _allgather(handle, value, xp))
+    gathered = _collective(lambda: allgather(handle, value, xp))
     mod = np if isinstance(gathered, np.ndarray) else xp
     combine = {"max": mod.maximum, "min": mod.minimum, "prod": mod.multiply}[reduce]
     out = gathered[0].copy()
@@ -289,7 +280,7 @@ def _c_allgather(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     handle, xp = _ring(ctx, attrs), ctx.executor._xp
     _check_nranks(ctx, attrs, handle)
     value = _input(ctx, ins)
-    gathered = _collective(lambda: _allgather(handle, value, xp))
+    gathered = _collective(lambda: allgather(handle, value, xp))
     # Fluid's layout: the ranks' tensors stacked along dim 0
     return {"Out": [xp.asarray(gathered.reshape((-1, *gathered.shape[2:])))]}
 

@@ -26,7 +26,7 @@ from dask_fluid.program_phases import (
     split_program,
 )
 
-__all__ = ["ALLREDUCE_OP", "DGC_ALLREDUCE_OP", "SYNC_OPS", "broadcast_persistables",
+__all__ = ["ALLREDUCE_OP", "DGC_ALLREDUCE_OP", "SYNC_OPS", "allgather", "broadcast_persistables",
            "compressing", "gradient_names", "optimize_start", "persistable_names",
            "reduce_compressed", "reduce_gradients", "split_program", "with_allreduce",
            "with_sync_batch_norm"]
@@ -181,28 +181,40 @@ def reduce_gradients(comm: Any, scope: Any, grads: Sequence[str], xp: Any, *, ho
             scope.vars[g] = xp.asarray(a)
 
 
+def allgather(handle: Any, value: Any, xp: Any, *, step: int | None = None) -> Any:
+    """``[nranks, *value.shape]``: every trainer's ``value`` in rank order, through the
+    communicators' sum (each rank's copy in its slot of a zero buffer); numpy arrays when the
+    communicator stages through the host (the ring)."""
+    if handle.host_staged or xp is np:
+        part, mod = np.array(to_host(value), copy=True, order="C"), np
+    else:
+        part, mod = xp.array(value, copy=True, order="C"), xp
+    buf = mod.zeros((handle.nranks, *part.shape), dtype=part.dtype)
+    buf[handle.rank] = part
+    handle.comm.allreduce([buf], op="sum", step=step)
+    return buf
+
+
 def reduce_compressed(handle: Any, scope: Any, grads: Sequence[str], encoded: Sequence[str],
                       xp: Any, *, step: int | None = None) -> list[Any]:
     """Sum the trainers' DGC top-k entries into the gradients ``grads`` (which their ``dgc``
     ops zeroed), in one fused exchange: Fluid's ``sparseAllGReduce``.
 
     ``encoded`` are the ``dgc`` ops' ``EncodeGrad`` values (``k`` indices' int32 bits, then
-    ``k`` values); every trainer's are gathered (each in its slot of a zero buffer, summed: in
-    float64, which keeps both the indices and the float32 values exact) and added into zeros
-    in rank order, so every trainer ends with the same bits. Returns the gathered encodings
-    of each gradient in Fluid's layout (its ``GatherBuff``).
+    ``k`` values); every trainer's are gathered (:func:`allgather`, in float64, which keeps
+    both the indices and the float32 values exact) and added into zeros in rank order, so
+    every trainer ends with the same bits. Returns the gathered encodings of each gradient in
+    Fluid's layout (its ``GatherBuff``).
     """
     host = handle.host_staged or xp is np
     encs = [to_host(scope.vars[e]) if host else scope.vars[e] for e in encoded]
     ks = [len(e) // 2 for e in encs]
     mod = np if host else xp
-    buf = mod.zeros((handle.nranks, 2 * sum(ks)), dtype=np.float64)
-    off = 0
-    for enc, k in zip(encs, ks, strict=True):
-        buf[handle.rank, off:off + k] = enc[:k].view(np.int32)
-        buf[handle.rank, off + k:off + 2 * k] = enc[k:]
-        off += 2 * k
-    handle.comm.allreduce([buf], op="sum", step=step)
+    row = mod.concatenate([part for enc, k in zip(encs, ks, strict=True)
+                           for part in (enc[:k].view(np.int32).astype(np.float64),
+                                        enc[k:].astype(np.float64))]) if encs else \
+        mod.zeros(0, dtype=np.float64)
+    buf = allgather(handle, row, xp, step=step)
     off, gathered = 0, []
     for g, k in zip(grads, ks, strict=True):
         like = scope.vars[g]
