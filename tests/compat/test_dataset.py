@@ -556,7 +556,7 @@ def _jpeg_bytes(directory):
         return tar.extractfile("jpg/image_00002.jpg").read()
 
 
-@pytest.mark.parametrize("name", sorted(common._DATASET_MODULES))
+@pytest.mark.parametrize("name", sorted({*common._DATASET_MODULES, "image"}))
 def test_every_dataset_module_imports_as_paddle_dataset(name):
     compat.install()
     try:

@@ -7,7 +7,6 @@ expected images from Pillow and numpy directly.
 
 from __future__ import annotations
 
-import importlib
 import io
 import itertools
 import os
@@ -17,7 +16,6 @@ import tarfile
 import numpy as np
 import pytest
 
-from dask_fluid import compat
 from dask_fluid.compat.dataset import cifar, common, flowers, image
 from tests.compat.synthetic_data import go_offline, py2_pickle, write_cifar, write_tgz
 
@@ -408,16 +406,3 @@ def test_batch_images_from_tar_refuses_labels_that_need_pickle(tmp_path):
     write_tgz(data_file, [("a.jpg", b"x")])
     with pytest.raises(TypeError, match="object array, which would need pickle"):
         image.batch_images_from_tar(data_file, "test", {"a.jpg": {"not": "a number"}})
-
-
-# -- import as paddle.dataset ---------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", ["cifar", "image"])
-def test_imports_as_paddle_dataset(name):
-    compat.install()
-    try:
-        module = importlib.import_module(f"paddle.dataset.{name}")
-        assert module is importlib.import_module(f"dask_fluid.compat.dataset.{name}")
-    finally:
-        compat.uninstall()

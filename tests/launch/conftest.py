@@ -34,37 +34,23 @@ def _synthetic_in_cache(module: str, marker: str, write) -> Iterator[Path]:
             path.unlink()
 
 
-@pytest.fixture
-def imikolov_in_paddle_cache():
-    with _synthetic_in_cache("imikolov", "imikolov%2Fsimple-examples.tgz",
-                             synthetic_data.write_imikolov) as directory:
-        yield directory
+def _cache_fixture(module: str, marker: str, write):
+    """A fixture: Paddle's cache directory ``module`` with synthetic files (see
+    :func:`_synthetic_in_cache`)."""
+    @pytest.fixture
+    def fixture():
+        with _synthetic_in_cache(module, marker, write) as directory:
+            yield directory
+
+    return fixture
 
 
-@pytest.fixture
-def mnist_in_paddle_cache():
-    with _synthetic_in_cache("mnist", "t10k-images-idx3-ubyte.gz",
-                             synthetic_data.write_mnist) as directory:
-        yield directory
-
-
-@pytest.fixture
-def simnet_in_paddle_cache():
-    with _synthetic_in_cache("simnet", "train", synthetic_data.write_simnet) as directory:
-        yield directory
-
-
-@pytest.fixture
-def text_classification_in_paddle_cache():
-    with _synthetic_in_cache("text_classification", "text_classification.tar.gz",
-                             synthetic_data.write_text_classification) as directory:
-        yield directory
-
-
-@pytest.fixture
-def avazu_in_paddle_cache():
-    with _synthetic_in_cache("avazu_ctr_data", "avazu_ctr_data.tgz",
-                             synthetic_data.write_avazu_ctr) as directory:
-        yield directory
-
-
+imikolov_in_paddle_cache = _cache_fixture("imikolov", "imikolov%2Fsimple-examples.tgz",
+                                          synthetic_data.write_imikolov)
+mnist_in_paddle_cache = _cache_fixture("mnist", "t10k-images-idx3-ubyte.gz",
+                                       synthetic_data.write_mnist)
+simnet_in_paddle_cache = _cache_fixture("simnet", "train", synthetic_data.write_simnet)
+text_classification_in_paddle_cache = _cache_fixture(
+    "text_classification", "text_classification.tar.gz", synthetic_data.write_text_classification)
+avazu_in_paddle_cache = _cache_fixture("avazu_ctr_data", "avazu_ctr_data.tgz",
+                                       synthetic_data.write_avazu_ctr)
