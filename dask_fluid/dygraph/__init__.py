@@ -7,12 +7,23 @@ updates the parameters it is given.
 
 from __future__ import annotations
 
-from . import nn  # noqa: F401  (fluid.dygraph.nn, as in Fluid)
+from . import jit, nn  # noqa: F401  (fluid.dygraph.jit, fluid.dygraph.nn, as in Fluid)
 from .backward import BackwardStrategy, grad
 from .base import disable_dygraph, enable_dygraph, enabled, guard, no_grad, to_variable
 from .checkpoint import load_dygraph, save_dygraph
 from .container import LayerList, ParameterList, Sequential
-from .jit import ProgramTranslator, TracedLayer, declarative, dygraph_to_static_func
+from .jit import (
+    ProgramTranslator,
+    SaveLoadConfig,
+    TracedLayer,
+    TranslatedLayer,
+    declarative,
+    dygraph_to_static_func,
+    load,
+    save,
+    set_code_level,
+    set_verbosity,
+)
 from .layers import Layer
 from .learning_rate_scheduler import (
     CosineDecay,
@@ -60,9 +71,10 @@ __all__ = [
     "Layer", "LayerList", "LayerNorm", "LearningRateDecay", "Linear", "LinearLrWarmup",
     "MultiStepDecay", "NCE", "NaturalExpDecay", "NoamDecay", "PRelu", "ParallelEnv",
     "ParallelStrategy", "ParamBase", "ParameterList", "PiecewiseDecay", "PolynomialDecay",
-    "Pool2D", "ProgramTranslator", "ReduceLROnPlateau", "Sequential", "SpectralNorm",
-    "StaticModelRunner", "StepDecay",
-    "TracedLayer", "TreeConv", "VarBase", "declarative", "disable_dygraph",
-    "dygraph_to_static_func", "enable_dygraph", "enabled", "grad", "guard", "load_dygraph",
-    "no_grad", "prepare_context", "save_dygraph", "to_variable",
+    "Pool2D", "ProgramTranslator", "ReduceLROnPlateau", "SaveLoadConfig", "Sequential",
+    "SpectralNorm", "StaticModelRunner", "StepDecay", "TracedLayer", "TranslatedLayer",
+    "TreeConv", "VarBase", "declarative", "disable_dygraph", "dygraph_to_static_func",
+    "enable_dygraph", "enabled", "grad", "guard", "load", "load_dygraph", "no_grad",
+    "prepare_context", "save", "save_dygraph", "set_code_level", "set_verbosity",
+    "to_variable",
 ]

@@ -3,8 +3,8 @@
 ``TracedLayer.trace(layer, inputs)`` runs the layer once and copies every op it runs into a
 Program, with the parameters' values in a scope of its own: the program runs on the executor
 (``static_layer(inputs)``) and saves as an inference model that ``fluid.io`` loads, as in
-Fluid 1.8. Fluid 1.8's dygraph-to-static translator (``declarative``, ``ProgramTranslator``),
-which rewrites Python control flow into program ops, is not implemented and says so.
+Fluid 1.8. The source translator (``declarative``, ``ProgramTranslator``, ``save``/``load``)
+is :mod:`.dygraph_to_static`; this module gathers Fluid 1.8's ``fluid.dygraph.jit`` names.
 """
 
 from __future__ import annotations
@@ -16,34 +16,30 @@ import numpy as np
 
 from ..compiler import CompiledProgram
 from ..executor import Executor, Scope, scope_guard
-from ..framework import Program, _dygraph_tracer, _dygraph_tracer_guard
+from ..framework import Program, _dygraph_tracer, _dygraph_tracer_guard, in_dygraph_mode
 from ..inference_model import save_inference_model
+from .dygraph_to_static.ast_transform import set_code_level, set_verbosity
+from .dygraph_to_static.program_translator import ProgramTranslator, declarative
+from .dygraph_to_static.saving import SaveLoadConfig, TranslatedLayer, load, save
 from .layers import Layer
 from .varbase import var_list
 
-__all__ = ["ProgramTranslator", "TracedLayer", "declarative", "dygraph_to_static_func"]
-
-_NO_TRANSLATOR = ("Fluid 1.8's dygraph-to-static translator (which rewrites Python control "
-                  "flow into program ops) is not implemented in dask_fluid: use "
-                  "TracedLayer.trace for layers without data-dependent control flow, or build "
-                  "a Program")
+__all__ = ["ProgramTranslator", "SaveLoadConfig", "TracedLayer", "TranslatedLayer",
+           "declarative", "dygraph_to_static_func", "load", "save", "set_code_level",
+           "set_verbosity"]
 
 
-def declarative(func: Any) -> Any:
-    """Fluid 1.8's ``@declarative``; not implemented (raises NotImplementedError)."""
-    raise NotImplementedError(f"fluid.dygraph.declarative: {_NO_TRANSLATOR}")
-
-
-def dygraph_to_static_func(func: Any) -> Any:
-    """Fluid 1.8's ``dygraph_to_static_func``; not implemented (raises)."""
-    raise NotImplementedError(f"fluid.dygraph.dygraph_to_static_func: {_NO_TRANSLATOR}")
-
-
-class ProgramTranslator:
-    """Fluid 1.8's ``ProgramTranslator``; not implemented (raises when created)."""
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> ProgramTranslator:
-        raise NotImplementedError(f"fluid.dygraph.ProgramTranslator: {_NO_TRANSLATOR}")
+def dygraph_to_static_func(dygraph_func: Any) -> Any:
+    """Fluid 1.8's ``dygraph_to_static_func``: the translated function, which builds its
+    control flow as program ops when called in a static program (and runs as written in
+    dygraph mode, or when ``ProgramTranslator().enable(False)``)."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if in_dygraph_mode() or not ProgramTranslator().enable_declarative:
+            return dygraph_func(*args, **kwargs)
+        return ProgramTranslator().get_func(dygraph_func)(*args, **kwargs)
+    call.__wrapped__ = dygraph_func
+    call.__name__ = getattr(dygraph_func, "__name__", "dygraph_to_static_func")
+    return call
 
 
 class TracedLayer:

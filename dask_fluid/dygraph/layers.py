@@ -262,6 +262,11 @@ class Layer:
     def __call__(self, *inputs: Any, **kwargs: Any) -> Any:
         # in dygraph mode the ops run now; outside it they go into the default main program
         # (Fluid 1.8's layers build static programs too, with the parameters they made)
+        return self._call_forward(self.forward, inputs, kwargs)
+
+    def _call_forward(self, forward: Any, inputs: tuple, kwargs: dict) -> Any:
+        """``forward(*inputs, **kwargs)`` between the hooks, after the first call's build
+        (``forward`` is the bound ``self.forward``, or its translation by ``@declarative``)."""
         for hook in list(self._forward_pre_hooks.values()):
             result = hook(self, inputs)
             if result is not None:
@@ -269,7 +274,7 @@ class Layer:
         if not self._built:
             self._build_once(*inputs, **kwargs)
             self._built = True
-        outputs = self.forward(*inputs, **kwargs)
+        outputs = forward(*inputs, **kwargs)
         for hook in list(self._forward_post_hooks.values()):
             result = hook(self, inputs, outputs)
             if result is not None:

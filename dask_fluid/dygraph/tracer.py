@@ -270,5 +270,6 @@ class Tracer:
             var._node = None if var.stop_gradient else node
 
 
-#: host ops that run fine one at a time (no sub-block, no RPC)
-_HOST_OK = frozenset({"print", "py_func"})
+#: host ops that run fine one at a time (no sub-block, no RPC); ``run_program`` runs a whole
+#: static program, control flow included, as one op (dygraph_to_static.partial_program)
+_HOST_OK = frozenset({"print", "py_func", "run_program", "run_program_grad"})

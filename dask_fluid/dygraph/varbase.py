@@ -222,6 +222,14 @@ class VarBase(Variable):
     def __int__(self) -> int:
         return int(self._scalar("int()"))
 
+    def __index__(self) -> int:
+        # range(n), list indices: an integer variable of one value (the loops @declarative
+        # translates take such bounds in dygraph mode too)
+        if np.dtype(self.dtype).kind not in "iu":
+            raise TypeError(f"{self.name!r} ({self.dtype}) cannot be used as an index: only "
+                            "integer variables can")
+        return int(self._scalar("an index"))
+
 
 def var_list(value: Any, what: str, where: str) -> list[VarBase]:
     """``value`` (a VarBase, or a list or tuple of them) as a list; TypeError naming

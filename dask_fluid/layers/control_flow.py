@@ -104,7 +104,8 @@ class IfElse:
     (Fluid 1.8's ``layers.IfElse``): ``input(x)`` inside a branch gives that branch's part of
     ``x`` (``split_lod_tensor``), ``output(...)`` gives the branch's results, and calling
     the IfElse merges each result of the two branches back in the rows' order
-    (``merge_lod_tensor``). Both branches run (on their parts, possibly empty). Forward only.
+    (``merge_lod_tensor``). Both branches run (on their parts, possibly empty), forward and
+    backward (each row's gradient goes back through its branch).
 
     Examples
     --------
@@ -241,9 +242,10 @@ def cond(pred: Variable, true_fn: Any = None, false_fn: Any = None,
          name: str | None = None) -> Any:
     """``true_fn()`` if ``pred`` else ``false_fn()`` (Fluid 1.8's ``layers.cond``): each
     branch's ops go into a ConditionalBlock that runs only when its side is taken, and their
-    results are merged with ``select_input``. Forward only (the backward pass through the
-    blocks raises NotImplementedError naming it). In dygraph mode the taken branch runs, as
-    in Fluid, and is differentiated like any other ops.
+    results are merged with ``select_input``. The backward pass goes through the branch that
+    ran (``conditional_block_grad``; ``select_input``'s gradient, ``select_output``, routes
+    the gradient to it). In dygraph mode the taken branch runs, as in Fluid, and is
+    differentiated like any other ops.
 
     Parameters
     ----------

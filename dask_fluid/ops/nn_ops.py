@@ -361,14 +361,21 @@ def dropout(ins: dict, attrs: dict, outs: tuple) -> dict:
 
 @_dropout_grad_register
 def dropout_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """dX = dOut · Mask (divided by 1 − p for ``upscale_in_train``)."""
+    """dX = dOut · Mask (divided by 1 − p for ``upscale_in_train``); at test time the
+    derivative of the forward's scaling: 1 − p (``downgrade_in_infer``) or 1.
+
+    (Fluid refuses this grad op at test time; it runs here when a test program is
+    differentiated, e.g. a ``@declarative`` layer in eval mode.)"""
     mask = ins["Mask"][0]
     d = ins["Out" + GRAD][0]
     if d is None:
         return {"X" + GRAD: [array_module(mask).zeros_like(mask)]}
+    p = float(attrs.get("dropout_prob", 0.5))
+    upscale = attrs.get("dropout_implementation", "downgrade_in_infer") == "upscale_in_train"
+    if attrs.get("is_test", False):
+        return {"X" + GRAD: [d.copy() if upscale else d * d.dtype.type(1.0 - p)]}
     g = d * mask
-    if attrs.get("dropout_implementation", "downgrade_in_infer") == "upscale_in_train":
-        p = float(attrs.get("dropout_prob", 0.5))
+    if upscale:
         g *= g.dtype.type(1.0 / (1.0 - p)) if p < 1.0 else g.dtype.type(0.0)
     return {"X" + GRAD: [g]}
 

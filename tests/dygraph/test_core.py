@@ -553,7 +553,7 @@ def test_static_variables_index_too_and_are_not_iterable():
 
 
 def test_traced_layer_runs_and_saves_as_an_inference_model(tmp_path):
-    from dask_fluid.dygraph.jit import ProgramTranslator, TracedLayer, declarative
+    from dask_fluid.dygraph.jit import TracedLayer
 
     x_np = np.random.default_rng(2).standard_normal((5, 4)).astype("float32")
     with dygraph.guard(fluid.CPUPlace()):
@@ -572,10 +572,6 @@ def test_traced_layer_runs_and_saves_as_an_inference_model(tmp_path):
         program, feeds, fetches = fluid.io.load_inference_model(str(tmp_path / "model"), exe)
         got = exe.run(program, feed={feeds[0]: x_np}, fetch_list=fetches)[0]
     np.testing.assert_allclose(got, out.numpy(), rtol=1e-6)
-    with pytest.raises(NotImplementedError, match="dygraph-to-static"):
-        declarative(lambda v: v)
-    with pytest.raises(NotImplementedError, match="ProgramTranslator"):
-        ProgramTranslator()
 
 
 def test_grad_returns_gradients_without_touching_the_variables():

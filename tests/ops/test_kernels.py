@@ -281,6 +281,13 @@ def test_dropout_determinism_and_test_mode():
     test_up = run_op("dropout", {"X": [x]}, {"is_test": True, "dropout_prob": 0.3,
                                              "dropout_implementation": "upscale_in_train"})
     np.testing.assert_array_equal(test_up["Out"][0], x)
+    # the gradient at test time is the derivative of that scaling (regression test: it was
+    # the mask's, 1 and 1 / (1 - p))
+    d = np.full_like(x, 2.0)
+    for impl, factor in (("downgrade_in_infer", 0.7), ("upscale_in_train", 1.0)):
+        grad = run_op("dropout_grad", {"Mask": [np.ones_like(x)], "Out@GRAD": [d]},
+                      {"is_test": True, "dropout_prob": 0.3, "dropout_implementation": impl})
+        np.testing.assert_allclose(grad["X@GRAD"][0], d * factor, rtol=1e-6)
     fixed = [run_op("dropout", {"X": [x]}, {"fix_seed": True, "seed": 5,
                                             "_rng": np.random.default_rng(i)})["Mask"][0]
              for i in range(2)]

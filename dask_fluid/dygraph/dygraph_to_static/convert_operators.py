@@ -1,0 +1,438 @@
+"""What translated code calls at run time (Fluid 1.8's ``convert_operators``).
+
+:mod:`.ast_transform` rewrites a dygraph function's ``if``, ``while``, ``for ... in range``,
+``and``/``or``/``not``, ``==``/``!=``, ``print``, ``len`` and calls into calls of these helpers.
+Each decides when the translated function runs (building a program): on a program Variable
+it builds the control-flow ops (``cond``'s conditional blocks, a ``while`` loop, logical and
+comparison ops, a ``print`` op); on Python values it does what Python does, so that Python
+control flow on shapes, flags and loop counts still runs once, while the program is built.
+
+Variables assigned in a branch or loop body go in and out of the generated functions by name;
+one that has no value yet is an :class:`Undefined`, which says what happened when it is used.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import sys
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ...framework import Variable, in_dygraph_mode
+from ...layers import control_flow, debug, loops, tensor
+from .ast_transform import RUNTIME, code_level, transformed, verbose
+
+__all__ = ["Undefined", "as_sequence", "checked_return", "convert_call", "convert_equal",
+           "convert_ifelse", "convert_len", "convert_logical_and", "convert_logical_not",
+           "convert_logical_or", "convert_not_equal", "convert_print", "convert_while_loop",
+           "load_name", "range_condition", "translate"]
+
+
+class Undefined:
+    """The value of a name that the translated code has not assigned on the path taken (a
+    variable set in one branch of a program ``if`` only, or in a loop body only).
+
+    Any use raises a NameError that says where the name lost its value."""
+
+    __slots__ = ("name", "reason")
+
+    def __init__(self, name: str, reason: str = "") -> None:
+        self.name = name
+        self.reason = reason
+
+    def _fail(self, *args: Any, **kwargs: Any) -> Any:
+        why = f": {self.reason}" if self.reason else ""
+        raise NameError(f"name {self.name!r} has no value here{why}")
+
+    __getattr__ = _fail  # type: ignore[assignment]
+    __call__ = __bool__ = __len__ = __iter__ = __getitem__ = __index__ = _fail
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _fail
+    __truediv__ = __rtruediv__ = __neg__ = __lt__ = __le__ = __gt__ = __ge__ = _fail
+    __array__ = __float__ = __int__ = _fail
+
+    def __repr__(self) -> str:
+        return f"<undefined {self.name}>"
+
+
+def checked_return(value: Any) -> Any:
+    """A translated function's result, refused when part of it has no value."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Undefined):
+            item._fail()
+        if isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+    return value
+
+
+def load_name(scope: dict, name: str) -> Any:
+    """``scope[name]``, or an :class:`Undefined` when the name has no value yet (what a
+    generated branch or loop function is given for a name assigned in it)."""
+    return scope[name] if name in scope else Undefined(name, "it is assigned later")
+
+
+def _is_program_var(value: Any) -> bool:
+    """A Variable of the program being built (not a dygraph variable with a value)."""
+    return isinstance(value, Variable) and not in_dygraph_mode()
+
+
+def _as_pred(value: Any, where: str) -> Variable:
+    if value.dtype != "bool":
+        raise TypeError(f"{where}: the condition {value.name!r} is a {value.dtype} Variable; "
+                        "a condition on program values must be a bool Variable (a comparison "
+                        "such as x > 0, or layers.cast(x, 'bool'))")
+    size = None if value.shape is None or any(d < 0 for d in value.shape) else int(
+        np.prod(value.shape))
+    if size not in (None, 1):
+        raise TypeError(f"{where}: the condition {value.name!r} has shape {list(value.shape)}; "
+                        "a condition must hold one value: reduce it first (e.g. "
+                        "layers.reduce_all, or compare a reduce_mean)")
+    return value
+
+
+# -- if / else ---------------------------------------------------------------------------------
+def convert_ifelse(pred: Any, true_fn: Callable, false_fn: Callable, args: Sequence[Any],
+                   names: Sequence[str], where: str, stores: Sequence[str] = ()) -> tuple:
+    """``if pred`` with the branch functions of the translated code.
+
+    Each branch function takes the current values of ``names`` (the variables the ``if``
+    assigns) and returns their values after the branch. On a program Variable both branches
+    are built into conditional blocks and each variable merged with ``select_input``
+    (``layers.cond``); otherwise the branch Python picks runs.
+
+    Raises
+    ------
+    NotImplementedError
+        On a program condition, a branch assigns an attribute or an item (``stores``: both
+        branches would run while building, so the assignment would not depend on ``pred``).
+    TypeError
+        On a program condition, the branches leave a variable with values that cannot be
+        merged (a Variable in one, a string in the other; different dtypes).
+    """
+    if not _is_program_var(pred):
+        return tuple((true_fn if pred else false_fn)(*args))
+    pred = _as_pred(pred, f"if at {where}")
+    if stores:
+        raise NotImplementedError(
+            f"if at {where}: the branches assign {sorted(stores)}; on a condition that is a "
+            "program Variable both branches are built, so such an assignment would not depend "
+            "on the condition. Assign a local variable in the branches and the attribute or "
+            "item after the if")
+    kinds: dict[str, list] = {}
+
+    def branch(fn: Callable, side: str) -> Callable:
+        def build() -> list:
+            values = list(fn(*args))
+            kinds[side] = values
+            # only Variables pass through the conditional blocks; the rest is merged below
+            return [v for v in values if _is_program_var(v)]
+        return build
+
+    # the variables each side returns must line up: build both, then pair them by name
+    true_side = control_flow.ConditionalBlock([pred], is_scalar_condition=True)
+    outs = {}
+    with true_side.block():
+        outs["true"] = [control_flow._copy_to_parent(v) for v in branch(true_fn, "true")()]
+    false_side = control_flow.ConditionalBlock([tensor.logical_not(pred)],
+                                               is_scalar_condition=True)
+    with false_side.block():
+        outs["false"] = [control_flow._copy_to_parent(v) for v in branch(false_fn, "false")()]
+    mask = tensor.cast(pred, "int32")
+    it_true, it_false = iter(outs["true"]), iter(outs["false"])
+    merged = []
+    for name, t, f in zip(names, kinds["true"], kinds["false"], strict=True):
+        t_var, f_var = _is_program_var(t), _is_program_var(f)
+        t_out = next(it_true) if t_var else None
+        f_out = next(it_false) if f_var else None
+        merged.append(_merge(name, where, t, f, t_out, f_out, mask))
+    return tuple(merged)
+
+
+def _merge(name: str, where: str, t: Any, f: Any, t_out: Variable | None,
+           f_out: Variable | None, mask: Variable) -> Any:
+    """One variable after a program ``if``: ``t`` and ``f`` are its values at the end of the
+    branches, ``t_out``/``f_out`` their copies out of the blocks (Variables only)."""
+    if isinstance(t, Undefined) or isinstance(f, Undefined):
+        side = "false" if isinstance(f, Undefined) else "true"
+        return Undefined(name, f"the if at {where} gives it a value only when its condition is "
+                               f"{'true' if side == 'false' else 'false'}; give it one in both "
+                               "branches (or before the if) to use it after")
+    if t_out is not None and f_out is not None:
+        if t_out.dtype != f_out.dtype:
+            raise TypeError(f"if at {where}: {name!r} is {t_out.dtype} after the true branch "
+                            f"and {f_out.dtype} after the false one; cast one of them")
+        return control_flow.select_input([f_out, t_out], mask)
+    if t_out is None and f_out is None:
+        if t is f or _same_python_value(t, f):
+            return t
+        if _is_number(t) and _is_number(f):  # a flag or a count set by a branch
+            dtype = _number_dtype(t, f)
+            return control_flow.select_input([tensor.fill_constant([1], dtype, f),
+                                              tensor.fill_constant([1], dtype, t)], mask)
+        raise TypeError(f"if at {where}: {name!r} is {t!r} after the true branch and {f!r} "
+                        "after the false one, Python values that a condition on program values "
+                        "cannot choose between; make them Variables (layers.fill_constant)")
+    # a Variable on one side, a Python number on the other: the number as a constant
+    var, other = (t_out, f) if t_out is not None else (f_out, t)
+    if not _is_number(other):
+        raise TypeError(f"if at {where}: {name!r} is a Variable after one branch and a "
+                        f"{type(other).__name__} after the other; make both Variables")
+    const = control_flow._copy_to_parent(tensor.fill_constant(
+        [1] if var.shape is None else [max(d, 1) for d in var.shape], var.dtype, other))
+    pair = [const, var] if t_out is not None else [var, const]
+    return control_flow.select_input(pair, mask)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (bool, int, float, np.number))
+
+
+def _number_dtype(*values: Any) -> str:
+    """The dtype of a constant holding Python numbers: bool, int64 or float32."""
+    if all(isinstance(v, (bool, np.bool_)) for v in values):
+        return "bool"
+    if all(isinstance(v, (int, np.integer)) for v in values):
+        return "int64"
+    return "float32"
+
+
+def _same_python_value(a: Any, b: Any) -> bool:
+    try:
+        return bool(type(a) is type(b) and a == b)
+    except Exception:  # noqa: BLE001  (arrays and odd objects: not the same)
+        return False
+
+
+# -- loops ---------------------------------------------------------------------------------------
+def convert_while_loop(cond_fn: Callable, body_fn: Callable, args: Sequence[Any],
+                       names: Sequence[str], where: str) -> tuple:
+    """``while cond: body`` with the loop functions of the translated code.
+
+    ``cond_fn`` and ``body_fn`` take the current values of ``names`` (the variables the body
+    assigns); ``body_fn`` returns their values after one pass. When the condition is a program
+    Variable the loop becomes a ``while`` op (``layers.while_loop``): the variables that hold
+    Variables or numbers before it are its loop variables (numbers become constants); the ones
+    with no value before it are set anew by every pass and have none after it. Otherwise the
+    loop runs in Python (unrolled into the program, as Python runs it).
+
+    Raises
+    ------
+    TypeError
+        A loop variable of a program loop holds something that cannot be a Variable.
+    """
+    args = list(args)
+    first = cond_fn(*args)
+    if not _is_program_var(first):
+        while first:
+            args = list(body_fn(*args))
+            first = cond_fn(*args)
+            if _is_program_var(first):
+                raise TypeError(
+                    f"while at {where}: the condition became a program Variable after the "
+                    "first pass; give the variables it reads Variable values before the loop")
+        return tuple(args)
+    _as_pred(first, f"while at {where}")
+    carried = [i for i, v in enumerate(args) if not isinstance(v, Undefined)]
+    for i in carried:
+        value = args[i]
+        if _is_program_var(value):
+            continue
+        if _is_number(value):
+            args[i] = tensor.fill_constant([1], _number_dtype(value), value)
+        else:
+            raise TypeError(f"while at {where}: {names[i]!r} holds a {type(value).__name__}, "
+                            "which a loop on program values cannot carry: make it a Variable")
+
+    def full(values: Sequence[Any]) -> list:
+        out = list(args)
+        for i, v in zip(carried, values, strict=True):
+            out[i] = v
+        return out
+
+    def body(*values: Any) -> list:
+        after = list(body_fn(*full(values)))
+        result = []
+        for i in carried:
+            value = after[i]
+            if not _is_program_var(value):
+                if _is_number(value):
+                    value = tensor.fill_constant([1], args[i].dtype, value)
+                else:
+                    raise TypeError(f"while at {where}: the body leaves {names[i]!r} a "
+                                    f"{type(value).__name__}; a program loop carries Variables")
+            result.append(value)
+        return result
+
+    outs = loops.while_loop(lambda *values: cond_fn(*full(values)), body,
+                            [args[i] for i in carried])
+    result = full(outs)
+    for i, value in enumerate(result):
+        if isinstance(value, Undefined):
+            result[i] = Undefined(names[i], f"the while loop at {where} assigns it in its body "
+                                            "only; give it a value before the loop")
+    return tuple(result)
+
+
+def as_sequence(items: Any) -> Sequence[Any]:
+    """What a translated ``for x in items`` indexes: the items as a list (a Python loop, which
+    runs while the program is built); a Variable's rows when the program knows how many."""
+    if _is_program_var(items):
+        n = convert_len(items)
+        return [items[i] for i in range(n)]
+    return items if isinstance(items, (list, tuple)) else list(items)
+
+
+def range_condition(i: Any, stop: Any, step: Any) -> Any:
+    """The condition of a translated ``for i in range(start, stop, step)``."""
+    if isinstance(step, (int, np.integer)):
+        if step == 0:
+            raise ValueError("range() arg 3 must not be zero")
+        return i < stop if step > 0 else i > stop
+    raise TypeError("for ... in range(): a step that is a program Variable is not "
+                    "implemented; give the step as a Python int")
+
+
+# -- logical and comparison operators -------------------------------------------------------------
+def _bool_var(value: Any) -> Variable:
+    if _is_program_var(value):
+        return value if value.dtype == "bool" else tensor.cast(value, "bool")
+    return tensor.fill_constant([1], "bool", bool(value))
+
+
+def convert_logical_and(lhs: Callable[[], Any], rhs: Callable[[], Any]) -> Any:
+    """``a and b``: Python's short circuit on Python values, ``logical_and`` on Variables."""
+    left = lhs()
+    if not _is_program_var(left):
+        return rhs() if left else left
+    return tensor.logical_and(_bool_var(left), _bool_var(rhs()))
+
+
+def convert_logical_or(lhs: Callable[[], Any], rhs: Callable[[], Any]) -> Any:
+    """``a or b``: Python's short circuit on Python values, ``logical_or`` on Variables."""
+    left = lhs()
+    if not _is_program_var(left):
+        return left if left else rhs()
+    return tensor.logical_or(_bool_var(left), _bool_var(rhs()))
+
+
+def convert_logical_not(value: Any) -> Any:
+    """``not a``: ``logical_not`` on a Variable."""
+    return tensor.logical_not(_bool_var(value)) if _is_program_var(value) else not value
+
+
+def _compare(op: Callable, left: Any, right: Any) -> Variable:
+    if not _is_program_var(left):
+        left, right = right, left
+    if not _is_program_var(right):
+        right = tensor.fill_constant([1], left.dtype, right)
+    return op(left, right)
+
+
+def convert_equal(left: Any, right: Any) -> Any:
+    """``a == b``: the ``equal`` op when either side is a Variable (Fluid 1.8's ``==``)."""
+    if _is_program_var(left) or _is_program_var(right):
+        return _compare(tensor.equal, left, right)
+    return left == right
+
+
+def convert_not_equal(left: Any, right: Any) -> Any:
+    """``a != b``: the ``not_equal`` op when either side is a Variable."""
+    if _is_program_var(left) or _is_program_var(right):
+        from ...layers.compare import not_equal  # noqa: PLC0415  (one use)
+        return _compare(not_equal, left, right)
+    return left != right
+
+
+# -- builtins ----------------------------------------------------------------------------------
+def convert_len(value: Any) -> Any:
+    """``len(x)``: a Variable's first dimension when the program knows it."""
+    if _is_program_var(value):
+        if not value.shape or value.shape[0] < 0:
+            raise TypeError(f"len({value.name!r}): its first dimension is not known while the "
+                            "program is built (shape "
+                            f"{None if value.shape is None else list(value.shape)}); use "
+                            "layers.shape")
+        return int(value.shape[0])
+    return len(value)
+
+
+def convert_print(*args: Any, **kwargs: Any) -> None:
+    """``print(...)``: a Variable is printed by a ``print`` op each time the program runs;
+    the rest once, now."""
+    variables = [a for a in args if _is_program_var(a)]
+    if not variables:
+        builtins.print(*args, **kwargs)
+        return
+    for var in variables:
+        debug.Print(var)
+
+
+# -- calls ---------------------------------------------------------------------------------------
+_SKIP_MODULES = ("dask_fluid", "numpy", "builtins", "dask", "distributed", "functools",
+                 "collections", "typing", "math", "inspect", "abc")
+
+
+def convert_call(func: Any) -> Any:
+    """The callee as translated code: a user's function or method is translated (once, then
+    cached), a dygraph Layer's ``forward`` too; the framework's, numpy's and builtins are
+    called as they are, and so are ``@declarative`` functions (they translate themselves
+    when called outside dygraph mode)."""
+    from ..layers import Layer  # noqa: PLC0415  (the layers module imports the layers package)
+
+    if isinstance(func, Layer):
+        forward = type(func).forward
+        if not _user_code(forward):
+            return func
+        translated = translate(forward).__get__(func)
+        return lambda *args, **kwargs: func._call_forward(translated, args, kwargs)
+    if inspect.ismethod(func):
+        if _user_code(func.__func__):
+            return translate(func.__func__).__get__(func.__self__)
+        return func
+    if _user_code(func):
+        return translate(func)
+    return func
+
+
+def _user_code(func: Any) -> bool:
+    if not inspect.isfunction(func) or func.__name__ == "<lambda>":
+        return False
+    module = getattr(func, "__module__", None) or ""
+    return module.split(".")[0] not in _SKIP_MODULES
+
+
+# -- translation -----------------------------------------------------------------------------------
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def translate(func: Callable) -> Callable:
+    """``func`` with its control flow translated (:mod:`.ast_transform`), compiled with these
+    helpers as its runtime; cached per function object.
+
+    Raises
+    ------
+    TranslationError
+        The source is not available or uses a construct that is not translated.
+    """
+    done = _CACHE.get(func)
+    if done is None:
+        tree, namespace = transformed(func)
+        namespace[RUNTIME] = sys.modules[__name__]
+        verbose(f"translated {func.__qualname__}")
+        if code_level() > 0:
+            print(f"# translated {func.__qualname__} (dygraph_to_static)\n{ast.unparse(tree)}")
+        code = compile(tree, inspect.getsourcefile(func) or "<declarative>", "exec")
+        exec(code, namespace)  # noqa: S102  (the user's own function, recompiled)
+        done = namespace[func.__name__]
+        done.__defaults__, done.__kwdefaults__ = func.__defaults__, func.__kwdefaults__
+        done.__doc__, done.__wrapped__ = func.__doc__, func
+        _CACHE[func] = done
+    return done

@@ -1,0 +1,369 @@
+"""The source translation of ``@declarative`` (dask_fluid.dygraph.dygraph_to_static).
+
+Each function is run twice: as written, in dygraph mode (Python's own control flow on the
+values: the independent reference), and translated into a static program that the executor
+runs; both must give the same values on inputs that take each branch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dask_fluid as fluid
+from dask_fluid.dygraph.dygraph_to_static.ast_transform import (
+    TranslationError,
+    translated_code,
+)
+from dask_fluid.dygraph.dygraph_to_static.convert_operators import Undefined, translate
+
+L = fluid.layers
+RNG = np.random.default_rng(0)
+
+
+def _dygraph(func, arrays):
+    with fluid.dygraph.guard():
+        out = func(*[fluid.dygraph.to_variable(a) for a in arrays])
+        return [np.array(o.numpy()) for o in (out if isinstance(out, (list, tuple)) else [out])]
+
+
+def _static(func, arrays):
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        feeds = [fluid.data(f"in{i}", list(a.shape), str(a.dtype)) for i, a in enumerate(arrays)]
+        out = translate(func)(*feeds)
+        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    values = exe.run(main, feed={f"in{i}": a for i, a in enumerate(arrays)}, fetch_list=outs)
+    return values, main
+
+
+def _check(func, *arrays, control_flow=True):
+    expected = _dygraph(func, arrays)
+    got, program = _static(func, arrays)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_allclose(np.asarray(g), e, rtol=1e-5, atol=1e-6)
+    types = {op.type for block in program.blocks for op in block.ops}
+    if control_flow:
+        assert types & {"conditional_block", "while"}, types
+    return program
+
+
+def _x(*shape, sign=1.0):
+    return (sign * (RNG.random(shape) + 0.1)).astype("float32")
+
+
+# -- if / else ------------------------------------------------------------------------------------
+def if_elif(x):
+    m = L.reduce_mean(x)
+    if m > 1.0:
+        y = x * 3.0
+    elif m > 0.0:
+        y = x + 1.0
+        z = y * 2.0
+        y = z - x
+    else:
+        y = L.relu(x) - 2.0
+    return y
+
+
+@pytest.mark.parametrize("shift", [2.0, 0.0, -2.0])
+def test_if_elif_else_on_a_tensor_takes_the_branch_of_the_values(shift):
+    _check(if_elif, _x(3, 4) + np.float32(shift))
+
+
+def early_return(x, y):
+    if L.reduce_sum(x) > L.reduce_sum(y):
+        return x - y
+    t = x * y
+    if L.reduce_max(t) < 0.5:
+        return t
+    return t + 1.0
+
+
+@pytest.mark.parametrize("a,b", [(1.0, 0.0), (0.0, 1.0), (0.0, 10.0)])
+def test_early_returns_become_one_return(a, b):
+    x, y = _x(2, 2) * 0.1 + np.float32(a), _x(2, 2) * 0.1 + np.float32(b)
+    _check(early_return, x, y)
+
+
+def python_flag(x, double=True):
+    if double:
+        return x * 2.0
+    return x
+
+
+def test_conditions_on_python_values_stay_python():
+    got, program = _static(python_flag, [_x(2)])
+    assert {op.type for op in program.global_block().ops} == {"scale"} or not any(
+        op.type == "conditional_block" for op in program.global_block().ops)
+
+
+def one_sided(x):
+    if L.reduce_mean(x) > 0:
+        tmp = x * 2.0
+        x = tmp + 1.0
+    return x
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_a_variable_assigned_in_one_branch_only_is_fine_when_unused(sign):
+    _check(one_sided, _x(3, sign=sign))
+
+
+def one_sided_used(x):
+    if L.reduce_mean(x) > 0:
+        tmp = x * 2.0
+    return tmp
+
+
+def test_a_variable_assigned_in_one_branch_only_says_so_when_used():
+    with pytest.raises(NameError, match=r"'tmp' .*only when its condition is true"):
+        _static(one_sided_used, [_x(3)])
+
+
+class _Holder:
+    value = None
+
+
+def attribute_store(x, holder):
+    if L.reduce_mean(x) > 0:
+        holder.value = x
+    return x
+
+
+def test_an_attribute_assigned_in_a_program_branch_is_refused():
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        x = fluid.data("x", [3], "float32")
+        with pytest.raises(NotImplementedError, match=r"holder.value"):
+            translate(attribute_store)(x, _Holder())
+
+
+def mixed_branch_values(x):
+    if L.reduce_mean(x) > 0:
+        y = x
+    else:
+        y = "text"
+    return y
+
+
+def test_branches_leaving_a_variable_and_a_string_are_refused():
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        x = fluid.data("x", [3], "float32")
+        with pytest.raises(TypeError, match=r"'y' is a Variable after one branch and a str"):
+            translate(mixed_branch_values)(x)
+
+
+def non_bool_condition(x):
+    if L.reduce_mean(x):
+        x = x + 1.0
+    return x
+
+
+def test_a_condition_that_is_not_bool_is_a_clear_error():
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        x = fluid.data("x", [3], "float32")
+        with pytest.raises(TypeError, match=r"must be a bool Variable"):
+            translate(non_bool_condition)(x)
+
+
+# -- loops ----------------------------------------------------------------------------------------
+def while_tensor(x, limit):
+    i = L.fill_constant([1], "int64", 0)
+    s = L.fill_constant([1], "float32", 0.0)
+    while i < limit:
+        s = s + L.reduce_sum(x)
+        i = i + 1
+    return s, i
+
+
+@pytest.mark.parametrize("n", [0, 1, 4])
+def test_while_on_a_tensor_condition(n):
+    _check(while_tensor, _x(2, 3), np.array([n], "int64"))
+
+
+def while_break(x, limit):
+    i = L.fill_constant([1], "int64", 0)
+    s = L.fill_constant([1], "float32", 0.0)
+    while i < limit:
+        s = s + L.reduce_mean(x) * 2.0
+        if s > 3.0:
+            break
+        i = i + 1
+    return s, i
+
+
+@pytest.mark.parametrize("n", [2, 10])
+def test_break_in_a_program_loop(n):
+    _check(while_break, _x(4), np.array([n], "int64"))
+
+
+def for_range_continue(x, n):
+    s = x * 0.0
+    for _ in range(n):
+        if L.reduce_mean(s) > 2.0:
+            continue
+        s = s + x
+    return s
+
+
+@pytest.mark.parametrize("n", [0, 3, 12])
+def test_for_range_over_a_tensor_bound_with_continue(n):
+    _check(for_range_continue, _x(3), np.array([n], "int64"))
+
+
+def for_python_range(x):
+    s = x
+    for k in range(3):
+        if k == 1:
+            continue
+        s = s * 2.0 + k
+    return s
+
+
+def test_for_over_a_python_range_is_unrolled():
+    _check(for_python_range, _x(2), control_flow=False)
+
+
+def for_items(x):
+    outs = []
+    for scale in [1.0, 2.0, 3.0]:
+        outs.append(x * scale)
+    return L.concat(outs, axis=0)
+
+
+def test_for_over_a_python_list():
+    _check(for_items, _x(2), control_flow=False)
+
+
+def nested(x, n):
+    i = L.fill_constant([1], "int64", 0)
+    while i < n:
+        if L.reduce_mean(x) > 1.0:
+            x = x * 0.5
+        else:
+            x = x + 0.3
+        i = i + 1
+    return x
+
+
+def test_an_if_inside_a_program_loop():
+    _check(nested, _x(3), np.array([6], "int64"))
+
+
+def return_in_loop(x):
+    for _ in range(3):
+        return x
+    return x
+
+
+def test_return_inside_a_loop_is_refused():
+    with pytest.raises(TranslationError, match=r"return inside a for"):
+        translate(return_in_loop)
+
+
+# -- operators and builtins --------------------------------------------------------------------
+def logical(x, y):
+    mx, my = L.reduce_mean(x), L.reduce_mean(y)
+    if mx > 0 and not my > 0:
+        return x
+    if mx > 0 or my > 0:
+        return y
+    return x + y
+
+
+@pytest.mark.parametrize("a,b", [(1, -1), (-1, 1), (1, 1), (-1, -1)])
+def test_and_or_not_on_tensors(a, b):
+    _check(logical, _x(2, sign=a), _x(2, sign=b))
+
+
+def equality(x, k):
+    if k == 2:
+        return x * 2.0
+    if k != 1:
+        return x * 3.0
+    return x
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_equality_on_tensors_compares_values(k):
+    # (a dygraph variable's == is Python's identity here, so numpy gives the reference)
+    x = _x(2)
+    got, program = _static(equality, [x, np.array([k], "int64")])
+    np.testing.assert_allclose(got[0], x * {1: 1.0, 2: 2.0, 3: 3.0}[k], rtol=1e-6)
+    types = [op.type for block in program.blocks for op in block.ops]
+    assert "equal" in types and "not_equal" in types
+
+
+def chained(x):
+    m = L.reduce_mean(x)
+    if 0.2 < m < 0.8:
+        return x
+    return -x
+
+
+@pytest.mark.parametrize("shift", [0.0, 2.0])
+def test_chained_comparisons(shift):
+    _check(chained, np.full([2], 0.5 + shift, "float32"))
+
+
+def uses_len(x):
+    return x * float(len(x))
+
+
+def test_len_of_a_known_dimension():
+    _check(uses_len, _x(3, 2), control_flow=False)
+
+
+def _helper(x):
+    if L.reduce_mean(x) > 0.5:
+        return x * 10.0
+    return x
+
+
+def calls_helper(x):
+    return _helper(x) + 1.0
+
+
+@pytest.mark.parametrize("shift", [0.0, 1.0])
+def test_the_users_own_functions_are_translated_too(shift):
+    _check(calls_helper, _x(3) * 0.1 + np.float32(shift))
+
+
+def printing(x):
+    y = x * 2.0
+    print(y)
+    return y
+
+
+def test_print_of_a_variable_is_a_print_op(capsys):
+    _, program = _static(printing, [_x(2)])
+    assert "print" in [op.type for op in program.global_block().ops]
+
+
+def test_the_translated_code_is_readable_python():
+    code = translated_code(early_return)
+    assert "convert_ifelse" in code and code.count("return") >= 1
+    compile(code, "<check>", "exec")
+
+
+def test_functions_without_source_are_refused():
+    with pytest.raises(TranslationError, match="lambda"):
+        translate(lambda x: x)
+    namespace = {}
+    exec("def typed(x):\n    return x\n", namespace)  # noqa: S102
+    with pytest.raises(TranslationError, match="source"):
+        translate(namespace["typed"])
+
+
+def test_undefined_says_what_happened():
+    value = Undefined("t", "the if at f.py:3 gives it a value only when ...")
+    with pytest.raises(NameError, match="'t' has no value here: the if at f.py:3"):
+        value + 1
+    with pytest.raises(NameError):
+        bool(value)
