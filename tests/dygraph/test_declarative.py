@@ -297,3 +297,45 @@ def test_translation_off_runs_the_function_as_written():
         net = Net()
         net(to_variable(_batches(1)[0][0]))
     assert len(ProgramTranslator().get_program_cache()) == 0
+
+
+class Recurrent(fluid.dygraph.Layer):
+    """A cell unrolled over the steps of the input (a Python loop on its shape) and a loop on
+    the values (shrink until small: a program loop, differentiated through while_grad)."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = Linear(6, 3, act="tanh")
+        self.out = Linear(3, 2)
+
+    @declarative
+    def forward(self, x):
+        h = L.fill_constant_batch_size_like(x, [-1, 3], "float32", 0.0)
+        for t in range(x.shape[1]):
+            h = self.cell(L.concat([x[:, t, :], h], axis=1))
+        steps = L.fill_constant([1], "int64", 0)
+        while L.reduce_sum(L.abs(h)) > 1.0 and steps < 10:
+            h = h * 0.7
+            steps = steps + 1
+        return L.reduce_mean(self.out(h)), steps
+
+
+def _recurrent_step(translated):
+    ProgramTranslator().enable(translated)
+    x = np.random.default_rng(4).standard_normal((4, 5, 3)).astype("float32")
+    with fluid.dygraph.guard():
+        net = Recurrent()
+        _init(net)
+        loss, steps = net(to_variable(x))
+        loss.backward()
+        return float(loss.numpy()[0]), int(steps.numpy()[0]), {
+            p.name: p.gradient() for p in net.parameters()}
+
+
+def test_gradients_through_unrolled_steps_and_a_value_loop_equal_the_eager_ones():
+    loss, steps, grads = _recurrent_step(True)
+    ref_loss, ref_steps, ref_grads = _recurrent_step(False)
+    assert steps == ref_steps > 0
+    assert loss == pytest.approx(ref_loss, rel=1e-6)
+    for name, grad in grads.items():
+        np.testing.assert_allclose(grad, ref_grads[name], rtol=1e-5, atol=1e-7, err_msg=name)

@@ -367,3 +367,102 @@ def test_undefined_says_what_happened():
         value + 1
     with pytest.raises(NameError):
         bool(value)
+
+
+# -- expressions, asserts and containers ----------------------------------------------------------
+def if_expression(x):
+    m = L.reduce_mean(x)
+    y = x * 2.0 if m > 0 else x * -3.0
+    return y + (1.0 if m > 100 else 0.0)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_conditional_expressions_on_tensors(sign):
+    _check(if_expression, _x(3, sign=sign))
+
+
+def asserting(x):
+    assert L.reduce_min(x) > 0, "x must be positive"
+    return x * 2.0
+
+
+def test_assert_on_a_tensor_is_an_assert_op():
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        x = fluid.data("x", [3], "float32")
+        y = translate(asserting)(x)
+    assert "assert" in [op.type for op in main.global_block().ops]
+    exe = fluid.Executor()
+    good = _x(3)
+    np.testing.assert_allclose(exe.run(main, feed={"x": good}, fetch_list=[y])[0], good * 2)
+    with pytest.raises(fluid.executor.ExecutionError, match="AssertOp must be true"):
+        exe.run(main, feed={"x": -good}, fetch_list=[y])
+
+
+def python_assert(x, n=3):
+    assert n > 0, f"n is {n}"
+    return x * float(n)
+
+
+def test_assert_on_python_values_is_pythons():
+    _check(python_assert, _x(2), control_flow=False)
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        x = fluid.data("x", [2], "float32")
+        with pytest.raises(AssertionError, match="n is 0"):
+            translate(python_assert)(x, 0)
+
+
+def grows_a_list_in_a_program_loop(x, n):
+    outs = []
+    i = L.fill_constant([1], "int64", 0)
+    while i < n:
+        outs.append(x * 2.0)
+        i = i + 1
+    return L.concat(outs)
+
+
+def test_a_python_list_grown_in_a_program_loop_is_refused():
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        x = fluid.data("x", [2], "float32")
+        n = fluid.data("n", [1], "int64")
+        with pytest.raises(NotImplementedError, match=r"outs.append\(...\).*tensor array"):
+            translate(grows_a_list_in_a_program_loop)(x, n)
+
+
+def list_inside_a_program_loop(x, n):
+    i = L.fill_constant([1], "int64", 0)
+    while i < n:
+        parts = []
+        for k in range(2):
+            parts.append(x * float(k + 1))
+        x = L.sums(parts) * 0.5
+        i = i + 1
+    return x
+
+
+def test_a_list_made_and_used_inside_one_pass_of_a_program_loop_is_fine():
+    _check(list_inside_a_program_loop, _x(3), np.array([3], "int64"))
+
+
+def tensor_array_decode(x, n):
+    arr = L.create_array("float32")
+    i = L.fill_constant([1], "int64", 0)
+    h = x
+    while i < n:
+        h = L.tanh(h * 1.5 + 0.1)
+        L.array_write(h, i, arr)
+        i = i + 1
+    out, _ = L.tensor_array_to_tensor(arr, axis=0)
+    return out
+
+
+def test_a_tensor_array_written_in_a_program_loop():
+    x = _x(1, 3)
+    got, program = _static(tensor_array_decode, [x, np.array([4], "int64")])
+    expected, h = [], x
+    for _ in range(4):
+        h = np.tanh(h * 1.5 + 0.1)
+        expected.append(h)
+    np.testing.assert_allclose(got[0], np.concatenate(expected), rtol=1e-5)

@@ -12,8 +12,8 @@ control flow on tensors builds program ops (Fluid 1.8's ``ast_transformer`` and 
 - ``if``/``while`` become two generated functions each (the branches; the condition and the
   body) taking and returning, by name, the variables the statement assigns, and a call of
   :func:`.convert_operators.convert_ifelse` / ``convert_while_loop``;
-- ``and``/``or``/``not``, ``==``/``!=``, ``print``, ``len`` and the user's own calls go through
-  the other ``convert_*`` helpers.
+- ``and``/``or``/``not``, ``==``/``!=``, ``x if c else y``, ``assert``, ``print``, ``len`` and
+  the user's own calls go through the other ``convert_*`` helpers.
 
 The helpers decide at run time whether a condition is a program Variable (build control-flow
 ops) or a Python value (plain Python). Not translated, with an error that names it: ``return``
@@ -91,6 +91,12 @@ _PLAIN_CALLS = frozenset({
     "max", "abs", "sum", "sorted", "reversed", "iter", "next", "map", "filter", "any", "all",
     "id", "hash", "repr", "format", "round", "divmod", "callable", "object", "vars", "dir",
     "globals", "locals", "slice", "bytes", "chr", "ord", "super", RUNTIME})
+
+
+#: methods that change a Python container in place: in a branch or loop on program values they
+#: would run once while the program is built, whatever the values
+_MUTATORS = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "update",
+                       "setdefault", "add", "discard", "popitem", "sort", "reverse"})
 
 
 class TranslationError(NotImplementedError):
@@ -282,10 +288,25 @@ def _assigned(stmts: list[ast.stmt]) -> tuple[list[str], list[str]]:
             names.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
-    stores = {ast.unparse(node) for node in _own_nodes(stmts, into_generated=True)
-              if isinstance(node, (ast.Attribute, ast.Subscript))
-              and isinstance(node.ctx, ast.Store)}
+    stores = set()
+    for node in _own_nodes(stmts, into_generated=True):
+        if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, ast.Store):
+            changed, shown = node, ast.unparse(node)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                node.func.attr in _MUTATORS):
+            changed, shown = node.func, f"{ast.unparse(node.func)}(...)"
+        else:
+            continue
+        if _root(changed) not in names:  # (an object made inside the statement is its own)
+            stores.add(shown)
     return sorted(names), sorted(stores)
+
+
+def _root(node: ast.expr) -> str | None:
+    """The name an attribute/item chain starts from (``a`` of ``a.b[1].c``)."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
 
 
 def _function(name: str, params: list[str], body: list[ast.stmt],
@@ -370,13 +391,24 @@ class _Transformer(ast.NodeTransformer):
                 return node
             if func.id in _PLAIN_CALLS:
                 return node
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and (
-                func.value.id == RUNTIME):
-            return node
+        if isinstance(func, ast.Attribute) and (func.attr in _MUTATORS or (
+                isinstance(func.value, ast.Name) and func.value.id == RUNTIME)):
+            return node  # a container's own method (seen by _assigned), or the runtime
         node.func = _runtime("convert_call", func)
         return node
 
+    def visit_IfExp(self, node: ast.IfExp) -> ast.expr:
+        self.generic_visit(node)
+        return ast.copy_location(_runtime("convert_ifexp", node.test, _lambda(node.body),
+                                          _lambda(node.orelse), self._where(node)), node)
+
     # -- statements
+    def visit_Assert(self, node: ast.Assert) -> ast.stmt:
+        self.generic_visit(node)
+        message = _lambda(node.msg) if node.msg is not None else ast.Constant(None)
+        call = _runtime("convert_assert", node.test, message, self._where(node))
+        return ast.copy_location(ast.Expr(value=call), node)
+
     def visit_Return(self, node: ast.Return) -> ast.Return:
         self.generic_visit(node)
         if node.value is not None:
@@ -451,13 +483,14 @@ class _Transformer(ast.NodeTransformer):
 
     def _loop(self, test: ast.expr, body: list[ast.stmt], node: ast.stmt) -> list[ast.stmt]:
         k = next(self._count)
-        names, _ = _assigned(body)
+        names, stores = _assigned(body)
         cond_fn, body_fn = f"{_FN}_cond_{k}", f"{_FN}_body_{k}"
         defs = [_function(cond_fn, names, [], test), _function(body_fn, names, body,
                                                                 _tuple(names))]
         call = _runtime("convert_while_loop", _name(cond_fn), _name(body_fn), _current(names),
                         ast.Tuple(elts=[ast.Constant(n) for n in names], ctx=ast.Load()),
-                        self._where(node))
+                        self._where(node),
+                        ast.Tuple(elts=[ast.Constant(s) for s in stores], ctx=ast.Load()))
         result = (ast.Assign(targets=[_tuple(names, ast.Store())], value=call) if names
                   else ast.Expr(value=call))
         return [ast.copy_location(s, node) for s in (*defs, result)]

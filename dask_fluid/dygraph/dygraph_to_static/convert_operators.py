@@ -27,10 +27,11 @@ from ...framework import Variable, in_dygraph_mode
 from ...layers import control_flow, debug, loops, tensor
 from .ast_transform import RUNTIME, code_level, transformed, verbose
 
-__all__ = ["Undefined", "as_sequence", "checked_return", "convert_call", "convert_equal",
-           "convert_ifelse", "convert_len", "convert_logical_and", "convert_logical_not",
-           "convert_logical_or", "convert_not_equal", "convert_print", "convert_while_loop",
-           "load_name", "range_condition", "translate"]
+__all__ = ["Undefined", "as_sequence", "checked_return", "convert_assert", "convert_call",
+           "convert_equal", "convert_ifelse", "convert_ifexp", "convert_len",
+           "convert_logical_and", "convert_logical_not", "convert_logical_or",
+           "convert_not_equal", "convert_print", "convert_while_loop", "load_name",
+           "range_condition", "translate"]
 
 
 class Undefined:
@@ -120,12 +121,7 @@ def convert_ifelse(pred: Any, true_fn: Callable, false_fn: Callable, args: Seque
     if not _is_program_var(pred):
         return tuple((true_fn if pred else false_fn)(*args))
     pred = _as_pred(pred, f"if at {where}")
-    if stores:
-        raise NotImplementedError(
-            f"if at {where}: the branches assign {sorted(stores)}; on a condition that is a "
-            "program Variable both branches are built, so such an assignment would not depend "
-            "on the condition. Assign a local variable in the branches and the attribute or "
-            "item after the if")
+    _refuse_stores(stores, f"if at {where}", "branches", "both branches are built")
     kinds: dict[str, list] = {}
 
     def branch(fn: Callable, side: str) -> Callable:
@@ -154,6 +150,13 @@ def convert_ifelse(pred: Any, true_fn: Callable, false_fn: Callable, args: Seque
         f_out = next(it_false) if f_var else None
         merged.append(_merge(name, where, t, f, t_out, f_out, mask))
     return tuple(merged)
+
+
+def convert_ifexp(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any],
+                  where: str) -> Any:
+    """``a if pred else b``: an ``if`` whose branches give one value (:func:`convert_ifelse`)."""
+    return convert_ifelse(pred, lambda: (true_fn(),), lambda: (false_fn(),), (),
+                          ("the value of the expression",), where)[0]
 
 
 def _merge(name: str, where: str, t: Any, f: Any, t_out: Variable | None,
@@ -211,9 +214,19 @@ def _same_python_value(a: Any, b: Any) -> bool:
         return False
 
 
+def _refuse_stores(stores: Sequence[str], where: str, parts: str, why: str) -> None:
+    if stores:
+        raise NotImplementedError(
+            f"{where}: the {parts} change {sorted(stores)}, Python objects; on a condition "
+            f"that is a program Variable {why} once while the program is built, so the change "
+            "would not depend on the values. Keep the values in variables (a tensor array, "
+            "layers.create_array and array_write, for a list that grows in a loop) and set "
+            "the attribute or item after the statement")
+
+
 # -- loops ---------------------------------------------------------------------------------------
 def convert_while_loop(cond_fn: Callable, body_fn: Callable, args: Sequence[Any],
-                       names: Sequence[str], where: str) -> tuple:
+                       names: Sequence[str], where: str, stores: Sequence[str] = ()) -> tuple:
     """``while cond: body`` with the loop functions of the translated code.
 
     ``cond_fn`` and ``body_fn`` take the current values of ``names`` (the variables the body
@@ -225,6 +238,9 @@ def convert_while_loop(cond_fn: Callable, body_fn: Callable, args: Sequence[Any]
 
     Raises
     ------
+    NotImplementedError
+        The body of a program loop assigns an attribute or an item, or changes a container
+        (``stores``): it is built once.
     TypeError
         A loop variable of a program loop holds something that cannot be a Variable.
     """
@@ -240,10 +256,14 @@ def convert_while_loop(cond_fn: Callable, body_fn: Callable, args: Sequence[Any]
                     "first pass; give the variables it reads Variable values before the loop")
         return tuple(args)
     _as_pred(first, f"while at {where}")
+    _refuse_stores(stores, f"while at {where}", "loop body", "the body is built")
     carried = [i for i, v in enumerate(args) if not isinstance(v, Undefined)]
     for i in carried:
         value = args[i]
         if _is_program_var(value):
+            # the loop overwrites its variables each pass: its own copies, so that the
+            # values before it stay for the gradients of the ops that made them
+            args[i] = tensor.assign(value)
             continue
         if _is_number(value):
             args[i] = tensor.fill_constant([1], _number_dtype(value), value)
@@ -349,6 +369,16 @@ def convert_not_equal(left: Any, right: Any) -> Any:
         from ...layers.compare import not_equal  # noqa: PLC0415  (one use)
         return _compare(not_equal, left, right)
     return left != right
+
+
+def convert_assert(cond: Any, message: Callable[[], Any] | None, where: str) -> None:
+    """``assert cond, message``: an ``assert`` op (``layers.Assert``) on a program Variable,
+    which fails the run when it is false; Python's assert otherwise."""
+    if _is_program_var(cond):
+        debug.Assert(_bool_var(cond))
+        return
+    if not cond:
+        raise AssertionError(message() if message is not None else f"assert at {where}")
 
 
 # -- builtins ----------------------------------------------------------------------------------
