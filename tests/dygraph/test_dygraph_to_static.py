@@ -158,18 +158,18 @@ def test_branches_leaving_a_variable_and_a_string_are_refused():
             translate(mixed_branch_values)(x)
 
 
-def non_bool_condition(x):
-    if L.reduce_mean(x):
+def many_values_condition(x):
+    if x > 0:
         x = x + 1.0
     return x
 
 
-def test_a_condition_that_is_not_bool_is_a_clear_error():
+def test_a_condition_of_several_values_is_a_clear_error():
     main = fluid.Program()
     with fluid.program_guard(main, fluid.Program()):
         x = fluid.data("x", [3], "float32")
-        with pytest.raises(TypeError, match=r"must be a bool Variable"):
-            translate(non_bool_condition)(x)
+        with pytest.raises(TypeError, match=r"has shape \[3\]; a condition must hold one value"):
+            translate(many_values_condition)(x)
 
 
 # -- loops ----------------------------------------------------------------------------------------
@@ -466,3 +466,75 @@ def test_a_tensor_array_written_in_a_program_loop():
         h = np.tanh(h * 1.5 + 0.1)
         expected.append(h)
     np.testing.assert_allclose(got[0], np.concatenate(expected), rtol=1e-5)
+
+
+# -- the dygraph idioms of Fluid 1.8 scripts ------------------------------------------------------
+def numpy_in_conditions(x, label=None):
+    if L.reduce_mean(x).numpy()[0] > 0.5:
+        x = x - 1.0
+    else:
+        x = x + 1.0
+    if label is not None:  # a Python condition beside a program one
+        return x * label
+    return x
+
+
+@pytest.mark.parametrize("shift", [0.0, 1.0])
+def test_numpy_of_a_tensor_in_a_condition_compares_in_the_program(shift):
+    _check(numpy_in_conditions, _x(2, 3) * 0.1 + np.float32(shift))
+
+
+def number_as_condition(x):
+    m = L.reduce_sum(x)
+    if m:  # true when not zero
+        x = x + 1.0
+    return x
+
+
+@pytest.mark.parametrize("scale", [0.0, 1.0])
+def test_a_number_as_a_condition_is_true_when_not_zero(scale):
+    _check(number_as_condition, _x(3) * np.float32(scale))
+
+
+def mixes_python_and_tensors(x, y=None):
+    batch = L.shape(x)
+    if x is not None and batch[0] > 1 and y is None:
+        x = x + 1.0
+    if y is not None or batch[0] > 100:
+        x = x - 1.0
+    return x
+
+
+def test_python_operands_beside_tensor_ones_in_and_or():
+    _check(mixes_python_and_tensors, _x(2, 3))
+
+
+def loops_inside_a_tensor_branch(x):
+    mean = L.reduce_mean(x)
+    if mean > 0.5:
+        for i in range(0, 10):
+            if i > 5:
+                x = x + 1.0
+                break
+            x = x + 1.0
+    else:
+        for _ in range(0, 37):
+            x = x + 2.0
+            break
+    if not (mean > 0.7 and x[0] > 3.0):
+        x = x * 2.0
+    return x
+
+
+@pytest.mark.parametrize("shift", [0.0, 1.0])
+def test_python_loops_with_break_inside_a_tensor_branch(shift):
+    _check(loops_inside_a_tensor_branch, _x(3) * 0.1 + np.float32(shift))
+
+
+def makes_variables(x):
+    bias = fluid.dygraph.to_variable(np.ones([3], "float32"))
+    return x + bias
+
+
+def test_to_variable_inside_a_translated_function_is_a_constant():
+    _check(makes_variables, _x(3), control_flow=False)

@@ -12,8 +12,8 @@ control flow on tensors builds program ops (Fluid 1.8's ``ast_transformer`` and 
 - ``if``/``while`` become two generated functions each (the branches; the condition and the
   body) taking and returning, by name, the variables the statement assigns, and a call of
   :func:`.convert_operators.convert_ifelse` / ``convert_while_loop``;
-- ``and``/``or``/``not``, ``==``/``!=``, ``x if c else y``, ``assert``, ``print``, ``len`` and
-  the user's own calls go through the other ``convert_*`` helpers.
+- ``and``/``or``/``not``, ``==``/``!=``, ``x if c else y``, ``assert``, ``print``, ``len``,
+  ``x.numpy()`` and the user's own calls go through the other ``convert_*`` helpers.
 
 The helpers decide at run time whether a condition is a program Variable (build control-flow
 ops) or a Python value (plain Python). Not translated, with an error that names it: ``return``
@@ -391,6 +391,9 @@ class _Transformer(ast.NodeTransformer):
                 return node
             if func.id in _PLAIN_CALLS:
                 return node
+        if isinstance(func, ast.Attribute) and func.attr == "numpy" and not node.args and (
+                not node.keywords):  # x.numpy(): the values, which a program has as x
+            return ast.copy_location(_runtime("convert_numpy", func.value), node)
         if isinstance(func, ast.Attribute) and (func.attr in _MUTATORS or (
                 isinstance(func.value, ast.Name) and func.value.id == RUNTIME)):
             return node  # a container's own method (seen by _assigned), or the runtime

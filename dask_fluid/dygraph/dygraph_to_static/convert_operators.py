@@ -86,17 +86,15 @@ def _is_program_var(value: Any) -> bool:
 
 
 def _as_pred(value: Any, where: str) -> Variable:
-    if value.dtype != "bool":
-        raise TypeError(f"{where}: the condition {value.name!r} is a {value.dtype} Variable; "
-                        "a condition on program values must be a bool Variable (a comparison "
-                        "such as x > 0, or layers.cast(x, 'bool'))")
+    """A program condition as a bool of one value (a number is true when it is not zero, as
+    Python's ``if x`` and Fluid 1.8's translation of it)."""
     size = None if value.shape is None or any(d < 0 for d in value.shape) else int(
         np.prod(value.shape))
     if size not in (None, 1):
         raise TypeError(f"{where}: the condition {value.name!r} has shape {list(value.shape)}; "
                         "a condition must hold one value: reduce it first (e.g. "
                         "layers.reduce_all, or compare a reduce_mean)")
-    return value
+    return value if value.dtype == "bool" else tensor.cast(value, "bool")
 
 
 # -- if / else ---------------------------------------------------------------------------------
@@ -255,7 +253,7 @@ def convert_while_loop(cond_fn: Callable, body_fn: Callable, args: Sequence[Any]
                     f"while at {where}: the condition became a program Variable after the "
                     "first pass; give the variables it reads Variable values before the loop")
         return tuple(args)
-    _as_pred(first, f"while at {where}")
+    first = _as_pred(first, f"while at {where}")
     _refuse_stores(stores, f"while at {where}", "loop body", "the body is built")
     carried = [i for i, v in enumerate(args) if not isinstance(v, Undefined)]
     for i in carried:
@@ -291,7 +289,7 @@ def convert_while_loop(cond_fn: Callable, body_fn: Callable, args: Sequence[Any]
             result.append(value)
         return result
 
-    outs = loops.while_loop(lambda *values: cond_fn(*full(values)), body,
+    outs = loops.while_loop(lambda *values: _as_pred(cond_fn(*full(values)), where), body,
                             [args[i] for i in carried])
     result = full(outs)
     for i, value in enumerate(result):
@@ -381,6 +379,12 @@ def convert_assert(cond: Any, message: Callable[[], Any] | None, where: str) -> 
         raise AssertionError(message() if message is not None else f"assert at {where}")
 
 
+def convert_numpy(value: Any) -> Any:
+    """``x.numpy()``: in a program the values are the Variable itself (so ``x.numpy()[0] > 0``
+    compares in the program, as Fluid 1.8's translation of it)."""
+    return value if _is_program_var(value) else value.numpy()
+
+
 # -- builtins ----------------------------------------------------------------------------------
 def convert_len(value: Any) -> Any:
     """``len(x)``: a Variable's first dimension when the program knows it."""
@@ -415,8 +419,11 @@ def convert_call(func: Any) -> Any:
     cached), a dygraph Layer's ``forward`` too; the framework's, numpy's and builtins are
     called as they are, and so are ``@declarative`` functions (they translate themselves
     when called outside dygraph mode)."""
+    from ..base import to_variable  # noqa: PLC0415  (base imports the layers package)
     from ..layers import Layer  # noqa: PLC0415  (the layers module imports the layers package)
 
+    if func is to_variable and not in_dygraph_mode():
+        return _to_program_variable
     if isinstance(func, Layer):
         forward = type(func).forward
         if not _user_code(forward):
@@ -430,6 +437,14 @@ def convert_call(func: Any) -> Any:
     if _user_code(func):
         return translate(func)
     return func
+
+
+def _to_program_variable(value: Any, name: str | None = None, zero_copy: Any = None) -> Any:
+    """``to_variable`` in a program: a Variable as it is, an array as a constant of the
+    program (``assign``, as Fluid 1.8's translation)."""
+    if isinstance(value, Variable):
+        return value
+    return tensor.assign(np.asarray(value))
 
 
 def _user_code(func: Any) -> bool:
