@@ -11,8 +11,9 @@ Two models, each trained with SGD on one fixed batch, one BLAS thread:
   ``dygraph.Pool2D``: the 1.8 MNIST model).
 
 Reported: ms per step of the static program (one ``exe.run``), of dygraph (forward,
-``loss.backward()``, ``minimize``, ``clear_gradients``), their ratio, and how the dygraph step
-divides: the forward ops traced one by one, the backward pass (building its program, planning
+``loss.backward()``, ``minimize``, ``clear_gradients``), of dygraph with the model and loss in a
+``@declarative`` forward (one ``run_program`` op and its gradient op), their ratios to static,
+and how the dygraph step divides: the forward ops traced one by one, the backward pass (building its program, planning
 and running it) and the optimizer's ops (median over ``--repeat`` interleaved runs).
 """
 
@@ -127,6 +128,40 @@ def dygraph_ms(model: str, steps: int) -> dict[str, float]:
     return {"step": total, **{k: 1000 * v / steps for k, v in parts.items()}}
 
 
+class _Translated(dygraph.Layer):
+    """The model and its loss as one ``@declarative`` forward: a program run as one op."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__()
+        self.net = _MLP() if model == "mlp" else _CNN()
+
+    @dygraph.declarative
+    def forward(self, x, y):
+        logits = self.net(x)
+        return fluid.layers.mean(fluid.layers.softmax_with_cross_entropy(logits, y))
+
+
+def declarative_ms(model: str, steps: int) -> float:
+    """ms per step with the forward translated to a program (``@declarative``)."""
+    xs, ys = batch(model)
+    with dygraph.guard(fluid.CPUPlace()):
+        net = _Translated(model)
+        opt = fluid.optimizer.SGD(0.01, parameter_list=net.parameters())
+
+        def step() -> None:
+            loss = net(dygraph.to_variable(xs), dygraph.to_variable(ys))
+            loss.backward()
+            opt.minimize(loss)
+            net.clear_gradients()
+
+        for _ in range(3):
+            step()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        return 1000 * (time.perf_counter() - t0) / steps
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60)
@@ -134,21 +169,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = {}
     for model in ("mlp", "cnn"):
-        statics, dys = [], []
-        for _ in range(args.repeat):  # interleaved: both see the same machine load
+        statics, dys, translated = [], [], []
+        for _ in range(args.repeat):  # interleaved: all see the same machine load
             statics.append(static_ms(model, args.steps))
             dys.append(dygraph_ms(model, args.steps))
+            translated.append(declarative_ms(model, args.steps))
         rows[model] = {
             "static_ms": statistics.median(statics),
+            "declarative_ms": statistics.median(translated),
             **{f"dygraph_{k}_ms": statistics.median(d[k] for d in dys) for k in dys[0]},
-            "runs": {"static": statics, "dygraph": dys},
+            "runs": {"static": statics, "dygraph": dys, "declarative": translated},
         }
     print(f"{'model':<6} {'static ms':>10} {'dygraph ms':>11} {'/ static':>9} "
-          f"{'forward':>8} {'backward':>9} {'optimizer':>10}")
+          f"{'forward':>8} {'backward':>9} {'optimizer':>10} {'declarative':>12} {'/ static':>9}")
     for model, r in rows.items():
         print(f"{model:<6} {r['static_ms']:>10.2f} {r['dygraph_step_ms']:>11.2f} "
               f"{r['dygraph_step_ms'] / r['static_ms']:>9.2f} {r['dygraph_forward_ms']:>8.2f} "
-              f"{r['dygraph_backward_ms']:>9.2f} {r['dygraph_optimizer_ms']:>10.2f}")
+              f"{r['dygraph_backward_ms']:>9.2f} {r['dygraph_optimizer_ms']:>10.2f} "
+              f"{r['declarative_ms']:>12.2f} {r['declarative_ms'] / r['static_ms']:>9.2f}")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "dygraph.json").write_text(json.dumps(
         {"steps": args.steps, "repeat": args.repeat, "models": rows}, indent=2))

@@ -165,7 +165,7 @@ class PartialProgram:
         self._parameters = _program_vars(program, parameters, "parameters", Parameter)
         self._buffers = _program_vars(program, buffers or [], "buffers", Variable)
         _check_persistables(program, [*self._parameters, *self._buffers])
-        self._plans: dict[bool, _Plan] = {}
+        self._plans: dict[tuple[bool, tuple[bool, ...]], _Plan] = {}
         self.program_id = next(_IDS)
         _PROGRAMS[self.program_id] = self
 
@@ -216,13 +216,16 @@ class PartialProgram:
         params = _call_vars(parameters, self._parameters, "parameters", by_name=True)
         held = _call_vars(buffers or [], self._buffers, "buffers", by_name=True)
         is_test = not training
-        self._plan(is_test)  # built outside the trace: its ops go into its program
+        # gradients only for the inputs that need one (a conv's input gradient is costly)
+        needs = [not v.stop_gradient for v in inputs]
+        self._plan(is_test, tuple(needs))  # built outside the trace: its ops go into its program
         outs = [tracer.create_var(name=v.name) for v in self._outputs]
         out_scope = tracer.create_var(name=unique_name.generate("program_out_scope"),
                                       stop_gradient=True)
         tracer.trace_op("run_program", {"X": inputs, "Params": params + held},
                         {"Out": outs, "OutScope": [out_scope]},
-                        {"program_id": self.program_id, "is_test": is_test})
+                        {"program_id": self.program_id, "is_test": is_test,
+                         "input_needs_grad": needs})
         state: _RunState = out_scope._value
         # Fluid's Params share their tensors with the run: what it rewrote is their new value
         for var, name in zip(params + held, state.persistables, strict=True):
@@ -232,15 +235,16 @@ class PartialProgram:
         return outs
 
     # -- plans ------------------------------------------------------------------------------
-    def _plan(self, is_test: bool) -> _Plan:
-        """The plan of a mode, built the first time that mode runs."""
-        plan = self._plans.get(is_test)
+    def _plan(self, is_test: bool, needs: tuple[bool, ...]) -> _Plan:
+        """The plan of a mode and of the inputs that need gradients, built the first time
+        they run."""
+        plan = self._plans.get((is_test, needs))
         if plan is None:
             with _dygraph_tracer_guard(None):  # a static program is built
-                plan = self._plans[is_test] = self._build_plan(is_test)
+                plan = self._plans[is_test, needs] = self._build_plan(is_test, needs)
         return plan
 
-    def _build_plan(self, is_test: bool) -> _Plan:
+    def _build_plan(self, is_test: bool, needs: tuple[bool, ...]) -> _Plan:
         program = self._program.clone(for_test=is_test)
         block = program.global_block()
         n_forward = len(block.ops)
@@ -252,11 +256,10 @@ class PartialProgram:
         in_grads: list[str | None] = [None] * len(inputs)
         param_grads: list[str | None] = [None] * len(params)
         error = None
-        # the inputs' gradients are built whatever the caller's variables need: a data
-        # layer stops gradients by default, a dygraph input may not
-        for var in inputs:
-            if _differentiable(var):
-                var.stop_gradient = False
+        # the inputs' gradients are built for the caller's variables that need one (a data
+        # layer stops gradients by default, a dygraph input may not)
+        for var, need in zip(inputs, needs, strict=True):
+            var.stop_gradient = not (need and _differentiable(var))
         wanted = [k for k, v in enumerate(targets) if _differentiable(v)]
         if wanted:
             seeds = []
@@ -373,18 +376,20 @@ def _run_program_grad_maker(op: Any) -> list[dict]:
                         "Out@GRAD": [grad_var_name(n) for n in op.outputs["Out"]]},
              "outputs": {"X@GRAD": [grad_var_name(n) for n in xs],
                          "Params@GRAD": [grad_var_name(n) for n in params]},
-             "attrs": {"program_id": op.attrs["program_id"], "is_test": op.attrs["is_test"]}}]
+             "attrs": {"program_id": op.attrs["program_id"], "is_test": op.attrs["is_test"],
+                       "input_needs_grad": op.attrs["input_needs_grad"]}}]
 
 
 @register("run_program", ("X", "Params"), ("Out", "OutScope"),
-          {"program_id": -1, "is_test": False}, optional=("X", "Params"),
+          {"program_id": -1, "is_test": False, "input_needs_grad": []},
+          optional=("X", "Params"),
           grad=_run_program_grad_maker, host=True, lod="kernel")
 def run_program(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     """Out = the program's outputs, run on X and Params in a scope of its own; OutScope keeps
     that scope for the gradient (module docstring)."""
     partial = _partial(attrs["program_id"])
     is_test = bool(attrs["is_test"])
-    plan = partial._plan(is_test)
+    plan = partial._plan(is_test, tuple(bool(n) for n in attrs["input_needs_grad"]))
     xs, params = ins.get("X", []), ins.get("Params", [])
     persistables = [v.name for v in (*partial._parameters, *partial._buffers)]
     if len(xs) != len(partial._inputs) or len(params) != len(persistables):
@@ -420,7 +425,8 @@ def run_program(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
 
 
 @register("run_program_grad", ("X", "Params", "OutScope", "Out@GRAD"),
-          ("X@GRAD", "Params@GRAD"), {"program_id": -1, "is_test": False},
+          ("X@GRAD", "Params@GRAD"),
+          {"program_id": -1, "is_test": False, "input_needs_grad": []},
           optional=("X", "Params", "Out@GRAD"), host=True, lod="none")
 def run_program_grad(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     """X@GRAD, Params@GRAD: the plan's grad ops run on the kept forward values and Out@GRAD

@@ -13,7 +13,6 @@ they are written, in dygraph mode.
 
 from __future__ import annotations
 
-import collections
 import inspect
 import threading
 import weakref
@@ -44,7 +43,7 @@ from .partial_program import PartialProgram
 __all__ = ["ConcreteProgram", "ProgramCache", "ProgramTranslator", "StaticLayer", "declarative"]
 
 
-@dataclass
+@dataclass(eq=False)
 class ConcreteProgram:
     """The program of one input signature: what ``get_program`` returns, what ``jit.save``
     writes."""
@@ -121,27 +120,24 @@ def _map_leaves(tree: Any, fn: Callable[[Any], Any]) -> Any:
 
 
 class ProgramCache:
-    """The concrete programs of the translated functions, by function and input signature."""
+    """The concrete programs of the translated functions (each ``@declarative`` function
+    bound to a layer keeps its own, by input signature; this lists those alive) and the one
+    that ran last."""
 
     def __init__(self) -> None:
-        self._programs: collections.OrderedDict = collections.OrderedDict()
+        self._programs: weakref.WeakSet = weakref.WeakSet()
         self.last: ConcreteProgram | None = None
 
     def __len__(self) -> int:
         return len(self._programs)
 
-    def get(self, key: Any) -> ConcreteProgram | None:
-        found = self._programs.get(key)
-        if found is not None:
-            self.last = found
-        return found
-
-    def put(self, key: Any, program: ConcreteProgram) -> None:
-        self._programs[key] = program
+    def put(self, program: ConcreteProgram) -> None:
+        """Record ``program`` as built and the last run."""
+        self._programs.add(program)
         self.last = program
 
     def clear(self) -> None:
-        self._programs.clear()
+        self._programs = weakref.WeakSet()
         self.last = None
 
 
@@ -268,6 +264,9 @@ class StaticLayer:
         self._function = function
         self._instance = instance
         self._bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._signature: inspect.Signature | None = None
+        self._programs: dict[tuple, ConcreteProgram] = {}
+        self._last: ConcreteProgram | None = None
         self.__name__ = getattr(function, "__name__", "declarative")
         self.__doc__ = getattr(function, "__doc__", None)
         self.__wrapped__ = function
@@ -305,7 +304,7 @@ class StaticLayer:
         RuntimeError
             The function has not run in dygraph mode yet.
         """
-        last = getattr(self, "_last", None)
+        last = self._last
         if last is None:
             raise RuntimeError(f"{self.__name__}: the function has not run as a program yet; "
                                "call it once on example inputs in dygraph mode")
@@ -316,8 +315,9 @@ class StaticLayer:
             return self.dygraph_function(*args, **kwargs)
         if not in_dygraph_mode():  # building a program: the translated ops go into it
             return self._translated()(*args, **kwargs)
-        concrete = self.concrete_program_for(*args, **kwargs)
-        inputs = [_as_varbase(v) for v in _tensor_args(self._signature(args, kwargs))]
+        arguments = self._arguments(args, kwargs)
+        concrete = self._concrete(arguments)
+        inputs = [_as_varbase(v) for v in _tensor_args(arguments)]
         params = [_param_of(p.name) for p in concrete.parameters]
         buffers = [_param_of(b.name) for b in concrete.buffers]
         training = True if self._instance is None else bool(
@@ -345,8 +345,11 @@ class StaticLayer:
         translated = translate(self._function)
         return translated.__get__(self._instance) if self._instance is not None else translated
 
-    def _signature(self, args: tuple, kwargs: dict) -> dict:
-        bound = inspect.signature(self.dygraph_function).bind(*args, **kwargs)
+    def _arguments(self, args: tuple, kwargs: dict) -> dict:
+        """The call's arguments by parameter name, defaults included."""
+        if self._signature is None:
+            self._signature = inspect.signature(self.dygraph_function)
+        bound = self._signature.bind(*args, **kwargs)
         bound.apply_defaults()
         return dict(bound.arguments)
 
@@ -362,16 +365,17 @@ class StaticLayer:
             raise RuntimeError(f"{self.__name__}: programs of @declarative functions are built "
                                "in dygraph mode (inside fluid.dygraph.guard()), where the "
                                "parameters live")
-        arguments = self._signature(args, kwargs)
+        return self._concrete(self._arguments(args, kwargs))
+
+    def _concrete(self, arguments: dict) -> ConcreteProgram:
+        # this object is bound to one layer: its programs are that layer's
         training = None if self._instance is None else bool(
             getattr(self._instance, "training", True))
-        key = (self._function, id(self._instance), training,
-               tuple((name, _arg_key(value)) for name, value in arguments.items()))
-        cache = ProgramTranslator().get_program_cache()
-        concrete = cache.get(key)
+        key = (training, tuple((name, _arg_key(value)) for name, value in arguments.items()))
+        concrete = self._programs.get(key)
         if concrete is None:
-            concrete = self._build(arguments)
-            cache.put(key, concrete)
+            concrete = self._programs[key] = self._build(arguments)
+        ProgramTranslator().get_program_cache().put(concrete)
         self._last = concrete
         return concrete
 
