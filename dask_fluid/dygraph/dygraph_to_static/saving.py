@@ -176,31 +176,46 @@ def load(model_path: str, configs: SaveLoadConfig | None = None) -> TranslatedLa
         ``model_path`` holds no saved model.
     """
     model_filename, params_filename = _files(configs)
-    return TranslatedLayer._load(model_path, model_filename, params_filename)
+    return TranslatedLayer(model_path, model_filename, params_filename)
 
 
 class TranslatedLayer(Layer):
-    """A layer loaded by :func:`load` (Fluid 1.8's ``TranslatedLayer``): call it on inputs
-    (dygraph variables or arrays, in the saved order) to run the saved program."""
+    """A saved program as a layer (Fluid 1.8's ``TranslatedLayer``, what :func:`load`
+    returns): its persistable variables are the layer's parameters (batch norm's statistics
+    too, not trainable), and a call runs the program on the inputs (dygraph variables or
+    arrays, in the saved order; or one list of them) as one op, so that ``backward`` reaches
+    the parameters and an optimizer fine-tunes them. ``train()`` runs the program as built for
+    training (``is_test`` off: dropout on, batch norm on the batch), ``eval()`` for test.
 
-    def __init__(self, runner: PartialProgram, parameters: dict[str, VarBase]) -> None:
+    Parameters
+    ----------
+    model_path : str
+        What :func:`save` or ``fluid.io.save_inference_model`` wrote.
+    model_filename : str
+    params_filename : str, optional
+        None: one file per variable.
+
+    Raises
+    ------
+    RuntimeError
+        Outside ``fluid.dygraph.guard()``.
+    ValueError
+        ``model_path`` holds no such model.
+    """
+
+    _what = "jit.load"
+
+    def __init__(self, model_path: str, model_filename: str = MODEL_FILENAME,
+                 params_filename: str | None = PARAMS_FILENAME) -> None:
         super().__init__()
-        self._runner = runner
-        self._param_order = list(parameters)
-        for i, (name, param) in enumerate(parameters.items()):
-            self.add_parameter(f"param_{i}" if "." in name else name, param)
-        self._by_name = parameters
-
-    @classmethod
-    def _load(cls, model_path: str, model_filename: str,
-              params_filename: str | None) -> TranslatedLayer:
         tracer = _dygraph_tracer()
         if tracer is None:
-            raise RuntimeError("jit.load works in dygraph mode: call it inside "
+            raise RuntimeError(f"{self._what} works in dygraph mode only: call it inside "
                                "fluid.dygraph.guard()")
         if not os.path.isfile(os.path.join(model_path, model_filename)):
-            raise ValueError(f"jit.load: {model_path!r} holds no saved model (no "
-                             f"{model_filename!r}); write one with fluid.dygraph.jit.save")
+            raise ValueError(f"{self._what}: {model_path!r} holds no saved model (no "
+                             f"{model_filename!r}); write one with fluid.dygraph.jit.save or "
+                             "fluid.io.save_inference_model")
         scope = Scope()
         with scope_guard(scope), _dygraph_tracer_guard(None):
             program, feeds, fetches = load_inference_model(
@@ -221,7 +236,7 @@ class TranslatedLayer(Layer):
         block = program.global_block()
         persistables = [v for v in block.vars.values() if v.persistable and not v.is_data
                         and scope.get(v.name) is not None]
-        params: dict[str, VarBase] = {}
+        self._params: list[VarBase] = []
         static_params = []
         for var in persistables:
             if var.name in tracer.block.vars:  # the saved layer lives here too: a name apart
@@ -239,19 +254,20 @@ class TranslatedLayer(Layer):
                                             trainable=trainable)
             param._value = tracer.executor.to_place(scope.get(var.name))
             param.stop_gradient = not trainable
-            params[var.name] = param
+            self.add_parameter(var.name.replace(".", "_"), param)
+            self._params.append(param)
             static_params.append(var)
         inputs = [block.var(name) for name in feeds]
-        runner = PartialProgram(program, inputs, list(fetches), static_params)
-        return cls(runner, params)
+        self._runner = PartialProgram(program, inputs, list(fetches), static_params)
 
     def forward(self, *inputs: Any) -> Any:
         """The saved outputs for ``inputs``: one variable, or a list of them."""
         from ..base import to_variable  # noqa: PLC0415  (base imports the layers module)
 
+        if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
+            inputs = tuple(inputs[0])
         values = [v if isinstance(v, VarBase) else to_variable(v) for v in inputs]
-        outs = self._runner(values, [self._by_name[n] for n in self._param_order],
-                            self.training)
+        outs = self._runner(values, self._params, self.training)
         return outs[0] if len(outs) == 1 else outs
 
 
