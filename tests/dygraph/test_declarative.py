@@ -206,6 +206,9 @@ def test_save_load_predicts_the_same_and_fine_tunes(tmp_path):
         loaded = fluid.dygraph.jit.load(path)
         loaded.eval()
         np.testing.assert_array_equal(loaded(x).numpy(), expected)
+        # another batch size than the example's: the model's ops take any
+        np.testing.assert_allclose(loaded(np.concatenate([x, x])).numpy()[5:], expected,
+                                   rtol=1e-6)
         # fine-tuning the loaded layer moves its parameters, not the original's
         loaded.train()
         before = [p.numpy().copy() for p in loaded.parameters() if p.trainable]
@@ -339,3 +342,27 @@ def test_gradients_through_unrolled_steps_and_a_value_loop_equal_the_eager_ones(
     assert loss == pytest.approx(ref_loss, rel=1e-6)
     for name, grad in grads.items():
         np.testing.assert_allclose(grad, ref_grads[name], rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+def test_the_translator_saves_the_last_program_as_an_inference_model(tmp_path, caplog):
+    fluid.dygraph.set_verbosity(1)
+    with fluid.dygraph.guard():
+        with pytest.raises(RuntimeError, match="no @declarative function has run yet"):
+            ProgramTranslator().save_inference_model(str(tmp_path / "none"))
+        net = Net()
+        x, y = _batches(1)[0]
+        with caplog.at_level("INFO", logger="dask_fluid.dygraph.dygraph_to_static"):
+            loss, logits = net(to_variable(x), to_variable(y))
+        ProgramTranslator().save_inference_model(str(tmp_path / "m"), feed=[0], fetch=[1])
+        with pytest.raises(ValueError, match="indices of the program's 2 inputs"):
+            ProgramTranslator().save_inference_model(str(tmp_path / "bad"), fetch=[5])
+        net.eval()
+        evaluated = net(to_variable(x)).numpy()
+    assert any("built the program" in r.message for r in caplog.records)
+    exe = fluid.Executor(fluid.CPUPlace())
+    with fluid.scope_guard(fluid.Scope()):
+        program, feeds, fetches = fluid.io.load_inference_model(str(tmp_path / "m"), exe)
+        got, = exe.run(program, feed={feeds[0]: x}, fetch_list=fetches)
+    assert feeds == ["x"]
+    # the saved program is the test one: batch norm on the statistics the step updated
+    np.testing.assert_allclose(got, evaluated, rtol=1e-5, atol=1e-6)

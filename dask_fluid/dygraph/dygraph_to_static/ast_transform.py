@@ -35,7 +35,7 @@ from typing import Any
 __all__ = ["RUNTIME", "TranslationError", "code_level", "set_code_level", "set_verbosity",
            "source_of", "transformed", "translated_code", "verbose"]
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger(__package__)
 #: ``set_code_level``/``set_verbosity``: above 0, translated code / translation steps are shown
 _LEVELS = {"code": 0, "verbosity": 0}
 
@@ -50,9 +50,7 @@ def set_code_level(level: int = 100) -> None:
     TypeError
         ``level`` is not an int.
     """
-    if not isinstance(level, int) or isinstance(level, bool):
-        raise TypeError(f"set_code_level: level must be an int, got {type(level).__name__}")
-    _LEVELS["code"] = level
+    _LEVELS["code"] = _level(level, "set_code_level")
 
 
 def set_verbosity(level: int = 0) -> None:
@@ -65,9 +63,13 @@ def set_verbosity(level: int = 0) -> None:
     TypeError
         ``level`` is not an int.
     """
+    _LEVELS["verbosity"] = _level(level, "set_verbosity")
+
+
+def _level(level: Any, where: str) -> int:
     if not isinstance(level, int) or isinstance(level, bool):
-        raise TypeError(f"set_verbosity: level must be an int, got {type(level).__name__}")
-    _LEVELS["verbosity"] = level
+        raise TypeError(f"{where}: level must be an int, got {type(level).__name__}")
+    return level
 
 
 def code_level() -> int:

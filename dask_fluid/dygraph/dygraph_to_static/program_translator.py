@@ -36,7 +36,7 @@ from ...framework import (
 from ...inference_model import _inference_program, save_inference_model
 from ...ops.registry import to_host
 from ..varbase import ParamBase, VarBase
-from .ast_transform import translated_code
+from .ast_transform import translated_code, verbose
 from .convert_operators import translate
 from .partial_program import PartialProgram
 
@@ -375,6 +375,7 @@ class StaticLayer:
         concrete = self._programs.get(key)
         if concrete is None:
             concrete = self._programs[key] = self._build(arguments)
+            verbose(f"built the program of {self.__name__} for {key}")
         ProgramTranslator().get_program_cache().put(concrete)
         self._last = concrete
         return concrete
