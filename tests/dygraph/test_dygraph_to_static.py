@@ -119,9 +119,16 @@ def one_sided_used(x):
     return tmp
 
 
-def test_a_variable_assigned_in_one_branch_only_says_so_when_used():
-    with pytest.raises(NameError, match=r"'tmp' .*only when its condition is true"):
-        _static(one_sided_used, [_x(3)])
+def test_a_variable_set_in_one_branch_and_read_after_works_when_that_branch_runs():
+    # as in Fluid 1.8: the value of the branch that ran; a run that takes the other branch
+    # fails, naming the variable
+    program = _check(one_sided_used, _x(3))
+    exe = fluid.Executor()
+    with pytest.raises(fluid.executor.ExecutionError,
+                       match=r"tmp@not_set_when_the_if_at_test_dygraph_to_static.py:\d+_is_"
+                             r"false.*was not computed"):
+        exe.run(program, feed={"in0": -_x(3)}, fetch_list=[program.global_block().ops[-1]
+                                                           .output_arg_names[0]])
 
 
 class _Holder:

@@ -326,6 +326,10 @@ def _tuple(names: list[str], ctx: ast.expr_context | None = None) -> ast.Tuple:
     return ast.Tuple(elts=[_name(n, ctx) for n in names], ctx=ctx or ast.Load())
 
 
+def _constants(items: list[str]) -> ast.Tuple:
+    return ast.Tuple(elts=[ast.Constant(i) for i in items], ctx=ast.Load())
+
+
 def _current(names: list[str]) -> ast.Tuple:
     """The values the generated functions start from: ``load_name(locals(), n)`` each."""
     scope = ast.Call(func=_name("locals"), args=[], keywords=[])
@@ -340,6 +344,35 @@ class _Transformer(ast.NodeTransformer):
         self._count = itertools.count()
         self._first_arg = fdef.args.args[0].arg if fdef.args.args else None
         self._file = file
+        # for the liveness of an if's variables: every name the function reads, and for each
+        # statement the reads of the outermost loop around it (read again on the next pass)
+        self._loads = [n for n in ast.walk(fdef)
+                       if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+        self._loop_of: dict[int, frozenset[int]] = {}
+        self._map_loops(fdef.body, frozenset())
+
+    def _map_loops(self, stmts: list[ast.stmt], outer: frozenset[int]) -> None:
+        for stmt in stmts:
+            loop = outer
+            if isinstance(stmt, (ast.For, ast.While)) and not outer:
+                loop = frozenset(id(n) for n in ast.walk(stmt) if isinstance(n, ast.Name))
+            self._loop_of[id(stmt)] = loop
+            for child in ast.iter_child_nodes(stmt):
+                if isinstance(child, ast.stmt):
+                    self._map_loops([child], loop)
+                elif isinstance(child, ast.excepthandler):
+                    self._map_loops(child.body, loop)
+
+    def _live(self, node: ast.If) -> set[str] | None:
+        """The names that may be read after ``node`` runs: read after it in the function, or
+        anywhere else in the loop around it; None when that cannot be told (all may be)."""
+        if not hasattr(node, "lineno"):
+            return None
+        inside = {id(n) for n in ast.walk(node)}
+        loop = self._loop_of.get(id(node), frozenset())
+        start = (node.lineno, node.col_offset)
+        return {n.id for n in self._loads if id(n) not in inside and (
+            id(n) in loop or (getattr(n, "lineno", 1 << 30), getattr(n, "col_offset", 0)) > start)}
 
     def _where(self, node: ast.AST) -> ast.Constant:
         return ast.Constant(f"{self._file}:{node.lineno}")
@@ -427,11 +460,11 @@ class _Transformer(ast.NodeTransformer):
         true_fn, false_fn = f"{_FN}_true_{k}", f"{_FN}_false_{k}"
         defs = [_function(true_fn, names, node.body, _tuple(names)),
                 _function(false_fn, names, node.orelse or [ast.Pass()], _tuple(names))]
+        live = self._live(node)
         call = _runtime("convert_ifelse", node.test, _name(true_fn), _name(false_fn),
-                        _current(names), ast.Tuple(elts=[ast.Constant(n) for n in names],
-                                                   ctx=ast.Load()),
-                        self._where(node),
-                        ast.Tuple(elts=[ast.Constant(s) for s in stores], ctx=ast.Load()))
+                        _current(names), _constants(names), self._where(node),
+                        _constants(stores),
+                        _constants([n for n in names if live is None or n in live]))
         if names:
             result: ast.stmt = ast.Assign(targets=[_tuple(names, ast.Store())], value=call)
         else:
@@ -493,9 +526,7 @@ class _Transformer(ast.NodeTransformer):
         defs = [_function(cond_fn, names, [], test), _function(body_fn, names, body,
                                                                 _tuple(names))]
         call = _runtime("convert_while_loop", _name(cond_fn), _name(body_fn), _current(names),
-                        ast.Tuple(elts=[ast.Constant(n) for n in names], ctx=ast.Load()),
-                        self._where(node),
-                        ast.Tuple(elts=[ast.Constant(s) for s in stores], ctx=ast.Load()))
+                        _constants(names), self._where(node), _constants(stores))
         result = (ast.Assign(targets=[_tuple(names, ast.Store())], value=call) if names
                   else ast.Expr(value=call))
         return [ast.copy_location(s, node) for s in (*defs, result)]
@@ -512,6 +543,10 @@ class _Transformer(ast.NodeTransformer):
         brk, cont = f"{_BRK}_{k}", f"{_CONT}_{k}"
         setup = [_assign(brk, ast.Constant(False)), _assign(cont, ast.Constant(False))]
         body = [_assign(cont, ast.Constant(False)), *_guarded(body, brk, cont)]
+        loop = self._loop_of.get(id(node), frozenset())
+        for guard in _loop_own(body):  # the ifs _guarded made: read again on the next pass
+            if isinstance(guard, ast.If) and id(guard) not in self._loop_of:
+                self._loop_of[id(guard)] = loop
         if ast.Break in found:
             test = ast.BoolOp(op=ast.And(), values=[
                 ast.UnaryOp(op=ast.Not(), operand=_name(brk)), test])

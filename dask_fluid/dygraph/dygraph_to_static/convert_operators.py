@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ...framework import Variable, in_dygraph_mode
+from ...framework import Variable, default_main_program, in_dygraph_mode
 from ...layers import control_flow, debug, loops, tensor
 from .ast_transform import RUNTIME, code_level, transformed, verbose
 
@@ -99,13 +99,19 @@ def _as_pred(value: Any, where: str) -> Variable:
 
 # -- if / else ---------------------------------------------------------------------------------
 def convert_ifelse(pred: Any, true_fn: Callable, false_fn: Callable, args: Sequence[Any],
-                   names: Sequence[str], where: str, stores: Sequence[str] = ()) -> tuple:
+                   names: Sequence[str], where: str, stores: Sequence[str] = (),
+                   live: Sequence[str] | None = None) -> tuple:
     """``if pred`` with the branch functions of the translated code.
 
     Each branch function takes the current values of ``names`` (the variables the ``if``
     assigns) and returns their values after the branch. On a program Variable both branches
     are built into conditional blocks and each variable merged with ``select_input``
     (``layers.cond``); otherwise the branch Python picks runs.
+
+    A variable that only one branch sets has no value after the ``if`` (an
+    :class:`Undefined`), unless it is in ``live`` (it may be read later): then, as in Fluid
+    1.8, it holds that branch's value when that branch runs, and a run that takes the other
+    branch and reads it fails, naming it.
 
     Raises
     ------
@@ -146,7 +152,8 @@ def convert_ifelse(pred: Any, true_fn: Callable, false_fn: Callable, args: Seque
         t_var, f_var = _is_program_var(t), _is_program_var(f)
         t_out = next(it_true) if t_var else None
         f_out = next(it_false) if f_var else None
-        merged.append(_merge(name, where, t, f, t_out, f_out, mask))
+        merged.append(_merge(name, where, t, f, t_out, f_out, mask,
+                             live is None or name in live))
     return tuple(merged)
 
 
@@ -158,14 +165,26 @@ def convert_ifexp(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], 
 
 
 def _merge(name: str, where: str, t: Any, f: Any, t_out: Variable | None,
-           f_out: Variable | None, mask: Variable) -> Any:
+           f_out: Variable | None, mask: Variable, live: bool) -> Any:
     """One variable after a program ``if``: ``t`` and ``f`` are its values at the end of the
-    branches, ``t_out``/``f_out`` their copies out of the blocks (Variables only)."""
+    branches, ``t_out``/``f_out`` their copies out of the blocks (Variables only); ``live``:
+    it may be read after the ``if``."""
     if isinstance(t, Undefined) or isinstance(f, Undefined):
-        side = "false" if isinstance(f, Undefined) else "true"
+        set_when = "false" if isinstance(t, Undefined) else "true"
+        out = f_out if set_when == "false" else t_out
+        if live and out is not None and not (isinstance(t, Undefined) and isinstance(
+                f, Undefined)):
+            # set on one side only: the other side's input to select_input is never computed,
+            # and select_input fails, naming it, on a run that takes that side
+            unset = default_main_program().current_block().create_var(
+                name=f"{name}@not_set_when_the_if_at_{where}_is_"
+                     f"{'false' if set_when == 'true' else 'true'}",
+                dtype=out.dtype, shape=out.shape)
+            pair = [out, unset] if set_when == "false" else [unset, out]
+            return control_flow.select_input(pair, mask)
         return Undefined(name, f"the if at {where} gives it a value only when its condition is "
-                               f"{'true' if side == 'false' else 'false'}; give it one in both "
-                               "branches (or before the if) to use it after")
+                               f"{set_when}; give it one in both branches (or before the if) "
+                               "to use it after")
     if t_out is not None and f_out is not None:
         if t_out.dtype != f_out.dtype:
             raise TypeError(f"if at {where}: {name!r} is {t_out.dtype} after the true branch "
