@@ -106,6 +106,9 @@ from dask_fluid.dygraph.parallel import DataParallel, ParallelEnv, prepare_conte
 
 out, steps, rows = sys.argv[1], int(sys.argv[2]), 16
 sparse = len(sys.argv) > 3 and sys.argv[3] == "sparse"  # a sparse embedding in front, SGD
+# declarative: the forward translated, with a program loop and a program if (one run_program
+# op a step, whose parameter gradients DataParallel sums as any others)
+translated = len(sys.argv) > 3 and sys.argv[3] == "declarative"
 env = ParallelEnv()
 n, rank = env.nranks, env.local_rank
 
@@ -135,10 +138,23 @@ class MLP(dygraph.Layer):
         return self.fc2(fluid.layers.relu(self.fc1(x)))
 
 
+class Translated(MLP):
+    @dygraph.declarative
+    def forward(self, x):
+        h = fluid.layers.relu(self.fc1(x))
+        i = fluid.layers.fill_constant([1], "int64", 0)
+        while i < 2:
+            h = fluid.layers.tanh(h) * 1.5
+            i = i + 1
+        if fluid.layers.reduce_max(self.fc2.weight) > 0:  # the same on every trainer
+            h = h * 0.5
+        return self.fc2(h)
+
+
 with dygraph.guard(fluid.CPUPlace()):
     fluid.default_main_program().random_seed = 5
     fluid.default_startup_program().random_seed = 5
-    model = MLP()
+    model = Translated() if translated else MLP()
     keys = list(model.state_dict())
     opt = (fluid.optimizer.SGD(0.5, parameter_list=model.parameters()) if sparse else
            fluid.optimizer.Momentum(0.2, 0.9, parameter_list=model.parameters()))
@@ -168,9 +184,10 @@ with dygraph.guard(fluid.CPUPlace()):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["dense", "sparse"])
+@pytest.mark.parametrize("model", ["dense", "sparse", "declarative"])
 def test_two_trainer_processes_reproduce_local_training(tmp_path, model):
-    # sparse: an Embedding(is_sparse=True) whose row gradients are summed over the trainers
+    # sparse: an Embedding(is_sparse=True) whose row gradients are summed over the trainers;
+    # declarative: the forward a translated program (a while op and a conditional block)
     script = tmp_path / "trainer.py"
     script.write_text(TRAINER)
     steps = 6
@@ -198,7 +215,7 @@ def test_two_trainer_processes_reproduce_local_training(tmp_path, model):
     t0, t1 = np.load(tmp_path / "trainer0.npz"), np.load(tmp_path / "trainer1.npz")
     names = sorted(k for k in local.files if k != "losses")
     assert names == sorted(k for k in t0.files if k != "losses")  # no DataParallel prefix
-    assert names and (model == "dense" or "emb.weight" in names)
+    assert names and (model != "sparse" or "emb.weight" in names)
     for name in names:
         np.testing.assert_array_equal(t0[name], t1[name])  # one model on both trainers
         np.testing.assert_allclose(t0[name], local[name], rtol=1e-5, atol=1e-6)
