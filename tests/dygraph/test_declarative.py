@@ -366,3 +366,61 @@ def test_the_translator_saves_the_last_program_as_an_inference_model(tmp_path, c
     assert feeds == ["x"]
     # the saved program is the test one: batch norm on the statistics the step updated
     np.testing.assert_allclose(got, evaluated, rtol=1e-5, atol=1e-6)
+
+
+class ConvPool(fluid.dygraph.Layer):
+    def __init__(self, c_in, c_out):
+        super().__init__()
+        self.conv = fluid.dygraph.Conv2D(c_in, c_out, 3, padding=1, act="relu")
+        self.pool = fluid.dygraph.Pool2D(2, "max", 2)
+
+    def forward(self, x):
+        return self.pool(self.conv(x))
+
+
+class MNIST(fluid.dygraph.Layer):
+    """The shape of Paddle 1.8's dygraph_to_static MNIST test model: conv-pool blocks, an fc,
+    and a forward that also gives the accuracy and the loss when a label is passed."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = fluid.dygraph.LayerList([ConvPool(1, 4), ConvPool(4, 8)])
+        self.fc = Linear(8 * 2 * 2, 10, act="softmax")
+
+    @declarative
+    def forward(self, x, label=None):
+        for block in self.blocks:
+            x = block(x)
+        x = self.fc(L.reshape(x, [-1, 8 * 2 * 2]))
+        if label is not None:
+            acc = L.accuracy(input=x, label=label)
+            loss = L.cross_entropy(x, label)
+            return x, acc, L.mean(loss)
+        return x
+
+
+def _mnist_steps(translated, steps=3):
+    ProgramTranslator().enable(translated)
+    rng = np.random.default_rng(7)
+    with fluid.dygraph.guard():
+        net = MNIST()
+        _init(net)
+        opt = fluid.optimizer.Adam(0.01, parameter_list=net.parameters())
+        out = []
+        for _ in range(steps):
+            x = rng.standard_normal((6, 1, 8, 8)).astype("float32")
+            y = rng.integers(0, 10, (6, 1)).astype("int64")
+            _, acc, loss = net(to_variable(x), to_variable(y))
+            loss.backward()
+            opt.minimize(loss)
+            net.clear_gradients()
+            out.append((float(loss.numpy()[0]), float(acc.numpy()[0])))
+        return out, {p.name: p.numpy() for p in net.parameters()}
+
+
+def test_a_conv_model_with_a_python_loop_over_its_blocks_trains_as_written():
+    got, params = _mnist_steps(True)
+    ref, ref_params = _mnist_steps(False)
+    np.testing.assert_allclose(got, ref, rtol=1e-5)
+    for name, value in params.items():
+        np.testing.assert_allclose(value, ref_params[name], rtol=1e-5, atol=1e-6, err_msg=name)
