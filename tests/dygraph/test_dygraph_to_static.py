@@ -545,3 +545,16 @@ def makes_variables(x):
 
 def test_to_variable_inside_a_translated_function_is_a_constant():
     _check(makes_variables, _x(3), control_flow=False)
+
+
+def number_or_tensor(x):
+    if L.reduce_mean(x) > 0.5:
+        scale = x * 2.0
+    else:
+        scale = 0.5  # a Python number on this side: a constant of the program
+    return x * scale
+
+
+@pytest.mark.parametrize("shift", [0.0, 1.0])
+def test_a_variable_on_one_side_and_a_number_on_the_other(shift):
+    _check(number_or_tensor, _x(3) * 0.1 + np.float32(shift))

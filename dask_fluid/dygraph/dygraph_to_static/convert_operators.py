@@ -1,7 +1,8 @@
 """What translated code calls at run time (Fluid 1.8's ``convert_operators``).
 
-:mod:`.ast_transform` rewrites a dygraph function's ``if``, ``while``, ``for ... in range``,
-``and``/``or``/``not``, ``==``/``!=``, ``print``, ``len`` and calls into calls of these helpers.
+:mod:`.ast_transform` rewrites a dygraph function's ``if``, ``while``, ``for``, ``and``/``or``/
+``not``, ``==``/``!=``, ``x if c else y``, ``assert``, ``print``, ``len``, ``x.numpy()`` and
+calls into calls of these helpers (and :func:`translate` compiles the result).
 Each decides when the translated function runs (building a program): on a program Variable
 it builds the control-flow ops (``cond``'s conditional blocks, a ``while`` loop, logical and
 comparison ops, a ``print`` op); on Python values it does what Python does, so that Python
@@ -30,8 +31,8 @@ from .ast_transform import RUNTIME, code_level, transformed, verbose
 __all__ = ["Undefined", "as_sequence", "checked_return", "convert_assert", "convert_call",
            "convert_equal", "convert_ifelse", "convert_ifexp", "convert_len",
            "convert_logical_and", "convert_logical_not", "convert_logical_or",
-           "convert_not_equal", "convert_print", "convert_while_loop", "load_name",
-           "range_condition", "translate"]
+           "convert_not_equal", "convert_numpy", "convert_print", "convert_while_loop",
+           "load_name", "range_condition", "translate"]
 
 
 class Undefined:
@@ -126,29 +127,19 @@ def convert_ifelse(pred: Any, true_fn: Callable, false_fn: Callable, args: Seque
         return tuple((true_fn if pred else false_fn)(*args))
     pred = _as_pred(pred, f"if at {where}")
     _refuse_stores(stores, f"if at {where}", "branches", "both branches are built")
-    kinds: dict[str, list] = {}
-
-    def branch(fn: Callable, side: str) -> Callable:
-        def build() -> list:
-            values = list(fn(*args))
-            kinds[side] = values
-            # only Variables pass through the conditional blocks; the rest is merged below
-            return [v for v in values if _is_program_var(v)]
-        return build
-
-    # the variables each side returns must line up: build both, then pair them by name
-    true_side = control_flow.ConditionalBlock([pred], is_scalar_condition=True)
-    outs = {}
-    with true_side.block():
-        outs["true"] = [control_flow._copy_to_parent(v) for v in branch(true_fn, "true")()]
-    false_side = control_flow.ConditionalBlock([tensor.logical_not(pred)],
-                                               is_scalar_condition=True)
-    with false_side.block():
-        outs["false"] = [control_flow._copy_to_parent(v) for v in branch(false_fn, "false")()]
+    # both branches built, each in a conditional block; only Variables leave the blocks (the
+    # rest is merged below), then each variable is paired across the sides by name
+    values: dict[str, list] = {}
+    outs: dict[str, list] = {}
+    for side, fn, cond in (("true", true_fn, pred), ("false", false_fn, tensor.logical_not(pred))):
+        with control_flow.ConditionalBlock([cond], is_scalar_condition=True).block():
+            values[side] = list(fn(*args))
+            outs[side] = [control_flow._copy_to_parent(v) for v in values[side]
+                          if _is_program_var(v)]
     mask = tensor.cast(pred, "int32")
     it_true, it_false = iter(outs["true"]), iter(outs["false"])
     merged = []
-    for name, t, f in zip(names, kinds["true"], kinds["false"], strict=True):
+    for name, t, f in zip(names, values["true"], values["false"], strict=True):
         t_var, f_var = _is_program_var(t), _is_program_var(f)
         t_out = next(it_true) if t_var else None
         f_out = next(it_false) if f_var else None
@@ -205,8 +196,7 @@ def _merge(name: str, where: str, t: Any, f: Any, t_out: Variable | None,
     if not _is_number(other):
         raise TypeError(f"if at {where}: {name!r} is a Variable after one branch and a "
                         f"{type(other).__name__} after the other; make both Variables")
-    const = control_flow._copy_to_parent(tensor.fill_constant(
-        [1] if var.shape is None else [max(d, 1) for d in var.shape], var.dtype, other))
+    const = tensor.fill_constant([1], var.dtype, other)
     pair = [const, var] if t_out is not None else [var, const]
     return control_flow.select_input(pair, mask)
 
