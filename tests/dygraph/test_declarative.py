@@ -424,3 +424,40 @@ def test_a_conv_model_with_a_python_loop_over_its_blocks_trains_as_written():
     np.testing.assert_allclose(got, ref, rtol=1e-5)
     for name, value in params.items():
         np.testing.assert_allclose(value, ref_params[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+class _Base(fluid.dygraph.Layer):
+    def __init__(self):
+        super().__init__()
+        self.fc = Linear(3, 3)
+
+    def forward(self, x):
+        if L.reduce_mean(x) > 0:
+            return self.fc(x)
+        return x
+
+
+class _Child(_Base):
+    @declarative
+    def forward(self, x):
+        def inner(v):  # a nested function with its own early return
+            if L.reduce_sum(v) > 4.0:
+                return v * 0.5
+            return v + 1.0
+
+        with fluid.dygraph.no_grad():
+            c = x * 2.0
+        return super().forward(inner(x)) + c
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.1, -1.0])
+def test_super_nested_functions_and_context_managers(scale):
+    x = np.full((2, 3), scale, "float32")
+    results = []
+    for translated in (True, False):
+        ProgramTranslator().enable(translated)
+        with fluid.dygraph.guard():
+            net = _Child()
+            _init(net)
+            results.append(net(to_variable(x)).numpy())
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-6)

@@ -142,7 +142,9 @@ def transformed(func: Callable) -> tuple[ast.Module, dict]:
                                f"{func.__qualname__!r} is not one")
     fdef.decorator_list = []
     _refuse(fdef, func.__qualname__)
-    fdef.body = _single_return(fdef.body)
+    for node in [fdef, *(n for n in ast.walk(fdef) if n is not fdef)]:
+        if isinstance(node, ast.FunctionDef):  # nested functions are translated too
+            node.body = _single_return(node.body)
     _Transformer(fdef, os.path.basename(inspect.getsourcefile(func) or "?")).visit(fdef)
     ast.fix_missing_locations(module)
     namespace = dict(func.__globals__)

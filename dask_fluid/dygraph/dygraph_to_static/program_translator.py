@@ -398,6 +398,9 @@ class StaticLayer:
             return data
 
         with _dygraph_tracer_guard(None), program_guard(main, startup), unique_name.guard():
+            # every live dygraph parameter is declared first (the blocks of an if or a loop
+            # look up what they read); those no op uses go again below
+            _declare_live(main.global_block(), tracer)
             call_args = {name: _map_leaves(value, lambda v, n=name: as_data(n, v))
                          for name, value in arguments.items()}
             result = self._call_translated(call_args)
@@ -419,8 +422,7 @@ class StaticLayer:
                             "runs (static layers such as fluid.layers.fc); create them once "
                             "with dygraph layers (fluid.dygraph.Linear, ...) in the layer's "
                             "__init__ and call those")
-        with _dygraph_tracer_guard(None):  # declared in the static program
-            parameters, buffers = _declare_persistables(main, tracer)
+        parameters, buffers = _used_persistables(main)
         runner = PartialProgram(main, inputs, outputs, parameters, buffers)
         return ConcreteProgram(main, startup, inputs, outputs, parameters, buffers, structure,
                                runner)
@@ -488,37 +490,51 @@ def _param_of(name: str) -> ParamBase:
     return var
 
 
-def _declare_persistables(program: Program, tracer: Any
-                          ) -> tuple[list[Parameter], list[Variable]]:
-    """The dygraph parameters and other persistable variables the program's ops read or
-    write, declared in its global block (the ops name them; the layers made them in dygraph
-    mode)."""
+def _declare_live(block: Any, tracer: Any) -> None:
+    """Declare the guard's live dygraph parameters and other persistable variables in the
+    (global) ``block``: the layers the function calls read them by name."""
+    for name, var in list(tracer.block.vars.items()):
+        if not var.persistable or var._value is None:
+            continue
+        if isinstance(var, ParamBase):
+            declared = block.create_parameter(
+                name=name, shape=list(var.shape), dtype=var.dtype, trainable=var.trainable,
+                optimize_attr=getattr(var, "optimize_attr", None),
+                regularizer=getattr(var, "regularizer", None))
+        else:
+            declared = block.create_var(name=name, shape=list(var.shape), dtype=var.dtype,
+                                        persistable=True)
+        declared.stop_gradient = var.stop_gradient
+        declared._dask_fluid_dygraph = True
+
+
+def _used_persistables(program: Program) -> tuple[list[Parameter], list[Variable]]:
+    """The declared dygraph parameters and other persistable variables the program's ops read
+    or write (in the order the ops first name them); the others are taken out again.
+
+    Raises
+    ------
+    ValueError
+        An op names a variable that is neither declared nor made by the program.
+    """
     block = program.global_block()
-    parameters: list[Parameter] = []
-    buffers: list[Variable] = []
+    used: dict[str, Variable] = {}
     for sub in program.blocks:
         for op in sub.ops:
             for name in [*op.input_arg_names, *op.output_arg_names]:
-                if sub._find_var_recursive(name) is not None or name in block.vars:
-                    continue
-                var = tracer.block.vars.get(name)
-                if var is None or not var.persistable:
+                var = sub._find_var_recursive(name)
+                if var is None:
                     raise ValueError(f"op {op.type!r} of the translated program reads {name!r}, "
                                      "which is neither an input, nor made by the program, nor a "
                                      "parameter: pass dygraph variables as arguments of the "
                                      "@declarative function")
-                if isinstance(var, ParamBase):
-                    declared = block.create_parameter(
-                        name=name, shape=list(var.shape), dtype=var.dtype,
-                        trainable=var.trainable,
-                        optimize_attr=getattr(var, "optimize_attr", None),
-                        regularizer=getattr(var, "regularizer", None))
-                    parameters.append(declared)
-                else:
-                    declared = block.create_var(name=name, shape=list(var.shape),
-                                                dtype=var.dtype, persistable=True)
-                    buffers.append(declared)
-                declared.stop_gradient = var.stop_gradient
+                if getattr(var, "_dask_fluid_dygraph", False):
+                    used.setdefault(name, var)
+    for name in [n for n, v in block.vars.items()
+                 if getattr(v, "_dask_fluid_dygraph", False) and n not in used]:
+        del block.vars[name]
+    parameters = [v for v in used.values() if isinstance(v, Parameter)]
+    buffers = [v for v in used.values() if not isinstance(v, Parameter)]
     return parameters, buffers
 
 
