@@ -461,3 +461,19 @@ def test_super_nested_functions_and_context_managers(scale):
             _init(net)
             results.append(net(to_variable(x)).numpy())
     np.testing.assert_allclose(results[0], results[1], rtol=1e-6)
+
+
+def test_a_layer_with_a_declarative_forward_is_freed_with_its_programs():
+    import gc
+    import weakref
+
+    with fluid.dygraph.guard():
+        bound_before = len(Net.forward._bound)
+        net = Net()
+        out = net(to_variable(_batches(1)[0][0]))
+        assert len(Net.forward._bound) == bound_before + 1
+        ref = weakref.ref(net)
+        del net, out
+        gc.collect()
+        assert ref() is None
+        assert len(Net.forward._bound) == bound_before

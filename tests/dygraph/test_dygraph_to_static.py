@@ -558,3 +558,22 @@ def number_or_tensor(x):
 @pytest.mark.parametrize("shift", [0.0, 1.0])
 def test_a_variable_on_one_side_and_a_number_on_the_other(shift):
     _check(number_or_tensor, _x(3) * 0.1 + np.float32(shift))
+
+
+SCALE = 1.0
+
+
+def scaled(x):
+    return x * SCALE
+
+
+def test_translated_code_reads_the_modules_globals_as_they_are_now():
+    global SCALE
+    translated = translate(scaled)
+    try:
+        SCALE = 3.0  # after the translation: the translated function sees it
+        got, _ = _static(translated, [np.ones(2, "float32")])
+    finally:
+        SCALE = 1.0
+    np.testing.assert_array_equal(got[0], [3.0, 3.0])
+    assert translated.__globals__ is globals()  # no copy of the module's names (nor of its objects)

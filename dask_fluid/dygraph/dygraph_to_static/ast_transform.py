@@ -107,8 +107,7 @@ class TranslationError(NotImplementedError):
 
 def translated_code(func: Callable) -> str:
     """The translated source of ``func`` (``ProgramTranslator.get_code``)."""
-    tree, _ = transformed(func)
-    return ast.unparse(tree)
+    return ast.unparse(transformed(func))
 
 
 def source_of(func: Callable) -> str:
@@ -131,9 +130,9 @@ def source_of(func: Callable) -> str:
             "exec): define it in a file or a notebook cell") from err
 
 
-def transformed(func: Callable) -> tuple[ast.Module, dict]:
-    """``func``'s module rewritten, and the namespace to run it in (its globals and its
-    closure's values; the runtime helpers go in under :data:`RUNTIME`)."""
+def transformed(func: Callable) -> ast.Module:
+    """A module holding ``func``'s definition rewritten (its globals, its closure's variables
+    and the runtime helpers, under :data:`RUNTIME`, are given when it is compiled)."""
     module = ast.parse(source_of(func))
     ast.increment_lineno(module, func.__code__.co_firstlineno - 1)
     fdef = module.body[0]
@@ -147,13 +146,7 @@ def transformed(func: Callable) -> tuple[ast.Module, dict]:
             node.body = _single_return(node.body)
     _Transformer(fdef, os.path.basename(inspect.getsourcefile(func) or "?")).visit(fdef)
     ast.fix_missing_locations(module)
-    namespace = dict(func.__globals__)
-    for name, cell in zip(func.__code__.co_freevars, func.__closure__ or (), strict=True):
-        try:
-            namespace[name] = cell.cell_contents
-        except ValueError:  # a closure variable without a value yet
-            pass
-    return module, namespace
+    return module
 
 
 def _refuse(fdef: ast.FunctionDef, qualname: str) -> None:

@@ -18,6 +18,7 @@ import ast
 import builtins
 import inspect
 import sys
+import types
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -456,8 +457,44 @@ def _to_program_variable(value: Any, name: str | None = None, zero_copy: Any = N
     return tensor.assign(np.asarray(value))
 
 
+def _compiled(func: Callable, tree: ast.Module) -> Callable:
+    """The function ``tree`` defines, with ``func``'s globals (the module's own, live), its
+    closure's cells and these helpers as :data:`RUNTIME`: compiled inside a factory whose
+    parameters are those free names, so that the function's code reads them as closure
+    variables, then made with the original cells (nothing is run, no name is bound)."""
+    fdef = tree.body[0]
+    free = [*(n for n in func.__code__.co_freevars if n != RUNTIME), RUNTIME]
+    factory = ast.FunctionDef(
+        name="_jst_factory", body=[fdef, ast.Return(value=ast.Name(id=fdef.name,
+                                                                   ctx=ast.Load()))],
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=n) for n in free],
+                           kwonlyargs=[], kw_defaults=[], defaults=[]),
+        decorator_list=[], returns=None)
+    if "type_params" in ast.FunctionDef._fields:  # Python 3.12
+        factory.type_params = []
+    ast.copy_location(factory, fdef)
+    ast.fix_missing_locations(factory)
+    module = compile(ast.Module(body=[factory], type_ignores=[]),
+                     inspect.getsourcefile(func) or "<declarative>", "exec")
+    factory_code = next(c for c in module.co_consts if isinstance(c, types.CodeType))
+    code = next(c for c in factory_code.co_consts
+                if isinstance(c, types.CodeType) and c.co_name == fdef.name)
+    cells = dict(zip(func.__code__.co_freevars, func.__closure__ or (), strict=True))
+    cells[RUNTIME] = types.CellType(sys.modules[__name__])
+    done = types.FunctionType(code, func.__globals__, func.__name__, func.__defaults__,
+                              tuple(cells[name] for name in code.co_freevars))
+    done.__kwdefaults__, done.__doc__, done.__wrapped__ = (
+        func.__kwdefaults__, func.__doc__, func)
+    done.__qualname__ = func.__qualname__
+    return done
+
+
 def _user_code(func: Any) -> bool:
+    """Whether ``func`` is the user's code still to translate (not the framework's, not a
+    lambda, not a function of translated code: one that reads the runtime helpers)."""
     if not inspect.isfunction(func) or func.__name__ == "<lambda>":
+        return False
+    if RUNTIME in func.__code__.co_freevars:
         return False
     module = getattr(func, "__module__", None) or ""
     return module.split(".")[0] not in _SKIP_MODULES
@@ -478,15 +515,10 @@ def translate(func: Callable) -> Callable:
     """
     done = _CACHE.get(func)
     if done is None:
-        tree, namespace = transformed(func)
-        namespace[RUNTIME] = sys.modules[__name__]
+        tree = transformed(func)
         verbose(f"translated {func.__qualname__}")
         if code_level() > 0:
             print(f"# translated {func.__qualname__} (dygraph_to_static)\n{ast.unparse(tree)}")
-        code = compile(tree, inspect.getsourcefile(func) or "<declarative>", "exec")
-        exec(code, namespace)  # noqa: S102  (the user's own function, recompiled)
-        done = namespace[func.__name__]
-        done.__defaults__, done.__kwdefaults__ = func.__defaults__, func.__kwdefaults__
-        done.__doc__, done.__wrapped__ = func.__doc__, func
+        done = _compiled(func, tree)
         _CACHE[func] = done
     return done

@@ -275,7 +275,8 @@ class PartialProgram:
                 # forward only: the backward pass raises this when it reaches the op
                 program = self._program.clone(for_test=is_test)
                 out_grads = [None] * len(targets)
-                error = err
+                # kept without its traceback: its frames would keep the caller's layers alive
+                error = NotImplementedError(str(err))
             else:
                 names = [None if g is None else g.name for g in grads]
                 in_grads, param_grads = names[:len(inputs)], names[len(inputs):]

@@ -262,8 +262,10 @@ class StaticLayer:
         if not callable(function):
             raise TypeError(f"declarative: {function!r} is not a function")
         self._function = function
-        self._instance = instance
+        # weakly: the layer keys the class-level object's table of bound ones
+        self._instance_ref = None if instance is None else weakref.ref(instance)
         self._bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._last_outputs: list[weakref.ref] = []
         self._signature: inspect.Signature | None = None
         self._programs: dict[tuple, ConcreteProgram] = {}
         self._last: ConcreteProgram | None = None
@@ -278,6 +280,10 @@ class StaticLayer:
         if bound is None:
             bound = self._bound[instance] = StaticLayer(self._function, instance)
         return bound
+
+    @property
+    def _instance(self) -> Any:
+        return None if self._instance_ref is None else self._instance_ref()
 
     @property
     def dygraph_function(self) -> Callable:
@@ -323,7 +329,7 @@ class StaticLayer:
         training = True if self._instance is None else bool(
             getattr(self._instance, "training", True))
         outputs = concrete.runner(inputs, params, training, buffers)
-        self._last_outputs = outputs
+        self._last_outputs = [weakref.ref(o) for o in outputs]  # (not the step's graph)
         return concrete.pack(outputs)
 
     def output_index(self, var: VarBase) -> int:
@@ -334,8 +340,8 @@ class StaticLayer:
         ValueError
             ``var`` is not one of the last call's outputs.
         """
-        for i, out in enumerate(getattr(self, "_last_outputs", ())):
-            if out is var:
+        for i, out in enumerate(self._last_outputs):
+            if out() is var:
                 return i
         raise ValueError(f"The tensor {var.name!r} does not exist among the outputs of the "
                          f"last call of {self.__name__}: give output_spec variables that call "
