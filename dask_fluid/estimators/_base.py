@@ -160,13 +160,14 @@ class FluidEstimatorBase(BaseEstimator):
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got "
                              f"{self._activation()!r}.")
         self._hidden()
+        where = "partial_fit" if incremental else f"mode={self.mode!r}"
         if (self.mode != "pserver" or incremental) and (
-                self.elastic or self.checkpoint_dir is not None
-                or self.checkpoint_every is not None):
-            where = "partial_fit" if incremental else f"mode={self.mode!r}"
-            raise NotImplementedError(f"elastic, checkpoint_dir and checkpoint_every are "
-                                      f"implemented for fit with mode='pserver' only, not "
-                                      f"{where}")
+                self.checkpoint_dir is not None or self.checkpoint_every is not None):
+            raise NotImplementedError(f"checkpoint_dir and checkpoint_every are implemented "
+                                      f"for fit with mode='pserver' only, not {where}")
+        if self.elastic and (self.mode == "local" or incremental):
+            raise NotImplementedError(f"elastic is implemented for fit with a distributed "
+                                      f"mode ('pserver', 'collective', 'nccl2'), not {where}")
         if incremental or self.mode == "local":
             return
         if self.early_stopping:
@@ -428,7 +429,8 @@ class FluidEstimatorBase(BaseEstimator):
                 backend = "nccl" if self.mode == "nccl2" else self.backend
                 result = train_collective(client, net.main, net.startup, feed,
                                           trainers=self.n_trainers, backend=backend,
-                                          device=self.device, **common)
+                                          device=self.device, elastic=self.elastic,
+                                          min_trainers=self.min_trainers, **common)
         finally:
             progress.close()
         self._set_params_from([result.params[n] for n in net.weights],

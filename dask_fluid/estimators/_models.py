@@ -83,9 +83,11 @@ _COMMON_PARAMS_DOC = """
     device : {"cpu", "gpu"}, default="cpu"
         Where kernels run (``"gpu"`` needs CuPy and a CUDA GPU).
     elastic : bool, default=False
-        Pserver mode: carry on within ``fit`` when a worker is lost (a lost trainer's rows go
-        to the others and training restarts from the pservers' state; a lost pserver comes
-        back from the latest round in ``checkpoint_dir``). See docs/reliability.md.
+        Distributed modes: carry on within ``fit`` when a worker is lost. A lost trainer's rows
+        go to the others and training restarts from the pservers' state (pserver mode) or
+        from the variables of the rank that got furthest (collective and nccl2 modes); a lost
+        pserver comes back from the latest round in ``checkpoint_dir``. See
+        docs/reliability.md.
     min_trainers : int, default=1
         With ``elastic``: fail when fewer trainers would be left.
     checkpoint_dir : str or None, default=None

@@ -1,8 +1,9 @@
-"""Elastic pserver training: a worker killed mid-fit (SIGKILL) does not end ``train_pserver``.
-A lost trainer's rows go to the others and training restarts from the pservers' state (sync:
-the interrupted step replayed with the same global batch; async: where the slowest trainer
-was); a lost pserver's shards come back from the latest checkpoint round on another worker.
-The accuracy stays within a point of an uninterrupted run."""
+"""Elastic training: a worker killed mid-fit (SIGKILL) does not end ``train_pserver`` or
+``train_collective``. A lost trainer's rows go to the others and training restarts from the
+pservers' state (sync: the interrupted step replayed with the same global batch; async: where
+the slowest trainer was) or, collective, from the variables of the rank that got furthest; a
+lost pserver's shards come back from the latest checkpoint round on another worker. The
+accuracy stays within a point of an uninterrupted run."""
 
 from __future__ import annotations
 
@@ -137,7 +138,8 @@ def test_elastic_arguments_are_checked_before_anything_runs(client):
         train_pserver(client, data=DATA, transpiler=t, elastic=True)
 
 
-def test_an_elastic_estimator_fit_survives_a_lost_trainer_worker(client):
+@pytest.mark.parametrize("mode", ["pserver", "collective"])
+def test_an_elastic_estimator_fit_survives_a_lost_trainer_worker(client, mode):
     from dask_fluid.estimators import MLPClassifier
 
     pids = client.run(os.getpid)
@@ -159,9 +161,9 @@ def test_an_elastic_estimator_fit_survives_a_lost_trainer_worker(client):
                     return
             done.wait(0.02)
 
-    est = dict(hidden_layer_sizes=HIDDEN, mode="pserver", n_pservers=1, n_trainers=3,
-               max_iter=20, batch_size=32, solver="sgd", learning_rate_init=0.05, momentum=0.0,
-               random_state=0, client=client)
+    est = dict(hidden_layer_sizes=HIDDEN, mode=mode, n_trainers=3, max_iter=20, batch_size=32,
+               solver="sgd", learning_rate_init=0.05, momentum=0.0, random_state=0,
+               client=client, **({"n_pservers": 1} if mode == "pserver" else {}))
     baseline = MLPClassifier(**est).fit(X[:6000], Y[:6000]).score(X_TEST, Y_TEST)
     killer = threading.Thread(target=kill_once_training, daemon=True)
     killer.start()
@@ -174,18 +176,66 @@ def test_an_elastic_estimator_fit_survives_a_lost_trainer_worker(client):
     assert clf.score(X_TEST, Y_TEST) >= baseline - 0.01
 
 
-def test_elastic_and_checkpoints_outside_pserver_fit_are_refused(client):
+def test_elastic_and_checkpoints_where_they_do_not_apply_are_refused(client):
+    from dask_fluid.distributed import train_collective
+    from dask_fluid.distributed.launch.data import partition_by_worker
     from dask_fluid.estimators import MLPClassifier
 
-    for kw in ({"mode": "local", "elastic": True},
-               {"mode": "collective", "checkpoint_dir": "/tmp/x", "client": client}):
-        with pytest.raises(NotImplementedError, match="mode='pserver' only"):
-            MLPClassifier(max_iter=1, **kw).fit(X[:100], Y[:100])
-    with pytest.raises(NotImplementedError, match="elastic collective training"):
-        from dask_fluid.distributed import train_collective
+    with pytest.raises(NotImplementedError, match="elastic is implemented for fit with a "
+                                                  "distributed mode"):
+        MLPClassifier(max_iter=1, mode="local", elastic=True).fit(X[:100], Y[:100])
+    with pytest.raises(NotImplementedError, match="mode='pserver' only"):
+        MLPClassifier(max_iter=1, mode="collective", checkpoint_dir="/tmp/x",
+                      client=client).fit(X[:100], Y[:100])
+    spec = mlp(hidden=HIDDEN)
+    with pytest.raises(ValueError, match="min_trainers = 0"):
+        train_collective(client, spec.main, spec.startup, DATA, elastic=True, min_trainers=0)
+    t = fluid.DistributeTranspiler(config=fluid.DistributeTranspilerConfig())
+    t.config.mode = "nccl2"
+    t.transpile(0, program=spec.main, startup_program=spec.startup,
+                trainers="127.0.0.1:1,127.0.0.1:2", current_endpoint="127.0.0.1:1")
+    with pytest.raises(ValueError, match="a transpiler's endpoints fix the trainers"):
+        train_collective(client, data=DATA, transpiler=t, elastic=True)
+    with pytest.raises(ValueError, match="DataPartition"):
+        train_collective(client, spec.main, spec.startup,
+                         partition_by_worker(client, DATA), elastic=True)
 
-        spec = mlp(hidden=HIDDEN)
-        train_collective(client, spec.main, spec.startup, DATA, elastic=True)
+
+# -- collective (ring) training -------------------------------------------------------------------
+def _train_ring(client, **kw):
+    from dask_fluid.distributed import train_collective
+
+    spec = mlp(hidden=HIDDEN, opt=fluid.optimizer.SGD(0.05))
+    args = dict(batch_size=32, epochs=5, shuffle=True, seed=0, fetch_list=[spec.loss],
+                backend="ring")
+    args.update(kw)
+    return train_collective(client, spec.main, spec.startup, DATA, **args)
+
+
+def test_a_lost_rank_does_not_end_an_elastic_collective_fit(client):
+    w = _workers(client)
+    baseline = _accuracy(_train_ring(client, trainers=3).params)
+    on_event, killed, recoveries = _killer(client, w[2], at_step=40, trainers=3)
+    result = _train_ring(client, trainers=3, elastic=True, callbacks=[on_event])
+    assert killed, "the worker was never killed"
+    assert len(result.recoveries) == 1 and recoveries == result.recoveries
+    event = result.recoveries[0]
+    assert event["lost"] == [w[2]] and event["source"].startswith("rank "), event
+    # the restart continues from where the survivors got: near the kill, never from the start
+    assert 0 < event["start_round"] <= killed[0] + 60, (event, killed)
+    assert "recovered: lost trainer worker" in result.summary
+    assert len(result.ranks) == 2 and w[2] not in {r["address"] for r in result.ranks}
+    assert len({r["digest"] for r in result.ranks}) == 1  # one model on the ranks left
+    accuracy = _accuracy(result.params)
+    assert accuracy >= baseline - 0.01, (accuracy, baseline)
+
+
+def test_elastic_collective_ends_as_without_it_when_too_few_ranks_are_left(client):
+    w = _workers(client)
+    on_event, killed, _ = _killer(client, w[2], at_step=20, trainers=3)
+    with pytest.raises(WorkerLostError):
+        _train_ring(client, trainers=3, elastic=True, min_trainers=3, callbacks=[on_event])
+    assert killed
 
 
 def test_the_restart_point_leaves_out_the_pservers_that_hold_nothing():

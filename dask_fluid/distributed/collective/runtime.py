@@ -40,6 +40,7 @@ import math
 import secrets
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -59,7 +60,8 @@ from dask_fluid.distributed.collective.nccl import (
 )
 from dask_fluid.distributed.comm import transport
 from dask_fluid.distributed.comm.rpc import abort_job_sync
-from dask_fluid.distributed.errors import WorkerLostError
+from dask_fluid.distributed.errors import DistributedTrainingError, WorkerLostError
+from dask_fluid.distributed.launch import elastic
 from dask_fluid.distributed.launch.data import (
     DataPartition,
     assign_trainers,
@@ -81,7 +83,13 @@ from dask_fluid.distributed.launch.feeds import (
     feed_names,
     prepare_feeds,
 )
-from dask_fluid.distributed.launch.tasks import TaskSpec, live_workers, new_job_id, run_tasks
+from dask_fluid.distributed.launch.tasks import (
+    DETACH_TIMEOUT_S,
+    TaskSpec,
+    live_workers,
+    new_job_id,
+    run_tasks,
+)
 from dask_fluid.distributed.launch.worker_tuning import WorkerTuning, tuned_for_training
 from dask_fluid.flags import RPCFlags
 from dask_fluid.framework import (
@@ -103,6 +111,8 @@ _DEVICES = ("cpu", "gpu", "cuda")
 # The batch order of rank r uses seed + _RANK_STRIDE * r: distinct from every (seed, epoch) pair
 # of the other ranks for fewer than _RANK_STRIDE epochs.
 _RANK_STRIDE = 10007
+#: how long an elastic recovery waits for the surviving ranks to leave their state
+_COLLECT_S = 10.0
 
 
 def rank_seed(seed: int, rank: int) -> int:
@@ -266,7 +276,8 @@ def train_collective(client: Any, main_program: Program | None = None,
                      fetch_list: Iterable[Variable | str] = (), shuffle: bool = True,
                      seed: int = 0, callbacks: Iterable[Callback] = (),
                      flags: RPCFlags | None = None, device: str = "cpu",
-                     steps_per_epoch: int | None = None, elastic: bool = False) -> TrainResult:
+                     steps_per_epoch: int | None = None, elastic: bool = False,
+                     min_trainers: int = 1) -> TrainResult:
     """Train ``main_program`` data-parallel on the workers that hold ``data``.
 
     Parameters
@@ -306,8 +317,14 @@ def train_collective(client: Any, main_program: Program | None = None,
     steps_per_epoch : int, optional
         Override the number of steps per epoch (ranks cycle through their batches).
     elastic : bool
-        Not implemented for collective training: ``True`` raises NotImplementedError (use
-        :func:`~dask_fluid.distributed.train_pserver` with ``elastic=True``).
+        Carry on when a trainer's worker is lost instead of failing: the job starts again, in
+        the same call, on the workers that are left, from the variables of the surviving rank
+        that got furthest (every rank holds the whole model) and the step after it; the lost
+        worker's rows are placed again over the others, and each rank's batch becomes the
+        global batch divided by the ranks left. Every recovery is a ``recovery`` event and an
+        entry of ``TrainResult.recoveries``.
+    min_trainers : int
+        With ``elastic``: fail, as without it, when fewer ranks than this would be left.
 
     Returns
     -------
@@ -319,21 +336,32 @@ def train_collective(client: Any, main_program: Program | None = None,
     Raises
     ------
     DistributedTrainingError
-        A rank failed, timed out or its worker died; every other rank was aborted.
+        A rank failed, timed out or its worker died (with ``elastic``: and no restart was
+        possible); every other rank was aborted.
+    ValueError
+        A bad argument; ``elastic`` with a ``transpiler`` (its endpoints fix the trainers) or
+        with a DataPartition (a lost worker's part cannot be placed again).
     NcclUnavailableError
         ``backend="nccl"`` where it cannot run.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r}; use one of {BACKENDS}")
-    if elastic:
-        raise NotImplementedError("elastic collective training is not implemented: a lost "
-                                  "rank ends the job; use train_pserver(elastic=True)")
     if device not in _DEVICES:
         raise ValueError(f"device={device!r}; use one of {_DEVICES}")
     if epochs < 1 or batch_size < 1:
         raise ValueError(f"epochs={epochs} and batch_size={batch_size} must be >= 1")
     if data is None:
         raise ValueError("data is required: {data layer name: array} or a DataPartition")
+    if isinstance(min_trainers, bool) or not isinstance(min_trainers, int) or min_trainers < 1:
+        raise ValueError(f"min_trainers = {min_trainers!r}: give an int of at least 1")
+    if elastic and transpiler is not None:
+        raise ValueError("elastic=True restarts on the workers that are left, but a "
+                         "transpiler's endpoints fix the trainers: pass the programs (and "
+                         "trainers=...) instead")
+    if elastic and isinstance(data, DataPartition):
+        raise ValueError("elastic=True places the data again on the workers that are left, "
+                         "which a DataPartition (parts already on the workers) cannot: pass "
+                         "the arrays")
     flags = flags if flags is not None else RPCFlags.current()
     main, startup, endpoints = _resolve_programs(main_program, startup_program, transpiler)
     split_program(main)  # fail here, not on every worker
@@ -341,7 +369,79 @@ def train_collective(client: Any, main_program: Program | None = None,
     fetch_names = [f.name if isinstance(f, Variable) else str(f) for f in fetch_list]
     if not fetch_names and (loss := _loss_name(main)) is not None:
         fetch_names = [loss]
+    req = _Request(main, startup, endpoints, data, trainers, backend, int(epochs),
+                   int(batch_size), names, fetch_names, bool(shuffle), int(seed),
+                   list(callbacks), flags, device, steps_per_epoch, bool(elastic),
+                   min_trainers)
+    recoveries: list[dict] = []
+    restart: _Restart | None = None
+    while True:
+        attempt = _Attempt()
+        try:
+            result = _run(client, req, restart, attempt)
+        except DistributedTrainingError as err:
+            restart = _recover(client, req, attempt, err, restart, recoveries)
+            if restart is None:
+                raise
+            continue
+        if recoveries:
+            result.recoveries = recoveries
+            result.summary += "".join(f"\nrecovered: {r['message']}" for r in recoveries)
+        return result
 
+
+@dataclass
+class _Request:
+    """What :func:`train_collective` was asked, checked."""
+
+    main: Program
+    startup: Program
+    endpoints: list[str]
+    data: Any
+    trainers: Any
+    backend: str
+    epochs: int
+    batch_size: int
+    names: list[str]
+    fetch_names: list[str]
+    shuffle: bool
+    seed: int
+    callbacks: list
+    flags: RPCFlags
+    device: str
+    steps_per_epoch: int | None
+    elastic: bool
+    min_trainers: int
+
+
+@dataclass
+class _Restart:
+    """How an elastic restart differs from the request: the workers lost so far, the
+    trainers argument without them, the step to start at, the variables to start from and the
+    global batch to keep."""
+
+    lost: set[str]
+    trainers: Any
+    start_step: int
+    arrays: dict[str, np.ndarray]
+    global_batch: int
+
+
+@dataclass
+class _Attempt:
+    """What one attempt got to (what a recovery needs)."""
+
+    job: str = ""
+    ranks: list[str] = field(default_factory=list)
+    global_batch: int = 0
+
+
+def _run(client: Any, req: _Request, restart: _Restart | None, attempt: _Attempt
+         ) -> TrainResult:
+    """One attempt: place the data, choose the ranks, run them, assemble the result."""
+    flags, data = req.flags, req.data
+    trainers = req.trainers if restart is None else restart.trainers
+    lost = set() if restart is None else restart.lost
     if isinstance(data, DataPartition):  # the data already lives somewhere: trainers filter
         candidates, labels = list(data.workers), {}
         if isinstance(trainers, (int, np.integer)) and not isinstance(trainers, bool):
@@ -349,14 +449,18 @@ def train_collective(client: Any, main_program: Program | None = None,
         elif trainers is not None:
             candidates = _candidates(client, trainers, ())[0]
     else:
-        candidates, labels = _candidates(client, trainers, endpoints)
+        candidates, labels = _candidates(client, trainers, req.endpoints)
+        if lost:  # (None means every worker: the ones left, here)
+            candidates = [w for w in (candidates or sorted(live_workers(client)))
+                          if w not in lost]
     infos = None
+    backend = req.backend
     if backend != "ring":
         infos = probe_gpus(client, candidates)
         if backend == "nccl":  # before any data moves
             check_nccl(client, candidates or sorted(infos), infos)
     partition = data if isinstance(data, DataPartition) else partition_by_worker(
-        client, _as_arrays(data, names), workers=candidates)
+        client, _as_arrays(data, req.names), workers=candidates)
     holders = [w for w in partition.workers if partition.rows_per_worker.get(w)]
     if not holders:
         raise ValueError("no worker holds any rows of data")
@@ -373,27 +477,34 @@ def train_collective(client: Any, main_program: Program | None = None,
                                  in_order=candidates is not None)
     ranks = assignment.workers
     backend = _choose_backend(client, backend, ranks, infos)
+    batch_size = req.batch_size
+    if restart is not None:  # the same global batch over the ranks that are left
+        batch_size = max(1, math.ceil(restart.global_batch / len(ranks)))
     rows = assignment.rows
-    steps = steps_per_epoch_for(rows, batch_size, steps_per_epoch)
+    steps = steps_per_epoch_for(rows, batch_size, req.steps_per_epoch)
 
     job = new_job_id()
-    cfg = {"job": job, "main": main.to_json(), "startup": startup.to_json(), "backend": backend,
-           "addresses": ranks, "deadline_s": flags.deadline_s, "epochs": int(epochs),
-           "batch_size": int(batch_size), "steps": steps, "fetch": fetch_names,
-           "shuffle": bool(shuffle), "seed": int(seed), "device": device, "session": None,
-           "tuning": WorkerTuning.from_config(), "secret": secrets.token_bytes(32),
-           "transport": transport.choose(transport.COLLECTIVE_KEY, ranks, ("tcp://", "tls://"))}
+    attempt.job, attempt.ranks, attempt.global_batch = job, list(ranks), batch_size * len(ranks)
+    cfg = {"job": job, "main": req.main.to_json(), "startup": req.startup.to_json(),
+           "backend": backend, "addresses": ranks, "deadline_s": flags.deadline_s,
+           "epochs": req.epochs, "batch_size": int(batch_size), "steps": steps,
+           "fetch": req.fetch_names, "shuffle": req.shuffle, "seed": req.seed,
+           "device": req.device, "session": None, "tuning": WorkerTuning.from_config(),
+           "secret": secrets.token_bytes(32),
+           "transport": transport.choose(transport.COLLECTIVE_KEY, ranks, ("tcp://", "tls://")),
+           "elastic": req.elastic,
+           "resume": None if restart is None else (restart.start_step, restart.arrays)}
     session = create_session(client) if backend == "nccl" else None
     cfg["session"] = session
     tasks = [TaskSpec(w, _trainer_task, args=(cfg, r, assignment.parts[r]), role="trainer",
                       endpoint=labels.get(w), reports_done=True) for r, w in enumerate(ranks)]
     try:
-        info = {"kind": "collective", "backend": backend, "epochs": int(epochs),
-                "batch_size": int(batch_size), "rounds": int(epochs) * steps,
+        info = {"kind": "collective", "backend": backend, "epochs": req.epochs,
+                "batch_size": int(batch_size), "rounds": req.epochs * steps,
                 "summary": f"{len(ranks)} trainer(s), {backend} all-reduce, {steps} steps "
                            f"per epoch"}
-        results = run_tasks(client, job, tasks, callbacks=callbacks, deadline_s=flags.deadline_s,
-                            info=info)
+        results = run_tasks(client, job, tasks, callbacks=req.callbacks,
+                            deadline_s=flags.deadline_s, info=info)
     except concurrent.futures.CancelledError as exc:
         raise _lost_worker_error(client, job, tasks) from exc
     finally:
@@ -402,7 +513,56 @@ def train_collective(client: Any, main_program: Program | None = None,
     tls = cfg["transport"] == "tcp" and all(r.startswith("tls://") for r in ranks)
     path = f"{backend} ({'tls' if tls else cfg['transport']} data path)" if backend == "ring" \
         else backend
-    return _result(results, fetch_names, path, steps, labels)
+    return _result(results, req.fetch_names, path, steps, labels)
+
+
+def _recover(client: Any, req: _Request, attempt: _Attempt, err: DistributedTrainingError,
+             previous: _Restart | None, recoveries: list[dict]) -> _Restart | None:
+    """The restart after a lost worker, or None when the error is not one to recover from
+    (not elastic, no worker lost, too few ranks left, no state left)."""
+    if not req.elastic or not attempt.job:
+        return None
+    alive = live_workers(client)
+    lost = {w for w in attempt.ranks if w not in alive}
+    if not lost:
+        return None  # a failure of the program or the data, not of a worker
+    before = previous.lost if previous is not None else set()
+    lost |= before
+    candidates = sorted(alive - lost)
+    trainers = req.trainers if previous is None else previous.trainers
+    _, trainers, n_left = elastic.without_lost(req.data, trainers, attempt.ranks, lost,
+                                               candidates)
+    survivors = [w for w in attempt.ranks if w not in lost]
+    # collected in every case (what the surviving ranks left must not stay on the workers),
+    # and for a moment: a rank leaves its state once the abort has reached it
+    states: dict[int, dict] = {}
+    give_up = time.monotonic() + _COLLECT_S
+    while True:
+        states.update(elastic.collect(client, attempt.job, survivors, DETACH_TIMEOUT_S))
+        if len(states) >= len(survivors) or time.monotonic() >= give_up:
+            break
+        time.sleep(0.1)
+    state = elastic.newest_rank_state(states)
+    if (len(recoveries) >= elastic.MAX_RECOVERIES or n_left < req.min_trainers
+            or state is None):
+        logger.warning("elastic: not restarting job %s: %d rank(s) left (min_trainers=%d), "
+                       "%s", attempt.job, n_left, req.min_trainers,
+                       "no state left by the ranks" if state is None else
+                       f"{len(recoveries)} recoveries so far")
+        return None
+    restart = _Restart(lost, trainers, int(state["done"]) + 1, state["arrays"],
+                       attempt.global_batch)
+    source = f"rank {state['rank']}'s variables"
+    event = {"type": "recovery", "lost": sorted(lost - before), "error": str(err),
+             "start_round": restart.start_step, "source": source,
+             "message": f"lost trainer worker(s) {', '.join(sorted(lost - before))} "
+                        f"({type(err).__name__}); restarted at step {restart.start_step} "
+                        f"from {source}"}
+    logger.warning("elastic: %s", event["message"])
+    recoveries.append(event)
+    for callback in req.callbacks:
+        callback(event)
+    return restart
 
 
 def _lost_worker_error(client: Any, job: str, tasks: Sequence[TaskSpec]) -> Exception:
@@ -478,19 +638,35 @@ def _trainer_task(cfg: dict, rank: int, parts: list) -> dict:
 
     worker = get_worker()
     comm = _make_comm(cfg, worker, rank)
+    progress = _Progress()
     try:
         with tuned_for_training(worker, cfg["tuning"]):
-            return _train(cfg, rank, worker, comm, parts)
+            return _train(cfg, rank, worker, comm, parts, progress)
     except BaseException as exc:
         if not isinstance(exc, JobAbortedError):  # wake the others now, not at the deadline
             comm.abort(f"rank {rank} ({worker.address}) failed: {type(exc).__name__}: "
                        f"{exc}"[:500])
+        if cfg["elastic"] and progress.scope is not None:  # what a restart starts from
+            elastic.stash(cfg["job"], rank, elastic.rank_state(rank, progress.done, {
+                n: np.array(to_host(progress.scope.vars[n]), copy=True)
+                for n in progress.persist}))
         raise
     finally:
         comm.close()
 
 
-def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list) -> dict:
+@dataclass
+class _Progress:
+    """How far a rank got: its scope, its persistable variables and the last global step
+    whose update it applied (what it leaves for an elastic restart)."""
+
+    scope: Any = None
+    persist: list[str] = field(default_factory=list)
+    done: int = -1
+
+
+def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list,
+           progress: _Progress) -> dict:
     from dask_fluid.executor import CPUPlace, CUDAPlace, Executor, Scope  # noqa: PLC0415
 
     main = Program.from_json(cfg["main"])
@@ -502,7 +678,17 @@ def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list) -> dict:
     exe.run(startup, scope=scope)
     persist = [n for n in persistable_names(main) if n in scope]
     host = cfg["backend"] == "ring"  # the ring reduces numpy arrays only
-    broadcast_persistables(comm, scope, persist, xp, host=host)
+    start = 0
+    if cfg["resume"] is not None:  # an elastic restart: the survivors' variables, every rank
+        start, arrays = cfg["resume"]
+        missing = [n for n in persist if n not in arrays]
+        if missing:
+            raise ValueError(f"the restart state lacks {missing}")
+        for n in persist:
+            scope.vars[n] = xp.asarray(arrays[n]) if xp is not np else arrays[n].copy()
+    else:
+        broadcast_persistables(comm, scope, persist, xp, host=host)
+    progress.scope, progress.persist, progress.done = scope, persist, start - 1
 
     feeds = prepare_feeds(main, local_arrays(parts), feed_names(main))
     if xp is not np:
@@ -513,11 +699,15 @@ def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list) -> dict:
     records: list[tuple] = []
     samples = 0
     meter = StepMeter(PUBLISH_INTERVAL_S)
-    start = meter.start
+    started = meter.start
     for epoch in range(cfg["epochs"]):
+        if (epoch + 1) * steps <= start:  # done before an elastic restart
+            continue
         batches = batch_indices(n_rows, bs, epoch, seed_r, cfg["shuffle"])
         for s in range(steps):
             global_step = epoch * steps + s
+            if global_step < start:
+                continue
             idx = batches[s % len(batches)]
             if xp is not np:
                 idx = xp.asarray(idx)
@@ -528,6 +718,7 @@ def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list) -> dict:
             reduce_gradients(comm, scope, grads, xp, host=host, step=global_step)
             waited = time.perf_counter() - reduce_start
             exe.run(optimize, scope=scope)
+            progress.done = global_step
             samples += len(idx)
             meter.step(len(idx), waited)
             event = step_event(rank, epoch, global_step, len(idx), fetch, fetched)
@@ -537,7 +728,7 @@ def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list) -> dict:
             records.append((epoch, global_step, len(idx), list(event["fetches"].values())))
         publish(worker, cfg["job"], {"type": "epoch_end", "rank": rank, "epoch": epoch,
                                      "steps": steps, "samples": samples})
-    elapsed = time.perf_counter() - start
+    elapsed = time.perf_counter() - started
     publish(worker, cfg["job"], {"type": "done", "rank": rank, "steps": len(records),
                                  "samples": samples, "elapsed": elapsed})
     params = {n: np.array(to_host(scope.vars[n]), copy=True) for n in persist}

@@ -1,7 +1,13 @@
-"""Elastic pserver training: what survives a lost worker, and where the restart begins.
+"""Elastic training: what survives a lost worker, and where the restart begins.
 
 With ``elastic=True`` the launcher does not end the job when a worker is lost: it starts the
-job again on the workers that are left, from the pservers' state, within the same call.
+job again on the workers that are left, from the state the job left, within the same call.
+
+Collective (ring, NCCL) training: every rank holds the whole model, so each surviving rank
+leaves its variables and its last applied step here when the job is aborted
+(:func:`rank_state`); the restart takes the rank that got furthest (:func:`newest_rank_state`).
+
+Pserver training:
 
 - **A trainer's worker is lost.** The pservers are alive: when the job is aborted each one
   leaves its state here, on its worker (:func:`stash`), and the launcher collects it
@@ -27,43 +33,88 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["collect", "restart_point", "stash"]
+__all__ = ["collect", "newest_rank_state", "rank_state", "restart_point", "stash",
+           "without_lost"]
 
 #: (job, pserver id) -> (time, state); entries nobody collects go after STASH_TTL_S
 _STASH: dict[tuple[str, int], tuple[float, dict[str, Any]]] = {}
 _LOCK = threading.Lock()
 STASH_TTL_S = 600.0
+#: restarts within one call at most (a cluster that keeps losing workers ends the job)
+MAX_RECOVERIES = 8
 
 
-def stash(job: str, state: dict[str, Any]) -> None:
-    """Keep a pserver's :meth:`~..pserver.shard.PServerShard.elastic_state` in this process
-    until the launcher collects it."""
+def stash(job: str, key: int, state: dict[str, Any]) -> None:
+    """Keep what a pserver (its :meth:`~..pserver.shard.PServerShard.elastic_state`, ``key``
+    its id) or a collective rank (:func:`rank_state`, ``key`` its rank) leaves of an aborted
+    job in this process until the launcher collects it."""
     now = time.monotonic()
     with _LOCK:
-        for key in [k for k, (t, _) in _STASH.items() if now - t > STASH_TTL_S]:
-            del _STASH[key]
-        _STASH[(job, int(state["pserver_id"]))] = (now, state)
+        for old in [k for k, (t, _) in _STASH.items() if now - t > STASH_TTL_S]:
+            del _STASH[old]
+        _STASH[(job, int(key))] = (now, state)
 
 
-def _take(job: str, dask_worker: Any = None) -> list[dict[str, Any]]:
+def _take(job: str, dask_worker: Any = None) -> dict[int, dict[str, Any]]:
     with _LOCK:
         keys = [k for k in _STASH if k[0] == job]
-        return [_STASH.pop(k)[1] for k in keys]
+        return {k[1]: _STASH.pop(k)[1] for k in keys}
 
 
 def collect(client: Any, job: str, workers: Sequence[str], timeout_s: float
             ) -> dict[int, dict[str, Any]]:
-    """The states the pservers of ``job`` left on ``workers``, by pserver id."""
+    """The states the pservers (or ranks) of ``job`` left on ``workers``, by id."""
     if not workers:
         return {}
     found = client.run(_take, job, workers=list(workers), on_error="ignore",
                        callback_timeout=timeout_s)
     states: dict[int, dict[str, Any]] = {}
     for per_worker in found.values():
-        if isinstance(per_worker, list):
-            for state in per_worker:
-                states[int(state["pserver_id"])] = state
+        if isinstance(per_worker, dict):
+            states.update(per_worker)
     return states
+
+
+def rank_state(rank: int, done: int, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    """What a collective rank leaves of an aborted job: the last global step whose update it
+    applied and its persistable variables after it (host copies)."""
+    return {"rank": int(rank), "done": int(done), "arrays": arrays}
+
+
+def newest_rank_state(states: Mapping[int, dict[str, Any]]) -> dict[str, Any] | None:
+    """The state to restart a collective job from: the surviving rank that got furthest.
+
+    Every rank applies the same all-reduced gradients, so ranks that applied the same step hold
+    the same values; a rank whose last all-reduce completed (it received every rank's part)
+    applied a correct step, even when a peer died before finishing that all-reduce itself."""
+    if not states:
+        return None
+    return max(states.values(), key=lambda s: (int(s["done"]), -int(s["rank"])))
+
+
+def without_lost(data: Any, trainers: Any, trainer_workers: list[str], lost: set[str],
+                 candidates: list[str]) -> tuple[Any, Any, int]:
+    """The data and trainers arguments for the workers that are left, and how many trainers
+    that gives (at most). A list of trainers loses the lost workers; per-trainer dicts of lost
+    trainers go, whole, to the remaining trainers in turn (which keep their workers)."""
+    if isinstance(data, (list, tuple)) and data and all(isinstance(d, Mapping) for d in data):
+        keep = [i for i, w in enumerate(trainer_workers) if w not in lost]
+        gone = [i for i, w in enumerate(trainer_workers) if w in lost]
+        merged = [dict(data[i]) for i in keep]
+        for j, i in enumerate(gone):
+            if not merged:
+                break
+            target = merged[j % len(merged)]
+            for key, value in data[i].items():
+                target[key] = np.concatenate([np.asarray(target[key]), np.asarray(value)])
+        return merged, [trainer_workers[i] for i in keep], len(keep)
+    if isinstance(trainers, (list, tuple)):
+        trainers = [t for t in trainers if t not in lost]
+        return data, trainers, len(trainers)
+    if isinstance(trainers, int) and not isinstance(trainers, bool):
+        trainers = min(trainers, len(candidates))
+        return data, trainers, trainers
+    return data, trainers, len(candidates)
 
 
 def restart_point(states: Mapping[int, dict[str, Any]], n_pservers: int,

@@ -45,7 +45,6 @@ __all__ = ["train_pserver"]
 logger = logging.getLogger(__name__)
 
 #: an elastic job gives up after this many restarts (a cluster losing worker after worker)
-MAX_RECOVERIES = 8
 #: dask.config key: pserver shards with fewer parameter bytes do their numpy work in the
 #: requesting thread instead of the FLAGS_rpc_*_thread_num pools (default 1 MiB)
 INLINE_BYTES_KEY = "dask_fluid.pserver.inline-bytes"
@@ -467,31 +466,6 @@ class _Job:
                        fetch_names)
 
 
-def _without_lost(data: Any, trainers: Any, trainer_workers: list[str], lost: set[str],
-                  candidates: list[str]) -> tuple[Any, Any, int]:
-    """The data and trainers arguments for the workers that are left, and how many trainers
-    that gives (at most). A list of trainers loses the lost workers; per-trainer dicts of lost
-    trainers go, whole, to the remaining trainers in turn (which keep their workers)."""
-    if isinstance(data, (list, tuple)):
-        keep = [i for i, w in enumerate(trainer_workers) if w not in lost]
-        gone = [i for i, w in enumerate(trainer_workers) if w in lost]
-        merged = [dict(data[i]) for i in keep]
-        for j, i in enumerate(gone):
-            if not merged:
-                break
-            target = merged[j % len(merged)]
-            for key, value in data[i].items():
-                target[key] = np.concatenate([np.asarray(target[key]), np.asarray(value)])
-        return merged, [trainer_workers[i] for i in keep], len(keep)
-    if isinstance(trainers, (list, tuple)):
-        trainers = [t for t in trainers if t not in lost]
-        return data, trainers, len(trainers)
-    if isinstance(trainers, int) and not isinstance(trainers, bool):
-        trainers = min(trainers, len(candidates))
-        return data, trainers, trainers
-    return data, trainers, len(candidates)
-
-
 def _pservers_without_lost(pservers: Any, lost: set[str]) -> Any:
     """``pservers`` naming lost workers takes the same number of other workers instead."""
     if isinstance(pservers, (list, tuple)) and any(p in lost for p in pservers):
@@ -516,9 +490,9 @@ def _recover(client: Any, req: _Request, job: _Job, err: DistributedTrainingErro
     candidates = sorted(alive - lost)
     data, trainers = (req.data, req.trainers) if job.restart is None else (job.restart.data,
                                                                            job.restart.trainers)
-    data, trainers, n_left = _without_lost(data, trainers, job.trainer_workers, lost,
+    data, trainers, n_left = elastic.without_lost(data, trainers, job.trainer_workers, lost,
                                            candidates)
-    if len(recoveries) >= MAX_RECOVERIES or n_left < min_trainers:
+    if len(recoveries) >= elastic.MAX_RECOVERIES or n_left < min_trainers:
         logger.warning("elastic: not restarting job %s: %d trainer(s) left, min_trainers=%d",
                        job.job, n_left, min_trainers)
         return None

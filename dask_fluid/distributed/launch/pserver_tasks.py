@@ -106,7 +106,8 @@ def run_pserver(spec: ShardSpec) -> dict:
             exe.run(program, scope=scope)
     except DistributedTrainingError:
         if spec.elastic and started:
-            elastic.stash(spec.job, started[0].elastic_state())
+            state = started[0].elastic_state()
+            elastic.stash(spec.job, state["pserver_id"], state)
         raise
     except Exception as exc:  # name the role, endpoint and step, keep the cause
         raise DistributedTrainingError(f"{type(exc).__name__}: {exc}", "pserver",
