@@ -61,7 +61,7 @@ from dask_fluid.distributed.collective.nccl import (
 from dask_fluid.distributed.comm import transport
 from dask_fluid.distributed.comm.rpc import abort_job_sync
 from dask_fluid.distributed.errors import DistributedTrainingError, WorkerLostError
-from dask_fluid.distributed.launch import elastic
+from dask_fluid.distributed.launch import elastic as recovery
 from dask_fluid.distributed.launch.data import (
     DataPartition,
     assign_trainers,
@@ -373,21 +373,14 @@ def train_collective(client: Any, main_program: Program | None = None,
                    int(batch_size), names, fetch_names, bool(shuffle), int(seed),
                    list(callbacks), flags, device, steps_per_epoch, bool(elastic),
                    min_trainers)
-    recoveries: list[dict] = []
-    restart: _Restart | None = None
-    while True:
-        attempt = _Attempt()
-        try:
-            result = _run(client, req, restart, attempt)
-        except DistributedTrainingError as err:
-            restart = _recover(client, req, attempt, err, restart, recoveries)
-            if restart is None:
-                raise
-            continue
-        if recoveries:
-            result.recoveries = recoveries
-            result.summary += "".join(f"\nrecovered: {r['message']}" for r in recoveries)
-        return result
+    attempts: list[_Attempt] = []
+
+    def attempt(restart: _Restart | None) -> TrainResult:
+        attempts.append(_Attempt())
+        return _run(client, req, restart, attempts[-1])
+
+    return recovery.run_with_restarts(attempt, lambda err, restart, recoveries: _recover(
+        client, req, attempts[-1], err, restart, recoveries))
 
 
 @dataclass
@@ -530,7 +523,7 @@ def _recover(client: Any, req: _Request, attempt: _Attempt, err: DistributedTrai
     lost |= before
     candidates = sorted(alive - lost)
     trainers = req.trainers if previous is None else previous.trainers
-    _, trainers, n_left = elastic.without_lost(req.data, trainers, attempt.ranks, lost,
+    _, trainers, n_left = recovery.without_lost(req.data, trainers, attempt.ranks, lost,
                                                candidates)
     survivors = [w for w in attempt.ranks if w not in lost]
     # collected in every case (what the surviving ranks left must not stay on the workers),
@@ -538,12 +531,12 @@ def _recover(client: Any, req: _Request, attempt: _Attempt, err: DistributedTrai
     states: dict[int, dict] = {}
     give_up = time.monotonic() + _COLLECT_S
     while True:
-        states.update(elastic.collect(client, attempt.job, survivors, DETACH_TIMEOUT_S))
+        states.update(recovery.collect(client, attempt.job, survivors, DETACH_TIMEOUT_S))
         if len(states) >= len(survivors) or time.monotonic() >= give_up:
             break
         time.sleep(0.1)
-    state = elastic.newest_rank_state(states)
-    if (len(recoveries) >= elastic.MAX_RECOVERIES or n_left < req.min_trainers
+    state = recovery.newest_rank_state(states)
+    if (len(recoveries) >= recovery.MAX_RECOVERIES or n_left < req.min_trainers
             or state is None):
         logger.warning("elastic: not restarting job %s: %d rank(s) left (min_trainers=%d), "
                        "%s", attempt.job, n_left, req.min_trainers,
@@ -552,16 +545,9 @@ def _recover(client: Any, req: _Request, attempt: _Attempt, err: DistributedTrai
         return None
     restart = _Restart(lost, trainers, int(state["done"]) + 1, state["arrays"],
                        attempt.global_batch)
-    source = f"rank {state['rank']}'s variables"
-    event = {"type": "recovery", "lost": sorted(lost - before), "error": str(err),
-             "start_round": restart.start_step, "source": source,
-             "message": f"lost trainer worker(s) {', '.join(sorted(lost - before))} "
-                        f"({type(err).__name__}); restarted at step {restart.start_step} "
-                        f"from {source}"}
-    logger.warning("elastic: %s", event["message"])
-    recoveries.append(event)
-    for callback in req.callbacks:
-        callback(event)
+    roles = ", ".join(f"trainer worker {w}" for w in sorted(lost - before))
+    recovery.announce(lost - before, roles, err, restart.start_step,
+                     f"rank {state['rank']}'s variables", recoveries, req.callbacks)
     return restart
 
 
@@ -647,7 +633,7 @@ def _trainer_task(cfg: dict, rank: int, parts: list) -> dict:
             comm.abort(f"rank {rank} ({worker.address}) failed: {type(exc).__name__}: "
                        f"{exc}"[:500])
         if cfg["elastic"] and progress.scope is not None:  # what a restart starts from
-            elastic.stash(cfg["job"], rank, elastic.rank_state(rank, progress.done, {
+            recovery.stash(cfg["job"], rank, recovery.rank_state(rank, progress.done, {
                 n: np.array(to_host(progress.scope.vars[n]), copy=True)
                 for n in progress.persist}))
         raise

@@ -26,15 +26,20 @@ batch divided by the trainers that are left.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["collect", "newest_rank_state", "rank_state", "restart_point", "stash",
-           "without_lost"]
+from ..errors import DistributedTrainingError
+
+__all__ = ["announce", "collect", "newest_rank_state", "rank_state", "restart_point",
+           "run_with_restarts", "stash", "without_lost"]
+
+logger = logging.getLogger(__name__)
 
 #: (job, pserver id) -> (time, state); entries nobody collects go after STASH_TTL_S
 _STASH: dict[tuple[str, int], tuple[float, dict[str, Any]]] = {}
@@ -146,3 +151,39 @@ def restart_point(states: Mapping[int, dict[str, Any]], n_pservers: int,
         else:
             return None
     return common, chosen
+
+
+def run_with_restarts(attempt: Callable[[Any], Any],
+                      recover: Callable[[Exception, Any, list[dict]], Any]) -> Any:
+    """Run ``attempt(restart)`` (None the first time) until it returns a TrainResult; after a
+    DistributedTrainingError, ``recover(error, restart, recoveries)`` gives the next restart,
+    or None to raise the error. The result carries the recoveries and a ``recovered:`` line in
+    its summary for each."""
+    recoveries: list[dict] = []
+    restart = None
+    while True:
+        try:
+            result = attempt(restart)
+        except DistributedTrainingError as err:
+            restart = recover(err, restart, recoveries)
+            if restart is None:
+                raise
+            continue
+        if recoveries:
+            result.recoveries = recoveries
+            result.summary += "".join(f"\nrecovered: {r['message']}" for r in recoveries)
+        return result
+
+
+def announce(lost: Sequence[str], roles: str, err: Exception, start: int, source: str,
+             recoveries: list[dict], callbacks: Sequence[Callable[[dict], Any]]) -> None:
+    """Record a recovery: the ``recovery`` event (to the callbacks and ``recoveries``) and a
+    warning in the log."""
+    event = {"type": "recovery", "lost": sorted(lost), "error": str(err),
+             "start_round": int(start), "source": source,
+             "message": f"lost {roles} ({type(err).__name__}); restarted at step {start} "
+                        f"from {source}"}
+    logger.warning("elastic: %s", event["message"])
+    recoveries.append(event)
+    for callback in callbacks:
+        callback(event)

@@ -31,7 +31,7 @@ from ..errors import DeadlineExceededError, DistributedTrainingError, WorkerLost
 from ..pserver import checkpoint as ckpt
 from ..pserver.client import early_push_setting
 from ..pserver.shard import Schedule
-from . import elastic
+from . import elastic as recovery
 from .data import assign_trainers, partition_by_worker
 from .events import Callback, TrainResult
 from .feeds import check_data_keys, feed_names
@@ -283,21 +283,14 @@ def train_pserver(client: Any, main_program: Program | None = None,
                    sync_mode, epochs, batch_size, list(fetch_list), shuffle, seed,
                    list(callbacks), checkpoint_dir, checkpoint_every, resume_from, flags,
                    steps_per_epoch, elastic)
-    restart: _Restart | None = None
-    recoveries: list[dict] = []
-    while True:
-        job = _Job(req, restart)
-        try:
-            result = job.run(client)
-        except DistributedTrainingError as err:
-            restart = _recover(client, req, job, err, min_trainers, recoveries)
-            if restart is None:
-                raise
-            continue
-        if recoveries:
-            result.recoveries = recoveries
-            result.summary += "".join(f"\nrecovered: {r['message']}" for r in recoveries)
-        return result
+    jobs: list[_Job] = []
+
+    def attempt(restart: _Restart | None) -> TrainResult:
+        jobs.append(_Job(req, restart))
+        return jobs[-1].run(client)
+
+    return recovery.run_with_restarts(attempt, lambda err, _, recoveries: _recover(
+        client, req, jobs[-1], err, min_trainers, recoveries))
 
 
 def _check_elastic(elastic: bool, min_trainers: int, transpiler: Any) -> None:
@@ -490,17 +483,17 @@ def _recover(client: Any, req: _Request, job: _Job, err: DistributedTrainingErro
     candidates = sorted(alive - lost)
     data, trainers = (req.data, req.trainers) if job.restart is None else (job.restart.data,
                                                                            job.restart.trainers)
-    data, trainers, n_left = elastic.without_lost(data, trainers, job.trainer_workers, lost,
+    data, trainers, n_left = recovery.without_lost(data, trainers, job.trainer_workers, lost,
                                            candidates)
-    if len(recoveries) >= elastic.MAX_RECOVERIES or n_left < min_trainers:
+    if len(recoveries) >= recovery.MAX_RECOVERIES or n_left < min_trainers:
         logger.warning("elastic: not restarting job %s: %d trainer(s) left, min_trainers=%d",
                        job.job, n_left, min_trainers)
         return None
     lost_pserver = [w for w in job.pserver_workers if w in lost]
     # collected in every case: what the surviving pservers left must not stay on the workers
-    states = elastic.collect(client, job.job, sorted(set(job.pserver_workers) & alive),
+    states = recovery.collect(client, job.job, sorted(set(job.pserver_workers) & alive),
                              DETACH_TIMEOUT_S)
-    point = None if lost_pserver else elastic.restart_point(states, job.n_pservers, [
+    point = None if lost_pserver else recovery.restart_point(states, job.n_pservers, [
         r for r, w in enumerate(job.trainer_workers) if w not in lost])
     global_batch = job.global_batch if job.sync else None
     if point is not None:
@@ -525,14 +518,8 @@ def _recover(client: Any, req: _Request, job: _Job, err: DistributedTrainingErro
         return None
     roles = ", ".join(f"{'pserver' if w in lost_pserver else 'trainer'} worker {w}"
                       for w in sorted(lost - before))
-    event = {"type": "recovery", "lost": sorted(lost - before), "error": str(err),
-             "start_round": restart.start_round, "source": source,
-             "message": f"lost {roles} ({type(err).__name__}); restarted at step "
-                        f"{restart.start_round} from {source}"}
-    logger.warning("elastic: %s", event["message"])
-    recoveries.append(event)
-    for callback in req.callbacks:
-        callback(event)
+    recovery.announce(lost - before, roles, err, restart.start_round, source, recoveries,
+                     req.callbacks)
     return restart
 
 
