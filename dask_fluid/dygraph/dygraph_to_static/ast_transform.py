@@ -32,8 +32,8 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["RUNTIME", "TranslationError", "code_level", "set_code_level", "set_verbosity",
-           "source_of", "transformed", "translated_code", "verbose"]
+__all__ = ["RUNTIME", "TranslationError", "code_level", "function_def", "set_code_level",
+           "set_verbosity", "source_of", "transformed", "translated_code", "verbose"]
 
 logger = logging.getLogger(__package__)
 #: ``set_code_level``/``set_verbosity``: above 0, translated code / translation steps are shown
@@ -306,8 +306,9 @@ def _root(node: ast.expr) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _function(name: str, params: list[str], body: list[ast.stmt],
-              returns: ast.expr) -> ast.FunctionDef:
+def function_def(name: str, params: list[str], body: list[ast.stmt],
+                 returns: ast.expr) -> ast.FunctionDef:
+    """``def name(*params): body; return returns``, as a node."""
     args = ast.arguments(posonlyargs=[], args=[ast.arg(arg=p) for p in params], kwonlyargs=[],
                          kw_defaults=[], defaults=[])
     fdef = ast.FunctionDef(name=name, args=args, body=[*body, ast.Return(value=returns)],
@@ -453,8 +454,8 @@ class _Transformer(ast.NodeTransformer):
         k = next(self._count)
         names, stores = _assigned(node.body + node.orelse)
         true_fn, false_fn = f"{_FN}_true_{k}", f"{_FN}_false_{k}"
-        defs = [_function(true_fn, names, node.body, _tuple(names)),
-                _function(false_fn, names, node.orelse or [ast.Pass()], _tuple(names))]
+        defs = [function_def(true_fn, names, node.body, _tuple(names)),
+                function_def(false_fn, names, node.orelse or [ast.Pass()], _tuple(names))]
         live = self._live(node)
         call = _runtime("convert_ifelse", node.test, _name(true_fn), _name(false_fn),
                         _current(names), _constants(names), self._where(node),
@@ -518,7 +519,7 @@ class _Transformer(ast.NodeTransformer):
         k = next(self._count)
         names, stores = _assigned(body)
         cond_fn, body_fn = f"{_FN}_cond_{k}", f"{_FN}_body_{k}"
-        defs = [_function(cond_fn, names, [], test), _function(body_fn, names, body,
+        defs = [function_def(cond_fn, names, [], test), function_def(body_fn, names, body,
                                                                 _tuple(names))]
         call = _runtime("convert_while_loop", _name(cond_fn), _name(body_fn), _current(names),
                         _constants(names), self._where(node), _constants(stores))

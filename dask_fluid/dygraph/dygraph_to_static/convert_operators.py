@@ -26,8 +26,10 @@ from typing import Any
 import numpy as np
 
 from ...framework import Variable, default_main_program, in_dygraph_mode
-from ...layers import control_flow, debug, loops, tensor
-from .ast_transform import RUNTIME, code_level, transformed, verbose
+from ...layers import compare, control_flow, debug, loops, tensor
+from ..base import to_variable
+from ..layers import Layer
+from .ast_transform import RUNTIME, code_level, function_def, transformed, verbose
 
 __all__ = ["Undefined", "as_sequence", "checked_return", "convert_assert", "convert_call",
            "convert_equal", "convert_ifelse", "convert_ifexp", "convert_len",
@@ -96,7 +98,7 @@ def _as_pred(value: Any, where: str) -> Variable:
         raise TypeError(f"{where}: the condition {value.name!r} has shape {list(value.shape)}; "
                         "a condition must hold one value: reduce it first (e.g. "
                         "layers.reduce_all, or compare a reduce_mean)")
-    return value if value.dtype == "bool" else tensor.cast(value, "bool")
+    return _bool_var(value)
 
 
 # -- if / else ---------------------------------------------------------------------------------
@@ -374,8 +376,7 @@ def convert_equal(left: Any, right: Any) -> Any:
 def convert_not_equal(left: Any, right: Any) -> Any:
     """``a != b``: the ``not_equal`` op when either side is a Variable."""
     if _is_program_var(left) or _is_program_var(right):
-        from ...layers.compare import not_equal  # noqa: PLC0415  (one use)
-        return _compare(not_equal, left, right)
+        return _compare(compare.not_equal, left, right)
     return left != right
 
 
@@ -429,9 +430,6 @@ def convert_call(func: Any) -> Any:
     cached), a dygraph Layer's ``forward`` too; the framework's, numpy's and builtins are
     called as they are, and so are ``@declarative`` functions (they translate themselves
     when called outside dygraph mode)."""
-    from ..base import to_variable  # noqa: PLC0415  (base imports the layers package)
-    from ..layers import Layer  # noqa: PLC0415  (the layers module imports the layers package)
-
     if func is to_variable and not in_dygraph_mode():
         return _to_program_variable
     if isinstance(func, Layer):
@@ -464,14 +462,7 @@ def _compiled(func: Callable, tree: ast.Module) -> Callable:
     variables, then made with the original cells (nothing is run, no name is bound)."""
     fdef = tree.body[0]
     free = [*(n for n in func.__code__.co_freevars if n != RUNTIME), RUNTIME]
-    factory = ast.FunctionDef(
-        name="_jst_factory", body=[fdef, ast.Return(value=ast.Name(id=fdef.name,
-                                                                   ctx=ast.Load()))],
-        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=n) for n in free],
-                           kwonlyargs=[], kw_defaults=[], defaults=[]),
-        decorator_list=[], returns=None)
-    if "type_params" in ast.FunctionDef._fields:  # Python 3.12
-        factory.type_params = []
+    factory = function_def("_jst_factory", free, [fdef], ast.Name(id=fdef.name, ctx=ast.Load()))
     ast.copy_location(factory, fdef)
     ast.fix_missing_locations(factory)
     module = compile(ast.Module(body=[factory], type_ignores=[]),

@@ -35,6 +35,7 @@ from ...framework import (
 )
 from ...inference_model import _inference_program, save_inference_model
 from ...ops.registry import to_host
+from ..base import to_variable
 from ..varbase import ParamBase, VarBase
 from .ast_transform import translated_code, verbose
 from .convert_operators import translate
@@ -323,7 +324,7 @@ class StaticLayer:
             return self._translated()(*args, **kwargs)
         arguments = self._arguments(args, kwargs)
         concrete = self._concrete(arguments)
-        inputs = [_as_varbase(v) for v in _tensor_args(arguments)]
+        inputs = [to_variable(v) for v in _tensor_args(arguments)]  # arrays made variables
         params = [_param_of(p.name) for p in concrete.parameters]
         buffers = [_param_of(b.name) for b in concrete.buffers]
         training = True if self._instance is None else bool(
@@ -458,14 +459,6 @@ def _tensor_args(arguments: dict) -> list[Any]:
 
 def _is_tensor(value: Any) -> bool:
     return isinstance(value, (VarBase, np.ndarray))
-
-
-def _as_varbase(value: Any) -> VarBase:
-    if isinstance(value, VarBase):
-        return value
-    from ..base import to_variable  # noqa: PLC0415  (base imports the layers module)
-
-    return to_variable(value)
 
 
 def _arg_key(value: Any) -> Any:

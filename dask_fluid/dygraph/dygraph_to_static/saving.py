@@ -25,6 +25,7 @@ from ...inference_model import (
     MODEL_FILENAME,
     load_inference_model,
 )
+from ..base import to_variable
 from ..layers import Layer
 from ..varbase import VarBase
 from .partial_program import PartialProgram
@@ -262,11 +263,9 @@ class TranslatedLayer(Layer):
 
     def forward(self, *inputs: Any) -> Any:
         """The saved outputs for ``inputs``: one variable, or a list of them."""
-        from ..base import to_variable  # noqa: PLC0415  (base imports the layers module)
-
         if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
             inputs = tuple(inputs[0])
-        values = [v if isinstance(v, VarBase) else to_variable(v) for v in inputs]
+        values = [to_variable(v) for v in inputs]  # (a variable as it is)
         outs = self._runner(values, self._params, self.training)
         return outs[0] if len(outs) == 1 else outs
 
