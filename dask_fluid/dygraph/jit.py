@@ -34,8 +34,9 @@ def dygraph_to_static_func(dygraph_func: Any) -> Any:
     control flow as program ops when called in a static program (and runs as written in
     dygraph mode, or when ``ProgramTranslator().enable(False)``)."""
     def call(*args: Any, **kwargs: Any) -> Any:
-        if in_dygraph_mode() or not ProgramTranslator().enable_declarative:
+        if in_dygraph_mode():
             return dygraph_func(*args, **kwargs)
+        # (get_func gives the function as written when translation is off)
         return ProgramTranslator().get_func(dygraph_func)(*args, **kwargs)
     call.__wrapped__ = dygraph_func
     call.__name__ = getattr(dygraph_func, "__name__", "dygraph_to_static_func")
