@@ -196,11 +196,7 @@ class ProgramTranslator:
         _check_callable(dygraph_func, "get_func")
         if not self.enable_declarative:
             return dygraph_func
-        inner = dygraph_func.dygraph_function if isinstance(dygraph_func, StaticLayer) else (
-            dygraph_func)
-        if inspect.ismethod(inner):
-            return translate(inner.__func__).__get__(inner.__self__)
-        return translate(inner)
+        return _static(dygraph_func)._translated()
 
     def get_program(self, dygraph_func: Callable, *args: Any,
                     **kwargs: Any) -> tuple[Program, Program, list[Variable], list[Variable]]:
@@ -216,9 +212,7 @@ class ProgramTranslator:
     def get_code(self, dygraph_func: Callable) -> str:
         """The translated source of ``dygraph_func``."""
         _check_callable(dygraph_func, "get_code")
-        inner = dygraph_func.dygraph_function if isinstance(dygraph_func, StaticLayer) else (
-            dygraph_func)
-        return translated_code(inner.__func__ if inspect.ismethod(inner) else inner)
+        return _static(dygraph_func).code
 
     def get_program_cache(self) -> ProgramCache:
         """The concrete programs built so far."""
