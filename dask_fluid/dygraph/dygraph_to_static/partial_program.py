@@ -165,6 +165,8 @@ class PartialProgram:
         self._parameters = _program_vars(program, parameters, "parameters", Parameter)
         self._buffers = _program_vars(program, buffers or [], "buffers", Variable)
         _check_persistables(program, [*self._parameters, *self._buffers])
+        #: what a run's Params slot holds, by name: the parameters, then the buffers
+        self._persistable_names = [v.name for v in (*self._parameters, *self._buffers)]
         self._plans: dict[tuple[bool, tuple[bool, ...]], _Plan] = {}
         self.program_id = next(_IDS)
         _PROGRAMS[self.program_id] = self
@@ -392,7 +394,7 @@ def run_program(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     is_test = bool(attrs["is_test"])
     plan = partial._plan(is_test, tuple(bool(n) for n in attrs["input_needs_grad"]))
     xs, params = ins.get("X", []), ins.get("Params", [])
-    persistables = [v.name for v in (*partial._parameters, *partial._buffers)]
+    persistables = partial._persistable_names
     if len(xs) != len(partial._inputs) or len(params) != len(persistables):
         raise ValueError(f"run_program: the program takes {len(partial._inputs)} X and "
                          f"{len(persistables)} Params, got {len(xs)} and {len(params)}")
