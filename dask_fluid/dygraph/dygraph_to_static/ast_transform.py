@@ -159,22 +159,26 @@ def _refuse(fdef: ast.FunctionDef, qualname: str) -> None:
                                    "@declarative does not translate")
 
 
-def _own_nodes(stmts: list[ast.stmt], into_generated: bool = False) -> Any:
-    """The nodes of ``stmts`` that belong to this function (not to nested defs, lambdas and
-    classes, except the functions this translation generated when ``into_generated``)."""
+def _walk(stmts: list[ast.stmt], enter: Callable[[ast.AST], bool]) -> Any:
+    """The nodes of ``stmts``, and of the children ``enter`` lets in, recursively."""
     stack: list[ast.AST] = list(stmts)
     while stack:
         node = stack.pop()
         yield node
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                if into_generated and child.name.startswith(_FN):
-                    stack.append(child)
-                continue
-            if isinstance(child, (ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp,
-                                  ast.DictComp, ast.GeneratorExp)):
-                continue  # scopes of their own
-            stack.append(child)
+        stack.extend(child for child in ast.iter_child_nodes(node) if enter(child))
+
+
+#: nodes with a scope of their own
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp,
+           ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _own_nodes(stmts: list[ast.stmt], into_generated: bool = False) -> Any:
+    """The nodes of ``stmts`` that belong to this function (not to nested defs, lambdas,
+    classes and comprehensions, except the functions this translation generated when
+    ``into_generated``)."""
+    return _walk(stmts, lambda child: not isinstance(child, _SCOPES) or (
+        into_generated and isinstance(child, ast.FunctionDef) and child.name.startswith(_FN)))
 
 
 # -- early returns ------------------------------------------------------------------------------
@@ -554,14 +558,8 @@ class _Transformer(ast.NodeTransformer):
 def _loop_own(stmts: list[ast.stmt]) -> Any:
     """The nodes of a loop body outside its nested loops and functions (their break and
     continue are theirs)."""
-    stack: list[ast.AST] = list(stmts)
-    while stack:
-        node = stack.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if not isinstance(child, (ast.For, ast.While, ast.FunctionDef, ast.AsyncFunctionDef,
-                                      ast.Lambda, ast.ClassDef)):
-                stack.append(child)
+    return _walk(stmts, lambda child: not isinstance(child, (
+        ast.For, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)))
 
 
 def _guarded(stmts: list[ast.stmt], brk: str, cont: str) -> list[ast.stmt]:
