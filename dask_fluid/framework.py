@@ -555,25 +555,6 @@ class Block:
     def has_var(self, name: str) -> bool:
         return name in self.vars
 
-    def _rename_var(self, old: str, new: str) -> Variable:
-        """Rename variable ``old`` of this block ``new``, and every use of it by the ops of
-        this block and of the blocks nested in it, which read it from here (Fluid's
-        ``Block._rename_var``); returns the variable."""
-        var = self.vars.pop(old)
-        var.name = new
-        self.vars[new] = var
-        for block in self.program.blocks:
-            inner: Block | None = block
-            while inner is not None and inner is not self:
-                inner = inner.parent
-            if inner is None:
-                continue  # not this block nor nested in it
-            for op in block.ops:
-                op._rename_input(old, new)
-                op._rename_output(old, new)
-        self.program._version += 1  # an executor's plan of the program is stale now
-        return var
-
     def _find_var_recursive(self, name: str) -> Variable | None:
         block: Block | None = self
         while block is not None:

@@ -54,6 +54,16 @@ class ControlVars:
         return name
 
 
+def rename_var(block: Block, old: str, new: str) -> None:
+    """Rename a variable of ``block`` and every use of it by the block's ops."""
+    var = block.vars.pop(old)
+    var.name = new
+    block.vars[new] = var
+    for op in block.ops:
+        op._rename_input(old, new)
+        op._rename_output(old, new)
+
+
 def last_writer(block: Block, name: str) -> int:
     """Index of the last op of ``block`` writing ``name``, or -1."""
     for i in range(len(block.ops) - 1, -1, -1):
@@ -90,7 +100,7 @@ def create_trainer_vars(program: Program, plan: TranspilePlan) -> None:
         send_names = pp.trainer_grad_names(plan.trainer_id)
         if not pp.split:
             if send_names[0] != pp.grad:
-                block._rename_var(pp.grad, send_names[0])
+                rename_var(block, pp.grad, send_names[0])
             continue
         for b, pname, gname in zip(pp.blocks, pp.param_block_names, send_names, strict=True):
             block.create_var(name=pname, shape=b.shape, dtype=param.dtype, persistable=False)

@@ -242,7 +242,7 @@ class TranslatedLayer(Layer):
         for var in persistables:
             if var.name in tracer.block.vars:  # the saved layer lives here too: a name apart
                 value = scope.get(var.name)
-                var = block._rename_var(var.name, unique_name.generate(var.name))
+                var = _renamed(program, var, unique_name.generate(var.name))
                 scope.set(var.name, value)
             trainable = bool(info.get(var.name, {}).get(
                 "trainable", getattr(var, "trainable", False)))
@@ -268,6 +268,20 @@ class TranslatedLayer(Layer):
         values = [to_variable(v) for v in inputs]  # (a variable as it is)
         outs = self._runner(values, self._params, self.training)
         return outs[0] if len(outs) == 1 else outs
+
+
+def _renamed(program: Any, var: Variable, new: str) -> Variable:
+    """``var`` of ``program``'s global block named ``new`` everywhere in the program."""
+    old = var.name
+    for block in program.blocks:
+        for op in block.ops:
+            op._rename_input(old, new)
+            op._rename_output(old, new)
+    vars_ = program.global_block().vars
+    vars_[new] = vars_.pop(old)
+    var.name = new
+    program._version += 1
+    return var
 
 
 def _as_parameter(block: Any, var: Variable) -> Parameter:
