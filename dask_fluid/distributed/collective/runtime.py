@@ -203,7 +203,8 @@ def _map_endpoints(endpoints: Sequence[str], workers: Sequence[str]) -> list[str
 def _candidates(client: Any, trainers: Any, endpoints: Sequence[str]
                 ) -> tuple[list[str] | None, dict[str, str]]:
     """The trainer workers in rank order (None: the data decides) and endpoint labels."""
-    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    # a scheduler round trip: scheduler_info() can hand back its cached, worker-less identity
+    workers = sorted(live_workers(client))
     if not workers:
         raise ValueError("the cluster has no workers")
     if trainers is None and endpoints:
