@@ -7,6 +7,7 @@ accuracy stays within a point of an uninterrupted run."""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import threading
@@ -72,6 +73,11 @@ def _killer(client, victim: str, at_step: int, trainers: int = 1):
     return on_event, killed, recoveries
 
 
+def _rounds(epochs: int, trainers: int, batch_size: int = 32) -> int:
+    """The steps of a job on DATA split over ``trainers``."""
+    return epochs * math.ceil(len(DATA["x"]) / trainers / batch_size)
+
+
 def _train(client, lr=0.05, epochs=5, **kw):
     spec = mlp(hidden=HIDDEN, opt=fluid.optimizer.SGD(lr))
     args = dict(batch_size=32, epochs=epochs, shuffle=True, seed=0, fetch_list=[spec.loss])
@@ -93,9 +99,13 @@ def test_a_lost_trainer_worker_does_not_end_an_elastic_fit(client, sync):
     assert len(result.recoveries) == 1 and recoveries == result.recoveries
     event = result.recoveries[0]
     assert event["lost"] == [w[2]] and event["source"] == "the pservers' state", event
-    # events lag the trainers, and async survivors go on until the abort reaches them: the
-    # restart is near the kill (31 rounds after it seen under load), not before the start
-    assert 0 < event["start_round"] <= killed[0] + 60, (event, killed)
+    # the restart is after the start and within the job; in sync mode not before the step
+    # whose event triggered the kill (the pservers had finished that round). How far after
+    # depends on how far the step events lagged the trainers: 31 rounds under load once, 99
+    # on a loaded CI machine, so it is no bound
+    rounds = _rounds(opt.get("epochs", 5), trainers=3)
+    low = killed[0] if sync else 1  # async: where the slowest trainer was
+    assert low <= event["start_round"] < rounds, (event, killed)
     assert "recovered: lost trainer worker" in result.summary
     accuracy = _accuracy(result.params)
     assert accuracy >= baseline - 0.01, (accuracy, baseline)
@@ -112,7 +122,10 @@ def test_a_lost_pserver_worker_comes_back_from_the_latest_checkpoint(client, tmp
     assert killed and len(result.recoveries) == 1
     event = result.recoveries[0]
     assert event["lost"] == [w[2]] and event["source"].startswith("checkpoint round-"), event
-    assert event["start_round"] % 10 == 0 and event["start_round"] <= killed[0] + 30, event
+    # a checkpoint round at or after the last one before the step whose event triggered the
+    # kill (the events lag the trainers, so no upper bound short of the job's end)
+    assert event["start_round"] % 10 == 0, event
+    assert killed[0] - 10 < event["start_round"] < _rounds(5, trainers=2), (event, killed)
     assert w[2] not in result.summary.split("recovered:")[0]  # the pserver moved
     accuracy = _accuracy(result.params)
     assert accuracy >= baseline - 0.01, (accuracy, baseline)
@@ -221,8 +234,9 @@ def test_a_lost_rank_does_not_end_an_elastic_collective_fit(client):
     assert len(result.recoveries) == 1 and recoveries == result.recoveries
     event = result.recoveries[0]
     assert event["lost"] == [w[2]] and event["source"].startswith("rank "), event
-    # the restart continues from where the survivors got: near the kill, never from the start
-    assert 0 < event["start_round"] <= killed[0] + 60, (event, killed)
+    # the restart continues after the step whose event triggered the kill (every rank had
+    # applied it), within the job; how far after depends on how far the events lagged
+    assert killed[0] < event["start_round"] < _rounds(5, trainers=3), (event, killed)
     assert "recovered: lost trainer worker" in result.summary
     assert len(result.ranks) == 2 and w[2] not in {r["address"] for r in result.ranks}
     assert len({r["digest"] for r in result.ranks}) == 1  # one model on the ranks left
