@@ -434,6 +434,15 @@ def write_cifar(data_home: str | os.PathLike, n_per_batch: int = 20, seed: int =
 # -- dist_transformer.py's WMT16 en-de files ---------------------------------------------------
 
 #: the files dist_transformer.py reads from ``<data_home>/test_dist_transformer/``
+#: ``ModelHyperParams`` of dist_transformer.py for the tests: its structure (encoder and decoder
+#: stacks, 8 heads, weight sharing, parameters sliced over the pservers) at a size a 2-core CI
+#: runs in seconds. Paddle's 6 layers of d_model 512 (42 M
+#: parameters, Adam over all of them) made its files' four tests 2.5 min of a 13 min suite.
+#: The ops and the program are the same at every size; the runners set these before
+#: ``update_args()``, as Paddle's own ``merge_cfg_from_list`` does.
+TRANSFORMER_TEST_SIZES = {"d_model": 256, "d_key": 32, "d_value": 32, "d_inner_hid": 512,
+                          "n_layer": 2}
+
 TRANSFORMER_FILES = ("vocab.bpe.32000", "train.tok.clean.bpe.32000.en-de",
                      "train.tok.clean.bpe.32000.en-de.train_0",
                      "train.tok.clean.bpe.32000.en-de.train_1",

@@ -5,8 +5,10 @@ share_vars_from) runs locally and as 2 pservers + 2 trainers of its own DistTran
 
 Paddle 1.8's test_dist_base.py cannot run this file itself: its parser has no ``--is_dist``,
 which DistTransformer2x2.run_trainer reads (Paddle's CMakeLists leaves test_dist_transformer
-out). So a five-line driver of ours parses the runner's arguments, adds ``is_dist``, and calls
-the file's own ``update_args()`` and DistTransformer2x2 roles; the model file is Paddle's.
+out). So a short driver of ours parses the runner's arguments, adds ``is_dist``, sets the
+model's sizes to ``synthetic_data.TRANSFORMER_TEST_SIZES`` (2 layers of d_model 256, not 6 of
+512: the same program at a size a 2-core CI trains in seconds), and calls the file's own
+``update_args()`` and DistTransformer2x2 roles; the model file is Paddle's.
 The synthetic WMT files give every trainer's batch the same samples as its half of the local
 batch, so sync training must print the local validation costs (test_dist_transformer.py's
 delta for sync is 1e-5; for async, 1.0).
@@ -48,6 +50,8 @@ parser.add_argument("--sync_mode", action="store_true")
 args = parser.parse_args()
 args.use_cuda = False
 args.is_dist = args.update_method != "local"
+for name, value in {sizes}.items():  # synthetic_data.TRANSFORMER_TEST_SIZES
+    setattr(dist_transformer.ModelHyperParams, name, value)
 dist_transformer.update_args()
 role = dist_transformer.DistTransformer2x2()
 role.run_pserver(args) if args.role == "pserver" else role.run_trainer(args)
@@ -64,7 +68,7 @@ def workdir(tmp_path_factory):
     root = tmp_path_factory.mktemp("transformer")
     for name in ("dist_transformer.py", "test_dist_base.py"):
         shutil.copy(UNITTESTS / name, root / name)
-    (root / "driver.py").write_text(DRIVER)
+    (root / "driver.py").write_text(DRIVER.format(sizes=synthetic_data.TRANSFORMER_TEST_SIZES))
     home = root / "home"
     synthetic_data.write_transformer(home / ".cache" / "paddle" / "dataset")
     return root
