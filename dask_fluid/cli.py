@@ -88,6 +88,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value} is not allowed; it must be > 0 and finite")
+    return value
+
+
 def _hidden(text: str) -> tuple[int, ...]:
     try:
         sizes = tuple(int(s) for s in text.split(",") if s.strip())
@@ -151,6 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--scheduler", metavar="ADDRESS", default=None,
                       help="connect to this Dask scheduler (e.g. tcp://10.0.0.5:8786) instead "
                            "of starting a LocalCluster")
+    demo.add_argument("--connect-timeout", type=_positive_seconds, default=None,
+                      metavar="SECONDS",
+                      help="with --scheduler: how long to try to reach it (default 10)")
     demo.add_argument("--dashboard", nargs="?", const=":0", default=None, metavar="ADDRESS",
                       help="start the embedded cluster with the Dask dashboard on ADDRESS "
                            "(default :0, a free port) and print the URL of its Fluid Training "
@@ -513,6 +526,9 @@ def _check_demo_args(args: argparse.Namespace) -> str:
     if args.mode == "local" and args.scheduler:
         raise UsageError(f"{PROG} demo: --mode local trains in this process; drop --scheduler "
                          "or pick --mode pserver/collective/nccl2")
+    if args.connect_timeout is not None and not args.scheduler:
+        raise UsageError(f"{PROG} demo: --connect-timeout applies to --scheduler (the embedded "
+                         "cluster is started, not reached); add --scheduler or drop it")
     if args.mode == "pserver" and device == "gpu":
         raise UsageError(f"{PROG} demo: pserver mode runs its kernels on CPUs; use --mode "
                          "collective or nccl2 to train on GPUs")
@@ -574,7 +590,8 @@ def _connect(args: argparse.Namespace, device: str, out: TextIO,
 
     if args.scheduler:
         try:
-            client = stack.enter_context(Client(args.scheduler, timeout="10s"))
+            client = stack.enter_context(Client(args.scheduler,
+                                                timeout=f"{args.connect_timeout or 10.0}s"))
         except (OSError, TimeoutError) as err:
             raise RuntimeError(f"cannot connect to the scheduler at {args.scheduler}: "
                                f"{' '.join(str(err).split())}") from err

@@ -148,7 +148,8 @@ def test_demo_dashboard_prints_the_fluid_page_while_it_serves_it(monkeypatch):
 
 
 def test_demo_unreachable_scheduler_exits_1(capsys):
-    code = cli.main(["demo", "--scheduler", "tcp://127.0.0.1:9", *SMALL])
+    code = cli.main(["demo", "--scheduler", "tcp://127.0.0.1:9", "--connect-timeout", "1",
+                     *SMALL])
     err = capsys.readouterr().err
     assert code == 1
     assert err.count("\n") == 1 and "Traceback" not in err
@@ -207,6 +208,11 @@ def test_training_failure_exits_1_with_one_line(monkeypatch, capsys):
         (["demo", "--device", "gpu"], "pserver mode runs its kernels on CPUs"),
         (["demo", "--hidden", "256,x"], "not a comma-separated list of layer sizes"),
         (["demo", "--learning-rate", "-1"], "--learning-rate -1.0 must be > 0"),
+        (["demo", "--connect-timeout", "5"], "--connect-timeout applies to --scheduler"),
+        (["demo", "--scheduler", "tcp://127.0.0.1:9", "--connect-timeout", "0"],
+         "0.0 is not allowed; it must be > 0"),
+        (["demo", "--scheduler", "tcp://127.0.0.1:9", "--connect-timeout", "soon"],
+         "'soon' is not a number of seconds"),
         (["train"], "invalid choice: 'train'"),
         (["demo", "--bogus"], "unrecognized arguments: --bogus"),
     ],
