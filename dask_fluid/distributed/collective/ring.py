@@ -39,6 +39,7 @@ from dask_fluid.distributed.errors import (
     JobAbortedError,
     ServiceNotFoundError,
 )
+from dask_fluid.distributed.launch.tasks import live_workers
 
 __all__ = ["Communicator", "RingCommunicator", "ring_addresses"]
 
@@ -122,8 +123,8 @@ def ring_addresses(client: Any, workers: Sequence[str] | None = None) -> list[st
 
     Rank ``r`` of the job is the worker at index ``r``.
     """
-    if workers is None:
-        workers = list(client.scheduler_info(n_workers=-1)["workers"])
+    if workers is None:  # a scheduler round trip: scheduler_info() may be a stale copy
+        workers = live_workers(client)
     return sorted(workers)
 
 
