@@ -588,6 +588,8 @@ def _connect(args: argparse.Namespace, device: str, out: TextIO,
     """Start or reach the cluster; return (client, worker addresses, description)."""
     from distributed import Client
 
+    from .distributed.launch.tasks import live_workers
+
     if args.scheduler:
         try:
             client = stack.enter_context(Client(args.scheduler,
@@ -595,7 +597,7 @@ def _connect(args: argparse.Namespace, device: str, out: TextIO,
         except (OSError, TimeoutError) as err:
             raise RuntimeError(f"cannot connect to the scheduler at {args.scheduler}: "
                                f"{' '.join(str(err).split())}") from err
-        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        workers = sorted(live_workers(client))
         if not workers:
             raise RuntimeError(f"the cluster at {args.scheduler} has no workers")
         threads = client.nthreads()
@@ -606,7 +608,7 @@ def _connect(args: argparse.Namespace, device: str, out: TextIO,
     client = stack.enter_context(Client(cluster))
     n = len(cluster.workers)
     client.wait_for_workers(n, timeout=120)
-    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    workers = sorted(live_workers(client))
     desc = f"{type(cluster).__name__}, {n} worker process(es) x 1 thread"
     return client, workers, desc
 
