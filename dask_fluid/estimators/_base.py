@@ -161,10 +161,11 @@ class FluidEstimatorBase(BaseEstimator):
                              f"{self._activation()!r}.")
         self._hidden()
         where = "partial_fit" if incremental else f"mode={self.mode!r}"
-        if (self.mode != "pserver" or incremental) and (
+        if (self.mode == "local" or incremental) and (
                 self.checkpoint_dir is not None or self.checkpoint_every is not None):
             raise NotImplementedError(f"checkpoint_dir and checkpoint_every are implemented "
-                                      f"for fit with mode='pserver' only, not {where}")
+                                      f"for fit with a distributed mode ('pserver', "
+                                      f"'collective', 'nccl2'), not {where}")
         if self.elastic and (self.mode == "local" or incremental):
             raise NotImplementedError(f"elastic is implemented for fit with a distributed "
                                       f"mode ('pserver', 'collective', 'nccl2'), not {where}")
@@ -430,7 +431,9 @@ class FluidEstimatorBase(BaseEstimator):
                 result = train_collective(client, net.main, net.startup, feed,
                                           trainers=self.n_trainers, backend=backend,
                                           device=self.device, elastic=self.elastic,
-                                          min_trainers=self.min_trainers, **common)
+                                          min_trainers=self.min_trainers,
+                                          checkpoint_dir=self.checkpoint_dir,
+                                          checkpoint_every=self.checkpoint_every, **common)
         finally:
             progress.close()
         self._set_params_from([result.params[n] for n in net.weights],

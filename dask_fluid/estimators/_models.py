@@ -91,8 +91,10 @@ _COMMON_PARAMS_DOC = """
     min_trainers : int, default=1
         With ``elastic``: fail when fewer trainers would be left.
     checkpoint_dir : str or None, default=None
-        Pserver mode, sync: where the pservers write a checkpoint every ``checkpoint_every``
-        steps (what ``elastic`` restores a lost pserver from).
+        Distributed modes: where a checkpoint is written every ``checkpoint_every`` steps
+        (pserver mode, sync: by every pserver, what ``elastic`` restores a lost pserver from;
+        collective and nccl2 modes: rank 0's variables in Fluid's files, which
+        ``train_collective(resume_from=...)`` and ``fluid.io.load_persistables`` read).
     checkpoint_every : int, "epoch" or None, default=None
     client : distributed.Client or None, default=None
         Cluster of the distributed modes; None uses the current client

@@ -197,7 +197,10 @@ def test_elastic_and_checkpoints_where_they_do_not_apply_are_refused(client):
     with pytest.raises(NotImplementedError, match="elastic is implemented for fit with a "
                                                   "distributed mode"):
         MLPClassifier(max_iter=1, mode="local", elastic=True).fit(X[:100], Y[:100])
-    with pytest.raises(NotImplementedError, match="mode='pserver' only"):
+    with pytest.raises(NotImplementedError, match="checkpoint_dir and checkpoint_every are "
+                                                  "implemented for fit with a distributed mode"):
+        MLPClassifier(max_iter=1, mode="local", checkpoint_dir="/tmp/x").fit(X[:100], Y[:100])
+    with pytest.raises(ValueError, match="checkpoint_dir needs checkpoint_every"):
         MLPClassifier(max_iter=1, mode="collective", checkpoint_dir="/tmp/x",
                       client=client).fit(X[:100], Y[:100])
     spec = mlp(hidden=HIDDEN)

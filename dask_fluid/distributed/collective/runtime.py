@@ -37,6 +37,7 @@ import concurrent.futures
 import hashlib
 import logging
 import math
+import os
 import secrets
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -45,6 +46,8 @@ from typing import Any
 
 import numpy as np
 
+from dask_fluid.distributed.checkpoint_files import check_checkpoint_args, checkpoint_due
+from dask_fluid.distributed.collective import checkpoint as ckpt
 from dask_fluid.distributed.collective.data_parallel import (
     broadcast_persistables,
     persistable_names,
@@ -278,7 +281,9 @@ def train_collective(client: Any, main_program: Program | None = None,
                      seed: int = 0, callbacks: Iterable[Callback] = (),
                      flags: RPCFlags | None = None, device: str = "cpu",
                      steps_per_epoch: int | None = None, elastic: bool = False,
-                     min_trainers: int = 1) -> TrainResult:
+                     min_trainers: int = 1, checkpoint_dir: str | os.PathLike | None = None,
+                     checkpoint_every: int | str | None = None,
+                     resume_from: str | os.PathLike | None = None) -> TrainResult:
     """Train ``main_program`` data-parallel on the workers that hold ``data``.
 
     Parameters
@@ -326,6 +331,15 @@ def train_collective(client: Any, main_program: Program | None = None,
         entry of ``TrainResult.recoveries``.
     min_trainers : int
         With ``elastic``: fail, as without it, when fewer ranks than this would be left.
+    checkpoint_dir, checkpoint_every : optional
+        Every ``checkpoint_every`` steps (an int) or at every epoch end (``"epoch"``), rank 0
+        writes every persistable variable under ``checkpoint_dir/step-NNNNNNNN/`` in Fluid's
+        files (``fluid.io.load_persistables`` reads them) with a ``checkpoint.json`` of sizes
+        and checksums (:mod:`.checkpoint`).
+    resume_from : path, optional
+        A ``step-NNNNNNNN`` directory, or a checkpoint_dir (its latest intact step): the job
+        starts from its variables at the step after it. The data, batch size and number of
+        ranks must give the same steps per epoch as the job that wrote it.
 
     Returns
     -------
@@ -341,7 +355,11 @@ def train_collective(client: Any, main_program: Program | None = None,
         possible); every other rank was aborted.
     ValueError
         A bad argument; ``elastic`` with a ``transpiler`` (its endpoints fix the trainers) or
-        with a DataPartition (a lost worker's part cannot be placed again).
+        with a DataPartition (a lost worker's part cannot be placed again); a ``resume_from``
+        checkpoint that lacks a variable of the program or was taken with other steps per
+        epoch.
+    FileNotFoundError
+        No intact checkpoint at ``resume_from``.
     NcclUnavailableError
         ``backend="nccl"`` where it cannot run.
     """
@@ -363,9 +381,14 @@ def train_collective(client: Any, main_program: Program | None = None,
         raise ValueError("elastic=True places the data again on the workers that are left, "
                          "which a DataPartition (parts already on the workers) cannot: pass "
                          "the arrays")
+    check_checkpoint_args(checkpoint_dir, checkpoint_every)
+    if checkpoint_dir is not None and checkpoint_every is None:
+        raise ValueError("checkpoint_dir needs checkpoint_every: an int (every that many steps) "
+                         "or 'epoch'")
     flags = flags if flags is not None else RPCFlags.current()
     main, startup, endpoints = _resolve_programs(main_program, startup_program, transpiler)
     split_program(main)  # fail here, not on every worker
+    resume = None if resume_from is None else _resume_point(resume_from, main)
     names = feed_names(main)
     fetch_names = [f.name if isinstance(f, Variable) else str(f) for f in fetch_list]
     if not fetch_names and (loss := _loss_name(main)) is not None:
@@ -373,7 +396,8 @@ def train_collective(client: Any, main_program: Program | None = None,
     req = _Request(main, startup, endpoints, data, trainers, backend, int(epochs),
                    int(batch_size), names, fetch_names, bool(shuffle), int(seed),
                    list(callbacks), flags, device, steps_per_epoch, bool(elastic),
-                   min_trainers)
+                   min_trainers, None if checkpoint_dir is None else os.fspath(checkpoint_dir),
+                   checkpoint_every, resume)
     attempts: list[_Attempt] = []
 
     def attempt(restart: _Restart | None) -> TrainResult:
@@ -406,6 +430,20 @@ class _Request:
     steps_per_epoch: int | None
     elastic: bool
     min_trainers: int
+    checkpoint_dir: str | None
+    checkpoint_every: int | str | None
+    resume: ckpt.StepCheckpoint | None
+
+
+def _resume_point(path: str | os.PathLike, main: Program) -> ckpt.StepCheckpoint:
+    """The checkpoint ``resume_from`` names, checked against the program's variables."""
+    info = ckpt.find_step_checkpoint(path)
+    # the parameters: every startup program sets them (each rank checks the rest it holds)
+    missing = sorted({p.name for p in main.global_block().all_parameters()} - set(info.names))
+    if missing:
+        raise ValueError(f"checkpoint {str(info.path)!r} lacks the program's parameter(s) "
+                         f"{missing[:8]}: it was written for another program")
+    return info
 
 
 @dataclass
@@ -476,6 +514,15 @@ def _run(client: Any, req: _Request, restart: _Restart | None, attempt: _Attempt
         batch_size = max(1, math.ceil(restart.global_batch / len(ranks)))
     rows = assignment.rows
     steps = steps_per_epoch_for(rows, batch_size, req.steps_per_epoch)
+    resume = None if restart is None else (restart.start_step, restart.arrays)
+    if restart is None and req.resume is not None:
+        written = req.resume.meta.get("steps_per_epoch")
+        if written != steps:
+            raise ValueError(f"checkpoint {str(req.resume.path)!r} was taken at {written} steps "
+                             f"per epoch; this job takes {steps} ({len(ranks)} rank(s) of "
+                             f"batch {batch_size} over rows {list(rows)}): resume with the same "
+                             "data, batch size and number of ranks")
+        resume = (req.resume.step + 1, ckpt.read_step(req.resume))
 
     job = new_job_id()
     attempt.job, attempt.ranks, attempt.global_batch = job, list(ranks), batch_size * len(ranks)
@@ -486,8 +533,8 @@ def _run(client: Any, req: _Request, restart: _Restart | None, attempt: _Attempt
            "device": req.device, "session": None, "tuning": WorkerTuning.from_config(),
            "secret": secrets.token_bytes(32),
            "transport": transport.choose(transport.COLLECTIVE_KEY, ranks, ("tcp://", "tls://")),
-           "elastic": req.elastic,
-           "resume": None if restart is None else (restart.start_step, restart.arrays)}
+           "elastic": req.elastic, "resume": resume,
+           "checkpoint_dir": req.checkpoint_dir, "checkpoint_every": req.checkpoint_every}
     session = create_session(client) if backend == "nccl" else None
     cfg["session"] = session
     tasks = [TaskSpec(w, _trainer_task, args=(cfg, r, assignment.parts[r]), role="trainer",
@@ -548,8 +595,9 @@ def _recover(client: Any, req: _Request, attempt: _Attempt, err: DistributedTrai
                        attempt.global_batch)
     roles = ", ".join(f"trainer worker {w}" for w in sorted(lost - before))
     recovery.announce(lost - before, roles, err, restart.start_step,
-                     f"rank {state['rank']}'s variables", recoveries, req.callbacks)
+                      f"rank {state['rank']}'s variables", recoveries, req.callbacks)
     return restart
+
 
 
 def _lost_worker_error(client: Any, job: str, tasks: Sequence[TaskSpec]) -> Exception:
@@ -642,6 +690,16 @@ def _trainer_task(cfg: dict, rank: int, parts: list) -> dict:
         comm.close()
 
 
+def _checkpoint(cfg: dict, global_step: int, epoch: int, scope: Any, persist: list[str]
+                ) -> None:
+    """Rank 0 writes every persistable variable: all ranks hold the same after a step."""
+    meta = {"job": cfg["job"], "ranks": cfg["addresses"], "epochs": cfg["epochs"],
+            "steps_per_epoch": cfg["steps"], "global_batch": cfg["batch_size"] *
+            len(cfg["addresses"]), "backend": cfg["backend"]}
+    ckpt.write_step(cfg["checkpoint_dir"], global_step, epoch,
+                    {n: to_host(scope.vars[n]) for n in persist}, meta)
+
+
 @dataclass
 class _Progress:
     """How far a rank got: its scope, its persistable variables and the last global step
@@ -706,6 +764,8 @@ def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list,
             waited = time.perf_counter() - reduce_start
             exe.run(optimize, scope=scope)
             progress.done = global_step
+            if rank == 0 and checkpoint_due(cfg["checkpoint_every"], global_step, steps):
+                _checkpoint(cfg, global_step, epoch, scope, persist)
             samples += len(idx)
             meter.step(len(idx), waited)
             event = step_event(rank, epoch, global_step, len(idx), fetch, fetched)

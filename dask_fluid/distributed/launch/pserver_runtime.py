@@ -25,6 +25,7 @@ import numpy as np
 from ...flags import RPCFlags
 from ...framework import Program, Variable, default_main_program, default_startup_program
 from ...transpiler import DistributeTranspiler, DistributeTranspilerConfig, summarize
+from ..checkpoint_files import check_checkpoint_args
 from ..comm import transport
 from ..comm.rpc import ensure_plugin
 from ..errors import DeadlineExceededError, DistributedTrainingError, WorkerLostError
@@ -64,13 +65,7 @@ def _check_args(data: Any, epochs: int, batch_size: int, checkpoint_dir: Any,
                                         or steps_per_epoch < 1):
         raise ValueError(f"steps_per_epoch = {steps_per_epoch!r} is not allowed: None or an "
                          "int >= 1")
-    if checkpoint_every is not None:
-        if checkpoint_dir is None:
-            raise ValueError("checkpoint_every needs checkpoint_dir (where to write)")
-        if checkpoint_every != "epoch" and (isinstance(checkpoint_every, bool) or not isinstance(
-                checkpoint_every, int) or checkpoint_every < 1):
-            raise ValueError(f"checkpoint_every = {checkpoint_every!r} is not allowed: an int "
-                             ">= 1 (every that many steps) or 'epoch'")
+    check_checkpoint_args(checkpoint_dir, checkpoint_every)
 
 
 def _place_data(client: Any, data: Any, trainers: int | Sequence[str] | None,

@@ -24,57 +24,32 @@ saying which rounds it skipped.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import logging
 import os
 import pathlib
 import time
-import uuid
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from dask_fluid.distributed.checkpoint_files import (
+    CheckpointWarning,
+    atomic_write,
+    latest_intact,
+    sha256_file,
+)
+
 __all__ = ["CheckpointInfo", "CheckpointWarning", "find_checkpoint", "mark_idle", "read_shard",
            "round_dir", "write_shard"]
 
-logger = logging.getLogger(__name__)
-
 FORMAT = "dask_fluid.pserver.v2"
-_CHUNK = 1 << 20
-
-
-class CheckpointWarning(UserWarning):
-    """A checkpoint round was damaged and skipped in favour of an earlier intact one."""
-
-
-def _sha256(path: pathlib.Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def round_dir(root: str | os.PathLike, round_index: int) -> pathlib.Path:
     """The directory of the checkpoint taken after global round ``round_index``."""
     return pathlib.Path(root) / f"round-{round_index:08d}"
-
-
-def _atomic_write(path: pathlib.Path, write: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def write_shard(root: str | os.PathLike, meta: Mapping[str, Any],
@@ -99,11 +74,11 @@ def write_shard(root: str | os.PathLike, meta: Mapping[str, Any],
     directory.mkdir(parents=True, exist_ok=True)
     k = int(meta["pserver_id"])
     npz = directory / f"pserver-{k}.npz"
-    _atomic_write(npz, lambda f: np.savez(f, **{n: np.asarray(a) for n, a in arrays.items()}))
+    atomic_write(npz, lambda f: np.savez(f, **{n: np.asarray(a) for n, a in arrays.items()}))
     doc = dict(meta, format=FORMAT, created=time.time(),
                vars={n: [list(np.shape(a)), str(np.asarray(a).dtype)] for n, a in arrays.items()},
-               npz_bytes=npz.stat().st_size, npz_sha256=_sha256(npz))
-    _atomic_write(directory / f"pserver-{k}.json",
+               npz_bytes=npz.stat().st_size, npz_sha256=sha256_file(npz))
+    atomic_write(directory / f"pserver-{k}.json",
                   lambda f: f.write(json.dumps(doc, indent=1).encode()))
     return directory
 
@@ -122,7 +97,7 @@ def mark_idle(root: str | os.PathLike, pserver_id: int, idle: bool,
         return
     pathlib.Path(root).mkdir(parents=True, exist_ok=True)
     doc = dict(meta or {}, format=FORMAT, pserver_id=int(pserver_id), idle=True)
-    _atomic_write(marker, lambda f: f.write(json.dumps(doc, indent=1).encode()))
+    atomic_write(marker, lambda f: f.write(json.dumps(doc, indent=1).encode()))
 
 
 @dataclass(frozen=True)
@@ -171,7 +146,7 @@ def _check_round(directory: pathlib.Path) -> tuple[CheckpointInfo | None, str | 
         size = npz.stat().st_size
         if size != doc.get("npz_bytes"):
             return None, f"{npz.name} has {size} bytes, its JSON recorded {doc.get('npz_bytes')}"
-        if _sha256(npz) != doc.get("npz_sha256"):
+        if sha256_file(npz) != doc.get("npz_sha256"):
             return None, f"{npz.name} does not match the checksum its JSON recorded"
     return CheckpointInfo(directory, int(meta["round"]), int(meta["epoch"]), int(meta["step"]),
                           n, meta), None
@@ -199,18 +174,10 @@ def find_checkpoint(path: str | os.PathLike) -> CheckpointInfo:
                              "its checkpoint_dir to take the latest intact round")
     skipped: list[tuple[pathlib.Path, str]] = []
     if path.is_dir():
-        for directory in sorted(path.glob("round-*"), reverse=True):
-            info, why = _check_round(directory)
-            if info is not None:
-                if skipped:
-                    names = "; ".join(f"{d.name} ({w})" for d, w in skipped)
-                    warnings.warn(f"resuming from {directory.name}: skipped the damaged "
-                                  f"round(s) {names}", CheckpointWarning, stacklevel=2)
-                    logger.warning("checkpoint %s: skipped damaged round(s) %s", path, names)
-                return CheckpointInfo(info.path, info.round, info.epoch, info.step,
-                                      info.n_pservers, info.meta, tuple(skipped))
-            if why is not None:
-                skipped.append((directory, why))
+        info, skipped = latest_intact(path, path.glob("round-*"), _check_round, "round")
+        if info is not None:
+            return CheckpointInfo(info.path, info.round, info.epoch, info.step,
+                                  info.n_pservers, info.meta, tuple(skipped))
     damaged = "".join(f"; {d.name} is damaged: {w}" for d, w in skipped)
     raise FileNotFoundError(f"no intact pserver checkpoint at {str(path)!r}: expected a "
                             "'round-NNNNNNNN' directory with pserver-K.json/.npz for every "

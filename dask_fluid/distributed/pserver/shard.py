@@ -96,6 +96,7 @@ from ...flags import RPCFlags
 from ...framework import Program, VarType
 from ...ops.selected_rows import SelectedRows
 from ...transpiler.plan import TRAINER_ID_VAR
+from ..checkpoint_files import checkpoint_due
 from ..comm.auth import split_endpoint
 from ..comm.rpc import Service, pack_arrays, unpack_arrays
 from ..comm.tls import TlsContexts
@@ -889,11 +890,8 @@ class PServerShard(Service):
         every, root = self.options.checkpoint_every, self.options.checkpoint_dir
         if root is None or every is None:
             return
-        if every == "epoch":  # only with a schedule (checked at construction)
-            due = round_index % self._steps_max == self._steps_max - 1
-        else:
-            due = (round_index + 1) % int(every) == 0
-        if not due:
+        # "epoch" comes only with a schedule (checked at construction)
+        if not checkpoint_due(every, round_index, self._steps_max):
             return
         epoch, step = divmod(round_index, self._steps_max) if self.schedule else (0, round_index)
         meta = {"round": round_index, "epoch": epoch, "step": step,
