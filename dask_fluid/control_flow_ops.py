@@ -96,11 +96,20 @@ def _read_from_array(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> di
 
 
 def _array_length(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
-    array = ins["X"][0]
+    array, name = ins["X"][0], ctx.op.input("X")[0]
+    # an array create_array declared and nothing wrote yet is empty (Fluid's scope makes
+    # every declared LoDTensorArray variable an empty array)
+    if array is None and _declared_array(ctx, name):
+        array = LoDTensorArray()
     if not isinstance(array, LoDTensorArray):
-        raise ValueError(f"lod_array_length: {ctx.op.input('X')[0]!r} is not a tensor array")
+        raise ValueError(f"lod_array_length: {name!r} is not a tensor array")
     xp = ctx.executor._xp
     return {"Out": [xp.asarray([len(array)], dtype="int64")]}
+
+
+def _declared_array(ctx: RunContext, name: str) -> bool:
+    var = ctx.block._find_var_recursive(name)
+    return var is not None and var.type == VarType.LOD_TENSOR_ARRAY
 
 
 def _holds(conds: list, attrs: dict) -> bool:

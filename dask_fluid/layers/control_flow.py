@@ -14,7 +14,15 @@ import numpy as np
 from .. import unique_name
 from ..framework import Variable, VarType, default_main_program, in_dygraph_mode
 from ..layer_helper import LayerHelper
-from .tensor import assign, cast, equal, fill_constant, logical_and, logical_not
+from .tensor import (
+    assign,
+    cast,
+    equal,
+    fill_constant,
+    logical_and,
+    logical_not,
+    tensor_array_to_tensor,
+)
 
 __all__ = [
     "ConditionalBlock", "DynamicRNN", "IfElse", "StaticRNN", "Switch", "case", "cond",
@@ -732,44 +740,3 @@ class DynamicRNN(_StepBlockRNN):
                    "sub_block": block.idx})
 
 
-def tensor_array_to_tensor(input: Variable, axis: int = 1, name: str | None = None,
-                           use_stack: bool = False) -> tuple[Variable, Variable]:
-    """The items of the tensor array ``input`` concatenated along ``axis`` (stacked on a new
-    dimension ``axis`` with ``use_stack``), and an int32 tensor of each item's size along
-    ``axis`` (1 each when stacked): Fluid 1.8's ``layers.tensor_array_to_tensor``.
-
-    As Fluid's shape inference, the output takes the array's item shape (that of the last
-    ``array_write``) with -1 at ``axis`` (inserted there with ``use_stack``). It trains:
-    the gradient goes back to the array's items.
-
-    Returns
-    -------
-    tuple of Variable
-        ``(out, out_index)``.
-    """
-    if not isinstance(input, Variable) or input.type != VarType.LOD_TENSOR_ARRAY:
-        raise TypeError("tensor_array_to_tensor: input must be a tensor array Variable "
-                        f"(layers.create_array), got {input!r}")
-    if isinstance(axis, bool) or not isinstance(axis, int):
-        raise TypeError(f"tensor_array_to_tensor: axis must be an int, got {axis!r}")
-    shape = None
-    if input.shape is not None:
-        dims = list(input.shape)
-        n = len(dims) + 1 if use_stack else len(dims)
-        if not -n <= axis < n:
-            raise ValueError(f"tensor_array_to_tensor: axis {axis} is out of range for items "
-                             f"of shape {dims} (use_stack={use_stack}); expected in "
-                             f"[{-n}, {n})")
-        k = axis + n if axis < 0 else axis
-        if use_stack:
-            dims.insert(k, -1)
-        else:
-            dims[k] = -1
-        shape = dims
-    helper = LayerHelper("tensor_array_to_tensor", name)
-    out = helper.create_tmp(dtype=input.dtype, shape=shape)
-    out_index = helper.create_tmp(dtype="int32", shape=[-1], stop_gradient=True)
-    helper.append_op("tensor_array_to_tensor", inputs={"X": [input]},
-                     outputs={"Out": [out], "OutIndex": [out_index]},
-                     attrs={"axis": axis, "use_stack": bool(use_stack)})
-    return out, out_index

@@ -144,8 +144,68 @@ def cast(x: Variable, dtype: Any) -> Variable:
     return out
 
 
-def concat(input: Sequence[Variable], axis: int = 0, name: str | None = None) -> Variable:
-    """Join tensors along ``axis``."""
+def tensor_array_to_tensor(input: Variable, axis: int = 1, name: str | None = None,
+                           use_stack: bool = False) -> tuple[Variable, Variable]:
+    """The items of the tensor array ``input`` concatenated along ``axis`` (stacked on a new
+    dimension ``axis`` with ``use_stack``), and an int32 tensor of each item's size along
+    ``axis`` (1 each when stacked): Fluid 1.8's ``layers.tensor_array_to_tensor``.
+
+    As Fluid's shape inference, the output takes the array's item shape (that of the last
+    ``array_write``) with -1 at ``axis`` (inserted there with ``use_stack``). It trains:
+    the gradient goes back to the array's items.
+
+    Returns
+    -------
+    tuple of Variable
+        ``(out, out_index)``.
+    """
+    if not isinstance(input, Variable) or input.type != VarType.LOD_TENSOR_ARRAY:
+        raise TypeError("tensor_array_to_tensor: input must be a tensor array Variable "
+                        f"(layers.create_array), got {input!r}")
+    if isinstance(axis, bool) or not isinstance(axis, int):
+        raise TypeError(f"tensor_array_to_tensor: axis must be an int, got {axis!r}")
+    shape = None
+    if input.shape is not None:
+        dims = list(input.shape)
+        n = len(dims) + 1 if use_stack else len(dims)
+        if not -n <= axis < n:
+            raise ValueError(f"tensor_array_to_tensor: axis {axis} is out of range for items "
+                             f"of shape {dims} (use_stack={use_stack}); expected in "
+                             f"[{-n}, {n})")
+        k = axis + n if axis < 0 else axis
+        if use_stack:
+            dims.insert(k, -1)
+        else:
+            dims[k] = -1
+        shape = dims
+    helper = LayerHelper("tensor_array_to_tensor", name)
+    out = helper.create_tmp(dtype=input.dtype, shape=shape)
+    out_index = helper.create_tmp(dtype="int32", shape=[-1], stop_gradient=True)
+    helper.append_op("tensor_array_to_tensor", inputs={"X": [input]},
+                     outputs={"Out": [out], "OutIndex": [out_index]},
+                     attrs={"axis": axis, "use_stack": bool(use_stack)})
+    return out, out_index
+def _the_array(items: Any, layer: str) -> Variable | None:
+    """The tensor array that ``items`` is (or is the only item of), else None."""
+    seq = [items] if isinstance(items, Variable) else list(items) if isinstance(
+        items, (list, tuple)) else []
+    if not any(isinstance(v, Variable) and v.type == VarType.LOD_TENSOR_ARRAY for v in seq):
+        return None
+    if len(seq) != 1:
+        raise ValueError(f"{layer}: a tensor array must be the only input (its items are "
+                         f"joined), got {len(seq)} inputs")
+    return seq[0]
+
+
+
+
+def concat(input: Sequence[Variable] | Variable, axis: int = 0, name: str | None = None
+           ) -> Variable:
+    """Join tensors along ``axis``; the items of a tensor array (``input`` the array, or a
+    list of that one array), as Fluid 1.8 does, through ``tensor_array_to_tensor``."""
+    array = _the_array(input, "concat")
+    if array is not None:
+        return tensor_array_to_tensor(array, axis, name)[0]
     helper = LayerHelper("concat", name)
     if not input:
         raise ValueError("concat needs at least one input")
@@ -540,8 +600,13 @@ def unsqueeze(input: Variable, axes: Sequence[int], name: str | None = None) -> 
     return _shape_op("unsqueeze2", input, shape, {"axes": axes}, name)
 
 
-def stack(x: Sequence[Variable], axis: int = 0) -> Variable:
-    """Stack same-shaped variables along a new dim ``axis``."""
+def stack(x: Sequence[Variable] | Variable, axis: int = 0) -> Variable:
+    """Stack same-shaped variables along a new dim ``axis``; the items of a tensor array
+    (``x`` the array, or a list of that one array), as Fluid 1.8 does, through
+    ``tensor_array_to_tensor(use_stack=True)``."""
+    array = _the_array(x, "stack")
+    if array is not None:
+        return tensor_array_to_tensor(array, axis, use_stack=True)[0]
     xs = [x] if isinstance(x, Variable) else list(x)
     for v in xs:
         _check_var(v, "x", "stack")

@@ -344,6 +344,47 @@ def test_gradients_through_unrolled_steps_and_a_value_loop_equal_the_eager_ones(
         np.testing.assert_allclose(grad, ref_grads[name], rtol=1e-5, atol=1e-7, err_msg=name)
 
 
+class Decoder(fluid.dygraph.Layer):
+    """Steps until the state is small (a loop on the values), collecting every state in a
+    Python list: a tensor array in the program, stacked and read by the output layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = Linear(3, 3, act="tanh")
+        self.out = Linear(3, 2)
+
+    @declarative
+    def forward(self, h):
+        states = []
+        steps = L.fill_constant([1], "int64", 0)
+        while L.reduce_sum(L.abs(h)) > 0.5 and steps < 6:
+            h = self.cell(h) * 0.8
+            states.append(h)
+            steps = steps + 1
+        return L.reduce_mean(self.out(L.stack(states, axis=1))), len(states)
+
+
+def _decoder_step(translated):
+    ProgramTranslator().enable(translated)
+    h = np.random.default_rng(5).standard_normal((4, 3)).astype("float32")
+    with fluid.dygraph.guard():
+        net = Decoder()
+        _init(net)
+        loss, n = net(to_variable(h))
+        loss.backward()
+        n = int(n.numpy()[0]) if hasattr(n, "numpy") else n
+        return float(loss.numpy()[0]), n, {p.name: p.gradient() for p in net.parameters()}
+
+
+def test_gradients_through_a_list_grown_in_a_value_loop_equal_the_eager_ones():
+    loss, n, grads = _decoder_step(True)
+    ref_loss, ref_n, ref_grads = _decoder_step(False)
+    assert n == ref_n > 1
+    assert loss == pytest.approx(ref_loss, rel=1e-6)
+    for name, grad in grads.items():
+        np.testing.assert_allclose(grad, ref_grads[name], rtol=1e-5, atol=1e-7, err_msg=name)
+
+
 def test_the_translator_saves_the_last_program_as_an_inference_model(tmp_path, caplog):
     fluid.dygraph.set_verbosity(1)
     with fluid.dygraph.guard():

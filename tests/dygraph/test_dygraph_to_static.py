@@ -24,7 +24,8 @@ RNG = np.random.default_rng(0)
 def _dygraph(func, arrays):
     with fluid.dygraph.guard():
         out = func(*[fluid.dygraph.to_variable(a) for a in arrays])
-        return [np.array(o.numpy()) for o in (out if isinstance(out, (list, tuple)) else [out])]
+        return [np.array(o.numpy()) if hasattr(o, "numpy") else np.asarray(o)
+                for o in (out if isinstance(out, (list, tuple)) else [out])]
 
 
 def _static(func, arrays):
@@ -421,21 +422,84 @@ def test_assert_on_python_values_is_pythons():
 
 
 def grows_a_list_in_a_program_loop(x, n):
+    outs = [x]
+    i = L.fill_constant([1], "int64", 0)
+    while i < n:
+        outs.append(x * L.cast(i + 2, "float32"))
+        i = i + 1
+    return L.concat(outs), L.stack(outs, axis=1), len(outs)
+
+
+def test_a_list_grown_in_a_program_loop_is_a_tensor_array():
+    # Fluid 1.8's ListTransformer: the list becomes create_array, append an array_write at its
+    # length; concat, stack and len take the array (tensor_array_to_tensor, array_length)
+    program = _check(grows_a_list_in_a_program_loop, _x(3), np.array([3], "int64"))
+    types = [op.type for block in program.blocks for op in block.ops]
+    assert types.count("write_to_array") == 2  # the item before the loop, the one in it
+    assert types.count("tensor_array_to_tensor") == 2 and "lod_array_length" in types
+    code = translated_code(grows_a_list_in_a_program_loop)
+    assert "outs = _jst.convert_append(outs, " in code
+
+
+def starts_empty(x, n):
     outs = []
     i = L.fill_constant([1], "int64", 0)
     while i < n:
-        outs.append(x * 2.0)
+        outs.append(x + L.cast(i, "float32"))
         i = i + 1
+    return L.stack(outs)
+
+
+def test_an_empty_list_grown_in_a_program_loop():
+    _check(starts_empty, _x(2, 3), np.array([4], "int64"))
+
+
+def appends_in_a_program_branch(x):
+    outs = [x]
+    if L.reduce_mean(x) > 0.5:
+        outs.append(x * 2.0)
     return L.concat(outs)
 
 
-def test_a_python_list_grown_in_a_program_loop_is_refused():
+LOG = []
+
+
+def appends_to_a_global_in_a_program_loop(x, n):
+    i = L.fill_constant([1], "int64", 0)
+    while i < n:
+        LOG.append(x)
+        i = i + 1
+    return x
+
+
+def appends_a_number_in_a_program_loop(x, n):
+    outs = []
+    i = L.fill_constant([1], "int64", 0)
+    while i < n:
+        outs.append(1.0)
+        i = i + 1
+    return outs
+
+
+def test_lists_that_a_program_cannot_grow_are_refused():
     main = fluid.Program()
     with fluid.program_guard(main, fluid.Program()):
         x = fluid.data("x", [2], "float32")
         n = fluid.data("n", [1], "int64")
-        with pytest.raises(NotImplementedError, match=r"outs.append\(...\).*tensor array"):
-            translate(grows_a_list_in_a_program_loop)(x, n)
+        # both branches are built: the list would grow whichever the values take
+        with pytest.raises(NotImplementedError, match=r"if at .*: the branches change "
+                                                      r"\['outs.append\(...\)'\]"):
+            translate(appends_in_a_program_branch)(x)
+        # not the function's own name: appending stays a change of a Python object
+        with pytest.raises(NotImplementedError, match=r"LOG.append\(...\)"):
+            translate(appends_to_a_global_in_a_program_loop)(x, n)
+        with pytest.raises(TypeError, match=r"holds float items|append a Variable"):
+            translate(appends_a_number_in_a_program_loop)(x, n)
+    assert LOG == []
+    # on Python values the same functions run as written
+    with fluid.dygraph.guard():
+        v = fluid.dygraph.to_variable(_x(2))
+        assert len(translate(appends_a_number_in_a_program_loop)(v, 2)) == 2
 
 
 def list_inside_a_program_loop(x, n):

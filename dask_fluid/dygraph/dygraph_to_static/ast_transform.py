@@ -350,6 +350,12 @@ class _Transformer(ast.NodeTransformer):
                        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
         self._loop_of: dict[int, frozenset[int]] = {}
         self._map_loops(fdef.body, frozenset())
+        # the function's own names: only these may be rebound by a rewritten append
+        args = fdef.args
+        self._locals = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs,
+                                        *filter(None, (args.vararg, args.kwarg)))}
+        self._locals |= {n.id for n in ast.walk(fdef)
+                         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
     def _map_loops(self, stmts: list[ast.stmt], outer: frozenset[int]) -> None:
         for stmt in stmts:
@@ -441,6 +447,22 @@ class _Transformer(ast.NodeTransformer):
                                           _lambda(node.orelse), self._where(node)), node)
 
     # -- statements
+    def visit_Expr(self, node: ast.Expr) -> ast.stmt:
+        """``name.append(x)`` of a local list: ``name = convert_append(name, x)``, so that a
+        loop on program values carries the list (as a tensor array, Fluid 1.8's
+        ListTransformer) and a branch on them sees it change."""
+        self.generic_visit(node)
+        call = node.value
+        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                and call.func.attr == "append" and isinstance(call.func.value, ast.Name)
+                and call.func.value.id in self._locals and len(call.args) == 1
+                and not call.keywords and not isinstance(call.args[0], ast.Starred)):
+            name = call.func.value.id
+            return ast.copy_location(ast.Assign(
+                targets=[_name(name, ast.Store())],
+                value=_runtime("convert_append", _name(name), call.args[0])), node)
+        return node
+
     def visit_Assert(self, node: ast.Assert) -> ast.stmt:
         self.generic_visit(node)
         message = _lambda(node.msg) if node.msg is not None else ast.Constant(None)

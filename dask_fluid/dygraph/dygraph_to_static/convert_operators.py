@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ...framework import Variable, default_main_program, in_dygraph_mode
+from ...framework import Variable, VarType, default_main_program, in_dygraph_mode
 from ...layers import compare, control_flow, debug, loops, tensor
 from ..base import to_variable
 from ..layers import Layer
@@ -134,11 +134,15 @@ def convert_ifelse(pred: Any, true_fn: Callable, false_fn: Callable, args: Seque
     # rest is merged below), then each variable is paired across the sides by name
     values: dict[str, list] = {}
     outs: dict[str, list] = {}
+    sizes = _list_sizes(args, names)
     for side, fn, cond in (("true", true_fn, pred), ("false", false_fn, tensor.logical_not(pred))):
         with control_flow.ConditionalBlock([cond], is_scalar_condition=True).block():
             values[side] = list(fn(*args))
             outs[side] = [control_flow._copy_to_parent(v) for v in values[side]
                           if _is_program_var(v)]
+        grown = sorted(n for n, (items, size) in sizes.items() if len(items) != size)
+        _refuse_stores([f"{n}.append(...)" for n in grown], f"if at {where}", "branches",
+                       "both branches are built")
     mask = tensor.cast(pred, "int32")
     it_true, it_false = iter(outs["true"]), iter(outs["false"])
     merged = []
@@ -204,6 +208,13 @@ def _merge(name: str, where: str, t: Any, f: Any, t_out: Variable | None,
     return control_flow.select_input(pair, mask)
 
 
+def _list_sizes(args: Sequence[Any], names: Sequence[str]) -> dict[str, tuple[list, int]]:
+    """The Python lists among a statement's variables and their sizes before it: a branch
+    built while the program is built must not grow one (both branches would). (An ``x if c
+    else y`` names its value and passes no variables.)"""
+    return {n: (v, len(v)) for n, v in zip(names, args, strict=False) if isinstance(v, list)}
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (bool, int, float, np.number))
 
@@ -229,12 +240,44 @@ def _refuse_stores(stores: Sequence[str], where: str, parts: str, why: str) -> N
         raise NotImplementedError(
             f"{where}: the {parts} change {sorted(stores)}, Python objects; on a condition "
             f"that is a program Variable {why} once while the program is built, so the change "
-            "would not depend on the values. Keep the values in variables (a tensor array, "
-            "layers.create_array and array_write, for a list that grows in a loop) and set "
-            "the attribute or item after the statement")
+            "would not depend on the values. Keep the values in variables (a list that a "
+            "program loop grows with name.append(x) becomes a tensor array; in a branch, use "
+            "layers.create_array and array_write) and set the attribute or item after the "
+            "statement")
 
 
 # -- loops ---------------------------------------------------------------------------------------
+def _is_tensor_array(value: Any) -> bool:
+    return _is_program_var(value) and value.type == VarType.LOD_TENSOR_ARRAY
+
+
+def _as_tensor_array(items: list, name: str, where: str) -> Variable:
+    """A Python list carried by a program loop as a tensor array holding its items (Fluid
+    1.8's ListTransformer makes such a list a ``create_array``; float32 when it is empty)."""
+    bad = [type(v).__name__ for v in items if not _is_program_var(v)]
+    if bad:
+        raise TypeError(f"while at {where}: the list {name!r} holds {bad[0]} items; a loop on "
+                        "program values carries a list of Variables (a tensor array)")
+    array = loops.create_array(items[0].dtype if items else "float32")
+    for k, item in enumerate(items):
+        loops.array_write(item, tensor.fill_constant([1], "int64", k), array)
+    return array
+
+
+def convert_append(items: Any, value: Any) -> Any:
+    """``items.append(value)`` for a name: a list grows in place; a tensor array (the list
+    that a program loop carries) gets ``value`` written at its end. Returns ``items``."""
+    if _is_tensor_array(items):
+        if not _is_program_var(value):
+            raise TypeError(f"{items.name}.append({value!r}): in a loop on program values the "
+                            "list is a tensor array, whose items are Variables; append a "
+                            "Variable (layers.fill_constant for a number)")
+        loops.array_write(value, loops.array_length(items), items)
+        return items
+    items.append(value)
+    return items
+
+
 def convert_while_loop(cond_fn: Callable, body_fn: Callable, args: Sequence[Any],
                        names: Sequence[str], where: str, stores: Sequence[str] = ()) -> tuple:
     """``while cond: body`` with the loop functions of the translated code.
@@ -270,6 +313,11 @@ def convert_while_loop(cond_fn: Callable, body_fn: Callable, args: Sequence[Any]
     carried = [i for i, v in enumerate(args) if not isinstance(v, Undefined)]
     for i in carried:
         value = args[i]
+        if isinstance(value, list):  # grown by name.append(x): a tensor array, as Fluid 1.8
+            args[i] = _as_tensor_array(value, names[i], where)
+            continue
+        if _is_tensor_array(value):  # written in place by the loop: nothing to keep apart
+            continue
         if _is_program_var(value):
             # the loop overwrites its variables each pass: its own copies, so that the
             # values before it stay for the gradients of the ops that made them
@@ -398,7 +446,10 @@ def convert_numpy(value: Any) -> Any:
 
 # -- builtins ----------------------------------------------------------------------------------
 def convert_len(value: Any) -> Any:
-    """``len(x)``: a Variable's first dimension when the program knows it."""
+    """``len(x)``: a Variable's first dimension when the program knows it; a tensor array's
+    length (an int64 Variable)."""
+    if _is_tensor_array(value):
+        return loops.array_length(value)
     if _is_program_var(value):
         if not value.shape or value.shape[0] < 0:
             raise TypeError(f"len({value.name!r}): its first dimension is not known while the "
