@@ -12,7 +12,14 @@ import numpy as np
 
 from ..framework import Variable, convert_dtype, install_hook
 from ..layer_helper import LayerHelper
-from .tensor import _check_var, _shape_tensor_list, assign, zeros
+from .tensor import (
+    _check_var,
+    _shape_tensor_list,
+    _slice_bounds_input,
+    _slice_shape,
+    assign,
+    zeros,
+)
 
 __all__ = ["crop", "crop_tensor", "gather_nd", "multiplex", "rank", "scatter_nd",
            "scatter_nd_add", "strided_slice", "unique", "unique_with_counts"]
@@ -433,6 +440,18 @@ def rank(input: Variable) -> Variable:  # noqa: A002 (Fluid's name)
 _TO_END = 10000000
 
 
+def _bound(value: Any) -> int | Variable:
+    return value if isinstance(value, Variable) else int(value)
+
+
+def _check_index_var(var: Variable, index: Variable) -> None:
+    if not convert_dtype(index.dtype).startswith("int") or (
+            index.shape is not None and int(np.prod([abs(d) for d in index.shape])) != 1):
+        raise TypeError(f"indexing {var.name!r} with {index.name!r}: an index Variable holds "
+                        f"one int (shape [1]), got {index.dtype} of shape "
+                        f"{None if index.shape is None else list(index.shape)}")
+
+
 def _getitem(var: Variable, item: Any) -> Variable:
     """``var[item]`` as Fluid 1.8's ``_getitem_impl_``: ints and slices per dim (an int drops
     its dim: ``decrease_axis``), one ``slice`` op, or ``strided_slice`` when a step is not 1,
@@ -464,16 +483,27 @@ def _getitem(var: Variable, item: Any) -> Variable:
                 # Fluid 1.8 asserts step == -1 here; a positive step goes to strided_slice
                 raise TypeError(f"indexing {var.name!r}: a whole dim taken with step {step} "
                                 "(backwards, only ::-1 is supported, as in Fluid)")
-            for v in (start, stop, step):
-                if v is not None and not isinstance(v, (int, np.integer)):
-                    raise TypeError(f"indexing {var.name!r}: slice bounds must be ints, "
-                                    f"got {type(v).__name__}")
+            for v in (start, stop):
+                if v is not None and not isinstance(v, (int, np.integer, Variable)):
+                    raise TypeError(f"indexing {var.name!r}: slice bounds must be ints or int "
+                                    f"Variables, got {type(v).__name__}")
+            if not isinstance(step, (int, np.integer)):
+                raise TypeError(f"indexing {var.name!r}: a slice step must be an int, got "
+                                f"{type(step).__name__}")
             if step == 0:
                 raise ValueError(f"indexing {var.name!r}: slice step cannot be zero")
             axes.append(dim)
-            starts.append(0 if start is None else int(start))
-            ends.append(_TO_END if stop is None else int(stop))
+            starts.append(0 if start is None else _bound(start))
+            ends.append(_TO_END if stop is None else _bound(stop))
             steps.append(int(step))
+        elif isinstance(each, Variable):
+            # Fluid 1.8: start i, end i + 1 (an op), the dim dropped; known when the program runs
+            _check_index_var(var, each)
+            axes.append(dim)
+            starts.append(each)
+            ends.append(each + 1)
+            steps.append(1)
+            decrease.append(dim)
         elif isinstance(each, (int, np.integer)) and not isinstance(each, bool):
             index = int(each)
             size = shape[dim] if shape is not None else -1
@@ -486,27 +516,26 @@ def _getitem(var: Variable, item: Any) -> Variable:
             steps.append(1)
             decrease.append(dim)
         else:
-            raise TypeError(f"indexing {var.name!r}: only ints and slices are supported (as in "
-                            f"Fluid 1.8), got {type(each).__name__}")
+            raise TypeError(f"indexing {var.name!r}: only ints, int Variables and slices are "
+                            f"supported (as in Fluid 1.8), got {type(each).__name__}")
     out = var
     if axes:
         strided = any(s != 1 for s in steps)
         op_type = "strided_slice" if strided else "slice"
         helper = LayerHelper(op_type)
-        attrs = {"axes": axes, "starts": starts, "ends": ends, "decrease_axis": decrease,
-                 "infer_flags": [1] * len(axes)}
+        inputs: dict[str, list[Variable]] = {"Input": [var]}
+        attrs: dict[str, Any] = {"axes": axes, "decrease_axis": decrease,
+                                 "infer_flags": [1] * len(axes)}
+        bounds = {}
+        for name, given in (("starts", starts), ("ends", ends)):
+            attrs[name], bounds[name] = _slice_bounds_input(given, name, len(axes), inputs,
+                                                            attrs["infer_flags"])
         if strided:
             attrs["strides"] = steps
-        result_shape = None
-        if shape is not None and not strided:
-            dims = list(shape)
-            for a, s, e in zip(axes, starts, ends, strict=True):
-                if dims[a] >= 0:
-                    dims[a] = len(range(*slice(s, e).indices(dims[a])))
-            result_shape = [d for i, d in enumerate(dims) if i not in decrease] or [1]
+        result_shape = None if strided else _slice_shape(shape, axes, bounds["starts"],
+                                                         bounds["ends"], decrease)
         out = helper.create_tmp(dtype=var.dtype, shape=result_shape)
-        helper.append_op(op_type, inputs={"Input": [var]}, outputs={"Out": [out]},
-                         attrs=attrs)
+        helper.append_op(op_type, inputs=inputs, outputs={"Out": [out]}, attrs=attrs)
     if reverse_axes:
         helper = LayerHelper("reverse")
         flipped = helper.create_tmp(dtype=var.dtype, shape=out.shape)

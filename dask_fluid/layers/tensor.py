@@ -649,26 +649,70 @@ def expand(x: Variable, expand_times: Sequence[int], name: str | None = None) ->
     return out
 
 
-def slice(input: Variable, axes: Sequence[int], starts: Sequence[int],  # noqa: A001
-          ends: Sequence[int]) -> Variable:
-    """``input[starts:ends]`` along ``axes`` (clamped to each dim; negatives from its end)."""
+def slice(input: Variable, axes: Sequence[int],  # noqa: A001
+          starts: Sequence[int | Variable] | Variable,
+          ends: Sequence[int | Variable] | Variable) -> Variable:
+    """``input[starts:ends]`` along ``axes`` (clamped to each dim; negatives from its end).
+
+    As in Fluid 1.8, ``starts`` and ``ends`` are each a list of ints, a list mixing ints and
+    one-element int Variables (input ``StartsTensorList``/``EndsTensorList``: the ints become
+    int32 constants) or one int Variable (``StartsTensor``/``EndsTensor``); a dim whose bound
+    is a Variable is unknown (-1) until the program runs.
+    """
+    _check_var(input, "input", "slice")
+    axes = [int(a) for a in axes]
+    inputs: dict[str, list[Variable]] = {"Input": [input]}
+    attrs: dict[str, Any] = {"axes": axes, "infer_flags": [1] * len(axes), "decrease_axis": []}
+    bounds = {}
+    for name, given in (("starts", starts), ("ends", ends)):
+        attrs[name], bounds[name] = _slice_bounds_input(given, name, len(axes), inputs,
+                                                        attrs["infer_flags"])
+    helper = LayerHelper("slice")
+    out = helper.create_tmp(dtype=input.dtype, shape=_slice_shape(
+        input.shape, axes, bounds["starts"], bounds["ends"], []))
+    helper.append_op("slice", inputs=inputs, outputs={"Out": [out]}, attrs=attrs)
+    return out
+
+
+def _slice_bounds_input(given: Any, name: str, n_axes: int, inputs: dict, flags: list[int]
+                        ) -> tuple[list[int], list[int | None]]:
+    """The attribute of a slice's ``starts``/``ends`` and each bound as known now (None:
+    a Variable); binds the Variables as the op's inputs and marks their axes' infer flags."""
+    cap = name.capitalize()
+    if isinstance(given, Variable):
+        given.stop_gradient = True
+        inputs[cap + "Tensor"] = [given]
+        flags[:] = [-1] * n_axes
+        return [-1] * n_axes, [None] * n_axes
+    given = list(given)
+    if len(given) != n_axes:
+        raise ValueError(f"slice: {name} has {len(given)} values, axes has {n_axes}; they must "
+                         "be as many")
+    known = [None if isinstance(v, Variable) else int(v) for v in given]
+    if None in known:
+        inputs[cap + "TensorList"] = _shape_tensor_list(given)
+        for i, k in enumerate(known):
+            if k is None:
+                flags[i] = -1
+    return [-1 if k is None else k for k in known], known
+
+
+def _slice_shape(shape: Sequence[int] | None, axes: list[int], starts: list[int | None],
+                 ends: list[int | None], decrease: list[int]) -> list[int] | None:
+    """The output shape a slice gives when the program is built (-1 unknown: a dim whose
+    size is unknown, or whose bound is a Variable)."""
     from ..ops.shape_ops import slice_bounds  # noqa: PLC0415
 
-    _check_var(input, "input", "slice")
-    axes, starts, ends = [int(a) for a in axes], [int(s) for s in starts], [int(e) for e in ends]
-    shape = None
-    if input.shape is not None:
-        shape = list(input.shape)
-        known = tuple(d if d > 0 else 1 << 30 for d in shape)
-        for a, sl in enumerate(slice_bounds(known, axes, starts, ends)):
-            if a in axes and shape[a] > 0:
-                shape[a] = sl.stop - sl.start
-    helper = LayerHelper("slice")
-    out = helper.create_tmp(dtype=input.dtype, shape=shape)
-    helper.append_op("slice", inputs={"Input": [input]}, outputs={"Out": [out]},
-                     attrs={"axes": axes, "starts": starts, "ends": ends,
-                            "infer_flags": [1] * len(axes), "decrease_axis": []})
-    return out
+    if shape is None:
+        return None
+    out = list(shape)
+    for a, st, en in zip(axes, starts, ends, strict=True):
+        if st is None or en is None or out[a] < 0:
+            out[a] = -1
+        else:
+            sl = slice_bounds((out[a],), [0], [st], [en])[0]
+            out[a] = sl.stop - sl.start
+    return [d for i, d in enumerate(out) if i not in set(decrease)] or [1]
 
 
 def argmax(x: Variable, axis: int = 0) -> Variable:

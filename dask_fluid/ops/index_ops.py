@@ -195,9 +195,10 @@ def _ss_range(size: int, start: int, end: int, stride: int, affect: bool
     return start, step, count, reverse
 
 
-def _ss_params(ins: dict, attrs: dict, name: str) -> list[int]:
-    """starts, ends or strides: from the tensor list, else the tensor, else the attribute
-    (the kernel's order of precedence)."""
+def slice_params(ins: dict, attrs: dict, name: str, op: str) -> list[int]:
+    """starts, ends or strides of a slice op: from the tensor list (one ``[1]`` tensor per
+    axis), else the tensor, else the attribute. (One of them is given: Fluid's layers set
+    either the list or the tensor, never both.)"""
     cap = name.capitalize()
     items = ins.get(cap + "TensorList") or []
     if items:
@@ -205,8 +206,8 @@ def _ss_params(ins: dict, attrs: dict, name: str) -> list[int]:
         for i, t in enumerate(items):
             v = to_host(t)
             if v.size != 1:
-                raise ValueError(f"strided_slice: each tensor of {cap}TensorList must have "
-                                 f"shape [1], got {list(v.shape)} at {i}")
+                raise ValueError(f"{op}: each tensor of {cap}TensorList must have shape [1], "
+                                 f"got {list(v.shape)} at {i}")
             values.append(int(v.reshape(-1)[0]))
         return values
     tensor = ins.get(cap + "Tensor") or []
@@ -258,7 +259,8 @@ def _ss_plan(x: Any, ins: dict, attrs: dict) -> tuple[tuple, list[int], list[int
     """(the basic-index tuple of the slice, its shape, the output shape after
     ``decrease_axis``)."""
     axes = [int(a) for a in attrs.get("axes", [])]
-    starts, ends, strides = (_ss_params(ins, attrs, n) for n in ("starts", "ends", "strides"))
+    starts, ends, strides = (slice_params(ins, attrs, n, "strided_slice")
+                             for n in ("starts", "ends", "strides"))
     _ss_check(x.ndim, axes, {"starts": len(starts), "ends": len(ends), "strides": len(strides)})
     flags = [int(f) for f in attrs.get("infer_flags", [])]
     flags += [1] * (len(axes) - len(flags))

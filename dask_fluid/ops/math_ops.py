@@ -800,17 +800,21 @@ def double_grad_maker(type: str, values: dict[str, str], ddx: dict[str, str],
 
 
 def linear_grad_maker(type: str, src: str = "X" + GRAD, dst: str = "Out" + GRAD,
-                      in_slot: str = "X", out_slot: str = "Out", attrs: dict | None = None):
+                      in_slot: str = "X", out_slot: str = "Out", attrs: dict | None = None,
+                      keep: tuple[str, ...] = ()):
     """The grad maker of a grad op linear in its incoming gradient and independent of the
     forward values (reduce_mean_grad, mean_grad ...): Fluid's DoubleGradMaker runs the forward
     op ``type`` again, on ``DDX`` (the gradient of ``src``) into ``DDOut`` (that of ``dst``),
-    with the grad op's attrs updated by ``attrs``."""
+    with the grad op's attrs updated by ``attrs`` and its inputs of the ``keep`` slots (the
+    bound tensors of a slice) passed on."""
     override = dict(attrs or {})
 
     def make(op: Any) -> list[dict]:
         attrs = {k: v for k, v in op.attrs.items() if k not in ("op_role", "op_role_var")}
         attrs.update(override)
-        return [{"type": type, "inputs": {in_slot: _grads_of(op.outputs[src])},
+        inputs = {in_slot: _grads_of(op.outputs[src])}
+        inputs.update({slot: list(op.inputs[slot]) for slot in keep if op.inputs.get(slot)})
+        return [{"type": type, "inputs": inputs,
                  "outputs": {out_slot: _grads_of(op.inputs[dst])}, "attrs": attrs}]
 
     return make

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .index_ops import slice_params
 from .math_ops import linear_grad_maker
 from .registry import GRAD, array_module, register, set_grad, to_host
 from .selected_rows import grad_maker, grad_slots, scatter_add, to_dtype
@@ -187,26 +188,35 @@ def _decreased(shape: tuple, attrs: dict) -> tuple:
     return out or (1,)
 
 
-@register("slice", ("Input",), ("Out",), _SLICE_ATTRS,
-          grad=grad_maker(("Input",), in_grads=("Input",)))
+#: Fluid 1.8's slice op takes its starts and ends from these too (a Variable index or bound)
+_SLICE_TENSORS = ("StartsTensor", "EndsTensor", "StartsTensorList", "EndsTensorList")
+
+
+def _slice_index(x: Any, ins: dict, attrs: dict) -> tuple[slice, ...]:
+    starts, ends = (slice_params(ins, attrs, n, "slice") for n in ("starts", "ends"))
+    return slice_bounds(x.shape, [int(a) for a in attrs["axes"]], starts, ends)
+
+
+@register("slice", ("Input",) + _SLICE_TENSORS, ("Out",), _SLICE_ATTRS,
+          optional=_SLICE_TENSORS,
+          grad=grad_maker(("Input",) + _SLICE_TENSORS, in_grads=("Input",)))
 def slice_(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """Out = Input[starts:ends] along ``axes`` (clamped; ``decrease_axis`` dims dropped)."""
+    """Out = Input[starts:ends] along ``axes`` (clamped; ``decrease_axis`` dims dropped);
+    starts and ends from the attributes or from the optional int tensors."""
     x = ins["Input"][0]
-    index = slice_bounds(x.shape, [int(a) for a in attrs["axes"]],
-                         [int(s) for s in attrs["starts"]], [int(e) for e in attrs["ends"]])
-    out = x[index]
+    out = x[_slice_index(x, ins, attrs)]
     if attrs.get("decrease_axis"):
         out = out.reshape(_decreased(out.shape, attrs))
     return {"Out": [array_module(x).ascontiguousarray(out)]}
 
 
-@register("slice_grad", *grad_slots(("Input",), ("Out",), ("Input",)), _SLICE_ATTRS)
+@register("slice_grad", *grad_slots(("Input",) + _SLICE_TENSORS, ("Out",), ("Input",)),
+          _SLICE_ATTRS, optional=_SLICE_TENSORS)
 def slice_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """dInput = zeros with dOut in the sliced region."""
     x = ins["Input"][0]
     xp = array_module(x)
-    index = slice_bounds(x.shape, [int(a) for a in attrs["axes"]],
-                         [int(s) for s in attrs["starts"]], [int(e) for e in attrs["ends"]])
+    index = _slice_index(x, ins, attrs)
     region = xp.zeros_like(x)[index].shape
     d = _d(ins, region, xp, x.dtype)
     dx = xp.zeros_like(x)
@@ -216,7 +226,8 @@ def slice_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
 
 # slice_grad is linear in dOut: its grad slices DDInput as the forward op did (slice_op.cc:
 # SliceDoubleOpGradMaker, a slice op; PR #22166, in Paddle since 1.7)
-set_grad("slice_grad", linear_grad_maker("slice", src="Input" + GRAD, in_slot="Input"))
+set_grad("slice_grad", linear_grad_maker("slice", src="Input" + GRAD, in_slot="Input",
+                                        keep=_SLICE_TENSORS))
 
 
 # -- arg_max -----------------------------------------------------------------------------------

@@ -42,6 +42,16 @@ def _slices_and_squeezes(x):
     return _cube_sum(h)
 
 
+def _slices_with_tensor_bounds(x):
+    # the bounds as Variables (StartsTensorList, EndsTensor): the second pass's slice must
+    # read them too, else it would slice with the attributes' -1s
+    one = layers.fill_constant([1], "int32", 1)
+    h = layers.slice(x, axes=[1, 2], starts=[one, -3], ends=layers.fill_constant([2], "int32",
+                                                                                    4))
+    h = layers.elementwise_mul(layers.square(h), h)
+    return _cube_sum(h[:, one])
+
+
 def _conv3d(x):
     h = layers.conv3d(x, num_filters=2, filter_size=2, padding=[1, 0, 0], stride=[1, 1, 2],
                       bias_attr=False)
@@ -53,6 +63,8 @@ CASES = {
     "slices": (_slices_and_squeezes, [2, 3, 4],
                {"slice", "squeeze2", "unsqueeze2", "elementwise_mul_grad_grad"}),
     "conv3d": (_conv3d, [1, 2, 3, 3, 4], {"conv3d_grad_grad"}),
+    "tensor_bounds": (_slices_with_tensor_bounds, [2, 3, 4],
+                      {"slice", "elementwise_mul_grad_grad"}),
 }
 
 

@@ -525,7 +525,7 @@ def test_indexing_matches_numpy_and_differentiates():
             x[2]
         with pytest.raises(IndexError, match="too many indices"):
             x[0, 0, 0, 0]
-        with pytest.raises(TypeError, match="only ints and slices"):
+        with pytest.raises(TypeError, match="only ints, int Variables and slices"):
             x[[0, 1]]
         rows = list(x[0])
         assert len(rows) == 3
@@ -547,6 +547,40 @@ def test_static_variables_index_too_and_are_not_iterable():
     np.testing.assert_array_equal(got_z, value[0])
     with pytest.raises(TypeError, match="not iterable"):
         list(x)
+
+
+def test_static_variables_index_with_int_variables_as_fluid_18():
+    # an int Variable index is start i, end i + 1 (StartsTensorList/EndsTensorList of a slice
+    # op), its dim dropped; Variable bounds of a slice leave that dim unknown until run time
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        x = fluid.data("x", [-1, 4])
+        x.stop_gradient = False
+        i = fluid.layers.fill_constant([1], "int64", 1)
+        row, tail, stepped = x[i], x[i:, 1:3], x[0:i + 2:2]
+        sliced = fluid.layers.slice(x, axes=[0, 1], starts=[i, 0], ends=[3, i])
+        whole = fluid.layers.slice(x, axes=[1], starts=i, ends=i + 2)
+        grad, = fluid.gradients([fluid.layers.reduce_sum(row) +
+                                 fluid.layers.reduce_sum(tail * 2.0)], [x])
+    assert row.shape == (4,) and list(tail.shape) == [-1, 2] and list(sliced.shape) == [-1, -1]
+    ops = [op for op in main.global_block().ops if op.type in ("slice", "strided_slice")]
+    assert "StartsTensorList" in ops[0].inputs and "EndsTensorList" in ops[0].inputs
+    assert ops[0].attr("infer_flags") == [-1] and ops[0].attr("decrease_axis") == [0]
+    value = np.arange(12, dtype="float32").reshape(3, 4)
+    got = fluid.Executor(fluid.CPUPlace()).run(
+        main, feed={"x": value}, fetch_list=[row, tail, stepped, sliced, whole, grad])
+    expected = np.zeros_like(value)
+    expected[1] += 1.0
+    expected[1:, 1:3] += 2.0
+    for g, e in zip(got, [value[1], value[1:, 1:3], value[0:3:2], value[1:3, :1],
+                          value[:, 1:3], expected], strict=True):
+        np.testing.assert_array_equal(g, e)
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        x = fluid.data("x", [3, 4])
+        with pytest.raises(TypeError, match="an index Variable holds one int"):
+            x[fluid.layers.fill_constant([1], "float32", 1.0)]
+        with pytest.raises(TypeError, match="a slice step must be an int"):
+            x[0:3:fluid.layers.fill_constant([1], "int64", 1)]
 
 
 # -- TracedLayer ------------------------------------------------------------------------------

@@ -502,6 +502,32 @@ def test_lists_that_a_program_cannot_grow_are_refused():
         assert len(translate(appends_a_number_in_a_program_loop)(v, 2)) == 2
 
 
+def over_rows_of_unknown_count(x):
+    total = L.fill_constant([3], "float32", 0.0)
+    rows = []
+    for row in x:  # x's first dim is -1: a program loop over layers.shape(x)[0]
+        total = total + row * 2.0
+        rows.append(L.relu(row - 5.0))
+    return total, L.stack(rows), len(x)
+
+
+def test_for_over_a_variable_whose_first_dim_is_unknown_is_a_program_loop():
+    # Fluid 1.8's for x in var: len is the dim when the program runs, x[i] a slice with
+    # tensor bounds
+    x = np.arange(12, dtype="float32").reshape(4, 3)
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        outs = translate(over_rows_of_unknown_count)(fluid.data("x", [-1, 3], "float32"))
+    total, stacked, n = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": x},
+                                                             fetch_list=list(outs))
+    np.testing.assert_allclose(total, x.sum(axis=0) * 2.0)
+    np.testing.assert_allclose(stacked, np.maximum(x - 5.0, 0.0))
+    assert list(n) == [4] and "while" in {op.type for op in main.global_block().ops}
+    expected = _dygraph(over_rows_of_unknown_count, [x])  # as written, eagerly
+    np.testing.assert_allclose(total, expected[0])
+    np.testing.assert_allclose(stacked, expected[1])
+
+
 def list_inside_a_program_loop(x, n):
     i = L.fill_constant([1], "int64", 0)
     while i < n:

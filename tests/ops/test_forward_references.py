@@ -273,6 +273,12 @@ def test_shape_and_index_ops_match_numpy_indexing():
     got = run_op("slice", {"Input": [cube]},
                  {"axes": [1], "starts": [3], "ends": [4], "decrease_axis": [1]})["Out"][0]
     np.testing.assert_array_equal(got, cube[:, 3])
+    # bounds from tensors (Fluid 1.8's StartsTensorList/EndsTensor): they win over the attrs
+    got = run_op("slice", {"Input": [cube], "StartsTensorList": [np.array([2], np.int32),
+                                                                   np.array([-2], np.int64)],
+                           "EndsTensor": [np.array([3, 6], np.int32)]},
+                 {"axes": [0, 2], "starts": [-1, -1], "ends": [-1, -1]})["Out"][0]
+    np.testing.assert_array_equal(got, cube[2:3, :, 4:6])
     ties = np.array([[1.0, 3.0, 3.0], [2.0, 0.0, 2.0]])
     np.testing.assert_array_equal(run_op("arg_max", {"X": [ties]}, {"axis": 1})["Out"][0],
                                   [1, 0])

@@ -1231,6 +1231,17 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
          {"transformed_height": 4, "transformed_width": 3, "spatial_scale": 0.6,
           "_lods": {"ROIs": [((0, 3),)]}}),
     ]
+    # -- slice bounds from tensors (a Variable index or bound): their own generator --
+    sg, i32 = np.random.default_rng(131).standard_normal, np.int32
+    c["slice"] += [
+        ("tensor_list", {"Input": [sg((4, 5))],
+                         "StartsTensorList": [np.array([1], i32), np.array([-3], i32)],
+                         "EndsTensorList": [np.array([3], np.int64), np.array([5], i32)]},
+         {"axes": [0, 1], "starts": [-1, -3], "ends": [-1, 5], "infer_flags": [-1, -1]}),
+        ("tensor_decrease", {"Input": [sg((4, 3))], "StartsTensor": [np.array([2], i32)],
+                             "EndsTensor": [np.array([3], i32)]},
+         {"axes": [0], "infer_flags": [-1], "decrease_axis": [0]}),
+    ]
     return c
 
 

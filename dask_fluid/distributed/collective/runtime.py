@@ -599,7 +599,6 @@ def _recover(client: Any, req: _Request, attempt: _Attempt, err: DistributedTrai
     return restart
 
 
-
 def _lost_worker_error(client: Any, job: str, tasks: Sequence[TaskSpec]) -> Exception:
     """A trainer future was cancelled: its worker died with data that cannot be recomputed
     (scattered numpy parts). Abort the surviving ranks and name the dead worker."""

@@ -521,7 +521,7 @@ class _Transformer(ast.NodeTransformer):
         else:
             items = f"{_IDX}_items_{k}"
             setup = [_assign(items, _runtime("as_sequence", it)), _assign(counter, ast.Constant(0)),
-                     _assign(stop, ast.Call(func=_name("len"), args=[_name(items)], keywords=[])),
+                     _assign(stop, _runtime("convert_len", _name(items))),
                      _assign(step, ast.Constant(1))]
             item = ast.Subscript(value=_name(items), slice=_name(counter), ctx=ast.Load())
         test = _runtime("range_condition", _name(counter), _name(stop), _name(step))

@@ -359,12 +359,14 @@ def convert_while_loop(cond_fn: Callable, body_fn: Callable, args: Sequence[Any]
     return tuple(result)
 
 
-def as_sequence(items: Any) -> Sequence[Any]:
+def as_sequence(items: Any) -> Any:
     """What a translated ``for x in items`` indexes: the items as a list (a Python loop, which
-    runs while the program is built); a Variable's rows when the program knows how many."""
+    runs while the program is built); a Variable's rows when the program knows how many;
+    else the Variable itself, whose ``len`` is then a Variable: a loop on program values
+    that takes row ``items[i]`` at each pass (Fluid 1.8's ``for x in var``)."""
     if _is_program_var(items):
         n = convert_len(items)
-        return [items[i] for i in range(n)]
+        return [items[i] for i in range(n)] if isinstance(n, int) else items
     return items if isinstance(items, (list, tuple)) else list(items)
 
 
@@ -446,16 +448,16 @@ def convert_numpy(value: Any) -> Any:
 
 # -- builtins ----------------------------------------------------------------------------------
 def convert_len(value: Any) -> Any:
-    """``len(x)``: a Variable's first dimension when the program knows it; a tensor array's
-    length (an int64 Variable)."""
+    """``len(x)``: a Variable's first dimension when the program knows it, else that dim when
+    the program runs (an int64 Variable, from ``layers.shape`` as Fluid 1.8's); a tensor
+    array's length (an int64 Variable)."""
     if _is_tensor_array(value):
         return loops.array_length(value)
     if _is_program_var(value):
-        if not value.shape or value.shape[0] < 0:
-            raise TypeError(f"len({value.name!r}): its first dimension is not known while the "
-                            "program is built (shape "
-                            f"{None if value.shape is None else list(value.shape)}); use "
-                            "layers.shape")
+        if not value.shape:
+            raise TypeError(f"len({value.name!r}): a Variable without dims has no length")
+        if value.shape[0] < 0:
+            return tensor.cast(tensor.shape(value)[0], "int64")
         return int(value.shape[0])
     return len(value)
 
