@@ -4,6 +4,7 @@ Paddle 1.8's own runner, whose processes read ``~/.cache/paddle/dataset``."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,18 +21,25 @@ PADDLE_CACHE = os.path.expanduser("~/.cache/paddle/dataset")
 @contextlib.contextmanager
 def _synthetic_in_cache(module: str, marker: str, write) -> Iterator[Path]:
     """Paddle's cache directory ``module``, with synthetic files written by ``write`` unless a
-    real ``marker`` file is there; the files written are removed after."""
-    directory = Path(PADDLE_CACHE) / module
-    before = set(directory.glob("*")) if directory.is_dir() else set()
-    if any(p.name == marker for p in before):
-        yield directory
-        return
-    write(PADDLE_CACHE)
-    try:
-        yield directory
-    finally:
-        for path in set(directory.glob("*")) - before:
-            path.unlink()
+    real ``marker`` file is there; the files written are removed after.
+
+    The cache is the user's, shared by every test process (pytest-xdist runs two): a lock
+    file beside it holds the directory for one test at a time, so that no test removes the
+    files another is reading."""
+    Path(PADDLE_CACHE).mkdir(parents=True, exist_ok=True)
+    with open(Path(PADDLE_CACHE) / f".{module}.dask-fluid-tests.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        directory = Path(PADDLE_CACHE) / module
+        before = set(directory.glob("*")) if directory.is_dir() else set()
+        if any(p.name == marker for p in before):
+            yield directory
+            return
+        write(PADDLE_CACHE)
+        try:
+            yield directory
+        finally:
+            for path in set(directory.glob("*")) - before:
+                path.unlink()
 
 
 def _cache_fixture(module: str, marker: str, write):
