@@ -175,9 +175,10 @@ class FluidEstimatorBase(BaseEstimator):
             raise ValueError(f"early_stopping=True is supported with mode='local' only: the "
                              f"{self.mode} runtime trains max_iter epochs in one job. Use "
                              "mode='local', or pick max_iter from a validation curve.")
-        if self.warm_start and hasattr(self, "coefs_"):
-            raise ValueError(f"warm_start=True is supported with mode='local' only: mode="
-                             f"{self.mode!r} starts from the program's initialisers.")
+        if self.warm_start and hasattr(self, "coefs_") and self.mode == "pserver":
+            raise NotImplementedError("warm_start=True is implemented for modes 'local', "
+                                      "'collective' and 'nccl2': mode='pserver' starts its "
+                                      "pservers from the program's initialisers.")
         if self.mode == "nccl2" and self.device != "gpu":
             raise ValueError("mode='nccl2' all-reduces with NCCL between GPUs and needs "
                              "device='gpu' and one GPU per worker (dask-cuda's LocalCUDACluster)."
@@ -428,7 +429,10 @@ class FluidEstimatorBase(BaseEstimator):
                 from ..distributed.collective.runtime import train_collective
 
                 backend = "nccl" if self.mode == "nccl2" else self.backend
+                # warm_start: the last fit's parameters and optimizer state, as in local mode
+                warm = self._state if self.warm_start and hasattr(self, "coefs_") else None
                 result = train_collective(client, net.main, net.startup, feed,
+                                          initial_values=warm,
                                           trainers=self.n_trainers, backend=backend,
                                           device=self.device, elastic=self.elastic,
                                           min_trainers=self.min_trainers,

@@ -1,7 +1,8 @@
-"""Collective checkpoints on a real cluster (2 ring ranks on worker processes): resuming from
-one reaches exactly the parameters of the uninterrupted run (Adam's state included), a step's
-files are what ``fluid.io.load_persistables`` reads, and damaged or foreign checkpoints are
-refused or skipped with a reason."""
+"""Where a collective job starts, on a real cluster (2 ring ranks on worker processes):
+resuming from a checkpoint reaches exactly the parameters of the uninterrupted run (Adam's
+state included), a step's files are what ``fluid.io.load_persistables`` reads, damaged or
+foreign checkpoints are refused or skipped with a reason; ``initial_values`` (and the
+estimators' ``warm_start``) continue a job as one longer job."""
 
 from __future__ import annotations
 
@@ -131,3 +132,34 @@ def test_a_collective_estimator_writes_checkpoints(dist_client, tmp_path):
     assert len(steps) == 2 and all(s.startswith("step-") for s in steps)
     final = read_step(find_step_checkpoint(tmp_path))
     np.testing.assert_array_equal(final["fc_0.w_0"], clf.coefs_[0])
+
+
+def test_initial_values_continue_a_job_as_one_longer_job(dist_client):
+    # without shuffling, epoch e visits the same batches in every job: 1 + 1 epochs from the
+    # first job's parameters and Adam state equal 2 epochs
+    two = _fit(dist_client, shuffle=False)
+    first = _fit(dist_client, shuffle=False, epochs=1)
+    second = _fit(dist_client, shuffle=False, epochs=1, initial_values=first.params)
+    for name, value in two.params.items():
+        np.testing.assert_allclose(second.params[name], value, rtol=1e-6, atol=1e-7,
+                                   err_msg=name)
+    with pytest.raises(ValueError, match=r"not persistable variables of the program"):
+        _fit(dist_client, initial_values={"nothing": np.zeros(3)})
+    with pytest.raises(ValueError, match=r"initial_values\['fc_0.w_0'\] has shape \[3\]"):
+        _fit(dist_client, initial_values={"fc_0.w_0": np.zeros(3)})
+
+
+def test_a_collective_estimator_warm_starts(dist_client):
+    from dask_fluid.estimators import MLPClassifier
+
+    kw = {"mode": "collective", "backend": "ring", "batch_size": 16, "random_state": 0,
+          "shuffle": False, "client": dist_client}
+    x, y = DATA["x"], DATA["y"].ravel()
+    two = MLPClassifier((16,), max_iter=2, **kw).fit(x, y)
+    warm = MLPClassifier((16,), max_iter=1, warm_start=True, **kw).fit(x, y)
+    warm.fit(x, y)  # the second epoch, from the first one's parameters and Adam state
+    for a, b in zip(warm.coefs_ + warm.intercepts_, two.coefs_ + two.intercepts_, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    with pytest.raises(NotImplementedError, match="mode='pserver' starts its pservers"):
+        MLPClassifier((16,), max_iter=1, warm_start=True, **{**kw, "mode": "pserver"}).fit(
+            x, y).fit(x, y)

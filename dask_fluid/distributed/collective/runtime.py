@@ -283,7 +283,8 @@ def train_collective(client: Any, main_program: Program | None = None,
                      steps_per_epoch: int | None = None, elastic: bool = False,
                      min_trainers: int = 1, checkpoint_dir: str | os.PathLike | None = None,
                      checkpoint_every: int | str | None = None,
-                     resume_from: str | os.PathLike | None = None) -> TrainResult:
+                     resume_from: str | os.PathLike | None = None,
+                     initial_values: Mapping[str, Any] | None = None) -> TrainResult:
     """Train ``main_program`` data-parallel on the workers that hold ``data``.
 
     Parameters
@@ -340,6 +341,10 @@ def train_collective(client: Any, main_program: Program | None = None,
         A ``step-NNNNNNNN`` directory, or a checkpoint_dir (its latest intact step): the job
         starts from its variables at the step after it. The data, batch size and number of
         ranks must give the same steps per epoch as the job that wrote it.
+    initial_values : mapping of str to array, optional
+        Values of some of the program's persistable variables to start from instead of the
+        startup program's (a previous job's ``TrainResult.params``: parameters and optimizer
+        state), on every rank; step 0 as in a new job. Not with ``resume_from``.
 
     Returns
     -------
@@ -389,6 +394,11 @@ def train_collective(client: Any, main_program: Program | None = None,
     main, startup, endpoints = _resolve_programs(main_program, startup_program, transpiler)
     split_program(main)  # fail here, not on every worker
     resume = None if resume_from is None else _resume_point(resume_from, main)
+    if initial_values is not None:
+        if resume is not None:
+            raise ValueError("initial_values and resume_from both give the starting values: "
+                             "pass one")
+        initial_values = _checked_values(initial_values, main)
     names = feed_names(main)
     fetch_names = [f.name if isinstance(f, Variable) else str(f) for f in fetch_list]
     if not fetch_names and (loss := _loss_name(main)) is not None:
@@ -397,7 +407,7 @@ def train_collective(client: Any, main_program: Program | None = None,
                    int(batch_size), names, fetch_names, bool(shuffle), int(seed),
                    list(callbacks), flags, device, steps_per_epoch, bool(elastic),
                    min_trainers, None if checkpoint_dir is None else os.fspath(checkpoint_dir),
-                   checkpoint_every, resume)
+                   checkpoint_every, resume, initial_values)
     attempts: list[_Attempt] = []
 
     def attempt(restart: _Restart | None) -> TrainResult:
@@ -433,6 +443,28 @@ class _Request:
     checkpoint_dir: str | None
     checkpoint_every: int | str | None
     resume: ckpt.StepCheckpoint | None
+    initial_values: dict[str, np.ndarray] | None
+
+
+def _checked_values(values: Mapping[str, Any], main: Program) -> dict[str, np.ndarray]:
+    """``initial_values`` as numpy arrays of the program's persistable variables, with their
+    shapes (a dim unknown in the program matches any)."""
+    block = main.global_block()
+    known = set(persistable_names(main))
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"initial_values names {unknown[:8]}, which are not persistable "
+                         "variables of the program")
+    out = {}
+    for name, value in values.items():
+        array = np.asarray(to_host(value))
+        shape = block.var(name).shape
+        if shape is not None and (len(shape) != array.ndim or any(
+                d >= 0 and d != n for d, n in zip(shape, array.shape, strict=True))):
+            raise ValueError(f"initial_values[{name!r}] has shape {list(array.shape)}; the "
+                             f"program's {name} has {list(shape)}")
+        out[name] = array.astype(np.dtype(block.var(name).dtype), copy=False)
+    return out
 
 
 def _resume_point(path: str | os.PathLike, main: Program) -> ckpt.StepCheckpoint:
@@ -533,7 +565,7 @@ def _run(client: Any, req: _Request, restart: _Restart | None, attempt: _Attempt
            "device": req.device, "session": None, "tuning": WorkerTuning.from_config(),
            "secret": secrets.token_bytes(32),
            "transport": transport.choose(transport.COLLECTIVE_KEY, ranks, ("tcp://", "tls://")),
-           "elastic": req.elastic, "resume": resume,
+           "elastic": req.elastic, "resume": resume, "initial": req.initial_values,
            "checkpoint_dir": req.checkpoint_dir, "checkpoint_every": req.checkpoint_every}
     session = create_session(client) if backend == "nccl" else None
     cfg["session"] = session
@@ -731,6 +763,8 @@ def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list,
         for n in persist:
             scope.vars[n] = xp.asarray(arrays[n]) if xp is not np else arrays[n].copy()
     else:
+        for n, value in (cfg["initial"] or {}).items():  # a warm start: every rank the same
+            scope.vars[n] = xp.asarray(value) if xp is not np else np.array(value, copy=True)
         broadcast_persistables(comm, scope, persist, xp, host=host)
     progress.scope, progress.persist, progress.done = scope, persist, start - 1
 
