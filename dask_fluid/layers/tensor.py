@@ -185,6 +185,8 @@ def tensor_array_to_tensor(input: Variable, axis: int = 1, name: str | None = No
                      outputs={"Out": [out], "OutIndex": [out_index]},
                      attrs={"axis": axis, "use_stack": bool(use_stack)})
     return out, out_index
+
+
 def _the_array(items: Any, layer: str) -> Variable | None:
     """The tensor array that ``items`` is (or is the only item of), else None."""
     seq = [items] if isinstance(items, Variable) else list(items) if isinstance(
@@ -195,8 +197,6 @@ def _the_array(items: Any, layer: str) -> Variable | None:
         raise ValueError(f"{layer}: a tensor array must be the only input (its items are "
                          f"joined), got {len(seq)} inputs")
     return seq[0]
-
-
 
 
 def concat(input: Sequence[Variable] | Variable, axis: int = 0, name: str | None = None
