@@ -3,6 +3,7 @@ checksums, and the choice of the latest intact checkpoint among damaged ones."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -13,7 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 __all__ = ["CheckpointWarning", "atomic_write", "check_checkpoint_args", "checkpoint_due",
-           "latest_intact", "sha256_file"]
+           "find_intact", "latest_intact", "sha256_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -96,3 +97,34 @@ def checkpoint_due(every: int | str | None, global_step: int, steps_per_epoch: i
     if every == "epoch":
         return global_step % steps_per_epoch == steps_per_epoch - 1
     return (global_step + 1) % int(every) == 0
+
+
+def find_intact(path: pathlib.Path, named: bool,
+                check: Callable[[pathlib.Path], tuple[T | None, str | None]], pattern: str,
+                kind: str, what: str, layout: str) -> T:
+    """Resolve ``resume_from``: ``path`` itself when it names one checkpoint (``named``; it
+    must be intact), else the latest intact checkpoint among ``path``'s entries matching
+    ``pattern`` (:func:`latest_intact`), with the skipped ones in its ``skipped`` field.
+
+    Raises
+    ------
+    ValueError
+        ``path`` names a checkpoint, and it is damaged.
+    FileNotFoundError
+        No intact checkpoint there (``what`` checkpoint, expected ``layout``).
+    """
+    if named:
+        info, why = check(path)
+        if info is not None:
+            return info
+        if why is not None:
+            raise ValueError(f"checkpoint {kind} {str(path)!r} is damaged: {why}; resume from "
+                             f"its checkpoint_dir to take the latest intact {kind}")
+    skipped: list[tuple[pathlib.Path, str]] = []
+    if path.is_dir():
+        info, skipped = latest_intact(path, path.glob(pattern), check, kind)
+        if info is not None:
+            return dataclasses.replace(info, skipped=tuple(skipped))
+    damaged = "".join(f"; {d.name} is damaged: {w}" for d, w in skipped)
+    raise FileNotFoundError(f"no intact {what} checkpoint at {str(path)!r}: expected {layout}, "
+                            f"or a checkpoint_dir containing such directories{damaged}")

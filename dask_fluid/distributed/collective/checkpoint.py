@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from dask_fluid.distributed.checkpoint_files import atomic_write, latest_intact, sha256_file
+from dask_fluid.distributed.checkpoint_files import atomic_write, find_intact, sha256_file
 from dask_fluid.tensor_file import read_tensor, write_tensor
 
 __all__ = ["StepCheckpoint", "find_step_checkpoint", "read_step", "step_dir", "write_step"]
@@ -142,21 +142,8 @@ def find_step_checkpoint(path: str | os.PathLike) -> StepCheckpoint:
         ``path`` is a step directory, and it is damaged.
     """
     path = pathlib.Path(path)
-    if path.is_dir() and (path / META).is_file():
-        info, why = _check_step(path)
-        if info is not None:
-            return info
-        raise ValueError(f"checkpoint {str(path)!r} is damaged: {why}; resume from its "
-                         "checkpoint_dir to take the latest intact step")
-    skipped: list[tuple[pathlib.Path, str]] = []
-    if path.is_dir():
-        info, skipped = latest_intact(path, path.glob("step-*"), _check_step, "step")
-        if info is not None:
-            return StepCheckpoint(info.path, info.step, info.epoch, info.meta, tuple(skipped))
-    damaged = "".join(f"; {d.name} is damaged: {w}" for d, w in skipped)
-    raise FileNotFoundError(f"no intact collective checkpoint at {str(path)!r}: expected a "
-                            f"'step-NNNNNNNN' directory with its {META}, or a checkpoint_dir "
-                            f"containing such directories{damaged}")
+    return find_intact(path, path.is_dir() and (path / META).is_file(), _check_step, "step-*",
+                       "step", "collective", f"a 'step-NNNNNNNN' directory with its {META}")
 
 
 def read_step(info: StepCheckpoint) -> dict[str, np.ndarray]:

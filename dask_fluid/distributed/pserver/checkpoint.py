@@ -37,7 +37,7 @@ import numpy as np
 from dask_fluid.distributed.checkpoint_files import (
     CheckpointWarning,
     atomic_write,
-    latest_intact,
+    find_intact,
     sha256_file,
 )
 
@@ -165,23 +165,10 @@ def find_checkpoint(path: str | os.PathLike) -> CheckpointInfo:
         ``path`` is a round directory, and it is damaged.
     """
     path = pathlib.Path(path)
-    if path.is_dir() and path.name.startswith("round-") and any(path.glob("pserver-*.json")):
-        info, why = _check_round(path)
-        if info is not None:
-            return info
-        if why is not None:
-            raise ValueError(f"checkpoint round {str(path)!r} is damaged: {why}; resume from "
-                             "its checkpoint_dir to take the latest intact round")
-    skipped: list[tuple[pathlib.Path, str]] = []
-    if path.is_dir():
-        info, skipped = latest_intact(path, path.glob("round-*"), _check_round, "round")
-        if info is not None:
-            return CheckpointInfo(info.path, info.round, info.epoch, info.step,
-                                  info.n_pservers, info.meta, tuple(skipped))
-    damaged = "".join(f"; {d.name} is damaged: {w}" for d, w in skipped)
-    raise FileNotFoundError(f"no intact pserver checkpoint at {str(path)!r}: expected a "
-                            "'round-NNNNNNNN' directory with pserver-K.json/.npz for every "
-                            f"pserver, or a checkpoint_dir containing such directories{damaged}")
+    named = path.is_dir() and path.name.startswith("round-") and any(
+        path.glob("pserver-*.json"))
+    return find_intact(path, named, _check_round, "round-*", "round", "pserver",
+                       "a 'round-NNNNNNNN' directory with pserver-K.json/.npz for every pserver")
 
 
 def read_shard(info: CheckpointInfo, pserver_id: int) -> dict[str, np.ndarray]:
