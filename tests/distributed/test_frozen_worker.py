@@ -100,3 +100,28 @@ def test_a_frozen_rank_ends_a_collective_job_within_the_deadline(client, monkeyp
     result = train_collective(client, spec.main, spec.startup, (x[:128], y[:128]),
                               trainers=w[:2], backend="ring", batch_size=32)
     assert result.steps == 2
+
+
+def test_a_worker_whose_heartbeats_are_late_but_which_answers_is_not_frozen(client, monkeypatch):
+    # the trainer's event loop blocked for 1.5 deadlines (what a loaded machine can do to the
+    # heartbeats): the launcher's direct call gets its answer after it, and the job goes on
+    monkeypatch.setenv("FLAGS_rpc_deadline", str(DEADLINE_MS))
+    w = _workers(client)
+    spec = mlp()
+    blocked: list[float] = []
+
+    def on_event(event):
+        if event.get("type") == "step" and event["step"] >= 3 and not blocked:
+            blocked.append(time.monotonic())
+            # on the worker's event loop (client.run runs a plain function there), from a
+            # thread of ours: the callback must not wait for it
+            threading.Thread(target=client.run, args=(time.sleep, 1.5 * DEADLINE_MS / 1000),
+                             kwargs={"workers": [w[1]]}, daemon=True).start()
+
+    epochs, start = 250, time.monotonic()
+    result = train_pserver(client, spec.main, spec.startup, _parts(), trainers=w[:2],
+                           pservers=[w[2]], batch_size=16, epochs=epochs, sync_mode=False,
+                           callbacks=[on_event])
+    assert blocked and result.steps == epochs * 16
+    # it outlasted the block (else nothing was checked)
+    assert time.monotonic() - blocked[0] > 1.5 * DEADLINE_MS / 1000, time.monotonic() - start

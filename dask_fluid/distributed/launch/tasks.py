@@ -166,6 +166,7 @@ def _watch(client: Any, pairs: list[tuple[Any, TaskSpec]], poll_s: float, deadli
            ) -> BaseException | None:
     pending = {f for f, _ in pairs}
     cause_by: float | None = None
+    answered: dict[str, float] = {}  # when each worker last answered a direct probe
     while pending:
         try:
             _, pending = wait(list(pending), timeout=poll_s, return_when="FIRST_COMPLETED")
@@ -191,13 +192,34 @@ def _watch(client: Any, pairs: list[tuple[Any, TaskSpec]], poll_s: float, deadli
                 return WorkerLostError(
                     f"worker {spec.worker} left the cluster while running the job's "
                     f"{spec.role} task", spec.role, spec.where)
-            if silence[spec.worker] > deadline_s:
-                return DeadlineExceededError(
-                    f"worker {spec.worker} has not answered the scheduler for "
-                    f"{silence[spec.worker]:.1f} s while running the job's {spec.role} task: "
-                    "it is frozen (stopped, swapping, or its event loop blocked)",
-                    spec.role, spec.where, deadline_ms=deadline_s * 1000)
+            since = time.monotonic() - answered.get(spec.worker, float("-inf"))
+            if min(silence[spec.worker], since) <= deadline_s:
+                continue
+            # late heartbeats alone can be a loaded machine (the worker's or the scheduler's
+            # event loop waiting for a core): frozen only if a direct call gets no answer in
+            # another deadline either
+            if _answers(client, spec.worker, deadline_s):
+                answered[spec.worker] = time.monotonic()
+                continue
+            return DeadlineExceededError(
+                f"worker {spec.worker} has not answered the scheduler for "
+                f"{silence[spec.worker]:.1f} s, nor a direct call for {deadline_s:.1f} s, "
+                f"while running the job's {spec.role} task: it is frozen (stopped, swapping, "
+                "or its event loop blocked)", spec.role, spec.where,
+                deadline_ms=deadline_s * 1000)
     return None
+
+
+def _pong() -> bool:
+    return True
+
+
+def _answers(client: Any, worker: str, timeout_s: float) -> bool:
+    """Whether ``worker`` answers a call within ``timeout_s`` (a stopped process does not)."""
+    try:
+        return bool(client.run(_pong, workers=[worker], callback_timeout=timeout_s).get(worker))
+    except Exception:  # noqa: BLE001  (a timeout, a closed comm: no answer either way)
+        return False
 
 
 def _log(client: Any, job: str, event: dict, subscription: Subscription | None = None) -> None:
