@@ -604,7 +604,7 @@ def _recover(client: Any, req: _Request, attempt: _Attempt, err: DistributedTrai
     candidates = sorted(alive - lost)
     trainers = req.trainers if previous is None else previous.trainers
     _, trainers, n_left = recovery.without_lost(req.data, trainers, attempt.ranks, lost,
-                                               candidates)
+                                                candidates)
     survivors = [w for w in attempt.ranks if w not in lost]
     # collected in every case (what the surviving ranks left must not stay on the workers),
     # and for a moment: a rank leaves its state once the abort has reached it
@@ -754,17 +754,18 @@ def _train(cfg: dict, rank: int, worker: Any, comm: Any, parts: list,
     exe.run(startup, scope=scope)
     persist = [n for n in persistable_names(main) if n in scope]
     host = cfg["backend"] == "ring"  # the ring reduces numpy arrays only
-    start = 0
-    if cfg["resume"] is not None:  # an elastic restart: the survivors' variables, every rank
+    # the values every rank starts from instead of the startup program's: all of them for an
+    # elastic restart or resume_from (the step after theirs), some for a warm start
+    start, values = 0, cfg["initial"] or {}
+    if cfg["resume"] is not None:
         start, arrays = cfg["resume"]
         missing = [n for n in persist if n not in arrays]
         if missing:
             raise ValueError(f"the restart state lacks {missing}")
-        for n in persist:
-            scope.vars[n] = xp.asarray(arrays[n]) if xp is not np else arrays[n].copy()
-    else:
-        for n, value in (cfg["initial"] or {}).items():  # a warm start: every rank the same
-            scope.vars[n] = xp.asarray(value) if xp is not np else np.array(value, copy=True)
+        values = {n: arrays[n] for n in persist}
+    for n, value in values.items():
+        scope.vars[n] = xp.asarray(value) if xp is not np else np.array(value, copy=True)
+    if cfg["resume"] is None:
         broadcast_persistables(comm, scope, persist, xp, host=host)
     progress.scope, progress.persist, progress.done = scope, persist, start - 1
 

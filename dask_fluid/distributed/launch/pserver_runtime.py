@@ -479,7 +479,7 @@ def _recover(client: Any, req: _Request, job: _Job, err: DistributedTrainingErro
     data, trainers = (req.data, req.trainers) if job.restart is None else (job.restart.data,
                                                                            job.restart.trainers)
     data, trainers, n_left = recovery.without_lost(data, trainers, job.trainer_workers, lost,
-                                           candidates)
+                                                   candidates)
     if len(recoveries) >= recovery.MAX_RECOVERIES or n_left < min_trainers:
         logger.warning("elastic: not restarting job %s: %d trainer(s) left, min_trainers=%d",
                        job.job, n_left, min_trainers)
@@ -487,7 +487,7 @@ def _recover(client: Any, req: _Request, job: _Job, err: DistributedTrainingErro
     lost_pserver = [w for w in job.pserver_workers if w in lost]
     # collected in every case: what the surviving pservers left must not stay on the workers
     states = recovery.collect(client, job.job, sorted(set(job.pserver_workers) & alive),
-                             DETACH_TIMEOUT_S)
+                              DETACH_TIMEOUT_S)
     point = None if lost_pserver else recovery.restart_point(states, job.n_pservers, [
         r for r, w in enumerate(job.trainer_workers) if w not in lost])
     global_batch = job.global_batch if job.sync else None
@@ -514,7 +514,7 @@ def _recover(client: Any, req: _Request, job: _Job, err: DistributedTrainingErro
     roles = ", ".join(f"{'pserver' if w in lost_pserver else 'trainer'} worker {w}"
                       for w in sorted(lost - before))
     recovery.announce(lost - before, roles, err, restart.start_round, source, recoveries,
-                     req.callbacks)
+                      req.callbacks)
     return restart
 
 
