@@ -13,8 +13,9 @@ Two models, each trained with SGD on one fixed batch, one BLAS thread:
 Reported: ms per step of the static program (one ``exe.run``), of dygraph (forward,
 ``loss.backward()``, ``minimize``, ``clear_gradients``), of dygraph with the model and loss in a
 ``@declarative`` forward (one ``run_program`` op and its gradient op), their ratios to static,
-and how the dygraph step divides: the forward ops traced one by one, the backward pass (building its program, planning
-and running it) and the optimizer's ops (median over ``--repeat`` interleaved runs).
+and how the dygraph step divides: the forward ops traced one by one, the backward pass
+(building its program, planning and running it) and the optimizer's ops (median over
+``--repeat`` interleaved runs).
 """
 
 from __future__ import annotations
