@@ -175,10 +175,6 @@ class FluidEstimatorBase(BaseEstimator):
             raise ValueError(f"early_stopping=True is supported with mode='local' only: the "
                              f"{self.mode} runtime trains max_iter epochs in one job. Use "
                              "mode='local', or pick max_iter from a validation curve.")
-        if self.warm_start and hasattr(self, "coefs_") and self.mode == "pserver":
-            raise NotImplementedError("warm_start=True is implemented for modes 'local', "
-                                      "'collective' and 'nccl2': mode='pserver' starts its "
-                                      "pservers from the program's initialisers.")
         if self.mode == "nccl2" and self.device != "gpu":
             raise ValueError("mode='nccl2' all-reduces with NCCL between GPUs and needs "
                              "device='gpu' and one GPU per worker (dask-cuda's LocalCUDACluster)."
@@ -414,6 +410,8 @@ class FluidEstimatorBase(BaseEstimator):
                                desc=f"{type(self).__name__} ({self.mode})")
         common = dict(epochs=self.max_iter, batch_size=batch_size, fetch_list=(loss_name,),
                       shuffle=self.shuffle, seed=seed, callbacks=(progress,))
+        # warm_start: the last fit's parameters and optimizer state, as in local mode
+        warm = self._state if self.warm_start and hasattr(self, "coefs_") else None
         try:
             if self.mode == "pserver":
                 from ..distributed.launch.pserver_runtime import train_pserver
@@ -424,13 +422,12 @@ class FluidEstimatorBase(BaseEstimator):
                                        sync_mode=self.sync_mode, elastic=self.elastic,
                                        min_trainers=self.min_trainers,
                                        checkpoint_dir=self.checkpoint_dir,
-                                       checkpoint_every=self.checkpoint_every, **common)
+                                       checkpoint_every=self.checkpoint_every,
+                                       initial_values=warm, **common)
             else:
                 from ..distributed.collective.runtime import train_collective
 
                 backend = "nccl" if self.mode == "nccl2" else self.backend
-                # warm_start: the last fit's parameters and optimizer state, as in local mode
-                warm = self._state if self.warm_start and hasattr(self, "coefs_") else None
                 result = train_collective(client, net.main, net.startup, feed,
                                           initial_values=warm,
                                           trainers=self.n_trainers, backend=backend,

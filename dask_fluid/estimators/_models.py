@@ -45,8 +45,8 @@ _COMMON_PARAMS_DOC = """
     verbose : bool, default=False
         Show a ``tqdm.auto`` progress bar (epoch, loss, samples/s) fed by the step events.
     warm_start : bool, default=False
-        ``fit`` continues from the current parameters and optimizer state (modes ``local``,
-        ``collective`` and ``nccl2``; mode ``pserver`` raises NotImplementedError).
+        ``fit`` continues from the current parameters and optimizer state, in every mode
+        (``pserver``: each pserver starts from its blocks of them).
     momentum : float, default=0.9
         Momentum of ``solver="sgd"``/``"momentum"``.
     nesterovs_momentum : bool, default=True

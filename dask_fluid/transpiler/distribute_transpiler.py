@@ -425,6 +425,14 @@ class DistributeTranspiler:
             self._builds[endpoint] = build
         return build_pserver_startup(self._plan, endpoint, build, self._log)
 
+    def _build(self, endpoint: str) -> PserverBuild:
+        """The pserver program at ``endpoint`` with where its variables come from (the last
+        one built, else a new one): :mod:`.pserver_state` reads it."""
+        self._check_endpoint(endpoint)
+        if endpoint not in self._builds:
+            self.get_pserver_program(endpoint)
+        return self._builds[endpoint]
+
     def _repr_html_(self) -> str:
         """Jupyter: which block of which parameter lives on which pserver (:mod:`.plan_html`)."""
         if self._mode in _TRAINERS_ONLY:

@@ -160,6 +160,3 @@ def test_a_collective_estimator_warm_starts(dist_client):
     warm.fit(x, y)  # the second epoch, from the first one's parameters and Adam state
     for a, b in zip(warm.coefs_ + warm.intercepts_, two.coefs_ + two.intercepts_, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
-    with pytest.raises(NotImplementedError, match="mode='pserver' starts its pservers"):
-        MLPClassifier((16,), max_iter=1, warm_start=True, **{**kw, "mode": "pserver"}).fit(
-            x, y).fit(x, y)

@@ -1,5 +1,6 @@
-"""Checkpoints on a real cluster: resuming from one reaches exactly the parameters of the
-uninterrupted run (Adam: the optimizer state is restored too)."""
+"""Where a pserver job starts, on a real cluster: resuming from a checkpoint reaches exactly
+the parameters of the uninterrupted run (Adam: the optimizer state is restored too);
+``initial_values`` (and the estimators' ``warm_start``) continue a job as one longer job."""
 
 from __future__ import annotations
 
@@ -85,3 +86,71 @@ def test_a_truncated_latest_round_falls_back_to_the_previous_intact_one(client, 
     with pytest.raises(FileNotFoundError, match="round-00000002 is damaged: pserver-0.npz does "
                        "not match the checksum"):
         find_checkpoint(tmp_path)
+
+
+def _bn_net():
+    """reference_mlp's input and loss around fc(32) -> batch_norm -> relu -> fc(10), Adam:
+    batch norm's moving statistics stay on the trainers, everything else on the pservers."""
+    layers = fluid.layers
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = 1
+    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+        x = layers.data("x", [64])
+        y = layers.data("y", [1], dtype="int64")
+        h = layers.batch_norm(layers.fc(x, 32), act="relu")
+        loss = layers.mean(layers.softmax_with_cross_entropy(layers.fc(h, 10), y))
+        fluid.optimizer.Adam(0.01).minimize(loss)
+    return main, startup, loss
+
+
+@pytest.mark.parametrize("net", ["reference_mlp", "batch_norm"])
+def test_initial_values_continue_a_job_as_one_longer_job(client, net):
+    rng = np.random.default_rng(3)
+    parts = [{"x": rng.normal(size=(n, 64)).astype(np.float32),
+              "y": rng.integers(0, 10, (n, 1))} for n in (64, 48)]
+    program = _bn_net if net == "batch_norm" else None
+
+    def train(**kw):
+        if program is None:
+            return _train(client, parts, shuffle=False, **kw)
+        main, startup, loss = program()
+        kw = {"pservers": 2, "batch_size": 16, "epochs": 2, "shuffle": False, **kw}
+        return train_pserver(client, main, startup, parts, fetch_list=[loss], seed=5, **kw)
+
+    # without shuffling, epoch e visits the same batches in every job: 1 + 1 epochs from the
+    # first job's parameters, Adam state and batch norm statistics equal 2 epochs
+    two = train()
+    first = train(epochs=1)
+    # the result is the whole state, put together from the pservers' blocks
+    moment = "fc_0.w_0_moment1_0"
+    assert first.params[moment].shape == first.params["fc_0.w_0"].shape
+    assert np.abs(first.params[moment]).max() > 0
+    second = train(epochs=1, initial_values=first.params)
+    assert sorted(second.params) == sorted(two.params)
+    for name, value in two.params.items():
+        np.testing.assert_allclose(second.params[name], value, rtol=1e-6, atol=1e-7,
+                                   err_msg=name)
+    if net == "batch_norm":
+        stats = [n for n in two.params if "batch_norm" in n and ".w_1" in n]
+        assert stats and not np.allclose(first.params[stats[0]], two.params[stats[0]])
+    with pytest.raises(ValueError, match=r"not persistable variables of the program"):
+        train(initial_values={"nothing": np.zeros(3)})
+    with pytest.raises(ValueError, match=r"initial_values\['fc_0.w_0'\] has shape \[3\]"):
+        train(initial_values={"fc_0.w_0": np.zeros(3)})
+    with pytest.raises(ValueError, match="initial_values and resume_from both"):
+        train(initial_values=first.params, resume_from="somewhere")
+
+
+def test_a_pserver_estimator_warm_starts(client):
+    from dask_fluid.estimators import MLPClassifier
+
+    rng = np.random.default_rng(4)
+    x, y = rng.normal(size=(112, 64)).astype(np.float32), rng.integers(0, 10, 112)
+    kw = {"mode": "pserver", "n_pservers": 2, "batch_size": 16, "random_state": 0,
+          "shuffle": False, "client": client}
+    two = MLPClassifier((300,), max_iter=2, **kw).fit(x, y)
+    warm = MLPClassifier((300,), max_iter=1, warm_start=True, **kw).fit(x, y)
+    warm.fit(x, y)  # the second epoch, from the first one's parameters and Adam state
+    for a, b in zip(warm.coefs_ + warm.intercepts_, two.coefs_ + two.intercepts_, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    assert "block" in warm.fit_summary_  # the first layer was sliced over the pservers

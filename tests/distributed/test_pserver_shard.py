@@ -165,7 +165,7 @@ def test_direct_data_path_serves_greeted_trainers_and_drops_strangers():
         conn.close()
         shard.close()
     shard.serve()
-    assert shard.final_params().keys() == set(shard.param_names)
+    assert set(shard.param_names) <= shard.state_copy().keys()
 
 
 def test_dc_asgd_pull_by_trainer_i_refreshes_its_backup():

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from dask_fluid.framework import OP_ROLE_KEY, OpRole, Program, VarType
+from dask_fluid.framework import OP_ROLE_KEY, OpRole, Program
 from dask_fluid.ops.dgc_ops import DGC_RAMPUP_BEGIN, scalar
 from dask_fluid.ops.registry import to_host
 from dask_fluid.program_phases import (
@@ -27,9 +27,8 @@ from dask_fluid.program_phases import (
 )
 
 __all__ = ["ALLREDUCE_OP", "DGC_ALLREDUCE_OP", "SYNC_OPS", "allgather", "broadcast_persistables",
-           "compressing", "gradient_names", "optimize_start", "persistable_names",
-           "reduce_compressed", "reduce_gradients", "split_program", "with_allreduce",
-           "with_sync_batch_norm"]
+           "compressing", "gradient_names", "optimize_start", "reduce_compressed",
+           "reduce_gradients", "split_program", "with_allreduce", "with_sync_batch_norm"]
 
 #: the op :func:`with_allreduce` inserts (its kernel: :mod:`.ops`)
 ALLREDUCE_OP = "fused_allreduce"
@@ -123,12 +122,6 @@ def with_sync_batch_norm(program: Program) -> Program:
                                             or op.attrs.get("use_global_stats")):
                 op.type = SYNC_OPS[op.type]
     return program
-
-
-def persistable_names(main: Program) -> list[str]:
-    """The persistable variables of ``main`` that hold tensors (not ids, not data layers)."""
-    return sorted(v.name for v in main.global_block().vars.values()
-                  if v.persistable and v.type != VarType.RAW and not v.is_data)
 
 
 def _writable(scope: Any, name: str, xp: Any, *, host: bool) -> Any:

@@ -28,6 +28,7 @@ from ...ops.dgc_ops import DGC_NRANKS
 from ..comm.auth import env_secret
 from ..comm.tls import env_contexts
 from ..errors import DistributedTrainingError
+from ..program_values import persistable_names
 from . import data_parallel
 from .trainers import TrainerComm, connect_trainers
 
@@ -190,7 +191,7 @@ def compile_for_trainers(program: Any, scope: Any, place: Any, *, num_trainers: 
     xp = np
     if isinstance(place, CUDAPlace):
         import cupy as xp  # noqa: PLC0415 - only on GPUs
-    names = [n for n in data_parallel.persistable_names(program) if n in scope.vars]
+    names = [n for n in persistable_names(program) if n in scope.vars]
     data_parallel.broadcast_persistables(handle.comm, scope, names, xp, host=handle.host_staged)
     if program.global_block().has_var(DGC_NRANKS):  # as Fluid's ParallelExecutor sets it
         scope.vars[DGC_NRANKS] = xp.full((1,), num_trainers, dtype=np.float32)

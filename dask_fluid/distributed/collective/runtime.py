@@ -50,7 +50,6 @@ from dask_fluid.distributed.checkpoint_files import check_checkpoint_args, check
 from dask_fluid.distributed.collective import checkpoint as ckpt
 from dask_fluid.distributed.collective.data_parallel import (
     broadcast_persistables,
-    persistable_names,
     reduce_gradients,
     split_program,
 )
@@ -94,6 +93,7 @@ from dask_fluid.distributed.launch.tasks import (
     run_tasks,
 )
 from dask_fluid.distributed.launch.worker_tuning import WorkerTuning, tuned_for_training
+from dask_fluid.distributed.program_values import checked_values, persistable_names
 from dask_fluid.flags import RPCFlags
 from dask_fluid.framework import (
     OP_ROLE_KEY,
@@ -398,7 +398,7 @@ def train_collective(client: Any, main_program: Program | None = None,
         if resume is not None:
             raise ValueError("initial_values and resume_from both give the starting values: "
                              "pass one")
-        initial_values = _checked_values(initial_values, main)
+        initial_values = checked_values(initial_values, main)
     names = feed_names(main)
     fetch_names = [f.name if isinstance(f, Variable) else str(f) for f in fetch_list]
     if not fetch_names and (loss := _loss_name(main)) is not None:
@@ -444,27 +444,6 @@ class _Request:
     checkpoint_every: int | str | None
     resume: ckpt.StepCheckpoint | None
     initial_values: dict[str, np.ndarray] | None
-
-
-def _checked_values(values: Mapping[str, Any], main: Program) -> dict[str, np.ndarray]:
-    """``initial_values`` as numpy arrays of the program's persistable variables, with their
-    shapes (a dim unknown in the program matches any)."""
-    block = main.global_block()
-    known = set(persistable_names(main))
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"initial_values names {unknown[:8]}, which are not persistable "
-                         "variables of the program")
-    out = {}
-    for name, value in values.items():
-        array = np.asarray(to_host(value))
-        shape = block.var(name).shape
-        if shape is not None and (len(shape) != array.ndim or any(
-                d >= 0 and d != n for d, n in zip(shape, array.shape, strict=True))):
-            raise ValueError(f"initial_values[{name!r}] has shape {list(array.shape)}; the "
-                             f"program's {name} has {list(shape)}")
-        out[name] = array.astype(np.dtype(block.var(name).dtype), copy=False)
-    return out
 
 
 def _resume_point(path: str | os.PathLike, main: Program) -> ckpt.StepCheckpoint:

@@ -180,8 +180,9 @@ class TrainResult:
     Attributes
     ----------
     params : dict of str to ndarray
-        Every persistable variable of the original (untranspiled) program that the model needs
-        for inference: full, unsliced parameters as numpy arrays.
+        Every persistable variable of the original (untranspiled) program, full and unsliced,
+        as numpy arrays: the parameters and the optimizer's state, so that a job started with
+        ``initial_values=params`` goes on from where this one stopped.
     history : list of dict
         The ``step`` events of every trainer, in arrival order.
     epochs : list of dict

@@ -25,10 +25,12 @@ import numpy as np
 from ...flags import RPCFlags
 from ...framework import Program, Variable, default_main_program, default_startup_program
 from ...transpiler import DistributeTranspiler, DistributeTranspilerConfig, summarize
+from ...transpiler.pserver_state import assemble, cut, pserver_pieces
 from ..checkpoint_files import check_checkpoint_args
 from ..comm import transport
 from ..comm.rpc import ensure_plugin
 from ..errors import DeadlineExceededError, DistributedTrainingError, WorkerLostError
+from ..program_values import checked_values, persistable_names
 from ..pserver import checkpoint as ckpt
 from ..pserver.client import early_push_setting
 from ..pserver.shard import Schedule
@@ -143,26 +145,6 @@ def _transpile_all(origin: Program, origin_startup: Program, config: DistributeT
     return out, first
 
 
-def _assemble(transpiler: DistributeTranspiler, ps_results: list[dict],
-              trainer_vars: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    plan = transpiler.plan
-    by_ep = {r["endpoint"]: r["params"] for r in ps_results}
-    params = dict(trainer_vars)
-    for pp in plan.params:
-        parts = [by_ep[ep][name] for name, ep in zip(pp.param_block_names, pp.endpoints,
-                                                      strict=True)]
-        params[pp.param] = np.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
-    if plan.table is not None:
-        table = plan.table
-        full = np.zeros(table.shape, dtype=table.dtype)
-        p = len(table.endpoints)
-        for k, ep in enumerate(table.endpoints):
-            shard = by_ep[ep][table.name]
-            full[k::p] = shard[:len(range(k, table.shape[0], p))]
-        params[table.name] = full
-    return params
-
-
 def _lost_worker_error(client: Any, tasks: list[TaskSpec], step: int | None
                        ) -> DistributedTrainingError:
     alive = live_workers(client)
@@ -188,7 +170,8 @@ def train_pserver(client: Any, main_program: Program | None = None,
                   checkpoint_dir: str | None = None, checkpoint_every: int | str | None = None,
                   resume_from: str | None = None, flags: RPCFlags | None = None,
                   steps_per_epoch: int | None = None, elastic: bool = False,
-                  min_trainers: int = 1) -> TrainResult:
+                  min_trainers: int = 1,
+                  initial_values: Mapping[str, Any] | None = None) -> TrainResult:
     """Train a Fluid program in pserver mode on the Dask cluster of ``client``.
 
     Parameters
@@ -252,11 +235,19 @@ def train_pserver(client: Any, main_program: Program | None = None,
         Every recovery is an event ``{"type": "recovery", ...}`` and a line of the summary.
     min_trainers : int
         With ``elastic``: fail, as without it, when fewer trainers than this would be left.
+    initial_values : mapping of str to array, optional
+        Start from these values of the original program's persistable variables (full
+        arrays, by the original names, such as a previous result's ``params``) instead of the
+        startup program's: each pserver takes its blocks of them, optimizer state included,
+        and each trainer the variables no pserver holds (batch norm's statistics). Variables
+        not given keep their startup values. Not with ``resume_from``.
 
     Returns
     -------
     TrainResult
-        ``params`` holds every parameter of the original program, full and unsliced.
+        ``params`` holds every persistable variable of the original program, full and
+        unsliced: the parameters, the optimizer's state (assembled from the pservers'
+        blocks), the learning rate, and trainer 0's own variables (batch norm's statistics).
 
     Raises
     ------
@@ -274,10 +265,16 @@ def train_pserver(client: Any, main_program: Program | None = None,
     if transpiler is None:
         main_program = main_program or default_main_program()
         startup_program = startup_program or default_startup_program()
+    if initial_values is not None:
+        if resume_from is not None:
+            raise ValueError("initial_values and resume_from both give the starting values: "
+                             "pass one of them")
+        initial_values = checked_values(initial_values, transpiler.plan.origin
+                                        if transpiler is not None else main_program)
     req = _Request(main_program, startup_program, data, transpiler, config, pservers, trainers,
                    sync_mode, epochs, batch_size, list(fetch_list), shuffle, seed,
                    list(callbacks), checkpoint_dir, checkpoint_every, resume_from, flags,
-                   steps_per_epoch, elastic)
+                   steps_per_epoch, elastic, initial_values)
     jobs: list[_Job] = []
 
     def attempt(restart: _Restart | None) -> TrainResult:
@@ -321,6 +318,7 @@ class _Request:
     flags: RPCFlags
     steps_per_epoch: int | None
     elastic: bool
+    initial_values: dict[str, np.ndarray] | None
 
 
 @dataclass
@@ -414,15 +412,20 @@ class _Job:
         job, secret = new_job_id(), secrets.token_bytes(32)
         self.job = job
         fetch_names = _names(req.fetch_list)
+        pieces = {ep: pserver_pieces(first, ep) for ep in placement.endpoints}
+        held = {piece.origin for on_ep in pieces.values() for piece in on_ep.values()}
+        # given starting values, for a first attempt (a restart goes on from the job's state)
+        start = req.initial_values if restart is None else None
         tasks = _pserver_tasks(job, secret, first, placement, trainer_workers,
                                Schedule(tuple(schedule), req.epochs, start_round), flags,
                                req.checkpoint_dir, req.checkpoint_every, resume_path, data_path,
-                               tuning, req.elastic, states)
-        on_pservers = {pp.param for pp in first.plan.params}
-        if first.plan.table is not None:
-            on_pservers.add(first.plan.table.name)
-        keep = [p.name for p in origin.global_block().all_parameters()
-                if p.name not in on_pservers]
+                               tuning, req.elastic, states,
+                               None if start is None else [cut(pieces[ep], start)
+                                                           for ep in placement.endpoints])
+        # the trainers keep (and trainer 0 returns) what no pserver holds: batch norm's
+        # statistics, GEO-SGD's optimizer state
+        keep = [n for n in persistable_names(origin) if n not in held]
+        trainer_start = {n: v for n, v in (start or {}).items() if n not in held}
         names = feed_names(origin)
         workers_of = dict(placement.items())
         for rank, (w, (prog, startup)) in enumerate(zip(trainer_workers, trainer_programs,
@@ -431,7 +434,7 @@ class _Job:
                                names, fetch_names, schedule, req.epochs, batch_size,
                                req.shuffle, req.seed, sync, flags, start_round,
                                keep if rank == 0 else [], tuning,
-                               early_push_bytes=early_push)
+                               early_push_bytes=early_push, initial_values=trainer_start)
             tasks.append(TaskSpec(w, run_trainer, (spec, parts[rank]), role="trainer",
                                   endpoint=w, reports_done=True))
 
@@ -449,7 +452,8 @@ class _Job:
             raise _lost_worker_error(client, tasks, self.last_step.step) from err
         n_ps = len(placement.endpoints)
         ps_results, tr_results = results[:n_ps], results[n_ps:]
-        params = _assemble(first, ps_results, tr_results[0]["vars"])
+        params = {**tr_results[0]["vars"],
+                  **assemble(pieces, {r["endpoint"]: r["state"] for r in ps_results})}
         return _result(params, ps_results, tr_results, first, placement, trainer_workers,
                        fetch_names)
 
@@ -522,7 +526,8 @@ def _pserver_tasks(job: str, secret: bytes, tr: DistributeTranspiler, placement:
                    trainer_workers: list[str], schedule: Schedule, flags: RPCFlags,
                    checkpoint_dir: str | None, checkpoint_every: Any, resume_path: str | None,
                    data_path: str, tuning: WorkerTuning, elastic_mode: bool = False,
-                   states: dict[int, dict[str, np.ndarray]] | None = None) -> list[TaskSpec]:
+                   states: dict[int, dict[str, np.ndarray]] | None = None,
+                   initial: list[dict[str, np.ndarray]] | None = None) -> list[TaskSpec]:
     inline_bytes = dask.config.get(INLINE_BYTES_KEY, None)
     tasks = []
     for k, (ep, w) in enumerate(placement.items()):
@@ -531,7 +536,8 @@ def _pserver_tasks(job: str, secret: bytes, tr: DistributeTranspiler, placement:
                          list(trainer_workers), schedule, len(placement.endpoints), flags,
                          None if checkpoint_dir is None else str(checkpoint_dir),
                          checkpoint_every, resume_path, inline_bytes, data_path, tuning,
-                         elastic_mode, None if states is None else states[k])
+                         elastic_mode, None if states is None else states[k],
+                         None if initial is None else initial[k])
         tasks.append(TaskSpec(w, run_pserver, (spec,), role="pserver", endpoint=ep))
     return tasks
 

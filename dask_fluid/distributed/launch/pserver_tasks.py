@@ -67,12 +67,16 @@ class ShardSpec:
     elastic: bool = False
     #: an elastic restart's state for this pserver (instead of its startup values)
     resume_state: dict[str, np.ndarray] | None = None
+    #: this pserver's cut of the job's ``initial_values`` (over its startup values)
+    initial_values: dict[str, np.ndarray] | None = None
 
 
 def run_pserver(spec: ShardSpec) -> dict:
     """The pserver task: run the pserver program until the trainers complete.
 
-    Returns ``{"endpoint", "worker", "params": {block name: array}, "info"}``.
+    Returns ``{"endpoint", "worker", "state": {name: array}, "info"}``: the state is every
+    variable the pserver keeps (:meth:`PServerShard.state_names`: its parameter blocks and
+    their optimizer state).
     """
     from distributed import get_worker, secede
 
@@ -101,7 +105,8 @@ def run_pserver(spec: ShardSpec) -> dict:
             n_pservers=spec.n_pservers, checkpoint_dir=spec.checkpoint_dir,
             checkpoint_every=spec.checkpoint_every, resume_path=spec.resume_path,
             inline_bytes=spec.inline_bytes, loop=worker.loop.asyncio_loop, on_start=on_start,
-            fail_on_hangup=False, elastic=spec.elastic, resume_state=spec.resume_state)
+            fail_on_hangup=False, elastic=spec.elastic, resume_state=spec.resume_state,
+            initial_values=spec.initial_values)
         with tuned_for_training(worker, spec.tuning):
             exe.run(program, scope=scope)
     except DistributedTrainingError:
@@ -117,7 +122,7 @@ def run_pserver(spec: ShardSpec) -> dict:
             publisher.stop()
     shard = started[0]
     return {"endpoint": spec.endpoint, "worker": worker.address,
-            "params": shard.final_params(), "info": shard.info()}
+            "state": shard.state_copy(), "info": shard.info()}
 
 
 @dataclass
@@ -145,6 +150,9 @@ class TrainerSpec:
     #: sync gradients for a pserver on a network link go out at this many bytes (None: with
     #: the barrier; :data:`..pserver.client.EARLY_PUSH_KEY`, read on the client)
     early_push_bytes: int | None = None
+    #: values of the trainer's own persistable variables (those no pserver holds, such as
+    #: batch norm's statistics) to start from instead of its startup program's
+    initial_values: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def run_trainer(spec: TrainerSpec, parts: list[Any]) -> dict:
@@ -195,6 +203,8 @@ def _loop(worker: Any, spec: TrainerSpec, program: Program, feed_data: dict[str,
     first_round = spec.start_round if start_step < n_steps else (start_epoch + 1) * m
     client.begin_step(first_round)
     exe.run(Program.from_json(spec.startup_json), scope=scope)
+    for name, value in spec.initial_values.items():
+        scope.vars[name] = np.array(value, copy=True)
     history: list[dict] = []
     samples = steps = 0
     meter = events.StepMeter(PUBLISH_INTERVAL_S)

@@ -226,6 +226,9 @@ class ServeOptions:
     resume_path: str | None = None
     #: the state to start from instead (an elastic restart: :meth:`PServerShard.elastic_state`)
     resume_state: Mapping[str, np.ndarray] | None = None
+    #: values for some of the state to start from instead of the startup program's (this
+    #: pserver's cut of ``train_pserver(initial_values=...)``: :mod:`...transpiler.pserver_state`)
+    initial_values: Mapping[str, np.ndarray] | None = None
     #: elastic training: keep the state before the latest sync round too, so that a restart
     #: after a lost trainer finds every pserver at one common round
     elastic: bool = False
@@ -296,6 +299,8 @@ class PServerShard(Service):
             self._restore(options.resume_path)
         if options.resume_state is not None:
             self._load(options.resume_state, "the state of the elastic restart")
+        if options.initial_values is not None:
+            self._load(options.initial_values, "initial_values", complete=False)
         #: (round, state arrays) before the latest sync round (elastic only)
         self._previous: tuple[int, dict[str, np.ndarray]] | None = None
         #: async: the last round each trainer's gradients were applied for
@@ -691,7 +696,7 @@ class PServerShard(Service):
                 return
             round_index = self.round
             if self.options.elastic:
-                self._previous = (round_index - 1, self._state_copy())
+                self._previous = (round_index - 1, self.state_copy())
             grads = self._pending.pop(round_index)
             self._optimizing = True
             self._cond.release()
@@ -906,9 +911,10 @@ class PServerShard(Service):
         info = ckpt.find_checkpoint(path)
         self._load(ckpt.read_shard(info, self.pserver_id), f"checkpoint {str(info.path)!r}")
 
-    def _load(self, saved: Mapping[str, np.ndarray], source: str) -> None:
+    def _load(self, saved: Mapping[str, np.ndarray], source: str, *,
+              complete: bool = True) -> None:
         missing = sorted(set(self.state_names()) - set(saved))
-        if missing:
+        if missing and complete:
             raise ValueError(f"{source} does not match pserver {self.pserver_id}: it lacks "
                              f"{missing[:5]}; resume with the same program, pservers and "
                              "transpiler config")
@@ -920,7 +926,9 @@ class PServerShard(Service):
                                  f"expects {list(np.shape(current))}")
             self.scope.vars[name] = np.array(value, copy=True)
 
-    def _state_copy(self) -> dict[str, np.ndarray]:
+    def state_copy(self) -> dict[str, np.ndarray]:
+        """A copy of every variable :meth:`state_names` lists: the parameter blocks and the
+        optimizer state as they are now."""
         return {n: np.array(self.scope.get(n), copy=True) for n in self.state_names()}
 
     def elastic_state(self) -> dict[str, Any]:
@@ -934,7 +942,7 @@ class PServerShard(Service):
             while self._optimizing:  # the state between two rounds, never half updated
                 self._cond.wait(_POLL_S)
             return {"pserver_id": self.pserver_id, "sync": self.sync_mode,
-                    "round": self.round - 1, "arrays": self._state_copy(),
+                    "round": self.round - 1, "arrays": self.state_copy(),
                     "previous": self._previous, "pushed": dict(self._pushed),
                     "idle": self.idle}
 
@@ -995,10 +1003,6 @@ class PServerShard(Service):
             self.server.close()
         for pool in (self.send_pool, self.get_pool, self.prefetch_pool, self._handler_pool):
             pool.shutdown(wait=False, cancel_futures=True)
-
-    def final_params(self) -> dict[str, np.ndarray]:
-        return {n: np.array(self.scope.get(n), copy=True) for n in self.param_names
-                if n in self.scope}
 
     def _check_deadline(self) -> BaseException | None:
         with self._cond:
