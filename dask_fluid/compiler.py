@@ -20,8 +20,10 @@ Here:
 * ``GradientScaleStrategy.Customized`` removes the backward pass's ``loss@GRAD`` seed: every run
   feeds it (a scalar or the loss's shape; per place when the feed is a list);
 * strategy fields that only tune Fluid's graph executor (fusions, inplace, memory_optimize,
-  num_threads) are kept and have no effect; fields that would change results here
-  (``num_iteration_per_run > 1``, ``sync_batch_norm`` over several places) raise.
+  num_threads) are kept and have no effect; ``sync_batch_norm`` over several places makes the
+  places' batch norms use the whole batch's statistics
+  (:mod:`dask_fluid.distributed.collective.places`); fields that would change results here
+  (``num_iteration_per_run > 1``) raise.
 
 Places are chosen as in Fluid 1.8: the ``places`` argument, else ``CPU_NUM`` CPU places (set to 1,
 with a note on stderr, when unset) or one CUDA place per id in ``FLAGS_selected_gpus`` (else every
@@ -238,10 +240,11 @@ class BuildStrategy:
     hierarchical_allreduce_inter_nranks, async_mode, is_distribution
         Graph-engine tuning: stored, no effect on the result.
     sync_batch_norm : bool
-        Batch-norm statistics over all places: over ``num_trainers > 1`` trainers the training
-        batch norms use the global batch's statistics (Fluid's sync_batch_norm ops,
-        :mod:`dask_fluid.distributed.collective.sync_batch_norm`); not implemented over several
-        places in one process (raises when the program has batch_norm ops).
+        Batch-norm statistics over all places: the training batch norms use the statistics
+        of the whole batch, over ``num_trainers > 1`` trainers and over the places of one
+        process (Fluid's sync_batch_norm ops,
+        :mod:`dask_fluid.distributed.collective.sync_batch_norm`; with equal parts of the
+        batch, as Fluid's kernel assumes).
     """
 
     ReduceStrategy = _ReduceStrategy
@@ -413,10 +416,22 @@ class CompiledProgram:
         if scale == _GradientScaleStrategy.Customized:
             self._to_run = _fed_loss_grad(self._to_run, self._loss_name)
         if len(places) > 1:
+            group = None
+            if build.sync_batch_norm and any(op.type == "batch_norm" for block
+                                             in self._to_run.blocks for op in block.ops):
+                # imported here: the places exchange batch statistics through the collective
+                # layer's sync_batch_norm kernels
+                from .distributed.collective.data_parallel import with_sync_batch_norm
+                from .distributed.collective.places import PlaceGroup
+
+                if self._to_run is self._program:  # renamed in a copy: the user's stays
+                    self._to_run = self._program.clone()
+                with_sync_batch_norm(self._to_run)
+                group = PlaceGroup
             self._step = MultiPlaceStep(
                 self._to_run, places, self._loss_name,
                 {_GradientScaleStrategy.CoeffNumDevice: "mean", _GradientScaleStrategy.One: "one",
-                 _GradientScaleStrategy.Customized: "fed"}[scale])
+                 _GradientScaleStrategy.Customized: "fed"}[scale], place_group=group)
         if self._is_data_parallel and build.num_trainers > 1:
             # imported here: only multi-trainer programs need the distributed layer
             from .distributed.collective.ops import compile_for_trainers
@@ -456,12 +471,6 @@ class CompiledProgram:
                     f"num_trainers={build.num_trainers} trainers with {len(places)} places each "
                     f"({how}) is not implemented in dask_fluid: start one trainer per device "
                     "with CPU_NUM=1 (or FLAGS_selected_gpus to one GPU)")
-            if build.sync_batch_norm and any(
-                    op.type == "batch_norm" for op in self._program.global_block().ops):
-                raise NotImplementedError(
-                    f"BuildStrategy.sync_batch_norm over {len(places)} places ({how}) is not "
-                    "implemented in dask_fluid: batch statistics are per place; use one place "
-                    "with the whole batch")
         if not 0 <= build.trainer_id < max(build.num_trainers, 1):
             raise ValueError(f"build_strategy.trainer_id={build.trainer_id} is out of range for "
                              f"num_trainers={build.num_trainers}")

@@ -31,7 +31,7 @@ process.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -128,10 +128,16 @@ class MultiPlaceStep:
         Needed when the program trains.
     scale : {"mean", "one", "fed"}
         The gradient scale strategy (``CoeffNumDevice``, ``One``, ``Customized``).
+    place_group : callable, optional
+        Called with the places' scopes (place 0's first) at every step: puts a communicator
+        among the places into each scope and returns the group, with ``abort(reason,
+        place=i)``, ``failed_place`` (the first place to abort it) and ``detach()``
+        (``BuildStrategy.sync_batch_norm``:
+        :class:`dask_fluid.distributed.collective.places.PlaceGroup`).
     """
 
     def __init__(self, program: Program, places: Sequence[Any], loss_name: str | None,
-                 scale: str) -> None:
+                 scale: str, place_group: Callable[[list[Scope]], Any] | None = None) -> None:
         talking = sorted({op.type for block in program.blocks for op in block.ops}
                          & _ONE_PLACE_OPS)
         if talking:
@@ -176,6 +182,7 @@ class MultiPlaceStep:
         self._executors: list[Executor] = [Executor(p) for p in self.places[1:]]
         self._scopes = [Scope() for _ in self.places[1:]]
         self._main_scope: Scope | None = None
+        self._place_group = place_group
         self._pool = ThreadPoolExecutor(max_workers=len(self.places),
                                         thread_name_prefix="dask-fluid-place")
 
@@ -191,11 +198,22 @@ class MultiPlaceStep:
         else:
             replicated = frozenset({self.loss_grad}) if self.loss_grad else frozenset()
             feeds = split_feed(dict(feed or {}), count, replicated)
-        runs = [self._pool.submit(executor.run, self.compute, feed=feeds[0], scope=scope,
-                                  return_numpy=False)]
-        runs += [self._pool.submit(self._run_other, i, feeds[i]) for i in range(1, count)]
-        for future in runs:
-            future.result()  # the first place to fail raises its own error
+        group = None if self._place_group is None else self._place_group(
+            [scope, *self._scopes])
+        try:
+            runs = [self._pool.submit(self._run_place, group, i, executor, scope, feeds[i])
+                    for i in range(count)]
+            errors = [f.exception() for f in runs]
+        finally:
+            if group is not None:
+                group.detach()
+        # the place that failed first raises its own error, not the places it stopped
+        first = getattr(group, "failed_place", None)
+        if first is not None:
+            raise errors[first]
+        for error in errors:
+            if error is not None:
+                raise error
         if self.optimize is not None:
             for grad in self.grads:
                 scope.vars[grad] = self._summed(scope, grad)
@@ -216,6 +234,18 @@ class MultiPlaceStep:
         self.drop_local_scopes()
 
     # -- steps ----------------------------------------------------------------------------------
+    def _run_place(self, group: Any, i: int, executor: Executor, scope: Scope,
+                   feed: dict) -> None:
+        try:
+            if i == 0:
+                executor.run(self.compute, feed=feed, scope=scope, return_numpy=False)
+            else:
+                self._run_other(i, feed)
+        except BaseException as exc:
+            if group is not None:  # the other places may wait for this one in a collective
+                group.abort(f"place {i} failed: {type(exc).__name__}: {exc}", place=i)
+            raise
+
     def _run_other(self, i: int, feed: dict) -> None:
         ex, local = self._executors[i - 1], self._scopes[i - 1]
         with ex._on_device():

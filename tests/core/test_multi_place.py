@@ -130,16 +130,52 @@ def test_batch_norm_keeps_place_zeros_moving_statistics():
     assert not np.allclose(two[name], moving_mean(1, _feed)[name])  # not the whole batch's
 
 
-def test_sync_batch_norm_over_places_is_refused():
+def _sync_bn_train(places, steps=3, feed=_feed):
     main, startup, loss = _net(bn=True)
     exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
     exe.run(startup, scope=scope)
     build = BuildStrategy()
     build.sync_batch_norm = True
     compiled = CompiledProgram(main, build).with_data_parallel(
-        loss_name=loss.name, places=[fluid.CPUPlace()] * 2)
-    with pytest.raises(NotImplementedError, match="sync_batch_norm over 2 places"):
-        exe.run(compiled, feed=_feed(0), fetch_list=[loss], scope=scope)
+        loss_name=loss.name, build_strategy=build, places=[fluid.CPUPlace()] * places)
+    losses = [exe.run(compiled, feed=feed(i), fetch_list=[loss], scope=scope)[0]
+              for i in range(steps)]
+    persist = {v.name: np.array(scope.vars[v.name]) for v in main.list_vars()
+               if v.persistable and v.name in scope.vars and "NCCLID" not in v.name}
+    assert "NCCLID" not in scope.vars  # the places' communicators are gone after each step
+    assert all(op.type != "sync_batch_norm" for op in main.global_block().ops)  # a copy ran
+    compiled._close()
+    return losses, persist
+
+
+@pytest.mark.parametrize("places", [2, 4])
+def test_sync_batch_norm_over_places_is_batch_norm_over_the_whole_batch(places):
+    # each place normalises with the whole batch's mean and variance, and its input gradient
+    # is the whole batch's: N places of equal parts train as one place fed everything,
+    # parameters, Adam's state and the moving statistics alike
+    losses, got = _sync_bn_train(places)
+    one_losses, one = _sync_bn_train(1)
+    assert got.keys() == one.keys() and "batch_norm_0.w_1" in got
+    for name, value in one.items():
+        np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+    np.testing.assert_allclose(np.concatenate(losses).reshape(3, places).mean(axis=1),
+                               np.concatenate(one_losses), rtol=1e-5)
+    # without it each place's statistics are its own part's: the parameters differ
+    _, apart = _train(places, steps=3, bn=True)
+    assert not np.allclose(apart["batch_norm_0.w_1"], one["batch_norm_0.w_1"])
+
+
+def test_a_failing_place_stops_the_places_waiting_for_its_statistics():
+    # place 1 fails before its batch norm; place 0, already waiting for place 1's statistics,
+    # is woken, and the error raised is place 1's own
+    def feeds(step):
+        whole = _feed(step)
+        parts = [{k: v[:4] for k, v in whole.items()}, {k: v[4:] for k, v in whole.items()}]
+        parts[1]["x"] = parts[1]["x"][:, :3]  # the wrong width for fc
+        return parts
+
+    with pytest.raises(ValueError, match=r"feed .x. has shape \[4, 3\]"):
+        _sync_bn_train(2, steps=1, feed=feeds)
 
 
 def test_bad_feeds_over_places_say_what_is_wrong():
