@@ -15,9 +15,10 @@ the tensor-array ops (``create_array``, ``array_write``, ``array_read``, ``array
 
 Gradients: ``conditional_block`` has Fluid's ``conditional_block_grad``: the sub-block's ops
 are differentiated into a grad block, run when the forward block ran, and the block's inputs
-get zero gradients when it did not; ``select_input`` (``layers.cond``'s merge) has Fluid's
-``select_output``, which routes the gradient to the branch that ran. So ``ConditionalBlock``,
-``Switch`` and ``cond`` train.
+get zero gradients when it did not (an input it writes in place, such as Fluid 1.8's list
+grown in a branch, a tensor array, keeps the gradient that reaches it); ``select_input``
+(``layers.cond``'s merge) has Fluid's ``select_output``, which routes the gradient to the
+branch that ran. So ``ConditionalBlock``, ``Switch`` and ``cond`` train.
 
 ``while`` has ``while_grad``. A loop whose steps a ``while_grad`` reads keeps, for each step,
 the values its ops wrote that the grad block reads (a :class:`LoopTape` in the loop's
@@ -130,17 +131,19 @@ def _conditional_block(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> 
 def _conditional_block_grad(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     """When the forward block ran: run its grad block (the sub-block's ops differentiated),
     whose gradients of the block's inputs land in the scope; zeros for the inputs it gives no
-    gradient, and for all of them when the block did not run."""
+    gradient, and for all of them when the block did not run, except an input the block also
+    writes (a tensor array written in place): its gradient then passes through unchanged."""
     held = _holds(ins["Cond"], attrs)
     if held:
         ctx.executor.run_block(ctx.program, ctx.program.block(attrs["sub_block"]), ctx.scope)
+    written = set(ctx.op.input("Out"))
     grads = []
     for name, value, out in zip(ctx.op.input("Input"), ins.get("Input", []),
                                 ctx.op.output("Input@GRAD"), strict=True):
         if out == EMPTY_VAR or value is None:
             grads.append(None)
             continue
-        g = ctx.scope.vars.get(grad_var_name(name)) if held else None
+        g = ctx.scope.vars.get(grad_var_name(name)) if held or name in written else None
         grads.append(array_module(value).zeros_like(value) if g is None else g)
     return {"Input@GRAD": grads}
 

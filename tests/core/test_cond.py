@@ -133,6 +133,27 @@ def test_gradients_through_a_switch():
         assert np.abs(got[live][0]).sum() > 0 and np.abs(got[dead][0]).sum() == 0
 
 
+def test_a_block_that_did_not_run_passes_on_the_gradient_of_what_it_writes_in_place():
+    """A variable the block overwrites keeps its value when the block does not run, so its
+    gradient passes through; it used to be zeroed (the same holds for Fluid 1.8's list grown
+    in a branch, a tensor array the block writes in place:
+    tests/dygraph/test_dygraph_to_static.py)."""
+    x = np.random.default_rng(3).standard_normal((2, 3))
+
+    def build():
+        xv = layers.data("x", [3], dtype="float64")
+        k = layers.data("k", [1], dtype="int64", append_batch_size=False)
+        h = layers.fc(xv, 2, param_attr="w", bias_attr=False)
+        with layers.Switch() as switch:
+            with switch.case(layers.less_than(k, layers.fill_constant([1], "int64", 1))):
+                layers.assign(layers.tanh(h) * 3.0, h)
+        return layers.mean(layers.square(h))
+
+    got = program_grads_and_numeric(build, {"x": x, "k": np.array([5])}, ["w"])  # not run
+    np.testing.assert_allclose(got["w"][0], got["w"][1], rtol=1e-5, atol=1e-8)
+    assert np.abs(got["w"][0]).sum() > 0
+
+
 @pytest.mark.parametrize("lod_level", [0, 1])
 def test_ifelse_parts_rows_or_sequences(lod_level):
     """Fluid 1.8's IfElse: each row (or sequence) through the branch its condition picks,

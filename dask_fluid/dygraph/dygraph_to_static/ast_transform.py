@@ -326,6 +326,19 @@ def _tuple(names: list[str], ctx: ast.expr_context | None = None) -> ast.Tuple:
     return ast.Tuple(elts=[_name(n, ctx) for n in names], ctx=ctx or ast.Load())
 
 
+def _appended(stmts: list[ast.stmt]) -> list[str]:
+    """The local lists that ``stmts`` grow with ``name.append(x)`` (already rewritten as
+    ``name = convert_append(name, x)``), in the statements nested in them too."""
+    return sorted({node.targets[0].id for node in _own_nodes(stmts, into_generated=True)
+                   if isinstance(node, ast.Assign) and len(node.targets) == 1
+                   and isinstance(node.targets[0], ast.Name)
+                   and isinstance(node.value, ast.Call)
+                   and isinstance(node.value.func, ast.Attribute)
+                   and node.value.func.attr == "convert_append"
+                   and isinstance(node.value.func.value, ast.Name)
+                   and node.value.func.value.id == RUNTIME})
+
+
 def _constants(items: list[str]) -> ast.Tuple:
     return ast.Tuple(elts=[ast.Constant(i) for i in items], ctx=ast.Load())
 
@@ -486,7 +499,8 @@ class _Transformer(ast.NodeTransformer):
         call = _runtime("convert_ifelse", node.test, _name(true_fn), _name(false_fn),
                         _current(names), _constants(names), self._where(node),
                         _constants(stores),
-                        _constants([n for n in names if live is None or n in live]))
+                        _constants([n for n in names if live is None or n in live]),
+                        _constants(_appended(node.body + node.orelse)))
         if names:
             result: ast.stmt = ast.Assign(targets=[_tuple(names, ast.Store())], value=call)
         else:

@@ -104,13 +104,18 @@ def _as_pred(value: Any, where: str) -> Variable:
 # -- if / else ---------------------------------------------------------------------------------
 def convert_ifelse(pred: Any, true_fn: Callable, false_fn: Callable, args: Sequence[Any],
                    names: Sequence[str], where: str, stores: Sequence[str] = (),
-                   live: Sequence[str] | None = None) -> tuple:
+                   live: Sequence[str] | None = None, grows: Sequence[str] = ()) -> tuple:
     """``if pred`` with the branch functions of the translated code.
 
     Each branch function takes the current values of ``names`` (the variables the ``if``
     assigns) and returns their values after the branch. On a program Variable both branches
     are built into conditional blocks and each variable merged with ``select_input``
     (``layers.cond``); otherwise the branch Python picks runs.
+
+    A list that a branch grows with ``name.append(x)`` (``grows``) becomes a tensor array
+    before a program ``if``, as Fluid 1.8's ListTransformer makes it: the branch writes its
+    items at the array's end when its condition holds, and the name holds the array after the
+    ``if``.
 
     A variable that only one branch sets has no value after the ``if`` (an
     :class:`Undefined`), unless it is in ``live`` (it may be read later): then, as in Fluid
@@ -130,29 +135,44 @@ def convert_ifelse(pred: Any, true_fn: Callable, false_fn: Callable, args: Seque
         return tuple((true_fn if pred else false_fn)(*args))
     pred = _as_pred(pred, f"if at {where}")
     _refuse_stores(stores, f"if at {where}", "branches", "both branches are built")
+    args = [_as_tensor_array(v, n, f"if at {where}") if n in grows and isinstance(v, list)
+            else v for v, n in zip(args, names, strict=False)]
+    # each variable's value before the if (an expression's value has none)
+    before = args + [None] * (len(names) - len(args))
     # both branches built, each in a conditional block; only Variables leave the blocks (the
-    # rest is merged below), then each variable is paired across the sides by name
+    # rest is merged below), then each variable is paired across the sides by name; a tensor
+    # array the branch wrote in place stays where it is
     values: dict[str, list] = {}
     outs: dict[str, list] = {}
     sizes = _list_sizes(args, names)
     for side, fn, cond in (("true", true_fn, pred), ("false", false_fn, tensor.logical_not(pred))):
         with control_flow.ConditionalBlock([cond], is_scalar_condition=True).block():
             values[side] = list(fn(*args))
-            outs[side] = [control_flow._copy_to_parent(v) for v in values[side]
-                          if _is_program_var(v)]
+            outs[side] = [control_flow._copy_to_parent(v)
+                          for v, b in zip(values[side], before, strict=True)
+                          if _is_program_var(v) and not _in_place(v, b)]
         grown = sorted(n for n, (items, size) in sizes.items() if len(items) != size)
         _refuse_stores([f"{n}.append(...)" for n in grown], f"if at {where}", "branches",
                        "both branches are built")
     mask = tensor.cast(pred, "int32")
     it_true, it_false = iter(outs["true"]), iter(outs["false"])
     merged = []
-    for name, t, f in zip(names, values["true"], values["false"], strict=True):
-        t_var, f_var = _is_program_var(t), _is_program_var(f)
+    for name, t, f, b in zip(names, values["true"], values["false"], before, strict=True):
+        if _in_place(t, b) and _in_place(f, b):
+            merged.append(b)
+            continue
+        t_var = _is_program_var(t) and not _in_place(t, b)
+        f_var = _is_program_var(f) and not _in_place(f, b)
         t_out = next(it_true) if t_var else None
         f_out = next(it_false) if f_var else None
         merged.append(_merge(name, where, t, f, t_out, f_out, mask,
                              live is None or name in live))
     return tuple(merged)
+
+
+def _in_place(value: Any, before: Any) -> bool:
+    """Whether a branch left ``value`` as the tensor array it had before (written in place)."""
+    return value is before and _is_tensor_array(value)
 
 
 def convert_ifexp(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any],
@@ -240,10 +260,9 @@ def _refuse_stores(stores: Sequence[str], where: str, parts: str, why: str) -> N
         raise NotImplementedError(
             f"{where}: the {parts} change {sorted(stores)}, Python objects; on a condition "
             f"that is a program Variable {why} once while the program is built, so the change "
-            "would not depend on the values. Keep the values in variables (a list that a "
-            "program loop grows with name.append(x) becomes a tensor array; in a branch, use "
-            "layers.create_array and array_write) and set the attribute or item after the "
-            "statement")
+            "would not depend on the values. Keep the values in variables (a local list that "
+            "a program loop or branch grows with name.append(x) becomes a tensor array) and "
+            "set the attribute or item after the statement")
 
 
 # -- loops ---------------------------------------------------------------------------------------
@@ -251,13 +270,14 @@ def _is_tensor_array(value: Any) -> bool:
     return _is_program_var(value) and value.type == VarType.LOD_TENSOR_ARRAY
 
 
-def _as_tensor_array(items: list, name: str, where: str) -> Variable:
-    """A Python list carried by a program loop as a tensor array holding its items (Fluid
-    1.8's ListTransformer makes such a list a ``create_array``; float32 when it is empty)."""
+def _as_tensor_array(items: list, name: str, statement: str) -> Variable:
+    """A Python list grown in a program loop or branch (``statement``) as a tensor array
+    holding its items (Fluid 1.8's ListTransformer makes such a list a ``create_array``;
+    float32 when it is empty)."""
     bad = [type(v).__name__ for v in items if not _is_program_var(v)]
     if bad:
-        raise TypeError(f"while at {where}: the list {name!r} holds {bad[0]} items; a loop on "
-                        "program values carries a list of Variables (a tensor array)")
+        raise TypeError(f"{statement}: the list {name!r} holds {bad[0]} items; a loop or "
+                        "branch on program values grows a list of Variables (a tensor array)")
     array = loops.create_array(items[0].dtype if items else "float32")
     for k, item in enumerate(items):
         loops.array_write(item, tensor.fill_constant([1], "int64", k), array)
@@ -269,9 +289,9 @@ def convert_append(items: Any, value: Any) -> Any:
     that a program loop carries) gets ``value`` written at its end. Returns ``items``."""
     if _is_tensor_array(items):
         if not _is_program_var(value):
-            raise TypeError(f"{items.name}.append({value!r}): in a loop on program values the "
-                            "list is a tensor array, whose items are Variables; append a "
-                            "Variable (layers.fill_constant for a number)")
+            raise TypeError(f"{items.name}.append({value!r}): in a loop or branch on program "
+                            "values the list is a tensor array, whose items are Variables; "
+                            "append a Variable (layers.fill_constant for a number)")
         loops.array_write(value, loops.array_length(items), items)
         return items
     items.append(value)
@@ -314,7 +334,7 @@ def convert_while_loop(cond_fn: Callable, body_fn: Callable, args: Sequence[Any]
     for i in carried:
         value = args[i]
         if isinstance(value, list):  # grown by name.append(x): a tensor array, as Fluid 1.8
-            args[i] = _as_tensor_array(value, names[i], where)
+            args[i] = _as_tensor_array(value, names[i], f"while at {where}")
             continue
         if _is_tensor_array(value):  # written in place by the loop: nothing to keep apart
             continue
