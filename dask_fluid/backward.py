@@ -276,17 +276,42 @@ def create_grad_vars(block: Block, descs: list[dict], seeds: Iterable[str] = ())
                     type=kind)
 
 
-def append_grad_block(block: Block, no_grad: set[str], seeds: Sequence[str]) -> Block:
+#: the suffix under which a grad block reads the incoming gradient of a tensor its block
+#: overwrites (a loop step's carried tensor: from the later steps); ``<name>@GRAD`` is then
+#: the gradient of its value before the block ran, which the grad ops write
+STEP_IN = "@STEP_IN"
+
+
+def append_grad_block(block: Block, no_grad: set[str], seeds: Sequence[str],
+                      overwritten: Iterable[str] = ()) -> Block:
     """The grad block of a sub-block (a control-flow op's): its ops differentiated from the
     gradients ``seeds``, in a new block whose parent is ``block`` (the program's current
-    block is left as it was); every name they use is declared there."""
-    return _grad_block(block, grad_descs(block.ops, no_grad, seeds), seeds)
+    block is left as it was); every name they use is declared there.
+
+    ``overwritten``: outer tensors the block reads and then writes (a conditional block's
+    ``assign(f(h), h)``). Their incoming gradient (of the new value) is read as
+    ``<name>@GRAD@STEP_IN`` and ``<name>@GRAD`` is the gradient of the old value, which the
+    grad ops write: the two are not summed."""
+    seeds = list(seeds)
+    descs = _grad_descs(block.ops, no_grad, set(seeds))
+    incoming = _read_incoming(descs, overwritten)
+    renamed = {grad_var_name(n) for n in overwritten}
+    descs = _addup_repetitive_outputs(descs, [s for s in seeds if s not in renamed],
+                                      _array_grads(block.ops, descs))
+    return _grad_block(block, descs, [*seeds, *incoming])
 
 
-#: the name a loop's grad block reads the incoming gradient of a loop-carried tensor under
-#: (its gradient after the step, from the later steps); ``<name>@GRAD`` is then the one of
-#: its value before the step, which the step's grad ops write
-STEP_IN = "@STEP_IN"
+def _read_incoming(descs: list[dict], overwritten: Iterable[str]) -> list[str]:
+    """The reads of each overwritten tensor's gradient before its first write (the gradient
+    of its new value, which comes in) renamed to ``<name>@GRAD@STEP_IN``; those names."""
+    incoming = []
+    for grad in (grad_var_name(n) for n in overwritten):
+        first_write = next((i for i, d in enumerate(descs)
+                            if any(grad in names for names in d["outputs"].values())),
+                           len(descs))
+        _rename(descs[:first_write], grad, grad + STEP_IN)
+        incoming.append(grad + STEP_IN)
+    return incoming
 
 
 def append_loop_grad_block(block: Block, no_grad: set[str], seeds: Sequence[str],
@@ -300,13 +325,7 @@ def append_loop_grad_block(block: Block, no_grad: set[str], seeds: Sequence[str]
     the body's op ``k`` comes the op ``state_op(k)`` builds, which puts back the values op
     ``k`` left (the step's values, overwritten by later ops and steps)."""
     descs = _grad_descs(block.ops, no_grad, set(seeds))
-    incoming = []
-    for grad in (grad_var_name(n) for n in carried):
-        first_write = next((i for i, d in enumerate(descs)
-                            if any(grad in names for names in d["outputs"].values())),
-                           len(descs))
-        _rename(descs[:first_write], grad, grad + STEP_IN)
-        incoming.append(grad + STEP_IN)
+    incoming = _read_incoming(descs, carried)
     arrays = _array_grads(block.ops, descs)
     descs = _addup_repetitive_outputs(descs, [s for s in seeds if s in arrays], arrays)
     ordered, seen = [], set()

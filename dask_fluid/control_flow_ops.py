@@ -134,9 +134,19 @@ def _conditional_block_grad(ins: dict, attrs: dict, outs: tuple, ctx: RunContext
     gradient, and for all of them when the block did not run, except an input the block also
     writes (a tensor array written in place): its gradient then passes through unchanged."""
     held = _holds(ins["Cond"], attrs)
-    if held:
-        ctx.executor.run_block(ctx.program, ctx.program.block(attrs["sub_block"]), ctx.scope)
     written = set(ctx.op.input("Out"))
+    if held:
+        vals = ctx.scope.vars
+        grad_block = ctx.program.block(attrs["sub_block"])
+        # what the block read and then overwrote: the incoming gradient is its new value's;
+        # the grad block writes its old value's under the plain name (zero when it does not)
+        overwritten = [grad_var_name(n) for n in written
+                       if grad_var_name(n) + STEP_IN in grad_block.vars]
+        for g in overwritten:
+            vals[g + STEP_IN] = vals.pop(g, None)
+        ctx.executor.run_block(ctx.program, grad_block, ctx.scope)
+        for g in overwritten:
+            vals.pop(g + STEP_IN, None)
     grads = []
     for name, value, out in zip(ctx.op.input("Input"), ins.get("Input", []),
                                 ctx.op.output("Input@GRAD"), strict=True):
@@ -161,7 +171,8 @@ def _conditional_block_grad_maker(op: Any) -> list[dict]:
         if var is None or var.stop_gradient:
             no_grad.add(grad_var_name(name))
     seeds = [grad_var_name(n) for n in outputs]
-    grad_block = append_grad_block(body, no_grad, seeds)
+    overwritten = [n for n in outputs if n in inputs and not _is_array(op.block, n)]
+    grad_block = append_grad_block(body, no_grad, seeds, overwritten)
     return [{"type": "conditional_block_grad",
              "inputs": {"Cond": list(op.inputs["Cond"]), "Input": inputs, "Out": outputs,
                         "Out@GRAD": seeds, "Scope": list(op.outputs.get("Scope", []))},

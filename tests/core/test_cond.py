@@ -133,11 +133,11 @@ def test_gradients_through_a_switch():
         assert np.abs(got[live][0]).sum() > 0 and np.abs(got[dead][0]).sum() == 0
 
 
-def test_a_block_that_did_not_run_passes_on_the_gradient_of_what_it_writes_in_place():
-    """A variable the block overwrites keeps its value when the block does not run, so its
-    gradient passes through; it used to be zeroed (the same holds for Fluid 1.8's list grown
-    in a branch, a tensor array the block writes in place:
-    tests/dygraph/test_dygraph_to_static.py)."""
+def test_gradients_of_what_a_block_reads_and_overwrites():
+    """A variable the block reads and then overwrites: when the block does not run it keeps
+    its value, so its gradient passes through (as for Fluid 1.8's list grown in a branch, a
+    tensor array the block writes in place: tests/dygraph/test_dygraph_to_static.py); when
+    it runs, the gradient of its old value is the one through the ops that read it."""
     x = np.random.default_rng(3).standard_normal((2, 3))
 
     def build():
@@ -149,9 +149,12 @@ def test_a_block_that_did_not_run_passes_on_the_gradient_of_what_it_writes_in_pl
                 layers.assign(layers.tanh(h) * 3.0, h)
         return layers.mean(layers.square(h))
 
-    got = program_grads_and_numeric(build, {"x": x, "k": np.array([5])}, ["w"])  # not run
-    np.testing.assert_allclose(got["w"][0], got["w"][1], rtol=1e-5, atol=1e-8)
-    assert np.abs(got["w"][0]).sum() > 0
+    # not run: the gradient passes through; run: only through tanh (the old value's), not
+    # summed with the new value's (both used to be wrong: zeroed, and summed)
+    for k in (5, 0):
+        got = program_grads_and_numeric(build, {"x": x, "k": np.array([k])}, ["w"])
+        np.testing.assert_allclose(got["w"][0], got["w"][1], rtol=1e-5, atol=1e-8)
+        assert np.abs(got["w"][0]).sum() > 0
 
 
 @pytest.mark.parametrize("lod_level", [0, 1])
