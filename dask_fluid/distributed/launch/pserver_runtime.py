@@ -25,7 +25,7 @@ import numpy as np
 from ...flags import RPCFlags
 from ...framework import Program, Variable, default_main_program, default_startup_program
 from ...transpiler import DistributeTranspiler, DistributeTranspilerConfig, summarize
-from ...transpiler.pserver_state import assemble, cut, pserver_pieces
+from ...transpiler.pserver_state import Piece, assemble, cut, pserver_pieces
 from ..checkpoint_files import check_checkpoint_args
 from ..comm import transport
 from ..comm.rpc import ensure_plugin
@@ -412,16 +412,14 @@ class _Job:
         job, secret = new_job_id(), secrets.token_bytes(32)
         self.job = job
         fetch_names = _names(req.fetch_list)
-        pieces = {ep: pserver_pieces(first, ep) for ep in placement.endpoints}
-        held = {piece.origin for on_ep in pieces.values() for piece in on_ep.values()}
         # given starting values, for a first attempt (a restart goes on from the job's state)
         start = req.initial_values if restart is None else None
-        tasks = _pserver_tasks(job, secret, first, placement, trainer_workers,
-                               Schedule(tuple(schedule), req.epochs, start_round), flags,
-                               req.checkpoint_dir, req.checkpoint_every, resume_path, data_path,
-                               tuning, req.elastic, states,
-                               None if start is None else [cut(pieces[ep], start)
-                                                           for ep in placement.endpoints])
+        tasks, pieces = _pserver_tasks(job, secret, first, placement, trainer_workers,
+                                       Schedule(tuple(schedule), req.epochs, start_round),
+                                       flags, req.checkpoint_dir, req.checkpoint_every,
+                                       resume_path, data_path, tuning, req.elastic, states,
+                                       start)
+        held = {piece.origin for on_ep in pieces.values() for piece in on_ep.values()}
         # the trainers keep (and trainer 0 returns) what no pserver holds: batch norm's
         # statistics, GEO-SGD's optimizer state
         keep = [n for n in persistable_names(origin) if n not in held]
@@ -527,19 +525,23 @@ def _pserver_tasks(job: str, secret: bytes, tr: DistributeTranspiler, placement:
                    checkpoint_dir: str | None, checkpoint_every: Any, resume_path: str | None,
                    data_path: str, tuning: WorkerTuning, elastic_mode: bool = False,
                    states: dict[int, dict[str, np.ndarray]] | None = None,
-                   initial: list[dict[str, np.ndarray]] | None = None) -> list[TaskSpec]:
+                   initial_values: dict[str, np.ndarray] | None = None
+                   ) -> tuple[list[TaskSpec], dict[str, dict[str, Piece]]]:
+    """One task per pserver, and what each pserver holds of the original variables (each
+    starts from its cut of ``initial_values`` when given)."""
     inline_bytes = dask.config.get(INLINE_BYTES_KEY, None)
-    tasks = []
+    tasks, pieces = [], {}
     for k, (ep, w) in enumerate(placement.items()):
         main, startup = tr.get_pserver_programs(ep)
+        pieces[ep] = pserver_pieces(tr, ep)
         spec = ShardSpec(job, secret, ep, main.to_json(), startup.to_json(),
                          list(trainer_workers), schedule, len(placement.endpoints), flags,
                          None if checkpoint_dir is None else str(checkpoint_dir),
                          checkpoint_every, resume_path, inline_bytes, data_path, tuning,
                          elastic_mode, None if states is None else states[k],
-                         None if initial is None else initial[k])
+                         None if initial_values is None else cut(pieces[ep], initial_values))
         tasks.append(TaskSpec(w, run_pserver, (spec,), role="pserver", endpoint=ep))
-    return tasks
+    return tasks, pieces
 
 
 def _describe(ps_result: dict) -> str:
