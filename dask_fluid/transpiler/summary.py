@@ -26,7 +26,8 @@ def summarize(transpiler: DistributeTranspiler) -> str:
     mode = plan.mode.name
     lines = [f"{len(plan.endpoints)} pserver(s), {plan.trainer_num} trainer(s), {mode}"]
     for ep in plan.endpoints:
-        prog = transpiler.get_pserver_program(ep)
+        # the program built last for ep (the one a job runs), not a new one each time
+        prog = transpiler._build(ep).program
         owned = [f"{pp.param_block_names[k]} {list(pp.blocks[k].shape)}"
                  for pp, k in plan.blocks_on(ep)]
         if plan.table is not None:
