@@ -23,7 +23,7 @@ import uuid
 
 import numpy as np
 import pytest
-from distributed import Client, LocalCluster, get_worker
+from distributed import Client, LocalCluster, get_worker, wait
 
 import dask_fluid as fluid
 from dask_fluid.datasets import reference_blobs
@@ -173,6 +173,11 @@ def test_a_different_nccl_version_than_the_ids_is_a_clear_error(fake_client, wor
         with pytest.raises(NcclUnavailableError, match=r"NCCL 2\.18\.5 but the process that "
                                                        r"made the unique id has NCCL 2\.32\.3"):
             fake_client.gather(futures)
+        # gather raises at the first error: let the other rank end too while the session
+        # lives (a rank started after destroy_session waits out its 10 s deadline for the id,
+        # holding its worker's only thread, and the next test waited for it)
+        wait(futures)
+        assert all(isinstance(f.exception(), NcclUnavailableError) for f in futures)
     finally:
         nccl_backend.destroy_session(fake_client, session)
 
