@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 __all__ = ["CheckpointWarning", "atomic_write", "check_checkpoint_args", "checkpoint_due",
-           "find_intact", "latest_intact", "sha256_file"]
+           "file_damage", "find_intact", "latest_intact", "sha256_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +33,20 @@ def sha256_file(path: pathlib.Path) -> str:
         while chunk := f.read(_CHUNK):
             h.update(chunk)
     return h.hexdigest()
+
+
+def file_damage(path: pathlib.Path, recorded_bytes: Any, recorded_sha256: Any,
+                recorder: str) -> str | None:
+    """Why the file at ``path`` is not the one ``recorder`` (the JSON describing it) recorded:
+    missing, another size or another checksum; None when it is that file."""
+    if not path.is_file():
+        return f"{path.name} is missing"
+    size = path.stat().st_size
+    if size != recorded_bytes:
+        return f"{path.name} has {size} bytes, {recorder} recorded {recorded_bytes}"
+    if sha256_file(path) != recorded_sha256:
+        return f"{path.name} does not match the checksum {recorder} recorded"
+    return None
 
 
 def atomic_write(path: pathlib.Path, write: Callable[[Any], object]) -> None:

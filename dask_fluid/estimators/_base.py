@@ -408,33 +408,29 @@ class FluidEstimatorBase(BaseEstimator):
         loss_name = net.loss.name
         progress = ProgressBar(loss_name, enabled=bool(self.verbose),
                                desc=f"{type(self).__name__} ({self.mode})")
+        # what both runtimes take alike; warm_start: the last fit's parameters and optimizer
+        # state, as in local mode
         common = dict(epochs=self.max_iter, batch_size=batch_size, fetch_list=(loss_name,),
-                      shuffle=self.shuffle, seed=seed, callbacks=(progress,))
-        # warm_start: the last fit's parameters and optimizer state, as in local mode
-        warm = self._state if self.warm_start and hasattr(self, "coefs_") else None
+                      shuffle=self.shuffle, seed=seed, callbacks=(progress,),
+                      trainers=self.n_trainers, elastic=self.elastic,
+                      min_trainers=self.min_trainers, checkpoint_dir=self.checkpoint_dir,
+                      checkpoint_every=self.checkpoint_every,
+                      initial_values=self._state if self.warm_start and hasattr(
+                          self, "coefs_") else None)
         try:
             if self.mode == "pserver":
                 from ..distributed.launch.pserver_runtime import train_pserver
 
                 result = train_pserver(client, net.main, net.startup, feed,
                                        config=self._transpiler_config(),
-                                       pservers=self.n_pservers, trainers=self.n_trainers,
-                                       sync_mode=self.sync_mode, elastic=self.elastic,
-                                       min_trainers=self.min_trainers,
-                                       checkpoint_dir=self.checkpoint_dir,
-                                       checkpoint_every=self.checkpoint_every,
-                                       initial_values=warm, **common)
+                                       pservers=self.n_pservers, sync_mode=self.sync_mode,
+                                       **common)
             else:
                 from ..distributed.collective.runtime import train_collective
 
                 backend = "nccl" if self.mode == "nccl2" else self.backend
                 result = train_collective(client, net.main, net.startup, feed,
-                                          initial_values=warm,
-                                          trainers=self.n_trainers, backend=backend,
-                                          device=self.device, elastic=self.elastic,
-                                          min_trainers=self.min_trainers,
-                                          checkpoint_dir=self.checkpoint_dir,
-                                          checkpoint_every=self.checkpoint_every, **common)
+                                          backend=backend, device=self.device, **common)
         finally:
             progress.close()
         self._set_params_from([result.params[n] for n in net.weights],

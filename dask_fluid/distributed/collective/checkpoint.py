@@ -32,7 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from dask_fluid.distributed.checkpoint_files import atomic_write, find_intact, sha256_file
+from dask_fluid.distributed.checkpoint_files import (
+    atomic_write,
+    file_damage,
+    find_intact,
+    sha256_file,
+)
 from dask_fluid.tensor_file import read_tensor, write_tensor
 
 __all__ = ["StepCheckpoint", "find_step_checkpoint", "read_step", "step_dir", "write_step"]
@@ -118,14 +123,9 @@ def _check_step(directory: pathlib.Path) -> tuple[StepCheckpoint | None, str | N
     if meta.get("format") != FORMAT:
         return None, f"{META} has format {meta.get('format')!r}, not {FORMAT!r}"
     for name, rec in meta["files"].items():
-        path = directory / _file_name(name)
-        if not path.is_file():
-            return None, f"{name} is missing"
-        size = path.stat().st_size
-        if size != rec["bytes"]:
-            return None, f"{name} has {size} bytes, {META} recorded {rec['bytes']}"
-        if sha256_file(path) != rec["sha256"]:
-            return None, f"{name} does not match the checksum {META} recorded"
+        why = file_damage(directory / _file_name(name), rec["bytes"], rec["sha256"], META)
+        if why is not None:
+            return None, why
     return StepCheckpoint(directory, int(meta["step"]), int(meta["epoch"]), meta), None
 
 

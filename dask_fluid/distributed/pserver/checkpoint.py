@@ -37,6 +37,7 @@ import numpy as np
 from dask_fluid.distributed.checkpoint_files import (
     CheckpointWarning,
     atomic_write,
+    file_damage,
     find_intact,
     sha256_file,
 )
@@ -141,13 +142,9 @@ def _check_round(directory: pathlib.Path) -> tuple[CheckpointInfo | None, str | 
             doc = json.loads(doc_path.read_text())
         except (OSError, ValueError) as exc:
             return None, f"{doc_path.name} is unreadable ({exc})"
-        if not npz.is_file():
-            return None, f"{npz.name} is missing"
-        size = npz.stat().st_size
-        if size != doc.get("npz_bytes"):
-            return None, f"{npz.name} has {size} bytes, its JSON recorded {doc.get('npz_bytes')}"
-        if sha256_file(npz) != doc.get("npz_sha256"):
-            return None, f"{npz.name} does not match the checksum its JSON recorded"
+        why = file_damage(npz, doc.get("npz_bytes"), doc.get("npz_sha256"), "its JSON")
+        if why is not None:
+            return None, why
     return CheckpointInfo(directory, int(meta["round"]), int(meta["epoch"]), int(meta["step"]),
                           n, meta), None
 
