@@ -212,6 +212,20 @@ class _Step:
     #: wrote them, so between runs (and for the other programs of the scope, a startup
     #: program's initialisers built inside a guard) persistables stay on the executor's place
     persist_out: tuple = ()
+    #: the inputs whose LoD the outputs share (Fluid's ``ShareLoD``): see :func:`_lod_sources`
+    lod_from: tuple = ()
+
+
+def _lod_sources(ins: tuple) -> tuple:
+    """The inputs an op's outputs may take their LoD from, in order: ``X[0]`` where the op
+    has an ``X`` (Fluid's ops ``ShareLoD("X", ...)`` from the first input only, so ``sum``'s
+    and ``elementwise_*``'s outputs never take a LoD from a later input), else the first input
+    of each slot (``Input``, ``Ids``, ``Logits`` ...). An op sharing another way gives its
+    outputs' LoDs itself (``lod="kernel"``)."""
+    for slot, names in ins:
+        if slot == "X":
+            return names[:1]
+    return tuple(names[0] for _, names in ins if names)
 
 
 #: ops that draw random values (see ops.random_ops for when they draw anew each run)
@@ -429,7 +443,7 @@ class Executor:
             n for _, names in outs for n in names
             if (var := block._find_var_recursive(n)) is not None and var.persistable)
         return _Step(op, kernel, ins, outs, out_slots, attrs, host,
-                     rng_key, opdef.lod, on_host, to_device, persist_out)
+                     rng_key, opdef.lod, on_host, to_device, persist_out, _lod_sources(ins))
 
     def _compiled(self, program: Program, block: Block, feed_names: frozenset,
                   scope: Scope) -> _Compiled:
@@ -570,12 +584,11 @@ class Executor:
                 continue
             if return_numpy:
                 # a [1] loss converts to a number (float(loss)) as with numpy 1.x
-                value = fetched(np.array(registry.to_host(value), copy=True))
-            elif not isinstance(value, np.ndarray):
-                # a device array as Fluid gives it: a LoDTensor, which np.array() copies to
-                # the host (a bare cupy array refuses np.array)
-                value = LoDTensor._of(value, (), self.place)
-            out.append(value)
+                out.append(fetched(np.array(registry.to_host(value), copy=True)))
+            else:
+                # a LoDTensor as Fluid gives every fetch (``.lod()`` is ``[]``); np.array()
+                # reads it, from the GPU too (a bare cupy array refuses np.array)
+                out.append(LoDTensor._of(value, (), self.place))
         return out
 
     @staticmethod
@@ -866,8 +879,9 @@ def _reader_feed(program: Any) -> dict | None:
 def _set_output_lods(step: _Step, out: dict, kernel_lods: dict | None, vals: dict,
                      lods: dict) -> None:
     """Give each output of ``step`` its LoD: the kernel's (``lod="kernel"`` ops), none
-    (``lod="none"``), or Fluid's common ``ShareLoD`` rule: the LoD of the first input that has
-    one and as many rows as the output. An output without one loses any LoD it had."""
+    (``lod="none"``), or Fluid's common ``ShareLoD`` rule: the LoD of the first of
+    ``step.lod_from`` that has one and as many rows as the output. An output without one loses
+    any LoD it had."""
     for slot, names in step.outs:
         if slot not in out:
             continue
@@ -881,7 +895,7 @@ def _set_output_lods(step: _Step, out: dict, kernel_lods: dict | None, vals: dic
             elif step.lod is None and lods:
                 rows = _rows(vals.get(name))
                 if rows is not None:
-                    lod = next((lods[n] for _, ins in step.ins for n in ins
+                    lod = next((lods[n] for n in step.lod_from
                                 if n in lods and _rows(vals.get(n)) == rows), None)
             if lod:
                 lods[name] = lod

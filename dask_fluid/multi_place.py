@@ -288,7 +288,10 @@ class MultiPlaceStep:
 
     def _place_values(self, scope: Scope, name: str, return_numpy: bool) -> list:
         values = self._values(scope, name)
-        return [np.array(to_host(v), copy=True) for v in values] if return_numpy else values
+        if return_numpy:
+            return [np.array(to_host(v), copy=True) for v in values]
+        return [LoDTensor._of(v, (), place) for v, place in zip(values, self.places,
+                                                                  strict=True)]
 
     def _merged_fetch(self, executor: Executor, scope: Scope, name: str,
                       return_numpy: bool) -> Any:
@@ -298,8 +301,8 @@ class MultiPlaceStep:
                                  if getattr(v, "ndim", 1) == 0 else _on_first(v, values[0])
                                  for v in values])
         if return_numpy:
-            merged = np.array(to_host(merged), copy=True)
-        return merged
+            return np.array(to_host(merged), copy=True)
+        return LoDTensor._of(merged, (), executor.place)  # as Fluid: every fetch a LoDTensor
 
 
 def _rpc_last(program: Program, rpc: list[int]) -> Program:

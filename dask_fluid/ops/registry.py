@@ -39,8 +39,9 @@ class OpDef:
     #: the module that gives this op its kernel, imported the first time the kernel is needed
     #: (the RPC ops' kernels live with the distributed runtime, above the op table)
     provider: str | None = None
-    #: how outputs get their LoD: ``None`` (the executor's rule: an output takes the LoD of the
-    #: first input with a LoD and as many rows), ``"none"`` (outputs have no LoD) or
+    #: how outputs get their LoD: ``None`` (the executor's rule, Fluid's ``ShareLoD("X", ...)``:
+    #: an output takes the LoD of ``X[0]`` when it has as many rows; ops without ``X``, of the
+    #: first input of each slot), ``"none"`` (outputs have no LoD) or
     #: ``"kernel"`` (the kernel reads ``attrs["_lods"]``, input slot -> LoD per name, and
     #: returns ``out[LOD_KEY]``, output slot -> LoD per name, None for none)
     lod: str | None = None

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .registry import array_module, register
+from .registry import LOD_KEY, array_module, register
 from .selected_rows import SelectedRows, xp_of
 
 
@@ -93,9 +93,10 @@ def _lead_shape(ids: Any) -> tuple:
     return tuple(ids.shape[:-1]) if ids.ndim > 1 and ids.shape[-1] == 1 else tuple(ids.shape)
 
 
-@register("merge_ids", ("Ids", "Rows", "X"), ("Out",))
+@register("merge_ids", ("Ids", "Rows", "X"), ("Out",), lod="kernel")
 def merge_ids(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """Out[i][j] = the prefetched row of id Ids[i][j], found among (Rows[k], X[k]) shards."""
+    """Out[i][j] = the prefetched row of id Ids[i][j], found among (Rows[k], X[k]) shards;
+    Out[i] has the LoD of Ids[i] (Paddle's kernel: ``out->set_lod(out_ids->lod())``)."""
     rows = [r for r in ins["Rows"] if r is not None]
     xs = [x for x in ins["X"] if x is not None]
     xp = array_module(*xs)
@@ -114,7 +115,9 @@ def merge_ids(ins: dict, attrs: dict, outs: tuple) -> dict:
                              f"prefetched Rows")
         vals = all_vals[order[pos]]
         out.append(vals.reshape(_lead_shape(ids) + tuple(all_vals.shape[1:])))
-    return {"Out": out}
+    ids_lods = list((attrs.get("_lods") or {}).get("Ids") or [])
+    ids_lods += [None] * (len(out) - len(ids_lods))
+    return {"Out": out, LOD_KEY: {"Out": [lod or None for lod in ids_lods[:len(out)]]}}
 
 
 @register("ref_by_trainer_id", ("X", "TrainerId"), ("Out",))

@@ -33,10 +33,11 @@ def _build(need_reorder=True, dtype="float64"):
             source = drnn.static_input(enc)
             prev = drnn.memory(init=h0, need_reorder=need_reorder)
             count = drnn.memory(shape=[1], value=0.5, dtype=dtype)
-            # attention-like read of the whole source sequence: sum_j prev * enc_j
+            # attention-like read of the whole source sequence: sum_j enc_j * prev (the
+            # LoD input first: an output shares the LoD of X only, as in Fluid)
             context = fluid.layers.sequence_pool(
-                fluid.layers.elementwise_mul(fluid.layers.sequence_expand(prev, source),
-                                             source), "sum")
+                fluid.layers.elementwise_mul(source, fluid.layers.sequence_expand(prev, source)),
+                "sum")
             h = fluid.layers.fc([word, prev, context], H, act="tanh",
                                 param_attr=[fluid.ParamAttr(name=n) for n in ("wx", "wh", "wc")],
                                 bias_attr=fluid.ParamAttr(name="b"))
@@ -304,3 +305,46 @@ def test_step_inputs_with_different_sequence_lengths_are_refused():
     with pytest.raises(fluid.ExecutionError, match="step inputs 'a' and 'b' must have "
                                                    "sequences of the same lengths"):
         exe.run(main, feed=feed, fetch_list=[out], return_numpy=False)
+
+
+def test_a_static_input_without_lod_is_one_row_per_sequence():
+    # Fluid's reorder_lod_tensor_by_rank takes "a Tensor without lod, such as the output of
+    # sequence_pool_op": row k belongs to sequence k, and in the step it has no LoD
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[H], dtype="float64", lod_level=1)
+        ctx = fluid.layers.data(name="ctx", shape=[H], dtype="float64")
+        r = fluid.layers.data(name="r", shape=[H], dtype="float64", lod_level=1)
+        ctx.stop_gradient = False
+        drnn = fluid.layers.DynamicRNN()
+        with drnn.block():
+            word = drnn.step_input(x)
+            c = drnn.static_input(ctx)
+            drnn.output(fluid.layers.elementwise_mul(word, fluid.layers.tanh(c)))
+        out = drnn()
+        loss = fluid.layers.reduce_sum(fluid.layers.elementwise_mul(out, r))
+        fluid.backward.append_backward(loss)
+    rng = np.random.default_rng(3)
+    data = {"x": _lod(rng, LENGTHS, H), "ctx": rng.standard_normal((len(LENGTHS), H)),
+            "r": _lod(rng, LENGTHS, H)}
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(startup, scope=scope)
+    got, grad = exe.run(main, feed=_feed(data), fetch_list=[out, "ctx@GRAD"], scope=scope,
+                        return_numpy=False)
+    rows = np.repeat(np.arange(len(LENGTHS)), LENGTHS)  # the sequence of each step row
+    np.testing.assert_allclose(np.array(got), data["x"][0] * np.tanh(data["ctx"][rows]),
+                               rtol=1e-12)
+    assert got.recursive_sequence_lengths() == [LENGTHS]
+
+    def f() -> float:
+        value, = exe.run(main, feed=_feed(data), fetch_list=[loss], scope=scope)
+        return float(value[0])
+
+    def put(v):
+        data["ctx"] = v
+
+    np.testing.assert_allclose(np.array(grad), numeric_gradient(f, lambda: data["ctx"], put),
+                               rtol=1e-6, atol=1e-7)
+    data["ctx"] = data["ctx"][:3]
+    with pytest.raises(fluid.ExecutionError, match=r"static input 'ctx' has 3 rows \(no LoD"):
+        exe.run(main, feed=_feed(data), fetch_list=[loss], scope=scope)

@@ -36,7 +36,7 @@ def test_lod_flows_through_the_ops_and_the_fetch():
     e, h, p = exe.run(main, feed=feed, fetch_list=[emb, hidden, pooled], scope=scope,
                       return_numpy=False)
     assert e.lod() == h.lod() == [[0, 3, 4, 6]] and e.shape() == [6, 4] and h.shape() == [6, 5]
-    assert not hasattr(p, "lod") and np.array(p).shape == (3, 5)  # pooled: no LoD
+    assert p.lod() == [] and np.array(p).shape == (3, 5)  # pooled: a LoDTensor without LoD
     # the gradient of the word vectors carries the LoD too (its rows are the words)
     assert scope.lods[hidden.name + "@GRAD"] == ((0, 3, 4, 6),)
     np.testing.assert_allclose(np.array(p), [np.array(h)[0:3].sum(0), np.array(h)[3],

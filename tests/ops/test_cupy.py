@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from dask_fluid.ops import SelectedRows
+from dask_fluid.ops.registry import LOD_KEY
 
 from . import run_op
 from .test_grad_check import CASES, PARAMS, analytic_grads, forward, objective_outputs
@@ -54,7 +55,9 @@ def assert_same(cp: Any, gpu: Any, cpu: Any, rtol: float = 1e-9, what: str = "")
 
 def assert_same_result(cp: Any, gpu: dict, cpu: dict, what: str) -> None:
     assert set(gpu) == set(cpu), what
-    for slot in cpu:
+    if LOD_KEY in cpu:  # the outputs' LoDs (host tuples)
+        assert gpu[LOD_KEY] == cpu[LOD_KEY], what
+    for slot in (s for s in cpu if s != LOD_KEY):
         assert len(gpu[slot]) == len(cpu[slot]), (what, slot)
         for g, c in zip(gpu[slot], cpu[slot], strict=True):
             assert_same(cp, g, c, what=f"{what} {slot}")

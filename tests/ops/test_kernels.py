@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from dask_fluid.ops import SelectedRows, registry
+from dask_fluid.ops.registry import LOD_KEY
 
 from . import run_op
 
@@ -370,6 +371,11 @@ def test_split_ids_merge_ids_round_trip():
     merged = run_op("merge_ids", {"Ids": [ids_a, ids_b], "Rows": shards, "X": prefetched})
     np.testing.assert_array_equal(merged["Out"][0], table[ids_a[:, 0]])
     np.testing.assert_array_equal(merged["Out"][1], table[ids_b[:, 0]])
+    # each output has its own ids' LoD (Paddle's kernel: out->set_lod(out_ids->lod()))
+    lods = {"Ids": [((0, 3, 4),), None]}
+    merged = run_op("merge_ids", {"Ids": [ids_a, ids_b], "Rows": shards, "X": prefetched},
+                    {"_lods": lods})
+    assert merged[LOD_KEY] == {"Out": [((0, 3, 4),), None]}
     with pytest.raises(ValueError, match="merge_ids: id 5 is in Ids but in none"):
         run_op("merge_ids", {"Ids": [np.array([[5]])], "Rows": shards, "X": prefetched})
     with pytest.raises(ValueError, match="number of shards is unknown"):
