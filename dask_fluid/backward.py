@@ -452,21 +452,27 @@ def append_grad_ops(loss: Variable, descs: list[dict], parameter_list: Iterable 
 
 
 def param_grads_written(block: Block, descs: list[dict], parameter_list: Iterable | None,
-                        renamed: dict[str, str]) -> list[tuple[Parameter, Variable]]:
-    """Each trainable parameter (of ``parameter_list``, if given) with the gradient a
-    backward pass's ``descs`` wrote (under its ``renamed`` name), the last writer of each
-    tagged ``op_role_var = [param, grad]`` (Fluid 1.8's ``grad_info_map``).
+                        renamed: dict[str, str]) -> list[tuple[Variable, Variable]]:
+    """Each trainable parameter, or each variable of ``parameter_list`` when given (in its
+    order; any variable of the block, as in Fluid 1.8: a layer's output too), with the
+    gradient a backward pass's ``descs`` wrote (under its ``renamed`` name), the last writer
+    of each tagged ``op_role_var = [param, grad]`` (Fluid 1.8's ``grad_info_map``).
 
     Only this pass's gradients: an earlier pass (``fluid.gradients`` of a critic, before a
     gradient penalty's ``minimize``) may have declared one this pass never writes."""
     written = {n for d in descs for names in d["outputs"].values() for n in names}
-    wanted = None
-    if parameter_list is not None:
-        wanted = {p.name if isinstance(p, Variable) else str(p) for p in parameter_list}
+    if parameter_list is None:
+        chosen = [p for p in block.all_parameters() if p.trainable]
+    else:
+        names = dict.fromkeys(p.name if isinstance(p, Variable) else str(p)
+                              for p in parameter_list)
+        missing = [n for n in names if not block.has_var(n)]
+        if missing:
+            raise ValueError(f"parameter_list names {missing}, which are not variables of "
+                             "the loss's program")
+        chosen = [block.var(n) for n in names]
     params_grads = []
-    for param in block.all_parameters():
-        if not param.trainable or (wanted is not None and param.name not in wanted):
-            continue
+    for param in chosen:
         gname = grad_var_name(param.name)
         gname = renamed.get(gname, gname)
         if gname not in written or not block.has_var(gname):

@@ -120,7 +120,8 @@ def save_inference_model(dirname: str, feeded_var_names: Sequence[str],
     With ``export_for_deployment=False``, as Fluid 1.8: nothing is pruned; the whole program
     goes to ``<model_filename>.main_program`` and every persistable variable of it (optimizer
     state too) is saved, for further training. ``load_inference_model`` reads it back when
-    given that file name.
+    given that file name. The targets may then be empty (Fluid's book saves a training program
+    so), as the feeds may.
 
     Raises
     ------
@@ -141,8 +142,6 @@ def save_inference_model(dirname: str, feeded_var_names: Sequence[str],
             target_vars and all(isinstance(v, Variable) for v in target_vars)):
         raise ValueError("'target_vars' should be a list of Variable.")
     targets = [t.name if isinstance(t, Variable) else str(t) for t in target_vars]
-    if not targets:
-        raise ValueError("save_inference_model needs at least one target variable")
     program = _valid_program(main_program)
     if any(op.type == "auc" for op in program.global_block().ops):
         warnings.warn("please ensure that you have set the auc states to zeros before saving "

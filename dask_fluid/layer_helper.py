@@ -52,6 +52,9 @@ class LayerHelper:
         program from the parameters ``<name>_g`` and ``<name>_v``; see
         :meth:`_create_weight_normalize`.
         """
+        if not isinstance(attr, ParamAttr):  # a list of attrs where the layer takes one
+            raise TypeError(f"{self.name}: this parameter takes one ParamAttr, got "
+                            f"{type(attr).__name__} {attr!r}")
         suffix = "b" if is_bias else "w"
         name = attr.name or unique_name.generate(f"{self.name}.{suffix}")
         init = attr.initializer or default_initializer or (

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .initializer import Initializer
+from .regularizer import WeightDecayRegularizer
 
 
 class ParamAttr:
@@ -50,19 +51,26 @@ class ParamAttr:
         self.do_model_average = bool(do_model_average)
 
     @staticmethod
-    def _to_attr(arg: Any) -> ParamAttr | bool:
-        """Normalise what layers accept: None, False, a name, an initializer or a ParamAttr."""
-        if arg is None:
+    def _to_attr(arg: Any) -> ParamAttr | bool | list:
+        """Normalise what layers accept, as Fluid 1.8's ``ParamAttr._to_attr``: None or True
+        (the defaults), False (no parameter), a name, an initializer, a regularizer, a
+        ParamAttr, or a list or tuple of these (a list of the normalised items)."""
+        if arg is None or arg is True:
             return ParamAttr()
         if arg is False:
             return False
+        if isinstance(arg, (list, tuple)):
+            return [ParamAttr._to_attr(a) for a in arg]
         if isinstance(arg, ParamAttr):
             return arg
         if isinstance(arg, str):
             return ParamAttr(name=arg)
         if isinstance(arg, Initializer):
             return ParamAttr(initializer=arg)
-        raise TypeError(f"cannot use {type(arg).__name__} as a ParamAttr")
+        if isinstance(arg, WeightDecayRegularizer):
+            return ParamAttr(regularizer=arg)
+        raise TypeError(f"cannot use {type(arg).__name__} as a ParamAttr: pass None, a bool, "
+                        "a name, an Initializer, a regularizer or a ParamAttr")
 
 
 class WeightNormParamAttr(ParamAttr):

@@ -15,7 +15,9 @@ through to the outer scope (Fluid's step scopes):
 DynamicRNN (a ``while`` loop over LoD-tensor arrays there): the sequences are taken longest
 first (stable, Fluid's LoDRankTable) and step ``t`` sees the ``t``-th rows of the sequences
 that have one; ``static_inputs`` are LoD tensors whose sequences (one per step-input sequence)
-are reordered the same way and cut to the running ones; a memory's rows follow that order
+are reordered the same way and cut to the running ones (a static input without LoD has one row
+per sequence, as Fluid's ``reorder_lod_tensor_by_rank`` takes it, and stays without LoD in the
+step, as its ``shrink_rnn_memory`` leaves it); a memory's rows follow that order
 (``need_reorder`` reorders an init given in the sequences' own order) and lose the rows of
 sequences that ended (``shrink_rnn_memory``); each output row goes back where its input row
 was, so the outputs have the step inputs' LoD.
@@ -193,16 +195,22 @@ def _dynamic_plan(ins: dict, attrs: dict, op: Any) -> tuple[_Plan, tuple[int, ..
     return _plan(offsets), offsets
 
 
-def _static_layout(lod: Any, name: str, plan: _Plan) -> tuple[np.ndarray, list[int]]:
-    """The rows of a static input in rank order, and the offsets of its reordered sequences."""
-    offsets = np.asarray(_level0(lod, name, "static input"), dtype=np.int64)
+def _static_layout(lod: Any, name: str, plan: _Plan,
+                   rows: int) -> tuple[np.ndarray, list[int], bool]:
+    """The rows of a static input in rank order, the offsets of its reordered sequences, and
+    whether the step sees them as sequences (False: a tensor without LoD, one row each)."""
+    if lod:
+        offsets = np.asarray(_level0(lod, name, "static input"), dtype=np.int64)
+    else:  # Fluid: "a Tensor without lod, such as the output of sequence_pool_op"
+        offsets = np.arange(rows + 1, dtype=np.int64)
     if len(offsets) - 1 != plan.n_seq:
+        what = "sequences" if lod else "rows (no LoD: one row per sequence)"
         raise ValueError(f"DynamicRNN: the static input {name!r} has {len(offsets) - 1} "
-                         f"sequences, the step inputs {plan.n_seq}")
+                         f"{what}, the step inputs {plan.n_seq} sequences")
     parts = [np.arange(offsets[k], offsets[k + 1]) for k in plan.order]
     index = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     lengths = [len(p) for p in parts]
-    return index, [0, *np.cumsum(lengths).tolist()]
+    return index, [0, *np.cumsum(lengths).tolist()], bool(lod)
 
 
 def _dynamic_recurrent(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
@@ -223,12 +231,12 @@ def _dynamic_recurrent(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> 
             raise ValueError(f"DynamicRNN: the memory's init {name!r} has {rows} rows; it needs "
                              f"one per sequence ({plan.n_seq})")
         states.append(init[plan.order] if again else init)
-    layouts = [_static_layout(lod, name, plan) for name, lod in
+    values = ins.get("static_inputs") or []
+    layouts = [_static_layout(lod, name, plan, int(x.shape[0])) for name, lod, x in
                zip(op.input("static_inputs"), attrs["_lods"].get("static_inputs") or [],
-                   strict=True)]
-    statics = [(name, x, index, soff) for name, x, (index, soff) in
-               zip(op.input("static_inputs"), ins.get("static_inputs") or [], layouts,
-                   strict=True)]
+                   values, strict=True)]
+    statics = [(name, x, *layout) for name, x, layout in
+               zip(op.input("static_inputs"), values, layouts, strict=True)]
     block = ctx.program.block(attrs["sub_block"])
     names_in, names_out = op.input("inputs"), op.output("outputs")
     scopes: list[Any] = []
@@ -238,9 +246,9 @@ def _dynamic_recurrent(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> 
         for name, x in zip(names_in, ins["inputs"], strict=True):
             step.set(name, x[plan.rows[t]])
             step.lods[name] = None  # one row per running sequence: no sequences
-        for name, x, index, soff in statics:
+        for name, x, index, soff, seq in statics:
             step.set(name, x[index[:soff[n]]])
-            step.lods[name] = (tuple(soff[:n + 1]),)
+            step.lods[name] = (tuple(soff[:n + 1]),) if seq else None
         for name, value in zip(ex, states, strict=True):
             step.set(name, value[:n])  # the sequences that ended drop out (shrink_rnn_memory)
             step.lods[name] = None
@@ -306,7 +314,7 @@ def _dynamic_recurrent_grad(ins: dict, attrs: dict, outs: tuple, ctx: RunContext
         for k, name in enumerate(names_static):
             d = local.get(grad_var_name(name))
             if d is not None:
-                index, soff = layouts[k]
+                index, soff, _ = layouts[k]
                 static_grads[k][index[:soff[n]]] += d
         state_grads = [local.get(grad_var_name(name)) for name in ex]
         _add_param_grads(param_grads, local, params)

@@ -16,6 +16,7 @@ from . import (
     debug,
     detection_assign,
     detection_targets,
+    device,  # noqa: F401 - fluid.layers.device: get_places only, exports nothing
     distributions,
     image,
     image3d,

@@ -45,8 +45,10 @@ def data(name: str, shape: Sequence[int], dtype: Any = "float32", lod_level: int
     ----------
     name : str
         The key of this input in ``Executor.run(feed=...)`` and in the distributed runtimes.
-    shape : sequence of int
-        Per-example shape (``append_batch_size=True``) or the full shape.
+    shape : list or tuple of int or None
+        Per-example shape (``append_batch_size=True``) or the full shape. As in Fluid, a
+        None (read as -1) or negative dim turns ``append_batch_size`` off: the shape is then
+        the full shape.
     dtype : str
     lod_level : int
     append_batch_size : bool
@@ -55,7 +57,13 @@ def data(name: str, shape: Sequence[int], dtype: Any = "float32", lod_level: int
         then checked for their dtype only.
     stop_gradient : bool
     """
-    shape = [int(d) for d in shape]
+    if not isinstance(shape, (list, tuple)):
+        raise TypeError(f"data {name!r}: shape must be a list or tuple, got "
+                        f"{type(shape).__name__}")
+    # as Fluid 1.8: a None or negative dim means the shape already holds the batch dim
+    shape = [-1 if d is None else int(d) for d in shape]
+    if any(d < 0 for d in shape):
+        append_batch_size = False
     if append_batch_size:
         shape = [-1] + shape
     block = default_main_program().global_block()

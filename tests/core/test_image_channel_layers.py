@@ -107,7 +107,7 @@ def test_affine_channel_shuffle_space_to_depth():
         last = layers.affine_channel(x, scale=s6, bias=b6, data_layout="NHWC")
         shuf = layers.shuffle_channel(x, group=2)
         s2d = layers.space_to_depth(x, 2)
-        unknown = layers.space_to_depth(layers.data("u", [8, -1, 4]), 2)
+        unknown = layers.space_to_depth(layers.data("u", [-1, 8, -1, 4]), 2)
     op = _ops(main, "affine_channel")[0]
     assert op.input("Scale") == [s.name] and op.input("Bias") == [b.name]
     assert op.attr("data_layout") == "NCHW" and _ops(main, "relu")
