@@ -41,6 +41,11 @@ from .compiler import (
 from .data import data
 from .data_feeder import DataFeeder
 from .dygraph import disable_dygraph, enable_dygraph, load_dygraph, save_dygraph
+
+# Fluid 1.8's fluid/__init__.py does ``from .dygraph.layers import *`` and ``from .dygraph.nn
+# import *``: ``fluid.Layer``, ``fluid.Linear``, ``fluid.Conv2D`` ... (left out of its __all__)
+from .dygraph.layers import Layer  # noqa: F401
+from .dygraph.nn import *  # noqa: F403
 from .executor import (
     CPUPlace,
     CUDAPlace,

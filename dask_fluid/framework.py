@@ -66,6 +66,19 @@ def _dygraph_tracer_guard(tracer: Any) -> Iterator[None]:
         _tracer.reset(token)
 
 
+def refuse_in_dygraph(name: str) -> None:
+    """RuntimeError in dygraph mode: for the optimizers that work on whole programs, which
+    Fluid 1.8 refuses there with "In dygraph, don't support <name>."."""
+    if in_dygraph_mode():
+        raise RuntimeError(f"{name} does not work in dygraph mode (as Fluid 1.8: \"In "
+                           f"dygraph, don't support {name}.\"); build a static program")
+
+
+#: Fluid 1.8's name (``framework._dygraph_guard(tracer)``, which its jit.py and the 1.8 unit
+#: tests' ``is_equal_program`` import)
+_dygraph_guard = _dygraph_tracer_guard
+
+
 def install_hook(name: str, fn: Callable[..., Any]) -> None:
     """Install hook ``name`` (``"binary_op"``, ``"getitem"`` or ``"clip_from_dict"``, see
     :class:`_Hooks`)."""

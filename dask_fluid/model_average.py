@@ -27,6 +27,7 @@ from .framework import (
     default_startup_program,
     name_scope,
     program_guard,
+    refuse_in_dygraph,
 )
 from .initializer import ConstantInitializer
 from .layer_helper import LayerHelper
@@ -127,6 +128,7 @@ class ModelAverage(_Averaging):
     def __init__(self, average_window_rate: float, min_average_window: int = 10000,
                  max_average_window: int = 10000, regularization: Any = None,
                  name: str | None = None) -> None:
+        refuse_in_dygraph("ModelAverage")  # before it looks for a program's parameters
         if isinstance(average_window_rate, bool) or not isinstance(average_window_rate,
                                                                    (int, float)):
             raise TypeError(f"average_window_rate must be a number, got "
@@ -254,6 +256,7 @@ class ExponentialMovingAverage(_Averaging):
 
     def __init__(self, decay: float = 0.999, thres_steps: Variable | None = None,
                  name: str | None = None) -> None:
+        refuse_in_dygraph("ExponentialMovingAverage")
         if isinstance(decay, bool) or not isinstance(decay, (int, float)):
             raise TypeError(f"decay must be a number, got {type(decay).__name__}")
         if not 0.0 <= decay < 1.0:

@@ -34,6 +34,7 @@ from .framework import (
     default_main_program,
     in_dygraph_mode,
     program_guard,
+    refuse_in_dygraph,
 )
 from .initializer import ConstantInitializer
 from .layer_helper import LayerHelper
@@ -65,6 +66,20 @@ def _check_betas(beta1: float, beta2: float) -> tuple[float, float]:
     return float(beta1), float(beta2)
 
 
+def _check_learning_rate(value: Any) -> float:
+    """A number learning rate: a float, as Fluid 1.8's Optimizer requires (an int is a
+    TypeError there, and here); 0.0 included (1.8's tests build Adam(learning_rate=0.0) to
+    check restored state without training). Fluid 1.8 takes a negative or NaN rate too; here
+    it is refused, as before (a sign error more often than gradient ascent)."""
+    if not isinstance(value, float):
+        fix = f" (write {float(value)!r})" if isinstance(value, int) and \
+            not isinstance(value, bool) else ""
+        raise TypeError(f"learning rate should be a float, a Variable or (in dygraph mode) a "
+                        f"fluid.dygraph LearningRateDecay, got {type(value).__name__} "
+                        f"{value!r}{fix}")
+    return _check_positive("learning_rate", value, allow_zero=True)
+
+
 def _check_positive(name: str, value: Any, allow_zero: bool = False) -> float:
     try:
         v = float(value)
@@ -90,7 +105,7 @@ class Optimizer:
                                 "dygraph mode only; in a static program use the "
                                 "fluid.layers.*_decay functions")
         elif not isinstance(learning_rate, Variable):
-            learning_rate = _check_positive("learning_rate", learning_rate)
+            learning_rate = _check_learning_rate(learning_rate)
         self._learning_rate = learning_rate
         self.regularization = regularization
         if grad_clip is not None and not callable(grad_clip):
@@ -121,6 +136,13 @@ class Optimizer:
                 [1], self._learning_rate, dtype, persistable=True,
                 name=unique_name.generate("learning_rate"))
         return self._lr_var[id(program)]
+
+    def _next_schedule_rate(self, program: Program) -> None:
+        """A decay's rate of the next step (dygraph: one per minimize); a float or a variable
+        rate stays as it is."""
+        if _is_lr_schedule(self._learning_rate):
+            self._lr_var.pop(id(program), None)
+            self._global_learning_rate(program)
 
     def _param_lr(self, block, param: Parameter) -> Variable:
         lr = self._global_learning_rate(block.program, param.dtype)
@@ -186,18 +208,26 @@ class Optimizer:
             pairs = ((p, p._grad_ivar()) for p in parameter_list if p.trainable)
             return [(p, g) for p, g in pairs if g is not None]
         callbacks = [*(callbacks or ()), error_clip_callback]
-        return append_backward(loss, parameter_list, no_grad_set, callbacks)
+        pairs = append_backward(loss, parameter_list, no_grad_set, callbacks)
+        # what append_backward returns for a listed non-parameter or frozen parameter is
+        # not updated (Fluid 1.8's optimization pass skips parameters not trainable)
+        return [(p, g) for p, g in pairs if isinstance(p, Parameter) and p.trainable]
 
     def apply_gradients(self, params_grads: list[tuple[Parameter, Variable]]) -> list:
         """Clip, decay and optimize ops for sorted ``(param, grad)`` pairs."""
         params_grads = sorted(params_grads, key=lambda pg: pg[0].name)
+        if not params_grads and in_dygraph_mode():
+            # Fluid 1.8: no parameter has a gradient (no loss.backward() yet, or one that
+            # reached none of them): nothing is updated, but the step's learning rate is still
+            # taken, so a decay advances
+            self._next_schedule_rate(_dygraph_tracer().program)
+            return []
         if not params_grads:
             raise ValueError("the loss does not depend on any trainable parameter: "
                              "nothing to optimize" + (" (call loss.backward() before "
                                                       "minimize)" if in_dygraph_mode() else ""))
         program = params_grads[0][0].block.program
-        if _is_lr_schedule(self._learning_rate):
-            self._lr_var.pop(id(program), None)  # the schedule's next rate
+        self._next_schedule_rate(program)
         block = program.global_block()
         params_grads, table_op = self._update_distributed_table(program, params_grads)
         if not params_grads:  # the table is the only parameter
@@ -393,7 +423,7 @@ class Optimizer:
         RuntimeError
             The learning rate is a ``LearningRateDecay`` (the two would conflict).
         ValueError
-            A variable's shape is not ``[1]``, or the float is not > 0.
+            A variable's shape is not ``[1]``, or the float is negative.
         """
         tracer = self._require_dygraph("set_lr")
         if not isinstance(value, (Variable, float)):
@@ -404,7 +434,7 @@ class Optimizer:
                                "invoke this API, because this will lead to conflict.")
         key = id(tracer.program)
         if isinstance(value, float):
-            self._learning_rate = _check_positive("learning_rate", value)
+            self._learning_rate = _check_learning_rate(value)
             # the next minimize makes the rate variable afresh (a variable the caller passed
             # before is left as it is)
             self._lr_var.pop(key, None)
@@ -898,10 +928,7 @@ class DGCMomentumOptimizer(Optimizer):
                  parameter_list: Any = None, use_nesterov: bool = False,
                  num_trainers: int | None = None, regularization: Any = None,
                  grad_clip: Any = None, name: str | None = None) -> None:
-        if in_dygraph_mode():
-            raise RuntimeError("DGCMomentumOptimizer does not work in dygraph mode (as Fluid "
-                               "1.8: \"In dygraph, don't support DGCMomentumOptimizer.\"); "
-                               "build a static program")
+        refuse_in_dygraph("DGCMomentumOptimizer")
         if learning_rate is None or momentum is None:
             raise ValueError("DGCMomentumOptimizer needs learning_rate and momentum")
         super().__init__(learning_rate, parameter_list, regularization, grad_clip, name)

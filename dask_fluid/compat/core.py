@@ -2,7 +2,8 @@
 
 Implemented: :func:`is_compiled_with_cuda` (True when CuPy can use a GPU),
 :func:`get_cuda_device_count`, the places, :class:`Scope`, :class:`LoDTensor`
-(:mod:`dask_fluid.lod`) and :class:`EOFException`. Any other name raises AttributeError naming it.
+(:mod:`dask_fluid.lod`), :class:`EOFException` and :class:`VarBase` (the dygraph variable,
+for ``isinstance`` checks). Any other name raises AttributeError naming it.
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..compiler import _cuda_device_count
+from ..dygraph.varbase import VarBase
 from ..executor import CPUPlace, CUDAPlace, Scope
 from ..lod import LoDTensor
 from ..places import CUDAPinnedPlace
 from ..py_reader import EOFException
 
 __all__ = ["CPUPlace", "CUDAPinnedPlace", "CUDAPlace", "EOFException", "LoDTensor", "Scope",
-           "get_cuda_device_count", "is_compiled_with_cuda"]
+           "VarBase", "get_cuda_device_count", "is_compiled_with_cuda"]
 
 
 def is_compiled_with_cuda() -> bool:

@@ -40,22 +40,22 @@ class BackwardStrategy:
 def run_backward(loss: VarBase, backward_strategy: BackwardStrategy | None = None) -> None:
     """Differentiate ``loss`` and add the gradients into the variables it depends on.
 
+    A ``loss`` that depends on nothing that needs a gradient (computed under ``no_grad``,
+    or only from variables with ``stop_gradient=True``), or whose ``stop_gradient`` was set
+    after it was computed, is skipped: no gradient changes (Fluid 1.8's
+    ``BasicEngine::Init``: "Skip auto grad since there is no grad op for var or loss is
+    stop_gradient=True").
+
     Raises
     ------
-    ValueError
-        ``loss`` depends on nothing that needs a gradient (computed under ``no_grad``, or
-        only from variables with ``stop_gradient=True``).
     TypeError
         ``backward_strategy`` is not a BackwardStrategy.
     """
     if backward_strategy is not None and not isinstance(backward_strategy, BackwardStrategy):
         raise TypeError(f"backward_strategy must be a fluid.dygraph.BackwardStrategy, got "
                         f"{type(backward_strategy).__name__}")
-    if loss._node is None:
-        raise ValueError(
-            f"{loss.name!r} depends on no variable that needs a gradient (computed under "
-            "no_grad, or only from variables with stop_gradient=True): nothing to "
-            "differentiate")
+    if loss._node is None or loss.stop_gradient:
+        return
     forward, grads = _differentiate([loss], [None], set())
     for name, var in forward.leaves.items():
         grad = grads.get(name + GRAD_SUFFIX)
@@ -63,8 +63,15 @@ def run_backward(loss: VarBase, backward_strategy: BackwardStrategy | None = Non
             var._add_grad(grad)
     for name, ref in forward.outputs.items():
         var = ref()
+        if var is None:
+            continue
         grad = grads.get(name + GRAD_SUFFIX)
-        if var is not None and grad is not None:
+        if grad is None and name in forward.zero_grads:
+            # a gradient a grad op reads that no op produced (the unused part of a split):
+            # Fluid 1.8's engine fills it with zeros, and the variable's gradient is that
+            value = forward.values[name]
+            grad = array_module(value).zeros(value.shape, dtype=value.dtype)
+        if grad is not None:
             var._grad = grad  # an intermediate value: its gradient in this pass
 
 
@@ -127,19 +134,39 @@ def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: Any 
             var = ref()
             if var is not None:
                 by_var.setdefault(id(var), name)
-        tracer = ins[0].block.program._tracer
         for i, var in enumerate(ins):
             name = by_var.get(id(var))
-            value = None if name is None else grads.get(name + GRAD_SUFFIX)
-            if isinstance(value, VarBase):
-                results[i] = value
-            elif value is not None:
-                results[i] = tracer.wrap(value, name=var.name + GRAD_SUFFIX)
+            results[i] = None if name is None else grads.get(name + GRAD_SUFFIX)
+    # an output that is a leaf (no op behind it) and one of the inputs: its grad_output goes
+    # to that input as it is (Fluid 1.8: grad([x], [x]) is ones, grad([x + 1, x], [x]) twos)
+    for out, seed in zip(outs, seeds, strict=True):
+        if out._node is None:
+            for i, var in enumerate(ins):
+                if var is out:
+                    results[i] = _plus_seed(results[i], out, seed, bool(create_graph))
+    tracer = ins[0].block.program._tracer
+    for i, (var, value) in enumerate(zip(ins, results, strict=True)):
+        if value is not None and not isinstance(value, VarBase):
+            results[i] = tracer.wrap(value, name=var.name + GRAD_SUFFIX)
     for var, result in zip(ins, results, strict=True):
         if result is None and not allow_unused:
             raise ValueError(f"grad: the outputs do not depend on input {var.name!r} (pass "
                              "allow_unused=True to get None for it)")
     return results
+
+
+def _plus_seed(current: Any, out: VarBase, seed: VarBase | None, create_graph: bool) -> Any:
+    """``current`` (None, an array, or with ``create_graph`` a traced variable) plus the
+    gradient ``out`` starts from (``seed``'s value, or ones of ``out``'s shape)."""
+    value = out._checked_value()
+    start = (array_module(value).ones(value.shape, dtype=value.dtype) if seed is None
+             else seed._checked_value().copy())
+    if not create_graph:
+        return start if current is None else current + start
+    tracer = out.block.program._tracer
+    # a new leaf: differentiable again, as the gradients create_graph returns are
+    start_var = tracer.wrap(start, stop_gradient=False)
+    return start_var if current is None else current + start_var
 
 
 def _differentiate(targets: list[VarBase], seeds: list, blocked: set[str],
@@ -161,6 +188,7 @@ def _differentiate(targets: list[VarBase], seeds: list, blocked: set[str],
         if seed is not None:
             forward.seed_vars[name] = seed
     plan = _plan(tracer, forward, seed_names)
+    forward.zero_grads = plan.zero_grads
     if create_graph:
         return forward, _trace_grad_ops(tracer, forward, plan.block)
     scope = Scope()
@@ -184,6 +212,9 @@ class _Plan:
     program: Program
     block: Any
     executor: Executor
+    #: forward values whose gradient a grad op reads but no grad op produces (the unused
+    #: outputs of a split): Fluid 1.8's engine fills those with zeros
+    zero_grads: frozenset[str] = frozenset()
 
 
 #: grad programs kept per tracer (graphs of different shapes: a model's train and eval
@@ -212,10 +243,27 @@ def _plan(tracer: Any, forward: _SSAProgram, seed_names: list[str]) -> _Plan:
         create_grad_vars(gblock, descs, seed_names)
         for desc in descs:
             gblock.append_op(desc["type"], desc["inputs"], desc["outputs"], desc["attrs"])
-    plan = plans[key] = _Plan(program, gblock, Executor(tracer.place))
+    plan = plans[key] = _Plan(program, gblock, Executor(tracer.place),
+                              _ungenerated_grads(block, descs))
     if len(plans) > _PLANS_KEPT:
         plans.popitem(last=False)
     return plan
+
+
+def _ungenerated_grads(block: Block, descs: list[dict]) -> frozenset[str]:
+    """The forward outputs whose gradient a grad op takes (its slot ``<Out>@GRAD``) but that
+    no grad op wrote (the static pass passes ``@EMPTY@`` there)."""
+    names = set()
+    for desc in descs:
+        if desc.get("forward_op") is None:  # the sums of repeated gradients
+            continue
+        op = block.ops[desc["forward_op"]]
+        for slot, grads in desc["inputs"].items():
+            outs = op.outputs.get(slot[:-len(GRAD_SUFFIX)]) if slot.endswith(GRAD_SUFFIX) \
+                else None
+            if outs is not None and len(outs) == len(grads):
+                names.update(o for o, g in zip(outs, grads, strict=True) if g == EMPTY_VAR)
+    return frozenset(names)
 
 
 def _real_names(message: str, real: dict[str, str]) -> str:
@@ -299,6 +347,8 @@ class _SSAProgram:
         self.outputs: dict[str, Any] = {}
         #: seed gradient name -> the caller's grad_output variable
         self.seed_vars: dict[str, VarBase] = {}
+        #: the values whose gradient is zeros when none arrives (:attr:`_Plan.zero_grads`)
+        self.zero_grads: frozenset[str] = frozenset()
         self._vars: list[tuple] = []  # (name, shape, dtype, type, stop_gradient)
         self._ops: list[tuple] = []  # (type, inputs, outputs, attrs)
         shape: list[tuple] = []

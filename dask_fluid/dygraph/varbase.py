@@ -98,9 +98,12 @@ class VarBase(Variable):
         return fetched(np.array(value, copy=True) if isinstance(value, np.ndarray)
                        else to_host(value))
 
-    def value(self) -> LoDTensor:
-        """The value as a LoDTensor (Fluid's ``VarBase.value().get_tensor()`` reads it)."""
-        return LoDTensor._of(self._checked_value(), self._lod, None)
+    def value(self) -> _ValueTensor:
+        """The variable's value as a LoDTensor that is the variable's storage (Fluid 1.8's
+        ``VarBase.value()``, the core Variable, and its ``get_tensor()``, in one): reading it
+        gives the current value, ``set(array, place)`` and ``set_lod`` write the variable."""
+        self._checked_value()
+        return _ValueTensor(self)
 
     def set_value(self, value: Any) -> None:
         """Replace the value by ``value`` (an array or a VarBase) of the same shape and
@@ -229,6 +232,37 @@ class VarBase(Variable):
             raise TypeError(f"{self.name!r} ({self.dtype}) cannot be used as an index: only "
                             "integer variables can")
         return int(self._scalar("an index"))
+
+
+class _ValueTensor(LoDTensor):
+    """What ``VarBase.value()`` returns: a LoDTensor whose array and LoD are the variable's
+    (Fluid 1.8 shares the tensor), so ``value().get_tensor().set(array, place)`` overwrites
+    the variable, as 1.8 scripts do to load or zero parameters."""
+
+    def __init__(self, var: VarBase) -> None:  # no LoDTensor.__init__: it would clear _array
+        self._var = var
+        tracer = getattr(var.block.program, "_tracer", None)
+        self._place = tracer.place if tracer is not None else None
+
+    @property
+    def _array(self) -> Any:
+        return self._var._value
+
+    @_array.setter
+    def _array(self, value: Any) -> None:
+        self._var._value = value
+
+    @property
+    def _lod(self) -> tuple:
+        return self._var._lod
+
+    @_lod.setter
+    def _lod(self, lod: tuple) -> None:
+        self._var._lod = tuple(lod)
+
+    def get_tensor(self) -> _ValueTensor:
+        """The tensor of this variable (Fluid's ``Variable.get_tensor()``): itself."""
+        return self
 
 
 def var_list(value: Any, what: str, where: str) -> list[VarBase]:

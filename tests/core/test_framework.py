@@ -222,10 +222,17 @@ def test_minimize_without_parameters_is_an_error():
             fluid.optimizer.SGD(0.1).minimize(loss)
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, float("nan")])
+@pytest.mark.parametrize("bad", [-1.0, float("nan")])
 def test_optimizer_rejects_bad_learning_rate(bad):
     with pytest.raises(ValueError, match="learning_rate"):
         fluid.optimizer.SGD(bad)
+
+
+def test_optimizer_learning_rate_is_a_float_and_may_be_zero():
+    # Fluid 1.8's Optimizer checks the type: a float (or a Variable), an int is refused
+    with pytest.raises(TypeError, match=r"learning rate should be a float.*write 1\.0"):
+        fluid.optimizer.SGD(1)
+    assert fluid.optimizer.SGD(0.0)._learning_rate == 0.0
 
 
 def test_seeded_startup_is_deterministic_and_distinct_per_param():

@@ -1,0 +1,231 @@
+"""Dygraph behaviours Fluid 1.8's test_imperative_*.py rely on (regression tests for the
+differences a run of those tests found): TracedLayer sharing the layer's parameters and
+naming its program as 1.8's tracer, ``minimize`` without ``backward``, a zero learning rate,
+``grad`` of leaf outputs, skipped backward passes, zero gradients of unused split outputs,
+``value().get_tensor().set``, and the ``paddle.fluid`` names 1.8 exports."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+import dask_fluid as fluid
+from dask_fluid import compat, dygraph
+from dask_fluid.dygraph import Linear, TracedLayer, to_variable
+
+X = np.array([[1.0, 2.0, 3.0]], dtype="float32")
+
+
+# -- TracedLayer ------------------------------------------------------------------------------
+def test_traced_layer_runs_with_the_current_parameters():
+    """Non regression: the traced program copied the parameters at trace time."""
+    with dygraph.guard(fluid.CPUPlace()):
+        model = Linear(3, 2)
+        x = to_variable(X)
+        _, traced = TracedLayer.trace(model, inputs=[x])
+        opt = fluid.optimizer.SGD(0.5, parameter_list=model.parameters())
+        loss = fluid.layers.reduce_sum(model(x))
+        loss.backward()
+        opt.minimize(loss)
+        w, b = model.weight.numpy(), model.bias.numpy()
+        np.testing.assert_allclose(traced([X])[0], X @ w + b, rtol=1e-6)
+        model.weight.set_value(np.zeros((3, 2), "float32"))
+        model.bias.set_value(np.array([1.0, -2.0], "float32"))
+        np.testing.assert_array_equal(traced([X])[0], [[1.0, -2.0]])
+
+
+def test_traced_program_is_named_as_fluid_18s_tracer():
+    """feed_i for the inputs, fetch_i for the outputs, t_i for the rest in op order;
+    parameters keep their names: tracing twice gives the same program."""
+    with dygraph.guard(fluid.CPUPlace()):
+        model = Linear(3, 2, act="relu")
+        x = to_variable(X)
+        programs = []
+        for _ in range(2):
+            _, traced = TracedLayer.trace(model, inputs=[x])
+            block = traced.program.global_block()
+            programs.append(([(op.type, op.input_arg_names, op.output_arg_names)
+                              for op in block.ops], sorted(block.vars)))
+            w, b = model.weight.name, model.bias.name
+            assert programs[-1] == (
+                [("matmul", ["feed_0", w], ["t_0"]),
+                 ("elementwise_add", ["t_0", b], ["t_1"]),
+                 ("relu", ["t_1"], ["fetch_0"])],
+                sorted(["feed_0", "fetch_0", "t_0", "t_1", w, b]))
+            assert block.var(w).persistable and not block.var("t_0").persistable
+        assert programs[0] == programs[1]
+
+
+def test_framework_has_fluid_18s_dygraph_guard():
+    from dask_fluid.framework import _dygraph_guard, in_dygraph_mode
+
+    with dygraph.guard(fluid.CPUPlace()):
+        with _dygraph_guard(None):
+            assert not in_dygraph_mode()
+        assert in_dygraph_mode()
+
+
+# -- optimizers -------------------------------------------------------------------------------
+def test_minimize_without_backward_updates_nothing_and_advances_the_decay():
+    """Fluid 1.8's TestOptimizerLearningRate.test_lr_decay: minimize(loss) with no gradient."""
+    with dygraph.guard(fluid.CPUPlace()):
+        model = Linear(10, 10)
+        loss = fluid.layers.reduce_mean(model(to_variable(np.ones((10, 10), "float32"))))
+        before = [p.numpy() for p in model.parameters()]
+        adam = fluid.optimizer.Adam(dygraph.PiecewiseDecay([2, 4], [0.2, 0.4, 0.6], 0),
+                                    parameter_list=model.parameters())
+        rates = []
+        for _ in range(5):
+            adam.minimize(loss)
+            rates.append(adam.current_step_lr())
+        np.testing.assert_allclose(rates, [0.2, 0.2, 0.4, 0.4, 0.6], rtol=1e-6)
+        for param, value in zip(model.parameters(), before, strict=True):
+            np.testing.assert_array_equal(param.numpy(), value)
+
+
+@pytest.mark.parametrize("make", [
+    lambda lr, ps: fluid.optimizer.SGD(lr, parameter_list=ps),
+    lambda lr, ps: fluid.optimizer.Momentum(lr, 0.9, parameter_list=ps),
+    lambda lr, ps: fluid.optimizer.Adam(learning_rate=lr, beta1=0.8, beta2=0.6,
+                                        parameter_list=ps),
+    lambda lr, ps: fluid.optimizer.Adagrad(lr, parameter_list=ps),
+    lambda lr, ps: fluid.optimizer.RMSProp(lr, parameter_list=ps),
+])
+def test_a_zero_learning_rate_trains_nothing(make):
+    """Fluid 1.8's test_imperative_save_load builds Adam(learning_rate=0.0, ...)."""
+    with dygraph.guard(fluid.CPUPlace()):
+        model = Linear(3, 2)
+        opt = make(0.0, model.parameters())
+        before = [p.numpy() for p in model.parameters()]
+        loss = fluid.layers.reduce_sum(model(to_variable(X)))
+        loss.backward()
+        opt.minimize(loss)
+        for param, value in zip(model.parameters(), before, strict=True):
+            np.testing.assert_array_equal(param.numpy(), value)
+        assert opt.current_step_lr() == 0.0
+
+
+def test_a_zero_learning_rate_in_a_static_program():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[3])
+        loss = fluid.layers.reduce_sum(fluid.layers.fc(x, 2))
+        fluid.optimizer.SGD(0.0).minimize(loss)
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    names = [p.name for p in main.global_block().all_parameters()]
+    before = [np.array(scope.get(n)) for n in names]
+    exe.run(main, feed={"x": X}, fetch_list=[loss], scope=scope)
+    for name, value in zip(names, before, strict=True):
+        np.testing.assert_array_equal(np.array(scope.get(name)), value)
+
+
+def test_an_int_learning_rate_is_a_type_error_as_in_fluid_18():
+    with pytest.raises(TypeError, match=r"float.*got int 1 \(write 1.0\)"):
+        fluid.optimizer.SGD(1)
+    with dygraph.guard(fluid.CPUPlace()):
+        with pytest.raises(TypeError, match="LearningRateDecay"):
+            fluid.optimizer.Adam(0, parameter_list=Linear(2, 2).parameters())
+
+
+@pytest.mark.parametrize("name", ["ModelAverage", "ExponentialMovingAverage"])
+def test_averaging_optimizers_say_they_do_not_work_in_dygraph_mode(name):
+    make = {"ModelAverage": lambda: fluid.optimizer.ModelAverage(0.15),
+            "ExponentialMovingAverage": lambda: fluid.optimizer.ExponentialMovingAverage(0.999)}
+    with dygraph.guard(fluid.CPUPlace()):
+        Linear(2, 2)
+        with pytest.raises(RuntimeError, match=f"don't support {name}"):
+            make[name]()
+
+
+# -- gradients --------------------------------------------------------------------------------
+def test_grad_of_an_output_that_is_the_input():
+    """Fluid 1.8's test_imperative_double_grad test_simple_example."""
+    xv = np.random.default_rng(0).random((2, 3)).astype("float32")
+    with dygraph.guard(fluid.CPUPlace()):
+        x = to_variable(xv)
+        x.stop_gradient = False
+        y = x + 1.0
+        for create_graph in (False, True):
+            (dx,) = dygraph.grad([x], [x], create_graph=create_graph)
+            np.testing.assert_array_equal(dx.numpy(), np.ones((2, 3)))
+            assert dx.stop_gradient != create_graph
+            (twice,) = dygraph.grad([y, x], [x], create_graph=create_graph)
+            np.testing.assert_array_equal(twice.numpy(), np.full((2, 3), 2.0))
+            assert twice.stop_gradient != create_graph
+            (dy,) = dygraph.grad([x, y], [y], create_graph=create_graph)
+            np.testing.assert_array_equal(dy.numpy(), np.ones((2, 3)))
+            assert dygraph.grad([x], [y], allow_unused=True) == [None]
+        seed = to_variable(np.full((2, 3), 3.0, "float32"))
+        (dx,) = dygraph.grad([y, x], [x], grad_outputs=[None, seed])
+        np.testing.assert_array_equal(dx.numpy(), np.full((2, 3), 4.0))
+
+
+def test_backward_of_a_loss_that_stops_gradients_is_skipped():
+    """Fluid 1.8's test_auto_prune9: stop_gradient set after the forward pass; and
+    test_case4_with_no_grad_op_maker: a loss with no grad op behind it."""
+    with dygraph.guard(fluid.CPUPlace()):
+        linear, linear2 = Linear(13, 5), Linear(5, 3)
+        out1 = linear(to_variable(np.arange(26).reshape(2, 13).astype("float32")))
+        out2 = linear2(out1)
+        before = [p.numpy() for p in linear.parameters() + linear2.parameters()]
+        out2.stop_gradient = True
+        out2.backward()
+        assert linear2.weight._grad_ivar() is None and linear.weight.gradient() is None
+        opt = fluid.optimizer.SGD(0.003, parameter_list=linear.parameters() +
+                                  linear2.parameters())
+        opt.minimize(out2)
+        for param, value in zip(linear.parameters() + linear2.parameters(), before,
+                                strict=True):
+            np.testing.assert_array_equal(param.numpy(), value)
+        out = fluid.layers.gaussian_random(shape=[20, 30])
+        fluid.layers.mean(out).backward()
+        assert out.gradient() is None
+
+
+def test_an_unused_split_output_gets_a_zero_gradient():
+    """Fluid 1.8's engine fills the gradients a grad op reads that nothing produced with zeros
+    (BasicEngine::CheckBackwardInputs), test_auto_prune3/5's part2."""
+    with dygraph.guard(fluid.CPUPlace()):
+        lin = Linear(4, 6)
+        feat = lin(to_variable(np.ones((2, 4), "float32")))
+        part1, part2 = fluid.layers.split(feat, num_or_sections=[2, 4], dim=1)
+        loss = fluid.layers.reduce_sum(part1 * 3.0)
+        loss.backward()
+        np.testing.assert_array_equal(part2.gradient(), np.zeros((2, 4), "float32"))
+        np.testing.assert_array_equal(part1.gradient(), np.full((2, 2), 3.0, "float32"))
+        expected_w = np.zeros((4, 6), "float32")
+        expected_w[:, :2] = 2 * 3.0  # two rows of ones, each column of part1 times 3
+        np.testing.assert_array_equal(lin.weight.gradient(), expected_w)
+
+
+# -- values and names -------------------------------------------------------------------------
+def test_value_get_tensor_set_writes_the_variable():
+    """Fluid 1.8's test_imperative_save_load zeroes parameters this way."""
+    with dygraph.guard(fluid.CPUPlace()):
+        lin = Linear(2, 2)
+        tensor = lin.weight.value().get_tensor()
+        tensor.set(np.zeros((2, 2), "float32"), fluid.CPUPlace())
+        np.testing.assert_array_equal(lin.weight.numpy(), np.zeros((2, 2)))
+        lin.weight.set_value(np.eye(2, dtype="float32"))
+        np.testing.assert_array_equal(np.array(tensor), np.eye(2))  # reads the current value
+        np.testing.assert_array_equal(np.array(lin.weight.value()), np.eye(2))
+
+
+def test_paddle_fluid_has_fluid_18s_names():
+    compat.install()
+    try:
+        paddle_fluid = importlib.import_module("paddle.fluid")
+        core = importlib.import_module("paddle.fluid.core")
+        for name in ("Layer", "Linear", "Conv2D", "Pool2D", "Embedding", "BatchNorm",
+                     "LayerNorm", "GRUUnit", "NCE", "PRelu", "Dropout", "GroupNorm",
+                     "SpectralNorm", "TreeConv", "Conv3D", "Conv2DTranspose", "Conv3DTranspose",
+                     "BilinearTensorProduct", "InstanceNorm"):
+            assert getattr(paddle_fluid, name) is getattr(dygraph, name)
+        with dygraph.guard(fluid.CPUPlace()):
+            assert isinstance(Linear(2, 2).weight, core.VarBase)
+            assert isinstance(to_variable(X), core.VarBase)
+    finally:
+        compat.uninstall()
