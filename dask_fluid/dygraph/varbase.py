@@ -98,7 +98,7 @@ class VarBase(Variable):
         return fetched(np.array(value, copy=True) if isinstance(value, np.ndarray)
                        else to_host(value))
 
-    def value(self) -> _ValueTensor:
+    def value(self) -> LoDTensor:
         """The variable's value as a LoDTensor that is the variable's storage (Fluid 1.8's
         ``VarBase.value()``, the core Variable, and its ``get_tensor()``, in one): reading it
         gives the current value, ``set(array, place)`` and ``set_lod`` write the variable."""
