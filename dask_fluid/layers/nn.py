@@ -130,12 +130,22 @@ def clip(x: Variable, min: float, max: float, name: str | None = None) -> Variab
     return _unary("clip", x, name, min=float(min), max=float(max))
 
 
-def scale(x: Variable, scale: float = 1.0, bias: float = 0.0, bias_after_scale: bool = True,
-          act: str | None = None, name: str | None = None) -> Variable:
-    """``scale * x + bias`` (or ``scale * (x + bias)``)."""
+def scale(x: Variable, scale: float | Variable = 1.0, bias: float = 0.0,
+          bias_after_scale: bool = True, act: str | None = None,
+          name: str | None = None) -> Variable:
+    """``scale * x + bias`` (or ``scale * (x + bias)``); a ``scale`` Variable of one element
+    is read at run time (the op's ``ScaleTensor``, as Fluid 1.8)."""
+    if not isinstance(scale, Variable):
+        helper = LayerHelper("scale", name)
+        out = _unary("scale", x, None, scale=float(scale), bias=float(bias),
+                     bias_after_scale=bool(bias_after_scale))
+        return helper.append_activation(out, act)
+    _check_var(x, "x", "scale")
     helper = LayerHelper("scale", name)
-    out = _unary("scale", x, None, scale=float(scale), bias=float(bias),
-                 bias_after_scale=bool(bias_after_scale))
+    out = helper.create_tmp(dtype=x.dtype, shape=x.shape)
+    helper.append_op("scale", inputs={"X": [x], "ScaleTensor": [scale]}, outputs={"Out": [out]},
+                     attrs={"scale": 1.0, "bias": float(bias),
+                            "bias_after_scale": bool(bias_after_scale)})
     return helper.append_activation(out, act)
 
 

@@ -33,7 +33,8 @@ def _layout_channels(input: Variable, data_layout: str, layer: str) -> tuple[lis
 
 
 def batch_norm(input: Variable, act: str | None = None, is_test: bool = False,
-               momentum: float = 0.9, epsilon: float = 1e-05, param_attr: Any = None,
+               momentum: float | Variable = 0.9, epsilon: float = 1e-05,
+               param_attr: Any = None,
                bias_attr: Any = None, data_layout: str = "NCHW", in_place: bool = False,
                name: str | None = None, moving_mean_name: str | None = None,
                moving_variance_name: str | None = None,
@@ -44,6 +45,7 @@ def batch_norm(input: Variable, act: str | None = None, is_test: bool = False,
     Creates the scale (ones) and bias (zeros) parameters and, as Fluid does, the moving mean
     (zeros) and variance (ones) as non-trainable parameters (``<name>.w_1``, ``<name>.w_2``)
     that the op updates in place while training. ``clone(for_test=True)`` sets ``is_test``.
+    A ``momentum`` Variable of one element is read at each run (the op's ``MomentumTensor``).
     """
     _check_var(input, "input", "batch_norm")
     shape, channels = _layout_channels(input, data_layout, "batch_norm")
@@ -69,12 +71,15 @@ def batch_norm(input: Variable, act: str | None = None, is_test: bool = False,
     saved_mean = helper.create_tmp(dtype=dtype, shape=[channels], stop_gradient=True)
     saved_variance = helper.create_tmp(dtype=dtype, shape=[channels], stop_gradient=True)
     out = input if in_place else helper.create_tmp(dtype=dtype, shape=shape)
-    helper.append_op("batch_norm",
-                     inputs={"X": [input], "Scale": [scale], "Bias": [bias], "Mean": [mean],
-                             "Variance": [variance]},
+    inputs = {"X": [input], "Scale": [scale], "Bias": [bias], "Mean": [mean],
+              "Variance": [variance]}
+    if isinstance(momentum, Variable):  # read at run time (a schedule), as Fluid 1.8
+        inputs["MomentumTensor"] = [momentum]
+    helper.append_op("batch_norm", inputs=inputs,
                      outputs={"Y": [out], "MeanOut": [mean], "VarianceOut": [variance],
                               "SavedMean": [saved_mean], "SavedVariance": [saved_variance]},
-                     attrs={"momentum": float(momentum), "epsilon": float(epsilon),
+                     attrs={"momentum": 0.9 if isinstance(momentum, Variable) else
+                            float(momentum), "epsilon": float(epsilon),
                             "is_test": bool(is_test), "data_layout": data_layout,
                             "use_mkldnn": False, "fuse_with_relu": False,
                             "use_global_stats": bool(use_global_stats)})

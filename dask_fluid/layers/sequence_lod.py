@@ -163,6 +163,8 @@ def lod_reset(x: Variable, y: Variable | None = None,
     _check_var(x, "x", "lod_reset")
     helper = LayerHelper("lod_reset")
     out = _like(helper, x)
+    # Fluid's LoDResetOpVarTypeInference: y's LoD levels (at least 1), else 1
+    out.lod_level = max(getattr(y, "lod_level", 0) or 0, 1)
     if y is not None:
         _check_var(y, "y", "lod_reset")
         helper.append_op("lod_reset", inputs={"X": [x], "Y": [y]}, outputs={"Out": [out]})

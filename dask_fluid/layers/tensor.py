@@ -527,18 +527,28 @@ def transpose(x: Variable, perm: Sequence[int], name: str | None = None) -> Vari
     return out
 
 
-def one_hot(input: Variable, depth: int, allow_out_of_range: bool = False) -> Variable:
-    """Ids ``[..., 1]`` as float32 one-hot rows ``[..., depth]`` (``one_hot``)."""
+def one_hot(input: Variable, depth: int | Variable, allow_out_of_range: bool = False
+            ) -> Variable:
+    """Ids ``[..., 1]`` as float32 one-hot rows ``[..., depth]`` (``one_hot``); a ``depth``
+    Variable of one element is read at run time (the op's ``depth_tensor``, as Fluid 1.8)."""
     _check_var(input, "input", "one_hot")
-    if not isinstance(depth, int) or depth <= 0:
-        raise ValueError(f"one_hot: depth must be a positive int, got {depth!r}")
+    by_tensor = isinstance(depth, Variable)
+    if not by_tensor and (not isinstance(depth, int) or depth <= 0):
+        raise ValueError(f"one_hot: depth must be a positive int or a Variable, got {depth!r}")
     shape = list(input.shape or ())
     if shape and shape[-1] != 1:
         raise ValueError(f"one_hot: the last dim of {input.name!r} must be 1, got {shape}")
     helper = LayerHelper("one_hot")
-    out = helper.create_tmp(dtype="float32", shape=shape[:-1] + [depth], stop_gradient=True)
-    helper.append_op("one_hot", inputs={"X": [input]}, outputs={"Out": [out]},
-                     attrs={"depth": depth, "allow_out_of_range": bool(allow_out_of_range)})
+    out = helper.create_tmp(dtype="float32", shape=shape[:-1] + [-1 if by_tensor else depth],
+                            stop_gradient=True)
+    inputs = {"X": [input]}
+    attrs: dict[str, Any] = {"allow_out_of_range": bool(allow_out_of_range)}
+    if by_tensor:
+        depth.stop_gradient = True
+        inputs["depth_tensor"] = [depth]
+    else:
+        attrs["depth"] = depth
+    helper.append_op("one_hot", inputs=inputs, outputs={"Out": [out]}, attrs=attrs)
     return out
 
 

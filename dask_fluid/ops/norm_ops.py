@@ -15,7 +15,7 @@ from typing import Any
 
 from . import image_channel_ops  # noqa: F401  (instance_norm_grad, given a grad maker below)
 from .math_ops import double_grad_maker
-from .registry import GRAD, array_module, register, set_grad
+from .registry import GRAD, array_module, register, set_grad, to_host
 from .selected_rows import grad_maker, grad_slots
 
 BN_ATTRS = {"momentum": 0.9, "epsilon": 1e-5, "is_test": False, "data_layout": "NCHW",
@@ -68,9 +68,9 @@ def _per_channel(xp: Any, axis: int, a: Any, b: Any = None) -> Any:
     return xp.einsum(f"{spec},{spec}->c", a.reshape(shape), b.reshape(shape))
 
 
-@register("batch_norm", ("X", "Scale", "Bias", "Mean", "Variance"),
+@register("batch_norm", ("X", "Scale", "Bias", "Mean", "Variance", "MomentumTensor"),
           ("Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance"), BN_ATTRS,
-          grad=bn_grad_maker)
+          optional=("MomentumTensor",), grad=bn_grad_maker)
 def batch_norm(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Y = (X − mean) / sqrt(var + ε) · Scale + Bias per channel (see the module docstring)."""
     x, scale, bias = ins["X"][0], ins["Scale"][0], ins["Bias"][0]
@@ -91,6 +91,8 @@ def batch_norm(ins: dict, attrs: dict, outs: tuple) -> dict:
     y *= (inv_std * scale).reshape(shape).astype(y.dtype, copy=False)
     y += bias.reshape(shape).astype(y.dtype, copy=False)
     m = x.dtype.type(attrs.get("momentum", 0.9))
+    if ins.get("MomentumTensor") and ins["MomentumTensor"][0] is not None:  # as Fluid's kernel
+        m = x.dtype.type(to_host(ins["MomentumTensor"][0]).reshape(-1)[0])
     mean_out = (mean * m + batch_mean * (1 - m)).astype(mean.dtype, copy=False)
     var_out = (var * m + batch_var * (1 - m)).astype(var.dtype, copy=False)
     return {"Y": [y.astype(x.dtype, copy=False)], "MeanOut": [mean_out],

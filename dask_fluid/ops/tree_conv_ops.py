@@ -100,7 +100,7 @@ def _weights(nodes: Any, edges: Any, max_depth: int) -> list[tuple[np.ndarray, i
     return res
 
 
-@register("tree_conv", ("NodesVector", "EdgeSet", "Filter"), ("Out",), _TC_ATTRS,
+@register("tree_conv", ("NodesVector", "EdgeSet", "Filter"), ("Out",), _TC_ATTRS, lod="none",
           grad=grad_maker(("NodesVector", "EdgeSet", "Filter"), ("Out",),
                           ("NodesVector", "Filter")))
 def tree_conv(ins: dict, attrs: dict, outs: tuple) -> dict:
