@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -22,12 +23,23 @@ ACTIVATIONS = ("relu", "sigmoid", "tanh", "softmax", "exp", "sqrt", "abs", "squa
                "gelu", "log")
 
 
-class LayerHelper:
-    """Names a layer instance (``fc_0``) and creates its parameters and temporaries."""
+_FROM_KWARGS: Any = object()  # append_activation(x): the act given to the constructor
 
-    def __init__(self, layer_type: str, name: str | None = None) -> None:
+
+class LayerHelper:
+    """Names a layer instance (``fc_0``) and creates its parameters and temporaries.
+
+    Fluid 1.8's ``LayerHelper(layer_type, **kwargs)`` too, as custom layers call it
+    (``LayerHelper("my_layer", **locals())``): the keyword arguments are kept in
+    :attr:`kwargs`, and :meth:`input`, :attr:`param_attr`, :attr:`bias_attr`,
+    :meth:`input_dtype`, :meth:`append_bias_op` and :meth:`append_activation` read the layer's
+    ``input``, ``param_attr``, ``bias_attr`` and ``act`` from them.
+    """
+
+    def __init__(self, layer_type: str, name: str | None = None, **kwargs: Any) -> None:
         self.layer_type = layer_type
         self.name = name or unique_name.generate(layer_type)
+        self.kwargs = {**kwargs, "name": self.name}
 
     @property
     def main_program(self):
@@ -229,13 +241,110 @@ class LayerHelper:
     def append_op(self, *args: Any, **kwargs: Any):
         return self.main_program.current_block().append_op(*args, **kwargs)
 
-    def append_activation(self, x: Variable, act: str | None) -> Variable:
-        """``x`` through the activation op ``act`` (None: ``x`` itself), as Fluid's
-        ``LayerHelper.append_activation``."""
+    def append_activation(self, x: Variable, act: str | None = _FROM_KWARGS) -> Variable:
+        """``x`` through the activation op ``act`` (None: ``x`` itself; not given: the ``act``
+        the helper was made with), as Fluid's ``LayerHelper.append_activation``."""
+        if act is _FROM_KWARGS:
+            act = self.kwargs.get("act")
         if act is None:
             return x
+        if not isinstance(act, str):
+            raise TypeError(f"{act!r} should be unicode or str (the activation's op type)")
         if act not in ACTIVATIONS:
             raise ValueError(f"unknown activation {act!r}; use one of {ACTIVATIONS} or None")
         out = self.create_tmp(dtype=x.dtype, shape=x.shape)
         self.append_op(act, inputs={"X": [x]}, outputs={"Out": [out]})
+        return out
+
+    # -- Fluid 1.8's LayerHelper API for custom layers ---------------------------------------
+    def create_variable_for_type_inference(self, dtype: Any,
+                                           stop_gradient: bool = False) -> Variable:
+        """A temporary output of ``dtype`` whose shape the op gives (Fluid's name for
+        :meth:`create_tmp`)."""
+        return self.create_tmp(dtype=dtype, stop_gradient=stop_gradient)
+
+    def create_variable(self, *args: Any, **kwargs: Any) -> Variable:
+        """A variable of the current block (``Block.create_var``'s arguments)."""
+        return self.main_program.current_block().create_var(*args, **kwargs)
+
+    def create_global_variable(self, persistable: bool = False, *args: Any,
+                               **kwargs: Any) -> Variable:
+        """A variable of the main program's global block."""
+        return self.main_program.global_block().create_var(*args, persistable=persistable,
+                                                           **kwargs)
+
+    def multiple_input(self, input_param_name: str = "input") -> list[Variable]:
+        """The layer's ``input_param_name`` argument as a list of Variables."""
+        inputs = self.kwargs.get(input_param_name, [])
+        inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+        for x in inputs:
+            if not isinstance(x, Variable):
+                raise TypeError(f"{self.layer_type}: {input_param_name} must be Variables, "
+                                f"got {type(x).__name__}")
+        return inputs
+
+    def input(self, input_param_name: str = "input") -> Variable:
+        """The layer's one ``input_param_name`` Variable."""
+        inputs = self.multiple_input(input_param_name)
+        if len(inputs) != 1:
+            raise ValueError(f"{self.layer_type} layer only takes one input, got "
+                             f"{len(inputs)}")
+        return inputs[0]
+
+    def input_dtype(self, input_param_name: str = "input") -> Any:
+        """The dtype of the layer's inputs, which must agree."""
+        dtypes = {x.dtype for x in self.multiple_input(input_param_name)}
+        if len(dtypes) > 1:
+            raise ValueError(f"{self.layer_type}: the inputs' dtypes differ: {sorted(dtypes)}")
+        return dtypes.pop() if dtypes else None
+
+    @property
+    def param_attr(self) -> Any:
+        """The layer's ``param_attr`` argument as a ParamAttr (or a list of them)."""
+        return ParamAttr._to_attr(self.kwargs.get("param_attr"))
+
+    @property
+    def bias_attr(self) -> Any:
+        """The layer's ``bias_attr`` argument as a ParamAttr, or False (no bias)."""
+        return ParamAttr._to_attr(self.kwargs.get("bias_attr"))
+
+    def multiple_param_attr(self, length: int) -> list[ParamAttr]:
+        """``length`` ParamAttrs: the ``param_attr`` list, or copies of the one given."""
+        attrs = self.param_attr
+        attrs = [attrs] if isinstance(attrs, ParamAttr) else list(attrs)
+        if len(attrs) == 1 and length != 1:
+            attrs = [copy.deepcopy(attrs[0]) for _ in range(length)]
+        if len(attrs) != length:
+            raise ValueError(f"{self.layer_type}: {len(attrs)} param_attrs for {length} "
+                             "inputs")
+        return attrs
+
+    def iter_inputs_and_params(self, input_param_name: str = "input"):
+        """Each input with its ParamAttr."""
+        inputs = self.multiple_input(input_param_name)
+        yield from zip(inputs, self.multiple_param_attr(len(inputs)), strict=True)
+
+    def get_parameter(self, name: str) -> Parameter:
+        """The parameter ``name`` of the main program."""
+        param = self.main_program.global_block().var(name)
+        if not isinstance(param, Parameter):
+            raise ValueError(f"no Parameter name {name} found")
+        return param
+
+    def append_bias_op(self, input_var: Variable, dim_start: int = 1,
+                       dim_end: int | None = None) -> Variable:
+        """``input_var`` plus a bias of its dims ``[dim_start:dim_end]`` (none when the
+        layer's ``bias_attr`` is False)."""
+        bias_attr = self.bias_attr
+        if not bias_attr:
+            return input_var
+        if input_var.shape is None:
+            raise ValueError(f"{self.layer_type}: the shape of {input_var.name!r} is unknown "
+                             "(dask_fluid does not infer the shapes of ops appended by hand): "
+                             "create it with a shape (create_variable(shape=...))")
+        b = self.create_parameter(bias_attr, list(input_var.shape[dim_start:dim_end]),
+                                  input_var.dtype, is_bias=True)
+        out = self.create_tmp(dtype=input_var.dtype, shape=input_var.shape)
+        self.append_op("elementwise_add", inputs={"X": [input_var], "Y": [b]},
+                       outputs={"Out": [out]}, attrs={"axis": dim_start})
         return out

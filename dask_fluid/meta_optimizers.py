@@ -28,6 +28,7 @@ from .framework import (
     default_startup_program,
     grad_var_name,
     program_guard,
+    refuse_in_dygraph,
 )
 from .layers import control_flow, nn, tensor
 
@@ -64,6 +65,7 @@ class LookaheadOptimizer:
     """
 
     def __init__(self, inner_optimizer: Any, alpha: float = 0.5, k: int = 5) -> None:
+        refuse_in_dygraph("LookaheadOptimizer")
         if inner_optimizer is None:
             raise ValueError("LookaheadOptimizer: inner optimizer can not be None")
         if not 0.0 <= float(alpha) <= 1.0:
@@ -368,6 +370,7 @@ class RecomputeOptimizer:
     """
 
     def __init__(self, optimizer: Any) -> None:
+        refuse_in_dygraph("RecomputeOptimizer")
         if optimizer is None:
             raise ValueError("RecomputeOptimizer: optimizer can not be None")
         self._optimizer = optimizer

@@ -145,9 +145,18 @@ def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: Any 
                 if var is out:
                     results[i] = _plus_seed(results[i], out, seed, bool(create_graph))
     tracer = ins[0].block.program._tracer
+    given = {id(s) for s in seeds if s is not None}
     for i, (var, value) in enumerate(zip(ins, results, strict=True)):
         if value is not None and not isinstance(value, VarBase):
-            results[i] = tracer.wrap(value, name=var.name + GRAD_SUFFIX)
+            value = results[i] = tracer.wrap(value, name=var.name + GRAD_SUFFIX)
+        if create_graph and isinstance(value, VarBase) and value.stop_gradient:
+            # with create_graph every gradient may take part in a later backward pass (Fluid
+            # 1.8's are not stop_gradient then), also a seed no traced op made; the caller's
+            # own grad_output is not changed: a copy is returned
+            if id(value) in given:
+                value = results[i] = tracer.wrap(value._checked_value().copy(),
+                                                 name=var.name + GRAD_SUFFIX)
+            value.stop_gradient = False
     for var, result in zip(ins, results, strict=True):
         if result is None and not allow_unused:
             raise ValueError(f"grad: the outputs do not depend on input {var.name!r} (pass "

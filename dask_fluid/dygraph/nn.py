@@ -371,7 +371,9 @@ class Pool2D(_Layer):
                                                                   "Pool2D")
         self._pool_padding = int_list(pool_padding, 2, "pool_padding", "Pool2D")
         self._pool_stride = int_list(pool_stride, 2, "pool_stride", "Pool2D")
-        if min(self._pool_size + self._pool_stride) <= 0 or min(self._pool_padding) < 0:
+        # global pooling takes the whole map whatever pool_size says (Fluid's models pass 0)
+        sizes = self._pool_stride if global_pooling else self._pool_size + self._pool_stride
+        if min(sizes) <= 0 or min(self._pool_padding) < 0:
             raise ValueError("Pool2D: pool_size and pool_stride must be positive and "
                              f"pool_padding >= 0, got pool_size={pool_size!r}, pool_stride="
                              f"{pool_stride!r}, pool_padding={pool_padding!r}")

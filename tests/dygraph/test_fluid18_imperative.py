@@ -130,12 +130,17 @@ def test_an_int_learning_rate_is_a_type_error_as_in_fluid_18():
             fluid.optimizer.Adam(0, parameter_list=Linear(2, 2).parameters())
 
 
-@pytest.mark.parametrize("name", ["ModelAverage", "ExponentialMovingAverage"])
-def test_averaging_optimizers_say_they_do_not_work_in_dygraph_mode(name):
+@pytest.mark.parametrize("name", ["ModelAverage", "ExponentialMovingAverage",
+                                  "LookaheadOptimizer", "RecomputeOptimizer"])
+def test_whole_program_optimizers_say_they_do_not_work_in_dygraph_mode(name):
     make = {"ModelAverage": lambda: fluid.optimizer.ModelAverage(0.15),
-            "ExponentialMovingAverage": lambda: fluid.optimizer.ExponentialMovingAverage(0.999)}
+            "ExponentialMovingAverage": lambda: fluid.optimizer.ExponentialMovingAverage(0.999),
+            "LookaheadOptimizer": lambda: fluid.optimizer.LookaheadOptimizer(
+                fluid.optimizer.SGD(0.1, parameter_list=layer.parameters())),
+            "RecomputeOptimizer": lambda: fluid.optimizer.RecomputeOptimizer(
+                fluid.optimizer.SGD(0.1, parameter_list=layer.parameters()))}
     with dygraph.guard(fluid.CPUPlace()):
-        Linear(2, 2)
+        layer = Linear(2, 2)
         with pytest.raises(RuntimeError, match=f"don't support {name}"):
             make[name]()
 
@@ -157,10 +162,15 @@ def test_grad_of_an_output_that_is_the_input():
             assert twice.stop_gradient != create_graph
             (dy,) = dygraph.grad([x, y], [y], create_graph=create_graph)
             np.testing.assert_array_equal(dy.numpy(), np.ones((2, 3)))
+            assert dy.stop_gradient != create_graph
             assert dygraph.grad([x], [y], allow_unused=True) == [None]
         seed = to_variable(np.full((2, 3), 3.0, "float32"))
         (dx,) = dygraph.grad([y, x], [x], grad_outputs=[None, seed])
         np.testing.assert_array_equal(dx.numpy(), np.full((2, 3), 4.0))
+        # the caller's grad_output comes back as a copy that takes gradients, not itself
+        (dy,) = dygraph.grad([y], [y], grad_outputs=[seed], create_graph=True)
+        np.testing.assert_array_equal(dy.numpy(), np.full((2, 3), 3.0))
+        assert dy is not seed and not dy.stop_gradient and seed.stop_gradient
 
 
 def test_backward_of_a_loss_that_stops_gradients_is_skipped():
@@ -227,5 +237,56 @@ def test_paddle_fluid_has_fluid_18s_names():
         with dygraph.guard(fluid.CPUPlace()):
             assert isinstance(Linear(2, 2).weight, core.VarBase)
             assert isinstance(to_variable(X), core.VarBase)
+        assert core.grad_var_suffix() == "@GRAD"
+        with pytest.raises(AttributeError, match="PaddleTensor is not implemented"):
+            core.PaddleTensor  # noqa: B018 - the inference predictor's API
     finally:
         compat.uninstall()
+
+
+def test_pool2d_global_pooling_ignores_pool_size():
+    # Fluid 1.8's models (SE-ResNeXt) pass pool_size=0 with global_pooling=True
+    xv = np.arange(16, dtype="float32").reshape(1, 1, 4, 4)
+    with dygraph.guard(fluid.CPUPlace()):
+        pool = dygraph.Pool2D(pool_size=0, pool_type="avg", global_pooling=True)
+        np.testing.assert_allclose(pool(to_variable(xv)).numpy().ravel(), [7.5])
+        with pytest.raises(ValueError, match="pool_size and pool_stride must be positive"):
+            dygraph.Pool2D(pool_size=0, pool_type="avg")
+
+
+def test_a_custom_layer_through_fluid_18s_layer_helper():
+    """A layer written as Fluid 1.8's own: LayerHelper(type, **locals()) and its helpers."""
+    from dask_fluid.layer_helper import LayerHelper
+
+    def my_fc(input, size, param_attr=None, bias_attr=None, act=None, name=None):
+        helper = LayerHelper("my_fc", **locals())
+        dtype = helper.input_dtype()
+        w = helper.create_parameter(attr=helper.param_attr, shape=[input.shape[1], size],
+                                    dtype=dtype)
+        out = helper.create_variable(name=f"{helper.name}.out", dtype=dtype, shape=[-1, size])
+        helper.append_op("mul", inputs={"X": [helper.input()], "Y": [w]},
+                         outputs={"Out": [out]})
+        return helper.append_activation(helper.append_bias_op(out))
+
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", [3])
+        y = my_fc(x, 2, param_attr=fluid.ParamAttr(
+            name="w", initializer=fluid.initializer.Constant(0.5)),
+            bias_attr=fluid.ParamAttr(name="b", initializer=fluid.initializer.Constant(-1.0)),
+            act="relu")
+        no_bias = my_fc(x, 2, bias_attr=False)
+    types = [op.type for op in main.global_block().ops]
+    assert types == ["mul", "elementwise_add", "relu", "mul"]
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(startup, scope=scope)
+    xv = np.array([[1.0, 2.0, 3.0], [-1.0, -1.0, 0.0]], "float32")
+    got, _ = exe.run(main, feed={"x": xv}, fetch_list=[y, no_bias], scope=scope)
+    np.testing.assert_allclose(got, np.maximum(xv.sum(1, keepdims=True) * 0.5 - 1.0, 0)
+                               .repeat(2, axis=1))
+    with pytest.raises(ValueError, match="only takes one input"):
+        LayerHelper("two", input=[x, x]).input()
+    with fluid.program_guard(main, startup):
+        helper = LayerHelper("no_shape")
+        with pytest.raises(ValueError, match="shape of .* is unknown"):
+            helper.append_bias_op(helper.create_variable_for_type_inference("float32"))

@@ -108,9 +108,9 @@ def _files() -> tuple[str, str, str]:
 
 def train(mapper: Callable | None = None, buffered_size: int = 1024, use_xmap: bool = True,
           cycle: bool = False) -> Reader:
-    """The training reader (random crops and mirrors)."""
-    rng = np.random.default_rng()
-    mapper = mapper or (lambda s: default_mapper(True, s, rng))
+    """The training reader (random crops and mirrors, from numpy's global generator as in
+    Paddle: ``np.random.seed`` repeats them)."""
+    mapper = mapper or (lambda s: default_mapper(True, s))
     return reader_creator(*_files(), TRAIN_FLAG, mapper, buffered_size, use_xmap, cycle)
 
 
