@@ -59,8 +59,15 @@ def run_backward(loss: VarBase, backward_strategy: BackwardStrategy | None = Non
     forward, grads = _differentiate([loss], [None], set())
     for name, var in forward.leaves.items():
         grad = grads.get(name + GRAD_SUFFIX)
-        if grad is not None and not var.stop_gradient:
-            var._add_grad(grad)
+        if not var.stop_gradient:
+            if grad is not None:
+                var._add_grad(grad)
+        elif var._node is not None and var._grad is None:
+            # computed by an op that took gradients and stopped after it: Fluid 1.8 made its
+            # gradient when the op ran, and its engine sets a stopped one to zeros ("Set
+            # StopGradient Grad ... as zero"); nothing flows on from it
+            value = forward.values[name]
+            var._grad = array_module(value).zeros(value.shape, dtype=value.dtype)
     for name, ref in forward.outputs.items():
         var = ref()
         if var is None:

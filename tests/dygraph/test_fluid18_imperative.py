@@ -211,6 +211,23 @@ def test_an_unused_split_output_gets_a_zero_gradient():
         np.testing.assert_array_equal(lin.weight.gradient(), expected_w)
 
 
+def test_a_value_stopped_after_it_was_computed_gets_a_zero_gradient():
+    """test_auto_prune6: out1 (a layer's output) is stopped after the forward pass; its
+    gradient is zeros (Fluid 1.8's "Set StopGradient Grad ... as zero") and nothing reaches
+    the layer behind it; a data input never took gradients and has none."""
+    with dygraph.guard(fluid.CPUPlace()):
+        lin = Linear(4, 3)
+        data = to_variable(np.ones((2, 5), "float32"))
+        out1 = lin(to_variable(np.ones((2, 4), "float32")))
+        out1.stop_gradient = True
+        w = to_variable(np.ones((2, 3), "float32"))
+        w.stop_gradient = False
+        fluid.layers.reduce_sum(fluid.layers.concat([out1, w, data], axis=1) * 2.0).backward()
+        np.testing.assert_array_equal(out1.gradient(), np.zeros((2, 3), "float32"))
+        np.testing.assert_array_equal(w.gradient(), np.full((2, 3), 2.0, "float32"))
+        assert lin.weight.gradient() is None and data.gradient() is None
+
+
 # -- values and names -------------------------------------------------------------------------
 def test_value_get_tensor_set_writes_the_variable():
     """Fluid 1.8's test_imperative_save_load zeroes parameters this way."""
