@@ -66,6 +66,22 @@ def _dygraph_tracer_guard(tracer: Any) -> Iterator[None]:
         _tracer.reset(token)
 
 
+@contextlib.contextmanager
+def _dygraph_place_guard(place: Any) -> Iterator[None]:
+    """Fluid 1.8's private guard of the place dygraph ops run on: the running tracer's place
+    for the block (Fluid's unit tests force CPUPlace so); outside dygraph mode nothing runs
+    on a place, as in 1.8."""
+    tracer = _tracer.get()
+    if tracer is None:
+        yield
+        return
+    before, tracer.place = tracer.place, place
+    try:
+        yield
+    finally:
+        tracer.place = before
+
+
 def refuse_in_dygraph(name: str) -> None:
     """RuntimeError in dygraph mode: for the optimizers that work on whole programs, which
     Fluid 1.8 refuses there with "In dygraph, don't support <name>."."""

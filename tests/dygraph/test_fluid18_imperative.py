@@ -67,6 +67,20 @@ def test_framework_has_fluid_18s_dygraph_guard():
         assert in_dygraph_mode()
 
 
+def test_framework_has_fluid_18s_dygraph_place_guard():
+    from dask_fluid.framework import _dygraph_place_guard, _dygraph_tracer
+
+    with _dygraph_place_guard(place=fluid.CPUPlace()):  # static mode: nothing runs on it
+        pass
+    marker = fluid.CPUPlace()
+    with dygraph.guard(fluid.CPUPlace()):
+        before = _dygraph_tracer().place
+        with _dygraph_place_guard(place=marker):
+            assert _dygraph_tracer().place is marker
+            np.testing.assert_array_equal((to_variable(X) * 2.0).numpy(), X * 2.0)
+        assert _dygraph_tracer().place is before
+
+
 # -- optimizers -------------------------------------------------------------------------------
 def test_minimize_without_backward_updates_nothing_and_advances_the_decay():
     """Fluid 1.8's TestOptimizerLearningRate.test_lr_decay: minimize(loss) with no gradient."""
