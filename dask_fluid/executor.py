@@ -862,6 +862,28 @@ class Executor:
                 on_close()
 
 
+def as_numpy(tensor: Any) -> Any:
+    """What ``Executor.run(..., return_numpy=False)`` fetched, as numpy arrays (Fluid 1.8's
+    ``executor.as_numpy``): a LoDTensor, or a list or LoDTensorArray of them (a list back).
+
+    Raises
+    ------
+    RuntimeError
+        A tensor holds LoD, which a numpy array cannot carry (as in Fluid).
+    """
+    if isinstance(tensor, (list, LoDTensorArray)):
+        return [as_numpy(t) for t in tensor]
+    if isinstance(tensor, np.ndarray):
+        return tensor
+    if not isinstance(tensor, LoDTensor):
+        raise TypeError(f"as_numpy takes fetched LoDTensors, got {type(tensor).__name__}")
+    if tensor.lod():
+        raise RuntimeError("Some of your fetched tensors hold LoD information. They can not be "
+                           "completely cast to Python ndarray. Please set the parameter "
+                           "'return_numpy' as 'False' to return LoDTensor itself directly.")
+    return None if tensor._array is None else np.array(tensor)
+
+
 def _reader_feed(program: Any) -> dict | None:
     """The next batch of the started non-iterable PyReaders of ``program`` (a CompiledProgram's
     program), or None: what a run without a feed is fed (:mod:`dask_fluid.py_reader`; their

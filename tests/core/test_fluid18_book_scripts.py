@@ -188,3 +188,24 @@ def test_wrapped_decorator_keeps_the_signature():
     assert list(inspect.signature(guard).parameters) == ["tag", "level"]
     doubled = wrap_decorator(lambda f: lambda *a: 2 * f(*a))(lambda x: x + 1)
     assert doubled(3) == 8
+
+
+def test_as_numpy_reads_what_return_numpy_false_fetched(programs):
+    from dask_fluid.executor import as_numpy
+
+    main, startup = programs
+    x = fluid.layers.data("x", [3])
+    seq = fluid.layers.data("seq", [1], lod_level=1)
+    y = fluid.layers.scale(x, 2.0)
+    exe = fluid.Executor(fluid.CPUPlace())
+    scope = fluid.Scope()
+    exe.run(startup, scope=scope)
+    s = fluid.create_lod_tensor(np.ones((3, 1), "float32"), [[1, 2]], fluid.CPUPlace())
+    got = exe.run(main, feed={"x": np.ones((2, 3), "float32"), "seq": s}, fetch_list=[y, seq],
+                  scope=scope, return_numpy=False)
+    (arr,) = as_numpy(got[:1])
+    np.testing.assert_array_equal(arr, np.full((2, 3), 2.0))
+    with pytest.raises(RuntimeError, match="hold LoD information"):
+        as_numpy(got[1])
+    with pytest.raises(TypeError, match="fetched LoDTensors"):
+        as_numpy("x")
