@@ -37,9 +37,13 @@ def _check_var(x: Any, arg: str, layer: str) -> Variable:
     return x
 
 
-def data(name: str, shape: Sequence[int], dtype: Any = "float32", lod_level: int = 0,
-         append_batch_size: bool = True, stop_gradient: bool = True) -> Variable:
+def data(name: str, shape: Sequence[int], append_batch_size: bool = True,
+         dtype: Any = "float32", lod_level: int = 0, type: str = VarType.LOD_TENSOR,
+         stop_gradient: bool = True) -> Variable:
     """Declare an input fed at run time; ``-1`` is prepended for the batch dimension.
+
+    Fluid 1.8's signature, in its order: the third positional argument is
+    ``append_batch_size`` (a dtype there is refused; pass ``dtype=`` by keyword).
 
     Parameters
     ----------
@@ -55,11 +59,17 @@ def data(name: str, shape: Sequence[int], dtype: Any = "float32", lod_level: int
         Prepend the batch dimension ``-1``. With ``False`` the shape is the whole shape and,
         as in Fluid, its dims may be placeholders (a maximum sequence length): fed values are
         then checked for their dtype only.
+    type : str
+        ``VarType.LOD_TENSOR`` (the default), or another variable type of Fluid's.
     stop_gradient : bool
     """
     if not isinstance(shape, (list, tuple)):
         raise TypeError(f"data {name!r}: shape must be a list or tuple, got "
-                        f"{type(shape).__name__}")
+                        f"{shape.__class__.__name__}")
+    if not isinstance(append_batch_size, (bool, np.bool_)):
+        raise TypeError(f"data {name!r}: append_batch_size must be a bool, got "
+                        f"{append_batch_size!r}; Fluid's layers.data takes (name, shape, "
+                        "append_batch_size, dtype, ...): pass dtype= by keyword")
     # as Fluid 1.8: a None or negative dim means the shape already holds the batch dim
     shape = [-1 if d is None else int(d) for d in shape]
     if any(d < 0 for d in shape):
@@ -68,8 +78,8 @@ def data(name: str, shape: Sequence[int], dtype: Any = "float32", lod_level: int
         shape = [-1] + shape
     block = default_main_program().global_block()
     return block.create_var(name=name, shape=shape, dtype=dtype, lod_level=lod_level,
-                            stop_gradient=stop_gradient, is_data=True,
-                            need_check_feed=append_batch_size)
+                            type=type, stop_gradient=stop_gradient, is_data=True,
+                            need_check_feed=bool(append_batch_size))
 
 
 def fill_constant(shape: Sequence[int], dtype: Any, value: float, force_cpu: bool = False,

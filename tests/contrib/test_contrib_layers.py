@@ -206,7 +206,7 @@ def test_batch_fc_program_values_and_gradient():
         with pytest.raises(ValueError, match="must satisfy"):
             cl.batch_fc(x, [3, 4, 5], None, [3, 6], None)
         with pytest.raises(TypeError, match="float32 or float64"):
-            cl.batch_fc(fluid.layers.data("i", [3, 2, 4], "int64", append_batch_size=False),
+            cl.batch_fc(fluid.layers.data("i", [3, 2, 4], dtype="int64", append_batch_size=False),
                         [3, 4, 5], None, [3, 5], None)
 
 

@@ -224,8 +224,8 @@ def test_sampled_softmax_gradient_with_customized_samples():
                            param_attr=fluid.ParamAttr(name="w"))
         loss = layers.sampled_softmax_with_cross_entropy(
             logits, layers.data("label", [1], dtype="int64"), 3,
-            use_customized_samples=True, customized_samples=layers.data("s", [4], "int64"),
-            customized_probabilities=layers.data("p", [4], "float64"))
+            use_customized_samples=True, customized_samples=layers.data("s", [4], dtype="int64"),
+            customized_probabilities=layers.data("p", [4], dtype="float64"))
         return layers.mean(loss)
 
     got = program_grads_and_numeric(build, feed, ["w"])
