@@ -317,6 +317,15 @@ class Optimizer:
                                "inside fluid.dygraph.guard()")
         return tracer
 
+    def clear_gradients(self) -> None:
+        """Clear the gradient of each trainable parameter of ``parameter_list`` (Fluid 1.8's
+        dygraph ``Optimizer.clear_gradients``, the same as each parameter's
+        ``clear_gradient()``)."""
+        self._require_dygraph("clear_gradients")
+        for param in self._parameter_list or ():
+            if param.trainable:
+                param.clear_gradient()
+
     def state_dict(self) -> dict[str, Any]:
         """The optimizer's state: each accumulator variable by its name, and, when the
         learning rate is a ``fluid.dygraph`` decay, its state under ``"LR_Scheduler"`` plus

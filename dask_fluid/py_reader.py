@@ -86,8 +86,9 @@ class PyReader:
         if self._tracer is not None:
             # Fluid 1.8's DygraphGeneratorLoader: no feed list, iterable, lists of variables
             if not iterable:
-                raise ValueError("a reader in dygraph mode is iterable only (iterable=True): "
-                                 "take its batches with `for data in loader():`")
+                warnings.warn("Please NOTE: DygraphGeneratorLoader supports iterable mode "
+                              "only. Change to iterable mode.", stacklevel=3)
+                iterable = True
             if not return_list:
                 warnings.warn("Please NOTE: DygraphGeneratorLoader supports returning as list "
                               "only. Change to return as list.", stacklevel=3)
@@ -225,9 +226,9 @@ class DataLoader:
         nothing.
         """
         if use_multiprocess:
-            warnings.warn("DataLoader.from_generator(use_multiprocess=True) has no effect on a "
-                          "static program (as in Fluid 1.8, where it is for dygraph mode): "
-                          "the batches are read by a thread of this process", stacklevel=2)
+            warnings.warn("DataLoader.from_generator(use_multiprocess=True) has no effect "
+                          "here: the batches are read by a thread of this process (Fluid 1.8 "
+                          "reads them in a child process in dygraph mode)", stacklevel=2)
         return GeneratorLoader(feed_list, capacity, use_double_buffer, iterable, return_list)
 
 

@@ -186,21 +186,25 @@ class Layer:
     def named_sublayers(self, prefix: str = "", include_sublayers: bool = True,
                         include_self: bool = False, layers_set: set | None = None
                         ) -> Iterator[tuple[str, Layer]]:
-        """``(structured name, layer)`` pairs, each layer once."""
+        """``(structured name, layer)`` pairs, each layer once. As Fluid 1.8's:
+        ``include_sublayers=False`` yields no sub-layer (only this layer, with
+        ``include_self``), so ``named_parameters(include_sublayers=False)`` is the layer's own
+        parameters."""
         if layers_set is None:
             layers_set = set()
         if include_self and id(self) not in layers_set:
             layers_set.add(id(self))
             yield prefix, self
+        if not include_sublayers:
+            return
         for name, layer in self._sub_layers.items():
             if layer is None or id(layer) in layers_set:
                 continue
             sub = f"{prefix}.{name}" if prefix else name
             layers_set.add(id(layer))
             yield sub, layer
-            if include_sublayers:
-                yield from layer.named_sublayers(prefix=sub, include_sublayers=True,
-                                                 include_self=False, layers_set=layers_set)
+            yield from layer.named_sublayers(prefix=sub, include_sublayers=True,
+                                             include_self=False, layers_set=layers_set)
 
     def clear_gradients(self) -> None:
         """Forget every parameter's gradient (call after each ``minimize``)."""

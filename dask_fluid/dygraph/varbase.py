@@ -266,9 +266,9 @@ class _ValueTensor(LoDTensor):
 
 
 def var_list(value: Any, what: str, where: str) -> list[VarBase]:
-    """``value`` (a VarBase, or a list or tuple of them) as a list; TypeError naming
+    """``value`` (a VarBase, or a list, tuple or set of them) as a list; TypeError naming
     ``where`` and ``what`` otherwise."""
-    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    items = list(value) if isinstance(value, (list, tuple, set, frozenset)) else [value]
     for item in items:
         if not isinstance(item, VarBase):
             raise TypeError(f"{where}: {what} must be dygraph variables (VarBase), got "

@@ -301,7 +301,7 @@ def test_data_loader_from_generator_is_fluid_1_8s_generator_loader():
         exe.run(main, fetch_list=[out])
     looped.reset()
     assert got == [[0.0, 0.0], [2.0, 2.0]]
-    with pytest.warns(UserWarning, match=r"use_multiprocess=True\) has no effect on a static"):
+    with pytest.warns(UserWarning, match=r"use_multiprocess=True\) has no effect here"):
         multi = fluid.io.DataLoader.from_generator(feed_list=[x], capacity=2,
                                                    use_multiprocess=True)
     multi.set_batch_generator(_counting_batches(2, []))

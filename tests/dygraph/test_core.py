@@ -687,8 +687,13 @@ def test_data_loader_yields_dygraph_variables():
         loader.set_batch_generator(lambda: iter([(np.ones((2, 3), "float32"), np.zeros(2))]))
         (x, y), = list(loader())
         assert x.shape == [2, 3] and y.shape == [2]
-        with pytest.raises(ValueError, match="iterable only"):
-            fluid.io.DataLoader.from_generator(capacity=2, iterable=False, return_list=True)
+        # as Fluid 1.8's DygraphGeneratorLoader: warned and made iterable
+        with pytest.warns(UserWarning, match="supports iterable mode only"):
+            switched = fluid.io.DataLoader.from_generator(capacity=2, iterable=False,
+                                                          return_list=True)
+        switched.set_batch_generator(lambda: iter([(np.ones((2, 3), "float32"),)]))
+        (x,), = list(switched())
+        assert x.shape == [2, 3]
         ragged = fluid.io.DataLoader.from_generator(capacity=2, return_list=True)
         ragged.set_sample_list_generator(lambda: iter([[(np.ones(2),), (np.ones(3),)]]))
         with pytest.raises(TypeError, match="same shape"):

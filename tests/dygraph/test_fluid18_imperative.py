@@ -321,3 +321,39 @@ def test_a_custom_layer_through_fluid_18s_layer_helper():
         helper = LayerHelper("no_shape")
         with pytest.raises(ValueError, match="shape of .* is unknown"):
             helper.append_bias_op(helper.create_variable_for_type_inference("float32"))
+
+
+def test_optimizer_clear_gradients_and_own_parameters():
+    """Fluid 1.8's Optimizer.clear_gradients and Layer.named_parameters(include_sublayers=
+    False) (the layer's own parameters only, as test_imperative_named_members)."""
+
+    class Outer(fluid.dygraph.Layer):
+        def __init__(self):
+            super().__init__()
+            self.w = self.create_parameter([2, 2])
+            self.fc = Linear(2, 2)
+
+        def forward(self, x):
+            return self.fc(fluid.layers.matmul(x, self.w))
+
+    with dygraph.guard(fluid.CPUPlace()):
+        net = Outer()
+        assert [n for n, _ in net.named_parameters(include_sublayers=False)] == ["w"]
+        assert len(net.parameters(include_sublayers=False)) == 1
+        assert net.sublayers(include_sublayers=False) == []
+        assert len(net.parameters()) == 3
+        sgd = fluid.optimizer.SGD(0.1, parameter_list=net.parameters())
+        fluid.layers.reduce_sum(net(to_variable(np.ones((1, 2), "float32")))).backward()
+        assert all(p.gradient() is not None for p in net.parameters())
+        sgd.clear_gradients()
+        assert all(p.gradient() is None for p in net.parameters())
+
+
+def test_grad_takes_no_grad_vars_as_a_set():
+    with dygraph.guard(fluid.CPUPlace()):
+        x = to_variable(X)
+        x.stop_gradient = False
+        y = x * 2.0
+        z = y * 3.0 + x
+        (dx,) = dygraph.grad([z], [x], no_grad_vars={y})
+        np.testing.assert_array_equal(dx.numpy(), np.ones_like(X))
