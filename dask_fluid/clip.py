@@ -25,7 +25,8 @@ from collections.abc import Callable
 from typing import Any
 
 from . import layers, unique_name
-from .framework import default_main_program, install_hook
+from .framework import VarType, default_main_program, install_hook
+from .ops.selected_rows import SelectedRows
 
 __all__ = ["ErrorClipByValue", "GradientClipByGlobalNorm", "GradientClipByNorm",
            "GradientClipByValue", "clip_from_dict", "error_clip_callback", "set_gradient_clip"]
@@ -128,7 +129,7 @@ class GradientClipByGlobalNorm(_Clip):
         p0, g0 = clipped[-1]
         program = p0.block.program
         with program._optimized_guard([p0, g0]):
-            squares = [layers.reduce_sum(layers.square(g)) for _, g in clipped]
+            squares = [layers.reduce_sum(layers.square(_dense(g))) for _, g in clipped]
             global_norm = layers.sqrt(layers.sums(squares))
             max_norm = layers.fill_constant([1], global_norm.dtype, self.clip_norm)
             scale = layers.elementwise_div(max_norm,
@@ -149,6 +150,16 @@ class GradientClipByGlobalNorm(_Clip):
     def _to_dict(self) -> dict[str, Any]:
         return {"kind": "global_norm", "clip_norm": self.clip_norm,
                 "group_name": self.group_name}
+
+
+def _dense(grad: Any) -> Any:
+    """A sparse gradient (an embedding's ``is_sparse`` one) as the dense tensor of its merged
+    rows, as Fluid 1.8's global norm takes it (``merge_selected_rows`` then
+    ``get_tensor_from_selected_rows``); a dense one as it is."""
+    value = getattr(grad, "_value", None)  # a dygraph gradient holds its value
+    if grad.type != VarType.SELECTED_ROWS and not isinstance(value, SelectedRows):
+        return grad
+    return layers.get_tensor_from_selected_rows(layers.merge_selected_rows(grad))
 
 
 def clip_from_dict(d: dict | None) -> _Clip | None:

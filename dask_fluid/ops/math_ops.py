@@ -128,14 +128,21 @@ def _unbroadcast(g: Any, shape: tuple) -> Any:
 _EW_ATTRS = {"axis": -1}
 
 
-def _ew_register(type: str, forward, dx, dy, fwd_slots=("X", "Y")):
-    """Register ``type`` and ``type_grad``: ``forward(x, yb)``; ``dx/dy(x, yb, out, dout)``."""
+def _ew_register(type: str, forward, dx, dy, fwd_slots=("X", "Y"), sparse_x: bool = False):
+    """Register ``type`` and ``type_grad``: ``forward(x, yb)``; ``dx/dy(x, yb, out, dout)``.
+    ``sparse_x``: X may be SelectedRows with a one-element Y (Paddle's elementwise_mul kernel,
+    which a global-norm clip of a sparse gradient runs): the rows' values times Y."""
     maker, grad_register = _register_grad(type, fwd_slots, in_grads=("X", "Y"),
                                           attrs=_EW_ATTRS)
 
     @register(type, ("X", "Y"), ("Out",), _EW_ATTRS, grad=maker)
     def kernel(ins: dict, attrs: dict, outs: tuple) -> dict:
         x, y = ins["X"][0], ins["Y"][0]
+        if sparse_x and isinstance(x, SelectedRows):
+            if y.size != 1:
+                raise ValueError(f"{type}: if X is sparse (SelectedRows), Y must be a scalar, "
+                                 f"got shape {list(y.shape)}")
+            return {"Out": [SelectedRows(x.rows, forward(x.value, y.reshape(())), x.height)]}
         yb = y.reshape(_y_bshape(x.shape, y.shape, attrs.get("axis", -1), type))
         return {"Out": [forward(x, yb)]}
 
@@ -165,7 +172,7 @@ _ew_register("elementwise_add", lambda x, y: x + y,
 _ew_register("elementwise_sub", lambda x, y: x - y,
              lambda x, y, o, d: d, lambda x, y, o, d: -d)
 _ew_register("elementwise_mul", lambda x, y: x * y,
-             lambda x, y, o, d: d * y, lambda x, y, o, d: d * x)
+             lambda x, y, o, d: d * y, lambda x, y, o, d: d * x, sparse_x=True)
 _ew_register("elementwise_div", lambda x, y: x / y,
              lambda x, y, o, d: d / y, lambda x, y, o, d: -d * o / y,
              fwd_slots=("X", "Y", "Out"))

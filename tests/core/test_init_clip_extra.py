@@ -257,3 +257,39 @@ def test_layers_fill_constant_inside_init_on_cpu_is_forced_on_cpu():
         b = layers.fill_constant([2], "float32", 1.0)
     attrs = {op.output("Out")[0]: op.attrs["force_cpu"] for op in main.global_block().ops}
     assert attrs == {a.name: True, b.name: False}
+
+
+@pytest.mark.parametrize("dygraph_mode", [False, True])
+def test_global_norm_clip_of_a_sparse_gradient_equals_the_dense_one(dygraph_mode):
+    # Fluid 1.8 merges a sparse gradient's rows into a dense tensor for the global norm and
+    # scales the rows (elementwise_mul of a SelectedRows by the scale)
+    ids = np.array([[1], [3], [1], [0]], "int64")
+    table = np.arange(40, dtype="float32").reshape(5, 8) / 10.0
+
+    def train(sparse):
+        init = fluid.ParamAttr(name="emb", initializer=initializer.NumpyArrayInitializer(table))
+        clip = fluid.clip.GradientClipByGlobalNorm(0.05)
+        if dygraph_mode:
+            with fluid.dygraph.guard(fluid.CPUPlace()):
+                emb = fluid.dygraph.Embedding([5, 8], is_sparse=sparse, param_attr=init)
+                opt = fluid.optimizer.SGD(1.0, parameter_list=emb.parameters(), grad_clip=clip)
+                loss = layers.reduce_sum(emb(fluid.dygraph.to_variable(ids)) * 3.0)
+                loss.backward()
+                opt.minimize(loss)
+                return emb.weight.numpy()
+        main, startup = fluid.Program(), fluid.Program()
+        with fluid.program_guard(main, startup), fluid.unique_name.guard():
+            x = layers.data("ids", [1], dtype="int64")
+            loss = layers.reduce_sum(layers.embedding(x, [5, 8], is_sparse=sparse,
+                                                      param_attr=init) * 3.0)
+            fluid.optimizer.SGD(1.0, grad_clip=clip).minimize(loss)
+        exe, scope = fluid.Executor(), fluid.Scope()
+        exe.run(startup, scope=scope)
+        exe.run(main, feed={"ids": ids}, scope=scope)
+        return np.array(scope.get("emb"))
+
+    dense_grad = np.zeros((5, 8), "float32")
+    np.add.at(dense_grad, ids[:, 0], 3.0)
+    expected = table - dense_grad * 0.05 / np.linalg.norm(dense_grad)
+    np.testing.assert_allclose(train(sparse=False), expected, rtol=1e-5)
+    np.testing.assert_allclose(train(sparse=True), expected, rtol=1e-5)
