@@ -88,6 +88,8 @@ class TracedLayer:
         ----------
         layer : Layer
         inputs : VarBase or list of VarBase
+            Nested lists too (``[[a, b], c]`` calls ``layer([a, b], c)``); the traced layer
+            is then called with one array per variable, in order (``[a, b, c]``).
 
         Returns
         -------
@@ -108,9 +110,12 @@ class TracedLayer:
         if tracer is None:
             raise RuntimeError("TracedLayer.trace works in dygraph mode only: call it inside "
                                "fluid.dygraph.guard()")
-        ins = var_list(inputs, "inputs", "TracedLayer.trace")
+        # as Fluid 1.8: the layer takes the inputs as given (nested lists too), the program
+        # feeds their variables in order
+        args = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+        ins = var_list(_flat(args), "inputs", "TracedLayer.trace")
         with tracer.recording() as recorded:
-            outputs = layer(*ins)
+            outputs = layer(*args)
         outs = var_list(outputs, "the layer's outputs", "TracedLayer.trace")
         block = recorded.global_block()
         for var in ins:
@@ -188,6 +193,12 @@ class TracedLayer:
         with scope_guard(self._scope), _dygraph_tracer_guard(None):
             save_inference_model(dirname, feeds, fetches, self._exe,
                                  main_program=self._program)
+
+
+def _flat(values: list) -> list:
+    """Nested lists and tuples of inputs, in order, as one list."""
+    return [v for item in values
+            for v in (_flat(list(item)) if isinstance(item, (list, tuple)) else [item])]
 
 
 def _renamed(block: Any, feeds: list[str], fetches: list[str]) -> tuple[Program, dict, list]:

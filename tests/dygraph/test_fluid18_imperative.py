@@ -357,3 +357,24 @@ def test_grad_takes_no_grad_vars_as_a_set():
         z = y * 3.0 + x
         (dx,) = dygraph.grad([z], [x], no_grad_vars={y})
         np.testing.assert_array_equal(dx.numpy(), np.ones_like(X))
+
+
+def test_traced_layer_takes_nested_inputs():
+    """test_imperative_transformer_sorted_gradient traces a layer with lists of inputs."""
+
+    class Pair(fluid.dygraph.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc = Linear(3, 2)
+
+        def forward(self, pair, z):
+            return self.fc(pair[0] + pair[1] * 2.0 + z)
+
+    with dygraph.guard(fluid.CPUPlace()):
+        layer = Pair()
+        a, b, c = (to_variable(X * k) for k in (1.0, 2.0, 3.0))
+        out, traced = dygraph.TracedLayer.trace(layer, [[a, b], c])
+        (static,) = traced([X, 2 * X, 3 * X])
+        np.testing.assert_allclose(static, out.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(out.numpy(), layer.fc(to_variable(8 * X)).numpy(),
+                                   rtol=1e-6)
