@@ -729,13 +729,21 @@ def auc(input: Variable, label: Variable, curve: str = "ROC", num_thresholds: in
 def dropout(x: Variable, dropout_prob: float, is_test: bool = False, seed: int | None = None,
             name: str | None = None,
             dropout_implementation: str = "downgrade_in_infer") -> Variable:
-    """Zero each element with probability ``dropout_prob``; seeded and reproducible."""
+    """Zero each element with probability ``dropout_prob``; seeded and reproducible.
+
+    As Fluid 1.8's: without a ``seed`` (None or 0), the main program's ``random_seed``, when
+    set, is the op's fixed seed (``fix_seed``), so every run draws the same mask; with neither,
+    each run draws a new one."""
     if not 0.0 <= dropout_prob < 1.0:
         raise ValueError(f"dropout_prob must be in [0, 1), got {dropout_prob}")
     if dropout_implementation not in ("downgrade_in_infer", "upscale_in_train"):
         raise ValueError("dropout_implementation must be 'downgrade_in_infer' or "
                          f"'upscale_in_train', got {dropout_implementation!r}")
     helper = LayerHelper("dropout", name)
+    if not seed and helper.main_program.random_seed:
+        # Fluid 1.8: a program's random_seed becomes the op's fixed seed, so every run (and
+        # dygraph and static alike) draws the same mask
+        seed = helper.main_program.random_seed
     out = helper.create_tmp(dtype=x.dtype, shape=x.shape)
     mask = helper.create_tmp(dtype="uint8", shape=x.shape, stop_gradient=True)
     helper.append_op("dropout", inputs={"X": [x]}, outputs={"Out": [out], "Mask": [mask]},

@@ -60,9 +60,9 @@ def test_training_twice_gives_identical_bits():
 
 
 def test_dropout_is_seeded():
-    def run():
+    def run(random_seed):
         main, startup = fluid.Program(), fluid.Program()
-        main.random_seed = 3
+        main.random_seed = random_seed
         with fluid.unique_name.guard(), fluid.program_guard(main, startup):
             x = layers.data(name="x", shape=[100])
             out = layers.dropout(x, 0.5)
@@ -71,10 +71,14 @@ def test_dropout_is_seeded():
         feed = {"x": np.ones((4, 100), np.float32)}
         return [exe.run(main, feed=feed, fetch_list=[out], scope=scope)[0] for _ in range(2)]
 
-    a, b = run(), run()
+    # Fluid 1.8: the program's random_seed is the op's fixed seed (fix_seed): one mask for
+    # every step, the same in every run
+    a, b = run(3), run(3)
     np.testing.assert_array_equal(a[0], b[0])
-    np.testing.assert_array_equal(a[1], b[1])
-    assert not np.array_equal(a[0], a[1])  # a new mask every step
+    np.testing.assert_array_equal(a[0], a[1])
+    assert not np.array_equal(a[0], run(4)[0])
+    fresh = run(0)  # no seed anywhere: a new mask every step
+    assert not np.array_equal(fresh[0], fresh[1])
 
 
 @pytest.fixture()

@@ -367,17 +367,31 @@ def test_parameters_start_from_the_programs_seed():
     assert not np.array_equal(first_weight(7), first_weight(8))
 
 
-def test_dropout_draws_new_masks_each_call_and_replays_with_the_seed():
-    def masks():
+def test_dropout_masks_as_fluid_18_seeds_them():
+    def masks(random_seed=0, seed=None):
         with dygraph.guard(fluid.CPUPlace()):
-            fluid.default_main_program().random_seed = 11
+            fluid.default_main_program().random_seed = random_seed
             x = dygraph.to_variable(np.ones((50,), "float32"))
-            return [fluid.layers.dropout(x, 0.5).numpy() for _ in range(3)]
+            return [fluid.layers.dropout(x, 0.5, seed=seed).numpy() for _ in range(3)]
 
-    first, again = masks(), masks()
-    assert not np.array_equal(first[0], first[1])
-    for a, b in zip(first, again, strict=True):
-        np.testing.assert_array_equal(a, b)
+    # no seed anywhere: a new mask each call
+    fresh = masks()
+    assert not np.array_equal(fresh[0], fresh[1])
+    # Fluid 1.8: the program's random_seed is the op's fixed seed: the same mask each call,
+    # and the same as a static program's (test_imperative_reinforcement compares the two)
+    fixed = masks(random_seed=11)
+    assert all(np.array_equal(fixed[0], m) for m in fixed[1:])
+    np.testing.assert_array_equal(fixed[0], masks(seed=11)[0])
+    main, startup = fluid.Program(), fluid.Program()
+    main.random_seed = 11
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", [50], append_batch_size=False)
+        out = fluid.layers.dropout(x, 0.5)
+    exe = fluid.Executor(fluid.CPUPlace())
+    runs = [exe.run(main, feed={"x": np.ones(50, "float32")}, fetch_list=[out])[0]
+            for _ in range(2)]
+    np.testing.assert_array_equal(runs[0], fixed[0])
+    np.testing.assert_array_equal(runs[1], fixed[0])
 
 
 # -- Layer ------------------------------------------------------------------------------------

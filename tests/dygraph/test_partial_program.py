@@ -229,7 +229,8 @@ def _dropout_net(implementation):
 
 
 def test_dropout_s_gradient_uses_the_forward_mask():
-    main, _, x, (y, total), values = _build(_dropout_net("upscale_in_train"))
+    # no random_seed: the op draws a new mask each run (with one, Fluid 1.8 fixes the mask)
+    main, _, x, (y, total), values = _build(_dropout_net("upscale_in_train"), seed=0)
     runner = PartialProgram(main, [x], [y, total], [])
     xv = np.abs(XV) + 0.5  # no zeros of its own
     with dygraph.guard(fluid.CPUPlace()):
