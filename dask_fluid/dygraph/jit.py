@@ -133,6 +133,16 @@ class TracedLayer:
         return outputs, TracedLayer(program, parameters, [names[v.name] for v in ins],
                                     [names[v.name] for v in outs])
 
+    def _switch(self, is_test: bool = True) -> None:
+        """Set ``is_test`` on every op of the program that has it (Fluid 1.8's private
+        ``TracedLayer._switch``, which its unit tests call: dropout and batch norm in
+        inference or training form)."""
+        for block in self._program.blocks:
+            for op in block.ops:
+                if op.has_attr("is_test"):
+                    op._set_attr("is_test", bool(is_test))
+        self._compiled = None
+
     def set_strategy(self, build_strategy: Any = None, exec_strategy: Any = None) -> None:
         """Run through a CompiledProgram with these strategies (Fluid 1.8)."""
         self._build_strategy, self._exec_strategy = build_strategy, exec_strategy

@@ -378,3 +378,18 @@ def test_traced_layer_takes_nested_inputs():
         np.testing.assert_allclose(static, out.numpy(), rtol=1e-6)
         np.testing.assert_allclose(out.numpy(), layer.fc(to_variable(8 * X)).numpy(),
                                    rtol=1e-6)
+
+
+def test_traced_layer_switch_sets_is_test():
+    """Fluid 1.8's private TracedLayer._switch, which test_imperative_resnet calls."""
+    with dygraph.guard(fluid.CPUPlace()):
+        layer = fluid.dygraph.Dropout(p=0.5)
+        xv = np.ones((4, 50), "float32")
+        layer.eval()
+        out, traced = dygraph.TracedLayer.trace(layer, [to_variable(xv)])
+        np.testing.assert_allclose(traced([xv])[0], xv * 0.5)  # downgrade_in_infer
+        traced._switch(is_test=False)
+        dropped = traced([xv])[0]
+        assert set(np.unique(dropped)) <= {0.0, 1.0} and 0 < dropped.sum() < dropped.size
+        traced._switch(is_test=True)
+        np.testing.assert_allclose(traced([xv])[0], xv * 0.5)
