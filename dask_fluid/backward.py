@@ -30,6 +30,7 @@ from .framework import (
     Variable,
     VarType,
     grad_var_name,
+    variable_list,
 )
 from .ops import registry
 
@@ -486,15 +487,6 @@ def param_grads_written(block: Block, descs: list[dict], parameter_list: Iterabl
     return params_grads
 
 
-def _as_vars(value: Any, arg: str) -> list[Variable]:
-    values = list(value) if isinstance(value, (list, tuple)) else [value]
-    for v in values:
-        if not isinstance(v, Variable):
-            raise TypeError(f"fluid.gradients: {arg} must be a Variable or a list of them, got "
-                            f"{type(v).__name__}")
-    return values
-
-
 def _find_op_path_between(block: Block, targets: list[Variable], inputs: list[Variable],
                           no_grad: set[str]) -> list:
     """Fluid 1.8's ``_find_op_path_`` with inputs: the ops that read (through other ops) one
@@ -553,8 +545,8 @@ def gradients(targets: Variable | Sequence[Variable], inputs: Variable | Sequenc
         The lists differ in length, a target gradient's shape differs from its target's, or
         a variable is not in the program's global block.
     """
-    targets = _as_vars(targets, "targets")
-    inputs = _as_vars(inputs, "inputs")
+    targets = variable_list(targets, "fluid.gradients: targets")
+    inputs = variable_list(inputs, "fluid.gradients: inputs")
     if target_gradients is None:
         tgrads: list[Variable | None] = [None] * len(targets)
     else:

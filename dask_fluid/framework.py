@@ -90,6 +90,17 @@ def refuse_in_dygraph(name: str) -> None:
                            f"dygraph, don't support {name}.\"); build a static program")
 
 
+def variable_list(value: Any, what: str) -> list[Variable]:
+    """``value`` (a Variable, or a list or tuple of them) as a list; TypeError naming
+    ``what`` otherwise."""
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    for v in values:
+        if not isinstance(v, Variable):
+            raise TypeError(f"{what} must be a Variable or a list of them, got "
+                            f"{type(v).__name__}")
+    return values
+
+
 #: Fluid 1.8's name (``framework._dygraph_guard(tracer)``, which its jit.py and the 1.8 unit
 #: tests' ``is_equal_program`` import)
 _dygraph_guard = _dygraph_tracer_guard

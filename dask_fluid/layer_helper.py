@@ -13,6 +13,7 @@ from .framework import (
     default_main_program,
     default_startup_program,
     in_dygraph_mode,
+    variable_list,
 )
 from .initializer import ConstantInitializer, Initializer, XavierInitializer
 from .param_attr import ParamAttr, WeightNormParamAttr
@@ -275,13 +276,8 @@ class LayerHelper:
 
     def multiple_input(self, input_param_name: str = "input") -> list[Variable]:
         """The layer's ``input_param_name`` argument as a list of Variables."""
-        inputs = self.kwargs.get(input_param_name, [])
-        inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
-        for x in inputs:
-            if not isinstance(x, Variable):
-                raise TypeError(f"{self.layer_type}: {input_param_name} must be Variables, "
-                                f"got {type(x).__name__}")
-        return inputs
+        return variable_list(self.kwargs.get(input_param_name, []),
+                             f"{self.layer_type}: {input_param_name}")
 
     def input(self, input_param_name: str = "input") -> Variable:
         """The layer's one ``input_param_name`` Variable."""

@@ -66,8 +66,7 @@ def run_backward(loss: VarBase, backward_strategy: BackwardStrategy | None = Non
             # computed by an op that took gradients and stopped after it: Fluid 1.8 made its
             # gradient when the op ran, and its engine sets a stopped one to zeros ("Set
             # StopGradient Grad ... as zero"); nothing flows on from it
-            value = forward.values[name]
-            var._grad = array_module(value).zeros(value.shape, dtype=value.dtype)
+            var._grad = _zeros_of(forward.values[name])
     for name, ref in forward.outputs.items():
         var = ref()
         if var is None:
@@ -76,10 +75,14 @@ def run_backward(loss: VarBase, backward_strategy: BackwardStrategy | None = Non
         if grad is None and name in forward.zero_grads:
             # a gradient a grad op reads that no op produced (the unused part of a split):
             # Fluid 1.8's engine fills it with zeros, and the variable's gradient is that
-            value = forward.values[name]
-            grad = array_module(value).zeros(value.shape, dtype=value.dtype)
+            grad = _zeros_of(forward.values[name])
         if grad is not None:
             var._grad = grad  # an intermediate value: its gradient in this pass
+
+
+def _zeros_of(value: Any) -> Any:
+    """Zeros of ``value``'s shape and dtype, on its device."""
+    return array_module(value).zeros(value.shape, dtype=value.dtype)
 
 
 install_backward(run_backward)  # loss.backward()

@@ -36,11 +36,15 @@ __all__ = [
     "square_error_cost", "stanh", "swish", "tanh", "topk", "tree_conv",
 ]
 
-def _unary(op_type: str, x: Variable, name: str | None = None, **attrs: Any) -> Variable:
+def _unary(op_type: str, x: Variable, name: str | None = None,
+           extra_inputs: dict | None = None, **attrs: Any) -> Variable:
+    """``op_type`` of ``x`` (and ``extra_inputs``, slot -> variables) into a new variable of
+    ``x``'s shape and dtype."""
     _check_var(x, "x", op_type)
     helper = LayerHelper(op_type, name)
     out = helper.create_tmp(dtype=x.dtype, shape=x.shape)
-    helper.append_op(op_type, inputs={"X": [x]}, outputs={"Out": [out]}, attrs=attrs)
+    helper.append_op(op_type, inputs={"X": [x], **(extra_inputs or {})}, outputs={"Out": [out]},
+                     attrs=attrs)
     return out
 
 
@@ -135,17 +139,11 @@ def scale(x: Variable, scale: float | Variable = 1.0, bias: float = 0.0,
           name: str | None = None) -> Variable:
     """``scale * x + bias`` (or ``scale * (x + bias)``); a ``scale`` Variable of one element
     is read at run time (the op's ``ScaleTensor``, as Fluid 1.8)."""
-    if not isinstance(scale, Variable):
-        helper = LayerHelper("scale", name)
-        out = _unary("scale", x, None, scale=float(scale), bias=float(bias),
-                     bias_after_scale=bool(bias_after_scale))
-        return helper.append_activation(out, act)
-    _check_var(x, "x", "scale")
     helper = LayerHelper("scale", name)
-    out = helper.create_tmp(dtype=x.dtype, shape=x.shape)
-    helper.append_op("scale", inputs={"X": [x], "ScaleTensor": [scale]}, outputs={"Out": [out]},
-                     attrs={"scale": 1.0, "bias": float(bias),
-                            "bias_after_scale": bool(bias_after_scale)})
+    by_tensor = isinstance(scale, Variable)
+    out = _unary("scale", x, None, {"ScaleTensor": [scale]} if by_tensor else None,
+                 scale=1.0 if by_tensor else float(scale), bias=float(bias),
+                 bias_after_scale=bool(bias_after_scale))
     return helper.append_activation(out, act)
 
 

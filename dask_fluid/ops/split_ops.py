@@ -115,9 +115,9 @@ def merge_ids(ins: dict, attrs: dict, outs: tuple) -> dict:
                              f"prefetched Rows")
         vals = all_vals[order[pos]]
         out.append(vals.reshape(_lead_shape(ids) + tuple(all_vals.shape[1:])))
-    ids_lods = list((attrs.get("_lods") or {}).get("Ids") or [])
-    ids_lods += [None] * (len(out) - len(ids_lods))
-    return {"Out": out, LOD_KEY: {"Out": [lod or None for lod in ids_lods[:len(out)]]}}
+    # the executor passes one LoD (or None) per Ids; a bare kernel call passes none
+    ids_lods = (attrs.get("_lods") or {}).get("Ids") or [None] * len(out)
+    return {"Out": out, LOD_KEY: {"Out": list(ids_lods)}}
 
 
 @register("ref_by_trainer_id", ("X", "TrainerId"), ("Out",))
