@@ -3,6 +3,7 @@ fill_zeros_like, concat, split, reshape2, transpose2, one_hot and label_smooth."
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -177,16 +178,16 @@ def _xshape(x: Any) -> Any:
 def infer_reshape(in_shape: tuple, shape: list[int], op: str = "reshape2") -> tuple:
     """Fluid's reshape rule: 0 copies the input dim at that index, one -1 is inferred."""
     out = [in_shape[i] if s == 0 else int(s) for i, s in enumerate(shape)]
-    size = int(np.prod(in_shape, dtype=np.int64))
+    size = math.prod(in_shape)
     if out.count(-1) > 1:
         raise ValueError(f"{op}: shape {shape} may contain at most one -1")
     if -1 in out:
-        known = int(np.prod([s for s in out if s != -1], dtype=np.int64))
+        known = math.prod(s for s in out if s != -1)
         if known == 0 or size % known:
             raise ValueError(f"{op}: cannot infer the -1 in shape {shape} for an input of "
                              f"shape {list(in_shape)}")
         out[out.index(-1)] = size // known
-    if int(np.prod(out, dtype=np.int64)) != size:
+    if math.prod(out) != size:
         raise ValueError(f"{op}: cannot reshape an input of shape {list(in_shape)} "
                          f"({size} elements) to {shape} -> {out}")
     return tuple(out)
