@@ -16,6 +16,7 @@ import io
 import json
 import os
 import pickle
+import shutil
 import sys
 import tempfile
 import traceback
@@ -70,9 +71,18 @@ def _losses(fluid, runner_base, module, use_cuda: bool) -> list[float]:
 def main(argv: list[str]) -> int:
     kind, unittests, models = argv[0], argv[1], argv[2:]
     data_home = tempfile.mkdtemp(prefix="paddle-data-")
-    os.environ["DASK_FLUID_DATA_HOME"] = data_home
     # dist_transformer.py reads its files from ~/.cache/paddle/dataset: a HOME of this run's own
-    os.environ["HOME"] = tempfile.mkdtemp(prefix="paddle-home-")
+    home = tempfile.mkdtemp(prefix="paddle-home-")
+    try:
+        return _run(kind, unittests, models, data_home, home)
+    finally:  # the synthetic data and the HOME are this run's alone
+        shutil.rmtree(data_home, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _run(kind: str, unittests: str, models: list[str], data_home: str, home: str) -> int:
+    os.environ["DASK_FLUID_DATA_HOME"] = data_home
+    os.environ["HOME"] = home
     # the model files read these at import or in get_model (Paddle's runner sets them)
     os.environ.update(IS_DISTRIBUTED="0", IS_SPARSE="0", IS_SELF_CONTAINED_LR="0",
                       FLAGS_selected_gpus="0", CPU_NUM="1")
