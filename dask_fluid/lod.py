@@ -128,8 +128,17 @@ class LoDTensor:
         return self._place
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        # np.array(tensor) is a snapshot, as in Fluid (numpy asks for copy=True): the executor
+        # updates parameters in place, so a view would change under the caller at the next run.
+        # np.asarray(tensor) (copy=None) may share the memory, like Fluid's buffer protocol.
         arr = self._require()
-        arr = arr.get() if hasattr(arr, "get") else arr
+        if hasattr(arr, "get"):  # a CuPy array: the host copy is already the caller's own
+            return np.asarray(arr.get(), dtype=dtype)
+        if copy:
+            return np.array(arr, dtype=dtype, copy=True)
+        if copy is False and dtype is not None and np.dtype(dtype) != arr.dtype:
+            raise ValueError(f"LoDTensor of {arr.dtype} cannot become {np.dtype(dtype)} without "
+                             "a copy")
         return np.asarray(arr, dtype=dtype)
 
     # -- LoD ------------------------------------------------------------------------------------

@@ -266,3 +266,27 @@ def test_gather_tree_layer():
     got, = fluid.Executor().run(main, feed={"ids": ids_v, "parents": par_v}, fetch_list=[out],
                                 scope=fluid.Scope())
     assert got.tolist() == [[[2, 2], [1, 6]], [[3, 3], [6, 1]], [[0, 1], [9, 0]]]
+
+
+def test_np_array_of_a_scope_tensor_is_a_snapshot_the_next_run_leaves_alone():
+    # Fluid: np.array(tensor) copies. The optimizer updates the parameter in place here, so a
+    # view would change under the caller at the next run
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.data(name="x", shape=[-1, 5], dtype="float32")
+        cost = fluid.layers.mean(fluid.layers.fc(x, 3, param_attr="w"))
+        fluid.optimizer.Adam(learning_rate=0.1).minimize(cost)
+    scope = fluid.Scope()
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup, scope=scope)
+    tensor = scope.find_var("w").get_tensor()
+    snapshot = np.array(tensor)
+    kept = snapshot.copy()
+    exe.run(main, feed={"x": np.ones((2, 5), "float32")}, scope=scope)
+    np.testing.assert_array_equal(snapshot, kept)
+    assert not np.array_equal(np.array(scope.find_var("w").get_tensor()), kept)
+    # np.asarray may share the tensor's memory (Fluid's buffer protocol); a cast without a
+    # copy is refused as numpy refuses it
+    assert np.asarray(tensor).dtype == np.float32
+    with pytest.raises(ValueError, match="without a copy"):
+        np.array(tensor, dtype="float64", copy=False)
