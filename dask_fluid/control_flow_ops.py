@@ -129,32 +129,41 @@ def _conditional_block(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> 
 
 
 def _conditional_block_grad(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
-    """When the forward block ran: run its grad block (the sub-block's ops differentiated),
-    whose gradients of the block's inputs land in the scope; zeros for the inputs it gives no
-    gradient, and for all of them when the block did not run, except an input the block also
-    writes (a tensor array written in place): its gradient then passes through unchanged."""
+    """When the forward block ran: run its grad block (the sub-block's ops differentiated) in
+    a scope of its own that reads through to this one, as Fluid runs it in the block's scope;
+    the block's inputs take the gradients it wrote there, zeros for those it gave none, and
+    zeros for all of them when the block did not run, except an input the block also writes
+    (a tensor array written in place): its gradient then passes through unchanged.
+
+    Its own scope keeps the grad block's writes apart: a gradient it does not compute is not
+    read from an earlier step's value left in this scope, and its partial sums
+    (``@RENAME@`` names) do not overwrite the enclosing block's of the same name."""
     held = _holds(ins["Cond"], attrs)
     written = set(ctx.op.input("Out"))
+    outer = ctx.scope.vars
+    local: dict[str, Any] = {}
     if held:
-        vals = ctx.scope.vars
         grad_block = ctx.program.block(attrs["sub_block"])
+        inner = ctx.scope._step_scope()
+        local = inner.vars.maps[0]
         # what the block read and then overwrote: the incoming gradient is its new value's;
         # the grad block writes its old value's under the plain name (zero when it does not)
-        overwritten = [grad_var_name(n) for n in written
-                       if grad_var_name(n) + STEP_IN in grad_block.vars]
-        for g in overwritten:
-            vals[g + STEP_IN] = vals.pop(g, None)
-        ctx.executor.run_block(ctx.program, grad_block, ctx.scope)
-        for g in overwritten:
-            vals.pop(g + STEP_IN, None)
+        for n in written:
+            g = grad_var_name(n)
+            if g + STEP_IN in grad_block.vars:
+                local[g + STEP_IN] = outer.get(g)
+        ctx.executor.run_block(ctx.program, grad_block, inner)
     grads = []
     for name, value, out in zip(ctx.op.input("Input"), ins.get("Input", []),
                                 ctx.op.output("Input@GRAD"), strict=True):
         if out == EMPTY_VAR or value is None:
             grads.append(None)
             continue
-        g = ctx.scope.vars.get(grad_var_name(name)) if held or name in written else None
-        grads.append(array_module(value).zeros_like(value) if g is None else g)
+        g = grad_var_name(name)
+        grad = local.get(g)
+        if grad is None and name in written and g + STEP_IN not in local:
+            grad = outer.get(g)  # an array written in place: its gradient passes through
+        grads.append(array_module(value).zeros_like(value) if grad is None else grad)
     return {"Input@GRAD": grads}
 
 

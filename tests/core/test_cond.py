@@ -157,6 +157,40 @@ def test_gradients_of_what_a_block_reads_and_overwrites():
         assert np.abs(got["w"][0]).sum() > 0
 
 
+def _cond_param_grads(true_fn, false_fn, outside, steps=2):
+    """x@GRAD and z@GRAD after each of ``steps`` runs of mean(outside(x, z) + cond(...)), the
+    true branch taken; no optimizer, so every run should give the same gradients."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        def param(name, value):
+            return layers.create_parameter([2], "float32", name=name,
+                                           default_initializer=fluid.initializer.Constant(value))
+        x, z = param("x", 1.0), param("z", 3.0)
+        c = layers.fill_constant([1], "float32", 3.0)
+        out = layers.cond(layers.greater_than(c, layers.fill_constant([1], "float32", 1.0)),
+                          lambda: true_fn(x, z), lambda: false_fn(x, z))
+        fluid.backward.append_backward(layers.mean(layers.sum([outside(x, z), out])))
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    return [[float(v[0]) for v in exe.run(main, fetch_list=["x@GRAD", "z@GRAD"], scope=scope)]
+            for _ in range(steps)]
+
+
+def test_cond_gradients_of_the_taken_branch_are_its_own_every_step():
+    """The branch's grad block runs in a scope of its own (Fluid: the block's scope): an
+    input it gives no gradient gets zero, not the value an earlier step left under its
+    gradient's name; and its partial sums do not overwrite the enclosing block's."""
+    # x only feeds a dead op in the taken branch: its gradient is the outside one's, 1/2
+    got = _cond_param_grads(lambda x, z: (layers.elementwise_mul(x, z), z + 1.0)[1],
+                            lambda x, z: z + 2.0, lambda x, z: x + z)
+    assert got == [[0.5, 1.0], [0.5, 1.0]]
+    # z twice in the branch (its grad block sums two partials), minus z outside: (2 - 1) / 2
+    got = _cond_param_grads(lambda x, z: layers.elementwise_add(layers.elementwise_add(z, x), z),
+                            lambda x, z: layers.elementwise_add(x, z),
+                            lambda x, z: layers.elementwise_sub(x, z))
+    assert got == [[1.0, 0.5], [1.0, 0.5]]
+
+
 @pytest.mark.parametrize("lod_level", [0, 1])
 def test_ifelse_parts_rows_or_sequences(lod_level):
     """Fluid 1.8's IfElse: each row (or sequence) through the branch its condition picks,
