@@ -543,7 +543,9 @@ class Executor:
                                                f"feed {name!r}")
                 value = value._require()
             arr = value
-            if not hasattr(arr, "dtype") or not hasattr(arr, "shape"):
+            if np.isscalar(value):  # Fluid's _as_lodtensor: a number is a [1] tensor
+                arr = np.array([value]).astype(var.dtype)
+            elif not hasattr(arr, "dtype") or not hasattr(arr, "shape"):
                 arr = np.asarray(value, dtype=var.dtype)
             if str(arr.dtype) != var.dtype:
                 raise TypeError(f"feed {name!r} has dtype {arr.dtype} but the variable is "

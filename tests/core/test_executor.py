@@ -290,3 +290,21 @@ def test_np_array_of_a_scope_tensor_is_a_snapshot_the_next_run_leaves_alone():
     assert np.asarray(tensor).dtype == np.float32
     with pytest.raises(ValueError, match="without a copy"):
         np.array(tensor, dtype="float64", copy=False)
+
+
+def test_a_number_fed_to_a_one_element_variable_is_a_one_element_tensor():
+    # Fluid 1.8's _as_lodtensor: np.array([number]).astype(the variable's dtype); a learning
+    # rate fed as a float is the usual case
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        lr = fluid.data(name="lr", shape=[1], dtype="float32")
+        x = fluid.data(name="x", shape=[None, 1], dtype="float32")
+        out = fluid.layers.elementwise_mul(x, lr)
+    exe = fluid.Executor(fluid.CPUPlace())
+    xs = np.ones([4, 1], "float32")
+    for number in (0.5, 3, np.float64(0.25)):
+        got, = exe.run(main, feed={"x": xs, "lr": number}, fetch_list=[out],
+                       scope=fluid.Scope())
+        np.testing.assert_allclose(got, xs * np.float32(number))
+    with pytest.raises(ValueError, match="expects"):  # a number is [1], not [None, 1]
+        exe.run(main, feed={"x": 1.0, "lr": 0.5}, fetch_list=[out], scope=fluid.Scope())
