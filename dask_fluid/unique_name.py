@@ -7,17 +7,25 @@ import contextvars
 from collections import defaultdict
 from collections.abc import Iterator
 
+__all__ = ["NameGenerator", "UniqueNameGenerator", "generate", "guard", "switch"]
+
 
 class NameGenerator:
-    """Counts how often each key was used and appends the count, as Fluid does."""
+    """Counts how often each key was used and appends the count, as Fluid does; every name
+    starts with ``prefix`` (Fluid's ``UniqueNameGenerator``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: str | None = None) -> None:
         self._ids: defaultdict[str, int] = defaultdict(int)
+        self.prefix = prefix or ""
 
     def __call__(self, key: str) -> str:
         n = self._ids[key]
         self._ids[key] += 1
-        return f"{key}_{n}"
+        return f"{self.prefix}{key}_{n}"
+
+
+#: Fluid's name for it
+UniqueNameGenerator = NameGenerator
 
 
 _generator: contextvars.ContextVar[NameGenerator | None] = contextvars.ContextVar(
@@ -49,10 +57,35 @@ def generate(key: str) -> str:
     return _current()(key)
 
 
+def switch(new_generator: NameGenerator | None = None,
+           new_para_name_checker: None = None) -> tuple[NameGenerator, None]:
+    """Use ``new_generator`` (a fresh one by default) from now on; return the one in use
+    before, to switch back to (Fluid's ``unique_name.switch``; :func:`guard` is the managed
+    form).
+
+    Returns
+    -------
+    (NameGenerator, None)
+        The previous generator, and None where Fluid also returns its dygraph parameter-name
+        checker (dask_fluid has none: pass it back as it came).
+    """
+    if new_para_name_checker is not None:
+        raise NotImplementedError("unique_name.switch(new_para_name_checker=...): dask_fluid "
+                                  "keeps no dygraph parameter-name checker; pass None")
+    old = _current()
+    _generator.set(new_generator if new_generator is not None else NameGenerator())
+    return old, None
+
+
 @contextlib.contextmanager
-def guard(generator: NameGenerator | None = None) -> Iterator[None]:
-    """Use a fresh name counter inside the block (Fluid's ``unique_name.guard``)."""
-    token = _generator.set(generator or NameGenerator())
+def guard(new_generator: NameGenerator | str | bytes | None = None) -> Iterator[None]:
+    """Use a fresh name counter inside the block (Fluid's ``unique_name.guard``); a str or
+    bytes is the prefix of every name generated in it."""
+    if isinstance(new_generator, bytes):
+        new_generator = new_generator.decode()
+    if isinstance(new_generator, str):
+        new_generator = NameGenerator(new_generator)
+    token = _generator.set(new_generator or NameGenerator())
     try:
         yield
     finally:

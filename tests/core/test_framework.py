@@ -59,6 +59,26 @@ def test_unique_names_follow_fluid():
     assert h.name == "fc_0.tmp_2"
 
 
+def test_unique_name_guard_prefix_and_switch_follow_fluid():
+    # Fluid 1.8's unique_name: guard(str|bytes) prefixes every name; switch() swaps the
+    # generator and hands back the old one
+    with fluid.unique_name.guard("A"):
+        assert fluid.unique_name.generate("fc") == "Afc_0"
+        assert fluid.unique_name.generate("fc") == "Afc_1"
+    with fluid.unique_name.guard(b"B"):
+        assert fluid.unique_name.generate("fc") == "Bfc_0"
+    with fluid.unique_name.guard():
+        assert fluid.unique_name.generate("fc") == "fc_0"
+        old, checker = fluid.unique_name.switch()
+        assert fluid.unique_name.generate("fc") == "fc_0"
+        fluid.unique_name.switch(old, checker)
+        assert fluid.unique_name.generate("fc") == "fc_1"
+        fluid.unique_name.switch(fluid.unique_name.UniqueNameGenerator("C"))
+        assert fluid.unique_name.generate("fc") == "Cfc_0"
+        with pytest.raises(NotImplementedError, match="parameter-name checker"):
+            fluid.unique_name.switch(None, object())
+
+
 def test_learning_rate_variable_name():
     main, _, _ = _square_error_program()
     assert main.global_block().has_var("learning_rate_0")
