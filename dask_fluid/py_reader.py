@@ -157,7 +157,25 @@ class PyReader:
 
         self._batches = feeds
 
+    @property
+    def iterable(self) -> bool:
+        """Whether the reader is iterated (``for data in reader():``) rather than started."""
+        return self._iterable
+
+    @property
+    def queue(self) -> Any:
+        # an AttributeError, as the compat layer's, so that hasattr(reader, "queue") is False
+        raise AttributeError(
+            f"{type(self).__name__}.queue (Fluid's C++ blocking queue) is not implemented in "
+            "dask_fluid: give the reader its batches with decorate_sample_generator, "
+            "decorate_sample_list_generator or decorate_batch_generator (set_* on a DataLoader)")
+
     # -- iterable mode -----------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Any]:
+        # ``for data in loader:`` is ``for data in loader():``, a new pass (Fluid's
+        # DataLoaderBase.__call__ returns the loader itself)
+        return self()
+
     def __call__(self) -> Iterator[Any]:
         if not self._iterable:
             raise RuntimeError("a PyReader with iterable=False is not iterable: call start() "

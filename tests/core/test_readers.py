@@ -308,6 +308,23 @@ def test_data_loader_from_generator_is_fluid_1_8s_generator_loader():
     assert [float(d[0]["x"][0, 0]) for d in multi()] == [0.0, 1.0]
 
 
+def test_a_loader_iterates_itself_and_says_whether_it_is_iterable():
+    # Fluid 1.8: DataLoaderBase.__call__ returns the loader, so ``for d in loader:`` is a pass
+    # as ``for d in loader():`` is; ``iterable`` is a property of PyReader and the loaders
+    main, startup, x, out = _dense()
+    loader = fluid.io.DataLoader.from_generator(feed_list=[x], capacity=4, iterable=True,
+                                                return_list=True)
+    loader.set_batch_generator(_counting_batches(3, []))
+    assert loader.iterable
+    assert [float(d[0][0][0, 0]) for d in loader] == [0.0, 1.0, 2.0]
+    assert [float(d[0][0][0, 0]) for d in loader] == [0.0, 1.0, 2.0]  # each loop a new pass
+    reader = fluid.io.PyReader(feed_list=[x], capacity=2, iterable=False)
+    assert not reader.iterable
+    assert not hasattr(reader, "queue")  # Fluid's C++ queue: named in the error
+    with pytest.raises(AttributeError, match=r"PyReader.queue .* is not implemented"):
+        reader.queue  # noqa: B018
+
+
 def test_several_places_for_a_reader_are_refused_not_ignored():
     with fluid.program_guard(fluid.Program(), fluid.Program()):
         x = fluid.layers.data("x", shape=[2])
