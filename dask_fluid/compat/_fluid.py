@@ -36,7 +36,9 @@ __all__ = ["Tensor", "is_compiled_with_cuda", "load_op_library",
 # a package, so that ``import paddle.fluid.layers`` asks the finder for the submodule
 __path__: list[str] = []
 
-_COMPAT_SUBMODULES = ("core", "incubate", "log_helper", "profiler")
+# modules of paddle.fluid that stand for a dask_fluid module of another name, or for one of
+# dask_fluid.compat: ``fluid.<name>`` imports them (Fluid's package imports them all)
+_COMPAT_SUBMODULES = ("core", "dataset", "incubate", "log_helper", "profiler", "reader")
 
 
 class VersionError(Exception):

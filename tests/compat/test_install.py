@@ -77,7 +77,12 @@ def test_fluid_reader_is_the_py_reader_module(paddle):
     import dask_fluid.py_reader as py_reader
     assert (DataLoader, GeneratorLoader, PyReader) == (
         py_reader.DataLoader, py_reader.GeneratorLoader, py_reader.PyReader)
-    assert importlib.import_module("paddle.fluid").io.DataLoader is DataLoader
+    fluid = importlib.import_module("paddle.fluid")
+    assert fluid.io.DataLoader is DataLoader
+    # as attributes too, without importing them first (Fluid's package imports them)
+    assert fluid.reader is py_reader
+    assert fluid.dataset.DatasetFactory is importlib.import_module(
+        "dask_fluid.queue_dataset").DatasetFactory
 
 
 def test_uninstall_removes_finder_and_aliases(paddle):
