@@ -408,6 +408,13 @@ def loss_op_path(loss: Variable, no_grad_set: Iterable | None
     block = program.global_block()
     if loss.block is not block:
         raise ValueError("append_backward: the loss must live in the global block")
+    if program.current_block() is not block:
+        # Fluid 1.8 puts such a pass in a grad block of the branch, run only when the branch
+        # is; here its ops would join the global block and run every step, whatever the branch
+        raise NotImplementedError(
+            "append_backward / minimize inside a control-flow block (a layers.cond, case or "
+            "switch_case branch, a Switch case, a While body) is not implemented in "
+            "dask_fluid: call it outside the block, on a loss built from the block's outputs")
     if loss.shape is not None and list(loss.shape) not in ([1], [-1], []):
         raise ValueError(f"append_backward: loss {loss.name!r} must have shape [1] "
                          f"(reduce it with layers.mean), got {list(loss.shape)}")

@@ -191,6 +191,25 @@ def test_cond_gradients_of_the_taken_branch_are_its_own_every_step():
     assert got == [[1.0, 0.5], [1.0, 0.5]]
 
 
+def test_minimize_inside_a_branch_is_refused_not_run_every_step():
+    """Fluid 1.8 runs a branch's minimize only when the branch runs (a grad block of the
+    branch); here its ops would join the global block and run every step: refused."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data("x", [4], dtype="float32")
+        loss = layers.mean(layers.fc(x, 1, bias_attr=False))
+        flag = layers.data("flag", [1], dtype="bool", append_batch_size=False)
+
+        def branch(lr):
+            def fn():
+                fluid.optimizer.SGD(learning_rate=lr).minimize(loss)
+                return loss
+            return fn
+
+        with pytest.raises(NotImplementedError, match="inside a control-flow block"):
+            layers.case([(flag, branch(0.1))], branch(100.0))
+
+
 @pytest.mark.parametrize("lod_level", [0, 1])
 def test_ifelse_parts_rows_or_sequences(lod_level):
     """Fluid 1.8's IfElse: each row (or sequence) through the branch its condition picks,
