@@ -29,7 +29,8 @@ from .framework import VarType, default_main_program, install_hook
 from .ops.selected_rows import SelectedRows
 
 __all__ = ["ErrorClipByValue", "GradientClipByGlobalNorm", "GradientClipByNorm",
-           "GradientClipByValue", "clip_from_dict", "error_clip_callback", "set_gradient_clip"]
+           "GradientClipByValue", "append_gradient_clip_ops", "clip_from_dict",
+           "error_clip_callback", "set_gradient_clip"]
 
 NeedClip = Callable[[Any], bool] | None
 
@@ -49,7 +50,9 @@ class _Clip:
     def __call__(self, params_grads: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
         out = []
         for p, g in params_grads:
-            if g is None or not self._wanted(p):
+            if g is None:  # Fluid 1.8's clips leave out a parameter without a gradient
+                continue
+            if not self._wanted(p):
                 out.append((p, g))
                 continue
             with p.block.program._optimized_guard([p, g]):
@@ -123,7 +126,8 @@ class GradientClipByGlobalNorm(_Clip):
     def _scaled(self, params_grads: list[tuple[Any, Any]], wanted: Callable[[Any], bool]
                 ) -> list[tuple[Any, Any]]:
         """The pairs with the gradients of the parameters ``wanted`` scaled together."""
-        clipped = [(p, g) for p, g in params_grads if g is not None and wanted(p)]
+        params_grads = [(p, g) for p, g in params_grads if g is not None]  # as Fluid 1.8's
+        clipped = [(p, g) for p, g in params_grads if wanted(p)]
         if not clipped:
             return params_grads
         p0, g0 = clipped[-1]
@@ -136,7 +140,7 @@ class GradientClipByGlobalNorm(_Clip):
                                            layers.elementwise_max(max_norm, global_norm))
         out = []
         for p, g in params_grads:
-            if g is None or not wanted(p):
+            if not wanted(p):
                 out.append((p, g))
                 continue
             with program._optimized_guard([p, g]):
@@ -192,7 +196,7 @@ def set_gradient_clip(clip: _Clip, param_list=None, program=None) -> None:
         param.gradient_clip_attr = clip
 
 
-def clip_global_norm_groups(params_grads: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+def _global_norm_groups(params_grads: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
     """The pairs with the gradients of parameters that :func:`set_gradient_clip` gave a
     :class:`GradientClipByGlobalNorm` scaled by their group's global norm; the others as they
     are.
@@ -219,6 +223,31 @@ def clip_global_norm_groups(params_grads: list[tuple[Any, Any]]) -> list[tuple[A
         done = {p.name: (p, g) for p, g in clip._scaled(part, lambda p: True)}
         params_grads = [done.get(p.name, (p, g)) for p, g in params_grads]
     return params_grads
+
+
+def append_gradient_clip_ops(param_grads: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """The pairs with each gradient clipped by its parameter's clip (:func:`set_gradient_clip`;
+    a global-norm clip over its whole group), the others as they are, and the pairs without a
+    gradient left out (Fluid 1.8's function, which the optimizers call when no ``grad_clip``
+    is given).
+
+    Parameters
+    ----------
+    param_grads : list of (Parameter, Variable)
+
+    Returns
+    -------
+    list of (Parameter, Variable)
+    """
+    out = []
+    for p, g in _global_norm_groups([(p, g) for p, g in param_grads if g is not None]):
+        clip = getattr(p, "gradient_clip_attr", None)
+        if clip is None or isinstance(clip, GradientClipByGlobalNorm):  # (scaled above)
+            out.append((p, g))
+            continue
+        with p.block.program._optimized_guard([p, g]):
+            out.append((p, clip.append(p, g, p.block.program.global_block())))
+    return out
 
 
 # -- error clipping (Fluid 1.8's BaseErrorClipAttr, ErrorClipByValue, error_clip_callback) ------

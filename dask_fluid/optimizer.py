@@ -15,12 +15,7 @@ import numpy as np
 
 from . import unique_name
 from .backward import append_backward
-from .clip import (
-    GradientClipByGlobalNorm,
-    GradientClipByNorm,
-    clip_global_norm_groups,
-    error_clip_callback,
-)
+from .clip import GradientClipByNorm, append_gradient_clip_ops, error_clip_callback
 from .distributed_table import distributed_table_name
 from .framework import (
     OP_ROLE_KEY,
@@ -54,7 +49,7 @@ from .ops.dgc_ops import (
     DGC_NRANKS,
     DGC_RAMPUP_BEGIN,
 )
-from .regularizer import L1DecayRegularizer, L2DecayRegularizer
+from .regularizer import L1DecayRegularizer, L2DecayRegularizer, append_regularization_ops
 
 logger = logging.getLogger("dask_fluid.optimizer")
 
@@ -244,24 +239,12 @@ class Optimizer:
 
     def _clipped_and_decayed(self, program: Program, params_grads: list) -> list:
         """The pairs with their gradients clipped (``grad_clip=``, else each parameter's own
-        clip) and weight-decayed, in order."""
-        block = program.global_block()
+        clip) and then weight-decayed, as Fluid 1.8's ``apply_gradients``."""
         if self._grad_clip is not None:  # Fluid 1.8: grad_clip= replaces per-parameter clips
             params_grads = self._grad_clip(params_grads)
         else:
-            params_grads = clip_global_norm_groups(params_grads)
-        processed = []
-        for param, grad in params_grads:
-            with program._optimized_guard([param, grad]):
-                clip = param.gradient_clip_attr
-                if clip is not None and self._grad_clip is None and \
-                        not isinstance(clip, GradientClipByGlobalNorm):
-                    grad = clip.append(param, grad, block)
-                regularizer = param.regularizer or self.regularization
-                if regularizer is not None:
-                    grad = regularizer.append(param, grad, block)
-            processed.append((param, grad))
-        return processed
+            params_grads = append_gradient_clip_ops(params_grads)
+        return append_regularization_ops(params_grads, self.regularization)
 
     def _update_distributed_table(self, program: Program, params_grads: list) -> tuple:
         """Fluid 1.8's ``_process_distribute_lookuptable``: the table looked up with

@@ -46,6 +46,36 @@ class L1DecayRegularizer(WeightDecayRegularizer):
         return _add_scaled(param, sign, grad, self.regularization_coeff, block)
 
 
+def append_regularization_ops(parameters_and_grads: list[tuple[Any, Any]],
+                              regularization: WeightDecayRegularizer | None = None
+                              ) -> list[tuple[Any, Any]]:
+    """The pairs with each gradient weight-decayed: by the parameter's own regularizer
+    (``ParamAttr(regularizer=...)``), else by ``regularization`` (Fluid 1.8's function, which
+    the optimizers call after clipping).
+
+    Parameters
+    ----------
+    parameters_and_grads : list of (Parameter, Variable)
+        A pair without a gradient (None) is kept as it is.
+    regularization : WeightDecayRegularizer, optional
+        For the parameters without one of their own.
+
+    Returns
+    -------
+    list of (Parameter, Variable)
+    """
+    out = []
+    for param, grad in parameters_and_grads:
+        regularizer = getattr(param, "regularizer", None) or regularization
+        if grad is None or regularizer is None:
+            out.append((param, grad))
+            continue
+        program = param.block.program
+        with program._optimized_guard([param, grad]):
+            out.append((param, regularizer.append(param, grad, program.global_block())))
+    return out
+
+
 def _add_scaled(param, source, grad, coeff: float, block):
     """Append ``grad + coeff * source`` (``scale`` then ``sum``) and return the new gradient."""
     decay = block.create_var(name=unique_name.generate(param.name + "@decay"),

@@ -124,6 +124,37 @@ def test_l2_decay_and_clip_through_minimize():
     np.testing.assert_allclose(scope.get("b"), b, rtol=1e-10)
 
 
+def test_clipping_then_decay_as_fluid_1_8_orders_them_and_its_helpers():
+    """apply_gradients as Fluid 1.8's: every clip op (append_gradient_clip_ops), then every
+    decay op (append_regularization_ops); both functions are public as in 1.8, and clips
+    leave out the pairs without a gradient."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data(name="x", shape=[3], dtype="float64")
+        clip = fluid.clip.GradientClipByValue(0.05)
+        h = layers.fc(x, 2, param_attr=fluid.ParamAttr(name="w1", gradient_clip=clip),
+                      bias_attr=False)
+        pred = layers.fc(h, 1, param_attr=fluid.ParamAttr(name="w2", gradient_clip=clip),
+                         bias_attr=False)
+        loss = layers.mean(pred)
+        fluid.optimizer.SGD(0.1, regularization=fluid.regularizer.L2Decay(0.01)).minimize(loss)
+    types = [op.type for op in main.global_block().ops]
+    tail = [t for t in types[types.index("clip"):] if t in ("clip", "scale", "sum", "sgd")]
+    assert tail == ["clip", "clip", "scale", "sum", "scale", "sum", "sgd", "sgd"]
+
+    block = fluid.Program().global_block()
+    a = block.create_parameter(name="a", shape=[2, 3], dtype="float32")
+    b = block.create_parameter(name="b", shape=[2, 3], dtype="float32")
+    for clipper in (fluid.clip.GradientClipByGlobalNorm(1.0), fluid.clip.GradientClipByNorm(1.0),
+                    fluid.clip.GradientClipByValue(1.0)):
+        assert [p.name for p, _ in clipper([(a, None), (a, b), (b, a)])] == ["a", "b"]
+    assert fluid.clip.append_gradient_clip_ops([(a, None), (b, a)]) == [(b, a)]
+    decayed = fluid.regularizer.append_regularization_ops(
+        [(a, b), (b, None)], fluid.regularizer.L2Decay(0.5))
+    assert decayed[1] == (b, None) and decayed[0][1].name.startswith("b@regularized")
+    assert fluid.optimizer.append_regularization_ops is fluid.regularizer.append_regularization_ops
+
+
 @pytest.mark.parametrize("make", [
     lambda: fluid.optimizer.Adamax(0.01),
     lambda: fluid.optimizer.DecayedAdagrad(0.05),
