@@ -228,6 +228,7 @@ class Optimizer:
         if not params_grads:  # the table is the only parameter
             return [table_op]
         processed = self._clipped_and_decayed(program, params_grads)
+        start = len(block.ops)
         self._create_accumulators(block, [p for p, _ in processed])
         self._global_learning_rate(program, processed[0][0].dtype)
         ops = []
@@ -235,6 +236,10 @@ class Optimizer:
             with program._optimized_guard([param, grad]):
                 ops.append(self._append_optimize_op(block, (param, grad)))
         self._finish_update(block, processed)
+        if not in_dygraph_mode():
+            # Fluid 1.8's _create_optimization_pass: every op the pass appended (a parameter's
+            # learning-rate scale, the optimizer's own, _finish_update's), not the clip ops
+            ops = list(block.ops[start:])
         return ops + ([table_op] if table_op is not None else [])
 
     def _clipped_and_decayed(self, program: Program, params_grads: list) -> list:

@@ -270,3 +270,22 @@ def test_adam_advances_its_beta_powers_in_the_op_as_fluid_1_8():
         exe.run(main, feed={"x": X.astype("float32")}, scope=scope)
     np.testing.assert_allclose(scope.get(adam.input("Beta1Pow")[0]), [0.9 ** 4], rtol=1e-6)
     np.testing.assert_allclose(scope.get(adam.input("Beta2Pow")[0]), [0.999 ** 4], rtol=1e-6)
+
+
+@pytest.mark.parametrize("make, lr_ratio, want", [
+    (lambda: fluid.optimizer.SGD(0.01), 1.1, ["scale", "sgd"]),
+    (lambda: fluid.optimizer.Momentum(0.01, 0.9), 1.1, ["scale", "momentum"]),
+    (lambda: fluid.optimizer.Adamax(0.01), 1.1, ["scale", "adamax", "scale"]),
+    (lambda: fluid.optimizer.Adamax(0.01), 1.0, ["adamax", "scale"]),
+])
+def test_minimize_returns_every_op_of_the_optimization_pass(make, lr_ratio, want):
+    # Fluid 1.8's _create_optimization_pass returns the slice of ops it appended: a
+    # parameter's learning-rate scale, the optimizer op, _finish_update's (Adamax's beta1 pow)
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data("x", [10], dtype="float32")
+        y = layers.fc(x, 8, param_attr=fluid.ParamAttr(name="w", learning_rate=lr_ratio),
+                      bias_attr=False)
+        ops, _ = make().minimize(layers.mean(y))
+    assert [op.type for op in ops] == want
+    assert ops == main.global_block().ops[-len(want):]
