@@ -380,6 +380,14 @@ class Parameter(Variable):
         do_model_average: bool | None = None,
         **kwargs: Any,
     ) -> None:
+        # Fluid 1.8's Parameter checks
+        if shape is None:
+            raise ValueError(f"the shape of parameter {name!r} should not be None")
+        if dtype is None:
+            raise ValueError(f"the dtype of parameter {name!r} should not be None")
+        if len(shape) == 0:
+            raise ValueError(f"the dimensions of the shape of parameter {name!r} must be "
+                             "greater than 0")
         for d in shape:
             if int(d) <= 0:
                 raise ValueError(
@@ -636,6 +644,7 @@ class Block:
         tracer = _tracer.get()
         if tracer is not None:
             return tracer.create_parameter(name, shape, **kwargs)
+        initializer = kwargs.pop("initializer", None)
         if name in self.vars:
             var = self.vars[name]
             if isinstance(var, Parameter) and var.shape == tuple(shape):
@@ -643,6 +652,15 @@ class Block:
             raise ValueError(f"parameter {name!r} already exists with shape {var.shape}")
         param = Parameter(self, name, shape, **kwargs)
         self.vars[name] = param
+        if initializer is not None:
+            # Fluid 1.8's Block.create_parameter: the init op goes into this block, unless an
+            # op of it writes the parameter already
+            inits = [op for op in self.ops if name in op.output_arg_names]
+            if len(inits) > 1:
+                raise RuntimeError(f"parameter {name!r} is initialized by several ops: "
+                                   f"{[op.type for op in inits]}")
+            if not inits:
+                initializer(param, self)
         return param
 
     def _remove_var(self, name: str) -> None:

@@ -79,6 +79,24 @@ def test_unique_name_guard_prefix_and_switch_follow_fluid():
             fluid.unique_name.switch(None, object())
 
 
+def test_block_create_parameter_initializes_and_checks_as_fluid():
+    # Fluid 1.8's Block.create_parameter(initializer=...) appends the init op to that block;
+    # Parameter refuses a None shape or dtype and an empty shape
+    main = fluid.Program()
+    block = main.global_block()
+    w = block.create_parameter(name="fc.w", shape=[7, 3], dtype="float32",
+                               initializer=fluid.initializer.ConstantInitializer(1.0625))
+    assert [op.type for op in block.ops] == ["fill_constant"] and not w.stop_gradient
+    got, = fluid.Executor().run(main, fetch_list=[w], scope=fluid.Scope())
+    np.testing.assert_array_equal(got, np.full((7, 3), 1.0625, "float32"))
+    for kwargs, match in ((dict(shape=None, dtype="float32"), "shape .* should not be None"),
+                          (dict(shape=[1], dtype=None), "dtype .* should not be None"),
+                          (dict(shape=[], dtype="float32"), "dimensions"),
+                          (dict(shape=[-1], dtype="float32"), "positive shape")):
+        with pytest.raises(ValueError, match=match):
+            fluid.Program().global_block().create_parameter(name="p", **kwargs)
+
+
 def test_learning_rate_variable_name():
     main, _, _ = _square_error_program()
     assert main.global_block().has_var("learning_rate_0")
