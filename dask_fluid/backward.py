@@ -391,6 +391,26 @@ def append_backward(loss: Variable, parameter_list: Iterable | None = None,
     return append_grad_ops(loss, descs, parameter_list, callbacks)
 
 
+def _names(values: Any, what: str) -> list[str]:
+    """The names in ``values``, a set, list or tuple of Variables or str (None: none), with
+    Fluid 1.8's TypeErrors for anything else (``_get_no_grad_set_name``, ``check_type``)."""
+    if values is None:
+        return []
+    if not isinstance(values, (set, list, tuple)):
+        raise TypeError(f"the type of {what} should be set, list or tuple, but received "
+                        f"{type(values).__name__}")
+    names = []
+    for v in values:
+        if isinstance(v, Variable):
+            names.append(v.name)
+        elif isinstance(v, str):
+            names.append(v)
+        else:
+            raise TypeError(f"the type of {what}'s members must be Variable or str, but "
+                            f"received {type(v).__name__}")
+    return names
+
+
 def loss_op_path(loss: Variable, no_grad_set: Iterable | None
                  ) -> tuple[Program, Block, list, set[str]]:
     """What a backward pass of ``loss`` starts from (``append_backward``, the recompute
@@ -422,8 +442,7 @@ def loss_op_path(loss: Variable, no_grad_set: Iterable | None
     if not op_path:
         raise ValueError(f"append_backward: no op writes the loss {loss.name!r}")
     no_grad = {grad_var_name(v.name) for v in block.vars.values() if v.stop_gradient}
-    for v in no_grad_set or ():
-        no_grad.add(grad_var_name(v.name if isinstance(v, Variable) else str(v)))
+    no_grad.update(grad_var_name(n) for n in _names(no_grad_set, "no_grad_set"))
     return program, block, op_path, no_grad
 
 
@@ -472,8 +491,7 @@ def param_grads_written(block: Block, descs: list[dict], parameter_list: Iterabl
     if parameter_list is None:
         chosen = [p for p in block.all_parameters() if p.trainable]
     else:
-        names = dict.fromkeys(p.name if isinstance(p, Variable) else str(p)
-                              for p in parameter_list)
+        names = dict.fromkeys(_names(parameter_list, "parameter_list"))
         missing = [n for n in names if not block.has_var(n)]
         if missing:
             raise ValueError(f"parameter_list names {missing}, which are not variables of "
@@ -559,6 +577,10 @@ def gradients(targets: Variable | Sequence[Variable], inputs: Variable | Sequenc
     else:
         tgrads = (list(target_gradients) if isinstance(target_gradients, (list, tuple))
                   else [target_gradients])
+        for g in tgrads:
+            if g is not None and not isinstance(g, Variable):
+                raise TypeError(f"fluid.gradients: target_gradients must be Variables (None "
+                                f"for ones), got {type(g).__name__}")
     if len(tgrads) != len(targets):
         raise ValueError(f"fluid.gradients: {len(targets)} targets but {len(tgrads)} "
                          "target_gradients; give one per target (None for ones)")
@@ -569,7 +591,7 @@ def gradients(targets: Variable | Sequence[Variable], inputs: Variable | Sequenc
             raise ValueError(f"fluid.gradients: {v.name!r} is not a variable of the global "
                              "block of the targets' program")
     no_grad = {v.name for v in block.vars.values() if v.stop_gradient}
-    no_grad.update(v.name if isinstance(v, Variable) else str(v) for v in no_grad_set or ())
+    no_grad.update(_names(no_grad_set, "no_grad_set"))
     no_grad.difference_update(v.name for v in inputs if not v.stop_gradient)
     op_path = _find_op_path_between(block, targets, inputs, no_grad)
 

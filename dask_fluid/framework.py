@@ -14,6 +14,7 @@ import contextvars
 import copy
 import html
 import json
+import numbers
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -749,6 +750,20 @@ class Program:
         self._num_trainers = 1
 
     # -- blocks -----------------------------------------------------------------------------
+
+    @property
+    def random_seed(self) -> int:
+        """The seed of the program's random ops that have none of their own (0: a new one
+        every run)."""
+        return self._seed
+
+    @random_seed.setter
+    def random_seed(self, seed: int) -> None:
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+            # Fluid 1.8's setter raises ValueError too
+            raise ValueError(f"Program.random_seed must be an integer, got "
+                             f"{type(seed).__name__} {seed!r}")
+        self._seed = int(seed)
     def global_block(self) -> Block:
         return self.blocks[0]
 

@@ -97,6 +97,35 @@ def test_block_create_parameter_initializes_and_checks_as_fluid():
             fluid.Program().global_block().create_parameter(name="p", **kwargs)
 
 
+def test_backward_argument_types_are_checked_as_fluid_checks_them():
+    # Fluid 1.8: check_type / _get_no_grad_set_name raise TypeError; before, a string was
+    # read as its letters and a list of numbers was taken as names
+    def net():
+        main, startup = fluid.Program(), fluid.Program()
+        with fluid.program_guard(main, startup):
+            d = fluid.data(name="d", shape=[None, 13], dtype="float32")
+            loss = layers.mean(layers.fc(d, size=1))
+        return main, startup, loss
+
+    for kwargs in (dict(parameter_list="fc_0.w_0"), dict(parameter_list=[np.zeros(3)]),
+                   dict(no_grad_set="fc_0.b_0"), dict(no_grad_set=[3])):
+        main, startup, loss = net()
+        with fluid.program_guard(main, startup), pytest.raises(TypeError, match="the type of"):
+            fluid.optimizer.SGD(0.1).minimize(loss, **kwargs)
+    main, startup, loss = net()
+    with fluid.program_guard(main, startup):
+        x = main.global_block().var("d")
+        with pytest.raises(TypeError, match="target_gradients must be Variables"):
+            fluid.gradients([loss], [x], target_gradients=x.name)
+        with pytest.raises(TypeError, match="no_grad_set"):
+            fluid.gradients([loss], [x], no_grad_set="fc_0.w_0")
+    with pytest.raises(ValueError, match="random_seed must be an integer"):
+        fluid.Program().random_seed = "seed"
+    program = fluid.Program()
+    program.random_seed = np.int64(5)
+    assert program.random_seed == 5 and program.clone().random_seed == 5
+
+
 def test_learning_rate_variable_name():
     main, _, _ = _square_error_program()
     assert main.global_block().has_var("learning_rate_0")
