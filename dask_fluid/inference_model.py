@@ -151,6 +151,10 @@ def save_inference_model(dirname: str, feeded_var_names: Sequence[str],
         params_filename = os.path.basename(params_filename)
     if export_for_deployment:
         pruned = _inference_program(program, list(feeded_var_names), targets)
+        unused = [n for n in feeded_var_names if not pruned.global_block().has_var(n)]
+        if unused:  # Fluid 1.8 fails too: its feed op cannot find the pruned variable
+            raise ValueError(f"save_inference_model: the feeds {unused} are not needed by the "
+                             "target_vars; leave them out of feeded_var_names")
     else:
         pruned, model_path = program, model_path + ".main_program"
     os.makedirs(dirname, exist_ok=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io as _io
 import os
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -42,9 +43,23 @@ def is_persistable(var: Variable) -> bool:
     return bool(var.persistable) and var.type != VarType.RAW
 
 
-def _select(main_program: Program | None, vars: Iterable[Variable | str] | None,
+def _valid_program(main_program: Any, api: str) -> Program:
+    """``main_program``, the default one for None, a CompiledProgram's own program (with
+    Fluid 1.8's warning); a TypeError for anything else (Fluid's ``_get_valid_program``)."""
+    if main_program is None:
+        return default_main_program()
+    inner = getattr(main_program, "_program", None)
+    if not isinstance(main_program, Program) and isinstance(inner, Program):
+        warnings.warn("The input is a CompiledProgram, this is not recommended.", stacklevel=3)
+        return inner
+    if not isinstance(main_program, Program):
+        raise TypeError(f"{api}: main_program should be a Program (or None for the default "
+                        f"program), got {type(main_program).__name__}")
+    return main_program
+
+
+def _select(program: Program, vars: Iterable[Variable | str] | None,
             predicate: Callable[[Variable], bool] | None) -> list[str]:
-    program = main_program or default_main_program()
     if vars is not None:
         return [v.name if isinstance(v, Variable) else str(v) for v in vars]
     predicate = predicate or (lambda v: True)
@@ -81,7 +96,11 @@ def save_vars(executor: Executor | None, dirname: str, main_program: Program | N
     KeyError
         A chosen variable is not in the scope (run the startup program first).
     """
-    names = _select(main_program, vars, predicate)
+    names = _select(_valid_program(main_program, "save_vars"), vars, predicate)
+    if not names:  # as Fluid 1.8: nothing is written
+        warnings.warn("no variable in your model, please ensure there are any variables in "
+                      "your model to save", stacklevel=2)
+        return None
     scope = _scope_of(executor)
     if dirname is None:
         # Fluid 1.8: no dirname and no filename save to memory (save_combine's
@@ -120,13 +139,15 @@ def load_vars(executor: Executor | None, dirname: str, main_program: Program | N
         A file is not in Paddle's LoDTensor layout, holds fewer tensors than variables, or a
         shape does not match the program.
     """
-    program = main_program or default_main_program()
+    program = _valid_program(main_program, "load_vars")
     names = _select(program, vars, predicate)
     scope = _scope_of(executor)
     block = program.global_block()
     if dirname is None and filename is None:
         raise ValueError("The directory path and params cannot be None at the same time: "
                          "load_vars(dirname=None) reads from memory, the bytes in filename")
+    if not names:  # save_vars wrote nothing for none (a model without parameters)
+        return
     if dirname is None:
         # Fluid 1.8's load_combine(model_from_memory=True): filename holds the bytes
         if not isinstance(filename, bytes | bytearray):

@@ -385,3 +385,31 @@ def test_load_persistables_for_inference_reads_the_model_file(tmp_path):
     np.testing.assert_array_equal(np.array(out_scope.vars["table"])[2], 1)
     np.testing.assert_array_equal(np.array(out_scope.vars["fw"]), np.array(scope.vars["fw"]))
     assert any(op.type == "lookup_table" for op in prog.global_block().ops)
+
+
+def test_saving_a_model_without_parameters_and_feeds_it_does_not_need(tmp_path):
+    # Fluid 1.8: save_vars of nothing warns and writes nothing; a feed the targets do not
+    # need is refused (its feed op cannot find the pruned variable); the wrong kind of
+    # main_program is a TypeError
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data(name="x", shape=[-1, 1], dtype="float32", append_batch_size=False)
+        layers.data(name="y", shape=[-1, 1], dtype="float32", append_batch_size=False)
+        out = x + 1
+    exe = fluid.Executor()
+    exe.run(startup, scope=fluid.Scope())
+    with pytest.raises(ValueError, match=r"the feeds \['y'\] are not needed"):
+        fio.save_inference_model(str(tmp_path / "m0"), ["x", "y"], [out], exe,
+                                 main_program=main)
+    with pytest.warns(UserWarning, match="no variable in your model"):
+        fio.save_inference_model(str(tmp_path / "m"), ["x"], [out], exe, main_program=main,
+                                 model_filename="model", params_filename="params")
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["model"]
+    program, feeds, fetches = fio.load_inference_model(str(tmp_path / "m"), exe,
+                                                       model_filename="model",
+                                                       params_filename="params")
+    got, = exe.run(program, feed={"x": np.ones((2, 1), "float32")}, fetch_list=fetches)
+    np.testing.assert_array_equal(got, np.full((2, 1), 2.0, "float32"))
+    for call in (fio.save_vars, fio.load_vars):
+        with pytest.raises(TypeError, match="main_program should be a Program"):
+            call(exe, str(tmp_path / "v"), main_program="program")
