@@ -22,7 +22,7 @@ from .framework import (
 )
 from .ops.registry import to_host
 from .tensor_file import read_tensor
-from .var_io import _placed, is_parameter, is_persistable
+from .var_io import _placed, is_parameter, is_persistable, load_vars
 
 # -- fluid.save / fluid.load -------------------------------------------------------------------
 
@@ -78,11 +78,23 @@ def load(program: Program, model_path: str, executor: Executor | None = None,
          var_list: Iterable[Variable] | None = None) -> None:
     """Load what :func:`save` (or Fluid 1.8's ``fluid.save``) wrote into the global scope.
 
+    As Fluid 1.8's: ``model_path`` may end in ``.pdparams``, ``.pdopt`` or ``.pdmodel``; without
+    a ``.pdparams`` file there, it is read as what ``save_params`` / ``save_persistables`` /
+    ``save_vars`` wrote: a directory of one file per variable, or one file of ``var_list``.
+
     Raises
     ------
     ValueError
-        A variable of ``program`` (or ``var_list``) has no saved value, or its shape differs.
+        A variable of ``program`` (or ``var_list``) has no saved value, or its shape differs;
+        loading another API's files without ``executor``, or one file without ``var_list``.
+    LookupError
+        A variable of ``var_list`` is not in ``program``.
     """
+    prefix = _model_prefix(model_path)
+    if not os.path.exists(prefix + ".pdparams"):
+        _load_saved_vars(program, model_path, executor, var_list)
+        return
+    model_path = prefix
     params = _pickle_load(model_path + ".pdparams")
     opt = _pickle_load(model_path + ".pdopt") if os.path.exists(model_path + ".pdopt") else {}
     saved = {**opt, **params}
@@ -99,6 +111,48 @@ def load(program: Program, model_path: str, executor: Executor | None = None,
             raise ValueError(f"variable {v.name!r} is declared {list(v.shape)} but the saved "
                              f"value is {list(value.shape)}")
         scope.set(v.name, _placed(executor, scope, v.name, value))
+
+
+def _model_prefix(model_path: str) -> str:
+    """``model_path`` without a ``.pdparams``, ``.pdopt`` or ``.pdmodel`` suffix (Fluid 1.8's
+    load and load_program_state take either)."""
+    for suffix in (".pdparams", ".pdopt", ".pdmodel"):
+        if model_path.endswith(suffix):
+            return model_path[:-len(suffix)]
+    return model_path
+
+
+def _load_saved_vars(program: Program, model_path: str, executor: Executor | None,
+                     var_list: Iterable[Variable] | None) -> None:
+    """:func:`load` of the files save_params / save_persistables / save_vars wrote (Fluid
+    1.8's fallback when there is no ``.pdparams``)."""
+    if not os.path.exists(model_path):
+        raise FileNotFoundError(f"no {model_path}.pdparams (fluid.save) and no file or "
+                                f"directory {model_path} (save_params, save_persistables, "
+                                "save_vars) to load")
+    if executor is None:
+        raise ValueError("executor is required when loading model files saved with "
+                         "save_params, save_persistables or save_vars")
+    if os.path.isdir(model_path):
+        files = {os.path.relpath(os.path.join(root, f), model_path)
+                 for root, _, names in os.walk(model_path) for f in names}
+        chosen = [v for v in program.list_vars() if v.name in files]
+        unused = sorted(files - {v.name for v in chosen})
+        if unused:
+            warnings.warn(f"fluid.load: files {unused} under {model_path} are not variables of "
+                          "the program: not loaded", stacklevel=3)
+        load_vars(executor, model_path, program, vars=chosen)
+        return
+    if var_list is None:
+        raise ValueError("var_list is required when loading a model file saved with "
+                         "save_params, save_persistables or save_vars")
+    var_list = list(var_list)
+    known = {v.name for v in program.list_vars()}
+    stray = [v.name for v in var_list if v.name not in known]
+    if stray:
+        raise LookupError(f"fluid.load: variables {stray} of var_list are not in the program")
+    dirname, filename = os.path.split(model_path)
+    load_vars(executor, dirname, program, vars=var_list, filename=filename)
 
 
 # -- program state: values by name, outside any scope -----------------------------------------
@@ -133,11 +187,7 @@ def load_program_state(model_path: str, var_list: Iterable[Variable] | None = No
         ``model_path`` is a single file and ``var_list`` is None; a file is not a saved
         tensor or parameter dict.
     """
-    prefix = model_path
-    for suffix in (".pdparams", ".pdopt", ".pdmodel"):
-        if prefix.endswith(suffix):
-            prefix = prefix[:-len(suffix)]
-            break
+    prefix = _model_prefix(model_path)
     if os.path.exists(prefix + ".pdparams"):
         state = _pickle_load(prefix + ".pdparams")
         if os.path.exists(prefix + ".pdopt"):

@@ -413,3 +413,42 @@ def test_saving_a_model_without_parameters_and_feeds_it_does_not_need(tmp_path):
     for call in (fio.save_vars, fio.load_vars):
         with pytest.raises(TypeError, match="main_program should be a Program"):
             call(exe, str(tmp_path / "v"), main_program="program")
+
+
+def test_fluid_load_takes_a_suffix_and_the_older_apis_files(tmp_path):
+    # Fluid 1.8's fluid.load: model_path may end in .pdparams/.pdopt/.pdmodel; without a
+    # .pdparams it reads what save_persistables / save_vars wrote (a directory, or one file
+    # with var_list)
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.data(name="x", shape=[None, 3], dtype="float32")
+        layers.fc(x, 2, param_attr="w", bias_attr="b")
+    with fluid.scope_guard(fluid.Scope()):
+        _load_each_way(main, startup, tmp_path)
+
+
+def _load_each_way(main, startup, tmp_path):
+    exe = fluid.Executor()
+    exe.run(startup)
+    scope = fluid.global_scope()
+    saved = {n: np.array(scope.get(n)) for n in ("w", "b")}
+    fluid.save(main, str(tmp_path / "m"))
+    fio.save_persistables(exe, str(tmp_path / "dir"), main)
+    fio.save_persistables(exe, str(tmp_path / "one"), main, filename="single")
+    persistables = fio.get_program_persistable_vars(main)
+    loads = [lambda: fluid.load(main, str(tmp_path / "m.pdparams"), exe),
+             lambda: fluid.load(main, str(tmp_path / "m.pdopt"), exe),
+             lambda: fluid.load(main, str(tmp_path / "dir"), exe),
+             lambda: fluid.load(main, str(tmp_path / "one" / "single"), exe, persistables)]
+    for load in loads:
+        for n in saved:
+            scope.set(n, np.zeros_like(saved[n]))
+        load()
+        for n, value in saved.items():
+            np.testing.assert_array_equal(scope.get(n), value)
+    with pytest.raises(ValueError, match="var_list is required"):
+        fluid.load(main, str(tmp_path / "one" / "single"), exe)
+    with pytest.raises(ValueError, match="executor is required"):
+        fluid.load(main, str(tmp_path / "dir"))
+    with pytest.raises(FileNotFoundError, match="nothing|no .*pdparams"):
+        fluid.load(main, str(tmp_path / "absent"), exe)
