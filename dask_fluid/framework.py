@@ -831,7 +831,7 @@ class Program:
         """A copy holding only the global-block ops that ``targets`` (variables, names, or ops
         of this program's global block) need, given that ``feeded_var_names`` are fed: the ops
         that compute fed variables go too, as in Fluid's ``_prune_with_input``. Variables no
-        kept op uses are dropped, persistable ones kept.
+        kept op uses are dropped, persistable ones too (Fluid's ``prune``).
 
         Raises
         ------
@@ -853,7 +853,8 @@ class Program:
             name = t.name if isinstance(t, Variable) else str(t)
             if block._find_var_recursive(name) is None:
                 raise ValueError(f"prune target {name!r} is not a variable of the program")
-            needed.add(name)
+            if name not in feeds:  # a fed target is its feed: its ops go (Fluid's rule)
+                needed.add(name)
         kept: list[int] = []
         for i in range(len(block.ops) - 1, -1, -1):
             op = block.ops[i]
@@ -865,7 +866,11 @@ class Program:
         pblock.ops = [pblock.ops[i] for i in reversed(kept)]
         used = {n for op in pblock.ops for n in (*op.input_arg_names, *op.output_arg_names)}
         used |= needed
-        pblock.vars = {n: v for n, v in pblock.vars.items() if n in used or v.persistable}
+        used |= {t.name if isinstance(t, Variable) else str(t) for t in targets
+                 if not isinstance(t, Operator)}
+        # as Fluid's prune: the variables no kept op uses go, persistable ones too (a pruned
+        # program saved with save_persistables holds the parameters its ops read, no more)
+        pblock.vars = {n: v for n, v in pblock.vars.items() if n in used}
         return pruned
 
     def _prune_for_test(self) -> None:

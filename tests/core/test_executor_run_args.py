@@ -170,3 +170,29 @@ def test_an_attribute_changed_in_place_is_seen_by_the_next_run():
     assert exe.run(main, feed=ones, fetch_list=[out], scope=scope)[0].tolist() == [[2.0, 2.0]]
     main.global_block().ops[-1]._set_attr("scale", 5.0)
     assert exe.run(main, feed=ones, fetch_list=[out], scope=scope)[0].tolist() == [[5.0, 5.0]]
+
+
+def test_prune_of_a_fed_and_fetched_intermediate_and_of_unused_persistables():
+    # Fluid 1.8's _prune_with_input: a fed target is its feed (the ops computing it go);
+    # prune drops the variables no kept op uses, persistable ones (optimizer state) too
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data(name="x", shape=[2], dtype="float32")
+        label = layers.data(name="label", shape=[1], dtype="int64")
+        y = layers.fc(input=[x], size=2, act="softmax")
+        loss = layers.mean(layers.cross_entropy(input=y, label=label))
+        fluid.optimizer.Adam(0.1).minimize(loss)
+    pruned = main._prune_with_input([y.name, label.name], [y, loss])
+    assert [op.type for op in pruned.global_block().ops] == ["cross_entropy2", "mean"]
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(startup, scope=scope)
+    # (the test program: main's optimize ops would be targets, which need x)
+    got_y, got_loss = exe.run(main.clone(for_test=True),
+                              feed={y.name: np.full((10, 2), 0.5, "float32"),
+                                    "label": np.zeros((10, 1), "int64")},
+                              fetch_list=[y.name, loss.name], scope=scope, use_prune=True)
+    np.testing.assert_array_equal(got_y, np.full((10, 2), 0.5, "float32"))
+    np.testing.assert_allclose(got_loss, np.log(2.0), rtol=1e-6)
+    inference = main.clone(for_test=True)._prune_with_input(["x"], [y])
+    persistables = sorted(v.name for v in inference.list_vars() if v.persistable)
+    assert persistables == ["fc_0.b_0", "fc_0.w_0"]  # no learning rate, no Adam moments
