@@ -883,6 +883,13 @@ class Program:
                     op.attrs["is_test"] = True
             for name in [n for n in block.vars if n.endswith(GRAD_SUFFIX)]:
                 del block.vars[name]
+        # as Fluid's prune_backward: the variables only the training ops used go (the
+        # learning rate, the optimizers' moments), so save_persistables of the test program
+        # saves the parameters alone; data layers stay, fed or not
+        used = {n for block in self.blocks for op in block.ops
+                for n in (*op.input_arg_names, *op.output_arg_names)}
+        for block in self.blocks:
+            block.vars = {n: v for n, v in block.vars.items() if n in used or v.is_data}
 
     def _to_dict(self) -> dict:
         attrs = {k: getattr(self, k) for k in _PROGRAM_ATTRS if hasattr(self, k)}

@@ -126,6 +126,22 @@ def test_backward_argument_types_are_checked_as_fluid_checks_them():
     assert program.random_seed == 5 and program.clone().random_seed == 5
 
 
+def test_clone_for_test_keeps_only_the_variables_its_ops_use():
+    # Fluid 1.8's clone(for_test=True) (prune_backward): the learning rate and the optimizer's
+    # moments go with the training ops; data layers stay
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data(name="x", shape=[4])
+        layers.data(name="unused", shape=[1])
+        loss = layers.mean(layers.fc(x, 3))
+        fluid.optimizer.Adam(0.01).minimize(loss)
+    test = main.clone(for_test=True)
+    assert sorted(v.name for v in test.list_vars() if v.persistable) == ["fc_0.b_0",
+                                                                          "fc_0.w_0"]
+    assert test.global_block().has_var("unused")
+    assert any(v.name.startswith("learning_rate") for v in main.list_vars())
+
+
 def test_learning_rate_variable_name():
     main, _, _ = _square_error_program()
     assert main.global_block().has_var("learning_rate_0")
