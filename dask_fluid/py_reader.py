@@ -145,6 +145,10 @@ class PyReader:
             self._batches = lambda: ([_field_array(v, i) for i, v in enumerate(
                 item.values() if isinstance(item, dict) else item)] for item in reader())
             return
+        self._batches = self._feeds_of(reader)
+
+    def _feeds_of(self, reader: Callable[[], Iterable]) -> Callable[[], Iterator[dict]]:
+        """The feeds of batches given as one array (or LoDTensor) per variable."""
         names = [v.name for v in self._feed_list]
 
         def feeds() -> Iterator[dict]:
@@ -155,7 +159,7 @@ class PyReader:
                                      f"feed_list has {len(names)}: {names}")
                 yield dict(zip(names, values, strict=True))
 
-        self._batches = feeds
+        return feeds
 
     @property
     def iterable(self) -> bool:

@@ -42,7 +42,7 @@ from .. import unique_name
 from ..framework import Program, Variable, VarType, convert_dtype, default_main_program
 from ..layer_helper import LayerHelper
 from ..places import CPUPlace
-from ..py_reader import _POLL_S, DOUBLE_BUFFER, PyReader
+from ..py_reader import _POLL_S, DOUBLE_BUFFER, PyReader, _ReadAhead
 
 __all__: list[str] = ["create_py_reader_by_data", "double_buffer", "load", "py_reader",
                       "read_file"]
@@ -151,22 +151,24 @@ class Reader(PyReader):
     def queue(self) -> BlockingQueue:
         """Fluid's ``LoDTensorBlockingQueue`` of the reader: ``queue.push(tensors)`` one batch
         (one array or LoDTensor per data variable), ``queue.close()`` after the last one. As in
-        Fluid, a reader fed this way needs no ``start()``: the first run after taking the
-        queue (or after ``reset()``, which reopens it) starts the reader."""
+        Fluid, a reader without a decorated source is fed this way and needs no ``start()``:
+        the first run (or the first after ``reset()``, which reopens the queue) starts it. A
+        reader with a decorated source reads that after ``start()``, as Fluid's provider
+        thread pushes it into this same queue."""
         if self._push is None:
-            if self._batches is not None:
-                raise RuntimeError("py_reader: the reader already has a decorated source; "
-                                   "use either it or reader.queue.push, not both")
             self._push = BlockingQueue(self._capacity)
-            self.decorate_batch_generator(self._push._batches)
         return self._push
 
+    def _fed_by_pushes(self) -> bool:
+        return self._push is not None and self._batches is None
+
     def start(self) -> None:
-        if self._push is not None:
+        if self._fed_by_pushes():
             # Fluid's start() runs the decorated provider, which a pushed reader lacks
             raise RuntimeError("py_reader: a reader fed by reader.queue.push starts with the "
-                               "first run after taking the queue or after reset(); do not "
-                               "start() it")
+                               "first run, or the first after reset(); do not start() it (or "
+                               "give it a source: decorate_paddle_reader, "
+                               "decorate_tensor_provider)")
         super().start()
 
     def reset(self) -> None:
@@ -176,8 +178,9 @@ class Reader(PyReader):
             self._push._reopen()
 
     def _next_feed(self) -> dict:
-        if self._push is not None and self._running is None:
-            super().start()  # started by the run, so no thread waits on an unused queue
+        if self._fed_by_pushes() and self._running is None:
+            # started by the run, so no thread waits on an unused queue
+            self._running = _ReadAhead(self._feeds_of(self._push._batches)(), self._ahead)
         return super()._next_feed()
 
     def _add_double_buffer(self, name: str | None) -> None:

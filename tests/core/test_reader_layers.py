@@ -339,8 +339,18 @@ def _push_pop(main, reader, out):
     reader.reset()
 
 
-def test_queue_and_decorated_source_are_exclusive():
-    _, reader, _ = _push_net()
-    reader.decorate_tensor_provider(lambda: iter([]))
-    with pytest.raises(RuntimeError, match="either"):
-        reader.queue  # noqa: B018
+def test_taking_the_queue_leaves_a_decorated_reader_started_by_start():
+    # Fluid 1.8: reader.queue is a plain attribute; start() runs the decorated provider
+    # (its thread pushes into that queue), so taking the queue changes nothing
+    main, reader, out = _push_net()
+    reader.queue  # noqa: B018
+    batches = _push_inputs(3)
+    reader.decorate_tensor_provider(lambda: iter(batches))
+    exe, scope = fluid.Executor(), fluid.Scope()
+    reader.start()
+    got = [exe.run(main, fetch_list=[out[0]], scope=scope)[0] for _ in range(3)]
+    with pytest.raises(EOFException):
+        exe.run(main, fetch_list=[out[0]], scope=scope)
+    reader.reset()
+    for g, (x, _) in zip(got, batches, strict=True):
+        np.testing.assert_array_equal(g, x)
