@@ -445,6 +445,11 @@ class CompiledProgram:
         self._compiled = True
         return self
 
+    def _place_count(self, place: Place) -> int:
+        """How many places a run on ``place`` runs (each reads its own batch of a started
+        non-iterable reader)."""
+        return len(self._get_places(place)) if self._is_data_parallel else 1
+
     def _get_places(self, place: Place) -> list[Place]:
         if self._places is not None:
             for p in self._places:

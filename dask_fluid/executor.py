@@ -721,7 +721,7 @@ class Executor:
         list) and the feed without the entries it does not use (Fluid's ``_update_feed``)."""
         program = program if program is not None else default_main_program()
         if not feed:  # a started non-iterable PyReader of the program feeds it
-            feed = _reader_feed(program) or feed
+            feed = _reader_feed(program, self.place) or feed
         if not isinstance(program, Program):
             raise NotImplementedError("Executor.run(use_prune=True), or optimize ops in "
                                       "fetch_list, with a CompiledProgram is not implemented; "
@@ -767,7 +767,7 @@ class Executor:
         program = program if program is not None else default_main_program()
         scope = scope if scope is not None else global_scope()
         if not feed:
-            feed = _reader_feed(program) or feed
+            feed = _reader_feed(program, self.place) or feed
         if not isinstance(program, Program):
             # a CompiledProgram (known by what it does: compiler.py sits above this module)
             if not callable(getattr(program, "_program_to_run", None)):
@@ -886,18 +886,37 @@ def as_numpy(tensor: Any) -> Any:
     return None if tensor._array is None else np.array(tensor)
 
 
-def _reader_feed(program: Any) -> dict | None:
+class EOFException(Exception):
+    """Raised by ``Executor.run`` when a started non-iterable reader has no batch left
+    (Fluid's ``fluid.core.EOFException``; the readers live in :mod:`dask_fluid.py_reader`)."""
+
+
+def _reader_feed(program: Any, place: Any) -> dict | list[dict] | None:
     """The next batch of the started non-iterable PyReaders of ``program`` (a CompiledProgram's
     program), or None: what a run without a feed is fed (:mod:`dask_fluid.py_reader`; their
-    ``_next_feed`` raises EOFException after the last batch)."""
+    ``_next_feed`` raises EOFException after the last batch). A CompiledProgram over several
+    places gives each place a batch of its own, as Fluid's read op runs once per device: one
+    feed dict per place."""
     target = getattr(program, "_program", program)
     readers = target.__dict__.get("_py_readers") if hasattr(target, "__dict__") else None
     if not readers:
         return None
-    feed: dict = {}
-    for reader in readers:
-        feed.update(reader._next_feed())
-    return feed
+    count = program._place_count(place) if hasattr(program, "_place_count") else 1
+    feeds: list[dict] = []
+    for i in range(count):
+        feed: dict = {}
+        try:
+            for reader in readers:
+                feed.update(reader._next_feed())
+        except EOFException:
+            if i and not all(getattr(r, "_drop_last", True) for r in readers):
+                raise NotImplementedError(
+                    f"the pass ended with {i} batch(es) for {count} places: a reader with "
+                    "drop_last=False, which would run them on fewer places, is not "
+                    "implemented; keep drop_last=True (the last batches are dropped)") from None
+            raise
+        feeds.append(feed)
+    return feeds[0] if count == 1 else feeds
 
 
 def _set_output_lods(step: _Step, out: dict, kernel_lods: dict | None, vals: dict,

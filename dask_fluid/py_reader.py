@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from .data_feeder import DataFeeder
-from .executor import CPUPlace
+from .executor import CPUPlace, EOFException
 from .framework import Program, Variable, _dygraph_tracer
 
 __all__ = ["DEFAULT_CAPACITY", "DOUBLE_BUFFER", "DataLoader", "EOFException", "GeneratorLoader",
@@ -52,11 +52,6 @@ DOUBLE_BUFFER = 1
 DEFAULT_CAPACITY = 2
 #: how often a reader thread blocked on a full queue checks whether it was stopped
 _POLL_S = 0.1
-
-
-class EOFException(Exception):
-    """Raised by ``Executor.run`` when a started non-iterable reader has no batch left
-    (Fluid's ``fluid.core.EOFException``)."""
 
 
 class PyReader:
@@ -99,6 +94,8 @@ class PyReader:
         self._ahead = ((DEFAULT_CAPACITY if capacity is None else int(capacity))
                        + (DOUBLE_BUFFER if use_double_buffer else 0))
         self._iterable = bool(iterable)
+        #: Fluid's drop_last (DataLoader.from_generator): the end of a pass over several places
+        self._drop_last = True
         self._return_list = bool(return_list)
         self._batches: Callable[[], Iterable[dict]] | None = None
         self._running: _ReadAhead | None = None
@@ -241,8 +238,11 @@ class DataLoader:
         ``set_sample_generator``, ``set_sample_list_generator`` and ``set_batch_generator``
         (each returns the loader).
 
-        ``drop_last`` is Fluid's rule for the last batch when it cannot be split over several
-        places; this executor runs one place, which never drops a batch.
+        ``drop_last`` is Fluid's rule for the end of a pass over several places: with a
+        CompiledProgram over N places each place reads its own batch, as in Fluid, and the
+        last batches, fewer than N, are dropped (``True``); running them on fewer places
+        (``False``) is not implemented and raises when it would happen. On one place no
+        batch is dropped.
         ``use_multiprocess`` is for Fluid's dygraph mode: in static programs it has no effect
         in Fluid 1.8, and here neither (the reader is a thread); ``True`` warns that it does
         nothing.
@@ -251,7 +251,9 @@ class DataLoader:
             warnings.warn("DataLoader.from_generator(use_multiprocess=True) has no effect "
                           "here: the batches are read by a thread of this process (Fluid 1.8 "
                           "reads them in a child process in dygraph mode)", stacklevel=2)
-        return GeneratorLoader(feed_list, capacity, use_double_buffer, iterable, return_list)
+        loader = GeneratorLoader(feed_list, capacity, use_double_buffer, iterable, return_list)
+        loader._drop_last = bool(drop_last)
+        return loader
 
 
 class GeneratorLoader(PyReader):

@@ -87,6 +87,35 @@ def test_compiled_program_is_fed_by_the_reader():
     np.testing.assert_array_equal(np.asarray(got[2][0]), BATCHES[2][0])
 
 
+@pytest.mark.parametrize("batches, drop_last", [(6, True), (5, True), (5, False)])
+def test_each_place_reads_its_own_batch_as_fluids_read_op(batches, drop_last):
+    # Fluid 1.8: over N places a step takes N batches (the read op runs on every device);
+    # the last ones, fewer than N, are dropped (drop_last=True)
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.data(shape=[None, 5], dtype="float32", name="input")
+        loader = fluid.io.DataLoader.from_generator(capacity=8, feed_list=[x], iterable=False,
+                                                    drop_last=drop_last)
+        loss = fluid.layers.reduce_mean(fluid.layers.fc(x, size=3))
+    loader.set_batch_generator(
+        lambda: ((np.full([4, 5], i, "float32"),) for i in range(batches)))
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(startup, scope=scope)
+    compiled = fluid.CompiledProgram(main).with_data_parallel(
+        loss_name=loss.name, places=fluid.cpu_places(2))
+    loader.start()
+    got = []
+    try:
+        with pytest.raises(NotImplementedError if not drop_last else EOFException):
+            while True:
+                (v,) = exe.run(compiled, fetch_list=[x], scope=scope)
+                got.append((v.shape, sorted(set(v[:, 0].tolist()))))
+    finally:
+        loader.reset()
+    assert got == [((8, 5), [0.0, 1.0]), ((8, 5), [2.0, 3.0]),
+                   ((8, 5), [4.0, 5.0])][:batches // 2]
+
+
 def test_clone_for_test_is_fed_by_hand_not_by_the_reader():
     main, startup, reader, x, y, loss = _net()
     test = main.clone(for_test=True)
