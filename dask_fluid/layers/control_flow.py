@@ -246,6 +246,11 @@ def _structure(tree: Any) -> Any:
     return "var"
 
 
+#: what a bool where a condition Variable belongs usually is (docs/ops.md)
+_COMPARED = (" (== and != on Variables compare the variables themselves in dask_fluid, not "
+             "their values: use layers.equal(x, y) / layers.not_equal(x, y))")
+
+
 def cond(pred: Variable, true_fn: Any = None, false_fn: Any = None,
          name: str | None = None) -> Any:
     """``true_fn()`` if ``pred`` else ``false_fn()`` (Fluid 1.8's ``layers.cond``): each
@@ -277,7 +282,9 @@ def cond(pred: Variable, true_fn: Any = None, false_fn: Any = None,
         One branch returns None and the other not, or their structures differ.
     """
     if not isinstance(pred, Variable) or pred.dtype != "bool":
-        raise TypeError("cond: pred must be a bool Variable")
+        got = type(pred).__name__ if not isinstance(pred, Variable) else pred.dtype
+        raise TypeError(f"cond: pred must be a bool Variable, got {got}"
+                        f"{_COMPARED if isinstance(pred, bool) else ''}")
     if pred.shape is not None and int(np.prod(pred.shape)) != 1:
         raise TypeError(f"cond: pred must hold one element, got shape {list(pred.shape)}")
     for fn, what in ((true_fn, "true_fn"), (false_fn, "false_fn")):
@@ -335,7 +342,7 @@ def case(pred_fn_pairs: Sequence[tuple[Variable, Any]], default: Any = None,
         pred, fn = pair
         if not isinstance(pred, Variable):
             raise TypeError(f"The pred of 'pred_fn_pairs' in Op(case) must be a Variable, got "
-                            f"{type(pred).__name__}")
+                            f"{type(pred).__name__}{_COMPARED if isinstance(pred, bool) else ''}")
         if not callable(fn):
             raise TypeError(f"The fn for {pred.name} of pred_fn_pairs in Op(case) must be "
                             "callable.")

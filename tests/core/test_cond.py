@@ -157,6 +157,17 @@ def test_gradients_of_what_a_block_reads_and_overwrites():
         assert np.abs(got["w"][0]).sum() > 0
 
 
+def test_a_python_bool_for_a_condition_says_what_to_use():
+    # `x == 0` on a Variable is a Python bool here (identity, docs/ops.md), where Fluid 1.8
+    # builds an equal op: the error says so
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        two = layers.fill_constant([1], "int32", 2)
+        with pytest.raises(TypeError, match=r"got bool .*layers\.equal"):
+            layers.case([(two == 0, lambda: two)])
+        with pytest.raises(TypeError, match=r"got bool .*layers\.equal"):
+            layers.cond(two == 0, lambda: two, lambda: two)
+
+
 def _cond_param_grads(true_fn, false_fn, outside, steps=2):
     """x@GRAD and z@GRAD after each of ``steps`` runs of mean(outside(x, z) + cond(...)), the
     true branch taken; no optimizer, so every run should give the same gradients."""
