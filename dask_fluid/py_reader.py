@@ -165,7 +165,8 @@ class PyReader:
 
     @property
     def queue(self) -> Any:
-        # an AttributeError, as the compat layer's, so that hasattr(reader, "queue") is False
+        """Fluid's C++ blocking queue of the reader: not carried over (an AttributeError that
+        names it, so that ``hasattr(reader, "queue")`` is False, as the compat layer's)."""
         raise AttributeError(
             f"{type(self).__name__}.queue (Fluid's C++ blocking queue) is not implemented in "
             "dask_fluid: give the reader its batches with decorate_sample_generator, "
