@@ -13,27 +13,10 @@ from typing import Any
 
 from .executor import Executor
 from .framework import Program, Variable, default_main_program
-from .var_io import is_persistable, load_vars, save_persistables, save_vars
+from .var_io import is_persistable, load_vars, save_persistables, save_vars, valid_program
 
 #: the program's file in a saved inference model (Fluid's name)
 MODEL_FILENAME = "__model__"
-
-
-def _valid_program(main_program: Any) -> Program:
-    """``main_program`` as a Program: None is the default main program, a CompiledProgram its
-    program (with Fluid 1.8's warning), anything else a TypeError (``_get_valid_program``)."""
-    if main_program is None:
-        return default_main_program()
-    if not isinstance(main_program, Program) and hasattr(main_program, "_program"):
-        inner = main_program._program
-        if not isinstance(inner, Program):
-            raise TypeError("program should be as Program type or None")
-        warnings.warn("The input is a CompiledProgram, this is not recommended.", stacklevel=3)
-        return inner
-    if not isinstance(main_program, Program):
-        raise TypeError(f"program should be as Program type or None, not "
-                        f"{type(main_program).__name__}")
-    return main_program
 
 
 def _inference_program(program: Program, feeds: Sequence[str], targets: Sequence[str]
@@ -142,7 +125,7 @@ def save_inference_model(dirname: str, feeded_var_names: Sequence[str],
             target_vars and all(isinstance(v, Variable) for v in target_vars)):
         raise ValueError("'target_vars' should be a list of Variable.")
     targets = [t.name if isinstance(t, Variable) else str(t) for t in target_vars]
-    program = _valid_program(main_program)
+    program = valid_program(main_program, "save_inference_model")
     if any(op.type == "auc" for op in program.global_block().ops):
         warnings.warn("please ensure that you have set the auc states to zeros before saving "
                       "inference model", stacklevel=2)

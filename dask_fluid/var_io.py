@@ -43,7 +43,7 @@ def is_persistable(var: Variable) -> bool:
     return bool(var.persistable) and var.type != VarType.RAW
 
 
-def _valid_program(main_program: Any, api: str) -> Program:
+def valid_program(main_program: Any, api: str) -> Program:
     """``main_program``, the default one for None, a CompiledProgram's own program (with
     Fluid 1.8's warning); a TypeError for anything else (Fluid's ``_get_valid_program``)."""
     if main_program is None:
@@ -96,7 +96,7 @@ def save_vars(executor: Executor | None, dirname: str, main_program: Program | N
     KeyError
         A chosen variable is not in the scope (run the startup program first).
     """
-    names = _select(_valid_program(main_program, "save_vars"), vars, predicate)
+    names = _select(valid_program(main_program, "save_vars"), vars, predicate)
     if not names:  # as Fluid 1.8: nothing is written
         warnings.warn("no variable in your model, please ensure there are any variables in "
                       "your model to save", stacklevel=2)
@@ -139,7 +139,7 @@ def load_vars(executor: Executor | None, dirname: str, main_program: Program | N
         A file is not in Paddle's LoDTensor layout, holds fewer tensors than variables, or a
         shape does not match the program.
     """
-    program = _valid_program(main_program, "load_vars")
+    program = valid_program(main_program, "load_vars")
     names = _select(program, vars, predicate)
     scope = _scope_of(executor)
     block = program.global_block()
