@@ -53,8 +53,8 @@ def valid_program(main_program: Any, api: str) -> Program:
         warnings.warn("The input is a CompiledProgram, this is not recommended.", stacklevel=3)
         return inner
     if not isinstance(main_program, Program):
-        raise TypeError(f"{api}: main_program should be a Program (or None for the default "
-                        f"program), got {type(main_program).__name__}")
+        raise TypeError(f"{api}: program should be as Program type or None (Fluid's words; "
+                        f"None is the default program), got {type(main_program).__name__}")
     return main_program
 
 
