@@ -61,7 +61,10 @@ class ConditionalBlock:
         written: set[str] = set()
         read: list[str] = []
         for op in inside.ops:
-            read += [n for n in op.input_arg_names if n not in written and n not in read]
+            # each name once, however often an op reads it (Fluid's complete() takes a set):
+            # a name listed twice got its gradient twice
+            read += [n for n in dict.fromkeys(op.input_arg_names)
+                     if n not in written and n not in read]
             written.update(op.output_arg_names)
         cond_names = {v.name for v in self.inputs}
         params = [parent._var_recursive(n) for n in read if n not in cond_names]
@@ -522,7 +525,9 @@ class _StepBlockRNN:
         local = local | {name for op in block.ops for name in op.output_arg_names}
         params: list[str] = []
         for op in block.ops:
-            params += [n for n in op.input_arg_names if n not in local and n not in params]
+            # each name once, however often an op reads it
+            params += [n for n in dict.fromkeys(op.input_arg_names)
+                       if n not in local and n not in params]
         return params
 
     def _complete(self) -> None:

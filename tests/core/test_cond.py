@@ -168,6 +168,40 @@ def test_a_python_bool_for_a_condition_says_what_to_use():
             layers.cond(two == 0, lambda: two, lambda: two)
 
 
+def test_an_op_reading_an_outer_variable_twice_gets_one_gradient():
+    """cond's block lists each outer variable it reads once (Fluid's complete() takes a set),
+    as StaticRNN's step does: listed twice, a*a in a branch got d/da = 4a, and w*w in a step
+    4w x; the same ops outside give 2a and 2w x."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.data(name="x", shape=[1], dtype="float32")
+        x.stop_gradient = False
+        a = layers.scale(x, 2.0)
+        pred = layers.fill_constant(shape=[1], dtype="bool", value=True)
+        out = layers.cond(pred, lambda: layers.elementwise_mul(a, a), lambda: a)
+        fluid.backward.append_backward(layers.mean(out))
+    da, dx = fluid.Executor().run(main, feed={"x": np.array([3.0], np.float32)},
+                                  fetch_list=[a.name + "@GRAD", x.name + "@GRAD"],
+                                  scope=fluid.Scope())
+    assert (float(da[0]), float(dx[0])) == (12.0, 24.0)
+
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        xs = layers.data("xs", shape=[3, 1, 2], dtype="float64", append_batch_size=False)
+        w = layers.create_parameter([1, 2], "float64", name="w",
+                                    default_initializer=fluid.initializer.Constant(1.5))
+        rnn = layers.StaticRNN()
+        with rnn.step():
+            xt = rnn.step_input(xs)
+            rnn.step_output(layers.elementwise_mul(xt, layers.elementwise_mul(w, w)))
+        fluid.backward.append_backward(layers.mean(rnn()))
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(startup, scope=scope)
+    values = np.arange(6, dtype="float64").reshape(3, 1, 2)
+    (dw,) = exe.run(main, feed={"xs": values}, fetch_list=["w@GRAD"], scope=scope)
+    np.testing.assert_allclose(dw.ravel(), (2 * 1.5 * values).sum(axis=(0, 1)) / 6)
+
+
 def _cond_param_grads(true_fn, false_fn, outside, steps=2):
     """x@GRAD and z@GRAD after each of ``steps`` runs of mean(outside(x, z) + cond(...)), the
     true branch taken; no optimizer, so every run should give the same gradients."""
