@@ -172,9 +172,13 @@ class MultiPlaceStep:
             compute, self.optimize = program.clone(), program.clone()
             compute.global_block().ops = compute.global_block().ops[:first]
             self.optimize.global_block().ops = self.optimize.global_block().ops[first:]
-            if scale != "fed":
-                _seed_loss_grad(compute, loss_name, 1.0 / len(self.places)
-                                if scale == "mean" else 1.0)
+        # Fluid scales the loss gradient the backward pass seeds whether or not an optimizer
+        # follows (an append_backward alone: the gradients fetched are the places' mean's)
+        if scale != "fed" and (self.grads or _seeded_loss_grad(program, loss_name)):
+            if compute is program:  # (the caller's program stays as it is)
+                compute = program.clone()
+            _seed_loss_grad(compute, loss_name, 1.0 / len(self.places)
+                            if scale == "mean" else 1.0)
         self.compute = compute
         self.persistables = sorted(v.name for v in program.list_vars()
                                    if v.persistable and v.type != VarType.RAW)
@@ -315,6 +319,13 @@ def _rpc_last(program: Program, rpc: list[int]) -> Program:
     block.ops = [op for i, op in enumerate(block.ops) if i not in moved] + \
         [block.ops[i] for i in rpc]
     return prog
+
+
+def _seeded_loss_grad(program: Program, loss_name: str | None) -> bool:
+    """Whether the backward pass of ``program`` seeds ``loss_name``'s gradient."""
+    grad = f"{loss_name}@GRAD"
+    return bool(loss_name) and any(op.type == "fill_constant" and op.output_arg_names == [grad]
+                                   for op in program.global_block().ops)
 
 
 def _seed_loss_grad(program: Program, loss_name: str, value: float) -> None:

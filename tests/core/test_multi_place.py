@@ -310,3 +310,28 @@ def test_parallel_executor_on_gpus_equals_cpu(device_xp):
     # the CPU reference over as many places: the same slices, the same sums
     _, cpu = _train(batch_places)
     _assert_same_params(gpu, cpu, rtol=1e-4, atol=1e-5)
+
+
+def test_a_backward_pass_without_optimizer_is_scaled_over_places_too():
+    # Fluid 1.8 scales the seeded loss gradient by 1/places (CoeffNumDevice) whether or not
+    # an optimizer follows: after append_backward alone, loss@GRAD is 0.5 a place on 2 places
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.data(name="x", shape=[-1, 3], dtype="float32")
+        x.stop_gradient = False
+        y = fluid.layers.fc(x, size=1, param_attr=fluid.ParamAttr(
+            initializer=fluid.initializer.Constant(1.0)))
+        loss = fluid.layers.mean(y)
+        fluid.backward.append_backward(loss)
+    exe, scope = fluid.Executor(), fluid.Scope()
+    exe.run(startup, scope=scope)
+    compiled = CompiledProgram(main).with_data_parallel(loss_name=loss.name,
+                                                        places=fluid.cpu_places(2))
+    xg, lg = exe.run(compiled, feed={"x": np.ones((2, 3), np.float32)},
+                     fetch_list=[x.name + "@GRAD", loss.name + "@GRAD"], scope=scope)
+    np.testing.assert_array_equal(lg.ravel(), [0.5, 0.5])
+    np.testing.assert_array_equal(xg, np.full((2, 3), 0.5, np.float32))
+    # the program itself keeps its seed of 1
+    seed = next(op for op in main.global_block().ops
+                if op.output_arg_names == [loss.name + "@GRAD"])
+    assert seed.attr("value") == 1.0
