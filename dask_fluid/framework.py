@@ -279,6 +279,11 @@ class Variable:
     def _details(self) -> dict[str, Any]:
         return {"lod_level": self.lod_level, "is_data": self.is_data}
 
+    @property
+    def grad_name(self) -> str:
+        """The name of this variable's gradient (Fluid 1.8's ``Variable.grad_name``)."""
+        return self.name + GRAD_SUFFIX
+
     def __str__(self) -> str:
         return self.to_string()
 

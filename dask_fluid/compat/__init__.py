@@ -24,6 +24,8 @@ What each name resolves to:
     ``core``, ``profiler``, ``dygraph``, ``incubate``.
 ``paddle.fluid.reader``
     :mod:`dask_fluid.py_reader` (``PyReader``, ``DataLoader``).
+``paddle.fluid.lod_tensor``
+    :mod:`dask_fluid.lod` (``create_lod_tensor``, ``create_random_int_lodtensor``).
 ``paddle.fluid.<module>``
     ``dask_fluid.<module>`` for Fluid 1.8 module names that dask_fluid implements (``layers``,
     ``framework``, ``transpiler``, ``compiler``, ``io`` ...); the others raise
@@ -59,6 +61,7 @@ _ALIASES: dict[str, str] = {
     "paddle.fluid.log_helper": "dask_fluid.compat.log_helper",
     "paddle.fluid.reader": "dask_fluid.py_reader",  # PyReader, DataLoader, GeneratorLoader
     "paddle.fluid.dataset": "dask_fluid.queue_dataset",  # DatasetFactory, QueueDataset, ...
+    "paddle.fluid.lod_tensor": "dask_fluid.lod",  # create_lod_tensor, ..._random_int_lodtensor
     "paddle.fluid.incubate": "dask_fluid.compat.incubate",
     "paddle.compat": "dask_fluid.compat.paddle_compat",
     "paddle.batch": "dask_fluid.compat.batch",

@@ -38,7 +38,8 @@ __path__: list[str] = []
 
 # modules of paddle.fluid that stand for a dask_fluid module of another name, or for one of
 # dask_fluid.compat: ``fluid.<name>`` imports them (Fluid's package imports them all)
-_COMPAT_SUBMODULES = ("core", "dataset", "incubate", "log_helper", "profiler", "reader")
+_COMPAT_SUBMODULES = ("core", "dataset", "incubate", "lod_tensor", "log_helper", "profiler",
+                      "reader")
 
 
 class VersionError(Exception):

@@ -284,6 +284,8 @@ def cond(pred: Variable, true_fn: Any = None, false_fn: Any = None,
     ValueError
         One branch returns None and the other not, or their structures differ.
     """
+    if name is not None and not isinstance(name, str):  # Fluid 1.8's check_type
+        raise TypeError(f"cond: name must be a str or None, got {type(name).__name__}")
     if not isinstance(pred, Variable) or pred.dtype != "bool":
         got = type(pred).__name__ if not isinstance(pred, Variable) else pred.dtype
         raise TypeError(f"cond: pred must be a bool Variable, got {got}"

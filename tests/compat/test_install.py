@@ -83,6 +83,10 @@ def test_fluid_reader_is_the_py_reader_module(paddle):
     assert fluid.reader is py_reader
     assert fluid.dataset.DatasetFactory is importlib.import_module(
         "dask_fluid.queue_dataset").DatasetFactory
+    # Fluid 1.8's paddle.fluid.lod_tensor module
+    lod = importlib.import_module("dask_fluid.lod")
+    assert fluid.lod_tensor.create_lod_tensor is lod.create_lod_tensor
+    assert importlib.import_module("paddle.fluid.lod_tensor") is lod
 
 
 def test_uninstall_removes_finder_and_aliases(paddle):

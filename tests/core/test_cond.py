@@ -166,6 +166,9 @@ def test_a_python_bool_for_a_condition_says_what_to_use():
             layers.case([(two == 0, lambda: two)])
         with pytest.raises(TypeError, match=r"got bool .*layers\.equal"):
             layers.cond(two == 0, lambda: two, lambda: two)
+        with pytest.raises(TypeError, match="name must be a str"):
+            layers.cond(layers.equal(two, two), lambda: two, lambda: two, name=set())
+        assert two.grad_name == two.name + "@GRAD"  # Fluid 1.8's Variable.grad_name
 
 
 def test_an_op_reading_an_outer_variable_twice_gets_one_gradient():
