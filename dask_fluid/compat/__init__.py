@@ -117,9 +117,11 @@ def _target(fullname: str) -> str:
 class _AliasLoader(importlib.abc.Loader):
     """Hands the import system a module that is already imported under its dask_fluid name."""
 
-    def __init__(self, module: types.ModuleType) -> None:
+    def __init__(self, module: types.ModuleType, fullname: str, aliased: set[str]) -> None:
         self._module = module
         self._spec = module.__spec__
+        self._fullname = fullname
+        self._aliased = aliased
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         return self._module
@@ -128,6 +130,18 @@ class _AliasLoader(importlib.abc.Loader):
         # module_from_spec replaced __spec__ with the alias's spec; the module keeps its own, so
         # that reload(), pickling by module name and multiprocessing still see dask_fluid names.
         module.__spec__ = self._spec
+        # A package's submodules imported already get their Paddle names now: imported later
+        # under those names, the import system would set each as an attribute of the package,
+        # over what the package put there (``fluid.layers.rnn`` is the rnn function, as in
+        # Fluid, not the module of the same name)
+        if hasattr(module, "__path__"):
+            prefix = module.__name__ + "."
+            for name, sub in list(sys.modules.items()):
+                if name.startswith(prefix) and "." not in name[len(prefix):]:
+                    alias = f"{self._fullname}.{name[len(prefix):]}"
+                    if alias not in sys.modules:
+                        sys.modules[alias] = sub
+                        self._aliased.add(alias)
 
 
 class _PaddleFinder(importlib.abc.MetaPathFinder):
@@ -150,7 +164,8 @@ class _PaddleFinder(importlib.abc.MetaPathFinder):
             raise _not_found(fullname, f"{name} does not exist (not implemented yet)")
         module = importlib.import_module(name)
         self.aliased.add(fullname)
-        return importlib.util.spec_from_loader(fullname, _AliasLoader(module),
+        return importlib.util.spec_from_loader(fullname, _AliasLoader(module, fullname,
+                                                                      self.aliased),
                                                is_package=hasattr(module, "__path__"))
 
 

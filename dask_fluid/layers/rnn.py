@@ -430,3 +430,22 @@ def lstm(input: Variable, init_h: Variable, init_c: Variable, max_len: int, hidd
                             "is_test": bool(is_test), "dropout_prob": float(dropout_prob),
                             "seed": int(seed)})
     return out, last_h, last_c
+
+
+# Fluid 1.8's layers/rnn.py also holds the cell and decoder API (``from
+# paddle.fluid.layers.rnn import LSTMCell``): the same objects, from rnn_cells
+from .rnn_cells import (  # noqa: E402, F401
+    BasicDecoder,
+    BeamSearchDecoder,
+    DecodeHelper,
+    Decoder,
+    GreedyEmbeddingHelper,
+    GRUCell,
+    LSTMCell,
+    RNNCell,
+    SampleEmbeddingHelper,
+    TrainingHelper,
+    dynamic_decode,
+    gather_tree,
+    rnn,
+)

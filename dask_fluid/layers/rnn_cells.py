@@ -24,47 +24,11 @@ from ..framework import Variable, default_main_program
 from ..layer_helper import LayerHelper
 from ..param_attr import ParamAttr
 from . import compare, control_flow, indexing, loops, nn, sampling, sequence_lod, tensor
+from .utils import flatten, map_structure, pack_sequence_as
 
 __all__: list[str] = ["RNNCell", "GRUCell", "LSTMCell", "rnn", "Decoder", "DecodeHelper",
                       "GreedyEmbeddingHelper", "SampleEmbeddingHelper", "BasicDecoder",
                       "TrainingHelper", "BeamSearchDecoder", "dynamic_decode", "gather_tree"]
-
-
-# -- nested structures (Fluid 1.8's layers/utils.py map_structure & co) --------------------
-
-def _is_sequence(x: Any) -> bool:
-    return isinstance(x, (list, tuple, dict))
-
-
-def _flatten(x: Any) -> list:
-    if isinstance(x, dict):
-        return [y for k in sorted(x) for y in _flatten(x[k])]
-    if isinstance(x, (list, tuple)):
-        return [y for e in x for y in _flatten(e)]
-    return [x]
-
-
-def _pack_sequence_as(structure: Any, flat: Sequence[Any]) -> Any:
-    it = iter(flat)
-
-    def pack(s: Any) -> Any:
-        if isinstance(s, dict):
-            return {k: pack(s[k]) for k in sorted(s)}
-        if isinstance(s, tuple) and hasattr(s, "_fields"):  # a namedtuple: fields by position
-            return type(s)(*[pack(e) for e in s])
-        if isinstance(s, (list, tuple)):
-            return type(s)(pack(e) for e in s)
-        return next(it)
-
-    return pack(structure)
-
-
-def _map_structure(fn: Callable, *structures: Any) -> Any:
-    flats = [_flatten(s) for s in structures]
-    for s, f in zip(structures[1:], flats[1:], strict=True):
-        if len(f) != len(flats[0]):
-            raise ValueError(f"structures do not match: {structures[0]!r} and {s!r}")
-    return _pack_sequence_as(structures[0], [fn(*args) for args in zip(*flats, strict=True)])
 
 
 def _sigmoid(x: Variable) -> Variable:
@@ -96,7 +60,7 @@ class RNNCell:
         ``self.state_shape``), each ``[batch] + shape`` where batch is dim ``batch_dim_idx``
         of the first tensor of ``batch_ref`` (``fill_constant_batch_size_like``, as Fluid
         1.8). A shape given with a leading -1 keeps it as the batch dim."""
-        ref = _flatten(batch_ref)[0]
+        ref = flatten(batch_ref)[0]
         if not isinstance(ref, Variable):
             raise TypeError(f"get_initial_states: batch_ref must hold Variables, got "
                             f"{type(ref).__name__}")
@@ -124,7 +88,7 @@ class RNNCell:
             dtypes = self.state_dtype if dtype is None else dtype
         except NotImplementedError:  # Fluid's default when the cell names no dtype
             dtypes = "float32"
-        flat_dtypes = _flatten(dtypes)
+        flat_dtypes = flatten(dtypes)
         if len(flat_dtypes) == 1:
             flat_dtypes = flat_dtypes * len(flat_shapes)
         if len(flat_dtypes) != len(flat_shapes):
@@ -336,7 +300,7 @@ def rnn(cell: RNNCell, inputs: Any, initial_states: Any = None,
     if not isinstance(inputs, (Variable, list, tuple)):
         raise TypeError(f"rnn: inputs must be a Variable or a list/tuple of them, got "
                         f"{type(inputs).__name__}")
-    for k, x in enumerate(_flatten(inputs)):
+    for k, x in enumerate(flatten(inputs)):
         if not isinstance(x, Variable) or x.dtype not in ("float32", "float64"):
             raise TypeError(f"rnn: inputs[{k}] must be a float32/float64 Variable, got {x!r}")
     if initial_states is not None and not isinstance(initial_states, (Variable, list, tuple)):
@@ -354,60 +318,60 @@ def rnn(cell: RNNCell, inputs: Any, initial_states: Any = None,
         x.stop_gradient = False
         return x
 
-    initial_states = _map_structure(_switch_grad, initial_states)
+    initial_states = map_structure(_switch_grad, initial_states)
     if not time_major:
-        inputs = _map_structure(_transpose_batch_time, inputs)
+        inputs = map_structure(_transpose_batch_time, inputs)
 
     mask = None
     if sequence_length is not None:
         # Fluid: shape(inputs)[0], the number of time steps, as a tensor
-        max_seq_len = tensor.slice(tensor.shape(_flatten(inputs)[0]), axes=[0], starts=[0],
+        max_seq_len = tensor.slice(tensor.shape(flatten(inputs)[0]), axes=[0], starts=[0],
                                    ends=[1])
         mask = sequence_lod.sequence_mask(sequence_length, maxlen=max_seq_len,
-                                          dtype=_flatten(initial_states)[0].dtype)
+                                          dtype=flatten(initial_states)[0].dtype)
         mask = tensor.transpose(mask, [1, 0])
 
     if is_reverse:
         # Fluid 1.8: the steps run last to first over the time-major inputs (and mask); the
         # outputs are flipped back below, the final states are those after step 0
-        inputs = _map_structure(lambda x: tensor.reverse(x, axis=[0]), inputs)
+        inputs = map_structure(lambda x: tensor.reverse(x, axis=[0]), inputs)
         mask = tensor.reverse(mask, axis=[0]) if mask is not None else None
 
     srnn = control_flow.StaticRNN()
     with srnn.step():
-        step_inputs = _map_structure(srnn.step_input, inputs)
-        states = _map_structure(lambda s: srnn.memory(init=s), initial_states)
-        copy_states = _map_structure(lambda x: x, states)
+        step_inputs = map_structure(srnn.step_input, inputs)
+        states = map_structure(lambda s: srnn.memory(init=s), initial_states)
+        copy_states = map_structure(lambda x: x, states)
         outputs, new_states = cell(step_inputs, copy_states, **kwargs)
-        if len(_flatten(new_states)) != len(_flatten(states)):
-            raise ValueError(f"rnn: the cell returned {len(_flatten(new_states))} states for "
-                             f"{len(_flatten(states))} initial states")
+        if len(flatten(new_states)) != len(flatten(states)):
+            raise ValueError(f"rnn: the cell returned {len(flatten(new_states))} states for "
+                             f"{len(flatten(states))} initial states")
         if mask is not None:
             step_mask = srnn.step_input(mask)
-            new_states = _map_structure(
+            new_states = map_structure(
                 lambda s, n: _maybe_copy(s, n, step_mask), states, new_states)
-        _map_structure(srnn.update_memory, states, new_states)
-        flat_outputs = _flatten(outputs)
+        map_structure(srnn.update_memory, states, new_states)
+        flat_outputs = flatten(outputs)
         for o in flat_outputs:
             srnn.step_output(o)
-        for s in _flatten(new_states):
+        for s in flatten(new_states):
             srnn.step_output(s)
 
     rnn_out = srnn()
     rnn_out = rnn_out if isinstance(rnn_out, (list, tuple)) else [rnn_out]
-    final_outputs = _pack_sequence_as(outputs, list(rnn_out[:len(flat_outputs)]))
+    final_outputs = pack_sequence_as(outputs, list(rnn_out[:len(flat_outputs)]))
 
     def last(x: Variable) -> Variable:
         # Fluid's x[-1]: a slice of the last step with the time axis dropped
         return tensor.squeeze(tensor.slice(x, axes=[0], starts=[-1], ends=[2 ** 31 - 1]),
                               axes=[0])
 
-    final_states = _pack_sequence_as(new_states,
+    final_states = pack_sequence_as(new_states,
                                      [last(x) for x in rnn_out[len(flat_outputs):]])
     if is_reverse:
-        final_outputs = _map_structure(lambda x: tensor.reverse(x, axis=[0]), final_outputs)
+        final_outputs = map_structure(lambda x: tensor.reverse(x, axis=[0]), final_outputs)
     if not time_major:
-        final_outputs = _map_structure(_transpose_batch_time, final_outputs)
+        final_outputs = map_structure(_transpose_batch_time, final_outputs)
     return final_outputs, final_states
 
 
@@ -569,7 +533,7 @@ class TrainingHelper(DecodeHelper):
     time axis instead: the same values and gradients."""
 
     def __init__(self, inputs: Any, sequence_length: Variable, time_major: bool = False) -> None:
-        for k, x in enumerate(_flatten(inputs)):
+        for k, x in enumerate(flatten(inputs)):
             if not isinstance(x, Variable):
                 raise TypeError(f"TrainingHelper: inputs[{k}] must be a Variable, got {x!r}")
         if not isinstance(sequence_length, Variable):
@@ -583,14 +547,14 @@ class TrainingHelper(DecodeHelper):
             x = x if time_major else _transpose_batch_time(x)
             return nn.pad(x, paddings=[0, 1] + [0, 0] * (len(x.shape) - 1))
 
-        self.inputs_ = _map_structure(_pad_time_major, inputs)
+        self.inputs_ = map_structure(_pad_time_major, inputs)
 
     def initialize(self) -> tuple[Any, Variable]:
         """``(step 0 of inputs, sequence_length == 0)``."""
         init_finished = tensor.equal(
             self.sequence_length,
             tensor.fill_constant(shape=[1], dtype=self.sequence_length.dtype, value=0))
-        init_inputs = _map_structure(
+        init_inputs = map_structure(
             lambda x: tensor.squeeze(tensor.slice(x, axes=[0 if self.time_major else 1],
                                                   starts=[0], ends=[1]),
                                      axes=[0 if self.time_major else 1]), self.inputs)
@@ -609,7 +573,7 @@ class TrainingHelper(DecodeHelper):
             self.sequence_length = tensor.cast(self.sequence_length, time.dtype)
         next_time = tensor.increment(time, 1.0, in_place=False)
         finished = compare.less_equal(self.sequence_length, next_time)
-        next_inputs = _map_structure(
+        next_inputs = map_structure(
             lambda x: tensor.squeeze(tensor.gather(x, next_time), axes=[0]), self.inputs_)
         return finished, next_inputs, states
 
@@ -728,13 +692,13 @@ class BeamSearchDecoder(Decoder):
         """``(start ids (or their embedding) [batch, beam], StateWrapper(tiled cell states,
         log_probs [0, -1e9, ...], finished False, lengths 0), finished)``."""
         self.kinf = 1e9
-        state = _flatten(initial_cell_states)[0]
+        state = flatten(initial_cell_states)[0]
         self.batch_size = tensor.slice(tensor.shape(state), axes=[0], starts=[0], ends=[1])
         self.start_token_tensor = tensor.fill_constant(shape=[1], dtype="int64",
                                                        value=self.start_token)
         self.end_token_tensor = tensor.fill_constant(shape=[1], dtype="int64",
                                                      value=self.end_token)
-        init_cell_states = _map_structure(self._expand_to_beam_size, initial_cell_states)
+        init_cell_states = map_structure(self._expand_to_beam_size, initial_cell_states)
         init_inputs = tensor.fill_constant_batch_size_like(
             input=state, shape=[-1, self.beam_size], dtype="int64", value=self.start_token)
         dtype = state.dtype if state.dtype in ("float32", "float64") else "float32"
@@ -774,7 +738,7 @@ class BeamSearchDecoder(Decoder):
         next_log_probs = self._gather(
             tensor.reshape(log_probs, [-1, self.beam_size * self.vocab_size]), topk_indices,
             self.batch_size)
-        next_cell_states = _map_structure(
+        next_cell_states = map_structure(
             lambda x: self._gather(x, beam_indices, self.batch_size), next_cell_states)
         next_finished = self._gather(beam_state.finished, beam_indices, self.batch_size)
         next_lengths = self._gather(beam_state.lengths, beam_indices, self.batch_size)
@@ -789,11 +753,11 @@ class BeamSearchDecoder(Decoder):
 
     def step(self, time: Variable, inputs: Any, states: Any, **kwargs: Any) -> tuple:
         """``(OutputWrapper, StateWrapper, next_inputs, finished)`` of one beam step."""
-        inputs = _map_structure(self._merge_batch_beams, inputs)
-        cell_states = _map_structure(self._merge_batch_beams, states.cell_states)
+        inputs = map_structure(self._merge_batch_beams, inputs)
+        cell_states = map_structure(self._merge_batch_beams, states.cell_states)
         cell_outputs, next_cell_states = self.cell(inputs, cell_states, **kwargs)
-        cell_outputs = _map_structure(self._split_batch_beams, cell_outputs)
-        next_cell_states = _map_structure(self._split_batch_beams, next_cell_states)
+        cell_outputs = map_structure(self._split_batch_beams, cell_outputs)
+        next_cell_states = map_structure(self._split_batch_beams, next_cell_states)
         if self.output_fn is not None:
             cell_outputs = self.output_fn(cell_outputs)
         output, state = self._beam_search_step(time=time, logits=cell_outputs,
@@ -859,13 +823,13 @@ def dynamic_decode(decoder: Decoder, inits: Any = None, max_step_num: int | None
 
     if is_test:
         # in place: only the last step's inputs and states are kept
-        inputs = _map_structure(lambda x: x, initial_inputs)
-        states = _map_structure(lambda x: x, initial_states)
+        inputs = map_structure(lambda x: x, initial_inputs)
+        states = map_structure(lambda x: x, initial_states)
     else:
         # every step's inputs and states are kept in arrays, for the backward pass
-        inputs_arrays = _map_structure(lambda x: loops.array_write(x, step_idx),
+        inputs_arrays = map_structure(lambda x: loops.array_write(x, step_idx),
                                        initial_inputs)
-        states_arrays = _map_structure(lambda x: loops.array_write(x, step_idx),
+        states_arrays = map_structure(lambda x: loops.array_write(x, step_idx),
                                        initial_states)
 
     def _maybe_copy_finished(state: Variable, new_state: Variable,
@@ -896,8 +860,8 @@ def dynamic_decode(decoder: Decoder, inits: Any = None, max_step_num: int | None
 
     with while_op.block():
         if not is_test:
-            inputs = _map_structure(lambda a: loops.array_read(a, step_idx), inputs_arrays)
-            states = _map_structure(lambda a: loops.array_read(a, step_idx), states_arrays)
+            inputs = map_structure(lambda a: loops.array_read(a, step_idx), inputs_arrays)
+            states = map_structure(lambda a: loops.array_read(a, step_idx), states_arrays)
         outputs, next_states, next_inputs, next_finished = decoder.step(
             step_idx, inputs, states, **kwargs)
         if not decoder.tracks_own_finished:
@@ -907,7 +871,7 @@ def dynamic_decode(decoder: Decoder, inits: Any = None, max_step_num: int | None
                 sequence_lengths,
                 tensor.cast(tensor.logical_not(global_finished), sequence_lengths.dtype))
             if impute_finished:
-                next_states = _map_structure(
+                next_states = map_structure(
                     lambda x, y: _maybe_copy_finished(x, y, global_finished), states,
                     next_states)
         else:
@@ -916,21 +880,21 @@ def dynamic_decode(decoder: Decoder, inits: Any = None, max_step_num: int | None
                               "`sequence_lengths` would be all zeros.", stacklevel=2)
             next_sequence_lengths = getattr(next_states, "lengths", sequence_lengths)
 
-        outputs_arrays = _map_structure(lambda x: _create_array_out_of_while(x.dtype),
+        outputs_arrays = map_structure(lambda x: _create_array_out_of_while(x.dtype),
                                         outputs)
-        _map_structure(lambda x, a: loops.array_write(x, i=step_idx, array=a), outputs,
+        map_structure(lambda x, a: loops.array_write(x, i=step_idx, array=a), outputs,
                        outputs_arrays)
         tensor.increment(x=step_idx, value=1.0, in_place=True)
         # finished first: it may also be one of the decoder's states
         tensor.assign(next_finished, global_finished)
         tensor.assign(next_sequence_lengths, sequence_lengths)
         if is_test:
-            _map_structure(tensor.assign, next_inputs, global_inputs)
-            _map_structure(tensor.assign, next_states, global_states)
+            map_structure(tensor.assign, next_inputs, global_inputs)
+            map_structure(tensor.assign, next_states, global_states)
         else:
-            _map_structure(lambda x, a: loops.array_write(x, i=step_idx, array=a),
+            map_structure(lambda x, a: loops.array_write(x, i=step_idx, array=a),
                            next_inputs, inputs_arrays)
-            _map_structure(lambda x, a: loops.array_write(x, i=step_idx, array=a),
+            map_structure(lambda x, a: loops.array_write(x, i=step_idx, array=a),
                            next_states, states_arrays)
         if max_step_num is not None:
             tensor.logical_and(tensor.logical_not(nn.reduce_all(global_finished)),
@@ -938,20 +902,20 @@ def dynamic_decode(decoder: Decoder, inits: Any = None, max_step_num: int | None
         else:
             tensor.logical_not(nn.reduce_all(global_finished), cond)
 
-    final_outputs = _map_structure(
+    final_outputs = map_structure(
         lambda a: control_flow.tensor_array_to_tensor(a, axis=0, use_stack=True)[0],
         outputs_arrays)
     if is_test:
         final_states = global_states
     else:
-        final_states = _map_structure(lambda a: loops.array_read(a, step_idx), states_arrays)
+        final_states = map_structure(lambda a: loops.array_read(a, step_idx), states_arrays)
     try:
         final_outputs, final_states = decoder.finalize(final_outputs, final_states,
                                                        sequence_lengths)
     except NotImplementedError:
         pass
     if not output_time_major:
-        final_outputs = _map_structure(_transpose_batch_time, final_outputs)
+        final_outputs = map_structure(_transpose_batch_time, final_outputs)
     if return_length:
         return final_outputs, final_states, sequence_lengths
     return final_outputs, final_states

@@ -89,6 +89,25 @@ def test_fluid_reader_is_the_py_reader_module(paddle):
     assert importlib.import_module("paddle.fluid.lod_tensor") is lod
 
 
+def test_layers_rnn_stays_the_function_and_layers_utils_is_fluids(paddle):
+    # Fluid 1.8: paddle.fluid.layers.rnn is a module (the cells live there) and
+    # fluid.layers.rnn the function; importing the module must not replace the function
+    import dask_fluid.layers.rnn_cells as cells
+    module = importlib.import_module("paddle.fluid.layers.rnn")
+    assert module.LSTMCell is cells.LSTMCell and module.GRUCell is cells.GRUCell
+    layers = importlib.import_module("paddle.fluid.layers")
+    assert layers.rnn is cells.rnn  # (after the module's import, as in Paddle's test)
+    utils = importlib.import_module("paddle.fluid.layers.utils")
+    nest = {"b": (1, 2), "a": [3]}
+    assert utils.flatten(nest) == [3, 1, 2]
+    assert utils.map_structure(lambda v: v * 10, nest) == {"a": [30], "b": (10, 20)}
+    utils.assert_same_structure(nest, {"a": [0], "b": (0, 0)})
+    with pytest.raises(ValueError, match="same number of elements"):
+        utils.assert_same_structure(nest, {"a": [0], "b": (0,)})
+    with pytest.raises(TypeError, match="same sequence type"):
+        utils.assert_same_structure(nest, {"a": (0,), "b": (0, 0)})
+
+
 def test_uninstall_removes_finder_and_aliases(paddle):
     import paddle.fluid  # noqa: F401
     import paddle.fluid.core  # noqa: F401
