@@ -147,10 +147,13 @@ class LoDTensor:
         return [list(level) for level in self._lod]
 
     def set_lod(self, lod: Sequence[Sequence[int]]) -> None:
-        """Set the LoD as offsets; checked against the rows when the tensor holds data."""
+        """Set the LoD as offsets; checked against the rows when the tensor holds data, and
+        for its structure alone when it holds none yet (Fluid checks the LoD either way)."""
         levels = tuple(tuple(int(v) for v in level) for level in lod)
         if self._array is not None:
             levels = check_lod(levels, int(self._array.shape[0]))
+        elif levels:
+            levels = check_lod(levels, levels[-1][-1] if levels[-1] else 0)
         self._lod = levels
 
     def recursive_sequence_lengths(self) -> list[list[int]]:

@@ -378,3 +378,16 @@ def test_a_crf_tagger_learns_tags_that_depend_on_the_previous_word():
     with pytest.raises(ValueError, match="must name the transition parameter"):
         with fluid.program_guard(main, fluid.Program()):
             fluid.layers.crf_decoding(feature, param_attr=fluid.ParamAttr(name="nope"))
+
+
+def test_a_lod_set_before_the_data_is_checked_for_its_structure():
+    # Fluid 1.8's set_recursive_sequence_lengths runs CheckLoD without data too (only the
+    # rows are not checked): a level that does not end at the next level's sequences fails
+    t = fluid.LoDTensor()
+    for lengths in ([[], [1], [3]], [[0], [2], [3]]):
+        with pytest.raises(ValueError, match="level 0 ends at 0"):
+            t.set_recursive_sequence_lengths(lengths)
+    t.set_recursive_sequence_lengths([[2, 1], [1, 2, 3]])
+    assert t.lod() == [[0, 2, 3], [0, 1, 3, 6]]
+    t.set(np.zeros((6, 1), "float32"), fluid.CPUPlace())
+    assert t.has_valid_recursive_sequence_lengths()
