@@ -909,7 +909,7 @@ def _reader_feed(program: Any, place: Any) -> dict | list[dict] | None:
             for reader in readers:
                 feed.update(reader._next_feed())
         except EOFException:
-            if i and not all(getattr(r, "_drop_last", True) for r in readers):
+            if i and not all(r._drop_last for r in readers):
                 raise NotImplementedError(
                     f"the pass ended with {i} batch(es) for {count} places: a reader with "
                     "drop_last=False, which would run them on fewer places, is not "

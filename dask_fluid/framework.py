@@ -754,8 +754,6 @@ class Program:
         self._trainer_id = 0
         self._num_trainers = 1
 
-    # -- blocks -----------------------------------------------------------------------------
-
     @property
     def random_seed(self) -> int:
         """The seed of the program's random ops that have none of their own (0: a new one
@@ -769,6 +767,8 @@ class Program:
             raise ValueError(f"Program.random_seed must be an integer, got "
                              f"{type(seed).__name__} {seed!r}")
         self._seed = int(seed)
+
+    # -- blocks -----------------------------------------------------------------------------
     def global_block(self) -> Block:
         return self.blocks[0]
 
@@ -846,6 +846,7 @@ class Program:
         block = self.global_block()
         feeds = set(feeded_var_names)
         needed: set[str] = set()
+        target_names: set[str] = set()
         target_ops: set[int] = set()
         index = {id(op): i for i, op in enumerate(block.ops)}
         for t in targets:
@@ -858,6 +859,7 @@ class Program:
             name = t.name if isinstance(t, Variable) else str(t)
             if block._find_var_recursive(name) is None:
                 raise ValueError(f"prune target {name!r} is not a variable of the program")
+            target_names.add(name)
             if name not in feeds:  # a fed target is its feed: its ops go (Fluid's rule)
                 needed.add(name)
         kept: list[int] = []
@@ -870,9 +872,7 @@ class Program:
         pblock = pruned.global_block()
         pblock.ops = [pblock.ops[i] for i in reversed(kept)]
         used = {n for op in pblock.ops for n in (*op.input_arg_names, *op.output_arg_names)}
-        used |= needed
-        used |= {t.name if isinstance(t, Variable) else str(t) for t in targets
-                 if not isinstance(t, Operator)}
+        used |= needed | target_names
         # as Fluid's prune: the variables no kept op uses go, persistable ones too (a pruned
         # program saved with save_persistables holds the parameters its ops read, no more)
         pblock.vars = {n: v for n, v in pblock.vars.items() if n in used}

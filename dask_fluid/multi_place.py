@@ -174,7 +174,7 @@ class MultiPlaceStep:
             self.optimize.global_block().ops = self.optimize.global_block().ops[first:]
         # Fluid scales the loss gradient the backward pass seeds whether or not an optimizer
         # follows (an append_backward alone: the gradients fetched are the places' mean's)
-        if scale != "fed" and (self.grads or _seeded_loss_grad(program, loss_name)):
+        if scale != "fed" and (self.grads or _loss_grad_seed(program, loss_name) is not None):
             if compute is program:  # (the caller's program stays as it is)
                 compute = program.clone()
             _seed_loss_grad(compute, loss_name, 1.0 / len(self.places)
@@ -321,21 +321,20 @@ def _rpc_last(program: Program, rpc: list[int]) -> Program:
     return prog
 
 
-def _seeded_loss_grad(program: Program, loss_name: str | None) -> bool:
-    """Whether the backward pass of ``program`` seeds ``loss_name``'s gradient."""
+def _loss_grad_seed(program: Program, loss_name: str | None) -> Any:
+    """The op of ``program``'s backward pass that seeds ``loss_name``'s gradient, or None (also
+    for no loss_name)."""
     grad = f"{loss_name}@GRAD"
-    return bool(loss_name) and any(op.type == "fill_constant" and op.output_arg_names == [grad]
-                                   for op in program.global_block().ops)
+    return next((op for op in program.global_block().ops
+                 if op.type == "fill_constant" and op.output_arg_names == [grad]), None)
 
 
 def _seed_loss_grad(program: Program, loss_name: str, value: float) -> None:
-    grad = loss_name + "@GRAD"
-    for op in program.global_block().ops:
-        if op.type == "fill_constant" and op.output_arg_names == [grad]:
-            op._set_attr("value", float(value))
-            return
-    raise ValueError(f"the program has no {grad!r} seeded by the backward pass: is loss_name "
-                     f"{loss_name!r} the loss that minimize() used?")
+    seed = _loss_grad_seed(program, loss_name)
+    if seed is None:
+        raise ValueError(f"the program has no {loss_name + '@GRAD'!r} seeded by the backward "
+                         f"pass: is loss_name {loss_name!r} the loss that minimize() used?")
+    seed._set_attr("value", float(value))
 
 
 def _sum_dense(parts: list) -> Any:

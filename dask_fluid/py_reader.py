@@ -252,13 +252,18 @@ class DataLoader:
             warnings.warn("DataLoader.from_generator(use_multiprocess=True) has no effect "
                           "here: the batches are read by a thread of this process (Fluid 1.8 "
                           "reads them in a child process in dygraph mode)", stacklevel=2)
-        loader = GeneratorLoader(feed_list, capacity, use_double_buffer, iterable, return_list)
-        loader._drop_last = bool(drop_last)
-        return loader
+        return GeneratorLoader(feed_list, capacity, use_double_buffer, iterable, return_list,
+                               drop_last)
 
 
 class GeneratorLoader(PyReader):
     """What :meth:`DataLoader.from_generator` returns (Fluid's ``GeneratorLoader``)."""
+
+    def __init__(self, feed_list: Sequence[Variable] | None = None, capacity: int | None = None,
+                 use_double_buffer: bool = True, iterable: bool = True,
+                 return_list: bool = False, drop_last: bool = True) -> None:
+        super().__init__(feed_list, capacity, use_double_buffer, iterable, return_list)
+        self._drop_last = bool(drop_last)
 
     def set_sample_generator(self, reader: Callable[[], Iterable], batch_size: int,
                              drop_last: bool = True, places: Any = None) -> GeneratorLoader:
