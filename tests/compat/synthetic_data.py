@@ -16,7 +16,6 @@ import gzip
 import io
 import os
 import pickle
-import socket
 import struct
 import tarfile
 from collections.abc import Sequence
@@ -53,11 +52,10 @@ def go_offline(monkeypatch, module, names) -> None:
 
 
 def closed_port_url(name: str) -> str:
-    """A URL on 127.0.0.1 where nothing listens (the port was just released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}/{name}"
+    """A URL on 127.0.0.1 where nothing listens: port 1 (tcpmux), which nothing here serves
+    and, being privileged, no test binds (a port found free and released could be taken by
+    a test running beside this one)."""
+    return f"http://127.0.0.1:1/{name}"
 
 
 def _cache_file(data_home: str | os.PathLike, module: str, url: str) -> str:

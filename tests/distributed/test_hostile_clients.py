@@ -12,6 +12,7 @@ import socket
 import struct
 import threading
 import time
+from contextlib import ExitStack
 
 import numpy as np
 import pytest
@@ -28,6 +29,7 @@ from dask_fluid.distributed.pserver.shard import ServeOptions
 from dask_fluid.executor import Executor, Scope
 from dask_fluid.flags import RPCFlags
 
+from ..launch.cluster import port_nobody_serves
 from ..transpiler.models import reference_mlp
 
 SECRET = b"the-job-secret"
@@ -44,10 +46,12 @@ class _Boom:
         return (open, (self.path, "w"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@pytest.fixture
+def held_port():
+    """``held_port()`` gives a port that stays reserved for this test (the pserver or rank
+    under test listens on it), so that no test beside it binds the port first."""
+    with ExitStack() as stack:
+        yield lambda: stack.enter_context(port_nobody_serves())
 
 
 def _pserver(ep: str, done: dict) -> threading.Thread:
@@ -130,8 +134,8 @@ class _Recorder:
 
 
 @pytest.mark.slow
-def test_hostile_clients_change_nothing(tmp_path):
-    port = _free_port()
+def test_hostile_clients_change_nothing(tmp_path, held_port):
+    port = held_port()
     ep = f"127.0.0.1:{port}"
     done: dict = {}
     server = _pserver(ep, done)
@@ -237,8 +241,8 @@ def _ring_rank(rank: int, eps: list[str], out: dict) -> threading.Thread:
 
 
 @pytest.mark.slow
-def test_hostile_clients_change_nothing_on_a_ring():
-    eps = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
+def test_hostile_clients_change_nothing_on_a_ring(held_port):
+    eps = [f"127.0.0.1:{held_port()}" for _ in range(2)]
     port0 = int(eps[0].rsplit(":", 1)[1])
     out: dict = {}
     rank0 = _ring_rank(0, eps, out)  # listens, and waits for rank 1

@@ -28,7 +28,7 @@ from dask_fluid.distributed.errors import DeadlineExceededError, DistributedTrai
 from dask_fluid.distributed.program_values import persistable_names
 from dask_fluid.transpiler import DistributeTranspiler
 
-from ..launch.cluster import free_port_unused
+from ..launch.cluster import port_nobody_serves
 from ..transpiler.models import config, reference_mlp, table_net
 
 BATCH = 32
@@ -166,11 +166,11 @@ def _trainer_startup(wait_port: bool | None, port: int):
 
 def test_wait_port_false_fails_at_once_naming_the_pserver(monkeypatch):
     monkeypatch.setenv("FLAGS_rpc_deadline", "60000")
-    port = free_port_unused()
     exe = fluid.Executor()
     start = time.monotonic()
-    with pytest.raises(DistributedTrainingError, match=rf"pserver 127.0.0.1:{port} did not "
-                                                       r"accept .*wait_port=False"):
+    with port_nobody_serves() as port, pytest.raises(
+            DistributedTrainingError,
+            match=rf"pserver 127.0.0.1:{port} did not accept .*wait_port=False"):
         exe.run(_trainer_startup(False, port), scope=fluid.Scope())
     assert time.monotonic() - start < 10
     exe.close()
@@ -178,10 +178,10 @@ def test_wait_port_false_fails_at_once_naming_the_pserver(monkeypatch):
 
 def test_wait_port_true_waits_until_the_deadline(monkeypatch):
     monkeypatch.setenv("FLAGS_rpc_deadline", "1500")
-    port = free_port_unused()
     exe = fluid.Executor()
     start = time.monotonic()
-    with pytest.raises(DeadlineExceededError, match=rf"pserver 127.0.0.1:{port} did not accept"):
+    with port_nobody_serves() as port, pytest.raises(
+            DeadlineExceededError, match=rf"pserver 127.0.0.1:{port} did not accept"):
         exe.run(_trainer_startup(None, port), scope=fluid.Scope())
     assert time.monotonic() - start >= 1.4
     exe.close()

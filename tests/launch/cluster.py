@@ -10,7 +10,8 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,10 +115,16 @@ def run_local(tmp: Path, script: Path) -> list[float]:
     return json.loads(out.read_text())["losses"]
 
 
-def free_port_unused() -> int:
+@contextmanager
+def port_nobody_serves() -> Iterator[int]:
+    """A loopback port held bound but not listening for the ``with`` block: connecting to it
+    is refused, and no other test (xdist runs them side by side) can bind it meanwhile, which
+    a port merely found free and released could not promise. The hold uses SO_REUSEADDR, as
+    ``socket.create_server`` does, so a pserver under test may still listen on it."""
     with closing(socket.socket()) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        yield s.getsockname()[1]
 
 
 def in_threads(n: int, fn) -> list:

@@ -61,14 +61,14 @@ def test_async_modes_2x2_processes_train(tmp_path, mode):
 
 def test_wait_port_false_fails_at_once_when_the_pserver_is_not_there(tmp_path):
     script = cluster.dask_fluid_copy(tmp_path)
-    port = cluster.free_port_unused()
     start = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "t.json"), "sync", "noslice"],
-        env={**os.environ, "FLAGS_rpc_deadline": "60000", "SCRIPT_WAIT_PORT": "0",
-             "PADDLE_TRAINING_ROLE": "TRAINER", "PADDLE_TRAINER_ID": "0",
-             "PADDLE_TRAINERS_NUM": "1", "PADDLE_PSERVER_ENDPOINTS": f"127.0.0.1:{port}"},
-        capture_output=True, timeout=TIMEOUT_S)
+    with cluster.port_nobody_serves() as port:
+        proc = subprocess.run(
+            [sys.executable, str(script), str(tmp_path / "t.json"), "sync", "noslice"],
+            env={**os.environ, "FLAGS_rpc_deadline": "60000", "SCRIPT_WAIT_PORT": "0",
+                 "PADDLE_TRAINING_ROLE": "TRAINER", "PADDLE_TRAINER_ID": "0",
+                 "PADDLE_TRAINERS_NUM": "1", "PADDLE_PSERVER_ENDPOINTS": f"127.0.0.1:{port}"},
+            capture_output=True, timeout=TIMEOUT_S)
     assert proc.returncode != 0
     assert time.monotonic() - start < 30  # far less than the 60 s deadline
     err = proc.stderr.decode()

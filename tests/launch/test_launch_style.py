@@ -153,17 +153,17 @@ def test_killing_a_role_ends_the_others_within_the_deadline_naming_it(tmp_path, 
 
 def test_a_trainer_whose_pserver_never_comes_fails_within_the_deadline(tmp_path):
     script = cluster.dask_fluid_copy(tmp_path)
-    port = cluster.free_port_unused()
     import os
     import subprocess
     out = tmp_path / "t.json"
     start = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, str(script), str(out), "sync", "noslice"],
-        env={**os.environ, "FLAGS_rpc_deadline": "3000", "PADDLE_TRAINING_ROLE": "TRAINER",
-             "PADDLE_TRAINER_ID": "0", "PADDLE_TRAINERS_NUM": "1",
-             "PADDLE_PSERVER_ENDPOINTS": f"127.0.0.1:{port}"},
-        capture_output=True, timeout=TIMEOUT_S)
+    with cluster.port_nobody_serves() as port:
+        proc = subprocess.run(
+            [sys.executable, str(script), str(out), "sync", "noslice"],
+            env={**os.environ, "FLAGS_rpc_deadline": "3000", "PADDLE_TRAINING_ROLE": "TRAINER",
+                 "PADDLE_TRAINER_ID": "0", "PADDLE_TRAINERS_NUM": "1",
+                 "PADDLE_PSERVER_ENDPOINTS": f"127.0.0.1:{port}"},
+            capture_output=True, timeout=TIMEOUT_S)
     assert proc.returncode != 0
     assert time.monotonic() - start < 3 + 15
     err = proc.stderr.decode()
@@ -172,16 +172,16 @@ def test_a_trainer_whose_pserver_never_comes_fails_within_the_deadline(tmp_path)
 
 def test_a_pserver_whose_trainers_never_come_fails_within_the_deadline(tmp_path):
     script = cluster.dask_fluid_copy(tmp_path)
-    port = cluster.free_port_unused()
     import os
     import subprocess
     start = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "p.json"), "sync", "noslice"],
-        env={**os.environ, "FLAGS_rpc_deadline": "3000", "PADDLE_TRAINING_ROLE": "PSERVER",
-             "PADDLE_TRAINERS_NUM": "2", "PADDLE_PSERVER_ENDPOINTS": f"127.0.0.1:{port}",
-             "PADDLE_CURRENT_ENDPOINT": f"127.0.0.1:{port}"},
-        capture_output=True, timeout=TIMEOUT_S)
+    with cluster.port_nobody_serves() as port:  # the pserver listens on it (SO_REUSEADDR)
+        proc = subprocess.run(
+            [sys.executable, str(script), str(tmp_path / "p.json"), "sync", "noslice"],
+            env={**os.environ, "FLAGS_rpc_deadline": "3000", "PADDLE_TRAINING_ROLE": "PSERVER",
+                 "PADDLE_TRAINERS_NUM": "2", "PADDLE_PSERVER_ENDPOINTS": f"127.0.0.1:{port}",
+                 "PADDLE_CURRENT_ENDPOINT": f"127.0.0.1:{port}"},
+            capture_output=True, timeout=TIMEOUT_S)
     assert proc.returncode != 0
     assert time.monotonic() - start < 3 + 15
     err = proc.stderr.decode()
