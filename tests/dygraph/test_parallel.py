@@ -16,6 +16,8 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +37,7 @@ from dask_fluid.dygraph.parallel import (
 )
 from dask_fluid.ops.selected_rows import SelectedRows
 
-from ..launch.cluster import free_ports
+from ..launch.cluster import held_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 UNITTESTS = ROOT.parent / "shared/reference/paddle-1.8/unittests"
@@ -45,8 +47,13 @@ PADDLE_VARS = ("PADDLE_TRAINERS_NUM", "PADDLE_TRAINER_ID", "PADDLE_CURRENT_ENDPO
                "PADDLE_TRAINER_ENDPOINTS", "FLAGS_selected_gpus")
 
 
-def _endpoints(n: int) -> list[str]:
-    return [f"127.0.0.1:{p}" for p in free_ports(n)]
+@pytest.fixture
+def held_endpoints() -> Iterator[Callable[[int], list[str]]]:
+    """``held_endpoints(n)``: ``n`` endpoints on 127.0.0.1 whose ports stay held until the test
+    ends, so that no test running beside (pytest-xdist) takes one before our trainers listen
+    on it (tests/launch/conftest.py has the same fixture for the launch tests)."""
+    with ExitStack() as stack:
+        yield lambda n: [f"127.0.0.1:{p}" for p in stack.enter_context(held_ports(n))]
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
@@ -185,13 +192,13 @@ with dygraph.guard(fluid.CPUPlace()):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["dense", "sparse", "declarative"])
-def test_two_trainer_processes_reproduce_local_training(tmp_path, model):
+def test_two_trainer_processes_reproduce_local_training(tmp_path, model, held_endpoints):
     # sparse: an Embedding(is_sparse=True) whose row gradients are summed over the trainers;
     # declarative: the forward a translated program (a while op and a conditional block)
     script = tmp_path / "trainer.py"
     script.write_text(TRAINER)
     steps = 6
-    endpoints = _endpoints(2)
+    endpoints = held_endpoints(2)
     secret = secrets.token_hex(16)
     procs = []
     try:
@@ -237,7 +244,7 @@ sys.modules.update(strict_cupy.modules())
 @pytest.mark.slow
 @pytest.mark.skipif(not (UNITTESTS / "test_dist_base.py").exists(),
                     reason=f"{UNITTESTS} (Paddle 1.8's unittests) is not beside this checkout")
-def test_paddle_18_dygraph_runner_nccl2_matches_local(tmp_path):
+def test_paddle_18_dygraph_runner_nccl2_matches_local(tmp_path, held_endpoints):
     pytest.importorskip("six", reason="test_dist_base.py imports six")
     for src in (UNITTESTS / "test_dist_base.py", MODEL):
         shutil.copy(src, tmp_path / src.name)
@@ -252,7 +259,7 @@ def test_paddle_18_dygraph_runner_nccl2_matches_local(tmp_path):
                       DASK_FLUID_JOB_SECRET=secrets.token_hex(16))
     run = [sys.executable, "-u", "-m", "dask_fluid.cli", "run", MODEL.name, "--role", "trainer",
            "--lr", "0.001"]
-    endpoints = _endpoints(2)
+    endpoints = held_endpoints(2)
     procs = []
     try:  # TestDistBase._run_local and _get_nccl2_trainer_cmd with use_cuda
         procs.append(subprocess.Popen(
@@ -289,26 +296,26 @@ def test_data_parallel_wraps_layers_only():
             DataParallel(Net(), {"nranks": 2})
 
 
-def test_data_parallel_before_prepare_context_fails():
+def test_data_parallel_before_prepare_context_fails(held_endpoints):
     strategy = ParallelStrategy()
     strategy.nranks, strategy.local_rank = 2, 0
-    strategy.trainer_endpoints = _endpoints(2)
+    strategy.trainer_endpoints = held_endpoints(2)
     with dygraph.guard(fluid.CPUPlace()):
         with pytest.raises(RuntimeError, match="prepare_context"):
             DataParallel(Net(), strategy)
 
 
-def test_prepare_context_checks_its_strategy():
+def test_prepare_context_checks_its_strategy(held_endpoints):
     strategy = ParallelStrategy()
     strategy.nranks, strategy.local_rank = 2, 0
-    strategy.trainer_endpoints = _endpoints(2)
+    strategy.trainer_endpoints = held_endpoints(2)
     with pytest.raises(RuntimeError, match="dygraph"):
         prepare_context(strategy)  # outside a guard
     with dygraph.guard(fluid.CPUPlace()):
         strategy.trainer_endpoints = strategy.trainer_endpoints[:1]
         with pytest.raises(ValueError, match="trainer_endpoints"):
             prepare_context(strategy)
-        strategy.trainer_endpoints, strategy.local_rank = _endpoints(2), 2
+        strategy.trainer_endpoints, strategy.local_rank = held_endpoints(2), 2
         with pytest.raises(ValueError, match="out of range"):
             prepare_context(strategy)
         strategy.local_rank, strategy.current_endpoint = 0, "127.0.0.1:1"
@@ -319,12 +326,12 @@ def test_prepare_context_checks_its_strategy():
 
 
 @pytest.mark.slow
-def test_a_peer_that_never_comes_up_fails_within_the_deadline(monkeypatch):
+def test_a_peer_that_never_comes_up_fails_within_the_deadline(monkeypatch, held_endpoints):
     monkeypatch.setenv("FLAGS_rpc_deadline", "1500")
     monkeypatch.setenv("DASK_FLUID_JOB_SECRET", secrets.token_hex(8))
     strategy = ParallelStrategy()
     strategy.nranks, strategy.local_rank = 2, 0
-    strategy.trainer_endpoints = _endpoints(2)  # nobody ever listens on the second
+    strategy.trainer_endpoints = held_endpoints(2)  # nobody ever listens on the second
     strategy.current_endpoint = strategy.trainer_endpoints[0]
     start = time.monotonic()
     with dygraph.guard(fluid.CPUPlace()), pytest.raises(DeadlineExceededError) as info:
@@ -402,8 +409,8 @@ class _TwiceComm:
         pass
 
 
-def test_apply_collective_grads_sums_dense_and_sparse_gradients(monkeypatch):
-    eps = _endpoints(2)
+def test_apply_collective_grads_sums_dense_and_sparse_gradients(monkeypatch, held_endpoints):
+    eps = held_endpoints(2)
     comm = _TwiceComm()
     monkeypatch.setattr(parallel, "_context", TrainerComm(comm, "ring", 0, 2, eps))
     strategy = ParallelStrategy()
@@ -448,14 +455,14 @@ def test_gradients_are_grouped_by_dtype_and_size(monkeypatch):
         assert [len(g) for g in groups] == [1, 1, 1, 1]
 
 
-def test_prepare_context_connects_once_per_process(monkeypatch):
-    eps = _endpoints(2)
+def test_prepare_context_connects_once_per_process(monkeypatch, held_endpoints):
+    eps = held_endpoints(2)
     monkeypatch.setattr(parallel, "_context", TrainerComm(_TwiceComm(), "ring", 0, 2, eps))
     strategy = ParallelStrategy()
     strategy.nranks, strategy.trainer_endpoints = 2, eps
     with dygraph.guard(fluid.CPUPlace()):
         assert prepare_context(strategy) is strategy  # the same job again: the same comm
-        strategy.trainer_endpoints = _endpoints(2)
+        strategy.trainer_endpoints = held_endpoints(2)
         with pytest.raises(RuntimeError, match="one data-parallel job"):
             prepare_context(strategy)
 

@@ -11,12 +11,11 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import dask_fluid as fluid
-from dask_fluid.compat.distributed.launch import free_ports  # noqa: F401 - the tests use it
 from dask_fluid.transpiler import DistributeTranspiler, DistributeTranspilerConfig
 
 HERE = Path(__file__).parent
@@ -37,11 +36,37 @@ def command(script: Path, *args: str, via_run: bool) -> list[str]:
     return [sys.executable, str(script), *args]
 
 
+@contextmanager
+def held_ports(n: int) -> Iterator[list[int]]:
+    """``n`` distinct ports held for the ``with`` block, bound on every address but not
+    listening. A port merely found free and released may be taken by a test running beside
+    (pytest-xdist) before our server listens on it; a held one is never handed to another
+    ``bind(0)``, connecting to it is refused, and our servers may still listen on it on any
+    loopback address, since they bind with SO_REUSEADDR (``socket.create_server``) as the
+    hold does."""
+    with ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("", 0))
+        yield [s.getsockname()[1] for s in socks]
+
+
+@contextmanager
+def port_nobody_serves() -> Iterator[int]:
+    """A port held for the ``with`` block (:func:`held_ports`) that nobody serves: connecting
+    to it is refused, and a pserver under test may still listen on it."""
+    with held_ports(1) as [port]:
+        yield port
+
+
 @dataclass
 class Job:
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     outs: dict[str, Path] = field(default_factory=dict)
     endpoints: list[str] = field(default_factory=list)
+    #: the endpoints' ports, held (:func:`held_ports`) until :meth:`kill_all`
+    ports: ExitStack = field(default_factory=ExitStack)
 
     def wait(self, timeout: float) -> dict[str, int]:
         give_up = time.monotonic() + timeout
@@ -71,6 +96,7 @@ class Job:
             for stream in (p.stdout, p.stderr):
                 if stream is not None:
                     stream.close()
+        self.ports.close()
 
 
 def start(tmp: Path, script: Path, mode: str, slicing: str, *, via_run: bool,
@@ -79,16 +105,18 @@ def start(tmp: Path, script: Path, mode: str, slicing: str, *, via_run: bool,
     """``pservers`` pservers (2; more only with the "endpoints" scheme) and 2 trainers;
     ``scheme`` picks which of Fluid's variable namings to use ("endpoints":
     PADDLE_PSERVER_ENDPOINTS/PADDLE_TRAINERS_NUM/PADDLE_CURRENT_ENDPOINT, "ips":
-    PADDLE_PSERVER_IPS+PADDLE_PSERVER_PORT/PADDLE_TRAINERS/PADDLE_CURRENT_IP)."""
+    PADDLE_PSERVER_IPS+PADDLE_PSERVER_PORT/PADDLE_TRAINERS/PADDLE_CURRENT_IP). The ports are
+    held (:func:`held_ports`) until ``kill_all()``, which the caller calls in a ``finally``."""
     job = Job()
     base = {**os.environ, "FLAGS_rpc_deadline": "30000", **(env or {})}
     if scheme == "endpoints":
-        job.endpoints = [f"127.0.0.1:{p}" for p in free_ports(pservers)]
+        job.endpoints = [f"127.0.0.1:{p}"
+                         for p in job.ports.enter_context(held_ports(pservers))]
         common = {"PADDLE_PSERVER_ENDPOINTS": ",".join(job.endpoints),
                   "PADDLE_TRAINERS_NUM": "2"}
         current = [{"PADDLE_CURRENT_ENDPOINT": ep} for ep in job.endpoints]
     else:  # one port, two loopback addresses (Fluid's IPS + PORT scheme)
-        [port] = free_ports(1)
+        [port] = job.ports.enter_context(held_ports(1))  # held on every address
         ips = ["127.0.0.1", "127.0.0.2"]
         job.endpoints = [f"{ip}:{port}" for ip in ips]
         common = {"PADDLE_PSERVER_IPS": ",".join(ips), "PADDLE_PSERVER_PORT": str(port),
@@ -98,12 +126,17 @@ def start(tmp: Path, script: Path, mode: str, slicing: str, *, via_run: bool,
              for i in range(len(job.endpoints))]
     roles += [(f"trainer{i}", {"PADDLE_TRAINING_ROLE": "TRAINER", "PADDLE_TRAINER_ID": str(i)})
               for i in range(2)]
-    for name, role_env in roles:
-        out = tmp / f"{name}.json"
-        job.outs[name] = out
-        job.procs[name] = subprocess.Popen(
-            command(script, str(out), mode, slicing, via_run=via_run),
-            env={**base, **common, **role_env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for name, role_env in roles:
+            out = tmp / f"{name}.json"
+            job.outs[name] = out
+            job.procs[name] = subprocess.Popen(
+                command(script, str(out), mode, slicing, via_run=via_run),
+                env={**base, **common, **role_env}, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE)
+    except BaseException:  # no job for the caller to kill: end what started, free the ports
+        job.kill_all()
+        raise
     return job
 
 
@@ -113,18 +146,6 @@ def run_local(tmp: Path, script: Path) -> list[float]:
     subprocess.run([sys.executable, str(script), str(out), "sync", "noslice"], env=env,
                    check=True, timeout=120)
     return json.loads(out.read_text())["losses"]
-
-
-@contextmanager
-def port_nobody_serves() -> Iterator[int]:
-    """A loopback port held bound but not listening for the ``with`` block: connecting to it
-    is refused, and no other test (xdist runs them side by side) can bind it meanwhile, which
-    a port merely found free and released could not promise. The hold uses SO_REUSEADDR, as
-    ``socket.create_server`` does, so a pserver under test may still listen on it."""
-    with closing(socket.socket()) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("127.0.0.1", 0))
-        yield s.getsockname()[1]
 
 
 def in_threads(n: int, fn) -> list:

@@ -1,21 +1,32 @@
-"""Fixtures of the launch tests: Paddle's dataset cache with synthetic files for the runs of
-Paddle 1.8's own runner, whose processes read ``~/.cache/paddle/dataset``."""
+"""Fixtures of the launch tests: loopback endpoints held for the test, and Paddle's dataset cache
+with synthetic files for the runs of Paddle 1.8's own runner, whose processes read
+``~/.cache/paddle/dataset``."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.compat import synthetic_data
+from tests.launch.cluster import held_ports
 
 #: Paddle's cache: its runner keeps only PATH, PYTHONPATH and LD_LIBRARY_PATH of the
 #: environment, so its processes read the default ~/.cache/paddle/dataset
 PADDLE_CACHE = os.path.expanduser("~/.cache/paddle/dataset")
+
+
+@pytest.fixture
+def held_endpoints() -> Iterator[Callable[[int], list[str]]]:
+    """``held_endpoints(n)``: ``n`` endpoints on 127.0.0.1 whose ports stay held
+    (:func:`~tests.launch.cluster.held_ports`) until the test ends, so that no test running
+    beside takes one before our trainers or pservers listen on it."""
+    with contextlib.ExitStack() as stack:
+        yield lambda n: [f"127.0.0.1:{p}" for p in stack.enter_context(held_ports(n))]
 
 
 @contextlib.contextmanager

@@ -12,16 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch.cluster import free_ports
-
 JOB = Path(__file__).resolve().parents[2] / "benchmarks" / "ctr_job.py"
 LR_DIM = 100_000  # benchmarks/ctr_job.py's wide table: [LR_DIM, 1] float32
 
 pytestmark = pytest.mark.slow
 
 
-def test_ctr_job_trains_and_counts_its_bytes():
-    eps = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))
+def test_ctr_job_trains_and_counts_its_bytes(held_endpoints):
+    eps = ",".join(held_endpoints(2))
     base = [sys.executable, str(JOB), "--endpoints", eps, "--trainers", "2", "--steps", "2"]
     env = {**os.environ, "DASK_FLUID_JOB_SECRET": "ctr-test-secret"}
     procs = [subprocess.Popen([*base, "--role", "pserver", "--current_endpoint", ep], env=env,

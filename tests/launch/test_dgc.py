@@ -266,9 +266,8 @@ def _simulate(w0, b0, batches, *, begin, sparsity, ramp=1, nranks=2):
     return w, b
 
 
-def _two_dgc_trainers(monkeypatch, place=None, **net_args) -> list[dict]:
+def _two_dgc_trainers(monkeypatch, endpoints: list[str], place=None, **net_args) -> list[dict]:
     monkeypatch.setenv("DASK_FLUID_JOB_SECRET", "dgc")
-    endpoints = [f"127.0.0.1:{p}" for p in cluster.free_ports(2)]
 
     def programs(rank: int):
         main, startup, loss = _net(**net_args)
@@ -293,12 +292,13 @@ def _two_dgc_trainers(monkeypatch, place=None, **net_args) -> list[dict]:
 
 
 @pytest.mark.parametrize("device", ["cpu", "strict"])
-def test_two_trainers_follow_the_dgc_algorithm(device, monkeypatch, request):
+def test_two_trainers_follow_the_dgc_algorithm(device, monkeypatch, request, held_endpoints):
     place = None
     if device == "strict":  # CUDAPlace on the strict CPU CuPy: device arrays, the ring on host
         strict_cupy.device_module("strict", request)
         place = fluid.CUDAPlace(0)
-    t0, t1 = _two_dgc_trainers(monkeypatch, place, rampup_begin_step=2, sparsity=(0.99,))
+    t0, t1 = _two_dgc_trainers(monkeypatch, held_endpoints(2), place, rampup_begin_step=2,
+                                sparsity=(0.99,))
     for name in ("w", "b"):
         np.testing.assert_array_equal(t0[name], t1[name])  # the same bits on both
     assert t0["__g_dgc_counter__"].tolist() == [STEPS - 1]
@@ -313,8 +313,8 @@ def test_two_trainers_follow_the_dgc_algorithm(device, monkeypatch, request):
     assert not np.allclose(t0["w"], dense, rtol=1e-3, atol=1e-5)
 
 
-def test_the_sparsity_ramps_up_through_its_list(monkeypatch):
-    t0, _ = _two_dgc_trainers(monkeypatch, rampup_begin_step=1, rampup_step=4,
+def test_the_sparsity_ramps_up_through_its_list(monkeypatch, held_endpoints):
+    t0, _ = _two_dgc_trainers(monkeypatch, held_endpoints(2), rampup_begin_step=1, rampup_step=4,
                               sparsity=(0.5, 0.9, 0.99, 0.999))
     w, _ = _simulate(t0["w0"], t0["b0"], _batches(), begin=1, ramp=4,
                      sparsity=[0.5, 0.9, 0.99, 0.999])

@@ -49,10 +49,6 @@ TIMEOUT_S = 120
 MODES = ("nccl2", "grad_allreduce", "local_sgd")
 
 
-def _endpoints(n: int) -> list[str]:
-    return [f"127.0.0.1:{p}" for p in cluster.free_ports(n)]
-
-
 def _net(optimizer=None, minimize=None):
     """The test MLP; ``optimizer.minimize(loss)`` (SGD by default), or ``minimize(loss)``."""
     main, startup = fluid.Program(), fluid.Program()
@@ -260,11 +256,11 @@ def _two_gpus() -> int:
         _two_gpus() < 2, reason="needs 2 CUDA GPUs with CuPy and NCCL (one NCCL rank per GPU)")]),
 ])
 def test_collective_ops_reduce_gather_scatter_and_broadcast_between_two_trainers(
-        device, monkeypatch, request):
+        device, monkeypatch, request, held_endpoints):
     monkeypatch.setenv("DASK_FLUID_JOB_SECRET", "c-ops")
     if device == "strict":
         strict_cupy.device_module("strict", request)
-    endpoints = _endpoints(2)
+    endpoints = held_endpoints(2)
     ops = ("c_allreduce_sum", "c_allreduce_max", "c_allreduce_min", "c_allreduce_prod",
            "c_allgather", "c_reducescatter", "c_broadcast", "c_sync_calc_stream",
            "allreduce", "broadcast")
@@ -317,7 +313,8 @@ def test_collective_ops_reduce_gather_scatter_and_broadcast_between_two_trainers
     np.testing.assert_array_equal(r1["c_reducescatter"], (x0 + x1)[1:])
 
 
-def test_allreduces_are_held_for_their_rings_sync_unless_read_before_it(monkeypatch):
+def test_allreduces_are_held_for_their_rings_sync_unless_read_before_it(monkeypatch,
+                                                                        held_endpoints):
     # Fluid's c_allreduce_sum result is only promised after the ring's c_sync_comm_stream:
     # b and c are summed there in one exchange; a, read by the scale before the sync, at once
     from dask_fluid.distributed.collective.tcp_ring import EndpointRingCommunicator
@@ -331,7 +328,7 @@ def test_allreduces_are_held_for_their_rings_sync_unless_read_before_it(monkeypa
         return real(self, arrays, **kwargs)
 
     monkeypatch.setattr(EndpointRingCommunicator, "allreduce", counted)
-    endpoints = _endpoints(2)
+    endpoints = held_endpoints(2)
 
     def programs(rank: int) -> tuple:
         main, startup = fluid.Program(), _ring_startup(rank, endpoints, "nccl_id_0")
@@ -388,7 +385,7 @@ def _check_halves_equal_local(built: list[tuple], batches: list, local: dict) ->
 
 
 @pytest.mark.parametrize("kind", ["grad_allreduce", "local_sgd"])
-def test_two_trainers_in_threads_equal_one_on_the_whole_batch(kind, monkeypatch):
+def test_two_trainers_in_threads_equal_one_on_the_whole_batch(kind, monkeypatch, held_endpoints):
     monkeypatch.setenv("DASK_FLUID_JOB_SECRET", "c-ops")
     rng = np.random.RandomState(0)
     batches = [(rng.normal(size=(8, 8)).astype("float32"),
@@ -405,7 +402,7 @@ def test_two_trainers_in_threads_equal_one_on_the_whole_batch(kind, monkeypatch)
             exe.run(main, feed={"x": x, "y": y})
         local = {p.name: np.array(fluid.global_scope().get(p.name))
                  for p in main.global_block().all_parameters()}
-    endpoints = _endpoints(2)
+    endpoints = held_endpoints(2)
 
     def programs(rank: int) -> tuple:
         main, startup, _ = _net(optimizer())
@@ -421,7 +418,8 @@ def test_two_trainers_in_threads_equal_one_on_the_whole_batch(kind, monkeypatch)
     _check_halves_equal_local(built, batches, local)
 
 
-def test_in_program_allreduce_ops_sum_and_the_loss_gradient_is_scaled(monkeypatch):
+def test_in_program_allreduce_ops_sum_and_the_loss_gradient_is_scaled(monkeypatch,
+                                                                       held_endpoints):
     # Paddle 1.8's dist_allreduce_op.py: optimizer.backward, layers.collective._allreduce of
     # every gradient, apply_gradients, in a CompiledProgram of nccl2 trainers
     monkeypatch.setenv("DASK_FLUID_JOB_SECRET", "c-ops")
@@ -434,7 +432,7 @@ def test_in_program_allreduce_ops_sum_and_the_loss_gradient_is_scaled(monkeypatc
     for x, y in batches:
         exe.run(main, feed={"x": x, "y": y}, scope=scope)
     local = {p.name: np.array(scope.get(p.name)) for p in main.global_block().all_parameters()}
-    endpoints = _endpoints(2)
+    endpoints = held_endpoints(2)
 
     def reduce_in_program(loss) -> None:
         opt = fluid.optimizer.Momentum(0.1, momentum=0.9)
@@ -562,8 +560,9 @@ def _check_equal_local(t0: dict, t1: dict, local: dict) -> None:
 
 @pytest.mark.parametrize("mode,recompute", [(m, False) for m in MODES] +
                          [("grad_allreduce", True)])
-def test_fleet_script_as_two_processes_equals_local(tmp_path, local_run, mode, recompute):
-    endpoints = _endpoints(2)
+def test_fleet_script_as_two_processes_equals_local(tmp_path, local_run, mode, recompute,
+                                                    held_endpoints):
+    endpoints = held_endpoints(2)
     base = {k: v for k, v in os.environ.items() if not k.startswith("PADDLE_")}
     procs = []
     for i in range(2):

@@ -44,17 +44,15 @@ SCRIPT = Path(__file__).parent / "nccl2_script.py"
 TIMEOUT_S = 120
 
 
-def _endpoints(n: int) -> list[str]:
-    return [f"127.0.0.1:{p}" for p in cluster.free_ports(n)]
-
-
 class _Trainers:
-    """``n`` trainer processes of the script (``dask-fluid run``), PADDLE_* variables each."""
+    """A trainer process of the script (``dask-fluid run``) per entry of ``endpoints``,
+    PADDLE_* variables each."""
 
-    def __init__(self, tmp: Path, n: int, *, env: dict[str, str] | None = None,
+    def __init__(self, tmp: Path, endpoints: list[str], *, env: dict[str, str] | None = None,
                  only: list[int] | None = None, secrets: list[str] | None = None,
                  gpus: bool = False) -> None:
-        self.endpoints = _endpoints(n)
+        self.endpoints = endpoints
+        n = len(endpoints)
         self.outs = {i: tmp / f"trainer{i}.json" for i in range(n)}
         base = {**os.environ, "CPU_NUM": "1", "FLAGS_rpc_deadline": "30000",
                 "DASK_FLUID_JOB_SECRET": "s3cret", **(env or {})}
@@ -126,8 +124,8 @@ def local_losses(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_two_trainer_processes_equal_local(tmp_path, local_losses):
-    job = _Trainers(tmp_path, 2)
+def test_two_trainer_processes_equal_local(tmp_path, local_losses, held_endpoints):
+    job = _Trainers(tmp_path, held_endpoints(2))
     codes = job.finish()
     assert all(code == 0 for code, _ in codes.values()), codes
     dist = (np.array(job.losses(0)) + np.array(job.losses(1))) / 2
@@ -136,12 +134,14 @@ def test_two_trainer_processes_equal_local(tmp_path, local_losses):
 
 
 @pytest.mark.slow
-def test_a_killed_trainer_fails_the_others_within_the_deadline_naming_it(tmp_path):
+def test_a_killed_trainer_fails_the_others_within_the_deadline_naming_it(tmp_path,
+                                                                         held_endpoints):
     deadline_ms = 6000
     # 3 trainers: trainer 2 reads from the dead one, trainer 0 writes to it and also hears
     # trainer 2's abort notice; both must name the dead endpoint
-    job = _Trainers(tmp_path, 3, env={"SCRIPT_STEPS": "100000", "SCRIPT_STEP_SLEEP": "0.01",
-                                      "FLAGS_rpc_deadline": str(deadline_ms)})
+    job = _Trainers(tmp_path, held_endpoints(3),
+                    env={"SCRIPT_STEPS": "100000", "SCRIPT_STEP_SLEEP": "0.01",
+                         "FLAGS_rpc_deadline": str(deadline_ms)})
     try:
         job.wait_for_step(0, 3)
         job.procs[1].send_signal(signal.SIGKILL)
@@ -160,9 +160,9 @@ def test_a_killed_trainer_fails_the_others_within_the_deadline_naming_it(tmp_pat
 
 
 @pytest.mark.slow
-def test_a_trainer_whose_peer_never_comes_fails_within_the_deadline(tmp_path):
+def test_a_trainer_whose_peer_never_comes_fails_within_the_deadline(tmp_path, held_endpoints):
     start = time.monotonic()
-    job = _Trainers(tmp_path, 2, only=[0], env={"FLAGS_rpc_deadline": "3000"})
+    job = _Trainers(tmp_path, held_endpoints(2), only=[0], env={"FLAGS_rpc_deadline": "3000"})
     (code, err), = job.finish().values()
     assert code != 0 and time.monotonic() - start < 3 + 15
     assert "DeadlineExceededError" in err and job.endpoints[1] in err, err[-2000:]
@@ -170,11 +170,12 @@ def test_a_trainer_whose_peer_never_comes_fails_within_the_deadline(tmp_path):
 
 
 @pytest.mark.slow
-def test_trainers_with_different_secrets_refuse_each_other(tmp_path):
+def test_trainers_with_different_secrets_refuse_each_other(tmp_path, held_endpoints):
     # the first to dial is refused at once; the other may then find nobody listening and fail
     # at its deadline
     start = time.monotonic()
-    job = _Trainers(tmp_path, 2, secrets=["right", "wrong"], env={"FLAGS_rpc_deadline": "4000"})
+    job = _Trainers(tmp_path, held_endpoints(2), secrets=["right", "wrong"],
+                    env={"FLAGS_rpc_deadline": "4000"})
     codes = job.finish()
     assert all(code not in (0, None) for code, _ in codes.values()), codes
     assert time.monotonic() - start < 4 + 15
@@ -253,8 +254,8 @@ def test_paddle_18_check_with_place_nccl2_on_dist_word2vec(tmp_path):
 # -- in one process: the ring between endpoints, the id exchange, the compiled program ---------
 
 
-def test_endpoint_ring_reduces_identically_and_broadcasts():
-    eps = _endpoints(3)
+def test_endpoint_ring_reduces_identically_and_broadcasts(held_endpoints):
+    eps = held_endpoints(3)
     rng = np.random.default_rng(3)
     inputs = [[rng.standard_normal(5).astype(np.float32), rng.standard_normal((2, 3)),
                np.array([i], dtype=np.int64)] for i in range(3)]
@@ -282,8 +283,8 @@ def test_endpoint_ring_reduces_identically_and_broadcasts():
         assert a[0].tolist() == [1.0, 1.0]
 
 
-def test_an_aborting_trainer_tells_every_other_why():
-    eps = _endpoints(3)
+def test_an_aborting_trainer_tells_every_other_why(held_endpoints):
+    eps = held_endpoints(3)
 
     def rank(i):
         with EndpointRingCommunicator(i, eps, 20.0, secret=b"k") as comm:
@@ -300,8 +301,8 @@ def test_an_aborting_trainer_tells_every_other_why():
     assert all(w < 10 for w in (waited[0], waited[2]))  # the notice, not the deadline
 
 
-def test_unique_id_served_by_trainer_0():
-    eps = _endpoints(3)
+def test_unique_id_served_by_trainer_0(held_endpoints):
+    eps = held_endpoints(3)
     uid = tuple(range(-64, 64))  # CuPy 13's form: signed chars; the raw bytes travel
     raw = bytes(v & 0xFF for v in uid)
     got = cluster.in_threads(3, lambda i: exchange_unique_id(i, eps, 20.0, secret=b"k",
@@ -352,8 +353,7 @@ def _train_local(lr_scale: float = 1.0, steps: int = 4):
     return {p.name: np.array(scope.get(p.name)) for p in main.all_parameters()}
 
 
-def _train_two_in_threads(scale=None, steps: int = 4):
-    eps = _endpoints(2)
+def _train_two_in_threads(eps: list[str], scale=None, steps: int = 4):
     nets = [_sgd_net() for _ in range(2)]
     for i, (main, startup, _) in enumerate(nets):
         config = fluid.DistributeTranspilerConfig()
@@ -387,11 +387,11 @@ def _train_two_in_threads(scale=None, steps: int = 4):
 
 
 @pytest.mark.parametrize("scale", [None, "One"])
-def test_compiled_program_of_two_trainers_equals_local(scale, monkeypatch):
+def test_compiled_program_of_two_trainers_equals_local(scale, monkeypatch, held_endpoints):
     monkeypatch.setenv("FLAGS_rpc_deadline", "10000")  # a bug fails, not hangs
     strategy = None if scale is None else fluid.BuildStrategy.GradientScaleStrategy.One
     local = _train_local(2.0 if scale == "One" else 1.0)
-    for params in _train_two_in_threads(strategy):
+    for params in _train_two_in_threads(held_endpoints(2), strategy):
         for name, value in local.items():
             np.testing.assert_allclose(params[name], value, rtol=1e-5, atol=1e-6)
 
@@ -406,9 +406,9 @@ def test_compiled_program_without_a_communicator_says_how_to_get_one():
         exe.run(_compiled(main, loss, 2, 0), feed={"x": x, "y": y}, scope=scope)
 
 
-def test_build_strategy_must_agree_with_the_transpiled_trainers():
+def test_build_strategy_must_agree_with_the_transpiled_trainers(held_endpoints):
     main, startup, loss = _sgd_net()
-    [ep] = _endpoints(1)
+    [ep] = held_endpoints(1)
     config = fluid.DistributeTranspilerConfig()
     config.mode = "nccl2"
     fluid.DistributeTranspiler(config=config).transpile(
@@ -438,8 +438,9 @@ def fake_cupy(monkeypatch, request):
 
 
 @pytest.mark.parametrize("through", ["endpoint", "scheduler"])
-def test_gpu_trainers_get_nccl_with_the_id_from_trainer_0_or_the_scheduler(fake_cupy, through):
-    eps = _endpoints(2)
+def test_gpu_trainers_get_nccl_with_the_id_from_trainer_0_or_the_scheduler(fake_cupy, through,
+                                                                          held_endpoints):
+    eps = held_endpoints(2)
     with contextlib.ExitStack() as stack:
         scheduler = None
         if through == "scheduler":  # dask-fluid launch: DASK_SCHEDULER_ADDRESS
@@ -475,8 +476,9 @@ def _gpus() -> int:
 @pytest.mark.skipif(_gpus() < 2, reason="needs 2 CUDA GPUs with CuPy and NCCL (one NCCL rank "
                                         "per GPU); this machine has "
                                         f"{_gpus()} usable")
-def test_two_gpu_trainer_processes_use_nccl_and_equal_local(tmp_path, local_losses):
-    job = _Trainers(tmp_path, 2, gpus=True)
+def test_two_gpu_trainer_processes_use_nccl_and_equal_local(tmp_path, local_losses,
+                                                            held_endpoints):
+    job = _Trainers(tmp_path, held_endpoints(2), gpus=True)
     codes = job.finish()
     assert all(code == 0 for code, _ in codes.values()), codes
     dist = (np.array(job.losses(0)) + np.array(job.losses(1))) / 2
@@ -486,7 +488,7 @@ def test_two_gpu_trainer_processes_use_nccl_and_equal_local(tmp_path, local_loss
 @pytest.mark.gpu
 @pytest.mark.skipif(_gpus() < 1, reason="needs a CUDA GPU with CuPy and NCCL; this machine has "
                                         "none usable")
-def test_one_gpu_trainer_process_equals_local_on_cpu(tmp_path):
+def test_one_gpu_trainer_process_equals_local_on_cpu(tmp_path, held_endpoints):
     # the launch style's GPU path on a one-GPU machine: CUDAPlace(FLAGS_selected_gpus) in a
     # trainer process of one, against the script's local run on CPU with the same batch
     out = tmp_path / "local.json"
@@ -494,22 +496,23 @@ def test_one_gpu_trainer_process_equals_local_on_cpu(tmp_path):
     subprocess.run(cluster.command(SCRIPT, str(out), via_run=True),
                    env={**env, "CPU_NUM": "1", "PADDLE_TRAINERS_NUM": "1"}, check=True,
                    timeout=TIMEOUT_S, capture_output=True)
-    job = _Trainers(tmp_path, 1, gpus=True)
+    job = _Trainers(tmp_path, held_endpoints(1), gpus=True)
     codes = job.finish()
     assert all(code == 0 for code, _ in codes.values()), codes
     np.testing.assert_allclose(job.losses(0), json.loads(out.read_text())["losses"], atol=1e-4,
                                rtol=0)
 
 
-def test_errors_of_the_ring_name_the_endpoint():
+def test_errors_of_the_ring_name_the_endpoint(held_endpoints):
     # a DistributedTrainingError raised by a rank carries the peer's endpoint as its endpoint
-    eps = _endpoints(2)
+    eps = held_endpoints(2)
     with pytest.raises(DistributedTrainingError) as info:
         EndpointRingCommunicator(0, eps, 0.5, secret=b"k")
     assert info.value.endpoint == eps[1]
 
 
-def test_gpu_trainers_without_nccl_all_reduce_through_host_memory_as_cpu(monkeypatch, request):
+def test_gpu_trainers_without_nccl_all_reduce_through_host_memory_as_cpu(monkeypatch, request,
+                                                                        held_endpoints):
     # two nccl2 trainers on CUDAPlace in threads, on the strict CPU CuPy (it has no NCCL):
     # device gradients over the TCP ring through host memory, the same steps as on CPUs
     monkeypatch.setenv("DASK_FLUID_JOB_SECRET", "s3cret")
@@ -520,7 +523,7 @@ def test_gpu_trainers_without_nccl_all_reduce_through_host_memory_as_cpu(monkeyp
                for _ in range(3)]
 
     def job(place):
-        eps = _endpoints(2)
+        eps = held_endpoints(2)
 
         def trainer(i: int):
             with unique_name.guard():

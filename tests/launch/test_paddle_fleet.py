@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from tests.compat import synthetic_data
-from tests.launch.cluster import free_ports
 
 UNITTESTS = Path(__file__).resolve().parents[3] / "shared/reference/paddle-1.8/unittests"
 
@@ -56,9 +55,10 @@ def job_dir(tmp_path_factory):
     ("async", "dataset", 1),        # QueueDataset through ctr_dataset_reader.py's generator
     ("geo", "pyreader", 1),
 ])
-def test_paddle_18_dist_fleet_ctr_trains_in_every_mode(job_dir, mode, reader, cpu_num):
+def test_paddle_18_dist_fleet_ctr_trains_in_every_mode(job_dir, mode, reader, cpu_num,
+                                                        held_endpoints):
     pytest.importorskip("six", reason="the fleet test files import six")
-    eps = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))
+    eps = ",".join(held_endpoints(2))
     env = {**os.environ, "DASK_FLUID_DATA_HOME": str(job_dir / "data"), "CPU_NUM": str(cpu_num),
            "FLAGS_rpc_deadline": "30000", "DASK_FLUID_JOB_SECRET": "fleet-test"}
     base = [sys.executable, "-m", "dask_fluid.cli", "run", "dist_fleet_ctr.py", "--endpoints",

@@ -26,7 +26,6 @@ from pathlib import Path
 import pytest
 
 from tests.compat import synthetic_data
-from tests.launch.cluster import free_ports
 
 UNITTESTS = Path(__file__).resolve().parents[3] / "shared/reference/paddle-1.8/unittests"
 
@@ -98,9 +97,8 @@ def _local(root: Path) -> list[float]:
     return _costs(proc.stdout)
 
 
-def _cluster(root: Path, sync: bool) -> tuple[list[float], list[float], str]:
-    ports = free_ports(4)
-    eps = [f"127.0.0.1:{p}" for p in ports]
+def _cluster(root: Path, eps: list[str], sync: bool) -> tuple[list[float], list[float], str]:
+    """Two pservers on ``eps[:2]`` and two trainers on ``eps[2:]``."""
     common = ["--endpoints", ",".join(eps[:2]), "--trainers", "2", "--update_method", "pserver",
               *(["--sync_mode"] if sync else [])]
     procs = {}
@@ -130,11 +128,12 @@ def _cluster(root: Path, sync: bool) -> tuple[list[float], list[float], str]:
                 p.communicate()
 
 
-def test_paddle_18_dist_transformer_local_and_2x2_sync_agree(workdir, local_costs):
+def test_paddle_18_dist_transformer_local_and_2x2_sync_agree(workdir, local_costs,
+                                                             held_endpoints):
     local = local_costs
     assert len(local) == 5  # RUN_STEP steps, one validation cost each
     assert local[-1] < local[0]
-    tr0, tr1, errs = _cluster(workdir, sync=True)
+    tr0, tr1, errs = _cluster(workdir, held_endpoints(4), sync=True)
     assert tr0 == tr1 and len(tr0) == 5, errs  # both trainers hold the same parameters
     for step, (a, b) in enumerate(zip(local, tr0, strict=True)):
         assert abs(a - b) <= 1e-5, f"step {step}: local {a} vs distributed {b}"
@@ -142,9 +141,9 @@ def test_paddle_18_dist_transformer_local_and_2x2_sync_agree(workdir, local_cost
     assert "could not tell the pservers" not in errs, errs
 
 
-def test_paddle_18_dist_transformer_2x2_async_trains(workdir, local_costs):
+def test_paddle_18_dist_transformer_2x2_async_trains(workdir, local_costs, held_endpoints):
     local = local_costs
-    tr0, tr1, errs = _cluster(workdir, sync=False)
+    tr0, tr1, errs = _cluster(workdir, held_endpoints(4), sync=False)
     for costs in (tr0, tr1):
         assert len(costs) == 5 and costs[-1] < costs[0], errs
         for a, b in zip(local, costs, strict=True):

@@ -61,9 +61,9 @@ def _local(layout: str) -> dict:
     return _state(scope, main)
 
 
-def _two_trainers(layout: str, sync: bool, monkeypatch, place=None) -> list[dict]:
+def _two_trainers(layout: str, sync: bool, monkeypatch, endpoints: list[str],
+                  place=None) -> list[dict]:
     monkeypatch.setenv("DASK_FLUID_JOB_SECRET", "sync-bn")
-    endpoints = [f"127.0.0.1:{p}" for p in cluster.free_ports(2)]
 
     def programs(rank: int):
         main, startup, loss = _net(layout)
@@ -90,13 +90,14 @@ def _two_trainers(layout: str, sync: bool, monkeypatch, place=None) -> list[dict
 @pytest.mark.parametrize("layout,device", [("NCHW", "cpu"), ("NHWC", "cpu"),
                                            ("NCHW", "strict")])
 def test_sync_batch_norm_over_two_trainers_equals_one_on_the_whole_batch(layout, device,
-                                                                        monkeypatch, request):
+                                                                        monkeypatch, request,
+                                                                        held_endpoints):
     local = _local(layout)
     place = None
     if device == "strict":  # CUDAPlace on the strict CPU CuPy: device arrays, the ring on host
         strict_cupy.device_module("strict", request)
         place = fluid.CUDAPlace(0)
-    t0, t1 = _two_trainers(layout, True, monkeypatch, place)
+    t0, t1 = _two_trainers(layout, True, monkeypatch, held_endpoints(2), place)
     moving = [n for n in local if n.endswith((".w_1", ".w_2"))]  # moving mean and variance
     assert len(moving) == 4
     for name, value in local.items():
@@ -104,9 +105,10 @@ def test_sync_batch_norm_over_two_trainers_equals_one_on_the_whole_batch(layout,
         np.testing.assert_allclose(t0[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
-def test_without_sync_batch_norm_each_trainer_keeps_its_own_statistics(monkeypatch):
+def test_without_sync_batch_norm_each_trainer_keeps_its_own_statistics(monkeypatch,
+                                                                       held_endpoints):
     local = _local("NCHW")
-    t0, t1 = _two_trainers("NCHW", False, monkeypatch)
+    t0, t1 = _two_trainers("NCHW", False, monkeypatch, held_endpoints(2))
     moving = [n for n in local if n.endswith(".w_1")]
     # the control: per-trainer statistics are not the global batch's
     assert any(not np.allclose(t0[n], local[n], rtol=1e-3) for n in moving)
