@@ -361,13 +361,10 @@ def rnn(cell: RNNCell, inputs: Any, initial_states: Any = None,
     rnn_out = rnn_out if isinstance(rnn_out, (list, tuple)) else [rnn_out]
     final_outputs = pack_sequence_as(outputs, list(rnn_out[:len(flat_outputs)]))
 
-    def last(x: Variable) -> Variable:
-        # Fluid's x[-1]: a slice of the last step with the time axis dropped
-        return tensor.squeeze(tensor.slice(x, axes=[0], starts=[-1], ends=[2 ** 31 - 1]),
-                              axes=[0])
-
-    final_states = pack_sequence_as(new_states,
-                                     [last(x) for x in rnn_out[len(flat_outputs):]])
+    # Fluid 1.8's x[-1]: one slice op with decrease_axis=[0], whose compile-time shape drops
+    # the time axis even though its size is unknown (-1); a slice + squeeze2 would keep that
+    # -1 axis, and a second rnn started from these states would step rank-3 states
+    final_states = pack_sequence_as(new_states, [x[-1] for x in rnn_out[len(flat_outputs):]])
     if is_reverse:
         final_outputs = map_structure(lambda x: tensor.reverse(x, axis=[0]), final_outputs)
     if not time_major:
@@ -554,10 +551,10 @@ class TrainingHelper(DecodeHelper):
         init_finished = tensor.equal(
             self.sequence_length,
             tensor.fill_constant(shape=[1], dtype=self.sequence_length.dtype, value=0))
+        # Fluid 1.8's x[0] / x[:, 0]: a slice op with decrease_axis, which drops the time axis
+        # from the compile-time shape even when its size is unknown (squeeze2 would keep it)
         init_inputs = map_structure(
-            lambda x: tensor.squeeze(tensor.slice(x, axes=[0 if self.time_major else 1],
-                                                  starts=[0], ends=[1]),
-                                     axes=[0 if self.time_major else 1]), self.inputs)
+            lambda x: x[0] if self.time_major else x[:, 0], self.inputs)
         return init_inputs, init_finished
 
     def sample(self, time: Variable, outputs: Variable, states: Any) -> Variable:
