@@ -57,14 +57,21 @@ def stack_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
 # -- squeeze2 / unsqueeze2 ---------------------------------------------------------------------
 
 def squeeze_shape(shape: tuple, axes: list[int]) -> tuple:
-    """Paddle 1.8's squeeze rule (``-1`` dims are kept unless named and 1)."""
+    """Paddle 1.8's squeeze rule (``SqueezeOp::GetOutputShape``): without ``axes`` every dim
+    of 1 goes; named axes go whatever their size, so a ``-1`` (unknown) dim named leaves the
+    build-time shape. A named dim known to be other than 1 is an error here (Fluid 1.8 drops
+    it and fails later, when the kernel reshapes)."""
     rank = len(shape)
     if not axes:
         return tuple(d for d in shape if d != 1)
     drop = {a + rank if a < 0 else a for a in axes}
     if any(not 0 <= a < rank for a in drop):
         raise ValueError(f"squeeze: axes {axes} out of range for a rank-{rank} input")
-    return tuple(d for i, d in enumerate(shape) if not (i in drop and d == 1))
+    wrong = sorted(a for a in drop if shape[a] not in (1, -1, None))
+    if wrong:
+        raise ValueError(f"squeeze: axis {wrong[0]} of an input of shape {list(shape)} has "
+                         f"size {shape[wrong[0]]}; only dims of size 1 can be squeezed")
+    return tuple(d for i, d in enumerate(shape) if i not in drop)
 
 
 def unsqueeze_shape(shape: tuple, axes: list[int]) -> tuple:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import dask_fluid as fluid
+
 from . import conv2d_by_loops, run_op
 
 rng = np.random.default_rng(0)
@@ -252,7 +254,9 @@ def test_shape_and_index_ops_match_numpy_indexing():
     x = rng.standard_normal((4, 1, 5, 1))
     assert run_op("squeeze2", {"X": [x]}, {"axes": [1]})["Out"][0].shape == (4, 5, 1)
     assert run_op("squeeze2", {"X": [x]}, {})["Out"][0].shape == (4, 5)
-    assert run_op("squeeze2", {"X": [x]}, {"axes": [0]})["Out"][0].shape == (4, 1, 5, 1)
+    # Fluid 1.8's kernel enforces that a named axis is 1 (squeeze_op.h, GetOutputShape)
+    with pytest.raises(ValueError, match="axis 0 of an input of shape \\[4, 1, 5, 1\\] has size 4"):
+        run_op("squeeze2", {"X": [x]}, {"axes": [0]})
     assert run_op("unsqueeze2", {"X": [np.ones((2, 3))]},
                   {"axes": [0, 2]})["Out"][0].shape == (1, 2, 1, 3)
     a, b = rng.standard_normal((2, 3)), rng.standard_normal((2, 3))
@@ -357,3 +361,16 @@ def test_conv2d_transpose_matches_scattering_each_input(stride, pad, dilation, g
                               zip(x.shape[2:], stride, pad, dilation, w.shape[2:], strict=True))
     np.testing.assert_allclose(out, _naive_conv_transpose(x, w, stride, pad, dilation, groups,
                                                           hw), rtol=1e-10, atol=1e-10)
+
+
+def test_squeeze_drops_a_named_unknown_dim_from_the_build_time_shape():
+    # Fluid 1.8's SqueezeOp::InferShape drops every named axis: a -1 (unknown) dim named goes,
+    # and the run checks it is 1 then
+    prog = fluid.Program()
+    with fluid.program_guard(prog, fluid.Program()):
+        x = fluid.data("x", [None, -1, 3, 1])
+        assert fluid.layers.squeeze(x, axes=[1]).shape == (-1, 3, 1)
+        assert fluid.layers.squeeze(x, axes=[1, -1]).shape == (-1, 3)
+        assert fluid.layers.squeeze(x, axes=[]).shape == (-1, -1, 3)
+        with pytest.raises(ValueError, match="axis 2 .* has size 3; only dims of size 1"):
+            fluid.layers.squeeze(x, axes=[2])
