@@ -6,6 +6,8 @@ trainer), so each class implements ``__reduce__`` with its own constructor argum
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "error_fields",
     "error_from_fields",
@@ -15,6 +17,7 @@ __all__ = [
     "RemoteError",
     "ServiceNotFoundError",
     "WorkerLostError",
+    "with_detail",
     "with_step",
 ]
 
@@ -217,9 +220,20 @@ def with_step(err: DistributedTrainingError, step: int | None) -> DistributedTra
     worker, seen by the launcher); ``err`` itself otherwise."""
     if err.step is not None or step is None:
         return err
+    return _rebuilt(err, 3, step)
+
+
+def with_detail(err: DistributedTrainingError, more: str) -> DistributedTrainingError:
+    """``err`` with ``more`` added to its detail (what the launcher learnt about it)."""
+    return _rebuilt(err, 0, f"{err.detail.rstrip('.')}; {more}")
+
+
+def _rebuilt(err: DistributedTrainingError, index: int, value: Any) -> DistributedTrainingError:
+    """A copy of ``err`` with constructor argument ``index`` replaced (``err`` itself when its
+    class cannot be rebuilt so), caused by ``err``'s cause or by ``err``."""
     cls, args = err.__reduce__()
     args = list(args)
-    args[3] = step
+    args[index] = value
     try:
         new = cls(*args)
     except Exception:

@@ -145,6 +145,52 @@ def test_a_missed_deadline_names_the_silent_trainer(client, monkeypatch):
     _assert_next_job_succeeds(client)
 
 
+def _stall_from_round(round_from: int, stall_s: float) -> None:
+    """On a worker: its trainer sleeps ``stall_s`` after computing step ``round_from`` (a
+    trainer stuck in its own code, not a frozen process)."""
+    from dask_fluid.distributed.launch import pserver_tasks
+
+    checked = pserver_tasks.check_finite
+
+    def check_then_stall(names, fetched, epoch, round_index):
+        if round_index == round_from:
+            time.sleep(stall_s)
+        return checked(names, fetched, epoch, round_index)
+
+    check_then_stall.checked = checked
+    pserver_tasks.check_finite = check_then_stall
+
+
+def _unstall() -> None:
+    from dask_fluid.distributed.launch import pserver_tasks
+
+    pserver_tasks.check_finite = getattr(pserver_tasks.check_finite, "checked",
+                                         pserver_tasks.check_finite)
+
+
+@pytest.mark.slow
+def test_a_missed_deadline_says_where_the_silent_trainer_was(client, monkeypatch):
+    # trainer 1 sleeps in its step loop: the pserver's barrier misses its gradients, and the
+    # error names the frames the trainer's task was in when the deadline passed
+    monkeypatch.setenv("FLAGS_rpc_deadline", "2000")
+    w = _workers(client)
+    client.run(_stall_from_round, 3, 8.0, workers=[w[1]])
+    spec = mlp()
+    try:
+        with pytest.raises(DeadlineExceededError) as info:
+            train_pserver(client, spec.main, spec.startup, _parts(), trainers=w[:2],
+                          pservers=[w[2]], batch_size=16, epochs=3)
+    finally:
+        client.run(_unstall, workers=[w[1]])
+    err = info.value
+    assert err.role == "trainer" and err.endpoint == w[1], err
+    assert "its trainer 1 task was in sleep" in str(err) or \
+        "its trainer 1 task was in check_then_stall" in str(err), err
+    assert "< _loop (pserver_tasks.py:" in str(err), err
+    time.sleep(8)  # the stalled task ends (it was told to stop)
+    _assert_next_job_succeeds(client)
+
+
 @pytest.mark.slow
 def test_thread_flags_size_the_pserver_pools(client, monkeypatch):
     import dask

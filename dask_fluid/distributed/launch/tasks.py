@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
@@ -33,6 +35,7 @@ from ..errors import (
     DistributedTrainingError,
     JobAbortedError,
     WorkerLostError,
+    with_detail,
     with_step,
 )
 from .dashboard.plugin import ensure_dashboard
@@ -55,6 +58,11 @@ ABORT_ACK_S = 2.0
 DETACH_TIMEOUT_S = 3.0
 #: how long a finished job waits for its trainers' last events to reach the callbacks
 DONE_GRACE_S = 2.0
+#: how long the launcher waits for the stack of a task that missed a deadline
+STACK_TIMEOUT_S = 2.0
+#: how many of that stack's innermost frames the error message shows (the log has them all)
+STACK_FRAMES = 6
+_FRAME = re.compile(r'\s*File "([^"]*)", line (\d+), in (\S+)')
 
 
 @dataclass
@@ -158,8 +166,17 @@ def _first_error(done: Sequence[tuple[Any, TaskSpec]]) -> BaseException | None:
         return WorkerLostError(f"the {lost[0].role} task was cancelled: its worker or its "
                                "data left the cluster", lost[0].role, lost[0].where)
     errors = [(f.exception(), spec) for f, spec in done if f.status == "error"]
-    errors.sort(key=lambda e: isinstance(e[0], JobAbortedError))
+    errors.sort(key=lambda e: _echo_rank(e[0]))
     return _as_training_error(*errors[0]) if errors else None
+
+
+def _echo_rank(error: BaseException) -> int:
+    """0 for a cause; 1 for a missed deadline that blames a pserver, which may echo the cause
+    (a sync pserver waits for a silent trainer, the other trainers wait for it and give up a
+    moment after it: on a loaded machine, first); 2 for the abort notice of another failure."""
+    if isinstance(error, JobAbortedError):
+        return 2
+    return int(isinstance(error, DeadlineExceededError) and error.role == "pserver")
 
 
 def _watch(client: Any, pairs: list[tuple[Any, TaskSpec]], poll_s: float, deadline_s: float
@@ -176,9 +193,9 @@ def _watch(client: Any, pairs: list[tuple[Any, TaskSpec]], poll_s: float, deadli
             pending = {f for f in pending if not f.done()}
         err = _first_error([(f, s) for f, s in pairs if f.done()])
         if err is not None:
-            # a task that was told to stop can end before the one whose error told it: give
-            # that one a moment, so that the job fails with the cause, not with the abort
-            if not isinstance(err, JobAbortedError) or not pending:
+            # a task that was told to stop, or that waited for the failing one, can end before
+            # it: give that one a moment, so that the job fails with the cause
+            if not _echo_rank(err) or not pending:
                 return err
             cause_by = cause_by or time.monotonic() + CAUSE_GRACE_S
             if time.monotonic() >= cause_by:
@@ -208,6 +225,47 @@ def _watch(client: Any, pairs: list[tuple[Any, TaskSpec]], poll_s: float, deadli
                 "or its event loop blocked)", spec.role, spec.where,
                 deadline_ms=deadline_s * 1000)
     return None
+
+
+def _with_where_it_waited(client: Any, pairs: list[tuple[Any, TaskSpec]],
+                          error: DistributedTrainingError) -> DistributedTrainingError:
+    """``error`` (a missed deadline that blames a role) with where the blamed role's running
+    task was: the innermost frames of its stack in the message, the whole stack in the log.
+    What it waited on, or what it was computing, is what tells a hang from a slow step."""
+    blamed: dict[str, str] = {}  # task key -> "trainer 3"
+    seen: Counter[str] = Counter()
+    for f, spec in pairs:  # a role's tasks are in rank order
+        rank, seen[spec.role] = seen[spec.role], seen[spec.role] + 1
+        if spec.role == error.role and spec.where == error.endpoint and not f.done():
+            blamed[f.key] = f"{spec.role} {rank}"
+    if not blamed:
+        return error
+    try:
+        stacks = client.sync(client.scheduler.call_stack, keys=list(blamed),
+                             callback_timeout=STACK_TIMEOUT_S)
+    except Exception:  # noqa: BLE001  (a frozen worker does not answer: the error stands)
+        return error
+    found = [(blamed[key], frames) for per_worker in (stacks or {}).values()
+             for key, frames in per_worker.items() if key in blamed]
+    if not found:
+        return error
+    for name, frames in found:
+        logger.warning("the %s task at %s was here when it missed the deadline:\n%s", name,
+                       error.endpoint, "".join(frames))
+    return with_detail(error, "; ".join(f"its {name} task was in {_innermost(frames)}"
+                                        for name, frames in found))
+
+
+def _innermost(frames: Sequence[str], keep: int = STACK_FRAMES) -> str:
+    """``fn (file:line) < caller (file:line) < ...`` for the last ``keep`` frames of a
+    formatted stack (Dask's call stack: ``'  File "path", line N, in fn\\n\\tcode\\n'``)."""
+    parsed = []
+    for frame in frames[-keep:][::-1]:
+        match = _FRAME.match(frame)
+        if match:
+            path, line, fn = match.groups()
+            parsed.append(f"{fn} ({path.rsplit('/', 1)[-1]}:{line})")
+    return " < ".join(parsed) or "an unknown place"
 
 
 def _pong() -> bool:
@@ -299,6 +357,8 @@ def run_tasks(client: Any, job: str, tasks: Sequence[TaskSpec], *,
                                        pure=False, retries=0)
                 pairs.append((future, spec))
             error = _watch(client, pairs, poll_s, deadline_s)
+            if isinstance(error, DeadlineExceededError):  # before the abort moves them on
+                error = _with_where_it_waited(client, pairs, error)
             if error is not None:
                 reachable = _abort(client, job, workers, pairs, error)
                 if isinstance(error, DistributedTrainingError):
