@@ -16,6 +16,7 @@ from ..framework import Variable, VarType, in_dygraph_mode
 from ..layer_helper import LayerHelper
 from .control_flow import sub_block
 from .tensor import assign
+from .utils import assert_same_structure, flatten, is_sequence, pack_sequence_as
 
 __all__ = ["While", "array_length", "array_read", "array_write", "beam_search",
            "beam_search_decode", "create_array", "is_empty", "while_loop"]
@@ -97,19 +98,24 @@ class While:
 
 
 def while_loop(cond: Callable[..., Variable], body: Callable[..., Any],
-               loop_vars: Sequence[Variable], is_test: bool = False,
-               name: str | None = None) -> list[Variable]:
+               loop_vars: Sequence[Any], is_test: bool = False,
+               name: str | None = None) -> list[Any]:
     """``while cond(*loop_vars): loop_vars = body(*loop_vars)`` as a :class:`While` loop
     (Fluid 1.8's ``layers.while_loop``): ``body`` builds the ops of one iteration and returns
     the new values, which are assigned to ``loop_vars`` at its end; returns ``loop_vars``.
 
+    ``loop_vars`` may nest lists, tuples and dicts of Variables (a dict's by key, as
+    :mod:`.utils` flattens them); ``body`` returns the same structure. Such a structure is
+    copied before ``body`` sees it, as Fluid does, so that ``body`` changing it in place does
+    not change what the loop assigns to.
+
     Raises
     ------
     TypeError
-        ``cond`` or ``body`` is not callable, ``loop_vars`` is not a list or tuple of
-        Variables, or ``cond`` does not give a bool of one element.
+        ``cond`` or ``body`` is not callable, ``loop_vars`` is not a list or tuple, one of its
+        leaves is not a Variable, or ``cond`` does not give a bool of one element.
     ValueError
-        ``loop_vars`` is empty, or ``body`` returns another number of values.
+        ``loop_vars`` is empty, or ``body`` returns another structure or number of values.
     """
     if not callable(cond):
         raise TypeError("cond in while_loop should be callable")
@@ -120,9 +126,11 @@ def while_loop(cond: Callable[..., Variable], body: Callable[..., Any],
                         f"{type(loop_vars).__name__}")
     if len(loop_vars) == 0:
         raise ValueError("loop_vars in while_loop should not be empty")
-    if not all(isinstance(v, Variable) for v in loop_vars):
-        raise TypeError("loop_vars in while_loop must be Variables (nested structures are not "
-                        "implemented)")
+    leaves = flatten(loop_vars)
+    wrong = next((v for v in leaves if not isinstance(v, Variable)), None)
+    if wrong is not None:
+        raise TypeError(f"loop_vars in while_loop must hold Variables (in lists, tuples or "
+                        f"dicts), got a {type(wrong).__name__}")
     pre_cond = cond(*loop_vars)
     if not isinstance(pre_cond, Variable) or pre_cond.dtype != "bool":
         raise TypeError("the variable returned by cond in while_loop must be a bool Variable")
@@ -140,14 +148,19 @@ def while_loop(cond: Callable[..., Variable], body: Callable[..., Any],
         return list(loop_vars)
     loop = While(pre_cond, is_test, name)
     with loop.block():
-        outputs = body(*loop_vars)
+        # a fresh copy of any list or dict in loop_vars: body may change it in place
+        given = pack_sequence_as(loop_vars, leaves) if any(map(is_sequence, loop_vars)) \
+            else loop_vars
+        outputs = body(*given)
         if not isinstance(outputs, (list, tuple)):
             outputs = [outputs]
-        if len(outputs) != len(loop_vars):
-            raise ValueError("body in while_loop should return the same arity (length and "
-                             "structure) and types as loop_vars")
+        try:
+            assert_same_structure(outputs, list(loop_vars), check_types=False)
+        except ValueError as exc:
+            raise ValueError(f"body in while_loop should return the same arity (length and "
+                             f"structure) as loop_vars: {exc}") from None
         now_cond = cond(*outputs)
-        for out, var in zip(outputs, loop_vars, strict=True):
+        for out, var in zip(flatten(outputs), leaves, strict=True):
             if out is not var:
                 assign(out, var)
         assign(now_cond, pre_cond)

@@ -246,3 +246,32 @@ def test_while_loop_errors():
             layers.while_loop(lambda i: i, lambda i: i, [i])
         with pytest.raises(ValueError, match="the same arity"):
             layers.while_loop(ok, lambda i: [i, i], [i])
+
+
+def test_while_loop_carries_nested_lists_and_dicts():
+    """loop_vars may nest lists and dicts (Fluid 1.8 flattens them, a dict by key); body may
+    change the copies it gets in place, and the loop still assigns to the originals."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        i = layers.fill_constant([1], "int64", 0)
+        three = layers.fill_constant([1], "int64", 3)
+        state = {"b": layers.fill_constant([2], "float32", 1.0),
+                 "a": [layers.fill_constant([1], "float32", 0.5)]}
+
+        def body(i, state):
+            state["b"] = layers.scale(state["b"], scale=3.0)  # in place on the copy
+            state["a"][0] = layers.elementwise_add(state["a"][0], state["a"][0])
+            return [layers.increment(i, in_place=False), state]
+
+        out_i, out_state = layers.while_loop(lambda i, s: layers.less_than(i, three), body,
+                                             [i, state])
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        with pytest.raises(ValueError, match="same arity .* structure"):
+            layers.while_loop(lambda i, s: layers.less_than(i, three),
+                              lambda i, s: [i, [s["b"], s["a"][0]]], [i, state])
+        with pytest.raises(TypeError, match="must hold Variables .* got a float"):
+            layers.while_loop(lambda i, s: layers.less_than(i, three), body, [i, {"b": 1.0}])
+    assert out_i is i and out_state is state
+    assert isinstance(state["b"], fluid.Variable) and state["b"].name.startswith("fill_constant")
+    _, _, (got_i, got_b, got_a) = _run(main, startup, {}, [i, state["b"], state["a"][0]])
+    assert got_i.tolist() == [3] and got_b.tolist() == [27.0, 27.0] and got_a.tolist() == [4.0]
