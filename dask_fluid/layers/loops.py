@@ -30,6 +30,18 @@ def _check_index(i: Variable, layer: str) -> None:
         raise TypeError(f"{layer}: i must be an integer tensor, got {i.dtype}")
 
 
+def _dygraph_index(i: Variable, layer: str) -> int:
+    """The value of a dygraph index ``i`` (a Variable of shape [1], as Fluid 1.8 asks)."""
+    _check_index(i, layer)
+    if list(i.shape) != [1]:
+        raise ValueError(f"{layer}: the index i must have shape [1] in dygraph mode, got "
+                         f"{list(i.shape)}")
+    index = int(i.numpy().reshape(-1)[0])
+    if index < 0:
+        raise IndexError(f"{layer}: the index i is {index}; it must be >= 0")
+    return index
+
+
 class While:
     """Run the ops of :meth:`block` while ``cond`` holds (Fluid's ``layers.While``).
 
@@ -167,17 +179,39 @@ def while_loop(cond: Callable[..., Variable], body: Callable[..., Any],
     return list(loop_vars)
 
 
-def create_array(dtype: str) -> Variable:
-    """An empty tensor array of ``dtype`` items (Fluid's ``create_array``)."""
+def create_array(dtype: str) -> Variable | list:
+    """An empty tensor array of ``dtype`` items (Fluid's ``create_array``); in dygraph mode
+    a Python list, as Fluid 1.8's."""
+    if in_dygraph_mode():
+        return []
     helper = LayerHelper("array")
     return helper.main_program.current_block().create_var(
         name=f"{helper.name}.out", type=VarType.LOD_TENSOR_ARRAY, dtype=str(np.dtype(dtype)))
 
 
-def array_write(x: Variable, i: Variable, array: Variable | None = None) -> Variable:
+def array_write(x: Variable, i: Variable,
+                array: Variable | list | None = None) -> Variable | list:
     """Write ``x`` at index ``i`` of ``array`` (a new array when None), growing it as needed;
     returns the array. As Fluid's shape inference, the array takes ``x``'s shape, which
-    :func:`array_read` gives its output."""
+    :func:`array_read` gives its output. In dygraph mode ``array`` is a Python list, which
+    ``x`` replaces item ``i`` of, or is appended to at its end."""
+    if in_dygraph_mode():
+        if not isinstance(x, Variable):
+            raise TypeError(f"array_write: x must be a Variable in dygraph mode, got "
+                            f"{type(x).__name__}")
+        index = _dygraph_index(i, "array_write")
+        array = [] if array is None else array
+        if not isinstance(array, list):
+            raise TypeError(f"array_write: array must be a list in dygraph mode, got "
+                            f"{type(array).__name__}")
+        if index > len(array):
+            raise IndexError(f"array_write: index {index} is past the end of an array of "
+                             f"{len(array)} items (dygraph mode writes at most at its end)")
+        if index < len(array):
+            array[index] = x
+        else:
+            array.append(x)
+        return array
     _check_index(i, "array_write")
     helper = LayerHelper("array_write")
     if array is None:
@@ -191,8 +225,17 @@ def array_write(x: Variable, i: Variable, array: Variable | None = None) -> Vari
     return array
 
 
-def array_read(array: Variable, i: Variable) -> Variable:
-    """Item ``i`` of ``array`` (with its LoD)."""
+def array_read(array: Variable | list, i: Variable) -> Variable:
+    """Item ``i`` of ``array`` (with its LoD); of a Python list in dygraph mode."""
+    if in_dygraph_mode():
+        if not isinstance(array, list):
+            raise TypeError(f"array_read: array must be a list in dygraph mode, got "
+                            f"{type(array).__name__}")
+        index = _dygraph_index(i, "array_read")
+        if index >= len(array):
+            raise IndexError(f"array_read: index {index} is out of range for an array of "
+                             f"{len(array)} items")
+        return array[index]
     _check_index(i, "array_read")
     if not isinstance(array, Variable) or array.type != VarType.LOD_TENSOR_ARRAY:
         raise TypeError("array_read: array must be a tensor array Variable "
@@ -204,8 +247,14 @@ def array_read(array: Variable, i: Variable) -> Variable:
     return out
 
 
-def array_length(array: Variable) -> Variable:
-    """The number of items of ``array`` (an int64 tensor ``[1]``)."""
+def array_length(array: Variable | list) -> Variable | int:
+    """The number of items of ``array`` (an int64 tensor ``[1]``; a Python int of a list in
+    dygraph mode, as Fluid 1.8)."""
+    if in_dygraph_mode():
+        if not isinstance(array, list):
+            raise TypeError(f"array_length: array must be a list in dygraph mode, got "
+                            f"{type(array).__name__}")
+        return len(array)
     if not isinstance(array, Variable) or array.type != VarType.LOD_TENSOR_ARRAY:
         raise TypeError("array_length: array must be a tensor array Variable")
     helper = LayerHelper("array_length")

@@ -275,3 +275,28 @@ def test_while_loop_carries_nested_lists_and_dicts():
     assert isinstance(state["b"], fluid.Variable) and state["b"].name.startswith("fill_constant")
     _, _, (got_i, got_b, got_a) = _run(main, startup, {}, [i, state["b"], state["a"][0]])
     assert got_i.tolist() == [3] and got_b.tolist() == [27.0, 27.0] and got_a.tolist() == [4.0]
+
+
+def test_tensor_arrays_in_dygraph_mode_are_lists():
+    """Fluid 1.8: create_array gives [], array_write sets or appends, array_read indexes,
+    array_length is len."""
+    from dask_fluid import dygraph
+
+    with dygraph.guard(fluid.CPUPlace()):
+        x = dygraph.to_variable(np.arange(3, dtype="float32"))
+        i0, i1, i3 = (layers.fill_constant([1], "int64", v) for v in (0, 1, 3))
+        arr = layers.create_array("float32")
+        assert arr == []
+        assert layers.array_write(x, i0, arr) is arr
+        layers.array_write(x * 2, i1, arr)
+        layers.array_write(x * 3, i0, arr)  # replaces item 0
+        assert layers.array_length(arr) == 2
+        np.testing.assert_array_equal(layers.array_read(arr, i0).numpy(), [0, 3, 6])
+        np.testing.assert_array_equal(layers.array_read(arr, i1).numpy(), [0, 2, 4])
+        assert len(layers.array_write(x, i0)) == 1  # a new list
+        with pytest.raises(IndexError, match="index 3 is past the end of an array of 2"):
+            layers.array_write(x, i3, arr)
+        with pytest.raises(IndexError, match="index 3 is out of range for an array of 2"):
+            layers.array_read(arr, i3)
+        with pytest.raises(TypeError, match="must be a list in dygraph mode"):
+            layers.array_length(x)
