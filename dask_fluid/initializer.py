@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+from . import unique_name
 from .framework import Block, Variable
 
 #: set inside :func:`init_on_cpu` (Fluid 1.8's module global ``_force_init_on_cpu_``)
@@ -170,6 +171,12 @@ class NumpyArrayInitializer(Initializer):
 
         self.value = np.asarray(value)
 
+    def __call__(self, var: Variable, block: Block) -> None:
+        out = _fp32_stand_in(var, block, "numpy_array_init")
+        block._prepend_op(self.op_type, outputs={"Out": [out.name]},
+                          attrs=self._attrs(out, block))
+        _cast_to(out, var, block)
+
     def _attrs(self, var, block):
         if tuple(self.value.shape) != tuple(var.shape):
             raise ValueError(f"NumpyArrayInitializer: the array has shape {self.value.shape}, "
@@ -179,7 +186,7 @@ class NumpyArrayInitializer(Initializer):
                 "bool": "bool_values"}.get(dtype)
         if slot is None:  # Fluid's assign_value carries only these
             raise ValueError(f"NumpyArrayInitializer: {var.name!r} is {dtype}; it initialises "
-                             "float32, int32, int64 and bool variables")
+                             "float16, float32, int32, int64 and bool variables")
         return {"shape": list(var.shape), "dtype": dtype,
                 slot: self.value.astype(dtype).reshape(-1).tolist()}
 
@@ -212,15 +219,35 @@ class BilinearInitializer(Initializer):
         if shape[2] != shape[3]:
             raise ValueError(f"BilinearInitializer: the filter {var.name!r} must be square "
                              f"(shape[2] == shape[3]), got shape {list(shape)}")
-        if str(var.dtype) != "float32":  # Fluid 1.8 writes fp32_values only
+        if str(var.dtype) not in ("float32", "float16"):  # Fluid 1.8 writes fp32_values only
             raise ValueError(f"BilinearInitializer: {var.name!r} is {var.dtype}; Fluid 1.8's "
-                             "Bilinear initialises float32 filters only")
+                             "Bilinear initialises float32 and float16 filters only")
         if math.prod(shape) > 1024 * 1024:
             raise ValueError(f"BilinearInitializer: the filter {var.name!r} has "
                              f"{math.prod(shape)} elements, more than Fluid's 1024 * 1024")
-        block.append_op(self.op_type, outputs={"Out": [var.name]},
+        out = _fp32_stand_in(var, block, "bilinear_init")
+        block.append_op(self.op_type, outputs={"Out": [out.name]},
                         attrs={"shape": list(shape), "dtype": "float32",
                                "fp32_values": bilinear_kernel(shape).reshape(-1).tolist()})
+        _cast_to(out, var, block)
+
+
+def _fp32_stand_in(var: Variable, block: Block, prefix: str) -> Variable:
+    """What an init op whose attrs carry float32 values writes: ``var``, or for a float16
+    ``var`` a float32 temporary that :func:`_cast_to` then casts into it (Fluid 1.8's "to be
+    compatible of fp16 initalizers")."""
+    if str(var.dtype) != "float16":
+        return var
+    return block.create_var(name=unique_name.generate(f"{prefix}.{var.name}.tmp"),
+                            shape=var.shape, dtype="float32", persistable=False)
+
+
+def _cast_to(out: Variable, var: Variable, block: Block) -> None:
+    """Append the cast from the float32 stand-in ``out`` into ``var`` (none when ``out`` is
+    ``var``)."""
+    if out is not var:
+        block.append_op("cast", inputs={"X": [out.name]}, outputs={"Out": [var.name]},
+                        attrs={"in_dtype": "float32", "out_dtype": "float16"})
 
 
 def bilinear_kernel(shape: tuple[int, ...]) -> Any:

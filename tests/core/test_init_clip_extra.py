@@ -64,6 +64,29 @@ def test_bilinear_upsamples_with_conv2d_transpose():
                                rtol=1e-6)
 
 
+def test_float16_bilinear_and_numpy_array_inits_go_through_float32_and_a_cast():
+    # Fluid 1.8: assign_value carries float32 values into a temporary, a cast appended after
+    # it makes the float16 parameter
+    startup, w = _bilinear_param([2, 1, 4, 4], "float16")
+    assert [op.type for op in startup.global_block().ops] == ["assign_value", "cast"]
+    cast = startup.global_block().ops[1]
+    assert cast.outputs["Out"] == ["w"] and cast.inputs["X"][0].startswith("bilinear_init.w.tmp")
+    assert w.dtype == np.float16
+    np.testing.assert_array_equal(w, _bilinear_param([2, 1, 4, 4])[1].astype(np.float16))
+    main, startup = _programs()
+    value = np.arange(6, dtype=np.float64).reshape(2, 3) / 3
+    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+        v = layers.create_parameter([2, 3], "float16", attr=fluid.ParamAttr(
+            name="v", initializer=initializer.NumpyArrayInitializer(value)))
+    scope = fluid.Scope()
+    fluid.Executor(fluid.CPUPlace()).run(startup, scope=scope)
+    assert [op.type for op in startup.global_block().ops] == ["assign_value", "cast"]
+    assert startup.global_block().ops[0].attrs["dtype"] == "float32"
+    got = np.array(scope.vars[v.name])
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, value.astype(np.float32).astype(np.float16))
+
+
 @pytest.mark.parametrize("shape, dtype, match", [
     ([2, 3, 3], "float32", "4 dims"), ([1, 1, 3, 4], "float32", "square"),
     ([1, 1, 3, 3], "float64", "float32"), ([1024, 2, 32, 32], "float32", "1024 \\* 1024")])
