@@ -280,12 +280,15 @@ def lamb(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Adam's moments without bias correction, r = m1 / (√m2 + ε) + wd·p, scaled by the trust
     ratio ‖p‖ / ‖r‖ (1 when either is 0): p −= lr·ratio·r (Paddle 1.8's lamb_op.h; its
     LambOptimizer passes Beta1Pow/Beta2Pow, "not used in op temporarily", and never advances
-    them). Dense only."""
+    them). A sparse (SelectedRows) gradient is, as in lamb_op.h, merged and then read as zero
+    in the rows it lacks: every row's moments decay and the trust ratio covers the whole
+    parameter; one without rows updates nothing."""
     param, grad = ins["Param"][0], ins["Grad"][0]
-    if isinstance(grad, SelectedRows):
-        raise NotImplementedError("lamb with a sparse (SelectedRows) gradient is not "
-                                  "implemented in dask_fluid")
     m1, m2 = ins["Moment1"][0], ins["Moment2"][0]
+    if isinstance(grad, SelectedRows):
+        if len(grad.rows) == 0:  # lamb_op.h returns before touching anything
+            return {"ParamOut": [param], "Moment1Out": [m1], "Moment2Out": [m2]}
+        grad = grad.to_dense()
     xp = xp_of(param)
     lr = _lr(ins, param)
     b1, b2 = _f(param, attrs.get("beta1", 0.9)), _f(param, attrs.get("beta2", 0.999))

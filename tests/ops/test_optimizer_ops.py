@@ -244,6 +244,30 @@ def test_sparse_height_mismatch_raises():
         run_op("sgd", {"Param": [p], "Grad": [g], "LearningRate": [np.array([LR])]})
 
 
+def test_lamb_with_a_sparse_gradient_is_dense_lamb_of_the_merged_gradient():
+    # Paddle 1.8's lamb_op.h: duplicate rows merged, missing rows read as zero, so every
+    # row's moments decay and the trust ratio covers the whole parameter
+    op, attrs, slots, ref = OPTIMIZERS["lamb"]
+    rng = np.random.default_rng(3)
+    param = rng.standard_normal(SHAPE)
+    state = _initial_state(slots, rng)
+    p0, s0 = param.copy(), {k: a.copy() for k, a in state.items()}
+    grad = SelectedRows(np.array([3, 1, 3], np.int64), rng.standard_normal((3, SHAPE[1])),
+                        SHAPE[0])
+    _step(op, attrs, param, grad, state, 0)
+    exp_p, exp_s = ref(p0, grad.to_dense(), s0, attrs, 0)
+    np.testing.assert_allclose(param, exp_p, rtol=1e-12, atol=1e-12)
+    for k in slots:
+        np.testing.assert_allclose(state[k], exp_s[k], rtol=1e-12, atol=1e-12)
+    assert not np.allclose(state["Moment1"][0], s0["Moment1"][0])  # an untouched row decays
+    empty = SelectedRows(np.zeros(0, np.int64), np.zeros((0, SHAPE[1])), SHAPE[0])
+    before = param.copy(), {k: a.copy() for k, a in state.items()}
+    _step(op, attrs, param, empty, state, 1)  # no rows: nothing changes, as lamb_op.h returns
+    np.testing.assert_array_equal(param, before[0])
+    for k in slots:
+        np.testing.assert_array_equal(state[k], before[1][k])
+
+
 def test_lars_with_a_sparse_gradient_is_refused_as_in_paddle():
     p = np.zeros(SHAPE)
     g = SelectedRows(np.array([0]), np.ones((1, SHAPE[1])), SHAPE[0])
