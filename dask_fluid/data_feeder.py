@@ -6,7 +6,12 @@ variable's dtype and shape, as Fluid 1.8 does: when the stacked array has fewer 
 the variable (a scalar label for ``shape=[-1, 1]``) it is reshaped; otherwise every fixed
 dimension must match. A variable-length field (a data layer with ``lod_level >= 1``) holds a
 sequence per sample (a sequence of sequences for ``lod_level=2``): its items are stacked the
-same way and the sequence lengths become the LoD of a :class:`~dask_fluid.lod.LoDTensor`.
+same way and the sequence lengths become the LoD of its tensor.
+
+As in Fluid 1.8 (``DataToLoDTensorConverter.done``), every field becomes a
+:class:`~dask_fluid.lod.LoDTensor` (``.shape()``, ``.lod()``, ``np.array(t)``), with an empty LoD
+for ``lod_level=0``. The tensor wraps the stacked array without copying it; the executor moves
+it to its place when it runs.
 """
 
 from __future__ import annotations
@@ -72,8 +77,8 @@ class DataFeeder:
             self.feed_lod_level.append(var.lod_level)
         self.place = place
 
-    def feed(self, iterable: Iterable[Sequence[Any]]) -> dict[str, np.ndarray | LoDTensor]:
-        """One mini-batch as ``{name: array}`` (a LoDTensor for ``lod_level >= 1``).
+    def feed(self, iterable: Iterable[Sequence[Any]]) -> dict[str, LoDTensor]:
+        """One mini-batch as ``{name: LoDTensor}`` (Fluid's ``DataFeeder.feed``).
 
         Parameters
         ----------
@@ -82,9 +87,10 @@ class DataFeeder:
 
         Returns
         -------
-        dict of str to numpy.ndarray or LoDTensor
-            Each array has its variable's dtype and shape (the batch dimension is the number of
-            samples, or of items for a LoD field).
+        dict of str to LoDTensor
+            Each tensor has its variable's dtype and shape (the batch dimension is the number of
+            samples, or of items for a LoD field), and the field's sequence lengths as its LoD
+            when ``lod_level >= 1`` (an empty LoD otherwise).
 
         Raises
         ------
@@ -99,12 +105,13 @@ class DataFeeder:
                                  f"len(feed_list) ({len(columns)})")
             for column, value in zip(columns, sample, strict=True):
                 column.append(value)
-        out: dict[str, np.ndarray | LoDTensor] = {}
+        out: dict[str, LoDTensor] = {}
         for name, column, dtype, shape, level in zip(self.feed_names, columns, self.feed_dtypes,
                                                      self.feed_shapes, self.feed_lod_level,
                                                      strict=True):
             if level == 0:
-                out[name] = self._stack(name, column, dtype, shape)
+                out[name] = LoDTensor._of(self._stack(name, column, dtype, shape), (),
+                                          self.place)
                 continue
             items: list[Any] = []
             lengths: list[list[int]] = [[] for _ in range(level)]
@@ -140,7 +147,7 @@ class DataFeeder:
         return arr
 
     def feed_parallel(self, iterable: Sequence[Iterable[Sequence[Any]]],
-                      num_places: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+                      num_places: int | None = None) -> Iterator[dict[str, LoDTensor]]:
         """One feed per place from one mini-batch per place (Fluid's ``feed_parallel``).
 
         Parameters
@@ -152,7 +159,8 @@ class DataFeeder:
 
         Yields
         ------
-        dict of str to numpy.ndarray
+        dict of str to LoDTensor
+            :meth:`feed` of each mini-batch.
         """
         count = self._get_number_of_places_(num_places)
         if len(iterable) != count:

@@ -3,7 +3,9 @@
 Two ways, as in Fluid:
 
 * **iterable** (``iterable=True``): ``for data in reader(): exe.run(feed=data, ...)`` — each
-  item is one feed dict per place (a list);
+  item is a list with one entry per place: a feed dict ``{name: LoDTensor}``, or with
+  ``return_list=True`` a list of LoDTensors in the order of ``feed_list`` (Fluid 1.8's
+  ``read_next`` and ``read_next_list``);
 * **non-iterable** (``iterable=False``): the reader belongs to the program it was created in;
   after ``reader.start()``, every ``exe.run(program)`` without a feed takes the next batch, and
   the run after the last batch raises :class:`EOFException` (``fluid.core.EOFException``), after
@@ -11,8 +13,10 @@ Two ways, as in Fluid:
 
 Batches come from ``decorate_sample_generator`` (samples, batched here),
 ``decorate_sample_list_generator`` (lists of samples, converted by :class:`DataFeeder`: LoD
-fields become LoD tensors) or ``decorate_batch_generator`` (one array, or LoDTensor, per
-variable).
+fields get their sequence lengths as LoD) or ``decorate_batch_generator`` (one array, or
+LoDTensor, per variable). As in Fluid, every field of a batch becomes a
+:class:`~dask_fluid.lod.LoDTensor` on the CPU (an array is wrapped without a copy; the
+executor moves it to its place).
 
 In dygraph mode (inside ``fluid.dygraph.guard``), as Fluid 1.8's ``DygraphGeneratorLoader``,
 a reader takes no ``feed_list``, is always iterable and yields each batch as a list of dygraph
@@ -41,6 +45,7 @@ import numpy as np
 from .data_feeder import DataFeeder
 from .executor import CPUPlace, EOFException
 from .framework import Program, Variable, _dygraph_tracer
+from .lod import LoDTensor
 
 __all__ = ["DEFAULT_CAPACITY", "DOUBLE_BUFFER", "DataLoader", "EOFException", "GeneratorLoader",
            "PyReader"]
@@ -68,7 +73,7 @@ class PyReader:
     iterable : bool
         See the module docstring.
     return_list : bool
-        Iterable mode: yield lists of arrays instead of feed dicts.
+        Iterable mode: yield lists of LoDTensors instead of feed dicts.
     """
 
     def __init__(self, feed_list: Sequence[Variable] | None = None, capacity: int | None = None,
@@ -145,8 +150,10 @@ class PyReader:
         self._batches = self._feeds_of(reader)
 
     def _feeds_of(self, reader: Callable[[], Iterable]) -> Callable[[], Iterator[dict]]:
-        """The feeds of batches given as one array (or LoDTensor) per variable."""
+        """The feeds ``{name: LoDTensor}`` of batches given as one array (or LoDTensor) per
+        variable."""
         names = [v.name for v in self._feed_list]
+        dtypes = [v.dtype for v in self._feed_list]
 
         def feeds() -> Iterator[dict]:
             for item in reader():
@@ -154,7 +161,8 @@ class PyReader:
                 if len(values) != len(names):
                     raise ValueError(f"PyReader: a batch has {len(values)} fields but "
                                      f"feed_list has {len(names)}: {names}")
-                yield dict(zip(names, values, strict=True))
+                yield {name: _as_tensor(value, name, dtype)
+                       for name, value, dtype in zip(names, values, dtypes, strict=True)}
 
         return feeds
 
@@ -285,6 +293,37 @@ class GeneratorLoader(PyReader):
 
 
 _END = object()  # queued after the last batch
+
+
+def _as_tensor(value: Any, name: str, dtype: str) -> LoDTensor:
+    """One field of a batch as a LoDTensor (Fluid 1.8's ``GeneratorLoader`` thread: a
+    LoDTensor as it is, anything else ``LoDTensor.set`` on the CPU).
+
+    An array is wrapped without a copy. Other values (nested lists, numbers) are converted to
+    the variable's ``dtype``, as the executor converts such a feed; a number becomes a ``[1]``
+    tensor, as in the executor's (and Fluid's) ``_as_lodtensor``.
+
+    Raises
+    ------
+    TypeError
+        When the value is ragged (Fluid's ``_check_input_array``): a variable-length field
+        needs a LoDTensor (``fluid.create_lod_tensor``).
+    """
+    if isinstance(value, LoDTensor):
+        return value
+    if np.isscalar(value):
+        array = np.array([value]).astype(dtype)
+    elif hasattr(value, "dtype") and hasattr(value, "shape"):
+        array = value  # numpy or CuPy: the executor checks its dtype and shape at the run
+    else:
+        try:
+            array = np.asarray(value, dtype=dtype)
+        except (TypeError, ValueError):  # numpy refuses ragged nested sequences
+            raise TypeError(f"PyReader: field {name!r} of a batch is not a regular {dtype} "
+                            "array (nested lists of different lengths?); give a "
+                            "variable-length field as a LoDTensor (fluid.create_lod_tensor)"
+                            ) from None
+    return LoDTensor._of(array, (), CPUPlace())
 
 
 def _field_array(value: Any, index: int) -> np.ndarray:

@@ -31,10 +31,15 @@ def test_feed_stacks_each_field_with_the_variables_dtype_and_shape(net):
     batch = _batch(4)
     feed = feeder.feed(batch)
     assert list(feed) == ["image", "label"]
-    assert feed["image"].dtype == np.float32 and feed["image"].shape == (4, 2, 2)
+    # Fluid 1.8: a LoDTensor for every field, with an empty LoD for lod_level 0
+    assert all(isinstance(t, fluid.LoDTensor) for t in feed.values())
+    assert feed["image"].shape() == [4, 2, 2] and feed["image"].lod() == []
+    assert np.array(feed["image"]).dtype == np.float32
+    np.testing.assert_allclose(np.array(feed["image"]), [s[0] for s in batch], rtol=1e-6)
     # a scalar label per sample is reshaped to the layer's [-1, 1]
-    assert feed["label"].dtype == np.int64 and feed["label"].shape == (4, 1)
-    np.testing.assert_array_equal(feed["label"][:, 0], [s[1] for s in batch])
+    assert feed["label"].shape() == [4, 1] and feed["label"].recursive_sequence_lengths() == []
+    assert np.array(feed["label"]).dtype == np.int64
+    np.testing.assert_array_equal(np.array(feed["label"])[:, 0], [s[1] for s in batch])
     assert feeder.feed_names == ["image", "label"]
     assert feeder.feed_shapes == [(-1, 2, 2), (-1, 1)]
 
@@ -43,7 +48,7 @@ def test_names_are_looked_up_in_the_program(net):
     main, _, image, label, _ = net
     feeder = fluid.DataFeeder(["label", "image"], fluid.CPUPlace(), program=main)
     feed = feeder.feed([(1, np.zeros((2, 2)))])
-    assert feed["label"].shape == (1, 1) and feed["image"].shape == (1, 2, 2)
+    assert feed["label"].shape() == [1, 1] and feed["image"].shape() == [1, 2, 2]
 
 
 def test_feed_trains_through_the_executor(net):
@@ -91,7 +96,7 @@ def test_lod_fields_become_lod_tensors_as_fluid_builds_them():
     assert np.array(w).tolist() == [[1], [2], [3], [4]] and np.array(w).dtype == np.int64
     p = feed["paras"]
     assert p.recursive_sequence_lengths() == [[2, 1], [1, 2, 3]] and p.shape() == [6, 2]
-    assert feed["label"].tolist() == [[1], [0]]
+    assert feed["label"].lod() == [] and np.array(feed["label"]).tolist() == [[1], [0]]
     with pytest.raises(ValueError, match="'words' has lod_level 1, so each sample holds a "
                                          "sequence; got int 7"):
         feeder.feed([(7, [[[0, 1]]], 0)])
@@ -107,8 +112,9 @@ def test_decorate_reader_and_feed_parallel(net, monkeypatch):
         yield _batch(3, seed=2)
 
     feeds = list(feeder.decorate_reader(reader, multi_devices=False)())
-    assert [f["label"].shape for f in feeds] == [(2, 1), (3, 1)]
+    assert [f["label"].shape() for f in feeds] == [[2, 1], [3, 1]]
     per_place = list(feeder.decorate_reader(reader, multi_devices=True)())
     assert len(per_place) == 2 and all(len(group) == 1 for group in per_place)
+    assert all(isinstance(t, fluid.LoDTensor) for group in per_place for t in group[0].values())
     with pytest.raises(ValueError, match="number of devices and number of mini-batches"):
         list(feeder.feed_parallel([_batch(1), _batch(1)]))

@@ -242,7 +242,7 @@ def test_a_source_exception_is_raised_by_the_run_after_the_last_good_batch():
     seen = []
     with pytest.raises(OSError, match="disk gone at batch 2"):
         for data in it():
-            seen.append(float(data[0]["x"][0, 0]))
+            seen.append(float(np.array(data[0]["x"])[0, 0]))
     assert seen == [0.0, 1.0]
     _until(lambda: not _reader_threads())
 
@@ -291,7 +291,7 @@ def test_data_loader_from_generator_is_fluid_1_8s_generator_loader():
     loader = fluid.io.DataLoader.from_generator(feed_list=[x], capacity=4, iterable=True,
                                                 return_list=True)
     assert loader.set_batch_generator(_counting_batches(3, [])) is loader
-    assert [float(d[0][0][0, 0]) for d in loader()] == [0.0, 1.0, 2.0]
+    assert [float(np.array(d[0][0])[0, 0]) for d in loader()] == [0.0, 1.0, 2.0]
     exe = fluid.Executor()
     looped = fluid.io.DataLoader.from_generator(feed_list=[x], capacity=2, iterable=False)
     looped.set_sample_list_generator(lambda: ([([float(i)],), ([float(i)],)] for i in range(2)))
@@ -305,7 +305,7 @@ def test_data_loader_from_generator_is_fluid_1_8s_generator_loader():
         multi = fluid.io.DataLoader.from_generator(feed_list=[x], capacity=2,
                                                    use_multiprocess=True)
     multi.set_batch_generator(_counting_batches(2, []))
-    assert [float(d[0]["x"][0, 0]) for d in multi()] == [0.0, 1.0]
+    assert [float(np.array(d[0]["x"])[0, 0]) for d in multi()] == [0.0, 1.0]
 
 
 def test_a_loader_iterates_itself_and_says_whether_it_is_iterable():
@@ -316,8 +316,9 @@ def test_a_loader_iterates_itself_and_says_whether_it_is_iterable():
                                                 return_list=True)
     loader.set_batch_generator(_counting_batches(3, []))
     assert loader.iterable
-    assert [float(d[0][0][0, 0]) for d in loader] == [0.0, 1.0, 2.0]
-    assert [float(d[0][0][0, 0]) for d in loader] == [0.0, 1.0, 2.0]  # each loop a new pass
+    assert [float(np.array(d[0][0])[0, 0]) for d in loader] == [0.0, 1.0, 2.0]
+    # each loop a new pass
+    assert [float(np.array(d[0][0])[0, 0]) for d in loader] == [0.0, 1.0, 2.0]
     reader = fluid.io.PyReader(feed_list=[x], capacity=2, iterable=False)
     assert not reader.iterable
     assert not hasattr(reader, "queue")  # Fluid's C++ queue: named in the error
