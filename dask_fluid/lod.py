@@ -81,12 +81,21 @@ class LoDTensor:
     ``set(array, place)`` stores a copy on the place (numpy on CPUPlace, CuPy on CUDAPlace);
     ``np.array(tensor)`` reads it back; ``set_lod`` / ``set_recursive_sequence_lengths`` give it
     sequences.
+
+    Parameters
+    ----------
+    recursive_sequence_lengths : sequence of sequences of int, optional
+        The sequence lengths to start with, before any data (Fluid 1.8's second constructor,
+        ``core.LoDTensor([[2, 3]])``); their structure is checked as ``set_lod`` checks it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, recursive_sequence_lengths: Sequence[Sequence[int]] | None = None
+                 ) -> None:
         self._array: Any = None
         self._place: Any = None
         self._lod: LoD = ()
+        if recursive_sequence_lengths is not None:
+            self.set_recursive_sequence_lengths(recursive_sequence_lengths)
 
     @classmethod
     def _of(cls, array: Any, lod: LoD, place: Any = None) -> LoDTensor:

@@ -391,3 +391,14 @@ def test_a_lod_set_before_the_data_is_checked_for_its_structure():
     assert t.lod() == [[0, 2, 3], [0, 1, 3, 6]]
     t.set(np.zeros((6, 1), "float32"), fluid.CPUPlace())
     assert t.has_valid_recursive_sequence_lengths()
+
+
+def test_lod_tensor_made_from_sequence_lengths_as_fluid_18():
+    # core.LoDTensor(recursive_sequence_lengths): a LoD before any data, its structure checked
+    t = fluid.LoDTensor([[2, 3]])
+    assert t.lod() == [[0, 2, 5]] and t.recursive_sequence_lengths() == [[2, 3]]
+    t.set(np.ones((5, 1), "float32"), fluid.CPUPlace())
+    assert t.has_valid_recursive_sequence_lengths()
+    with pytest.raises(ValueError, match="level 0 ends at 2, but must end at the 3 sequences"):
+        fluid.LoDTensor([[2], [1, 1, 1]])
+    assert fluid.LoDTensor().lod() == []
