@@ -518,9 +518,14 @@ class CompiledProgram:
         if isinstance(feed, list | tuple):
             # Fluid accepts one feed dict per place
             if len(feed) != len(self._places or ()):
-                raise ValueError(f"Feed a list of tensor, the list should be the same size as "
-                                 f"places: got {len(feed)} dicts for {len(self._places or ())} "
-                                 "place(s)")
+                short = len(feed) < len(self._places or ())
+                raise ValueError(
+                    f"Feed a list of tensor, the list should be the same size as places: got "
+                    f"{len(feed)} dicts for {len(self._places or ())} place(s)" + (
+                        ". If a DataLoader feeds it, this may be because you set "
+                        "drop_last=False: running the last batches on fewer places is not "
+                        "implemented (nor, for training, in Fluid 1.8); set drop_last=True"
+                        if short else ""))
             if not all(isinstance(each, dict) for each in feed):
                 raise TypeError("Each element of feed list should be a dict")
             feed = [self._checked_feed(each) for each in feed]

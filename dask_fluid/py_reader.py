@@ -101,6 +101,8 @@ class PyReader:
         self._iterable = bool(iterable)
         #: Fluid's drop_last (DataLoader.from_generator): the end of a pass over several places
         self._drop_last = True
+        #: the places of an iterable reader's source: each item it yields has a batch for each
+        self._places = 1
         self._return_list = bool(return_list)
         self._batches: Callable[[], Iterable[dict]] | None = None
         self._running: _ReadAhead | None = None
@@ -132,7 +134,7 @@ class PyReader:
     def decorate_sample_list_generator(self, reader: Callable[[], Iterable[list]],
                                        places: Any = None) -> None:
         """Batches given as lists of samples; :class:`DataFeeder` builds the feeds."""
-        _one_place(places, "decorate_sample_list_generator")
+        self._places = _place_count(places)
         if self._tracer is not None:  # dygraph: each field's values stacked (Fluid 1.8)
             self._batches = lambda: (_stacked_fields(batch) for batch in reader())
             return
@@ -142,7 +144,7 @@ class PyReader:
     def decorate_batch_generator(self, reader: Callable[[], Iterable], places: Any = None
                                  ) -> None:
         """Batches given as one array (or LoDTensor) per variable of ``feed_list``."""
-        _one_place(places, "decorate_batch_generator")
+        self._places = _place_count(places)
         if self._tracer is not None:  # dygraph: one array per field, in order
             self._batches = lambda: ([_field_array(v, i) for i, v in enumerate(
                 item.values() if isinstance(item, dict) else item)] for item in reader())
@@ -192,14 +194,26 @@ class PyReader:
                                "and run the program without a feed until EOFException")
         ahead = _ReadAhead(self._source()(), self._ahead)
         try:
-            for feed in ahead:
-                if self._tracer is not None:
+            if self._tracer is not None:
+                for feed in ahead:
                     # made here, not in the reader thread: the tracer belongs to this one
                     yield [self._tracer.wrap(self._tracer.executor.to_place(a)) for a in feed]
-                else:
-                    yield [list(feed.values())] if self._return_list else [feed]
+                return
+            group: list[dict] = []  # consecutive batches, one for each place (Fluid's order)
+            for feed in ahead:
+                group.append(feed)
+                if len(group) == self._places:
+                    yield self._per_place(group)
+                    group = []
+            if group and not self._drop_last:  # the last batches, on fewer places
+                yield self._per_place(group)
         finally:  # the end of the pass, or a loop left early
             ahead.close()
+
+    def _per_place(self, feeds: list[dict]) -> list:
+        """What an iterable reader yields: for each place its feed dict, or with
+        ``return_list`` its list of LoDTensors in the order of ``feed_list``."""
+        return [list(f.values()) for f in feeds] if self._return_list else feeds
 
     # -- non-iterable mode -------------------------------------------------------------------------
     def start(self) -> None:
@@ -247,11 +261,12 @@ class DataLoader:
         ``set_sample_generator``, ``set_sample_list_generator`` and ``set_batch_generator``
         (each returns the loader).
 
-        ``drop_last`` is Fluid's rule for the end of a pass over several places: with a
-        CompiledProgram over N places each place reads its own batch, as in Fluid, and the
-        last batches, fewer than N, are dropped (``True``); running them on fewer places
-        (``False``) is not implemented and raises when it would happen. On one place no
-        batch is dropped.
+        ``drop_last`` is Fluid's rule for the end of a pass over several places (``places``
+        of N places, or a CompiledProgram over N places fed by a non-iterable reader): each
+        place reads its own batch, as in Fluid, and the last batches, fewer than N, are
+        dropped (``True``) or, iterable, yielded for fewer places (``False``), which a
+        CompiledProgram over N places refuses, as Fluid 1.8 does for training. On one place
+        no batch is dropped.
         ``use_multiprocess`` is for Fluid's dygraph mode: in static programs it has no effect
         in Fluid 1.8, and here neither (the reader is a thread); ``True`` warns that it does
         nothing.
@@ -352,14 +367,15 @@ def _stacked_fields(batch: list) -> list[np.ndarray]:
     return [_field_array([sample[i] for sample in batch], i) for i in range(width)]
 
 
-def _one_place(places: Any, method: str) -> None:
-    """The ``places`` of a reader's source: None or one place, where the executor puts the
-    batches anyway. Fluid yields a batch per place for several; that is not implemented."""
-    if isinstance(places, (list, tuple)) and len(places) > 1:
-        raise NotImplementedError(
-            f"PyReader.{method}(places=<{len(places)} places>) is not implemented in "
-            "dask_fluid: a reader here yields one batch per step for one place; feed a "
-            "CompiledProgram over several places the whole batch (it splits it as Fluid does)")
+def _place_count(places: Any) -> int:
+    """How many places a reader's ``places`` names (None or one place: 1). An iterable reader
+    over N places yields N batches at a time, one for each, as Fluid's; the executor puts a
+    batch on its place."""
+    if isinstance(places, (list, tuple)):
+        if not places:
+            raise ValueError("a reader's places must name at least one place, got []")
+        return len(places)
+    return 1
 
 
 class _ReadAhead:

@@ -326,12 +326,53 @@ def test_a_loader_iterates_itself_and_says_whether_it_is_iterable():
         reader.queue  # noqa: B018
 
 
-def test_several_places_for_a_reader_are_refused_not_ignored():
+def test_an_iterable_reader_over_several_places_gives_each_place_its_batch():
+    # Fluid 1.8's read_next over N places: N consecutive batches at a time, one per place;
+    # drop_last drops (True) or yields on fewer places (False) the last batches
     with fluid.program_guard(fluid.Program(), fluid.Program()):
-        x = fluid.layers.data("x", shape=[2])
-    reader = fluid.io.PyReader(feed_list=[x], capacity=2, iterable=True)
-    with pytest.raises(NotImplementedError, match="places=<2 places>"):
-        reader.decorate_batch_generator(lambda: iter([]), places=fluid.cpu_places(2))
-    with pytest.raises(NotImplementedError, match="decorate_sample_list_generator"):
-        reader.decorate_sample_generator(lambda: iter([]), 2, places=fluid.cpu_places(2))
-    reader.decorate_batch_generator(lambda: iter([]), places=fluid.cpu_places(1))
+        x = fluid.layers.data("x", shape=[1])
+    for drop_last, want in ((True, [[0.0, 1.0], [2.0, 3.0]]),
+                            (False, [[0.0, 1.0], [2.0, 3.0], [4.0]])):
+        loader = fluid.io.DataLoader.from_generator(feed_list=[x], capacity=4,
+                                                    drop_last=drop_last)
+        loader.set_batch_generator(_counting_batches(5, []), places=fluid.cpu_places(2))
+        got = [[float(np.array(d["x"])[0, 0]) for d in item] for item in loader()]
+        assert got == want
+    listed = fluid.io.DataLoader.from_generator(feed_list=[x], capacity=4, return_list=True)
+    listed.set_batch_generator(_counting_batches(4, []), places=fluid.cpu_places(2))
+    assert [[float(np.array(t[0])[0, 0]) for t in item] for item in listed] == [[0, 1], [2, 3]]
+    with pytest.raises(ValueError, match="at least one place"):
+        listed.set_batch_generator(_counting_batches(1, []), places=[])
+
+
+def test_a_data_parallel_program_trains_from_a_reader_over_its_places():
+    # the usual Fluid 1.8 script: places = fluid.cpu_places(2); loader.set_..._generator(reader,
+    # places); for data in loader(): exe.run(compiled, feed=data). Each place gets its own
+    # batch, so two places fed batches a and b take the step of one place fed a + b
+    def run(per_place):
+        with fluid.unique_name.guard():
+            main, startup, ids, y, loss = _net()
+        exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+        exe.run(startup, scope=scope)
+        start = np.array(scope.vars["fc_0.w_0"])
+        samples = _samples(12)
+        if per_place:
+            loader = fluid.io.DataLoader.from_generator(feed_list=[ids, y], capacity=4)
+            loader.set_sample_list_generator(
+                lambda: (samples[i:i + 3] for i in range(0, 12, 3)), fluid.cpu_places(2))
+            prog = fluid.CompiledProgram(main).with_data_parallel(
+                loss_name=loss.name, places=fluid.cpu_places(2))
+            feeds = list(loader())
+            assert [len(f) for f in feeds] == [2, 2]  # 4 batches of 3 samples, 2 per step
+        else:
+            feeder = fluid.DataFeeder([ids, y], fluid.CPUPlace())
+            prog, feeds = main, [feeder.feed(samples[i:i + 6]) for i in range(0, 12, 6)]
+        for feed in feeds:
+            exe.run(prog, feed=feed, scope=scope)
+        trained = np.array(scope.vars["fc_0.w_0"])
+        assert not np.allclose(trained, start)
+        return trained
+
+    np.testing.assert_allclose(run(True), run(False), rtol=1e-5, atol=1e-6)
+
+
