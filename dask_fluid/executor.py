@@ -994,7 +994,7 @@ def _to_device(value: Any, xp: Any) -> Any:
         return SelectedRows(xp.asarray(value.rows), xp.asarray(value.value), value.height)
     if isinstance(value, LoDTensorArray) and any(isinstance(t._array, np.ndarray)
                                                  for t in value):
-        return LoDTensorArray(LoDTensor._of(_to_device(t._array, xp), t._lod, t._place)
+        return LoDTensorArray(LoDTensor._of(_to_device(t._array, xp), t._lod, t._where)
                               for t in value)
     return value
 

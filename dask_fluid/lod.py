@@ -92,7 +92,7 @@ class LoDTensor:
     def __init__(self, recursive_sequence_lengths: Sequence[Sequence[int]] | None = None
                  ) -> None:
         self._array: Any = None
-        self._place: Any = None
+        self._where: Any = None  # the place it was set on (_place())
         self._lod: LoD = ()
         if recursive_sequence_lengths is not None:
             self.set_recursive_sequence_lengths(recursive_sequence_lengths)
@@ -101,7 +101,7 @@ class LoDTensor:
     def _of(cls, array: Any, lod: LoD, place: Any = None) -> LoDTensor:
         """Wrap ``array`` (not copied) with ``lod``: what a fetch returns."""
         t = cls()
-        t._array, t._lod, t._place = array, tuple(lod), place
+        t._array, t._lod, t._where = array, tuple(lod), place
         return t
 
     def set(self, array: Any, place: Any) -> None:
@@ -119,7 +119,7 @@ class LoDTensor:
         else:
             raise TypeError(f"LoDTensor.set: place must be a CPUPlace, CUDAPlace or "
                             f"CUDAPinnedPlace, got {type(place).__name__}")
-        self._place = place
+        self._where = place
 
     def _require(self) -> Any:
         if self._array is None:
@@ -133,8 +133,19 @@ class LoDTensor:
     def _dtype(self) -> np.dtype:
         return np.dtype(self._require().dtype)
 
-    def _place_of(self) -> Any:
-        return self._place
+    def _place(self) -> Any:
+        """The place the tensor was set on (Fluid's ``LoDTensor._place()``).
+
+        Raises
+        ------
+        ValueError
+            The tensor holds no data yet (as Fluid's ``Tensor::place``).
+        """
+        array = self._require()
+        if self._where is not None:
+            return self._where
+        device = getattr(array, "device", None)  # a wrapped fetch: where its array lives
+        return CUDAPlace(device.id) if hasattr(device, "id") else CPUPlace()
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         # np.array(tensor) is a snapshot, as in Fluid (numpy asks for copy=True): the executor
@@ -186,7 +197,7 @@ class LoDTensor:
             return "LoDTensor(empty)"
         lod = f", lod={self.lod()}" if self._lod else ""
         return (f"LoDTensor(shape={self.shape()}, dtype={self._dtype()}{lod}, "
-                f"place={self._place!r})")
+                f"place={self._where!r})")
 
 
 class LoDTensorArray(list):

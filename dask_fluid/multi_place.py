@@ -110,7 +110,7 @@ def _split_lod(key: str, value: LoDTensor, count: int) -> list[LoDTensor]:
             part = level[lo:hi + 1]
             levels.append(tuple(int(v) for v in part - part[0]))
             lo, hi = int(part[0]), int(part[-1])  # the next level's (or the rows') span
-        pieces.append(LoDTensor._of(arr[lo:hi], tuple(levels), value._place))
+        pieces.append(LoDTensor._of(arr[lo:hi], tuple(levels), value._where))
     return pieces
 
 

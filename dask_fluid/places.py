@@ -14,10 +14,25 @@ import numpy as np
 __all__ = ["CPUPlace", "CUDAPinnedPlace", "CUDAPlace", "cupy_for", "pinned_copy"]
 
 
-class CPUPlace:
+class _PlaceKind:
+    """What Fluid 1.8's places share: ``_type()`` (the index of the kind in Fluid's
+    ``platform::Place`` variant) and ``_equals`` (the same kind and device)."""
+
+    _kind = -1
+
+    def _type(self) -> int:
+        return self._kind
+
+    def _equals(self, other: Any) -> bool:
+        """Whether ``other`` (a place, or a ``core.Place`` holding one) is this place."""
+        return self == getattr(other, "_held", other)
+
+
+class CPUPlace(_PlaceKind):
     """Run kernels on numpy."""
 
     xp_name = "numpy"
+    _kind = 1
 
     def __repr__(self) -> str:
         return "CPUPlace()"
@@ -28,10 +43,11 @@ class CPUPlace:
     __hash__ = object.__hash__
 
 
-class CUDAPlace:
+class CUDAPlace(_PlaceKind):
     """Run kernels on cupy, on GPU ``device_id``."""
 
     xp_name = "cupy"
+    _kind = 0
 
     def __init__(self, device_id: int = 0) -> None:
         self.device_id = int(device_id)
@@ -45,12 +61,13 @@ class CUDAPlace:
     __hash__ = object.__hash__
 
 
-class CUDAPinnedPlace:
+class CUDAPinnedPlace(_PlaceKind):
     """Page-locked host memory (Fluid 1.8's ``CUDAPinnedPlace``): what a ``LoDTensor`` set
     there holds is a numpy array in CUDA pinned memory, which copies to a GPU fastest. No
     kernel runs here: an executor runs on a :class:`CPUPlace` or a :class:`CUDAPlace`."""
 
     xp_name = "numpy"
+    _kind = 2
 
     def __repr__(self) -> str:
         return "CUDAPinnedPlace"

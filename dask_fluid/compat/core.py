@@ -20,8 +20,55 @@ from ..lod import LoDTensor
 from ..places import CUDAPinnedPlace
 from ..py_reader import EOFException
 
-__all__ = ["CPUPlace", "CUDAPinnedPlace", "CUDAPlace", "EOFException", "LoDTensor", "Scope",
-           "VarBase", "get_cuda_device_count", "grad_var_suffix", "is_compiled_with_cuda"]
+__all__ = ["CPUPlace", "CUDAPinnedPlace", "CUDAPlace", "EOFException", "LoDTensor", "Place",
+           "Scope", "VarBase", "get_cuda_device_count", "grad_var_suffix",
+           "is_compiled_with_cuda"]
+
+
+class Place:
+    """Fluid 1.8's generic ``core.Place``: it holds one of the places (``set_place``) and
+    answers for it (``_type``, ``_equals``, ``is_cpu_place`` ...)."""
+
+    def __init__(self) -> None:
+        self._held: CPUPlace | CUDAPlace | CUDAPinnedPlace | None = None
+
+    def set_place(self, place: Any) -> None:
+        """Hold ``place`` (a CPUPlace, CUDAPlace, CUDAPinnedPlace or another Place)."""
+        place = place._held if isinstance(place, Place) else place
+        if not isinstance(place, (CPUPlace, CUDAPlace, CUDAPinnedPlace)):
+            raise TypeError(f"Place.set_place takes a CPUPlace, CUDAPlace, CUDAPinnedPlace or "
+                            f"Place, got {type(place).__name__}")
+        self._held = place
+
+    def _place(self) -> CPUPlace | CUDAPlace | CUDAPinnedPlace:
+        if self._held is None:
+            raise ValueError("this Place holds no place yet: call set_place(place) first")
+        return self._held
+
+    def _type(self) -> int:
+        return self._place()._type()
+
+    def _equals(self, other: Any) -> bool:
+        return self._place()._equals(other)
+
+    def is_cpu_place(self) -> bool:
+        return isinstance(self._place(), CPUPlace)
+
+    def is_gpu_place(self) -> bool:
+        return isinstance(self._place(), CUDAPlace)
+
+    def is_cuda_pinned_place(self) -> bool:
+        return isinstance(self._place(), CUDAPinnedPlace)
+
+    def gpu_device_id(self) -> int:
+        """The GPU of a held CUDAPlace (ValueError for another place)."""
+        place = self._place()
+        if not isinstance(place, CUDAPlace):
+            raise ValueError(f"gpu_device_id: this Place holds {place!r}, not a CUDAPlace")
+        return place.device_id
+
+    def __repr__(self) -> str:
+        return f"Place({self._held!r})"
 
 
 def is_compiled_with_cuda() -> bool:

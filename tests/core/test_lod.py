@@ -402,3 +402,27 @@ def test_lod_tensor_made_from_sequence_lengths_as_fluid_18():
     with pytest.raises(ValueError, match="level 0 ends at 2, but must end at the 3 sequences"):
         fluid.LoDTensor([[2], [1, 1, 1]])
     assert fluid.LoDTensor().lod() == []
+
+
+def test_a_tensor_names_its_place_as_fluid_18():
+    # LoDTensor._place(), Place._type() / _equals() and core.Place (Paddle's reader tests
+    # compare a batch's place with the loader's places so)
+    from dask_fluid.compat import core
+
+    t = fluid.LoDTensor()
+    with pytest.raises(ValueError, match="holds no data yet"):
+        t._place()
+    t.set(np.ones((2, 1), "float32"), fluid.CPUPlace())
+    assert t._place()._equals(fluid.CPUPlace()) and not t._place()._equals(fluid.CUDAPlace(0))
+    assert fluid.CUDAPlace(1)._equals(fluid.CUDAPlace(1))
+    assert not fluid.CUDAPlace(1)._equals(fluid.CUDAPlace(0))
+    assert [p()._type() for p in (fluid.CUDAPlace, fluid.CPUPlace, fluid.CUDAPinnedPlace)] == [
+        0, 1, 2]  # the kinds' order in Fluid's Place variant
+    held = core.Place()
+    held.set_place(t._place())
+    assert held.is_cpu_place() and not held.is_gpu_place() and held._equals(fluid.CPUPlace())
+    assert fluid.CPUPlace()._equals(held) and held._type() == fluid.CPUPlace()._type()
+    held.set_place(fluid.CUDAPlace(3))
+    assert held.gpu_device_id() == 3
+    with pytest.raises(TypeError, match="set_place takes"):
+        held.set_place("cpu")
