@@ -76,7 +76,7 @@ from .lod import LoDTensor, LoDTensorArray, create_lod_tensor, create_random_int
 from .parallel_executor import ParallelExecutor
 from .param_attr import ParamAttr, WeightNormParamAttr
 from .places import CUDAPinnedPlace
-from .queue_dataset import DatasetFactory
+from .queue_dataset import DatasetFactory, InMemoryDataset, QueueDataset
 
 __version__ = "0.1.0"
 
@@ -110,7 +110,8 @@ def __getattr__(name: str):
 __all__ = [
     "Block", "BuildStrategy", "CPUPlace", "CUDAPinnedPlace", "CUDAPlace", "CompiledProgram",
     "DataFeeder",
-    "DatasetFactory", "ExecutionError", "ExecutionStrategy", "Executor", "LoDTensor",
+    "DatasetFactory", "ExecutionError", "ExecutionStrategy", "Executor", "InMemoryDataset",
+    "LoDTensor", "QueueDataset",
     "LoDTensorArray", "OpRole", "Operator", "ParallelExecutor", "ParamAttr", "Parameter",
     "Program", "Scope", "Variable", "WeightNormParamAttr", "append_backward", "average",
     "backward", "clip", "compiler", "contrib", "cpu_places", "create_lod_tensor",

@@ -34,9 +34,11 @@ iteration) that would have taken the batch after the last good one; ``reset()``,
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -46,9 +48,12 @@ from .data_feeder import DataFeeder
 from .executor import CPUPlace, EOFException
 from .framework import Program, Variable, _dygraph_tracer
 from .lod import LoDTensor
+from .queue_dataset import DatasetBase
 
-__all__ = ["DEFAULT_CAPACITY", "DOUBLE_BUFFER", "DataLoader", "EOFException", "GeneratorLoader",
-           "PyReader"]
+__all__ = ["DEFAULT_CAPACITY", "DOUBLE_BUFFER", "DataLoader", "DatasetLoader", "EOFException",
+           "GeneratorLoader", "PyReader"]
+
+logger = logging.getLogger(__name__)
 
 #: batches Fluid's double buffer reads ahead of the program besides the queue (its docs: "the
 #: memory of one batch")
@@ -106,6 +111,8 @@ class PyReader:
         self._return_list = bool(return_list)
         self._batches: Callable[[], Iterable[dict]] | None = None
         self._running: _ReadAhead | None = None
+        #: an iterable reader's pass under way (a weak reference to its generator)
+        self._pass: weakref.ref | None = None
         self._program: Program | None = (self._feed_list[0].block.program
                                          if self._feed_list else None)
         if not self._iterable:
@@ -192,6 +199,24 @@ class PyReader:
         if not self._iterable:
             raise RuntimeError("a PyReader with iterable=False is not iterable: call start() "
                                "and run the program without a feed until EOFException")
+        self._reset()  # a new pass ends the one before
+        running = self._passing()
+        # weakly: a loop left early drops the generator, which ends the pass at once
+        self._pass = weakref.ref(running)
+        return running
+
+    def _reset(self) -> None:
+        """End the pass under way (Fluid's ``_reset``, what a loop left early calls): an
+        iterable reader stops reading ahead; a started one is :meth:`reset`."""
+        if not self._iterable:
+            self.reset()
+            return
+        running = self._pass() if self._pass is not None else None
+        self._pass = None
+        if running is not None:
+            running.close()
+
+    def _passing(self) -> Iterator[Any]:
         ahead = _ReadAhead(self._source()(), self._ahead)
         try:
             if self._tracer is not None:
@@ -199,21 +224,11 @@ class PyReader:
                     # made here, not in the reader thread: the tracer belongs to this one
                     yield [self._tracer.wrap(self._tracer.executor.to_place(a)) for a in feed]
                 return
-            group: list[dict] = []  # consecutive batches, one for each place (Fluid's order)
-            for feed in ahead:
-                group.append(feed)
-                if len(group) == self._places:
-                    yield self._per_place(group)
-                    group = []
-            if group and not self._drop_last:  # the last batches, on fewer places
-                yield self._per_place(group)
+            for feeds in _per_place(ahead, self._places, self._drop_last):
+                # for each place its feed dict, or its LoDTensors in the order of feed_list
+                yield [list(f.values()) for f in feeds] if self._return_list else feeds
         finally:  # the end of the pass, or a loop left early
             ahead.close()
-
-    def _per_place(self, feeds: list[dict]) -> list:
-        """What an iterable reader yields: for each place its feed dict, or with
-        ``return_list`` its list of LoDTensors in the order of ``feed_list``."""
-        return [list(f.values()) for f in feeds] if self._return_list else feeds
 
     # -- non-iterable mode -------------------------------------------------------------------------
     def start(self) -> None:
@@ -250,7 +265,22 @@ class PyReader:
 
 
 class DataLoader:
-    """Fluid 1.8's ``fluid.io.DataLoader`` for static programs: :meth:`from_generator`."""
+    """Fluid 1.8's ``fluid.io.DataLoader`` for static programs: :meth:`from_generator` and
+    :meth:`from_dataset`."""
+
+    @staticmethod
+    def from_dataset(dataset: Any, places: Any, drop_last: bool = True) -> DatasetLoader:
+        """A loader of the batches of a ``fluid.DatasetFactory`` dataset (load an
+        ``InMemoryDataset`` into memory first), one for each of ``places`` at a time.
+
+        Raises
+        ------
+        TypeError
+            ``dataset`` is not a dataset of ``fluid.DatasetFactory``.
+        ValueError
+            No places, or fewer files than places (Fluid reads a file per place at least).
+        """
+        return DatasetLoader(dataset, places, drop_last)
 
     @staticmethod
     def from_generator(feed_list: Sequence[Variable] | None = None, capacity: int | None = None,
@@ -305,6 +335,85 @@ class GeneratorLoader(PyReader):
         """:meth:`PyReader.decorate_batch_generator`; returns the loader."""
         self.decorate_batch_generator(reader, places)
         return self
+
+
+class DatasetLoader:
+    """What :meth:`DataLoader.from_dataset` returns (Fluid 1.8's ``DatasetLoader``): the
+    batches of a ``fluid.DatasetFactory`` dataset, iterated as ``for data in loader():``, each
+    item a list with one feed dict ``{name: LoDTensor}`` for each place.
+
+    As Fluid's ``IterableDatasetWrapper``, the dataset has a reader per place (files dealt to
+    them in turn; an in-memory dataset's samples split into contiguous parts), and a step
+    takes the next batch of each reader in turn, passing over the readers that are done,
+    until it has one for every place; a pass ends when the readers cannot give that many.
+    With ``drop_last`` a batch smaller than the batch size ends its reader.
+    """
+
+    def __init__(self, dataset: Any, places: Any, drop_last: bool = True) -> None:
+        if not isinstance(dataset, DatasetBase):
+            raise TypeError(f"DataLoader.from_dataset: dataset must be a dataset of "
+                            f"fluid.DatasetFactory, got {type(dataset).__name__}")
+        if _dygraph_tracer() is not None:
+            raise NotImplementedError("DataLoader.from_dataset is not supported in dygraph "
+                                      "mode (nor in Fluid 1.8)")
+        count = _place_count(places) if places is not None else 0
+        if count == 0:
+            raise ValueError("DataLoader.from_dataset: give the places to feed (e.g. "
+                             "fluid.cpu_places())")
+        if len(dataset._filelist) < count:
+            raise ValueError(f"DataLoader.from_dataset: the dataset has "
+                             f"{len(dataset._filelist)} file(s), fewer than the {count} "
+                             "places (Fluid reads at least one file per place)")
+        if dataset._thread_num not in (0, count):  # logged, as Fluid logs it
+            logger.warning("thread_num %d which is set in Dataset is ignored: the loader reads "
+                           "for %d place(s)", dataset._thread_num, count)
+        dataset.set_thread(count)
+        self._dataset, self._places, self._drop_last = dataset, count, bool(drop_last)
+
+    def __call__(self) -> Iterator[list[dict]]:
+        readers = self._dataset._reader_feeds(self._places)
+        names = {v.name: v.dtype for v in self._dataset._use_vars}
+        size = self._dataset._batch_size
+        live = list(range(len(readers)))
+        while True:
+            step: list[dict] = []
+            while len(step) < self._places and live:
+                for i in list(live):
+                    feed = next(readers[i], None)
+                    if feed is None or (self._drop_last and _rows(feed) != size):
+                        live.remove(i)
+                        continue
+                    step.append({n: _as_tensor(v, n, names[n]) for n, v in feed.items()})
+                    if len(step) == self._places:
+                        break
+            if len(step) < self._places:
+                return  # Fluid's StopIteration: a step is never run on fewer places
+            yield step
+
+    def __iter__(self) -> Iterator[list[dict]]:
+        return self()
+
+
+def _rows(feed: dict) -> int:
+    """The samples of a batch: its sequences, or the rows of its first field."""
+    value = next(iter(feed.values()))
+    if isinstance(value, LoDTensor):
+        lod = value.lod()
+        return len(lod[0]) - 1 if lod else value.shape()[0]
+    return len(value)
+
+
+def _per_place(feeds: Iterable[dict], places: int, drop_last: bool) -> Iterator[list[dict]]:
+    """``places`` consecutive feeds at a time, one for each place (the order Fluid's readers
+    give them); the last ones, fewer, are dropped or yielded for fewer places."""
+    group: list[dict] = []
+    for feed in feeds:
+        group.append(feed)
+        if len(group) == places:
+            yield group
+            group = []
+    if group and not drop_last:
+        yield group
 
 
 _END = object()  # queued after the last batch

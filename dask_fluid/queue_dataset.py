@@ -128,10 +128,11 @@ class DatasetBase:
                 f"{self._filelist}, use_var={[v.name for v in self._use_vars]})")
 
     # -- reading ----------------------------------------------------------------------------
-    def _samples(self) -> Iterator[Record]:
+    def _samples(self, files: Sequence[str] | None = None) -> Iterator[Record]:
+        """The records of ``files`` (default: the file list), in order."""
         if not self._use_vars:
             raise ValueError("Dataset: call set_use_var(...) with the data layers to fill")
-        for path in self._filelist:
+        for path in self._filelist if files is None else files:
             lines = read_lines(path, self._pipe_command, self._hdfs_command,
                                self._download_cmd)
             for number, line in enumerate(lines, 1):
@@ -145,6 +146,13 @@ class DatasetBase:
 
     def _feeds(self) -> Iterator[dict]:
         return feeds(self._samples(), self._use_vars, self._batch_size)
+
+    def _reader_feeds(self, readers: int) -> list[Iterator[dict]]:
+        """The batches of each of ``readers`` readers (Fluid's reader threads, one per place
+        of a ``DataLoader.from_dataset``): reader i streams files i, i + readers, ... (Fluid's
+        threads take the next file of the list as they finish one)."""
+        return [feeds(self._samples(self._filelist[i::readers]), self._use_vars,
+                      self._batch_size) for i in range(readers)]
 
 
 class QueueDataset(DatasetBase):
@@ -172,7 +180,7 @@ class FileInstantDataset(DatasetBase):
         raise NotImplementedError("FileInstantDataset does not support global shuffle, please "
                                   "use InMemoryDataset for global_shuffle")
 
-    def _feeds(self) -> Iterator[dict]:
+    def _samples(self, files: Sequence[str] | None = None) -> Iterator[Record]:
         raise NotImplementedError("FileInstantDataset: the binary files of Fluid's "
                                   "MultiSlotFileInstantDataFeed (CUDA builds only) are not "
                                   "implemented in dask_fluid; write MultiSlot text lines and use "
@@ -421,6 +429,16 @@ class InMemoryDataset(DatasetBase):
             raise RuntimeError("InMemoryDataset: call load_into_memory() before training")
         self._dealt = True
         return feeds(self._memory, self._use_vars, self._batch_size)
+
+    def _reader_feeds(self, readers: int) -> list[Iterator[dict]]:
+        """The batches of each of ``readers`` readers: the samples in memory dealt to their
+        channels in contiguous, nearly equal parts, as Fluid's ``PrepareTrain`` splits them."""
+        self._feeds()  # the checks and the bookkeeping of a training pass
+        memory = self._memory or []
+        size, extra = divmod(len(memory), readers)
+        bounds = [i * size + min(i, extra) for i in range(readers + 1)]
+        return [feeds(memory[a:b], self._use_vars, self._batch_size)
+                for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 class DatasetFactory:

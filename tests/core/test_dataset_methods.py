@@ -375,3 +375,40 @@ def test_file_instant_and_boxps_datasets(tmp_path):
         fluid.DatasetFactory().create_dataset("BoxPSDataset")
     with pytest.raises(NotImplementedError, match="QueueDataset does not hold its samples"):
         fluid.DatasetFactory().create_dataset().slots_shuffle(["ids"])
+
+
+# -- DataLoader.from_dataset ------------------------------------------------------------------
+def test_data_loader_from_dataset_deals_batches_to_the_places(tmp_path, caplog):
+    files = []
+    for k in range(2):
+        path = tmp_path / f"part{k}"
+        path.write_text("".join(f"1 {10 * k + i} 1 {i % 2}\n" for i in range(6)))
+        files.append(path)
+    ids, label = _vars("ids:int64:1", "label:int64:0")
+    dataset = _dataset("InMemoryDataset", [ids, label], files, batch_size=4)
+    dataset.load_into_memory()
+    dataset.set_thread(3)
+    with caplog.at_level("WARNING", "dask_fluid.py_reader"):
+        fluid.io.DataLoader.from_dataset(dataset, fluid.cpu_places(2))
+    assert "thread_num 3 which is set in Dataset is ignored" in caplog.text
+    loader = fluid.io.DataLoader.from_dataset(dataset, fluid.cpu_places(2), drop_last=False)
+    items = list(loader())
+    # a reader per place, each with 6 of the 12 samples in memory: batches of 4 and 2 each,
+    # a step takes one batch of each reader
+    assert [[len(d["ids"].lod()[0]) - 1 for d in item] for item in items] == [[4, 4], [2, 2]]
+    assert all(isinstance(t, fluid.LoDTensor) for item in items for d in item
+               for t in d.values())
+    seen = _column([d for item in items for d in item], "ids")
+    assert sorted(v for s in seen for v in s) == sorted([*range(6), *range(10, 16)])
+    assert [[len(d["ids"].lod()[0]) - 1 for d in item] for item in fluid.io.DataLoader.
+            from_dataset(dataset, fluid.cpu_places(2))] == [[4, 4]]  # drop_last: no 2s
+    # a queue dataset's readers take the files in turn: three places for two files
+    queue = _dataset("QueueDataset", [ids, label], files * 2, batch_size=4)
+    steps = list(fluid.io.DataLoader.from_dataset(queue, fluid.cpu_places(3), drop_last=False))
+    assert [len(item) for item in steps] == [3, 3]  # 24 samples: 4 + 2 per file, 6 batches
+    with pytest.raises(ValueError, match="1 file\\(s\\), fewer than the 2 places"):
+        fluid.io.DataLoader.from_dataset(
+            _dataset("QueueDataset", [ids, label], files[:1]), fluid.cpu_places(2))
+    with pytest.raises(TypeError, match="must be a dataset of fluid.DatasetFactory"):
+        fluid.io.DataLoader.from_dataset([1, 2], fluid.cpu_places(1))
+    assert fluid.InMemoryDataset is type(dataset)

@@ -319,6 +319,16 @@ def test_a_loader_iterates_itself_and_says_whether_it_is_iterable():
     assert [float(np.array(d[0][0])[0, 0]) for d in loader] == [0.0, 1.0, 2.0]
     # each loop a new pass
     assert [float(np.array(d[0][0])[0, 0]) for d in loader] == [0.0, 1.0, 2.0]
+    # a loop left early: _reset (Fluid's, which its loops call) ends that pass, and a pass
+    # started without it ends the one before
+    pending = iter(loader())
+    next(pending)
+    loader._reset()
+    assert loader._pass is None and next(pending, "ended") == "ended"
+    first = iter(loader())
+    next(first)
+    assert [float(np.array(d[0][0])[0, 0]) for d in loader] == [0.0, 1.0, 2.0]
+    assert next(first, "ended") == "ended"
     reader = fluid.io.PyReader(feed_list=[x], capacity=2, iterable=False)
     assert not reader.iterable
     assert not hasattr(reader, "queue")  # Fluid's C++ queue: named in the error
