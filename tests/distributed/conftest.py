@@ -7,11 +7,15 @@ kill workers make their own. Functions and classes that tests ship to workers ar
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 import pytest
 from distributed import Client, LocalCluster
 
 from dask_fluid.distributed.comm.rpc import ensure_plugin
 from dask_fluid.distributed.launch.tasks import live_workers
+
+from ..launch.cluster import port_nobody_serves
 
 
 def make_cluster(n_workers: int = 3) -> LocalCluster:
@@ -73,3 +77,11 @@ def killable_client():
         with Client(cluster) as client:
             ensure_plugin(client)
             yield client
+
+
+@pytest.fixture
+def held_port():
+    """``held_port()`` gives a port that stays reserved for this test (the pserver or rank
+    under test listens on it), so that no test beside it binds the port first."""
+    with ExitStack() as stack:
+        yield lambda: stack.enter_context(port_nobody_serves())

@@ -12,7 +12,6 @@ import socket
 import struct
 import threading
 import time
-from contextlib import ExitStack
 
 import numpy as np
 import pytest
@@ -29,7 +28,6 @@ from dask_fluid.distributed.pserver.shard import ServeOptions
 from dask_fluid.executor import Executor, Scope
 from dask_fluid.flags import RPCFlags
 
-from ..launch.cluster import port_nobody_serves
 from ..transpiler.models import reference_mlp
 
 SECRET = b"the-job-secret"
@@ -44,14 +42,6 @@ class _Boom:
 
     def __reduce__(self):
         return (open, (self.path, "w"))
-
-
-@pytest.fixture
-def held_port():
-    """``held_port()`` gives a port that stays reserved for this test (the pserver or rank
-    under test listens on it), so that no test beside it binds the port first."""
-    with ExitStack() as stack:
-        yield lambda: stack.enter_context(port_nobody_serves())
 
 
 def _pserver(ep: str, done: dict) -> threading.Thread:

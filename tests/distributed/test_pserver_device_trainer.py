@@ -14,11 +14,11 @@ from dask_fluid.distributed.pserver.ops import CLIENT_KEY
 from dask_fluid.executor import Executor, Scope
 
 from ..transpiler.models import reference_mlp
-from .test_hostile_clients import FLAGS, SECRET, _free_port, _local, _pserver
+from .test_hostile_clients import FLAGS, SECRET, _local, _pserver
 
 
-def test_a_device_trainer_of_a_cpu_pserver_trains_as_local(device_xp):
-    ep = f"127.0.0.1:{_free_port()}"
+def test_a_device_trainer_of_a_cpu_pserver_trains_as_local(device_xp, held_port):
+    ep = f"127.0.0.1:{held_port()}"
     done: dict = {}
     server = _pserver(ep, done)
     main, startup, loss = reference_mlp()
@@ -41,8 +41,8 @@ def test_a_device_trainer_of_a_cpu_pserver_trains_as_local(device_xp):
     np.testing.assert_allclose(losses, _local(), rtol=1e-5)
 
 
-def test_a_pserver_program_on_a_device_executor_is_refused_naming_the_fix(device_xp):
-    ep = f"127.0.0.1:{_free_port()}"
+def test_a_pserver_program_on_a_device_executor_is_refused_naming_the_fix(device_xp, held_port):
+    ep = f"127.0.0.1:{held_port()}"
     main, startup, _ = reference_mlp()
     t = fluid.DistributeTranspiler()
     t.transpile(0, program=main, startup_program=startup, pservers=ep, trainers=1)
