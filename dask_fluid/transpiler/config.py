@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from ..flags import read_flag
 from .ps_dispatcher import HashName, PSDispatcher, RoundRobin
 
 MIN_BLOCK_SIZE = 8192
@@ -207,7 +208,32 @@ class DistributeTranspilerConfig:
 _EXCLUSIVE = {"sync_mode": "runtime_split_send_recv", "runtime_split_send_recv": "sync_mode"}
 
 
-__all__ = ["DistributeTranspilerConfig", "HashName", "RoundRobin", "PSDispatcher"]
+class ServerRuntimeConfig:
+    """The RPC thread counts of a pserver (Fluid 1.8's ``ServerRuntimeConfig``): read from
+    ``FLAGS_rpc_send_thread_num``, ``FLAGS_rpc_get_thread_num`` and
+    ``FLAGS_rpc_prefetch_thread_num`` when made (default 12 each). The transpiler writes them
+    on the pserver program's ``listen_and_serv`` op, whose pserver sizes its pools by them;
+    a fleet strategy carries one (``set_server_runtime_config``)."""
+
+    def __init__(self) -> None:
+        self._rpc_send_thread_num = int(read_flag("FLAGS_rpc_send_thread_num"))
+        self._rpc_get_thread_num = int(read_flag("FLAGS_rpc_get_thread_num"))
+        self._rpc_prefetch_thread_num = int(read_flag("FLAGS_rpc_prefetch_thread_num"))
+
+    def op_attrs(self) -> dict[str, int]:
+        """The ``listen_and_serv`` attrs these make, each checked positive."""
+        attrs = {"rpc_send_thread_num": self._rpc_send_thread_num,
+                 "rpc_get_thread_num": self._rpc_get_thread_num,
+                 "rpc_prefetch_thread_num": self._rpc_prefetch_thread_num}
+        for name, value in attrs.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"ServerRuntimeConfig: _{name} must be a positive int, got "
+                                 f"{value!r}")
+        return attrs
+
+
+__all__ = ["DistributeTranspilerConfig", "HashName", "RoundRobin", "PSDispatcher",
+           "ServerRuntimeConfig"]
 
 
 _ENDPOINT = re.compile(

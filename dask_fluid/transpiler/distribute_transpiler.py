@@ -33,8 +33,8 @@ from ..framework import (
     default_startup_program,
 )
 from . import collective, lookup_table, remote_prefetch, trainer_rewrite, vars_distributed
-from .config import DistributeTranspilerConfig, parse_endpoints
-from .modes import TrainingMode, resolve_mode
+from .config import DistributeTranspilerConfig, ServerRuntimeConfig, parse_endpoints
+from .modes import DistributedMode, TrainingMode, resolve_mode
 from .nccl2 import transpile_nccl2
 from .plan import (
     OPTIMIZER_TYPES,
@@ -49,6 +49,9 @@ from .plan_html import nccl2_html, plan_html
 from .pserver_program import PserverBuild, build_pserver_program
 from .slicing import VarBlock, slice_variable
 from .startup import build_pserver_startup
+
+# DistributedMode and ServerRuntimeConfig: where Fluid 1.8's scripts import them from
+__all__ = ["DistributeTranspiler", "DistributedMode", "ServerRuntimeConfig"]
 
 logger = logging.getLogger("dask_fluid.transpiler")
 
@@ -83,6 +86,7 @@ class DistributeTranspiler:
             raise TypeError("config must be a DistributeTranspilerConfig, got "
                             f"{type(config).__name__}")
         self.config = config
+        self._set_server_config()
         self._plan: TranspilePlan | None = None
         self._builds: dict[str, PserverBuild] = {}
         self._program: Program | None = None
@@ -90,6 +94,16 @@ class DistributeTranspiler:
         self._mode: str | None = None
         self._current_endpoint = ""
         self._log = _no_log
+
+    def _set_server_config(self, server_config: ServerRuntimeConfig | None = None) -> None:
+        """The pserver thread counts its programs get (Fluid 1.8's: a fresh
+        :class:`ServerRuntimeConfig` of the flags by default; fleet passes its strategy's)."""
+        if server_config is None:
+            server_config = ServerRuntimeConfig()
+        elif not isinstance(server_config, ServerRuntimeConfig):
+            raise TypeError("In DistributeTranspiler, server_config must be an instance of "
+                            f"ServerRuntimeConfig, got {type(server_config).__name__}")
+        self.server_config = server_config
 
     # ------------------------------------------------------------------------------------------
     # transpile
@@ -280,7 +294,8 @@ class DistributeTranspiler:
                     self._log("%s stays on the pservers: its lookups prefetch rows", pp.param)
         plan = TranspilePlan(origin, origin_startup, endpoints, trainer_id, trainer_num, mode,
                              self.config.slice_var_up, self.config.enable_dc_asgd, opt,
-                             lr_ops(block), params)
+                             lr_ops(block), params,
+                             server_attrs=self.server_config.op_attrs())
         if table is not None:
             plan.table = lookup_table.make_table_plan(block, table, endpoints, mode.sync)
             self._log("distributed table %s %s: %d shards of %d rows", table,

@@ -180,6 +180,8 @@ class TranspilePlan:
     lr_ops: list[Operator]
     params: list[ParamPlan]
     table: TablePlan | None = None
+    #: the listen_and_serv thread attrs (the transpiler's ServerRuntimeConfig)
+    server_attrs: dict[str, int] = field(default_factory=dict)
 
     @property
     def sync_mode(self) -> bool:

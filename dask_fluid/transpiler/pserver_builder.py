@@ -11,7 +11,6 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..flags import read_flag
 from ..framework import OP_ROLE_KEY, Block, Operator, OpRole, Program, Variable
 from .plan import (
     SLICED_ACCUMULATORS,
@@ -23,13 +22,6 @@ from .plan import (
 from .slicing import VarBlock
 
 logger = logging.getLogger("dask_fluid.transpiler")
-
-THREAD_FLAGS = {
-    "rpc_send_thread_num": "FLAGS_rpc_send_thread_num",
-    "rpc_get_thread_num": "FLAGS_rpc_get_thread_num",
-    "rpc_prefetch_thread_num": "FLAGS_rpc_prefetch_thread_num",
-}
-
 
 @dataclass
 class PserverBuild:
@@ -245,12 +237,11 @@ class PserverBuilder:
             "param_varnames": [pp.param_block_names[k] for pp, k in self.plan.blocks_on(self.ep)],
             OP_ROLE_KEY: OpRole.RPC,
         }
-        for attr, flag in THREAD_FLAGS.items():
-            attrs[attr] = read_flag(flag)
+        attrs.update(self.plan.server_attrs)
         attrs.update(table_attrs)
         self.gblock.append_op("listen_and_serv", inputs={"X": list(self.recv_inputs)},
                               outputs={}, attrs=attrs)
         self.prog.current_block_idx = 0
 
 
-__all__ = ["THREAD_FLAGS", "PserverBuild", "PserverBuilder", "clone_var"]
+__all__ = ["PserverBuild", "PserverBuilder", "clone_var"]

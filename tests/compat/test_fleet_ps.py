@@ -79,3 +79,50 @@ def test_program_parse_from_string_reads_the_inference_model(tmp_path):
     assert "mul" in str(program)
     with pytest.raises(ValueError, match="ProgramDesc protobuf written by real Fluid"):
         fluid.Program.parse_from_string(b"\\x0a\\x02\\x08\\x00")
+
+
+def test_a_strategys_server_runtime_config_sizes_the_pserver_threads(fleet_modules):
+    role_maker, module, factory = fleet_modules
+    from dask_fluid.transpiler.distribute_transpiler import DistributedMode, ServerRuntimeConfig
+
+    assert DistributedMode.SYNC == 0  # importable where Fluid 1.8 scripts import it from
+    strategy = factory.create_async_strategy()
+    assert isinstance(strategy.get_server_runtime_config(), ServerRuntimeConfig)
+    strategy.set_server_runtime_config({"_rpc_send_thread_num": 5})
+    with pytest.raises(ValueError, match="doesn't have key: threads"):
+        strategy.set_server_runtime_config({"threads": 5})
+    with pytest.raises(TypeError, match="dict or ServerRuntimeConfig"):
+        strategy.set_server_runtime_config(5)
+    fleet = module.fleet
+    fleet.init(role_maker.UserDefinedRoleMaker(
+        current_id=0, role=role_maker.Role.SERVER, worker_num=2,
+        server_endpoints=["127.0.0.1:6170", "127.0.0.1:6171"]))
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data(name="x", shape=[4])
+        loss = fluid.layers.mean(fluid.layers.fc(x, 1))
+        fleet.distributed_optimizer(fluid.optimizer.SGD(0.1), strategy).minimize(loss)
+    serv, = fleet.main_program.global_block().ops
+    assert (serv.attrs["rpc_send_thread_num"], serv.attrs["rpc_get_thread_num"]) == (5, 12)
+
+
+def test_transpiler_optimizer_is_the_pre_18_name_and_checks_its_strategy(fleet_modules):
+    _, module, factory = fleet_modules
+    assert module.TranspilerOptimizer is module.ParameterServerOptimizer
+    sgd = fluid.optimizer.SGD(0.1)
+    made = module.TranspilerOptimizer(sgd)  # Fluid's default: the sync strategy
+    assert made._strategy.get_program_config().completely_not_async
+    config = fluid.DistributeTranspilerConfig()
+    config.sync_mode = False
+    assert not module.TranspilerOptimizer(sgd, config)._strategy.get_program_config().half_async
+    with pytest.raises(TypeError, match="strategy must be an instance of "
+                                        "DistributeTranspilerConfig, SyncStrategy"):
+        module.TranspilerOptimizer(sgd, "sync")
+
+
+def test_train_status_counts_completed_epochs():
+    from dask_fluid.compat.incubate.fleet.collective import TrainStatus
+
+    status = TrainStatus(2)
+    assert status.next() == 3 and status == TrainStatus(2) and status != TrainStatus()
+    assert TrainStatus().next() == 0

@@ -235,11 +235,36 @@ def test_getters_before_transpile_and_unknown_endpoint():
 
 
 def test_rpc_thread_flags(monkeypatch):
+    # Fluid 1.8: the transpiler's ServerRuntimeConfig reads the flags when it is made, and
+    # listen_and_serv carries them
     main, startup = fluid_test_net()
-    t = transpile(main, startup)
     monkeypatch.setenv("FLAGS_rpc_get_thread_num", "3")
+    t = transpile(main, startup)
     serv = t.get_pserver_program(PSERVERS.split(",")[0]).global_block().ops[-1]
     assert (serv.attrs["rpc_get_thread_num"], serv.attrs["rpc_send_thread_num"]) == (3, 12)
     monkeypatch.setenv("FLAGS_rpc_send_thread_num", "many")
     with pytest.raises(ValueError, match="FLAGS_rpc_send_thread_num = 'many' is not allowed"):
-        t.get_pserver_program(PSERVERS.split(",")[0])
+        fluid.DistributeTranspiler()
+
+
+def test_a_server_runtime_config_sets_the_pserver_threads():
+    from dask_fluid.transpiler.distribute_transpiler import ServerRuntimeConfig
+
+    main, startup = fluid_test_net()
+    config = ServerRuntimeConfig()
+    config._rpc_send_thread_num, config._rpc_prefetch_thread_num = 5, 2
+    t = fluid.DistributeTranspiler()
+    t._set_server_config(config)
+    t.transpile(0, program=main, startup_program=startup, pservers=PSERVERS, trainers=2)
+    serv = t.get_pserver_program(PSERVERS.split(",")[0]).global_block().ops[-1]
+    assert (serv.attrs["rpc_send_thread_num"], serv.attrs["rpc_get_thread_num"],
+            serv.attrs["rpc_prefetch_thread_num"]) == (5, 12, 2)
+    with pytest.raises(TypeError, match="server_config must be an instance of "
+                                        "ServerRuntimeConfig, got dict"):
+        t._set_server_config({"_rpc_send_thread_num": 5})
+    config._rpc_get_thread_num = 0
+    t = fluid.DistributeTranspiler()
+    t._set_server_config(config)
+    main, startup = fluid_test_net()
+    with pytest.raises(ValueError, match="_rpc_get_thread_num must be a positive int, got 0"):
+        t.transpile(0, program=main, startup_program=startup, pservers=PSERVERS, trainers=2)

@@ -45,6 +45,7 @@ the op registry the first time a program needs one of these kernels.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -265,6 +266,11 @@ def _remote_rows(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     return opdef.resolve()(ins, {**attrs, "_table_rows": fetch}, outs)
 
 
+#: RPCFlags field -> the listen_and_serv attr that sizes it
+_THREAD_ATTRS = {"send_thread_num": "rpc_send_thread_num", "get_thread_num": "rpc_get_thread_num",
+                 "prefetch_thread_num": "rpc_prefetch_thread_num"}
+
+
 def _listen_and_serv(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     if isinstance(ctx.executor.place, CUDAPlace):
         # the shard's update kernels, wire and checkpoints work on host arrays
@@ -274,7 +280,11 @@ def _listen_and_serv(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> di
             "its trainers may use CUDAPlace")
     options = ctx.executor.host_context.get(SERVE_KEY)
     if options is None:  # a pserver started by hand: bind the endpoint, open-ended rounds
-        options = ServeOptions(secret=env_secret(), flags=RPCFlags.current(), tls=env_contexts(),
+        # its pools as the op says (Fluid's ListenAndServOp reads rpc_*_thread_num: the
+        # transpiler's ServerRuntimeConfig, a fleet strategy's)
+        flags = dataclasses.replace(RPCFlags.current(), **{
+            name: attrs[attr] for name, attr in _THREAD_ATTRS.items() if attr in attrs})
+        options = ServeOptions(secret=env_secret(), flags=flags, tls=env_contexts(),
                                table=table_shard(attrs))
     try:
         PServerShard(ctx.program, ctx.scope, options).run()

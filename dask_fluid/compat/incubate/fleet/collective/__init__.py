@@ -37,7 +37,7 @@ from ..base.fleet_base import DistributedOptimizer, Fleet, Mode
 from ..base.role_maker import RoleMakerBase
 
 __all__ = ["Collective", "CollectiveOpBasedOptimizer", "CollectiveOptimizer", "DistFCConfig",
-           "DistributedStrategy", "LambConfig", "fleet"]
+           "DistributedStrategy", "LambConfig", "TrainStatus", "fleet"]
 
 logger = logging.getLogger(__name__)
 
@@ -206,6 +206,26 @@ class Collective(Fleet):
     def load_check_point(self, *args: Any, **kwargs: Any) -> Any:
         """Fluid 1.8's ``load_check_point`` (``TrainStatus``, ``fs``); not implemented."""
         raise not_implemented("fleet.load_check_point", _NO_CHECKPOINT)
+
+
+class TrainStatus:
+    """How far training got (Fluid 1.8's ``TrainStatus``, which its collective checkpoints
+    store): the last completed epoch, -1 before the first."""
+
+    def __init__(self, epoch_no: int = -1) -> None:
+        self._epoch_no = epoch_no
+
+    def next(self) -> int:
+        """The epoch to run next."""
+        return self._epoch_no + 1
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TrainStatus) and self._epoch_no == other._epoch_no
+
+    __hash__ = None  # type: ignore[assignment]  (mutable, compared by value)
+
+    def __repr__(self) -> str:
+        return f"TrainStatus(epoch_no={self._epoch_no})"
 
 
 _NO_CHECKPOINT = ("its file-system checkpoints (LocalFS/HDFS, TrainStatus) are not part of "

@@ -27,7 +27,7 @@ from ...base.fleet_base import DistributedOptimizer, Fleet, Mode
 from ...base.role_maker import RoleMakerBase
 from .distributed_strategy import DistributedStrategy, StrategyFactory
 
-__all__ = ["FleetTranspiler", "ParameterServerOptimizer", "fleet"]
+__all__ = ["FleetTranspiler", "ParameterServerOptimizer", "TranspilerOptimizer", "fleet"]
 
 
 class FleetTranspiler(Fleet):
@@ -62,22 +62,15 @@ class FleetTranspiler(Fleet):
         self._role()
         if strategy is None:
             strategy = StrategyFactory.create_async_strategy()
-        elif isinstance(strategy, DistributeTranspilerConfig):
-            config, strategy = strategy, (StrategyFactory.create_sync_strategy()
-                                          if strategy.sync_mode else
-                                          StrategyFactory.create_async_strategy())
-            strategy.set_program_config(config)
         elif isinstance(strategy, dict):
             dict_config, strategy = strategy, StrategyFactory.create_async_strategy()
             strategy.set_program_config(dict_config)
-        elif not isinstance(strategy, DistributedStrategy):
-            raise TypeError("strategy must be a DistributedStrategy, a "
-                            f"DistributeTranspilerConfig or a dict, got {type(strategy).__name__}")
-        self._strategy = strategy
-        return ParameterServerOptimizer(optimizer, strategy)
+        self._strategy = _as_strategy(strategy)
+        return ParameterServerOptimizer(optimizer, self._strategy)
 
     def _transpile(self, config: DistributeTranspilerConfig) -> None:
         t = DistributeTranspiler(config=config)
+        t._set_server_config(self._strategy.get_server_runtime_config())
         t.transpile(trainer_id=self.worker_index() if self.is_worker() else 0,
                     pservers=self.server_endpoints(to_string=True), trainers=self.worker_num(),
                     sync_mode=config.sync_mode)
@@ -152,7 +145,21 @@ class FleetTranspiler(Fleet):
 
 
 class ParameterServerOptimizer(DistributedOptimizer):
-    """An optimizer whose ``minimize`` also transpiles (Fluid's ``ParameterServerOptimizer``)."""
+    """An optimizer whose ``minimize`` also transpiles (Fluid's ``ParameterServerOptimizer``;
+    ``TranspilerOptimizer`` is its name before 1.8's release, kept as an alias).
+
+    Raises
+    ------
+    TypeError
+        ``strategy`` is not a DistributedStrategy (as Fluid checks it).
+    """
+
+    def __init__(self, optimizer: Optimizer,
+                 strategy: DistributedStrategy | DistributeTranspilerConfig | None = None
+                 ) -> None:
+        # Fluid's own default, when made directly: the sync strategy
+        super().__init__(optimizer, _as_strategy(
+            StrategyFactory.create_sync_strategy() if strategy is None else strategy))
 
     def minimize(self, losses: Any, scopes: Any = None, startup_programs: Any = None,
                  parameter_list: Any = None, no_grad_set: Any = None) -> Any:
@@ -166,5 +173,22 @@ class ParameterServerOptimizer(DistributedOptimizer):
         fleet._transpile(self._strategy.get_program_config())
         return result
 
+
+TranspilerOptimizer = ParameterServerOptimizer
+
+
+def _as_strategy(strategy: Any) -> DistributedStrategy:
+    """``strategy`` as a DistributedStrategy: a DistributeTranspilerConfig becomes the sync or
+    async strategy of its ``sync_mode``, carrying it."""
+    if isinstance(strategy, DistributeTranspilerConfig):
+        config, strategy = strategy, (StrategyFactory.create_sync_strategy()
+                                      if strategy.sync_mode else
+                                      StrategyFactory.create_async_strategy())
+        strategy.set_program_config(config)
+    if not isinstance(strategy, DistributedStrategy):
+        raise TypeError("In parameter server mode, strategy must be an instance of "
+                        "DistributeTranspilerConfig, SyncStrategy, HalfAsyncStrategy, "
+                        f"AsyncStrategy, or GeoStrategy, got {type(strategy).__name__}")
+    return strategy
 
 fleet = FleetTranspiler()

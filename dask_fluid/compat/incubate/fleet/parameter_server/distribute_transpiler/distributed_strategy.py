@@ -18,10 +18,10 @@ trainer's CompiledProgram, and the communicator settings Fluid's trainer runtime
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from dask_fluid.compiler import BuildStrategy, ExecutionStrategy
 from dask_fluid.transpiler import DistributeTranspilerConfig
+from dask_fluid.transpiler.config import ServerRuntimeConfig
 
 __all__ = ["AsyncStrategy", "DistributedStrategy", "GeoStrategy", "HalfAsyncStrategy",
            "StrategyFactory", "SyncStrategy", "TrainerRuntimeConfig"]
@@ -45,7 +45,7 @@ class DistributedStrategy:
     def __init__(self) -> None:
         self._program_config = DistributeTranspilerConfig()
         self._trainer_runtime_config = TrainerRuntimeConfig()
-        self._server_runtime_config: dict[str, Any] = {}
+        self._server_runtime_config = ServerRuntimeConfig()
         self._execute_strategy = ExecutionStrategy()
         self._build_strategy = BuildStrategy()
         num_threads = int(os.getenv("CPU_NUM", "1"))
@@ -79,8 +79,27 @@ class DistributedStrategy:
     def get_trainer_runtime_config(self) -> TrainerRuntimeConfig:
         return self._trainer_runtime_config
 
-    def get_server_runtime_config(self) -> dict:
+    def get_server_runtime_config(self) -> ServerRuntimeConfig:
+        """The pservers' RPC thread counts, which the transpiler writes on their programs."""
         return self._server_runtime_config
+
+    def set_server_runtime_config(self, config: ServerRuntimeConfig | dict) -> None:
+        """Replace the config, or set some of its fields (``{"_rpc_send_thread_num": 8}``)."""
+        if isinstance(config, ServerRuntimeConfig):
+            self._server_runtime_config = config
+        elif isinstance(config, dict):
+            for key, value in config.items():
+                if not hasattr(self._server_runtime_config, key):
+                    raise ValueError(f"ServerRuntimeConfig doesn't have key: {key}")
+                setattr(self._server_runtime_config, key, value)
+        else:
+            raise TypeError("server_runtime_config only accept input type: dict or "
+                            "ServerRuntimeConfig")
+        self.check_server_runtime_config()
+
+    def check_server_runtime_config(self) -> None:
+        """Every mode takes any thread counts (as Fluid's strategies); the transpiler checks
+        them positive."""
 
     def get_execute_strategy(self) -> ExecutionStrategy:
         return self._execute_strategy
