@@ -513,9 +513,49 @@ def test_fleet_optimizer_checks_its_strategy(fleet):
     assert (strategy.num_trainers, strategy.trainer_id) == (2, 0)
     with pytest.raises(TypeError, match="Executor"):
         fleet.save_persistables("exe", "/tmp/nowhere")
-    for name in ("save_checkpoint", "load_checkpoint", "save_check_point", "load_check_point"):
-        with pytest.raises(NotImplementedError, match=name):
+    for name in ("save_checkpoint", "load_checkpoint"):  # not Fluid 1.8's: named, with its own
+        with pytest.raises(NotImplementedError, match=f"{name} .*fleet.{name[:4]}_check_point"):
             getattr(fleet, name)(fluid.Executor(fluid.CPUPlace()), "/tmp/nowhere")
+
+
+def test_fleet_check_points_keep_the_persistables_and_the_train_status(fleet, tmp_path):
+    # Fluid 1.8's collective checkpoints: <path>/__paddle_fleet_checkpoint__.<n>, the
+    # persistables in one file and the TrainStatus, the newest loaded
+    from dask_fluid.compat.distributed.fs_wrapper import BDFS, LocalFS
+    from dask_fluid.compat.incubate.fleet.collective import TrainStatus
+
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", [4])
+        loss = fluid.layers.mean(fluid.layers.fc(x, 2, param_attr="w", bias_attr=False))
+        fleet.distributed_optimizer(fluid.optimizer.SGD(0.1)).minimize(loss)
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    path = str(tmp_path / "ckpt")
+    init = fleet.startup_program.clone()  # its initialisers, without meeting trainer 1
+    for i in reversed(range(len(init.global_block().ops))):
+        if init.global_block().ops[i].type not in ("fill_constant", "uniform_random"):
+            init.global_block()._remove_op(i)
+    with fluid.scope_guard(scope):
+        exe.run(init)
+        assert fleet.load_check_point(exe, path, trainer_id=0) is None  # nothing saved yet
+        with pytest.raises(FileNotFoundError, match="no __paddle_fleet_checkpoint__"):
+            fleet.load_check_point(exe, path, 0, ignore_empty=False)
+        first = np.array(scope.vars["w"]).copy()
+        fleet.save_check_point(exe, path, TrainStatus(0))
+        scope.vars["w"][...] = 7.0
+        fleet.save_check_point(exe, path, TrainStatus(1))
+        assert sorted(LocalFS().list_dirs(path)) == [
+            "__paddle_fleet_checkpoint__.0", "__paddle_fleet_checkpoint__.1"]
+        scope.vars["w"][...] = 0.0
+        assert fleet.load_check_point(exe, path, 0) == TrainStatus(1)  # the newest
+        np.testing.assert_array_equal(np.array(scope.vars["w"]), np.full_like(first, 7.0))
+        fleet.save_check_point(exe, path, TrainStatus(2), remain_all_checkpoint=False)
+        assert LocalFS().list_dirs(path) == ["__paddle_fleet_checkpoint__.2"]
+        assert (tmp_path / "ckpt/__paddle_fleet_checkpoint__.2/_paddle_fleet_param__").exists()
+        with pytest.raises(TypeError, match="train_status must be a TrainStatus"):
+            fleet.save_check_point(exe, path, 3)
+    with pytest.raises(NotImplementedError, match="BDFS is not implemented"):
+        BDFS("hdfs://nn:9000", "user,passwd")
 
 
 def test_fleet_use_amp_all_reduces_the_scaled_gradients_before_the_finite_check(fleet):

@@ -21,6 +21,7 @@ batch (for SGD and momentum; local SGD with stateful optimizers averages the par
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from typing import Any
@@ -33,6 +34,7 @@ from dask_fluid.parallel_executor import ParallelExecutor
 from dask_fluid.transpiler import DistributeTranspiler, DistributeTranspilerConfig
 
 from ...._unsupported import not_implemented
+from ....distributed.fs_wrapper import FS, LocalFS
 from ..base.fleet_base import DistributedOptimizer, Fleet, Mode
 from ..base.role_maker import RoleMakerBase
 
@@ -191,21 +193,102 @@ class Collective(Fleet):
         _io.save_persistables(executor, dirname, program, filename=filename)
 
     def save_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
-        """Fluid 1.8's checkpoint to a file system (``fs``); not implemented."""
+        """Not Fluid 1.8's name: raises, naming :meth:`save_check_point`."""
         raise not_implemented("fleet.save_checkpoint", _NO_CHECKPOINT)
 
     def load_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
-        """Fluid 1.8's checkpoint from a file system (``fs``); not implemented."""
+        """Not Fluid 1.8's name: raises, naming :meth:`load_check_point`."""
         raise not_implemented("fleet.load_checkpoint", _NO_CHECKPOINT)
 
-    # the 1.7/1.8 spelling of the same methods (with a TrainStatus)
-    def save_check_point(self, *args: Any, **kwargs: Any) -> Any:
-        """Fluid 1.8's ``save_check_point`` (``TrainStatus``, ``fs``); not implemented."""
-        raise not_implemented("fleet.save_check_point", _NO_CHECKPOINT)
+    # -- Fluid 1.8's checkpoints: <path>/__paddle_fleet_checkpoint__.<n>, each the persistables
+    # in one file and the TrainStatus as JSON, written under a .tmp name and renamed
+    def save_check_point(self, executor: Executor, path: str, train_status: TrainStatus,
+                         main_program: Program | None = None, fs: FS | None = None,
+                         local_cache_path: str = ".cache",
+                         remain_all_checkpoint: bool = True) -> None:
+        """Save the persistables of ``main_program`` (default: the transpiled program) and
+        ``train_status`` as checkpoint n + 1 under ``path`` (Fluid 1.8's
+        ``save_check_point``); with ``remain_all_checkpoint=False`` only the newest stays.
 
-    def load_check_point(self, *args: Any, **kwargs: Any) -> Any:
-        """Fluid 1.8's ``load_check_point`` (``TrainStatus``, ``fs``); not implemented."""
-        raise not_implemented("fleet.load_check_point", _NO_CHECKPOINT)
+        ``fs`` is a :class:`~dask_fluid.compat.distributed.fs_wrapper.LocalFS` (default); one
+        that needs upload and download saves in ``local_cache_path`` first, as Fluid does.
+        """
+        fs = LocalFS() if fs is None else fs
+        if not isinstance(train_status, TrainStatus):
+            raise TypeError(f"fleet.save_check_point: train_status must be a TrainStatus, got "
+                            f"{type(train_status).__name__}")
+        program = self._checkpoint_program(main_program, "save_check_point")
+        if not fs.stat(path):
+            fs.mkdir(path)
+        number = max(self._get_last_checkpoint_no(path, fs), -1) + 1
+        real_path = f"{path}/{_CHECKPOINT_PREFIX}.{number}"
+        tmp_path = f"{real_path}.tmp"
+        saved_path, cache_path = tmp_path, None
+        if fs.need_upload_download():
+            cache_path = f"{local_cache_path}/{_CHECKPOINT_PREFIX}.{number}.saved_cache"
+            LocalFS().mkdir(cache_path)
+            saved_path = cache_path
+        self.save_persistables(executor, saved_path, program, filename=_PARAM_FILE)
+        with open(os.path.join(saved_path, _STATUS_FILE), "w") as f:
+            json.dump({"epoch_no": train_status._epoch_no}, f)
+        if cache_path is not None:
+            fs.delete(tmp_path)
+            fs.upload(cache_path, tmp_path)
+        fs.mv(tmp_path, real_path)
+        if not remain_all_checkpoint:
+            self.clean_redundant_check_points(path, fs)
+
+    def load_check_point(self, executor: Executor, path: str, trainer_id: int,
+                         main_program: Program | None = None, fs: FS | None = None,
+                         local_cache_path: str = ".cache",
+                         ignore_empty: bool = True) -> TrainStatus | None:
+        """Load the newest checkpoint under ``path`` into the scope and return its
+        TrainStatus (Fluid 1.8's ``load_check_point``); None when there is none and
+        ``ignore_empty``.
+
+        Raises
+        ------
+        FileNotFoundError
+            No checkpoint under ``path`` and ``ignore_empty=False``.
+        """
+        fs = LocalFS() if fs is None else fs
+        number = self._get_last_checkpoint_no(path, fs)
+        if number < 0:
+            if not ignore_empty:
+                raise FileNotFoundError(f"fleet.load_check_point: no {_CHECKPOINT_PREFIX}.<n> "
+                                        f"under {path!r}")
+            return None
+        load_path = f"{path}/{_CHECKPOINT_PREFIX}.{number}"
+        if fs.need_upload_download():
+            cache_path = (f"{local_cache_path}/{_CHECKPOINT_PREFIX}.{number}.load_cache."
+                          f"{trainer_id}")
+            LocalFS().delete(cache_path)
+            fs.download(load_path, cache_path)
+            load_path = cache_path
+        program = self._checkpoint_program(main_program, "load_check_point")
+        _io.load_persistables(executor, load_path, program, filename=_PARAM_FILE)
+        return _load_train_status(load_path)
+
+    def clean_redundant_check_points(self, root_path: str, fs: FS | None = None,
+                                     checkpoint_num: int = 1) -> None:
+        """Remove all but the newest ``checkpoint_num`` (at least 1) checkpoints."""
+        fs = LocalFS() if fs is None else fs
+        newest = self._get_last_checkpoint_no(root_path, fs)
+        for number in _checkpoint_numbers(root_path, fs):
+            if number <= newest - max(1, checkpoint_num):
+                fs.rmr(f"{root_path}/{_CHECKPOINT_PREFIX}.{number}")
+
+    @staticmethod
+    def _get_last_checkpoint_no(root_path: str, fs: FS) -> int:
+        """The newest checkpoint's number under ``root_path``, -1 when none."""
+        return max(_checkpoint_numbers(root_path, fs), default=-1)
+
+    def _checkpoint_program(self, main_program: Program | None, what: str) -> Program:
+        program = main_program if main_program is not None else self._transpiled_program
+        if not isinstance(program, Program):
+            raise TypeError(f"In fleet.{what}() function, main_program must be as Program "
+                            "type (call DistributedOptimizer.minimize first, or pass one)")
+        return program
 
 
 class TrainStatus:
@@ -228,9 +311,37 @@ class TrainStatus:
         return f"TrainStatus(epoch_no={self._epoch_no})"
 
 
-_NO_CHECKPOINT = ("its file-system checkpoints (LocalFS/HDFS, TrainStatus) are not part of "
-                  "dask_fluid; save with fleet.save_persistables(exe, dirname) on worker 0 and "
-                  "load with fluid.io.load_persistables")
+_NO_CHECKPOINT = ("Fluid 1.8's collective fleet has no such method; use its "
+                  "fleet.save_check_point(exe, path, TrainStatus(epoch)) and "
+                  "fleet.load_check_point(exe, path, trainer_id)")
+_CHECKPOINT_PREFIX = "__paddle_fleet_checkpoint__"
+_PARAM_FILE = "_paddle_fleet_param__"
+_STATUS_FILE = "fleet_train_status"
+
+
+def _checkpoint_numbers(root_path: str, fs: FS) -> list[int]:
+    """The numbers n of the ``__paddle_fleet_checkpoint__.<n>`` directories in ``root_path``
+    (the first level only; ``.tmp`` ones being written are not checkpoints)."""
+    numbers = []
+    for name in fs.list_dirs(root_path):
+        prefix, _, number = name.partition(".")
+        if prefix == _CHECKPOINT_PREFIX and number.isdigit():
+            numbers.append(int(number))
+    return numbers
+
+
+def _load_train_status(path: str) -> TrainStatus:
+    """The TrainStatus a checkpoint stored (a fresh one when it has none, as Fluid)."""
+    file_name = os.path.join(path, _STATUS_FILE)
+    if not os.path.isfile(file_name):
+        return TrainStatus()
+    with open(file_name) as f:
+        saved = json.load(f)
+    epoch = saved.get("epoch_no") if isinstance(saved, dict) else None
+    if not isinstance(epoch, int) or epoch < 0:
+        raise ValueError(f"{file_name}: not a checkpoint's train status (epoch_no >= 0 "
+                         f"expected), got {saved!r}")
+    return TrainStatus(epoch)
 
 fleet = Collective()
 
