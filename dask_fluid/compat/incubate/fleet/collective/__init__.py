@@ -167,12 +167,16 @@ class Collective(Fleet):
             raise TypeError(f"In fleet.{what}() function, executor must be as Executor type, "
                             f"got {type(executor).__name__}")
 
-    def _saved_program(self, main_program: Program | None, what: str) -> Program:
-        program = main_program if main_program is not None else self._origin_program
-        if not isinstance(program, Program):
+    def _saved_program(self, main_program: Program | None, what: str,
+                       transpiled: bool = False) -> Program:
+        """``main_program``, else the original program (the transpiled one, ``transpiled``:
+        what Fluid's check points default to)."""
+        if main_program is None:
+            main_program = self._transpiled_program if transpiled else self._origin_program
+        if not isinstance(main_program, Program):
             raise TypeError(f"In fleet.{what}() function, main_program must be as Program "
                             "type (call DistributedOptimizer.minimize first, or pass one)")
-        return program
+        return main_program
 
     def save_inference_model(self, executor: Executor, dirname: str,
                              feeded_var_names: list[str] | None = None,
@@ -217,7 +221,7 @@ class Collective(Fleet):
         if not isinstance(train_status, TrainStatus):
             raise TypeError(f"fleet.save_check_point: train_status must be a TrainStatus, got "
                             f"{type(train_status).__name__}")
-        program = self._checkpoint_program(main_program, "save_check_point")
+        program = self._saved_program(main_program, "save_check_point", transpiled=True)
         if not fs.stat(path):
             fs.mkdir(path)
         number = max(self._get_last_checkpoint_no(path, fs), -1) + 1
@@ -265,7 +269,7 @@ class Collective(Fleet):
             LocalFS().delete(cache_path)
             fs.download(load_path, cache_path)
             load_path = cache_path
-        program = self._checkpoint_program(main_program, "load_check_point")
+        program = self._saved_program(main_program, "load_check_point", transpiled=True)
         _io.load_persistables(executor, load_path, program, filename=_PARAM_FILE)
         return _load_train_status(load_path)
 
@@ -282,13 +286,6 @@ class Collective(Fleet):
     def _get_last_checkpoint_no(root_path: str, fs: FS) -> int:
         """The newest checkpoint's number under ``root_path``, -1 when none."""
         return max(_checkpoint_numbers(root_path, fs), default=-1)
-
-    def _checkpoint_program(self, main_program: Program | None, what: str) -> Program:
-        program = main_program if main_program is not None else self._transpiled_program
-        if not isinstance(program, Program):
-            raise TypeError(f"In fleet.{what}() function, main_program must be as Program "
-                            "type (call DistributedOptimizer.minimize first, or pass one)")
-        return program
 
 
 class TrainStatus:
