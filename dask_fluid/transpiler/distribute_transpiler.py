@@ -34,6 +34,7 @@ from ..framework import (
 )
 from . import collective, lookup_table, remote_prefetch, trainer_rewrite, vars_distributed
 from .config import DistributeTranspilerConfig, ServerRuntimeConfig, parse_endpoints
+from .lr_counter import split_decay_counter
 from .modes import DistributedMode, TrainingMode, resolve_mode
 from .nccl2 import transpile_nccl2
 from .plan import (
@@ -262,6 +263,10 @@ class DistributeTranspiler:
             if is_optimizer_op(op) and op.type not in OPTIMIZER_TYPES:
                 raise ValueError(f"Not supported optimizer for distributed training: {op.type!r}"
                                  f"; supported: {', '.join(OPTIMIZER_TYPES)}")
+        # async: the pservers count every trainer's steps (before the copies: the pserver LR
+        # block and startup need the rewritten counter too)
+        counter = (split_decay_counter(program, startup, trainer_num)
+                   if not mode.sync and not mode.geo else None)
         # The pserver programs are built from these copies, so later getters see the program
         # as it was before the trainer rewrite, whatever order they are called in.
         origin, origin_startup = program.clone(), startup.clone()
@@ -295,7 +300,8 @@ class DistributeTranspiler:
         plan = TranspilePlan(origin, origin_startup, endpoints, trainer_id, trainer_num, mode,
                              self.config.slice_var_up, self.config.enable_dc_asgd, opt,
                              lr_ops(block), params,
-                             server_attrs=self.server_config.op_attrs())
+                             server_attrs=self.server_config.op_attrs(),
+                             decay_counter=counter)
         if table is not None:
             plan.table = lookup_table.make_table_plan(block, table, endpoints, mode.sync)
             self._log("distributed table %s %s: %d shards of %d rows", table,
@@ -346,6 +352,8 @@ class DistributeTranspiler:
             table_dummy = lookup_table.rewrite_trainer(program, plan, control)
         dummies.update(trainer_rewrite.insert_sends(program, plan, order, control,
                                                     self._log))
+        if plan.decay_counter is not None:
+            dummies.update(trainer_rewrite.append_counter_send(program, plan, control))
         if plan.table is not None:
             dummies[plan.table.name] = table_dummy
         trainer_rewrite.append_param_fetch(program, plan, control, dummies)

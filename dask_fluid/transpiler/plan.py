@@ -182,6 +182,9 @@ class TranspilePlan:
     table: TablePlan | None = None
     #: the listen_and_serv thread attrs (the transpiler's ServerRuntimeConfig)
     server_attrs: dict[str, int] = field(default_factory=dict)
+    #: async mode with a decay schedule: the step counter the trainers' own counters sum to
+    #: (:mod:`.lr_counter`), else None
+    decay_counter: str | None = None
 
     @property
     def sync_mode(self) -> bool:

@@ -36,6 +36,7 @@ import itertools
 from collections.abc import Callable
 
 from ..framework import OP_ROLE_KEY, OP_ROLE_VAR_KEY, Block, OpRole, Program, VarType
+from .lr_counter import trainer_counter
 from .plan import RPC_OP_TYPES, ParamPlan, TranspilePlan, lr_ops, optimize_ops
 
 CONTROL_VAR_PREFIX = "__control_var@"
@@ -146,6 +147,24 @@ def insert_sends(program: Program, plan: TranspilePlan, order: list[ParamPlan],
         dummies[pp.param] = dummy
         log("trainer %d: send %s -> %s", plan.trainer_id, send_names, pp.endpoints)
     return dummies
+
+
+def append_counter_send(program: Program, plan: TranspilePlan,
+                        control: ControlVars) -> dict[str, str]:
+    """Async mode with a decay schedule: append Fluid's ``send`` of this trainer's own step
+    counter to every pserver (:mod:`.lr_counter`); returns {counter: the send's control
+    output}, which the ``send_barrier`` of the runtime split's half-async variant waits for."""
+    block = program.global_block()
+    counter = trainer_counter(plan.decay_counter, plan.trainer_id)
+    dummy = control.new(block)
+    # with the runtime split, Fluid hands the counter to the Communicator by name
+    names = [counter] if plan.mode.runtime_split else []
+    block.append_op("send", inputs={"X": [counter]}, outputs={"Out": [dummy]},
+                    attrs=_rpc_attrs(plan, epmap=list(plan.endpoints), sections=[],
+                                     send_varnames=names, merge_add=True,
+                                     use_send_handler=False, sync_mode=plan.sync_mode,
+                                     **{OP_ROLE_VAR_KEY: [counter, counter]}))
+    return {counter: dummy}
 
 
 def append_param_fetch(program: Program, plan: TranspilePlan, control: ControlVars,

@@ -161,6 +161,11 @@ def _send(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
             client.geo_send(plan.inputs[0], values[0], list(epmap), names,
                             list(attrs["sections"]))
         return plan.control_outputs(outs)
+    if not attrs.get("use_send_handler", True):
+        # Fluid's notify (the async step counter, ...lr_counter): every input to every pserver
+        client.stage([ep for ep in epmap for _ in names], list(names) * len(epmap),
+                     list(values) * len(epmap))
+        return plan.control_outputs(outs)
     if len(values) == 1 and len(names) > 1:  # runtime split: the whole gradient came in
         values = split_rows(values[0], [int(r) for r in attrs["sections"]])
     client.stage(epmap, names, values)

@@ -95,6 +95,7 @@ from ...executor import Executor, Scope
 from ...flags import RPCFlags
 from ...framework import Program, VarType
 from ...ops.selected_rows import SelectedRows
+from ...transpiler.lr_counter import LR_DECAY_COUNTER
 from ...transpiler.plan import TRAINER_ID_VAR
 from ..checkpoint_files import checkpoint_due
 from ..comm.auth import split_endpoint
@@ -326,6 +327,11 @@ class PServerShard(Service):
         self._block_locks = {idx: threading.Lock() for idx in self.attrs["optimize_blocks"]}
         self._param_block = self._param_blocks()
         self._shard_lock = threading.Lock()
+        self._lr_block = int(self.attrs.get("lr_decay_block_id", -1))
+        #: async mode with the trainers' own step counters (:mod:`...transpiler.lr_counter`):
+        #: the LR block runs when a counter arrives, not on every push
+        self._counter_driven = not self.sync_mode and self._lr_block >= 0 and any(
+            LR_DECAY_COUNTER in name for name in self._block_reads(self._lr_block))
         # Dask handlers wait in these threads (a barrier may block for the deadline)
         self._handler_pool = concurrent.futures.ThreadPoolExecutor(
             self.trainer_num + 2, thread_name_prefix=f"pserver-rpc-{k}")
@@ -351,6 +357,10 @@ class PServerShard(Service):
         self.stats = {"rounds": 0, "pushes": 0, "early_pushes": 0, "prefetches": 0,
                       "optimize_s": 0.0, "read_s": 0.0, "bytes_in": 0, "bytes_out": 0}
         self._stats_lock = threading.Lock()
+        if self._counter_driven:
+            # Fluid's async loop runs the LR block once before serving: the counter is then
+            # the sum of the trainers' counters as initialised (or restored), not its own init
+            self.exe.run_block(self.program, self.program.block(self._lr_block), self.scope)
         if self.schedule is not None:
             self._steps_max = max(self.schedule.steps_per_epoch)
             self._total_rounds: float = self.schedule.epochs * self._steps_max
@@ -794,12 +804,21 @@ class PServerShard(Service):
                         out.setdefault(name, idx)
         return out
 
+    def _block_reads(self, idx: int) -> set[str]:
+        """What the ops of block ``idx`` read and none of them writes."""
+        ops = self.program.block(idx).ops
+        written = {n for op in ops for n in op.output_arg_names}
+        return {n for op in ops for n in op.input_arg_names if n not in written}
+
     def _apply_async(self, trainer_id: int, grads: dict[str, Any]) -> None:
-        lr_block = int(self.attrs.get("lr_decay_block_id", -1))
-        if lr_block >= 0:
-            with self._block_locks[lr_block]:
-                self.exe.run_block(self.program, self.program.block(lr_block), self.scope)
+        counters = {n: v for n, v in grads.items() if LR_DECAY_COUNTER in n}
+        if self._lr_block >= 0 and not self._counter_driven:
+            # one schedule step per push: the LR block counts the pushes itself
+            with self._block_locks[self._lr_block]:
+                self.exe.run_block(self.program, self.program.block(self._lr_block), self.scope)
         for name, value in grads.items():
+            if name in counters:
+                continue
             idx = self.block_of_grad.get(name)
             if idx is None:
                 raise ValueError(f"pserver {self.endpoint} has no block for gradient "
@@ -810,6 +829,23 @@ class PServerShard(Service):
                 if self.attrs.get("dc_asgd"):
                     self.scope.vars[TRAINER_ID_VAR] = np.array([trainer_id], np.int64)
                 self.exe.run_block(self.program, self.program.block(idx), self.scope)
+        if counters:
+            self._count_steps(counters)
+
+    def _count_steps(self, counters: dict[str, Any]) -> None:
+        """Add the step counters a trainer sent to its counters here, then run the LR block
+        (Fluid's ``RequestNotifyHandler``). After the gradients of the same push: the trainer
+        sends its counter after its gradients."""
+        if not self._counter_driven:
+            raise ValueError(f"pserver {self.endpoint} got the step counters "
+                             f"{sorted(counters)}, but its program has no learning-rate block "
+                             "that sums the trainers' counters")
+        with self._block_locks[self._lr_block]:
+            for name, value in counters.items():
+                if name not in self.scope:
+                    raise ValueError(f"pserver {self.endpoint} has no step counter {name!r}")
+                self.scope.vars[name] = self.scope.get(name) + np.asarray(value)
+            self.exe.run_block(self.program, self.program.block(self._lr_block), self.scope)
 
     # -- reads ----------------------------------------------------------------------------------
     def _read(self, want: tuple[str, ...], trainer_id: int | None) -> dict[str, Any]:
