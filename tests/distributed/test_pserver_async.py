@@ -12,6 +12,7 @@ import pytest
 from distributed import Client, LocalCluster
 
 import dask_fluid as fluid
+from dask_fluid import layers
 from dask_fluid.datasets import reference_blobs
 from dask_fluid.distributed import train_pserver
 from dask_fluid.models import mlp
@@ -80,3 +81,31 @@ def test_async_training_reaches_local_accuracy(client, blobs, local_accuracy, dc
     if dc_asgd:
         assert "ref_by_trainer_id" in result.summary
     assert any(e["type"] == "step" for e in events)
+
+
+DECAY_ROWS, DECAY_BATCH, DECAY_STEPS = 256, 16, 5
+
+
+@pytest.mark.parametrize("pservers", [1, 2])
+def test_async_decay_follows_the_global_steps(client, pservers):
+    # Fluid 1.8's async step counters (tests/transpiler/test_async_lr_decay.py: the programs)
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+        x = layers.data("x", [4])
+        y = layers.data("y", [1])
+        cost = layers.mean(layers.square_error_cost(layers.fc(x, 1), y))
+        lr = layers.exponential_decay(learning_rate=0.1, decay_steps=DECAY_STEPS,
+                                      decay_rate=0.5)
+        fluid.optimizer.SGD(lr).minimize(cost)
+    rng = np.random.default_rng(0)
+    data = {"x": rng.normal(size=(DECAY_ROWS, 4)).astype("float32"),
+            "y": rng.normal(size=(DECAY_ROWS, 1)).astype("float32")}
+    result = train_pserver(client, main, startup, data, pservers=pservers, trainers=2,
+                           sync_mode=False, batch_size=DECAY_BATCH)
+    steps = [t["steps"] for t in result.stats["trainers"]]
+    assert sum(steps) == DECAY_ROWS // DECAY_BATCH and all(steps)
+    # each pserver's counter of trainer i starts at 1 and adds 1 per step of trainer i: the
+    # counter is the sum, the global steps plus the trainers' initial ones (as in Fluid)
+    for i, n in enumerate(steps):
+        assert int(result.params[f"@LR_DECAY_COUNTER@.trainer_{i}"][0]) == 1 + n
+    assert int(result.params["@LR_DECAY_COUNTER@"][0]) == 2 + sum(steps)

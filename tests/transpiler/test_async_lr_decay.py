@@ -1,16 +1,10 @@
-"""Async mode with a learning-rate decay: the trainers' own step counters (Fluid 1.8's
-``_get_lr_ops``; test_dist_transpiler_async_decay.py), and a job whose schedule follows the
-global step count."""
+"""Async mode with a learning-rate decay: the programs of the trainers' own step counters
+(Fluid 1.8's ``_get_lr_ops``; test_dist_transpiler_async_decay.py). A job whose schedule
+follows the global step count: tests/distributed/test_pserver_async.py."""
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-from distributed import Client, LocalCluster
-
-import dask_fluid as fluid
 from dask_fluid import layers
-from dask_fluid.distributed import train_pserver
 from dask_fluid.transpiler import DistributeTranspiler
 
 from .models import PSERVERS, A, config, fluid_test_net
@@ -76,39 +70,3 @@ def test_sync_mode_keeps_the_increment():
     assert _inits(startup)[COUNTER] == -1.0
     assert not any(COUNTER in n for op in trainer.global_block().ops
                    if op.type == "send" for n in op.input_arg_names)
-
-
-# -- runtime --------------------------------------------------------------------------------
-ROWS, BATCH, DECAY_STEPS = 256, 16, 5
-
-
-@pytest.fixture(scope="module")
-def client():
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                      dashboard_address=":0", silence_logs=40) as cluster, \
-            Client(cluster) as c:
-        yield c
-
-
-@pytest.mark.parametrize("pservers", [1, 2])
-def test_async_decay_follows_the_global_steps(client, pservers):
-    main, startup = fluid.Program(), fluid.Program()
-    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
-        x = layers.data("x", [4])
-        y = layers.data("y", [1])
-        cost = layers.mean(layers.square_error_cost(layers.fc(x, 1), y))
-        lr = layers.exponential_decay(learning_rate=0.1, decay_steps=DECAY_STEPS,
-                                      decay_rate=0.5)
-        fluid.optimizer.SGD(lr).minimize(cost)
-    rng = np.random.default_rng(0)
-    data = {"x": rng.normal(size=(ROWS, 4)).astype("float32"),
-            "y": rng.normal(size=(ROWS, 1)).astype("float32")}
-    result = train_pserver(client, main, startup, data, pservers=pservers, trainers=2,
-                           sync_mode=False, batch_size=BATCH)
-    steps = [t["steps"] for t in result.stats["trainers"]]
-    assert sum(steps) == ROWS // BATCH and all(steps)
-    # each pserver's counter of trainer i starts at 1 and adds 1 per step of trainer i: the
-    # counter is the sum, the global steps plus the trainers' initial ones (as in Fluid)
-    for i, n in enumerate(steps):
-        assert int(result.params[f"{COUNTER}.trainer_{i}"][0]) == 1 + n
-    assert int(result.params[COUNTER][0]) == 2 + sum(steps)
