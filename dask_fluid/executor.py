@@ -547,15 +547,19 @@ class Executor:
                 arr = np.array([value]).astype(var.dtype)
             elif not hasattr(arr, "dtype") or not hasattr(arr, "shape"):
                 arr = np.asarray(value, dtype=var.dtype)
-            if str(arr.dtype) != var.dtype:
-                raise TypeError(f"feed {name!r} has dtype {arr.dtype} but the variable is "
-                                f"{var.dtype}; convert it with .astype({var.dtype!r})")
+            if str(arr.dtype) != var.dtype:  # Fluid's check_feed_shape_type and its words
+                raise FeedDtypeError(f"The data type of fed Variable {name!r} must be "
+                                     f"{var.dtype!r}, but received {str(arr.dtype)!r}")
             if var.shape is not None and var.need_check_feed:
-                shape = tuple(arr.shape)
+                # Fluid's DiffTensorShapeWithVarDesc: a LoD tensor's rows are not its batch
+                shape = [-1 if name in fed_lods and i == 0 else int(s)
+                         for i, s in enumerate(arr.shape)]
                 if len(shape) != len(var.shape) or any(
-                        d >= 0 and d != s for d, s in zip(var.shape, shape, strict=False)):
-                    raise ValueError(f"feed {name!r} has shape {list(shape)} but the variable "
-                                     f"expects {list(var.shape)} (-1 is any size)")
+                        d >= 0 and s >= 0 and d != s
+                        for d, s in zip(var.shape, shape, strict=False)):
+                    raise ValueError(f"The fed Variable {name!r} should have dimensions = "
+                                     f"{len(var.shape)}, shape = {tuple(var.shape)!r}, but "
+                                     f"received fed shape {shape!r} on each device")
             # the feed's own module: a numpy feed is checked before it goes to the GPU
             if arr.dtype.kind == "f" and not bool(array_module(arr).isfinite(arr).all()):
                 raise ValueError(f"feed {name!r} contains NaN or inf; clean the input data")
@@ -884,6 +888,11 @@ def as_numpy(tensor: Any) -> Any:
                            "completely cast to Python ndarray. Please set the parameter "
                            "'return_numpy' as 'False' to return LoDTensor itself directly.")
     return None if tensor._array is None else np.array(tensor)
+
+
+class FeedDtypeError(TypeError, ValueError):
+    """A fed value's dtype is not its variable's: Fluid 1.8 raises a ValueError there, and it
+    is a TypeError too, so that either ``except`` catches it."""
 
 
 class EOFException(Exception):

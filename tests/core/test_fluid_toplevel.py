@@ -41,12 +41,27 @@ def test_data_keeps_the_whole_shape_and_checks_feeds(progs):
     (out,), _ = _run(main, startup, {"x": np.ones((2, 3), "float32")}, [y])
     np.testing.assert_array_equal(out, np.full((2, 3), 2.0, "float32"))
     exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
-    with pytest.raises(ValueError, match=r"feed 'x' has shape \[2, 4\].*expects \[-1, 3\]"):
+    # Fluid 1.8's check_feed_shape_type, word for word
+    with pytest.raises(ValueError, match=r"^The fed Variable 'x' should have dimensions = 2, "
+                                         r"shape = \(-1, 3\), but received fed shape \[2, 4\] "
+                                         r"on each device$"):
         exe.run(main, feed={"x": np.ones((2, 4), "float32")}, fetch_list=[y], scope=scope)
-    with pytest.raises(ValueError, match=r"feed 'x' has shape \[6\]"):
+    with pytest.raises(ValueError, match=r"received fed shape \[6\]"):
         exe.run(main, feed={"x": np.ones(6, "float32")}, fetch_list=[y], scope=scope)
-    with pytest.raises(TypeError, match="feed 'x' has dtype float64"):
-        exe.run(main, feed={"x": np.ones((2, 3))}, fetch_list=[y], scope=scope)
+    for error in (TypeError, ValueError):  # Fluid's ValueError, and a TypeError
+        with pytest.raises(error, match="^The data type of fed Variable 'x' must be 'float32', "
+                                        "but received 'float64'$"):
+            exe.run(main, feed={"x": np.ones((2, 3))}, fetch_list=[y], scope=scope)
+    # a LoD tensor's rows are its sequences' items, not the batch: dim 0 is not checked
+    batch = fluid.data("batch", [2, 3], "float32")
+    z = layers.scale(batch, 2.0)
+    t = fluid.create_lod_tensor(np.ones((5, 3), "float32"), [[2, 3]], fluid.CPUPlace())
+    out, = exe.run(main, feed={"x": np.ones((2, 3), "float32"), "batch": t}, fetch_list=[z],
+                   scope=scope, return_numpy=False)
+    assert out.shape() == [5, 3] and out.recursive_sequence_lengths() == [[2, 3]]
+    with pytest.raises(ValueError, match=r"received fed shape \[5, 3\]"):
+        exe.run(main, feed={"x": np.ones((2, 3), "float32"), "batch": np.ones((5, 3), "float32")},
+                fetch_list=[z], scope=scope)
 
 
 def test_data_argument_errors(progs):
