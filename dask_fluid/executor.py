@@ -547,9 +547,15 @@ class Executor:
                 arr = np.array([value]).astype(var.dtype)
             elif not hasattr(arr, "dtype") or not hasattr(arr, "shape"):
                 arr = np.asarray(value, dtype=var.dtype)
-            if str(arr.dtype) != var.dtype:  # Fluid's check_feed_shape_type and its words
-                raise FeedDtypeError(f"The data type of fed Variable {name!r} must be "
-                                     f"{var.dtype!r}, but received {str(arr.dtype)!r}")
+            if str(arr.dtype) != var.dtype:
+                if var.need_check_feed:  # Fluid's check_feed_shape_type, in its words
+                    raise FeedDtypeError(f"The data type of fed Variable {name!r} must be "
+                                         f"{var.dtype!r}, but received {str(arr.dtype)!r}")
+                # unchecked (layers.data), as in Fluid: the value goes in with its own dtype
+                # (a label declared float32 and fed int64 stays int64), except that a float
+                # of another width takes the declared one, where Fluid's ops would refuse it
+                if arr.dtype.kind == "f" and np.dtype(var.dtype).kind == "f":
+                    arr = arr.astype(var.dtype)
             if var.shape is not None and var.need_check_feed:
                 # Fluid's DiffTensorShapeWithVarDesc: a LoD tensor's rows are not its batch
                 shape = [-1 if name in fed_lods and i == 0 else int(s)

@@ -79,7 +79,7 @@ def data(name: str, shape: Sequence[int], append_batch_size: bool = True,
     block = default_main_program().global_block()
     return block.create_var(name=name, shape=shape, dtype=dtype, lod_level=lod_level,
                             type=type, stop_gradient=stop_gradient, is_data=True,
-                            need_check_feed=bool(append_batch_size))
+                            need_check_feed=False)  # Fluid's: only fluid.data checks feeds
 
 
 def fill_constant(shape: Sequence[int], dtype: Any, value: float, force_cpu: bool = False,

@@ -94,20 +94,36 @@ def _feed(n=4, d=64):
 
 
 def test_feed_with_wrong_shape(trained_spec):
+    # layers.data is not checked at the feed (Fluid 1.8: need_check_feed is fluid.data's):
+    # the first op that reads it names the mismatch
     spec, scope = trained_spec
     feed = _feed(d=63)
-    with pytest.raises(ValueError, match=r"'x' should have dimensions = 2, shape = \(-1, 64\), "
-                                         r"but received fed shape \[4, 63\]"):
+    with pytest.raises(fluid.ExecutionError, match=r"op 'mul' \(#0 in block 0\) failed.*size "
+                                                   r"64 is different from 63"):
         fluid.Executor().run(spec.main, feed=feed, scope=scope)
 
 
-def test_feed_with_wrong_dtype(trained_spec):
-    spec, scope = trained_spec
-    feed = _feed()
-    feed["x"] = feed["x"].astype(np.float64)
-    with pytest.raises(TypeError, match=r"fed Variable 'x' must be 'float32', but received "
-                                        r"'float64'"):
-        fluid.Executor().run(spec.main, feed=feed, scope=scope)
+def test_feed_with_another_dtype():
+    # fluid.data checks a feed's dtype (Fluid's words); layers.data takes the value as it is,
+    # as Fluid does (a label declared float32 and fed int64 stays int64), a float of another
+    # width in the declared one
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        checked = fluid.data("checked", [None, 2], "float32")
+        loose = fluid.layers.data("loose", [2], dtype="float32")
+        label = fluid.layers.data("label", [1], dtype="float32")
+        total = fluid.layers.elementwise_add(checked, loose)
+    exe, scope = fluid.Executor(), fluid.Scope()
+    ones = np.ones((3, 2), np.float32)
+    for error in (TypeError, ValueError):
+        with pytest.raises(error, match=r"^The data type of fed Variable 'checked' must be "
+                                        r"'float32', but received 'float64'$"):
+            exe.run(main, feed={"checked": ones.astype(np.float64), "loose": ones},
+                    scope=scope)
+    got, kept = exe.run(main, feed={"checked": ones, "loose": ones.astype(np.float64),
+                                    "label": np.arange(3).reshape(3, 1)},
+                        fetch_list=[total, label], scope=scope)
+    assert got.dtype == np.float32 and kept.dtype == np.int64
 
 
 def test_feed_with_nan(trained_spec):
