@@ -57,12 +57,16 @@ def data(name: str, shape: Sequence[int], append_batch_size: bool = True,
     lod_level : int
     append_batch_size : bool
         Prepend the batch dimension ``-1``. With ``False`` the shape is the whole shape and,
-        as in Fluid, its dims may be placeholders (a maximum sequence length): fed values are
-        then checked for their dtype only.
+        as in Fluid, its dims may be placeholders (a maximum sequence length).
     type : str
         ``VarType.LOD_TENSOR`` (the default), or another variable type of Fluid's.
     stop_gradient : bool
+
+    As in Fluid 1.8, what is fed is not checked against the declared shape and dtype (that is
+    ``fluid.data``'s): it goes in as it is, a float of another width taking the declared one.
     """
+    if not isinstance(name, str):
+        raise TypeError(f"data: name must be a str, got {name.__class__.__name__}")
     if not isinstance(shape, (list, tuple)):
         raise TypeError(f"data {name!r}: shape must be a list or tuple, got "
                         f"{shape.__class__.__name__}")

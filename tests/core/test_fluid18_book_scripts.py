@@ -38,6 +38,8 @@ def test_data_with_a_none_or_negative_dim_is_the_full_shape(programs):
     assert fluid.layers.data("d", [2, -1, 5]).shape == (2, -1, 5)
     with pytest.raises(TypeError, match="shape must be a list or tuple"):
         fluid.layers.data("e", 3)
+    with pytest.raises(TypeError, match="name must be a str, got int"):  # Fluid's check_type
+        fluid.layers.data(1, [2])
 
 
 @pytest.mark.parametrize("bias_attr, biased", [(True, True), (None, True), (False, False)])
