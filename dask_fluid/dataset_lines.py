@@ -18,6 +18,7 @@ import numpy as np
 
 from .framework import Variable
 from .lod import LoDTensor, lengths_to_offsets
+from .sample_readers import chunked
 
 __all__ = ["Record", "feeds", "merge_by_ins_id", "parse_line", "read_command", "read_lines",
            "slots_shuffle"]
@@ -112,8 +113,7 @@ def parse_line(line: str, use_vars: Sequence[Variable], where: str, *, ins_id: b
             bad = next(v for v in values if not _is(kind, v))
             raise ValueError(f"Dataset: {where}: slot {var.name!r} has {bad!r}, not a number "
                              f"of its dtype {var.dtype}") from None
-        zero = np.abs(arr) < _FLOAT_ZERO if kind is float else arr == 0
-        fields.append(arr[~zero] if drop_sparse_zeros and var.lod_level > 0 else arr)
+        fields.append(arr[~_zeros(arr)] if drop_sparse_zeros and var.lod_level > 0 else arr)
         pos += 1 + count
     if pos != len(tokens):
         raise ValueError(f"Dataset: {where} has more slots than {[v.name for v in use_vars]}")
@@ -128,10 +128,11 @@ def _is(kind: type, token: str) -> bool:
     return True
 
 
-def _nonzero(values: np.ndarray) -> bool:
+def _zeros(values: np.ndarray) -> np.ndarray:
+    """Where ``values`` are zero to Fluid (a float below ``_FLOAT_ZERO`` in magnitude)."""
     if values.dtype == np.float32:
-        return bool((np.abs(values) >= _FLOAT_ZERO).any())
-    return bool((values != 0).any())
+        return np.abs(values) < _FLOAT_ZERO
+    return values == 0
 
 
 def merge_by_ins_id(records: Sequence[Record], merge_size: int,
@@ -157,7 +158,7 @@ def merge_by_ins_id(records: Sequence[Record], merge_size: int,
         fields: list[np.ndarray] = []
         for k, is_dense in enumerate(dense):
             if is_dense:
-                chosen = [r.fields[k] for r in group if _nonzero(r.fields[k])]
+                chosen = [r.fields[k] for r in group if not _zeros(r.fields[k]).all()]
                 fields.append(chosen[-1] if chosen else group[0].fields[k])
                 continue
             present = [r.fields[k] for r in group if r.fields[k].size]
@@ -194,14 +195,7 @@ def slots_shuffle(records: Sequence[Record], slots: Sequence[int], capacity: int
 def feeds(records: Iterable[Record], use_vars: Sequence[Variable],
           batch_size: int) -> Iterator[dict[str, Any]]:
     """The feed of each batch of ``batch_size`` records (the last one may be smaller)."""
-    batch: list[Record] = []
-    for record in records:
-        batch.append(record)
-        if len(batch) == batch_size:
-            yield _feed(batch, use_vars)
-            batch = []
-    if batch:
-        yield _feed(batch, use_vars)
+    return (_feed(batch, use_vars) for batch in chunked(records, batch_size))
 
 
 def _feed(batch: list[Record], use_vars: Sequence[Variable]) -> dict[str, Any]:

@@ -49,6 +49,7 @@ from .executor import CPUPlace, EOFException
 from .framework import Program, Variable, _dygraph_tracer
 from .lod import LoDTensor
 from .queue_dataset import DatasetBase
+from .sample_readers import chunked
 
 __all__ = ["DEFAULT_CAPACITY", "DOUBLE_BUFFER", "DataLoader", "DatasetLoader", "EOFException",
            "GeneratorLoader", "PyReader"]
@@ -126,17 +127,8 @@ class PyReader:
         if int(batch_size) <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
 
-        def batched() -> Iterator[list]:
-            batch: list = []
-            for sample in sample_generator():
-                batch.append(sample)
-                if len(batch) == batch_size:
-                    yield batch
-                    batch = []
-            if batch and not drop_last:
-                yield batch
-
-        self.decorate_sample_list_generator(batched, places)
+        self.decorate_sample_list_generator(
+            lambda: chunked(sample_generator(), batch_size, drop_last), places)
 
     def decorate_sample_list_generator(self, reader: Callable[[], Iterable[list]],
                                        places: Any = None) -> None:
@@ -224,7 +216,9 @@ class PyReader:
                     # made here, not in the reader thread: the tracer belongs to this one
                     yield [self._tracer.wrap(self._tracer.executor.to_place(a)) for a in feed]
                 return
-            for feeds in _per_place(ahead, self._places, self._drop_last):
+            # consecutive batches, one for each place (Fluid's order); the last ones, fewer,
+            # dropped or yielded for fewer places
+            for feeds in chunked(ahead, self._places, self._drop_last):
                 # for each place its feed dict, or its LoDTensors in the order of feed_list
                 yield [list(f.values()) for f in feeds] if self._return_list else feeds
         finally:  # the end of the pass, or a loop left early
@@ -356,10 +350,10 @@ class DatasetLoader:
         if _dygraph_tracer() is not None:
             raise NotImplementedError("DataLoader.from_dataset is not supported in dygraph "
                                       "mode (nor in Fluid 1.8)")
-        count = _place_count(places) if places is not None else 0
-        if count == 0:
+        if places is None:
             raise ValueError("DataLoader.from_dataset: give the places to feed (e.g. "
                              "fluid.cpu_places())")
+        count = _place_count(places)
         if len(dataset._filelist) < count:
             raise ValueError(f"DataLoader.from_dataset: the dataset has "
                              f"{len(dataset._filelist)} file(s), fewer than the {count} "
@@ -401,19 +395,6 @@ def _rows(feed: dict) -> int:
         lod = value.lod()
         return len(lod[0]) - 1 if lod else value.shape()[0]
     return len(value)
-
-
-def _per_place(feeds: Iterable[dict], places: int, drop_last: bool) -> Iterator[list[dict]]:
-    """``places`` consecutive feeds at a time, one for each place (the order Fluid's readers
-    give them); the last ones, fewer, are dropped or yielded for fewer places."""
-    group: list[dict] = []
-    for feed in feeds:
-        group.append(feed)
-        if len(group) == places:
-            yield group
-            group = []
-    if group and not drop_last:
-        yield group
 
 
 _END = object()  # queued after the last batch

@@ -39,6 +39,7 @@ from typing import Any
 __all__ = [
     "ComposeNotAligned",
     "batch",
+    "chunked",
     "Fake",
     "PipeReader",
     "Reader",
@@ -775,13 +776,20 @@ def batch(reader: Reader, batch_size: int, drop_last: bool = False) -> Reader:
         )
 
     def batch_reader() -> Iterator[list[Any]]:
-        b: list[Any] = []
-        for instance in reader():
-            b.append(instance)
-            if len(b) == batch_size:
-                yield b
-                b = []
-        if not drop_last and b:
-            yield b
+        return chunked(reader(), batch_size, drop_last)
 
     return batch_reader
+
+
+def chunked(items: Iterable[Any], size: int, drop_last: bool = False) -> Iterator[list[Any]]:
+    """Lists of ``size`` consecutive items of ``items``; the last, shorter one is yielded
+    unless ``drop_last`` (what :func:`batch` does to a reader's samples, and the readers of
+    :mod:`dask_fluid.py_reader` to samples and to a step's batches per place)."""
+    group: list[Any] = []
+    for item in items:
+        group.append(item)
+        if len(group) == size:
+            yield group
+            group = []
+    if group and not drop_last:
+        yield group
