@@ -18,6 +18,7 @@ trainer's CompiledProgram, and the communicator settings Fluid's trainer runtime
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from dask_fluid.compiler import BuildStrategy, ExecutionStrategy
 from dask_fluid.transpiler import DistributeTranspilerConfig
@@ -64,16 +65,8 @@ class DistributedStrategy:
         return self._program_config
 
     def set_program_config(self, config: DistributeTranspilerConfig | dict) -> None:
-        if isinstance(config, DistributeTranspilerConfig):
-            self._program_config = config
-        elif isinstance(config, dict):
-            for key, value in config.items():
-                if not hasattr(self._program_config, key):
-                    raise ValueError(f"DistributeTranspilerConfig doesn't have key: {key}")
-                setattr(self._program_config, key, value)
-        else:
-            raise TypeError("program_config only accept input type: dict or "
-                            "DistributeTranspilerConfig")
+        self._program_config = _config_from(config, self._program_config,
+                                            DistributeTranspilerConfig, "program_config")
         self.check_program_config()
 
     def get_trainer_runtime_config(self) -> TrainerRuntimeConfig:
@@ -85,16 +78,8 @@ class DistributedStrategy:
 
     def set_server_runtime_config(self, config: ServerRuntimeConfig | dict) -> None:
         """Replace the config, or set some of its fields (``{"_rpc_send_thread_num": 8}``)."""
-        if isinstance(config, ServerRuntimeConfig):
-            self._server_runtime_config = config
-        elif isinstance(config, dict):
-            for key, value in config.items():
-                if not hasattr(self._server_runtime_config, key):
-                    raise ValueError(f"ServerRuntimeConfig doesn't have key: {key}")
-                setattr(self._server_runtime_config, key, value)
-        else:
-            raise TypeError("server_runtime_config only accept input type: dict or "
-                            "ServerRuntimeConfig")
+        self._server_runtime_config = _config_from(config, self._server_runtime_config,
+                                                   ServerRuntimeConfig, "server_runtime_config")
         self.check_server_runtime_config()
 
     def check_server_runtime_config(self) -> None:
@@ -119,6 +104,20 @@ class DistributedStrategy:
 
     def check_program_config(self) -> None:
         raise NotImplementedError("a DistributedStrategy subclass sets its mode")
+
+
+def _config_from(config: Any, current: Any, kind: type, what: str) -> Any:
+    """What a strategy's ``set_*_config(config)`` keeps: ``config`` itself when it is a
+    ``kind``; for a dict, ``current`` with those fields set (each one it has), as Fluid's."""
+    if isinstance(config, kind):
+        return config
+    if not isinstance(config, dict):
+        raise TypeError(f"{what} only accept input type: dict or {kind.__name__}")
+    for key, value in config.items():
+        if not hasattr(current, key):
+            raise ValueError(f"{kind.__name__} doesn't have key: {key}")
+        setattr(current, key, value)
+    return current
 
 
 class SyncStrategy(DistributedStrategy):
