@@ -542,11 +542,7 @@ class Executor:
                     fed_lods[name] = check_lod(value._lod, int(value._require().shape[0]),
                                                f"feed {name!r}")
                 value = value._require()
-            arr = value
-            if np.isscalar(value):  # Fluid's _as_lodtensor: a number is a [1] tensor
-                arr = np.array([value]).astype(var.dtype)
-            elif not hasattr(arr, "dtype") or not hasattr(arr, "shape"):
-                arr = np.asarray(value, dtype=var.dtype)
+            arr = feed_array(value, var.dtype)
             if str(arr.dtype) != var.dtype:
                 if var.need_check_feed:  # Fluid's check_feed_shape_type, in its words
                     raise FeedDtypeError(f"The data type of fed Variable {name!r} must be "
@@ -894,6 +890,17 @@ def as_numpy(tensor: Any) -> Any:
                            "completely cast to Python ndarray. Please set the parameter "
                            "'return_numpy' as 'False' to return LoDTensor itself directly.")
     return None if tensor._array is None else np.array(tensor)
+
+
+def feed_array(value: Any, dtype: str) -> Any:
+    """A fed value as an array (Fluid's ``_as_lodtensor``): a numpy or CuPy array as it is, a
+    number a ``[1]`` tensor of ``dtype``, anything else (nested lists) ``np.asarray`` in
+    ``dtype``."""
+    if np.isscalar(value):
+        return np.array([value]).astype(dtype)
+    if hasattr(value, "dtype") and hasattr(value, "shape"):
+        return value
+    return np.asarray(value, dtype=dtype)
 
 
 class FeedDtypeError(TypeError, ValueError):

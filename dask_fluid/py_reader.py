@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from .data_feeder import DataFeeder
-from .executor import CPUPlace, EOFException
+from .executor import CPUPlace, EOFException, feed_array
 from .framework import Program, Variable, _dygraph_tracer
 from .lod import LoDTensor
 from .queue_dataset import DatasetBase
@@ -416,18 +416,16 @@ def _as_tensor(value: Any, name: str, dtype: str) -> LoDTensor:
     """
     if isinstance(value, LoDTensor):
         return value
-    if np.isscalar(value):
-        array = np.array([value]).astype(dtype)
-    elif hasattr(value, "dtype") and hasattr(value, "shape"):
-        array = value  # numpy or CuPy: the executor checks its dtype and shape at the run
-    else:
-        try:
-            array = np.asarray(value, dtype=dtype)
-        except (TypeError, ValueError):  # numpy refuses ragged nested sequences
-            raise TypeError(f"PyReader: field {name!r} of a batch is not a regular {dtype} "
-                            "array (nested lists of different lengths?); give a "
-                            "variable-length field as a LoDTensor (fluid.create_lod_tensor)"
-                            ) from None
+    try:  # an array as it is: the executor checks its dtype and shape at the run
+        array = feed_array(value, dtype)
+    except (TypeError, ValueError):
+        if np.isscalar(value):
+            raise
+        # numpy refuses ragged nested sequences
+        raise TypeError(f"PyReader: field {name!r} of a batch is not a regular {dtype} "
+                        "array (nested lists of different lengths?); give a "
+                        "variable-length field as a LoDTensor (fluid.create_lod_tensor)"
+                        ) from None
     return LoDTensor._of(array, (), CPUPlace())
 
 
