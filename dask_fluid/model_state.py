@@ -167,6 +167,17 @@ def get_program_persistable_vars(program: Program) -> list[Variable]:
     return [v for v in program.list_vars() if is_persistable(v)]
 
 
+def _var_names(var_list: Iterable[Variable]) -> list[str]:
+    # Fluid's clone_var_to_block: only variables, which carry the name and shape to load
+    names = []
+    for var in var_list:
+        if not isinstance(var, Variable):
+            raise TypeError(f"load_program_state: value in var_list must be variable, got "
+                            f"{type(var).__name__} {var!r}")
+        names.append(var.name)
+    return names
+
+
 def load_program_state(model_path: str, var_list: Iterable[Variable] | None = None
                        ) -> dict[str, np.ndarray]:
     """The saved values under ``model_path`` as ``{name: ndarray}``, without touching a scope
@@ -186,6 +197,9 @@ def load_program_state(model_path: str, var_list: Iterable[Variable] | None = No
     ValueError
         ``model_path`` is a single file and ``var_list`` is None; a file is not a saved
         tensor or parameter dict.
+    TypeError
+        ``var_list`` holds something other than variables (names are not enough, as in
+        Fluid).
     """
     prefix = _model_prefix(model_path)
     if os.path.exists(prefix + ".pdparams"):
@@ -197,7 +211,7 @@ def load_program_state(model_path: str, var_list: Iterable[Variable] | None = No
         if var_list is None:
             raise ValueError(f"load_program_state: {model_path} is one file of several "
                              "variables: pass var_list, the variables saved in it")
-        names = sorted(v.name if isinstance(v, Variable) else str(v) for v in var_list)
+        names = sorted(_var_names(var_list))
         state = {}
         with open(model_path, "rb") as f:
             for name in names:
@@ -207,7 +221,7 @@ def load_program_state(model_path: str, var_list: Iterable[Variable] | None = No
         raise FileNotFoundError(f"load_program_state: neither {prefix}.pdparams (fluid.save) "
                                 f"nor a directory of saved variables at {model_path}")
     if var_list is not None:
-        names = [v.name if isinstance(v, Variable) else str(v) for v in var_list]
+        names = _var_names(var_list)
     else:
         names = sorted(os.path.relpath(os.path.join(root, f), model_path).replace(os.sep, "/")
                        for root, _, files in os.walk(model_path) for f in files)

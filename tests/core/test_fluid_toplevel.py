@@ -328,6 +328,10 @@ def test_program_state_from_save_persistables_and_one_file(tmp_path, progs):
         np.testing.assert_array_equal(by_dir[name], np.array(scope.get(name)))
     with pytest.raises(ValueError, match="pass var_list"):
         fluid.load_program_state(str(tmp_path / "one" / "all"))
+    with pytest.raises(TypeError, match="must be variable, got str 'fc_0.w_0'"):  # as Fluid
+        fluid.load_program_state(str(tmp_path / "one" / "all"), var_list=["fc_0.w_0"])
+    with pytest.raises(TypeError, match="must be variable"):
+        fluid.load_program_state(str(tmp_path / "dir"), var_list=["fc_0.w_0"])
     with pytest.raises(FileNotFoundError, match="neither"):
         fluid.load_program_state(str(tmp_path / "nothing"))
 
