@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dask_fluid as fluid
+from dask_fluid.distributed.comm.ports import held_ports
 from dask_fluid.transpiler import DistributeTranspiler, DistributeTranspilerConfig
 
 HERE = Path(__file__).parent
@@ -37,25 +37,9 @@ def command(script: Path, *args: str, via_run: bool) -> list[str]:
 
 
 @contextmanager
-def held_ports(n: int) -> Iterator[list[int]]:
-    """``n`` distinct ports held for the ``with`` block, bound on every address but not
-    listening. A port merely found free and released may be taken by a test running beside
-    (pytest-xdist) before our server listens on it; a held one is never handed to another
-    ``bind(0)``, connecting to it is refused, and our servers may still listen on it on any
-    loopback address, since they bind with SO_REUSEADDR (``socket.create_server``) as the
-    hold does."""
-    with ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("", 0))
-        yield [s.getsockname()[1] for s in socks]
-
-
-@contextmanager
 def port_nobody_serves() -> Iterator[int]:
-    """A port held for the ``with`` block (:func:`held_ports`) that nobody serves: connecting
-    to it is refused, and a pserver under test may still listen on it."""
+    """A port held for the ``with`` block (:func:`.held_ports`) that nobody serves:
+    connecting to it is refused, and a pserver under test may still listen on it."""
     with held_ports(1) as [port]:
         yield port
 

@@ -15,6 +15,7 @@ transpile mode (``DistributeTranspilerConfig.mode = "collective"``) with its ``c
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -832,3 +833,36 @@ def test_paddle_launch_cluster_and_gpus_follow_paddle_18(monkeypatch):
         get_gpus("2")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert get_gpus("0, 1") == ["0", "1"]
+
+
+PORT_PROBE = '''
+import errno, json, os, socket, sys
+port = int(os.environ["PADDLE_CURRENT_ENDPOINT"].rsplit(":", 1)[1])
+plain = socket.socket()
+try:
+    plain.bind(("", port))   # what another process's bind would meet
+    taken = None
+except OSError as exc:
+    taken = exc.errno
+server = socket.create_server(("127.0.0.1", port))  # the trainer's own server still listens
+with socket.create_connection(("127.0.0.1", port), timeout=5):
+    pass
+json.dump({"port": port, "plain_bind": taken},
+          open(sys.argv[1].format(rank=os.environ["PADDLE_TRAINER_ID"]), "w"))
+'''
+
+
+def test_paddle_launch_holds_its_trainers_ports_until_they_exit(tmp_path):
+    """Paddle's launcher finds free ports and lets them go before its trainers bind them; ours
+    holds them (bound, not listening) for the job, so no other process takes one meanwhile."""
+    script = tmp_path / "probe.py"
+    script.write_text(PORT_PROBE)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PADDLE_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "dask_fluid.cli", "run", "-m", "paddle.distributed.launch",
+         "--selected_gpus=0,1", str(script), str(tmp_path / "p{rank}.json")],
+        cwd=tmp_path, env={**base, "CPU_NUM": "1"}, capture_output=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    probes = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("p*.json"))]
+    assert len(probes) == 2 and probes[0]["port"] != probes[1]["port"]
+    assert all(p["plain_bind"] == errno.EADDRINUSE for p in probes), probes

@@ -29,8 +29,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import IO
+
+from dask_fluid.distributed.comm.ports import held_ports
 
 __all__ = ["Trainer", "free_ports", "get_cluster", "get_gpus", "launch", "main"]
 
@@ -120,17 +123,10 @@ def get_gpus(selected_gpus: str | None) -> list[str]:
 
 
 def free_ports(n: int) -> list[int]:
-    """``n`` ports free on this host now (for trainer endpoints on one node)."""
-    import socket  # noqa: PLC0415
-
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """``n`` ports free on this host now (Paddle's ``find_free_ports``; :func:`launch` holds
+    its ports until the trainers exit instead, :func:`.held_ports`)."""
+    with held_ports(n) as ports:
+        return ports
 
 
 def get_cluster(node_ips: Sequence[str], node_ip: str, ports: Sequence[int],
@@ -154,7 +150,7 @@ def get_cluster(node_ips: Sequence[str], node_ip: str, ports: Sequence[int],
     return endpoints, mine
 
 
-def _cluster_from_args(args: argparse.Namespace, gpus: list[str]
+def _cluster_from_args(args: argparse.Namespace, gpus: list[str], hold: ExitStack
                        ) -> tuple[list[str], list[Trainer]]:
     node_ips = [ip.strip() for ip in args.cluster_node_ips.split(",") if ip.strip()]
     node_ip, started = args.node_ip, args.started_port
@@ -166,7 +162,9 @@ def _cluster_from_args(args: argparse.Namespace, gpus: list[str]
         node_ips = [ip.strip() for ip in os.environ["PADDLE_TRAINERS"].split(",")]
         node_ip, started = os.environ["POD_IP"], int(os.environ["PADDLE_PORT"])
     if len(node_ips) <= 1 and started is None:
-        ports = free_ports(len(gpus))
+        # held while the job runs: another process's bind(0) cannot take one before its
+        # trainer listens (the trainers' servers bind with SO_REUSEADDR)
+        ports = hold.enter_context(held_ports(len(gpus)))
     else:
         first = 6070 if started is None else started
         ports = list(range(first, first + len(gpus)))
@@ -257,13 +255,14 @@ def launch(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     """Start this node's trainers and watch them; the exit status of the job on this node."""
     out = sys.stdout if out is None else out
     gpus = get_gpus(args.selected_gpus)
-    endpoints, trainers = _cluster_from_args(args, gpus)
-    logger.info("trainers %s; this node: %s", endpoints, [t.endpoint for t in trainers])
-    if not os.path.exists(args.training_script):
-        raise ValueError(f"training script {args.training_script!r} does not exist")
-    _start(trainers, endpoints, args.training_script, list(args.training_script_args),
-           args.log_dir, single_node=len({e.rsplit(":", 1)[0] for e in endpoints}) == 1)
-    return _watch(trainers, len(endpoints), out)
+    with ExitStack() as hold:
+        endpoints, trainers = _cluster_from_args(args, gpus, hold)
+        logger.info("trainers %s; this node: %s", endpoints, [t.endpoint for t in trainers])
+        if not os.path.exists(args.training_script):
+            raise ValueError(f"training script {args.training_script!r} does not exist")
+        _start(trainers, endpoints, args.training_script, list(args.training_script_args),
+               args.log_dir, single_node=len({e.rsplit(":", 1)[0] for e in endpoints}) == 1)
+        return _watch(trainers, len(endpoints), out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
