@@ -12,6 +12,7 @@ from .. import unique_name
 from ..framework import Variable, install_hook
 from ..initializer import ConstantInitializer, NumpyArrayInitializer
 from ..layer_helper import LayerHelper
+from ..ops.math_ops import ew_out_shape
 from ..param_attr import ParamAttr
 from .tensor import (
     _check_var,
@@ -225,7 +226,10 @@ def _elementwise(op_type: str, x: Variable, y: Variable, axis: int, act: str | N
     _check_var(x, "x", op_type)
     _check_var(y, "y", op_type)
     helper = LayerHelper(op_type, name)
-    out = helper.create_tmp(dtype=x.dtype, shape=x.shape)
+    shape = x.shape
+    if x.shape is not None and y.shape is not None:  # Fluid's InferShape: the broadcast shape
+        shape = ew_out_shape(x.shape, y.shape, axis, op_type)
+    out = helper.create_tmp(dtype=x.dtype, shape=shape)
     helper.append_op(op_type, inputs={"X": [x], "Y": [y]}, outputs={"Out": [out]},
                      attrs={"axis": axis})
     return helper.append_activation(out, act)

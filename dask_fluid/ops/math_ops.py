@@ -9,6 +9,7 @@ optimizer state, so sharing is safe and saves a copy on the hot path.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -91,29 +92,72 @@ def mul_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
 # elementwise binary ops with Fluid broadcasting
 
 
-def _y_bshape(x_shape: tuple, y_shape: tuple, axis: int, op: str) -> tuple:
-    """Y's shape padded with 1s so that numpy broadcasting puts it at ``axis`` of X.
-
-    Fluid aligns Y with dims ``[axis, axis + rank(Y))`` of X (``axis=-1``: at the end) after
-    dropping Y's trailing 1s. When Y has more dims than X (``2.0 - x`` written as
-    ``elementwise_sub(const, x)``), plain numpy broadcasting applies.
-    """
-    x_shape, y_shape = tuple(x_shape), tuple(y_shape)
-    if x_shape == y_shape or len(y_shape) > len(x_shape):
-        return y_shape
+def _aligned(big: tuple, small: tuple, axis: int, op: str, slots: tuple[str, str]) -> tuple:
+    """``small`` padded with 1s so that numpy broadcasting puts it at dims
+    ``[axis, axis + rank)`` of ``big`` (``axis=-1``: at the end) after dropping its trailing
+    1s, as Fluid's ``get_mid_dims``; ``slots`` name the two operands in errors."""
     if axis == -1:
-        axis = len(x_shape) - len(y_shape)
-    trimmed = list(y_shape)
+        axis = len(big) - len(small)
+    trimmed = list(small)
     while trimmed and trimmed[-1] == 1:
         trimmed.pop()
-    tail = len(x_shape) - axis - len(trimmed)
+    tail = len(big) - axis - len(trimmed)
+    # Fluid 1.8's common broadcast: an aligned pair is equal or either side is 1 (-1: a
+    # dim not known before the run)
     ok = 0 <= axis and tail >= 0 and all(
-        t in (1, x_shape[axis + i]) for i, t in enumerate(trimmed))
+        t == b or 1 in (t, b) or -1 in (t, b) for t, b in zip(trimmed, big[axis:], strict=False))
     if not ok:
-        raise ValueError(f"{op}: Y of shape {list(y_shape)} cannot broadcast to X of shape "
-                         f"{list(x_shape)} at axis {axis}: Y's dims must match X's dims "
-                         f"[axis, axis + rank(Y))")
+        small_name, big_name = slots
+        raise ValueError(f"{op}: {small_name} of shape {list(small)} cannot broadcast with "
+                         f"{big_name} of shape {list(big)} at axis {axis}: {small_name}'s dims "
+                         f"must equal {big_name}'s dims [axis, axis + rank({small_name})) or "
+                         "be 1 on one side")
     return (1,) * axis + tuple(trimmed) + (1,) * tail
+
+
+def ew_shapes(x_shape: Sequence[int], y_shape: Sequence[int], axis: int, op: str
+              ) -> tuple[tuple, tuple]:
+    """X's and Y's shapes padded with 1s so that numpy broadcasting gives Fluid's.
+
+    Fluid (``ElementwiseComputeEx``) aligns the operand of lower rank (Y when the ranks are
+    equal) with dims ``[axis, axis + rank)`` of the other; each aligned pair of dims is equal
+    or has a 1 on either side, so Out may be larger than both (X ``[2, 3, 1]`` + Y
+    ``[2, 1, 4]`` is ``[2, 3, 4]``).
+
+    Raises
+    ------
+    ValueError
+        The shapes do not broadcast so.
+    """
+    x_shape, y_shape = tuple(x_shape), tuple(y_shape)
+    if x_shape == y_shape:
+        return x_shape, y_shape
+    if len(x_shape) >= len(y_shape):
+        return x_shape, _aligned(x_shape, y_shape, axis, op, ("Y", "X"))
+    return _aligned(y_shape, x_shape, axis, op, ("X", "Y")), y_shape
+
+
+def ew_out_shape(x_shape: Sequence[int], y_shape: Sequence[int], axis: int, op: str
+                 ) -> tuple:
+    """Out's shape before the run (Fluid's ``GetBroadcastDimsArrays``: a dim larger than 1 on
+    either side wins, -1 stays unknown)."""
+    xb, yb = ew_shapes(x_shape, y_shape, axis, op)
+    if xb == yb:
+        return xb
+    return tuple(max(a, b) if a > 1 or b > 1 or a == b == 1 else -1
+                 for a, b in zip(xb, yb, strict=True))
+
+
+def _y_bshape(x_shape: tuple, y_shape: tuple, axis: int, op: str) -> tuple:
+    """Y's broadcast shape (:func:`ew_shapes`) where X keeps its own."""
+    return ew_shapes(x_shape, y_shape, axis, op)[1]
+
+
+def _ew_operands(ins: dict, attrs: dict, op: str) -> tuple[Any, Any]:
+    """X and Y of an elementwise op, reshaped for numpy broadcasting (:func:`ew_shapes`)."""
+    x, y = ins["X"][0], ins["Y"][0]
+    xs, ys = ew_shapes(x.shape, y.shape, attrs.get("axis", -1), op)
+    return x.reshape(xs), y.reshape(ys)
 
 
 def _unbroadcast(g: Any, shape: tuple) -> Any:
@@ -144,26 +188,26 @@ def _ew_register(type: str, forward, dx, dy, fwd_slots=("X", "Y"), sparse_x: boo
                 raise ValueError(f"{type}: if X is sparse (SelectedRows), Y must be a scalar, "
                                  f"got shape {list(y.shape)}")
             return {"Out": [SelectedRows(x.rows, forward(x.value, y.reshape(())), x.height)]}
-        yb = y.reshape(_y_bshape(x.shape, y.shape, attrs.get("axis", -1), type))
-        return {"Out": [forward(x, yb)]}
+        xs, ys = ew_shapes(x.shape, y.shape, attrs.get("axis", -1), type)
+        return {"Out": [forward(x.reshape(xs), y.reshape(ys))]}
 
     @grad_register
     def grad(ins: dict, attrs: dict, outs: tuple) -> dict:
         x, y = ins["X"][0], ins["Y"][0]
-        bshape = _y_bshape(x.shape, y.shape, attrs.get("axis", -1), type)
-        yb = y.reshape(bshape)
+        xs, ys = ew_shapes(x.shape, y.shape, attrs.get("axis", -1), type)
+        xb, yb = x.reshape(xs), y.reshape(ys)
         out = ins.get("Out", [None])[0]
         dout = ins["Out" + GRAD][0]
         if dout is None:
-            dout = array_module(x).zeros(np.broadcast_shapes(x.shape, bshape), x.dtype)
+            dout = array_module(x).zeros(np.broadcast_shapes(xs, ys), x.dtype)
         res = {}
         if "X" + GRAD in outs:
-            res["X" + GRAD] = [_unbroadcast(dx(x, yb, out, dout), x.shape)]
+            res["X" + GRAD] = [_unbroadcast(dx(xb, yb, out, dout), xs).reshape(x.shape)]
         if "Y" + GRAD in outs:
-            res["Y" + GRAD] = [_unbroadcast(dy(x, yb, out, dout), bshape).reshape(y.shape)]
+            res["Y" + GRAD] = [_unbroadcast(dy(xb, yb, out, dout), ys).reshape(y.shape)]
         return res
 
-    kernel.__doc__ = f"Fluid's {type} with axis broadcasting of Y into X."
+    kernel.__doc__ = f"Fluid's {type} with Fluid's broadcasting (:func:`ew_shapes`)."
     grad.__doc__ = f"Gradients of {type}, summed over the broadcast axes."
     return kernel, grad
 
@@ -190,17 +234,15 @@ _ew_register("elementwise_pow", lambda x, y: x ** y,
 @register("less_than", ("X", "Y"), ("Out",), {"axis": -1, "force_cpu": False})
 def less_than(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = X < Y (bool), with elementwise broadcasting."""
-    x, y = ins["X"][0], ins["Y"][0]
-    yb = y.reshape(_y_bshape(x.shape, y.shape, attrs.get("axis", -1), "less_than"))
-    return {"Out": [x < yb]}
+    x, y = _ew_operands(ins, attrs, "less_than")
+    return {"Out": [x < y]}
 
 
 @register("equal", ("X", "Y"), ("Out",), {"axis": -1, "force_cpu": False})
 def equal(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = X == Y (bool), with elementwise broadcasting."""
-    x, y = ins["X"][0], ins["Y"][0]
-    yb = y.reshape(_y_bshape(x.shape, y.shape, attrs.get("axis", -1), "equal"))
-    return {"Out": [x == yb]}
+    x, y = _ew_operands(ins, attrs, "equal")
+    return {"Out": [x == y]}
 
 
 @register("logical_and", ("X", "Y"), ("Out",))
@@ -235,8 +277,7 @@ def _trunc_div(xp: Any, x: Any, y: Any) -> Any:
 for _type, _fn in (("elementwise_mod", "mod"), ("elementwise_floordiv", "trunc_div")):
     def _integer_ew(ins: dict, attrs: dict, outs: tuple, _type: str = _type,
                     _fn: str = _fn) -> dict:
-        x, y = ins["X"][0], ins["Y"][0]
-        yb = y.reshape(_y_bshape(x.shape, y.shape, attrs.get("axis", -1), _type))
+        x, yb = _ew_operands(ins, attrs, _type)
         xp = array_module(x)
         if x.dtype.kind in "iu" and not bool((yb != 0).all()):
             raise ZeroDivisionError(f"{_type}: Integer division by zero encountered (Y holds "
@@ -471,9 +512,8 @@ for _type, _cmp in (("less_equal", lambda x, y: x <= y), ("greater_than", lambda
                     ("greater_equal", lambda x, y: x >= y), ("not_equal", lambda x, y: x != y)):
 
     def _compare_kernel(ins: dict, attrs: dict, outs: tuple, _type=_type, _cmp=_cmp) -> dict:
-        x, y = ins["X"][0], ins["Y"][0]
-        yb = y.reshape(_y_bshape(x.shape, y.shape, attrs.get("axis", -1), _type))
-        return {"Out": [_cmp(x, yb)]}
+        x, y = _ew_operands(ins, attrs, _type)
+        return {"Out": [_cmp(x, y)]}
 
     _compare_kernel.__doc__ = f"Out = {_type}(X, Y) (bool), with elementwise broadcasting."
     register(_type, ("X", "Y"), ("Out",), {"axis": -1, "force_cpu": False})(_compare_kernel)

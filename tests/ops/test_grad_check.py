@@ -62,7 +62,11 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
     ]
     shapes = [("same", (3, 4), (3, 4), -1), ("bias", (3, 4), (4,), -1),
               ("axis0", (3, 4), (3,), 0), ("axis1_4d", (2, 3, 4, 2), (3, 4), 1),
-              ("trailing1", (3, 4), (3, 1), -1), ("scalar_y", (3, 4), (1,), -1)]
+              ("trailing1", (3, 4), (3, 1), -1), ("scalar_y", (3, 4), (1,), -1),
+              # Fluid 1.8's common broadcast: 1s on both sides, Out larger than X and Y
+              ("common", (2, 3, 1, 4), (2, 1, 5, 1), -1),
+              ("common_axis", (2, 1, 4), (3, 1), 1),
+              ("x_smaller_axis", (3,), (2, 3, 4), 1)]
     for op in ("elementwise_add", "elementwise_sub", "elementwise_mul"):
         c[op] = [(sid, {"X": [n(xs)], "Y": [n(ys)]}, {"axis": ax}) for sid, xs, ys, ax in shapes]
         c[op].append(("x_smaller", {"X": [n((1,))], "Y": [n((3, 4))]}, {}))

@@ -36,6 +36,10 @@ def test_mul_flattens_by_num_col_dims():
     ((2, 3), (2,), 0, (2, 1)),
     ((2, 3), (2, 1), -1, (2, 1)),
     ((2, 3), (1,), -1, (1, 1)),
+    # Fluid 1.8's common broadcast (test_elementwise_add_op.py's commonuse cases)
+    ((2, 3, 4), (1, 1), -1, (1, 1, 1)),
+    ((10, 3, 1, 4), (10, 1, 12, 1), -1, (10, 1, 12, 1)),
+    ((2, 1, 4), (3, 1), 1, (1, 3, 1)),
 ])
 def test_elementwise_fluid_broadcasting(xs, ys, axis, bshape):
     rng = np.random.default_rng(0)
@@ -44,10 +48,35 @@ def test_elementwise_fluid_broadcasting(xs, ys, axis, bshape):
     np.testing.assert_allclose(out, x + y.reshape(bshape))
 
 
+def test_elementwise_x_of_lower_rank_is_aligned_in_y_at_axis():
+    # ElementwiseComputeEx with is_xsize_larger false: X, its trailing 1s dropped, at axis
+    x, y = np.arange(3.0).reshape(3, 1), np.ones((2, 3, 4))
+    out = run_op("elementwise_sub", {"X": [x], "Y": [y]}, {"axis": 1})["Out"][0]
+    np.testing.assert_array_equal(out, x.reshape(1, 3, 1) - y)
+    out = run_op("elementwise_mul", {"X": [np.arange(2.0)], "Y": [y]}, {"axis": 0})["Out"][0]
+    np.testing.assert_array_equal(out, np.arange(2.0).reshape(2, 1, 1) * y)
+
+
 def test_elementwise_bad_broadcast_names_op_and_shapes():
     with pytest.raises(ValueError, match=r"elementwise_mul: Y of shape \[5\] cannot broadcast "
-                                         r"to X of shape \[2, 3\]"):
+                                         r"with X of shape \[2, 3\] at axis 1"):
         run_op("elementwise_mul", {"X": [np.ones((2, 3))], "Y": [np.ones(5)]})
+    with pytest.raises(ValueError, match=r"X of shape \[2, 3\] cannot broadcast with Y"):
+        run_op("elementwise_add", {"X": [np.ones((2, 3))], "Y": [np.ones((2, 2, 2))]})
+
+
+def test_elementwise_out_shape_before_the_run_is_the_broadcast_shape():
+    import dask_fluid as fluid
+
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        x = fluid.layers.data("x", shape=[3, 1], dtype="float32")  # [-1, 3, 1]
+        y = fluid.layers.data("y", shape=[1, 4], dtype="float32")
+        assert fluid.layers.elementwise_add(x, y).shape == (-1, 3, 4)
+        assert (x * y).shape == (-1, 3, 4)
+        b = fluid.layers.data("b", shape=[5, 1, 1], dtype="float32", append_batch_size=False)
+        assert fluid.layers.elementwise_max(x, b).shape == (5, 3, 1)  # -1 meets 5
+        assert fluid.layers.elementwise_add(x, fluid.layers.data("z", shape=[1])).shape == (
+            -1, 3, 1)
 
 
 def test_activations_and_reductions():
