@@ -201,10 +201,14 @@ def _ew_register(type: str, forward, dx, dy, fwd_slots=("X", "Y"), sparse_x: boo
         if dout is None:
             dout = array_module(x).zeros(np.broadcast_shapes(xs, ys), x.dtype)
         res = {}
+        # a gradient has its variable's dtype (an integer pow's dY = dOut·log(X)·Out is
+        # truncated, as Fluid's kernel of that dtype computes it)
         if "X" + GRAD in outs:
-            res["X" + GRAD] = [_unbroadcast(dx(xb, yb, out, dout), xs).reshape(x.shape)]
+            res["X" + GRAD] = [_unbroadcast(dx(xb, yb, out, dout), xs).reshape(x.shape)
+                               .astype(x.dtype, copy=False)]
         if "Y" + GRAD in outs:
-            res["Y" + GRAD] = [_unbroadcast(dy(xb, yb, out, dout), ys).reshape(y.shape)]
+            res["Y" + GRAD] = [_unbroadcast(dy(xb, yb, out, dout), ys).reshape(y.shape)
+                               .astype(y.dtype, copy=False)]
         return res
 
     kernel.__doc__ = f"Fluid's {type} with Fluid's broadcasting (:func:`ew_shapes`)."
@@ -218,7 +222,17 @@ _ew_register("elementwise_sub", lambda x, y: x - y,
              lambda x, y, o, d: d, lambda x, y, o, d: -d)
 _ew_register("elementwise_mul", lambda x, y: x * y,
              lambda x, y, o, d: d * y, lambda x, y, o, d: d * x, sparse_x=True)
-_ew_register("elementwise_div", lambda x, y: x / y,
+def _divide(x: Any, y: Any) -> Any:
+    """Fluid's DivFunctor: ``x / y``, truncated for integers (C++ integer division)."""
+    if x.dtype.kind not in "iu":
+        return x / y
+    if not bool((y != 0).all()):
+        raise ZeroDivisionError("elementwise_div: Integer division by zero encountered (Y "
+                                "holds a zero)")
+    return _trunc_div(array_module(x), x, y).astype(x.dtype, copy=False)
+
+
+_ew_register("elementwise_div", _divide,
              lambda x, y, o, d: d / y, lambda x, y, o, d: -d * o / y,
              fwd_slots=("X", "Y", "Out"))
 _ew_register("elementwise_max", lambda x, y: array_module(x).maximum(x, y),

@@ -717,3 +717,24 @@ def test_group_norm_gather_nd_pixel_shuffle_maxout_against_loops():
                                 "Out@GRAD": [np.full((1, 1, 1, 1), 5.0)]},
                 {"groups": 2})["X@GRAD"][0]
     np.testing.assert_array_equal(dx.ravel(), [5.0, 0.0])  # a tie: the first maximum only
+
+
+def test_integer_elementwise_div_truncates_as_cpp_and_refuses_zero():
+    # Fluid's DivFunctor on int tensors is C++ integer division (test_elementwise_div_op's
+    # TestElementwiseDivOp_INT), not a float quotient
+    x, y = np.array([7, -7, 6, 1], np.int32), np.array([2, 2, -4, 3], np.int32)
+    out = run_op("elementwise_div", {"X": [x], "Y": [y]})["Out"][0]
+    assert out.dtype == np.int32
+    np.testing.assert_array_equal(out, [3, -3, -1, 0])
+    with pytest.raises(ZeroDivisionError, match="elementwise_div: Integer division by zero"):
+        run_op("elementwise_div", {"X": [x], "Y": [np.zeros(4, np.int32)]})
+
+
+def test_elementwise_grads_keep_the_variables_dtype():
+    # test_elementwise_pow_op's TestElementwisePowGradOpInt: dY = dOut·log(X)·X^Y, truncated
+    x, y = np.array([1, 3, 6]), np.array([1, 1, 1])
+    g = run_op("elementwise_pow_grad", {"X": [x], "Y": [y], "Out": [x ** y],
+                                        "Out@GRAD": [np.ones(3, x.dtype)]})
+    assert g["Y@GRAD"][0].dtype == y.dtype
+    np.testing.assert_array_equal(g["Y@GRAD"][0], [0, 3, 10])
+    np.testing.assert_array_equal(g["X@GRAD"][0], [1, 1, 1])
