@@ -180,12 +180,34 @@ def convert_dtype(dtype: Any) -> str:
     return name
 
 
+def convert_np_dtype_to_dtype_(np_dtype: Any) -> str:
+    """Fluid's name for a numpy dtype (Fluid 1.8's ``framework.convert_np_dtype_to_dtype_``;
+    its ``VarType`` values are these names here, see :class:`VarType`)."""
+    return convert_dtype(np_dtype)
+
+
 class VarType:
+    """Fluid's ``core.VarDesc.VarType``: a variable's type and, for tensors, its dtype.
+
+    The dtype members are the dtype names, so ``var.dtype == VarType.FP32`` and
+    ``layers.cast(x, VarType.INT64)`` read as in Fluid. ``INT16`` exists in Fluid's enum, but
+    no op here takes int16 tensors (:func:`convert_dtype` refuses it).
+    """
+
     LOD_TENSOR = "lod_tensor"
     SELECTED_ROWS = "selected_rows"
     RAW = "raw"
     STEP_SCOPES = "step_scopes"
     LOD_TENSOR_ARRAY = "lod_tensor_array"
+    BOOL = "bool"
+    INT16 = "int16"
+    INT32 = "int32"
+    INT64 = "int64"
+    FP16 = "float16"
+    FP32 = "float32"
+    FP64 = "float64"
+    UINT8 = "uint8"
+    INT8 = "int8"
 
 
 class Variable:

@@ -3,7 +3,8 @@
 Implemented: :func:`is_compiled_with_cuda` (True when CuPy can use a GPU),
 :func:`get_cuda_device_count`, the places, :class:`Scope`, :class:`LoDTensor`
 (:mod:`dask_fluid.lod`), :class:`EOFException`, :class:`VarBase` (the dygraph variable,
-for ``isinstance`` checks) and :func:`grad_var_suffix`. Any other name (the inference
+for ``isinstance`` checks), :func:`grad_var_suffix` and ``VarDesc.VarType`` (a variable's
+type and dtype: ``VarDesc.VarType.FP32`` is ``"float32"`` here). Any other name (the inference
 predictor: ``PaddleTensor``, ``NativeConfig``, ``create_paddle_predictor`` ...) raises
 AttributeError naming it.
 """
@@ -15,14 +16,20 @@ from typing import Any
 from ..compiler import _cuda_device_count
 from ..dygraph.varbase import VarBase
 from ..executor import CPUPlace, CUDAPlace, Scope
-from ..framework import GRAD_SUFFIX
+from ..framework import GRAD_SUFFIX, VarType
 from ..lod import LoDTensor
 from ..places import CUDAPinnedPlace
 from ..py_reader import EOFException
 
 __all__ = ["CPUPlace", "CUDAPinnedPlace", "CUDAPlace", "EOFException", "LoDTensor", "Place",
-           "Scope", "VarBase", "get_cuda_device_count", "grad_var_suffix",
+           "Scope", "VarBase", "VarDesc", "get_cuda_device_count", "grad_var_suffix",
            "is_compiled_with_cuda"]
+
+
+class VarDesc:
+    """Fluid's ``core.VarDesc``, for its ``VarType`` enum (:class:`.framework.VarType`)."""
+
+    VarType = VarType
 
 
 class Place:

@@ -225,8 +225,27 @@ def test_core_cuda_and_places(paddle):
     assert core.is_compiled_with_cuda() is (gpus > 0)
     assert core.get_cuda_device_count() == gpus
     assert core.CPUPlace is dask_fluid.CPUPlace and core.Scope is dask_fluid.Scope
-    with pytest.raises(AttributeError, match=r"paddle\.fluid\.core\.VarDesc is not implemented"):
-        core.VarDesc  # noqa: B018
+    with pytest.raises(AttributeError, match=r"paddle\.fluid\.core\.OpDesc is not implemented"):
+        core.OpDesc  # noqa: B018
+
+
+def test_core_vardesc_vartype_reads_as_in_fluid(paddle):
+    # scripts compare and pass dtypes as core.VarDesc.VarType members, and convert numpy
+    # dtypes with framework.convert_np_dtype_to_dtype_
+    from paddle.fluid import core
+    from paddle.fluid.framework import convert_np_dtype_to_dtype_
+
+    VarType = core.VarDesc.VarType
+    with paddle.fluid.program_guard(paddle.fluid.Program(), paddle.fluid.Program()):
+        x = paddle.fluid.layers.data("x", shape=[3], dtype="float32")
+        y = paddle.fluid.layers.cast(x, VarType.INT64)
+        assert x.dtype == VarType.FP32 and y.dtype == VarType.INT64 == "int64"
+        assert x.type == VarType.LOD_TENSOR
+        assert paddle.fluid.layers.fill_constant([2], VarType.FP64, 1.0).dtype == "float64"
+    assert convert_np_dtype_to_dtype_(np.float16) == VarType.FP16
+    assert convert_np_dtype_to_dtype_(np.dtype("int32")) == VarType.INT32
+    with pytest.raises(TypeError, match="not supported"):
+        convert_np_dtype_to_dtype_(np.complex64)
 
 
 def test_core_lod_tensor_is_dask_fluids(paddle):
