@@ -639,3 +639,13 @@ def gradients(targets: Variable | Sequence[Variable], inputs: Variable | Sequenc
         gname = renamed.get(gname, given_names.get(gname, gname))
         out.append(block.var(gname) if gname in written and block.has_var(gname) else None)
     return out
+
+
+def calc_gradient(targets: Variable | Sequence[Variable], inputs: Variable | Sequence[Variable],
+                  target_gradients: Variable | Sequence[Variable | None] | None = None,
+                  no_grad_set: Iterable[Variable | str] | None = None
+                  ) -> Variable | None | list[Variable | None]:
+    """:func:`gradients`, but one input's gradient comes back alone, not in a list (Fluid
+    1.8's ``backward.calc_gradient``, which ``fluid.gradients`` wraps)."""
+    grads = gradients(targets, inputs, target_gradients, no_grad_set)
+    return grads[0] if len(grads) == 1 else grads

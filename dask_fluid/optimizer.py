@@ -54,11 +54,20 @@ from .regularizer import L1DecayRegularizer, L2DecayRegularizer, append_regulari
 logger = logging.getLogger("dask_fluid.optimizer")
 
 
-def _check_betas(beta1: float, beta2: float) -> tuple[float, float]:
+def _check_betas(beta1: Any, beta2: Any, allow_variable: bool = False) -> tuple[Any, Any]:
+    """The betas as floats in [0, 1); with ``allow_variable`` (Adam, as Fluid 1.8) a Variable
+    stays one, its value known only when the program runs."""
+    out = []
     for arg, val in (("beta1", beta1), ("beta2", beta2)):
+        if isinstance(val, Variable):
+            if not allow_variable:
+                raise TypeError(f"{arg} must be a float here, got a Variable ({val.name!r})")
+            out.append(val)
+            continue
         if not 0.0 <= float(val) < 1.0:
             raise ValueError(f"{arg} must be in [0, 1), got {val}")
-    return float(beta1), float(beta2)
+        out.append(float(val))
+    return out[0], out[1]
 
 
 def _check_learning_rate(value: Any) -> float:
@@ -506,41 +515,60 @@ class LarsMomentumOptimizer(MomentumOptimizer):
 
 
 class AdamOptimizer(Optimizer):
-    """Adam (Fluid 1.x form: bias correction folded into the step size)."""
+    """Adam (Fluid 1.x form: bias correction folded into the step size).
+
+    As in Fluid 1.8, ``beta1`` and ``beta2`` may each be a float or a ``[1]`` float32
+    Variable. A Variable is read by the ``adam`` op at run time (its ``Beta1Tensor`` /
+    ``Beta2Tensor`` input; in dygraph mode its value at each step, as an attr), and its
+    ``beta_pow`` accumulator starts, as Fluid's does, at 0.9 (β1) or 0.999 (β2), not at the
+    Variable's value.
+    """
 
     type = "adam"
 
-    def __init__(self, learning_rate: float | Variable = 0.001, beta1: float = 0.9,
-                 beta2: float = 0.999, epsilon: float = 1e-8, parameter_list: Any = None,
+    def __init__(self, learning_rate: float | Variable = 0.001,
+                 beta1: float | Variable = 0.9, beta2: float | Variable = 0.999,
+                 epsilon: float = 1e-8, parameter_list: Any = None,
                  regularization: Any = None, grad_clip: Any = None,
                  name: str | None = None, lazy_mode: bool = False) -> None:
         super().__init__(learning_rate, parameter_list, regularization, grad_clip, name)
-        self._beta1, self._beta2 = _check_betas(beta1, beta2)
+        self._beta1, self._beta2 = _check_betas(beta1, beta2, allow_variable=True)
         self._epsilon = _check_positive("epsilon", epsilon)
         self._lazy_mode = bool(lazy_mode)
 
     def _create_accumulators(self, block, params):
+        # Fluid 1.8 starts the power of a Variable beta at the default beta's value
+        b1 = 0.9 if isinstance(self._beta1, Variable) else self._beta1
+        b2 = 0.999 if isinstance(self._beta2, Variable) else self._beta2
         for p in params:
             self._add_accumulator("moment1", p)
             self._add_accumulator("moment2", p)
-            self._add_accumulator("beta1_pow_acc", p, self._beta1, [1])
-            self._add_accumulator("beta2_pow_acc", p, self._beta2, [1])
+            self._add_accumulator("beta1_pow_acc", p, b1, [1])
+            self._add_accumulator("beta2_pow_acc", p, b2, [1])
 
     def _append_optimize_op(self, block, pg):
         p, g = pg
         m1, m2 = self._acc("moment1", p), self._acc("moment2", p)
+        inputs = {"Param": [p], "Grad": [g], "LearningRate": [self._param_lr(block, p)],
+                  "Moment1": [m1], "Moment2": [m2],
+                  "Beta1Pow": [self._acc("beta1_pow_acc", p)],
+                  "Beta2Pow": [self._acc("beta2_pow_acc", p)]}
+        attrs: dict[str, Any] = {"epsilon": self._epsilon, "lazy_mode": self._lazy_mode}
+        for n, beta in ((1, self._beta1), (2, self._beta2)):
+            if not isinstance(beta, Variable):
+                attrs[f"beta{n}"] = beta
+            elif in_dygraph_mode():
+                # Fluid 1.8's dygraph Adam passes the Variable's value now as the attr
+                attrs[f"beta{n}"] = float(np.asarray(beta.numpy()).reshape(-1)[0])
+            else:
+                inputs[f"Beta{n}Tensor"] = [beta]
         return block.append_op(
-            "adam",
-            inputs={"Param": [p], "Grad": [g], "LearningRate": [self._param_lr(block, p)],
-                    "Moment1": [m1], "Moment2": [m2],
-                    "Beta1Pow": [self._acc("beta1_pow_acc", p)],
-                    "Beta2Pow": [self._acc("beta2_pow_acc", p)]},
+            "adam", inputs=inputs,
             # Fluid 1.8: the op advances the beta powers itself (no scale ops after it)
             outputs={"ParamOut": [p], "Moment1Out": [m1], "Moment2Out": [m2],
                      "Beta1PowOut": [self._acc("beta1_pow_acc", p)],
                      "Beta2PowOut": [self._acc("beta2_pow_acc", p)]},
-            attrs={"beta1": self._beta1, "beta2": self._beta2, "epsilon": self._epsilon,
-                   "lazy_mode": self._lazy_mode})
+            attrs=attrs)
 
 
 class AdamaxOptimizer(Optimizer):
@@ -591,6 +619,8 @@ class LambOptimizer(AdamOptimizer):
                  parameter_list: Any = None, regularization: Any = None,
                  grad_clip: Any = None, exclude_from_weight_decay_fn: Any = None,
                  name: str | None = None) -> None:
+        # Fluid 1.8's lamb op has no beta tensor inputs (only Adam's does)
+        _check_betas(beta1, beta2)
         super().__init__(learning_rate, beta1, beta2, epsilon, parameter_list, regularization,
                          grad_clip, name)
         self._weight_decay = _check_positive("lamb_weight_decay", lamb_weight_decay,

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from .. import unique_name
-from ..framework import Variable, install_hook
+from ..framework import Variable, convert_dtype, install_hook
 from ..initializer import ConstantInitializer, NumpyArrayInitializer
 from ..layer_helper import LayerHelper
 from ..ops.math_ops import ew_out_shape
@@ -36,6 +36,19 @@ __all__ = [
     "soft_relu", "softmax", "softmax_with_cross_entropy", "softplus", "softsign", "sqrt", "square",
     "square_error_cost", "stanh", "swish", "tanh", "topk", "tree_conv",
 ]
+
+_FLOATS = ("float16", "float32", "float64")
+
+
+def _check_float(x: Any, arg: str, layer: str) -> Variable:
+    """``x`` a Variable of a float dtype, as Fluid 1.8's ``check_variable_and_dtype`` of the
+    layers that take only those (clip, dropout, fc): TypeError otherwise."""
+    _check_var(x, arg, layer)
+    dtype = convert_dtype(x.dtype)
+    if dtype not in _FLOATS:
+        raise TypeError(f"{layer}: {arg} must be float16, float32 or float64, got {dtype}")
+    return x
+
 
 def _unary(op_type: str, x: Variable, name: str | None = None,
            extra_inputs: dict | None = None, **attrs: Any) -> Variable:
@@ -129,7 +142,8 @@ def floor(x: Variable, name: str | None = None) -> Variable:
 
 
 def clip(x: Variable, min: float, max: float, name: str | None = None) -> Variable:
-    """Clip into ``[min, max]``."""
+    """Clip into ``[min, max]`` (a float ``x``, as Fluid 1.8)."""
+    _check_float(x, "x", "clip")
     if not min < max:
         raise ValueError(f"clip needs min < max, got min={min}, max={max}")
     return _unary("clip", x, name, min=float(min), max=float(max))
@@ -537,6 +551,8 @@ def fc(input: Variable | Sequence[Variable], size: int, num_flatten_dims: int = 
         Number of output units.
     num_flatten_dims : int
         Leading dims of the input kept as rows; the rest are flattened into the features.
+        -1, as in Fluid 1.8, is the first input's rank minus 1 (only its last dim is
+        features), and that number then serves every input, the ops' attrs and the bias.
     param_attr, bias_attr : ParamAttr, str, Initializer, None or False
         ``bias_attr=False`` drops the bias.
     act : str, optional
@@ -549,7 +565,11 @@ def fc(input: Variable | Sequence[Variable], size: int, num_flatten_dims: int = 
     attrs = param_attr if isinstance(param_attr, (list, tuple)) else [param_attr] * len(inputs)
     muls = []
     for x, pattr in zip(inputs, attrs, strict=False):
-        _check_var(x, "input", "fc")
+        _check_float(x, "input", "fc")
+        if num_flatten_dims == -1 and x.shape is not None:
+            # Fluid 1.8 resolves -1 at the first input and keeps the number: the mul and
+            # elementwise_add ops get it, never -1
+            num_flatten_dims = len(x.shape) - 1
         if x.shape is None or any(d <= 0 for d in x.shape[num_flatten_dims:]):
             raise ValueError(f"fc: input {x.name!r} needs known feature dims after "
                              f"num_flatten_dims={num_flatten_dims}, got shape {x.shape}")
@@ -735,7 +755,8 @@ def dropout(x: Variable, dropout_prob: float, is_test: bool = False, seed: int |
 
     As Fluid 1.8's: without a ``seed`` (None or 0), the main program's ``random_seed``, when
     set, is the op's fixed seed (``fix_seed``), so every run draws the same mask; with neither,
-    each run draws a new one."""
+    each run draws a new one. ``x`` must be a float Variable (Fluid 1.8's dtype check)."""
+    _check_float(x, "x", "dropout")
     if not 0.0 <= dropout_prob < 1.0:
         raise ValueError(f"dropout_prob must be in [0, 1), got {dropout_prob}")
     if dropout_implementation not in ("downgrade_in_infer", "upscale_in_train"):

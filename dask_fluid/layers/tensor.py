@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins  # this module defines Fluid's layers.sum and layers.range
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -221,25 +222,62 @@ def _the_array(items: Any, layer: str) -> Variable | None:
     return seq[0]
 
 
-def concat(input: Sequence[Variable] | Variable, axis: int = 0, name: str | None = None
-           ) -> Variable:
-    """Join tensors along ``axis``; the items of a tensor array (``input`` the array, or a
-    list of that one array), as Fluid 1.8 does, through ``tensor_array_to_tensor``."""
+def concat(input: Sequence[Variable] | Variable, axis: int | Variable = 0,
+           name: str | None = None) -> Variable:
+    """Join tensors along ``axis`` (the ``concat`` op).
+
+    As in Fluid 1.8: ``axis`` is an int or a ``[1]`` int32/int64 Variable (the op's
+    ``AxisTensor``, read at run time, so every dim of the result is unknown (-1) until then);
+    a single Variable for ``input`` is taken as a list of it (with a warning); the items of a
+    tensor array (``input`` the array, or a list of that one array) are joined through
+    ``tensor_array_to_tensor``.
+
+    Raises
+    ------
+    TypeError
+        An item that is not a Variable or not float16, float32, float64, int32 or int64; an
+        ``axis`` neither an int nor a Variable.
+    """
     array = _the_array(input, "concat")
     if array is not None:
+        if isinstance(axis, Variable):
+            raise TypeError("concat: the axis of a tensor array's items must be an int")
         return tensor_array_to_tensor(array, axis, name)[0]
-    helper = LayerHelper("concat", name)
+    if isinstance(input, Variable):
+        # Fluid 1.8 warns and takes the one Variable as the list
+        warnings.warn(f"The type of input in concat should be list, but received "
+                      f"{type(input)}.", stacklevel=2)
+        input = [input]
+    elif not isinstance(input, list):
+        input = list(input)  # a tuple: taken as its items here (Fluid 1.8 refuses it)
     if not input:
         raise ValueError("concat needs at least one input")
+    for i, v in enumerate(input):
+        _check_var(v, f"input[{i}]", "concat")
+        if convert_dtype(v.dtype) not in ("float16", "float32", "float64", "int32", "int64"):
+            raise TypeError(f"concat: input[{i}] must be float16, float32, float64, int32 or "
+                            f"int64, got {convert_dtype(v.dtype)}")
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer, Variable)):
+        raise TypeError(f"concat: axis must be an int or a Variable, got "
+                        f"{type(axis).__name__}")
+    helper = LayerHelper("concat", name)
+    inputs: dict[str, list[Variable]] = {"X": list(input)}
+    attrs: dict[str, Any] = {}
     shape = None
-    if all(v.shape is not None for v in input):
-        shape = list(input[0].shape)
-        ax = axis % len(shape)
-        sizes = [v.shape[ax] for v in input]
-        shape[ax] = -1 if any(s < 0 for s in sizes) else builtins.sum(sizes)
+    if isinstance(axis, Variable):
+        axis.stop_gradient = True
+        inputs["AxisTensor"] = [axis]
+        if input[0].shape is not None:  # Fluid's InferShape with an AxisTensor
+            shape = [-1] * len(input[0].shape)
+    else:
+        attrs["axis"] = int(axis)
+        if all(v.shape is not None for v in input):
+            shape = list(input[0].shape)
+            ax = int(axis) % len(shape)
+            sizes = [v.shape[ax] for v in input]
+            shape[ax] = -1 if any(s < 0 for s in sizes) else builtins.sum(sizes)
     out = helper.create_tmp(dtype=input[0].dtype, shape=shape)
-    helper.append_op("concat", inputs={"X": list(input)}, outputs={"Out": [out]},
-                     attrs={"axis": axis})
+    helper.append_op("concat", inputs=inputs, outputs={"Out": [out]}, attrs=attrs)
     return out
 
 
@@ -665,19 +703,66 @@ def gather(input: Variable, index: Variable, overwrite: bool = True) -> Variable
     return out
 
 
-def expand(x: Variable, expand_times: Sequence[int], name: str | None = None) -> Variable:
-    """Tile ``x`` ``expand_times`` along each dim."""
+def expand(x: Variable, expand_times: Sequence[int | Variable] | Variable,
+           name: str | None = None) -> Variable:
+    """Tile ``x`` ``expand_times`` along each dim (the ``expand`` op).
+
+    As in Fluid 1.8, ``expand_times`` is a list of ints, a list mixing ints and ``[1]`` int32
+    Variables (input ``expand_times_tensor``: the ints become int32 constants, and the attr
+    holds -1 where a Variable goes) or one 1-D int32 Variable (input ``ExpandTimes``); a dim
+    whose times is a Variable is unknown (-1) until the program runs.
+
+    Parameters
+    ----------
+    x : Variable
+        bool, float32, float64, int32 or int64; a bool ``x`` must have ``stop_gradient``
+        False, as Fluid 1.8 requires.
+    expand_times : list or tuple of int or Variable, or Variable
+        One positive times per dim of ``x``.
+    name : str, optional
+
+    Raises
+    ------
+    TypeError
+        ``x`` not a Variable or of another dtype; ``expand_times`` of another type.
+    ValueError
+        A bool ``x`` that stops gradients; a times below 1; not one times per dim.
+    """
     _check_var(x, "x", "expand")
-    times = [int(t) for t in expand_times]
-    if x.shape is not None and len(times) != len(x.shape):
-        raise ValueError(f"expand: expand_times {times} needs one entry per dim of {x.name!r} "
-                         f"(shape {list(x.shape)})")
+    dtype = convert_dtype(x.dtype)
+    if dtype not in ("bool", "float32", "float64", "int32", "int64"):
+        raise TypeError(f"expand: x must be bool, float32, float64, int32 or int64, got "
+                        f"{dtype}")
+    if not isinstance(expand_times, (list, tuple, Variable)):
+        raise TypeError(f"expand: expand_times must be a list, a tuple or a Variable, got "
+                        f"{type(expand_times).__name__}")
+    if dtype == "bool" and x.stop_gradient:
+        raise ValueError("expand: a bool x must have stop_gradient set to False (as Fluid 1.8 "
+                         "requires)")
+    inputs: dict[str, list[Variable]] = {"X": [x]}
+    attrs: dict[str, Any] = {}
+    rank = None if x.shape is None else len(x.shape)
+    if isinstance(expand_times, Variable):
+        expand_times.stop_gradient = True
+        inputs["ExpandTimes"] = [expand_times]
+        # Fluid's InferShape: no attr, every dim unknown until the op runs
+        known: list[int | None] = [None] * (rank or 0)
+    else:
+        known = [None if isinstance(t, Variable) else int(t) for t in expand_times]
+        if any(t is not None and t < 1 for t in known):
+            raise ValueError(f"expand: each element of expand_times must be positive, got "
+                             f"{[-1 if t is None else t for t in known]}")
+        if rank is not None and len(known) != rank:
+            raise ValueError(f"expand: expand_times has {len(known)} values, but {x.name!r} "
+                             f"has rank {rank} (shape {list(x.shape)}); give one per dim")
+        attrs["expand_times"] = [-1 if t is None else t for t in known]
+        if None in known:
+            inputs["expand_times_tensor"] = _shape_tensor_list(list(expand_times))
     helper = LayerHelper("expand", name)
-    shape = [d * t if d > 0 else -1 for d, t in zip(x.shape, times, strict=True)] \
-        if x.shape is not None else None
+    shape = None if x.shape is None else [
+        d * t if t is not None and d >= 0 else -1 for d, t in zip(x.shape, known, strict=True)]
     out = helper.create_tmp(dtype=x.dtype, shape=shape)
-    helper.append_op("expand", inputs={"X": [x]}, outputs={"Out": [out]},
-                     attrs={"expand_times": times})
+    helper.append_op("expand", inputs=inputs, outputs={"Out": [out]}, attrs=attrs)
     return out
 
 

@@ -606,22 +606,53 @@ def cast(ins: dict, attrs: dict, outs: tuple) -> dict:
 
 
 _CLIP_ATTRS = {"min": -1.0, "max": 1.0}
-_clip_grad_maker, _clip_grad_register = _register_grad("clip", ("X",), attrs=_CLIP_ATTRS)
+#: Fluid 1.8's clip op takes its bounds from these ``[1]`` tensors too (dispensable)
+_CLIP_TENSORS = ("Min", "Max")
 
 
-@register("clip", ("X",), ("Out",), _CLIP_ATTRS, grad=_clip_grad_maker)
+def _clip_bounds(x: Any, ins: dict, attrs: dict) -> tuple[Any, Any]:
+    """(min, max) as Fluid 1.8's ClipKernel reads them: the ``Min``/``Max`` tensors over the
+    attributes, as scalars of X's dtype.
+
+    Raises
+    ------
+    TypeError
+        A bound tensor of another dtype than X (Fluid reads it as ``data<T>``).
+    ValueError
+        An empty bound tensor, or min not below max (Fluid's ``PADDLE_ENFORCE_LT``).
+    """
+    bounds = []
+    for slot in _CLIP_TENSORS:
+        value = _scalar(x, attrs[slot.lower()])
+        t = (ins.get(slot) or [None])[0]
+        if t is not None:
+            if t.dtype != x.dtype:
+                raise TypeError(f"clip: {slot} must have X's dtype {x.dtype}, got {t.dtype}")
+            if t.size < 1:
+                raise ValueError(f"clip: {slot} is empty; it must hold the bound (shape [1])")
+            value = x.dtype.type(t.reshape(-1)[0].item())  # .item(): numpy or cupy
+        bounds.append(value)
+    lo, hi = bounds
+    if not lo < hi:
+        raise ValueError(f"clip: max should be greater than min, got min = {lo}, max = {hi}")
+    return lo, hi
+
+
+@register("clip", ("X",) + _CLIP_TENSORS, ("Out",), _CLIP_ATTRS, optional=_CLIP_TENSORS,
+          grad=grad_maker(("X",) + _CLIP_TENSORS))
 def clip(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """Out = min(max(X, min), max)."""
+    """Out = min(max(X, min), max), the bounds from ``Min``/``Max`` or the attributes."""
     x = ins["X"][0]
-    lo, hi = _scalar(x, attrs["min"]), _scalar(x, attrs["max"])
+    lo, hi = _clip_bounds(x, ins, attrs)
     return {"Out": [array_module(x).clip(x, lo, hi)]}
 
 
-@_clip_grad_register
+@register("clip_grad", *grad_slots(("X",) + _CLIP_TENSORS), _CLIP_ATTRS,
+          optional=_CLIP_TENSORS)
 def clip_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """dX = dOut where min < X < max, else 0."""
+    """dX = dOut where min < X < max, else 0 (the bounds read as the forward op read them)."""
     x = ins["X"][0]
-    lo, hi = _scalar(x, attrs["min"]), _scalar(x, attrs["max"])
+    lo, hi = _clip_bounds(x, ins, attrs)
     return {"X" + GRAD: [_dout(ins, x) * ((x > lo) & (x < hi))]}
 
 

@@ -328,14 +328,32 @@ _dropout_maker, _dropout_grad_register = _register_grad("dropout", ("Mask",),
                                                         attrs=_DROPOUT_ATTRS)
 
 
-@register("dropout", ("X",), ("Out", "Mask"), _DROPOUT_ATTRS, grad=_dropout_maker)
+def _dropout_seed(ins: dict) -> int | None:
+    """The seed of the optional ``Seed`` input (Fluid 1.8 reads it as ``data<int>``: an
+    int32 tensor, its first value), None when unbound."""
+    seed = (ins.get("Seed") or [None])[0]
+    if seed is None:
+        return None
+    s = to_host(seed)
+    if s.dtype != np.int32:
+        raise TypeError(f"dropout: Seed must be an int32 tensor, got {s.dtype}")
+    if s.size < 1:
+        raise ValueError("dropout: Seed is empty; it must hold the seed (shape [1])")
+    # Fluid seeds an engine with it as an unsigned value; numpy refuses negative seeds
+    return int(s.reshape(-1)[0]) % 2**32
+
+
+@register("dropout", ("X", "Seed"), ("Out", "Mask"), _DROPOUT_ATTRS, optional=("Seed",),
+          grad=_dropout_maker)
 def dropout(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = X · Mask (Mask 0/1, ``upscale_in_train`` also divides by 1 − p); at test time
     ``downgrade_in_infer`` scales by 1 − p and ``upscale_in_train`` passes X through.
 
-    The mask comes from ``attrs["_rng"]`` (a numpy Generator injected by the executor) or, when
-    absent or when ``fix_seed`` is set, from ``numpy.random.default_rng(seed)``; it is drawn on
-    the host so numpy and cupy runs drop the same units.
+    The mask comes from ``numpy.random.default_rng(s)`` where ``s`` is the ``Seed`` input when
+    bound (it comes before ``fix_seed`` and ``seed``, as in Fluid 1.8), else the ``seed`` attr
+    when ``fix_seed`` is set; otherwise from ``attrs["_rng"]`` (a numpy Generator injected by
+    the executor) or, absent that, the ``seed`` attr. It is drawn on the host so numpy and cupy
+    runs drop the same units.
     """
     x = ins["X"][0]
     xp = array_module(x)
@@ -347,8 +365,11 @@ def dropout(ins: dict, attrs: dict, outs: tuple) -> dict:
         if "Mask" in outs:
             res["Mask"] = [xp.ones_like(x)]
         return res
+    seed = _dropout_seed(ins)
     rng = attrs.get("_rng")
-    if rng is None or attrs.get("fix_seed", False):
+    if seed is not None:
+        rng = np.random.default_rng(seed)
+    elif rng is None or attrs.get("fix_seed", False):
         rng = np.random.default_rng(attrs.get("seed", 0))
     mask = (rng.random(x.shape) >= p).astype(x.dtype)
     if xp is not np:

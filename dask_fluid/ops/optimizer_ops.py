@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .registry import register
 from .selected_rows import SelectedRows, xp_of
 
@@ -106,13 +108,43 @@ def lars_momentum(ins: dict, attrs: dict, outs: tuple) -> dict:
     return {"ParamOut": [param], "VelocityOut": [vel]}
 
 
+#: Fluid 1.8's adam takes β1/β2 from these ``[1]`` float32 tensors too (dispensable)
+_ADAM_BETA_TENSORS = ("Beta1Tensor", "Beta2Tensor")
+
+
+def _adam_beta(param: Any, ins: dict, attrs: dict, n: int) -> Any:
+    """β1 or β2 (``n``) as Fluid 1.8's AdamOpKernel reads it: the ``Beta<n>Tensor`` input
+    over the ``beta<n>`` attr, as a scalar of the parameter's dtype.
+
+    Raises
+    ------
+    TypeError
+        A beta tensor that is not float32 (Fluid reads it as ``data<float>``).
+    ValueError
+        A beta tensor of other than one element.
+    """
+    value = attrs.get(f"beta{n}", (0.9, 0.999)[n - 1])
+    t = (ins.get(f"Beta{n}Tensor") or [None])[0]
+    if t is not None:
+        if t.dtype != np.float32:
+            raise TypeError(f"adam: Beta{n}Tensor must be a float32 tensor, got {t.dtype}")
+        if t.size != 1:
+            raise ValueError(f"adam: Beta{n}Tensor must have 1 element, got {t.size} "
+                             f"(shape {list(t.shape)})")
+        value = t.reshape(-1)[0].item()  # .item(): numpy or cupy
+    return _f(param, value)
+
+
 @register("adam",
-          ("Param", "Grad", "LearningRate", "Moment1", "Moment2", "Beta1Pow", "Beta2Pow"),
+          ("Param", "Grad", "LearningRate", "Moment1", "Moment2", "Beta1Pow", "Beta2Pow")
+          + _ADAM_BETA_TENSORS,
           ("ParamOut", "Moment1Out", "Moment2Out", "Beta1PowOut", "Beta2PowOut"),
-          {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "lazy_mode": False})
+          {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "lazy_mode": False},
+          optional=_ADAM_BETA_TENSORS)
 def adam(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Fluid 1.x Adam: lr_t = lr·√(1−β2ᵗ)/(1−β1ᵗ), m1 = β1·m1 + (1−β1)·g,
-    m2 = β2·m2 + (1−β2)·g², p −= lr_t·m1 / (√m2 + ε·√(1−β2ᵗ)).
+    m2 = β2·m2 + (1−β2)·g², p −= lr_t·m1 / (√m2 + ε·√(1−β2ᵗ)); β1 and β2 from the
+    ``Beta1Tensor``/``Beta2Tensor`` inputs when bound, else the attributes.
 
     Where the op binds ``Beta1PowOut``/``Beta2PowOut`` (Fluid 1.8's AdamOptimizer does; it
     appends no ``scale`` ops), they get β1ᵗ·β1 and β2ᵗ·β2 after the update; an op without them
@@ -121,7 +153,7 @@ def adam(ins: dict, attrs: dict, outs: tuple) -> dict:
     param, grad = ins["Param"][0], ins["Grad"][0]
     m1, m2 = ins["Moment1"][0], ins["Moment2"][0]
     xp = xp_of(param)
-    b1, b2 = _f(param, attrs.get("beta1", 0.9)), _f(param, attrs.get("beta2", 0.999))
+    b1, b2 = _adam_beta(param, ins, attrs, 1), _adam_beta(param, ins, attrs, 2)
     eps = _f(param, attrs.get("epsilon", 1e-8))
     b1p = ins["Beta1Pow"][0].reshape(()).astype(param.dtype)
     b2p = ins["Beta2Pow"][0].reshape(()).astype(param.dtype)

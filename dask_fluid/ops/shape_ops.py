@@ -6,7 +6,8 @@ dim of size 1 (and a listed dim that is not 1 stays); ``unsqueeze2`` inserts dim
 other in the order given; ``slice`` clamps ``starts`` and ``ends`` to the dim (negative values
 count from its end) and ``decrease_axis`` drops the sliced dims of size 1; ``gather`` picks
 rows of X by a 1-D Index and its gradient adds the output gradient into those rows (a row
-picked twice gets both); ``expand`` tiles X ``expand_times`` along each dim.
+picked twice gets both); ``expand`` tiles X ``expand_times`` along each dim, the times from
+the ``ExpandTimes`` tensor, the ``expand_times_tensor`` list or the attribute, in that order.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ import numpy as np
 
 from .index_ops import slice_params
 from .math_ops import linear_grad_maker
-from .registry import GRAD, array_module, register, set_grad, to_host
+from .registry import GRAD, LOD_KEY, array_module, register, set_grad, to_host
 from .selected_rows import grad_maker, grad_slots, scatter_add, to_dtype
 from .tensor_ops import _xshape
 
-__all__ = ["slice_bounds", "squeeze_shape", "unsqueeze_shape"]
+__all__ = ["expand_times", "slice_bounds", "squeeze_shape", "unsqueeze_shape"]
 
 
 def _d(ins: dict, like_shape: tuple, xp: Any, dtype: Any, slot: str = "Out") -> Any:
@@ -143,24 +144,84 @@ def gather_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
 
 # -- expand ------------------------------------------------------------------------------------
 
-@register("expand", ("X",), ("Out",), {"expand_times": []},
-          grad=grad_maker(("X",), in_grads=("X",)))
+#: Fluid 1.8's expand takes its times from these too (``layers.expand`` with a Variable, or a
+#: list holding Variables); both are dispensable
+_EXPAND_TENSORS = ("ExpandTimes", "expand_times_tensor")
+
+
+def _int32_values(t: Any, what: str) -> list[int]:
+    """The values of an int32 tensor that gives expand times (Fluid reads it as
+    ``data<int>``, which refuses any other dtype)."""
+    v = to_host(t)
+    if v.dtype != np.int32:
+        raise TypeError(f"expand: {what} must be an int32 tensor, got {v.dtype}")
+    return [int(i) for i in v.reshape(-1)]
+
+
+def expand_times(x: Any, ins: dict, attrs: dict) -> list[int]:
+    """The expand times of Fluid 1.8's ``get_expand_times``: the ``ExpandTimes`` tensor, else
+    the ``expand_times_tensor`` list (one ``[1]`` tensor per dim), else the attribute (which,
+    when the layer built the list, holds -1 where a Variable goes).
+
+    Raises
+    ------
+    TypeError
+        A times tensor that is not int32.
+    ValueError
+        Not one time per dim of ``x``, a ``[1]`` tensor of another size, or a time below 1.
+    """
+    whole = (ins.get("ExpandTimes") or [None])[0]
+    items = [t for t in ins.get("expand_times_tensor") or [] if t is not None]
+    if whole is not None:
+        times, src = _int32_values(whole, "ExpandTimes"), "ExpandTimes"
+    elif items:
+        times = []
+        for i, t in enumerate(items):
+            v = _int32_values(t, f"expand_times_tensor[{i}]")
+            if len(v) != 1:
+                raise ValueError(f"expand: expand_times_tensor[{i}] must have shape [1], got "
+                                 f"{list(to_host(t).shape)}")
+            times += v
+        src = "expand_times_tensor"
+    else:
+        times, src = [int(t) for t in attrs.get("expand_times", [])], "expand_times"
+    if len(times) != x.ndim:
+        raise ValueError(f"expand: {src} gives {len(times)} values {times}, but X has rank "
+                         f"{x.ndim} (shape {list(x.shape)}); give one per dim")
+    if min(times, default=1) < 1:
+        raise ValueError(f"expand: every value of {src} must be at least 1, got {times}")
+    return times
+
+
+def _expand_lod(x: Any, attrs: dict) -> Any:
+    """X's LoD where Fluid's ``ExpandOp::InferShape`` shares it: the ``expand_times`` attr
+    (never a tensor) keeps the number of rows, so dim 0 is not a -1 there."""
+    attr = [int(t) for t in attrs.get("expand_times", [])]
+    lod = ((attrs.get("_lods") or {}).get("X") or [None])[0]
+    rows = x.shape[0] if x.ndim else 1
+    if not attr or attr[0] == -1 or rows * attr[0] != rows:
+        return None
+    return lod
+
+
+@register("expand", ("X",) + _EXPAND_TENSORS, ("Out",), {"expand_times": []},
+          optional=_EXPAND_TENSORS, lod="kernel",
+          grad=grad_maker(("X",) + _EXPAND_TENSORS, in_grads=("X",)))
 def expand(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """Out = X tiled ``expand_times`` along each dim."""
+    """Out = X tiled along each dim, the times from ``ExpandTimes``, ``expand_times_tensor``
+    or the ``expand_times`` attr, in that order (:func:`expand_times`)."""
     x = ins["X"][0]
-    times = [int(t) for t in attrs.get("expand_times", [])]
-    if len(times) != x.ndim or min(times, default=1) < 1:
-        raise ValueError(f"expand: expand_times {times} needs one positive int per dim of X "
-                         f"(shape {list(x.shape)})")
-    return {"Out": [array_module(x).tile(x, times)]}
+    times = expand_times(x, ins, attrs)
+    return {"Out": [array_module(x).tile(x, times)], LOD_KEY: {"Out": [_expand_lod(x, attrs)]}}
 
 
-@register("expand_grad", *grad_slots(("X",), ("Out",), ("X",)), {"expand_times": []})
+@register("expand_grad", *grad_slots(("X",) + _EXPAND_TENSORS, ("Out",), ("X",)),
+          {"expand_times": []}, optional=_EXPAND_TENSORS)
 def expand_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """dX = the sum of dOut over the tiles."""
+    """dX = the sum of dOut over the tiles (the times read as the forward op read them)."""
     x = ins["X"][0]
     xp = array_module(x)
-    times = [int(t) for t in attrs.get("expand_times", [])]
+    times = expand_times(x, ins, attrs)
     d = _d(ins, tuple(s * t for s, t in zip(x.shape, times, strict=True)), xp, x.dtype)
     split = []
     for t, s in zip(times, x.shape, strict=True):

@@ -94,32 +94,109 @@ def fill_zeros_like(ins: dict, attrs: dict, outs: tuple) -> dict:
 
 
 def _concat_grad_maker(op: Any) -> list[dict]:
-    return grad_maker(("X",))(op)
+    # Fluid's ConcatGradOpMaker: X, the AxisTensor when bound, and dOut
+    return grad_maker(("X", "AxisTensor"))(op)
 
 
-@register("concat", ("X",), ("Out",), {"axis": 0}, grad=_concat_grad_maker, lod="kernel")
+def concat_axis(ins: dict, attrs: dict, rank: int) -> int:
+    """The axis of Fluid 1.8's concat: the ``AxisTensor`` (int32 or int64, its first value)
+    over the ``axis`` attr; negative counts from the end (``ComputeAxis``).
+
+    Raises
+    ------
+    TypeError
+        An AxisTensor of another dtype (Fluid's ``GetDataFromTensor``).
+    ValueError
+        An axis outside ``[-rank, rank)``.
+    """
+    axis = int(attrs.get("axis", 0))
+    tensor = (ins.get("AxisTensor") or [None])[0]
+    if tensor is not None:
+        t = to_host(tensor)
+        if t.dtype not in (np.int32, np.int64):
+            raise TypeError(f"concat: AxisTensor must be an int32 or int64 tensor, got "
+                            f"{t.dtype}")
+        if t.size < 1:
+            raise ValueError("concat: AxisTensor is empty; it must hold the axis (shape [1])")
+        axis = int(t.reshape(-1)[0])
+    if not -rank <= axis < rank:
+        raise ValueError(f"concat: axis {axis} is outside [{-rank}, {rank}) for rank-{rank} "
+                         "inputs")
+    return axis + rank if axis < 0 else axis
+
+
+def _concat_shapes_check(xs: list, axis: int) -> None:
+    """Fluid's ``ComputeAndCheckShape`` at run time: one rank, equal dims but on ``axis``."""
+    first = tuple(xs[0].shape)
+    for i, x in enumerate(xs[1:], 1):
+        shape = tuple(x.shape)
+        if len(shape) != len(first) or any(a != b for j, (a, b) in
+                                           enumerate(zip(shape, first, strict=True))
+                                           if j != axis):
+            raise ValueError(f"concat: input {i} has shape {list(shape)}, input 0 "
+                             f"{list(first)}; all dims but axis {axis} must match")
+
+
+def concat_lod(lods: list, axis: int) -> Any:
+    """Out's LoD as Fluid 1.8's ConcatKernel leaves it: X[0]'s (``ShareLoD``) and, joining
+    along axis 0 inputs that all have LoDs, the other inputs' sequences appended after it
+    (``AppendLoD`` of their length-based LoDs), so every sequence stays one.
+
+    Raises
+    ------
+    ValueError
+        Along axis 0, an input with a LoD of another number of levels than X[0]'s (before
+        any input without one: Fluid stops looking there).
+    """
+    first = lods[0] if lods else None
+    if axis != 0 or not first:
+        return first
+    out = [list(level) for level in first]
+    for i, lod in enumerate(lods[1:], 1):
+        if not lod:
+            return first  # one input without LoD: Fluid keeps X[0]'s
+        if len(lod) != len(first):
+            raise ValueError(f"concat: input {i} has a LoD of {len(lod)} levels, input 0 of "
+                             f"{len(first)}; inputs joined along axis 0 need as many levels")
+    for lod in lods[1:]:
+        for level, offsets in zip(out, lod, strict=True):
+            for a, b in zip(offsets[:-1], offsets[1:], strict=True):
+                level.append(level[-1] + (b - a))
+    return tuple(tuple(level) for level in out)
+
+
+@register("concat", ("X", "AxisTensor"), ("Out",), {"axis": 0}, optional=("AxisTensor",),
+          grad=_concat_grad_maker, lod="kernel")
 def concat(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """Out = X[0], X[1], ... joined along ``axis``; Out has X[0]'s LoD (Fluid's
-    ``ShareLoD("X", "Out")``: the first input's, not another's with as many rows)."""
+    """Out = X[0], X[1], ... joined along ``axis`` (the ``AxisTensor`` when bound, as in
+    Fluid 1.8); Out's LoD as :func:`concat_lod` gives it."""
     xs = ins["X"]
     xp = array_module(*xs)
-    lod = {"Out": [((attrs.get("_lods") or {}).get("X") or [None])[0]]}
+    axis = concat_axis(ins, attrs, xs[0].ndim)
+    _concat_shapes_check(xs, axis)
+    lod = {"Out": [concat_lod(list((attrs.get("_lods") or {}).get("X") or []), axis)]}
     if len(xs) == 1:
         return {"Out": [xs[0].copy()], LOD_KEY: lod}
-    return {"Out": [xp.concatenate(xs, axis=attrs.get("axis", 0))], LOD_KEY: lod}
+    return {"Out": [xp.concatenate(xs, axis=axis)], LOD_KEY: lod}
 
 
-@register("concat_grad", *grad_slots(("X",)), {"axis": 0})
+@register("concat_grad", *grad_slots(("X", "AxisTensor")), {"axis": 0},
+          optional=("AxisTensor",), lod="kernel")
 def concat_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """X@GRAD[i] = the slice of dOut that X[i] filled (views of dOut)."""
+    """X@GRAD[i] = the slice of dOut that X[i] filled (views of dOut), with X[i]'s LoD
+    (Fluid's ``ShareAllLoD``)."""
     xs = ins["X"]
     d = ins["Out" + GRAD][0]
     xp = array_module(*xs)
+    lods = list((attrs.get("_lods") or {}).get("X") or [None] * len(xs))
+    res: dict = {LOD_KEY: {"X" + GRAD: lods}}
     if d is None:
-        return {"X" + GRAD: [xp.zeros_like(x) for x in xs]}
-    axis = attrs.get("axis", 0) % d.ndim
+        res["X" + GRAD] = [xp.zeros_like(x) for x in xs]
+        return res
+    axis = concat_axis(ins, attrs, d.ndim)
     bounds = np.cumsum([x.shape[axis] for x in xs])[:-1].tolist()
-    return {"X" + GRAD: xp.split(d, bounds, axis=axis)}
+    res["X" + GRAD] = xp.split(d, bounds, axis=axis)
+    return res
 
 
 def _split_sections(x: Any, attrs: dict, nout: int | None) -> list[int]:

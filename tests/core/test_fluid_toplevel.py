@@ -192,6 +192,17 @@ def test_gradients_of_an_input_match_numpy(progs):
     np.testing.assert_allclose(g, (2 * hv * (1 - hv ** 2)) @ w.T, rtol=1e-5)
 
 
+def test_calc_gradient_gives_one_inputs_gradient_alone(progs):
+    # Fluid 1.8's backward.calc_gradient: fluid.gradients without the list for one input
+    from dask_fluid.backward import calc_gradient
+
+    x, h, y = _mlp_and_input()
+    gx = calc_gradient(y, x)
+    assert isinstance(gx, fluid.Variable) and gx.name == "x@GRAD"
+    gh, gx2 = calc_gradient([y], [h, x])
+    assert "fc_0.tmp" in gh.name and gx2 is not None  # renamed "grad/..." on a 2nd call
+
+
 def test_gradients_with_target_gradients_several_targets_and_misses(progs):
     main, startup = progs
     x, h, y = _mlp_and_input()
