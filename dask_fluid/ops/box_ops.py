@@ -114,6 +114,15 @@ def _corners(b: Any, norm: float) -> tuple:
     return w, h, (b[..., 2] + b[..., 0]) / 2, (b[..., 3] + b[..., 1]) / 2
 
 
+def _prior_corners(b: Any, norm: float) -> tuple:
+    """Width, height and centre of prior boxes as Fluid's box_coder takes them: the centre is
+    ``x0 + w / 2`` with the end pixel counted in ``w``, so not normalised priors sit half a
+    pixel right of ``(x0 + x1) / 2`` (targets keep the midpoint; see box_coder_op.h)."""
+    w = b[..., 2] - b[..., 0] + norm
+    h = b[..., 3] - b[..., 1] + norm
+    return w, h, b[..., 0] + w / 2, b[..., 1] + h / 2
+
+
 @register("box_coder", ("PriorBox", "PriorBoxVar", "TargetBox"), ("OutputBox",),
           {"code_type": "encode_center_size", "box_normalized": True, "axis": 0,
            "variance": []}, optional=("PriorBoxVar",), lod="kernel")
@@ -126,7 +135,9 @@ def box_coder(ins: dict, attrs: dict, outs: tuple) -> dict:
     xp = array_module(prior, target)
     code, axis = attrs["code_type"], int(attrs["axis"])
     norm = 0.0 if attrs["box_normalized"] else 1.0
-    variance = list(attrs["variance"] or [])
+    # a numpy-array attr (as Paddle's own tests pass) has no truth value: flatten it
+    raw_var = attrs["variance"]
+    variance = [] if raw_var is None else [float(v) for v in np.asarray(raw_var).reshape(-1)]
     if prior.ndim != 2 or prior.shape[1] != 4:
         raise ValueError(f"box_coder: Input(PriorBox) must be [M, 4], got shape "
                          f"{tuple(prior.shape)}")
@@ -139,7 +150,7 @@ def box_coder(ins: dict, attrs: dict, outs: tuple) -> dict:
         if target.ndim != 2 or target.shape[1] != 4:
             raise ValueError(f"box_coder: encode_center_size needs TargetBox [N, 4], got "
                              f"shape {tuple(target.shape)}")
-        pw, ph, pcx, pcy = (v[None, :] for v in _corners(prior, norm))
+        pw, ph, pcx, pcy = (v[None, :] for v in _prior_corners(prior, norm))
         tw, th, tcx, tcy = (v[:, None] for v in _corners(target, norm))
         out = xp.stack([(tcx - pcx) / pw, (tcy - pcy) / ph,
                         xp.log(xp.abs(tw / pw)), xp.log(xp.abs(th / ph))], axis=-1)
@@ -164,7 +175,7 @@ def box_coder(ins: dict, attrs: dict, outs: tuple) -> dict:
     def spread(a: Any) -> Any:  # [K, ...] prior rows broadcast along the target's axis
         return a[None] if axis == 0 else a[:, None]
 
-    pw, ph, pcx, pcy = (spread(v) for v in _corners(prior, norm))
+    pw, ph, pcx, pcy = (spread(v) for v in _prior_corners(prior, norm))
     if pvar is not None:
         v = spread(pvar)
     elif variance:

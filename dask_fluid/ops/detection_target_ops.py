@@ -14,6 +14,12 @@ from .registry import GRAD, LOD_KEY, array_module, register, to_host
 from .selected_rows import grad_maker, grad_slots
 
 #: C's FLT_MIN, the floor Paddle puts under p before log(p) (for float and double alike)
+
+def _or_empty(v: Any) -> Any:
+    """A list attr that may be None or a numpy array (whose truth value is ambiguous)."""
+    return [] if v is None else v
+
+
 _FLT_MIN = float(np.finfo(np.float32).tiny)
 #: bipartite_match's "distance is 0" cut-off (Paddle's kEPS)
 _MATCH_EPS = 1e-6
@@ -243,7 +249,7 @@ _YOLO_BOX_ATTRS = {"anchors": [], "class_num": 1, "conf_thresh": 0.01, "downsamp
 
 
 def _yolo_anchors(op: str, attrs: dict) -> list[int]:
-    anchors = [int(a) for a in attrs.get("anchors") or []]
+    anchors = [int(a) for a in np.asarray(_or_empty(attrs.get("anchors"))).reshape(-1)]
     if not anchors or len(anchors) % 2:
         raise ValueError(f"{op}: anchors must be a non-empty list of (width, height) pairs, "
                          f"got {anchors}")
@@ -345,7 +351,7 @@ def _yolo3_geometry(ins: dict, attrs: dict, op: str) -> SimpleNamespace:
     x, box, label = ins["X"][0], ins["GTBox"][0], ins["GTLabel"][0]
     score = (ins.get("GTScore") or [None])[0]
     anchors = _yolo_anchors(op, attrs)
-    mask = [int(m) for m in attrs.get("anchor_mask") or []]
+    mask = [int(m) for m in np.asarray(_or_empty(attrs.get("anchor_mask"))).reshape(-1)]
     cls = int(attrs.get("class_num", 1))
     a = len(anchors) // 2
     if not mask or any(not 0 <= m < a for m in mask):

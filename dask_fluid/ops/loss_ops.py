@@ -282,3 +282,61 @@ def center_loss_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     diff, x = ins["SampleCenterDiff"][0], ins["X"][0]
     dx = _dout(ins, "Loss", diff[:, :1]) * diff
     return {"X" + GRAD: [dx.reshape(x.shape).astype(x.dtype, copy=False)]}
+
+
+# -- hinge_loss, modified_huber_loss -------------------------------------------------------------
+
+def _binary_pair(op: str, names: tuple[str, str], x: Any, y: Any) -> None:
+    """Paddle's InferShape of hinge_loss / modified_huber_loss: X [N, 1], Y of X's shape."""
+    if x.ndim != 2 or x.shape[1] != 1:
+        raise ValueError(f"{op}: Input({names[0]}) must have shape [N, 1], got "
+                         f"{list(x.shape)}")
+    if tuple(y.shape) != tuple(x.shape):
+        raise ValueError(f"{op}: Input({names[1]}) must have Input({names[0]})'s shape "
+                         f"{list(x.shape)}, got {list(y.shape)}")
+
+
+@register("hinge_loss", ("Logits", "Labels"), ("Loss",),
+          grad=grad_maker(("Logits", "Labels"), ("Loss",), ("Logits",)))
+def hinge_loss(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Loss = max(0, 1 − Logits · (2 Labels − 1)), shape [N, 1] (labels 0/1 taken as ∓1)."""
+    x, y = ins["Logits"][0], ins["Labels"][0]
+    _binary_pair("hinge_loss", ("Logits", "Labels"), x, y)
+    xp = array_module(x)
+    loss = xp.maximum(1 - x * (2 * y - 1), 0)
+    return {"Loss": [loss.astype(x.dtype, copy=False)]}
+
+
+@register("hinge_loss_grad", *grad_slots(("Logits", "Labels"), ("Loss",), ("Logits",)))
+def hinge_loss_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dLogits = dLoss · −(2 Labels − 1) where Logits · (2 Labels − 1) < 1, else 0."""
+    x, y = ins["Logits"][0], ins["Labels"][0]
+    alt = 2 * y - 1
+    dx = _dout(ins, "Loss", x) * (x * alt < 1) * -alt
+    return {"Logits" + GRAD: [dx.astype(x.dtype, copy=False)]}
+
+
+@register("modified_huber_loss", ("X", "Y"), ("IntermediateVal", "Out"),
+          grad=grad_maker(("Y", "IntermediateVal"), ("Out",), ("X",)))
+def modified_huber_loss(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """IntermediateVal = X · (2 Y − 1); Out = −4 v for v < −1, (1 − v)² for v < 1, else 0.
+
+    Paddle's label check (Y in {0, 1}) is an unevaluated Eigen expression, so it checks
+    nothing; neither does this kernel."""
+    x, y = ins["X"][0], ins["Y"][0]
+    _binary_pair("modified_huber_loss", ("X", "Y"), x, y)
+    xp = array_module(x)
+    v = (x * (2 * y - 1)).astype(x.dtype, copy=False)
+    out = xp.where(v < -1, -4 * v, xp.where(v < 1, (1 - v) * (1 - v), 0))
+    return {"IntermediateVal": [v], "Out": [out.astype(x.dtype, copy=False)]}
+
+
+@register("modified_huber_loss_grad",
+          *grad_slots(("Y", "IntermediateVal"), ("Out",), ("X",)))
+def modified_huber_loss_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = dOut · (2 Y − 1) · (−4 for v < −1, −2 (1 − v) for v < 1, else 0)."""
+    y, v = ins["Y"][0], ins["IntermediateVal"][0]
+    xp = array_module(v)
+    slope = xp.where(v < -1, -4, xp.where(v < 1, -2 * (1 - v), 0))
+    dx = _dout(ins, "Out", v) * slope * (2 * y - 1)
+    return {"X" + GRAD: [dx.astype(v.dtype, copy=False)]}

@@ -9,6 +9,12 @@ import numpy as np
 
 from .registry import array_module, register, to_host
 
+
+def _or_empty(v: Any) -> Any:
+    """A list attr that may be None or a numpy array (whose truth value is ambiguous)."""
+    return [] if v is None else v
+
+
 _AUC_ATTRS = {"curve": "ROC", "num_thresholds": 2**12 - 1, "slide_steps": 1}
 
 
@@ -199,7 +205,8 @@ def chunk_eval(ins: dict, attrs: dict, outs: tuple) -> dict:
         raise ValueError(f"chunk_eval: num_chunk_types must be a positive int, got "
                          f"{num_chunk_types!r}")
     num_chunk_types = int(num_chunk_types)
-    excluded = {int(t) for t in (attrs.get("excluded_chunk_types") or [])}
+    excluded_attr = _or_empty(attrs.get("excluded_chunk_types"))
+    excluded = {int(t) for t in np.asarray(excluded_attr).reshape(-1)}
     inference, label = ins["Inference"][0], ins["Label"][0]
     xp = array_module(inference, label)
     infer_h, label_h = to_host(inference), to_host(label)

@@ -53,7 +53,10 @@ _AG_ATTRS = {"output_shape": [], "use_cudnn": True}
 
 def _affine_hw(ins: dict, attrs: dict) -> tuple[int, int]:
     """H and W of the grid: from ``output_shape`` or, when it is empty, ``OutputShape``."""
-    size = [int(v) for v in (attrs.get("output_shape") or [])]
+    raw = attrs.get("output_shape")
+    # the attr may arrive as a numpy array (Fluid's proto turns any int sequence into a list),
+    # whose truth value is ambiguous: test its length, not the array
+    size = [] if raw is None else [int(v) for v in np.asarray(raw).reshape(-1)]
     if not size:
         shape_t = (ins.get("OutputShape") or [None])[0]
         if shape_t is None:

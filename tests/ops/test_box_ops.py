@@ -105,8 +105,16 @@ def test_box_ops_have_no_grad():
 
 
 def _geom(b, norm):
+    """A target box: its centre is the midpoint of its corners."""
     w, h = b[2] - b[0] + norm, b[3] - b[1] + norm
     return w, h, b[0] + w / 2 - norm / 2, b[1] + h / 2 - norm / 2
+
+
+def _prior_geom(b, norm):
+    """A prior box as box_coder_op.h takes it: centre x0 + w / 2, ``w`` counting the end pixel
+    when not normalised (half a pixel right of the midpoint)."""
+    w, h = b[2] - b[0] + norm, b[3] - b[1] + norm
+    return w, h, b[0] + w / 2, b[1] + h / 2
 
 
 def ref_encode(target, prior, var, normalized):
@@ -115,7 +123,7 @@ def ref_encode(target, prior, var, normalized):
     for i, t in enumerate(target):
         tw, th, tx, ty = _geom(t, norm)
         for j, p in enumerate(prior):
-            pw, ph, px, py = _geom(p, norm)
+            pw, ph, px, py = _prior_geom(p, norm)
             v = var[j] if var is not None and np.ndim(var) == 2 else (
                 var if var is not None else [1, 1, 1, 1])
             out[i, j] = [(tx - px) / pw / v[0], (ty - py) / ph / v[1],
@@ -129,7 +137,7 @@ def ref_decode(target, prior, var, normalized, axis):
     for i in range(target.shape[0]):
         for j in range(target.shape[1]):
             k = j if axis == 0 else i
-            pw, ph, px, py = _geom(prior[k], norm)
+            pw, ph, px, py = _prior_geom(prior[k], norm)
             v = var[k] if var is not None and np.ndim(var) == 2 else (
                 var if var is not None else [1, 1, 1, 1])
             d = target[i, j]

@@ -592,6 +592,13 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
         ("margin", {"X1": [mr_x2 + mr_label * (0.2 - mr_t)], "X2": [mr_x2],
                     "Label": [mr_label]}, {"margin": 0.2}),
     ]
+    # hinge_loss / modified_huber_loss: margins v = x (2y − 1) kept 0.1 away from the kinks
+    # at 1 (both) and −1 (modified_huber_loss)
+    hl_y = np.array([[1.0], [0.0], [1.0], [0.0], [1.0], [0.0]])
+    hl_sign = 2 * hl_y - 1
+    hl_v = np.array([[-2.0], [-0.5], [0.3], [0.7], [1.5], [-1.4]])
+    c["hinge_loss"] = [("n1", {"Logits": [hl_v * hl_sign], "Labels": [hl_y]}, {})]
+    c["modified_huber_loss"] = [("n1", {"X": [hl_v * hl_sign], "Y": [hl_y]}, {})]
     c["bpr_loss"] = [
         ("2d", {"X": [n((4, 5))], "Label": [np.array([[0], [3], [4], [1]], np.int64)]}, {}),
         ("3d", {"X": [n((2, 3, 4))], "Label": [rng.integers(0, 4, (2, 3, 1))]}, {}),
