@@ -60,6 +60,16 @@ def _padding(padding: Any, layer: str, data_format: str = "NCHW") -> tuple[list[
     return [int(v) for v in values], "EXPLICIT"
 
 
+def _check_float(input: Any, layer: str) -> Variable:
+    """Fluid's ``check_variable_and_dtype(input, 'input', [float16, float32, float64])``: a
+    TypeError before any shape check."""
+    _check_var(input, "input", layer)
+    if str(input.dtype) not in ("float16", "float32", "float64"):
+        raise TypeError(f"{layer}: input {input.name!r} must be float16, float32 or float64, "
+                        f"got {input.dtype}")
+    return input
+
+
 def _nchw(input: Variable, layer: str, data_format: str) -> tuple[int, ...]:
     """``(N, C, H, W)`` of a 4-D input in ``data_format`` (``"NCHW"`` or ``"NHWC"``)."""
     if data_format not in ("NCHW", "NHWC"):
@@ -120,14 +130,26 @@ def conv2d(input: Variable, num_filters: int, filter_size: int | Sequence[int],
         Grouped convolution (``None``: 1).
     param_attr, bias_attr : ParamAttr, ... or False
     use_cudnn : bool
-        Accepted as Fluid does; the kernel is the same.
+        Accepted as Fluid does (a non-bool is a ValueError); the kernel is the same.
     act : str, optional
+
+    Raises
+    ------
+    TypeError
+        ``input`` is not a float16/32/64 Variable (checked first, as Fluid).
+    ValueError
+        A non-bool ``use_cudnn``, a bad ``data_format`` or ``padding``, an unknown channel
+        count, or channels that do not split into ``groups``.
     """
-    _check_var(input, "input", "conv2d")
+    _check_float(input, "conv2d")
+    if not isinstance(use_cudnn, bool):
+        raise ValueError(f"conv2d: use_cudnn must be True or False, got {use_cudnn!r}")
     n, c, h, w = _nchw(input, "conv2d", data_format)
-    groups = 1 if groups is None else int(groups)
     if not isinstance(num_filters, int) or num_filters <= 0:
         raise ValueError(f"conv2d: num_filters must be a positive int, got {num_filters!r}")
+    # Fluid picks depthwise_conv2d by the groups argument as given (None is never C)
+    depthwise = c > 0 and c == groups and num_filters % c == 0 and not use_cudnn
+    groups = 1 if groups is None else int(groups)
     if c <= 0 or groups <= 0 or c % groups or num_filters % groups:
         raise ValueError(f"conv2d: the input's {c} channels and num_filters={num_filters} must "
                          f"both be multiples of groups={groups}")
@@ -135,14 +157,14 @@ def conv2d(input: Variable, num_filters: int, filter_size: int | Sequence[int],
     strides = _pair(stride, "stride", "conv2d")
     dilations = _pair(dilation, "dilation", "conv2d")
     paddings, algorithm = _padding(padding, "conv2d", data_format)
-    helper = LayerHelper("conv2d", name)
+    op_type = "depthwise_conv2d" if depthwise else "conv2d"
+    helper = LayerHelper(op_type, name)  # Fluid names the parameters after the op type
     std = (2.0 / (ksize[0] * ksize[1] * c)) ** 0.5
     filt = helper.create_parameter(ParamAttr._to_attr(param_attr),
                                    [num_filters, c // groups, *ksize], input.dtype,
                                    default_initializer=NormalInitializer(0.0, std, 0))
-    pads = resolve_paddings(paddings, algorithm, (max(h, 1), max(w, 1)), ksize, strides,
-                            dilations) if algorithm != "SAME" or min(h, w) > 0 else (0,) * 4
-    if algorithm == "SAME":
+    pads = resolve_paddings(paddings, algorithm, (max(h, 1), max(w, 1)), ksize, strides)
+    if algorithm == "SAME":  # dilations play no part (UpdatePaddingAndDilation resets them)
         oh = -1 if h < 0 else -(-h // strides[0])
         ow = -1 if w < 0 else -(-w // strides[1])
     else:
@@ -152,9 +174,6 @@ def conv2d(input: Variable, num_filters: int, filter_size: int | Sequence[int],
         raise ValueError(f"conv2d: input {list(input.shape)} with filter {ksize}, padding "
                          f"{padding!r}, stride {strides} and dilation {dilations} leaves no "
                          "output")
-    op_type = "conv2d"
-    if c == groups and num_filters % c == 0 and not use_cudnn:
-        op_type = "depthwise_conv2d"
     pre_bias = helper.create_tmp(dtype=input.dtype,
                                  shape=_shaped(data_format, n, num_filters, oh, ow))
     helper.append_op(op_type, inputs={"Input": [input], "Filter": [filt]},
@@ -177,16 +196,29 @@ def pool2d(input: Variable, pool_size: int | Sequence[int] = -1, pool_type: str 
 
     Windows are clipped to the input; ``exclusive`` averages divide by the clipped window's
     size; ``ceil_mode`` rounds the output size up; ``global_pooling`` pools each whole map.
+
+    Raises
+    ------
+    TypeError
+        ``input`` is not a Variable, or ``use_cudnn`` is not a bool (as Fluid).
+    ValueError
+        A bad ``pool_type``, ``data_format`` or ``pool_padding``, no ``pool_size`` without
+        ``global_pooling``, or ``pool_padding="VALID"`` with ``ceil_mode``.
     """
     _check_var(input, "input", "pool2d")
-    n, c, h, w = _nchw(input, "pool2d", data_format)
+    # Fluid 1.8's checks, in its order
     if pool_type not in ("max", "avg"):
         raise ValueError(f"pool2d: pool_type must be 'max' or 'avg', got {pool_type!r}")
     if not global_pooling and pool_size == -1:
         raise ValueError("pool2d: pool_size must be given when global_pooling is False")
+    if not isinstance(use_cudnn, bool):
+        raise TypeError(f"pool2d: use_cudnn must be True or False, got {use_cudnn!r}")
+    n, c, h, w = _nchw(input, "pool2d", data_format)
     ksize = [1, 1] if pool_size == -1 else _pair(pool_size, "pool_size", "pool2d")
     strides = _pair(pool_stride, "pool_stride", "pool2d")
     paddings, algorithm = _padding(pool_padding, "pool2d", data_format)
+    if algorithm == "VALID" and ceil_mode:
+        raise ValueError("pool2d: pool_padding 'VALID' needs ceil_mode=False, got True")
     if global_pooling:
         oh, ow = 1, 1
     elif algorithm == "SAME":
@@ -221,10 +253,29 @@ def conv2d_transpose(input: Variable, num_filters: int, output_size: Any = None,
 
     The filter is ``[C, num_filters / groups, KH, KW]`` (Xavier). Without ``filter_size`` it
     follows from ``output_size``: ``(output - (H - 1) * stride + 2 * padding - 1) //
-    dilation + 1``. The bias ``[num_filters]`` is added along axis 1.
+    dilation + 1``. The bias ``[num_filters]`` is added along the channel axis. With
+    ``groups == C == num_filters`` and ``use_cudnn=False`` the op is
+    ``depthwise_conv2d_transpose``, as in Fluid. ``padding="SAME"`` pads as a SAME conv2d of
+    this layer's input would, with the dilations reset to 1 (Fluid's
+    ``UpdatePaddingAndDilation``).
+
+    Raises
+    ------
+    TypeError
+        ``input`` is not a Variable.
+    ValueError
+        A non-bool ``use_cudnn``, a bad ``data_format`` or ``padding``, or channels that do
+        not split into ``groups``.
     """
     _check_var(input, "input", "conv2d_transpose")
+    if not isinstance(use_cudnn, bool):
+        raise ValueError(f"conv2d_transpose: use_cudnn must be True or False, got "
+                         f"{use_cudnn!r}")
     n, c, h, w = _nchw(input, "conv2d_transpose", data_format)
+    # Fluid 1.8 emits depthwise_conv2d_transpose for groups (as given) == C == num_filters
+    # without cuDNN; it computes as the grouped conv2d_transpose
+    op_type = "depthwise_conv2d_transpose" if c == groups == num_filters and not use_cudnn \
+        else "conv2d_transpose"
     groups = 1 if groups is None else int(groups)
     if not isinstance(num_filters, int) or num_filters <= 0 or num_filters % groups or \
             c % groups:
@@ -242,20 +293,21 @@ def conv2d_transpose(input: Variable, num_filters: int, output_size: Any = None,
                        for i, (o, d, s, dil) in enumerate(zip(out_hw, (h, w), strides,
                                                                dilations, strict=True))]
     ksize = _pair(filter_size, "filter_size", "conv2d_transpose")
-    helper = LayerHelper("conv2d_transpose", name)
+    helper = LayerHelper(op_type, name)
     filt = helper.create_parameter(ParamAttr._to_attr(param_attr),
                                    [c, num_filters // groups, *ksize], input.dtype)
-    pads = resolve_paddings(paddings, algorithm, (max(h, 1), max(w, 1)), ksize, strides,
-                            dilations)
-    oh = conv_transpose_output_size(h, ksize[0], pads[0], pads[1], strides[0], dilations[0])
-    ow = conv_transpose_output_size(w, ksize[1], pads[2], pads[3], strides[1], dilations[1])
+    pads = resolve_paddings(paddings, algorithm, (max(h, 1), max(w, 1)), ksize, strides)
+    # SAME resets the dilations to 1 (UpdatePaddingAndDilation); the attr keeps them, as Fluid
+    dh, dw = (1, 1) if algorithm == "SAME" else dilations
+    oh = conv_transpose_output_size(h, ksize[0], pads[0], pads[1], strides[0], dh)
+    ow = conv_transpose_output_size(w, ksize[1], pads[2], pads[3], strides[1], dw)
     out_attr: list[int] = []
     if output_size is not None:
         out_attr = _pair(output_size, "output_size", "conv2d_transpose")
         oh, ow = out_attr
     pre_bias = helper.create_tmp(dtype=input.dtype,
                                  shape=_shaped(data_format, n, num_filters, oh, ow))
-    helper.append_op("conv2d_transpose", inputs={"Input": [input], "Filter": [filt]},
+    helper.append_op(op_type, inputs={"Input": [input], "Filter": [filt]},
                      outputs={"Output": [pre_bias]},
                      attrs={"output_size": out_attr, "strides": strides, "paddings": paddings,
                             "padding_algorithm": algorithm, "dilations": dilations,

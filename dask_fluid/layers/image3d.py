@@ -180,7 +180,7 @@ def conv3d_transpose(input: Variable, num_filters: int, output_size: Any = None,
                      dilation: Any = 1, groups: int | None = None, param_attr: Any = None,
                      bias_attr: Any = None, use_cudnn: bool = True, act: str | None = None,
                      name: str | None = None, data_format: str = "NCDHW") -> Variable:
-    """Transposed 3-D convolution of an NCDHW input, as Fluid 1.8's
+    """Transposed 3-D convolution of an NCDHW (or NDHWC) input, as Fluid 1.8's
     ``layers.conv3d_transpose``.
 
     The filter is ``[C, num_filters / groups, KD, KH, KW]`` (Fluid's default initializer,
@@ -188,18 +188,15 @@ def conv3d_transpose(input: Variable, num_filters: int, output_size: Any = None,
     stride + pad_before + pad_after - 1) // dilation + 1``. Each output size is ``(I - 1) *
     stride - pad_before - pad_after + dilation * (K - 1) + 1``, or ``output_size`` (which the
     op checks to lie within ``stride`` of that). The bias ``[num_filters]`` is added along
-    axis 1. As Fluid 1.8 does, the op's ``data_format`` attr is ``"NCHW"``.
+    the channel axis (1, or 4 for NDHWC). As Fluid 1.8 does, the op's ``data_format`` attr is
+    ``"NCHW"`` (``"NHWC"`` for NDHWC).
     """
     _check_var(input, "input", "conv3d_transpose")
     if not isinstance(use_cudnn, bool):
         raise ValueError(f"conv3d_transpose: use_cudnn must be True or False, got "
                          f"{use_cudnn!r}")
-    shape, _ = _ncdhw(input, "conv3d_transpose", data_format)
-    if data_format == "NDHWC":
-        # Fluid 1.8 adds the bias of an NDHWC output along axis 1 (its depth): not followed
-        raise NotImplementedError("conv3d_transpose(data_format='NDHWC') is not implemented in "
-                                  "dask_fluid")
-    c, sizes = shape[1], shape[2:]
+    shape, last = _ncdhw(input, "conv3d_transpose", data_format)
+    c, sizes = _spatial(shape, last)
     if c is None or c <= 0:
         raise ValueError(f"conv3d_transpose: the channel dim of input {input.name!r} must be "
                          f"known, got shape {shape}")
@@ -244,13 +241,18 @@ def conv3d_transpose(input: Variable, num_filters: int, output_size: Any = None,
     helper = LayerHelper("conv3d_transpose", name)
     filt = helper.create_parameter(ParamAttr._to_attr(param_attr),
                                    [c, num_filters // groups, *ksize], input.dtype)
-    pre_bias = helper.create_tmp(dtype=input.dtype, shape=[shape[0], num_filters, *outs])
+    pre_bias = helper.create_tmp(dtype=input.dtype,
+                                 shape=_layout(shape[0], num_filters, outs, last))
+    # Fluid 1.8 names the layouts "NCHW" / "NHWC" in this op's attr, and adds the bias of an
+    # NDHWC output along its last axis (append_bias_op(dim_start=4))
     helper.append_op("conv3d_transpose", inputs={"Input": [input], "Filter": [filt]},
                      outputs={"Output": [pre_bias]},
                      attrs={"output_size": out_attr, "strides": strides, "paddings": paddings,
                             "padding_algorithm": algorithm, "dilations": dilations,
-                            "groups": groups, "use_cudnn": use_cudnn, "data_format": "NCHW"})
-    return helper.append_activation(_bias_along(helper, pre_bias, bias_attr, 1), act)
+                            "groups": groups, "use_cudnn": use_cudnn,
+                            "data_format": "NHWC" if last else "NCHW"})
+    return helper.append_activation(
+        _bias_along(helper, pre_bias, bias_attr, 4 if last else 1), act)
 
 
 def pool3d(input: Variable, pool_size: int | Sequence[int] = -1, pool_type: str = "max",

@@ -13,8 +13,8 @@ filter. Otherwise the column gradient is scattered back window offset by window 
 Semantics follow Paddle 1.8's ``conv_op.cc`` and ``math/pooling.cc``:
 
 - ``paddings`` has 2 (``[ph, pw]``) or 4 (``[top, bottom, left, right]``) entries;
-  ``padding_algorithm`` ``"SAME"`` pads so that ``OH = ceil(H / stride)``, ``"VALID"`` pads
-  nothing;
+  ``padding_algorithm`` ``"SAME"`` pads so that ``OH = ceil(H / stride)`` and resets the
+  dilations to 1 (``UpdatePaddingAndDilation``), ``"VALID"`` pads nothing;
 - a pooling window is clipped to the input (padding is never part of a max), an ``exclusive``
   average divides by the clipped window's size and a non-exclusive one by ``KH * KW``;
   ``ceil_mode`` rounds the output size up; ``global_pooling`` pools the whole map;
@@ -35,7 +35,8 @@ from .math_ops import double_grad_maker
 from .registry import GRAD, array_module, register, set_grad
 from .selected_rows import grad_maker, grad_slots
 
-__all__ = ["adaptive_bounds", "conv_output_size", "pool_output_size", "resolve_paddings"]
+__all__ = ["adaptive_bounds", "conv_output_size", "effective_dilations", "pool_output_size",
+           "resolve_paddings"]
 
 
 def _pair(value: Any, name: str) -> tuple[int, int]:
@@ -46,16 +47,34 @@ def _pair(value: Any, name: str) -> tuple[int, int]:
 
 
 def resolve_paddings(paddings: Sequence[int], algorithm: str, in_hw: Sequence[int],
-                     kernel_hw: Sequence[int], strides: Sequence[int],
-                     dilations: Sequence[int] = (1, 1)) -> tuple[int, int, int, int]:
-    """``(top, bottom, left, right)`` from Fluid's ``paddings`` and ``padding_algorithm``."""
+                     kernel_hw: Sequence[int], strides: Sequence[int]
+                     ) -> tuple[int, int, int, int]:
+    """``(top, bottom, left, right)`` from Fluid's ``paddings`` and ``padding_algorithm``.
+
+    As Paddle 1.8's ``UpdatePaddingAndDilation``: ``"SAME"`` spreads ``max((ceil(I / s) - 1)
+    * s + k - I, 0)`` with the smaller half first, ``k`` the undilated kernel, because SAME
+    also resets a convolution's dilations to 1 (see :func:`effective_dilations`).
+
+    Parameters
+    ----------
+    paddings : sequence of int
+        2 (``[ph, pw]``) or 4 (``[top, bottom, left, right]``) entries (EXPLICIT only).
+    algorithm : str
+        ``"EXPLICIT"``, ``"SAME"`` or ``"VALID"``.
+    in_hw, kernel_hw, strides : sequence of int
+        The input's spatial size, the kernel's (undilated) and the strides.
+
+    Returns
+    -------
+    tuple of int
+        ``(top, bottom, left, right)``.
+    """
     if algorithm == "VALID":
         return 0, 0, 0, 0
     if algorithm == "SAME":
         out = []
-        for size, k, s, d in zip(in_hw, kernel_hw, strides, dilations, strict=True):
-            eff = d * (k - 1) + 1
-            total = max((math.ceil(size / s) - 1) * s + eff - size, 0)
+        for size, k, s in zip(in_hw, kernel_hw, strides, strict=True):
+            total = max((math.ceil(size / s) - 1) * s + k - size, 0)
             out += [total // 2, total - total // 2]
         return out[0], out[1], out[2], out[3]
     if algorithm != "EXPLICIT":
@@ -67,6 +86,15 @@ def resolve_paddings(paddings: Sequence[int], algorithm: str, in_hw: Sequence[in
     if len(p) == 4:
         return p[0], p[1], p[2], p[3]
     raise ValueError(f"paddings must have 2 or 4 entries, got {p}")
+
+
+def effective_dilations(attrs: dict) -> tuple[int, int]:
+    """A convolution's ``(dh, dw)``: the ``dilations`` attr, or ``(1, 1)`` under
+    ``padding_algorithm="SAME"`` (Paddle 1.8's ``UpdatePaddingAndDilation`` resets them there:
+    a dilated SAME conv computes as an undilated one)."""
+    if attrs.get("padding_algorithm", "EXPLICIT") == "SAME":
+        return 1, 1
+    return _pair(attrs.get("dilations", [1, 1]), "dilations")
 
 
 def conv_output_size(size: int, k: int, pad_before: int, pad_after: int, stride: int,
@@ -169,11 +197,10 @@ class _ConvGeometry:
                              f"into groups={self.groups}, and the filter's channels ({cg}) must "
                              f"be {self.c} / groups")
         self.sh, self.sw = _pair(attrs.get("strides", [1, 1]), "strides")
-        self.dh, self.dw = _pair(attrs.get("dilations", [1, 1]), "dilations")
+        self.dh, self.dw = effective_dilations(attrs)
         self.pads = resolve_paddings(attrs.get("paddings", [0, 0]),
                                      attrs.get("padding_algorithm", "EXPLICIT"),
-                                     (self.h, self.w), (self.kh, self.kw), (self.sh, self.sw),
-                                     (self.dh, self.dw))
+                                     (self.h, self.w), (self.kh, self.kw), (self.sh, self.sw))
         self.oh = conv_output_size(self.h, self.kh, self.pads[0], self.pads[1], self.sh,
                                    self.dh)
         self.ow = conv_output_size(self.w, self.kw, self.pads[2], self.pads[3], self.sw,
@@ -637,11 +664,12 @@ def _transpose_geometry(x: Any, w: Any, attrs: dict) -> tuple[tuple, dict]:
     groups = int(attrs.get("groups", 1) or 1)
     m = int(w.shape[1]) * groups
     sh, sw = _pair(attrs.get("strides", [1, 1]), "strides")
-    dh, dw = _pair(attrs.get("dilations", [1, 1]), "dilations")
+    dh, dw = effective_dilations(attrs)
     kh, kw = int(w.shape[2]), int(w.shape[3])
+    # SAME pads by the transposed op's input (the small side), as conv_transpose_op.cc
     pads = resolve_paddings(attrs.get("paddings", [0, 0]), attrs.get("padding_algorithm",
                                                                      "EXPLICIT"),
-                            (h, wd), (kh, kw), (sh, sw), (dh, dw))
+                            (h, wd), (kh, kw), (sh, sw))
     oh = conv_transpose_output_size(h, kh, pads[0], pads[1], sh, dh)
     ow = conv_transpose_output_size(wd, kw, pads[2], pads[3], sw, dw)
     want = [int(v) for v in attrs.get("output_size", []) or []]
@@ -651,7 +679,8 @@ def _transpose_geometry(x: Any, w: Any, attrs: dict) -> tuple[tuple, dict]:
                              f"[{oh}, {oh + sh}) x [{ow}, {ow + sw}) for this input, filter "
                              "and stride")
         oh, ow = want
-    conv_attrs = {**attrs, "paddings": list(pads), "padding_algorithm": "EXPLICIT"}
+    conv_attrs = {**attrs, "paddings": list(pads), "padding_algorithm": "EXPLICIT",
+                  "dilations": [dh, dw]}
     return (n, m, oh, ow), conv_attrs
 
 
@@ -687,8 +716,12 @@ def conv2d_transpose_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     return res
 
 
-register("conv2d_transpose", ("Input", "Filter"), ("Output",), _CONVT_ATTRS, optional=("Bias",),
-         grad=_convt_grad_maker)(channels_last(conv2d_transpose, ("Input",), ("Output",)))
-register("conv2d_transpose_grad", *grad_slots(("Input", "Filter"), ("Output",),
-                                              ("Input", "Filter")), _CONVT_ATTRS)(
-    channels_last(conv2d_transpose_grad, ("Input", "Output" + GRAD), ("Input" + GRAD,)))
+# depthwise_conv2d_transpose is what Fluid 1.8's layers.conv2d_transpose emits for groups ==
+# input channels == num_filters without cuDNN; its CPU kernels are conv2d_transpose's
+# (conv_transpose_op.cc registers GemmConvTransposeKernel for both), so is its math here
+for _type in ("conv2d_transpose", "depthwise_conv2d_transpose"):
+    register(_type, ("Input", "Filter"), ("Output",), _CONVT_ATTRS, optional=("Bias",),
+             grad=_convt_grad_maker)(channels_last(conv2d_transpose, ("Input",), ("Output",)))
+    register(_type + "_grad", *grad_slots(("Input", "Filter"), ("Output",),
+                                          ("Input", "Filter")), _CONVT_ATTRS)(
+        channels_last(conv2d_transpose_grad, ("Input", "Output" + GRAD), ("Input" + GRAD,)))

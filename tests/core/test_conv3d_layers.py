@@ -248,8 +248,6 @@ def test_conv3d_transpose_layer_errors():
         convt(num_filters=2)
     with pytest.raises(ValueError, match="multiple of groups=2"):
         convt(num_filters=3, filter_size=2, groups=2)
-    with pytest.raises(NotImplementedError, match="data_format='NDHWC'"):
-        convt(num_filters=2, filter_size=2, data_format="NDHWC")
     with pytest.raises(ValueError, match="output_size must be an int or 3 ints"):
         convt(num_filters=2, filter_size=2, output_size=[4, 4])
 

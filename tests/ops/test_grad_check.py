@@ -1253,6 +1253,12 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
                              "EndsTensor": [np.array([3], i32)]},
          {"axes": [0], "infer_flags": [-1], "decrease_axis": [0]}),
     ]
+    c["depthwise_conv2d_transpose"] = [
+        ("stride_asym_pad", {"Input": [n((2, 3, 3, 4))], "Filter": [n((3, 1, 3, 2))]},
+         {"groups": 3, "strides": [2, 2], "paddings": [1, 0, 1, 2]}),
+        ("nhwc_same", {"Input": [n((1, 4, 3, 2))], "Filter": [n((2, 1, 3, 3))]},
+         {"groups": 2, "strides": [2, 1], "padding_algorithm": "SAME", "data_format": "NHWC"}),
+    ]
     return c
 
 
