@@ -354,9 +354,9 @@ def xxh64(data: np.ndarray, seed: int) -> np.ndarray:
 @register("hash", ("X",), ("Out",), {"num_hash": 1, "mod_by": 100000})
 def hash_op(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out[i, k, 0] = XXH64(row i, seed k) % mod_by, shape X.shape[:-1] + [num_hash, 1]. As
-    Fluid 1.8's kernel (hash_op.h), the bytes hashed are ``4 · last_dim`` from the start of the
-    row whatever X's dtype (``sizeof(int)``): an int64 row hashes only its first half, so on
-    little-endian machines an int64 id hashes as its low 32 bits (Paddle 2.0 changed this)."""
+    Fluid 1.8's kernel (hash_op.h, ``HashKernel<T>``), the bytes hashed are the row's whole
+    ``sizeof(T) · last_dim`` bytes (little-endian), so int64 ids that share their low 32 bits
+    still hash apart."""
     x = ins["X"][0]
     xp = array_module(x)
     if x.dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
@@ -370,8 +370,7 @@ def hash_op(ins: dict, attrs: dict, outs: tuple) -> dict:
         raise ValueError(f"hash: mod_by must be > 0, got {mod_by}")
     host = np.ascontiguousarray(to_host(x)).astype(x.dtype.newbyteorder("<"), copy=False)
     last = x.shape[-1]
-    rows = host.reshape(-1, last).view(np.uint8).reshape(-1, last * host.itemsize)
-    data = rows[:, :4 * last]
+    data = host.reshape(-1, last).view(np.uint8).reshape(-1, last * host.itemsize)
     out = np.stack([xxh64(data, k) % np.uint64(mod_by) for k in range(num_hash)], axis=1)
     out = out.astype(x.dtype).reshape(*x.shape[:-1], num_hash, 1)
     return {"Out": [out if xp is np else xp.asarray(out)]}

@@ -4,9 +4,19 @@ attributes (``leaky_relu``, ``relu6``, ``elu``, ``softplus``, ``softsign``, ``ha
 
 ``matmul`` follows Paddle 1.8's matmul_op: ``Out = alpha · op(X) @ op(Y)`` where ``op``
 transposes the last two dims when ``transpose_X`` / ``transpose_Y``; leading (batch) dims
-broadcast as numpy's; a 1-D ``X`` is a row ``[1, K]`` (a column when transposed) and a 1-D
-``Y`` a column ``[K, 1]`` (a row when transposed), and those added dims are dropped from the
-output, so two vectors give ``[1]``.
+broadcast as numpy's. A 1-D operand becomes a matrix *before* the transpose, as Fluid's
+RowMatrixFromVector / ColumnMatrixFromVector do: ``X [K]`` is the row ``[1, K]`` (so
+``op(X)`` is the column ``[K, 1]`` when transposed) and ``Y [K]`` the column ``[K, 1]``
+(the row ``[1, K]`` when transposed). Out then loses X's row dim only where X is 1-D and
+that dim is 1, and Y's column dim only where Y is 1-D and that dim is 1 (MatMulOp's
+InferShape), so two vectors give ``[1]`` and ``[M]ᵀ @ [1, N]`` gives ``[M, N]``.
+
+``head_number`` > 1 is Fluid's multi-head matmul (Blas::MatMulWithHead, the MKLML CPU
+kernel): ``op(X)``'s columns split into ``head_number`` heads; when ``op(Y)``'s height
+equals ``op(X)``'s width its rows split the same way and the heads' products are laid side by
+side (Out ``[.., M, head_number · N]``), otherwise (``op(Y)``'s height is a head's width) its
+columns split and Out is ``[.., M, N]``. Fluid 1.8's matmul_grad ignores the heads (it
+multiplies the un-split matrices), so there is no gradient for ``head_number`` > 1.
 """
 
 from __future__ import annotations
@@ -19,33 +29,71 @@ from .math_ops import _unbroadcast, double_grad_maker
 from .registry import GRAD, array_module, register, set_grad
 from .selected_rows import grad_maker, grad_slots
 
-__all__ = ["matmul_shape"]
+__all__ = ["matmul_out_shape", "matmul_shape"]
 
-_MATMUL_ATTRS = {"transpose_X": False, "transpose_Y": False, "alpha": 1.0}
+_MATMUL_ATTRS = {"transpose_X": False, "transpose_Y": False, "alpha": 1.0, "head_number": 1}
 
 
-def _as_matrices(x_shape: tuple, y_shape: tuple, tx: bool, ty: bool
-                 ) -> tuple[tuple, tuple, list[int]]:
-    """X's and Y's shapes as (batched) matrices, and the output dims to drop afterwards."""
-    drop = []
+def _as_matrices(x_shape: tuple, y_shape: tuple) -> tuple[tuple, tuple]:
+    """X's and Y's shapes as (batched) matrices before any transpose: a 1-D X is the row
+    ``[1, K]``, a 1-D Y the column ``[K, 1]`` (matmul_op.cc's Row/ColumnMatrixFromVector)."""
     if len(x_shape) == 1:
-        x_shape = (x_shape[0], 1) if tx else (1, x_shape[0])
-        drop.append(-2)
+        x_shape = (1, x_shape[0])
     if len(y_shape) == 1:
-        y_shape = (1, y_shape[0]) if ty else (y_shape[0], 1)
-        drop.append(-1)
-    return x_shape, y_shape, drop
+        y_shape = (y_shape[0], 1)
+    return x_shape, y_shape
 
 
-def matmul_shape(x_shape: tuple, y_shape: tuple, tx: bool, ty: bool) -> list[int]:
-    """The output shape of ``matmul`` (``-1`` dims pass through); ValueError on a mismatch."""
-    xs, ys, drop = _as_matrices(tuple(x_shape), tuple(y_shape), tx, ty)
-    m, kx = (xs[-1], xs[-2]) if tx else (xs[-2], xs[-1])
-    ky, n = (ys[-1], ys[-2]) if ty else (ys[-2], ys[-1])
-    if kx >= 0 and ky >= 0 and kx != ky:
-        raise ValueError(f"matmul: X {list(x_shape)} (transpose_X={tx}) and Y "
-                         f"{list(y_shape)} (transpose_Y={ty}) do not agree on the inner "
-                         f"dimension ({kx} vs {ky})")
+def _drop_vector_dims(out: list, x_ndim: int, y_ndim: int) -> list:
+    """MatMulOp::InferShape's last step: drop Out's row dim where X is 1-D and it is 1, then
+    its column dim where Y is 1-D and it is 1; ``[1]`` when nothing is left."""
+    if x_ndim == 1 and out[-2] == 1:
+        del out[-2]
+    if y_ndim == 1 and out[-1] == 1:
+        del out[-1]
+    return out or [1]
+
+
+def matmul_out_shape(x_shape: tuple, y_shape: tuple, transpose_x: bool = False,
+                     transpose_y: bool = False, head_number: int = 1) -> list[int]:
+    """The shape of ``matmul``'s Out as Fluid 1.8's MatMulOp::InferShape gives it.
+
+    Parameters
+    ----------
+    x_shape, y_shape : tuple
+        X's and Y's shapes; ``-1`` marks a dim unknown at build time.
+    transpose_x, transpose_y : bool
+        The op's ``transpose_X`` / ``transpose_Y``.
+    head_number : int
+        The op's ``head_number`` (multi-head matmul when > 1).
+
+    Returns
+    -------
+    list of int
+        Out's shape (``-1`` where unknown).
+
+    Raises
+    ------
+    ValueError
+        When the inner dims differ (with one head) or the batch dims do not broadcast.
+    """
+    xs, ys = _as_matrices(tuple(x_shape), tuple(y_shape))
+    m, kx = (xs[-1], xs[-2]) if transpose_x else (xs[-2], xs[-1])
+    ky, n = (ys[-1], ys[-2]) if transpose_y else (ys[-2], ys[-1])
+    # InferShape fills an unknown inner dim from the other operand's
+    if kx == -1:
+        kx = ky
+    if ky == -1:
+        ky = kx
+    if head_number > 1:
+        # MatMulWithHead: Y's rows split with X's columns when the inner dims agree (the
+        # heads' outputs side by side), else Y's columns split (Out keeps Y's width)
+        if kx == ky and n >= 0:
+            n = head_number * n
+    elif kx != ky:
+        raise ValueError(f"matmul: X {list(x_shape)} (transpose_X={transpose_x}) and Y "
+                         f"{list(y_shape)} (transpose_Y={transpose_y}) do not agree on the "
+                         f"inner dimension ({kx} vs {ky})")
     bx, by = xs[:-2], ys[:-2]
     batch = []
     for i in range(max(len(bx), len(by))):
@@ -55,44 +103,79 @@ def matmul_shape(x_shape: tuple, y_shape: tuple, tx: bool, ty: bool) -> list[int
             raise ValueError(f"matmul: the batch dims of X {list(x_shape)} and Y "
                              f"{list(y_shape)} do not broadcast")
         batch.insert(0, b if a == 1 else a)
-    out = [*batch, m, n]
-    for axis in sorted(drop):
-        del out[axis]
-    return out or [1]
+    return _drop_vector_dims([*batch, m, n], len(x_shape), len(y_shape))
+
+
+def matmul_shape(x_shape: tuple, y_shape: tuple, tx: bool, ty: bool) -> list[int]:
+    """The output shape of ``matmul`` with one head (see :func:`matmul_out_shape`)."""
+    return matmul_out_shape(x_shape, y_shape, tx, ty)
 
 
 def _mt(a: Any) -> Any:
     return a.swapaxes(-1, -2)
 
 
-def _prepared(ins: dict, attrs: dict) -> tuple[Any, Any, Any, Any, list[int]]:
+def _prepared(ins: dict, attrs: dict) -> tuple[Any, Any, Any, Any]:
+    """X, Y and op(X), op(Y) as (batched) matrices."""
     x, y = ins["X"][0], ins["Y"][0]
     tx, ty = bool(attrs.get("transpose_X")), bool(attrs.get("transpose_Y"))
-    xs, ys, drop = _as_matrices(x.shape, y.shape, tx, ty)
-    xm, ym = x.reshape(xs), y.reshape(ys)
-    return x, y, (_mt(xm) if tx else xm), (_mt(ym) if ty else ym), drop
+    if x.ndim == 1 or y.ndim == 1:
+        xs, ys = _as_matrices(x.shape, y.shape)
+        xm, ym = x.reshape(xs), y.reshape(ys)
+    else:
+        xm, ym = x, y
+    return x, y, (_mt(xm) if tx else xm), (_mt(ym) if ty else ym)
+
+
+def _matmul_with_head(xp: Any, a: Any, b: Any, heads: int) -> Any:
+    """Blas::MatMulWithHead on op(X) ``a`` [.., M, W1] and op(Y) ``b`` [.., H2, W2]."""
+    w1 = a.shape[-1]
+    h2, w2 = b.shape[-2:]
+    if w1 % heads:
+        raise ValueError(f"matmul: head_number {heads} does not divide X's width {w1}")
+    sub = w1 // heads
+    # a's heads: [.., M, H, sub] -> [.., H, M, sub]
+    ah = xp.moveaxis(a.reshape(a.shape[:-1] + (heads, sub)), -2, -3)
+    if w1 == h2:
+        # Y's rows split with X's columns; Out [.., M, H · W2]
+        bh = b.reshape(b.shape[:-2] + (heads, sub, w2))
+    else:
+        if h2 != sub or w2 % heads:
+            raise ValueError(f"matmul: with head_number {heads}, Y's height {h2} must be "
+                             f"X's width / head_number ({sub}) and its width {w2} a multiple "
+                             f"of head_number")
+        # Y's columns split; Out [.., M, W2]
+        bh = xp.moveaxis(b.reshape(b.shape[:-1] + (heads, w2 // heads)), -2, -3)
+    out = xp.matmul(ah, bh)  # [.., H, M, n]
+    out = xp.moveaxis(out, -3, -2)  # [.., M, H, n]
+    return out.reshape(out.shape[:-2] + (-1,))
 
 
 @register("matmul", ("X", "Y"), ("Out",), _MATMUL_ATTRS,
           grad=grad_maker(("X", "Y"), in_grads=("X", "Y")))
 def matmul(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = alpha · op(X) @ op(Y) (see the module docstring)."""
-    x, y, a, b, drop = _prepared(ins, attrs)
+    x, y, a, b = _prepared(ins, attrs)
     xp = array_module(x, y)
-    out = xp.matmul(a, b)
+    heads = int(attrs.get("head_number", 1) or 1)
+    out = xp.matmul(a, b) if heads <= 1 else _matmul_with_head(xp, a, b, heads)
     alpha = attrs.get("alpha", 1.0)
     if alpha != 1.0:
         out = out * out.dtype.type(alpha)
-    shape = matmul_shape(x.shape, y.shape, bool(attrs.get("transpose_X")),
-                         bool(attrs.get("transpose_Y")))
-    return {"Out": [out.reshape(shape)]}
+    if x.ndim == 1 or y.ndim == 1:  # only vectors lose dims; the 2-D/3-D path stays as is
+        out = out.reshape(_drop_vector_dims(list(out.shape), x.ndim, y.ndim))
+    return {"Out": [out]}
 
 
 @register("matmul_grad", *grad_slots(("X", "Y"), ("Out",), ("X", "Y")), _MATMUL_ATTRS)
 def matmul_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """dop(X) = alpha · dOut @ op(Y)ᵀ, dop(Y) = alpha · op(X)ᵀ @ dOut, undone through the
     transposes, the 1-D promotions and the batch broadcasting."""
-    x, y, a, b, _ = _prepared(ins, attrs)
+    if int(attrs.get("head_number", 1) or 1) > 1:
+        # matmul_op.cc's MatMulGradKernel multiplies the un-split matrices whatever the heads
+        # (its result does not even have X's / Y's size), so Fluid 1.8 has no such gradient
+        raise NotImplementedError("matmul_grad: Fluid 1.8 has no gradient for head_number > 1")
+    x, y, a, b = _prepared(ins, attrs)
     xp = array_module(x, y)
     tx, ty = bool(attrs.get("transpose_X")), bool(attrs.get("transpose_Y"))
     full = xp.matmul(a, b).shape  # the un-dropped output shape
@@ -102,15 +185,14 @@ def matmul_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     if alpha != 1.0:
         d = d * d.dtype.type(alpha)
     res = {}
+    xs, ys = _as_matrices(x.shape, y.shape)
     if "X" + GRAD in outs:
         da = xp.matmul(d, _mt(b))
         da = _mt(da) if tx else da
-        xs = _as_matrices(x.shape, y.shape, tx, ty)[0]
         res["X" + GRAD] = [_unbroadcast(da, xs).reshape(x.shape)]
     if "Y" + GRAD in outs:
         db = xp.matmul(_mt(a), d)
         db = _mt(db) if ty else db
-        ys = _as_matrices(x.shape, y.shape, tx, ty)[1]
         res["Y" + GRAD] = [_unbroadcast(db, ys).reshape(y.shape)]
     return res
 

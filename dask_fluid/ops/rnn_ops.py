@@ -14,8 +14,11 @@ reset and candidate gates (``[u | r | c]``, ``3D`` wide); with ``h`` the previou
 
 ``Weight`` is ``[D, 3D]`` as Fluid stores it: its first ``2D * D`` values are ``[W_u | W_r]``
 (``[D, 2D]``) and the last ``D * D`` are ``W_c`` (``[D, D]``), so weights trained by real
-Fluid load unchanged. ``BatchGate`` (the activated gates), ``BatchResetHiddenPrev`` (``r * h``)
-and ``BatchHidden`` (each row's previous state) are kept, in row order, for the gradient.
+Fluid load unchanged. ``BatchGate`` (the activated gates ``[u | r | c]``),
+``BatchResetHiddenPrev`` (``r * h``) and ``BatchHidden`` (the new state ``h'``) are kept for
+the gradient in Fluid's batch order: time step after time step, the running sequences longest
+first (:func:`gru_batch_order`). The gate sigmoids clamp their input to [-40, 13] as Fluid's
+math/detail kernels do (gru, lstm, lstmp).
 """
 
 from __future__ import annotations
@@ -33,8 +36,17 @@ _GRU_ATTRS = {"activation": "tanh", "gate_activation": "sigmoid", "is_reverse": 
               "origin_mode": False}
 
 
-def _act(xp: Any, name: str, z: Any) -> Any:
+#: math/detail/activation_functions.h clamps a sigmoid's input to [-40, 13]
+SIGMOID_THRESHOLD = (-40.0, 13.0)
+
+
+def _act(xp: Any, name: str, z: Any, clip: bool = False) -> Any:
+    """The activation ``name`` of ``z``; ``clip`` clamps a sigmoid's input to
+    :data:`SIGMOID_THRESHOLD` as the gru/lstm kernels (math/detail) do, so a saturated gate is
+    ``1 / (1 + e^-13)``, not 1."""
     if name == "sigmoid":
+        if clip:
+            z = xp.clip(z, *SIGMOID_THRESHOLD)
         return 1.0 / (1.0 + xp.exp(-z))
     if name == "tanh":
         return xp.tanh(z)
@@ -109,6 +121,35 @@ def _split_weight(w: Any, d: int) -> tuple[Any, Any]:
     return flat[:2 * d * d].reshape(d, 2 * d), flat[2 * d * d:].reshape(d, d)
 
 
+def gru_batch_order(offsets: tuple, reverse: bool) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Fluid's sequence2batch order (math/sequence2batch.h): the sequences sorted by length,
+    longest first (ties keep their order), and for each time step the sequences still running
+    in that order with the row each reads. ``BatchGate``, ``BatchResetHiddenPrev`` and
+    ``BatchHidden`` hold the steps' rows one after another in this order.
+
+    Parameters
+    ----------
+    offsets : tuple
+        The sequences' LoD offsets.
+    reverse : bool
+        Whether each sequence runs from its end.
+
+    Returns
+    -------
+    list of (ndarray, ndarray)
+        Per time step: the running sequences' indices and the input rows they read.
+    """
+    o = np.asarray(offsets, dtype=np.int64)
+    lengths = np.diff(o)
+    order = np.argsort(-lengths, kind="stable")
+    steps = []
+    for t in range(int(lengths.max()) if lengths.size else 0):
+        seqs = order[lengths[order] > t]
+        rows = (o[1:][seqs] - 1 - t) if reverse else (o[:-1][seqs] + t)
+        steps.append((seqs, rows))
+    return steps
+
+
 @register("gru", ("Input", "H0", "Weight", "Bias"),
           ("BatchGate", "BatchResetHiddenPrev", "BatchHidden", "Hidden"), _GRU_ATTRS,
           optional=("H0", "Bias"), lod="kernel",
@@ -117,7 +158,8 @@ def _split_weight(w: Any, d: int) -> tuple[Any, Any]:
                           ("Input", "H0", "Weight", "Bias")))
 def gru(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Hidden ``[T, D]``: the GRU state after every row of every sequence (see the module
-    docstring); it keeps the input's LoD."""
+    docstring); it keeps the input's LoD. The Batch* outputs are in Fluid's batch order
+    (:func:`gru_batch_order`)."""
     x, w = ins["Input"][0], ins["Weight"][0]
     h0 = (ins.get("H0") or [None])[0]
     bias = (ins.get("Bias") or [None])[0]
@@ -136,26 +178,28 @@ def gru(ins: dict, attrs: dict, outs: tuple) -> dict:
     z = x + (bias.reshape(1, -1) if bias is not None else 0)
     gates = xp.zeros_like(z)
     reset_prev = xp.zeros((x.shape[0], d), dtype=x.dtype)
-    prev = xp.zeros((x.shape[0], d), dtype=x.dtype)
+    batch_hidden = xp.zeros((x.shape[0], d), dtype=x.dtype)
     hidden = xp.zeros((x.shape[0], d), dtype=x.dtype)
     state = h0 if h0 is not None else xp.zeros((n_seq, d), dtype=x.dtype)
     state = state.copy()
     origin = bool(attrs.get("origin_mode", False))
-    for seqs, rows in time_steps(lod[-1], bool(attrs.get("is_reverse", False))):
+    start = 0
+    for seqs, rows in gru_batch_order(lod[-1], bool(attrs.get("is_reverse", False))):
         s, r = xp.asarray(seqs), xp.asarray(rows)
+        b = slice(start, start + len(rows))  # this step's rows of the Batch* outputs
+        start += len(rows)
         h = state[s]
-        ur = _act(xp, gate_act, z[r, :2 * d] + h @ wg)
+        ur = _act(xp, gate_act, z[r, :2 * d] + h @ wg, clip=True)
         u, rr = ur[:, :d], ur[:, d:]
         rh = rr * h
-        c = _act(xp, act, z[r, 2 * d:] + rh @ wc)
+        c = _act(xp, act, z[r, 2 * d:] + rh @ wc, clip=True)
         new = u * h + (1 - u) * c if origin else (1 - u) * h + u * c
-        gates[r, :2 * d], gates[r, 2 * d:] = ur, c
-        reset_prev[r], prev[r], hidden[r] = rh, h, new
+        gates[b, :2 * d], gates[b, 2 * d:] = ur, c
+        reset_prev[b], batch_hidden[b], hidden[r] = rh, new, new
         state[s] = new
+    # the Batch* rows are in batch order, so the input's LoD does not describe them
     return {"Hidden": [hidden], "BatchGate": [gates], "BatchResetHiddenPrev": [reset_prev],
-            "BatchHidden": [prev],
-            LOD_KEY: {"Hidden": [lod], "BatchGate": [lod], "BatchResetHiddenPrev": [lod],
-                      "BatchHidden": [lod]}}
+            "BatchHidden": [batch_hidden], LOD_KEY: {"Hidden": [lod]}}
 
 
 @register("gru_grad", *grad_slots(("Input", "H0", "Weight", "Bias", "Hidden", "BatchGate",
@@ -163,11 +207,12 @@ def gru(ins: dict, attrs: dict, outs: tuple) -> dict:
                                   ("Input", "H0", "Weight", "Bias")),
           _GRU_ATTRS, optional=("H0", "Bias"), lod="kernel")
 def gru_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """Backpropagation through time over every sequence, from its last step to its first."""
+    """Backpropagation through time over every sequence, from its last step to its first; the
+    Batch* inputs are in the forward's batch order."""
     x, w = ins["Input"][0], ins["Weight"][0]
     h0 = (ins.get("H0") or [None])[0]
     gates, reset_prev = ins["BatchGate"][0], ins["BatchResetHiddenPrev"][0]
-    prev = ins["BatchHidden"][0]
+    batch_hidden = ins["BatchHidden"][0]
     dhidden = ins["Hidden" + GRAD][0]
     xp = array_module(x, w)
     act, gate_act = _check_acts(attrs, "gru_grad")
@@ -180,16 +225,28 @@ def gru_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     carry = xp.zeros((n_seq, d), dtype=x.dtype)  # dL/dh flowing back from later steps
     dh_all = dhidden if dhidden is not None else xp.zeros((x.shape[0], d), dtype=x.dtype)
     origin = bool(attrs.get("origin_mode", False))
-    for seqs, rows in reversed(time_steps(lod[-1], bool(attrs.get("is_reverse", False)))):
+    steps = gru_batch_order(lod[-1], bool(attrs.get("is_reverse", False)))
+    starts = np.cumsum([0] + [len(rows) for _, rows in steps])
+    for t in range(len(steps) - 1, -1, -1):
+        seqs, rows = steps[t]
         s, r = xp.asarray(seqs), xp.asarray(rows)
+        b = slice(int(starts[t]), int(starts[t + 1]))
+        # the previous state: the previous step's hidden rows (its running sequences come
+        # first in the same order), or H0 / zeros at the first step
+        if t:
+            h = batch_hidden[int(starts[t - 1]):int(starts[t - 1]) + len(rows)]
+        elif h0 is not None:
+            h = h0[s]
+        else:
+            h = xp.zeros((len(rows), d), dtype=x.dtype)
         dh = dh_all[r] + carry[s]
-        h, u, rr, c = prev[r], gates[r, :d], gates[r, d:2 * d], gates[r, 2 * d:]
+        u, rr, c = gates[b, :d], gates[b, d:2 * d], gates[b, 2 * d:]
         if origin:
             du, dc, dhp = dh * (h - c), dh * (1 - u), dh * u
         else:
             du, dc, dhp = dh * (c - h), dh * u, dh * (1 - u)
         dzc = dc * _act_grad(act, c)
-        dwc += reset_prev[r].T @ dzc
+        dwc += reset_prev[b].T @ dzc
         drh = dzc @ wc.T
         dhp = dhp + drh * rr
         dzur = xp.concatenate([du * _act_grad(gate_act, u),
@@ -283,12 +340,12 @@ def lstm(ins: dict, attrs: dict, outs: tuple) -> dict:
     for seqs, rows in time_steps(lod[-1], bool(attrs.get("is_reverse", False))):
         s, r = xp.asarray(seqs), xp.asarray(rows)
         g = z[r] + h[s] @ w
-        cand = _act(xp, cand_act, g[:, :d])
-        i = _act(xp, gate_act, g[:, d:2 * d] + wi * c[s])
-        f = _act(xp, gate_act, g[:, 2 * d:3 * d] + wf * c[s])
+        cand = _act(xp, cand_act, g[:, :d], clip=True)
+        i = _act(xp, gate_act, g[:, d:2 * d] + wi * c[s], clip=True)
+        f = _act(xp, gate_act, g[:, 2 * d:3 * d] + wf * c[s], clip=True)
         new_c = cand * i + c[s] * f
-        o = _act(xp, gate_act, g[:, 3 * d:] + wo * new_c)
-        new_h = o * _act(xp, cell_act, new_c)
+        o = _act(xp, gate_act, g[:, 3 * d:] + wo * new_c, clip=True)
+        new_h = o * _act(xp, cell_act, new_c, clip=True)
         gates[r] = xp.concatenate([cand, i, f, o], axis=1)
         hidden[r], cell[r] = new_h, new_c
         h[s], c[s] = new_h, new_c
@@ -331,7 +388,7 @@ def lstm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
         new_c = cell[r]
         dcand, di, df, do, carry_c[s] = _lstm_cell_grad(
             (gate_act, cell_act, cand_act), cand, i, f, o, cp, new_c,
-            _act(xp, cell_act, new_c), dh_all[r] + carry_h[s], dc_all[r] + carry_c[s],
+            _act(xp, cell_act, new_c, clip=True), dh_all[r] + carry_h[s], dc_all[r] + carry_c[s],
             (wi, wf, wo))
         if peep:
             dpeep += xp.stack([(di * cp).sum(0), (df * cp).sum(0), (do * new_c).sum(0)])
@@ -565,14 +622,14 @@ def lstmp(ins: dict, attrs: dict, outs: tuple) -> dict:
         s, r = xp.asarray(seqs), xp.asarray(rows)
         g = z[r] + r_state[s] @ w
         c_prev = c_state[s]
-        cand = _act(xp, cand_act, g[:, :d])
-        i = _act(xp, gate_act, g[:, d:2 * d] + wi * c_prev)
-        f = _act(xp, gate_act, g[:, 2 * d:3 * d] + wf * c_prev)
+        cand = _act(xp, cand_act, g[:, :d], clip=True)
+        i = _act(xp, gate_act, g[:, d:2 * d] + wi * c_prev, clip=True)
+        f = _act(xp, gate_act, g[:, 2 * d:3 * d] + wf * c_prev, clip=True)
         new_c = cand * i + c_prev * f
         if cell_clip > 0:
             new_c = xp.clip(new_c, -cell_clip, cell_clip)
-        o = _act(xp, gate_act, g[:, 3 * d:] + wo * new_c)
-        a_c = _act(xp, cell_act, new_c)
+        o = _act(xp, gate_act, g[:, 3 * d:] + wo * new_c, clip=True)
+        a_c = _act(xp, cell_act, new_c, clip=True)
         h = o * a_c
         new_r = _act(xp, proj_act, h @ pw)
         if proj_clip > 0:

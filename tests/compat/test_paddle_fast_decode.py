@@ -33,6 +33,10 @@ import dist_transformer as dt
 
 V, L, H, DK, DM, DI, NL = 30, 16, 2, 4, 8, 16, 2
 BEAM, MAX_OUT, EOS, B, S = {beam}, {max_out}, {eos}, {sources}, 5
+# the attention biases are declared with the module's 8 heads; this model has H (Fluid's
+# build-time broadcast check would refuse [-1, H, ...] + [-1, 8, ...], as ours does)
+for key in ("src_slf_attn_bias", "trg_slf_attn_bias", "trg_src_attn_bias"):
+    dt.input_descs[key][0] = (dt.input_descs[key][0][0], H) + tuple(dt.input_descs[key][0][2:])
 main, startup = fluid.Program(), fluid.Program()
 startup.random_seed = 5
 with fluid.program_guard(main, startup):

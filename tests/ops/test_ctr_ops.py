@@ -250,8 +250,8 @@ def test_xxh64_published_vectors():
     assert h(b"Nobody inspects the spammish repetition") == 0xFBCEA83C8A378BF1  # >= 32 bytes
 
 
-def test_xxh64_of_int64_rows_matches_paddle_2_values():
-    # Paddle's TestHashOp2/3 hash all 8 bytes of an int64 (their 2.0 kernel): the XXH64 itself
+def test_xxh64_of_int64_rows_matches_paddle_values():
+    # Paddle 1.8's TestHashOp2/3 values hash all 8 bytes of an int64: the XXH64 itself
     d = np.array([1, 2**32 + 1], np.int64).view(np.uint8).reshape(2, 8)
     got = [int(xxh64(d, k)[i] % 10000) for i in range(2) for k in range(2)]
     assert got == [1269, 9609, 3868, 7268]
@@ -270,13 +270,23 @@ def test_hash_paddle_values():
     assert out.dtype == np.int32 and out.shape == (8, 2, 1)
 
 
-def test_hash_int64_hashes_four_bytes_per_column_as_fluid_1_8():
-    x64 = np.array([[3], [2**32 + 3]], np.int64)
-    out = run_op("hash", {"X": [x64]}, {"num_hash": 3, "mod_by": 1000})["Out"][0]
-    as32 = run_op("hash", {"X": [np.array([[3]], np.int32)]},
-                  {"num_hash": 3, "mod_by": 1000})["Out"][0]
-    np.testing.assert_array_equal(out[0], as32[0])
-    np.testing.assert_array_equal(out[1], as32[0])  # the high half is not read
+def test_hash_int64_hashes_all_eight_bytes_as_fluid_1_8():
+    # hash_op.h's HashKernel<int64_t> hashes sizeof(T) · last_dim bytes: Paddle 1.8's
+    # TestHashOp2/3 values (ids sharing their low 32 bits hash apart)
+    x = np.array([[1], [2**32 + 1]], np.int64)
+    out = run_op("hash", {"X": [x]}, {"num_hash": 2, "mod_by": 10000})["Out"][0]
+    np.testing.assert_array_equal(out, [[[1269], [9609]], [[3868], [7268]]])
+    assert out.dtype == np.int64
+    x = np.array([[10], [5]], np.int64)
+    out = run_op("hash", {"X": [x]}, {"num_hash": 2, "mod_by": 2**32})["Out"][0]
+    np.testing.assert_array_equal(out.ravel(), [1204014882, 393011615, 3586283837, 2814821595])
+    # a wider row: all its 8 · 3 little-endian bytes, seed = the hash's index
+    x = np.array([[7, 2**40, -3], [1, 2, 3]], np.int64)
+    out = run_op("hash", {"X": [x]}, {"num_hash": 3, "mod_by": 997})["Out"][0]
+    for i, row in enumerate(x):
+        data = np.frombuffer(row.astype("<i8").tobytes(), np.uint8).reshape(1, 24)
+        assert [int(out[i, k, 0]) for k in range(3)] == [int(xxh64(data, k)[0] % 997)
+                                                          for k in range(3)]
 
 
 def test_hash_errors():

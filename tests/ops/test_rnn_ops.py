@@ -160,3 +160,103 @@ def test_lstm_unit_matches_the_textbook_step_in_its_gate_order():
     np.testing.assert_allclose(res["H"][0], o * np.tanh(c), rtol=1e-12)
     with pytest.raises(ValueError, match=r"X must be \[N, 4D\] with C_prev \[N, D\]"):
         run_op("lstm_unit", {"X": [x], "C_prev": [np.zeros((3, 3))]})
+
+
+# ---------------------------------------------------------------------------------------------
+# gru's Batch* outputs in Fluid's sequence2batch order, and the gate sigmoid's clamp
+
+
+def _clamped_sigmoid(z):
+    """math/detail/activation_functions.h's Sigmoid: the input clamped to [-40, 13]."""
+    return 1 / (1 + np.exp(-np.clip(z, -40.0, 13.0)))
+
+
+def _gru_rows(x, w, b, h0, offsets, reverse, origin):
+    """Per input row: the activated gates [u | r | c], r * h_prev and the new state, by a loop
+    over each sequence (row order)."""
+    d = w.shape[0]
+    flat = w.reshape(-1)
+    w_ur, w_c = flat[:2 * d * d].reshape(d, 2 * d), flat[2 * d * d:].reshape(d, d)
+    gate, rh, hid = np.zeros((len(x), 3 * d)), np.zeros((len(x), d)), np.zeros((len(x), d))
+    for i, (a, e) in enumerate(zip(offsets[:-1], offsets[1:], strict=True)):
+        h = h0[i].copy() if h0 is not None else np.zeros(d)
+        for row in (range(e - 1, a - 1, -1) if reverse else range(a, e)):
+            g = x[row] + b[0]
+            u = _clamped_sigmoid(g[:d] + h @ w_ur[:, :d])
+            r = _clamped_sigmoid(g[d:2 * d] + h @ w_ur[:, d:])
+            c = np.tanh(g[2 * d:] + (r * h) @ w_c)
+            gate[row], rh[row] = np.concatenate([u, r, c]), r * h
+            h = u * h + (1 - u) * c if origin else (1 - u) * h + u * c
+            hid[row] = h
+    return gate, rh, hid
+
+
+def _sequence2batch_rows(offsets, reverse):
+    """The input rows in Fluid's batch order: sequences sorted longest first (ties in their
+    order), then time step by time step over the sequences still running."""
+    lengths = [e - a for a, e in zip(offsets[:-1], offsets[1:], strict=True)]
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    rows = []
+    for t in range(max(lengths)):
+        for i in order:
+            if lengths[i] > t:
+                rows.append(offsets[i + 1] - 1 - t if reverse else offsets[i] + t)
+    return rows
+
+
+@pytest.mark.parametrize("reverse, origin", [(False, False), (True, True)])
+def test_gru_batch_outputs_are_in_fluids_batch_order(reverse, origin):
+    rng = np.random.default_rng(3)
+    d, offsets = 3, (0, 2, 6, 6, 10, 11)  # lengths 2, 4, 0, 4, 1: a tie and an empty one
+    x = rng.standard_normal((11, 3 * d))
+    w = 0.5 * rng.standard_normal((d, 3 * d))
+    b = rng.standard_normal((1, 3 * d))
+    h0 = rng.standard_normal((5, d))
+    res = run_op("gru", {"Input": [x], "Weight": [w], "Bias": [b], "H0": [h0]},
+                 {"is_reverse": reverse, "origin_mode": origin,
+                  "_lods": {"Input": [(offsets,)]}})
+    gate, rh, hid = _gru_rows(x, w, b, h0, offsets, reverse, origin)
+    order = _sequence2batch_rows(offsets, reverse)
+    np.testing.assert_allclose(res["Hidden"][0], hid, rtol=1e-10)
+    np.testing.assert_allclose(res["BatchGate"][0], gate[order], rtol=1e-10)
+    np.testing.assert_allclose(res["BatchResetHiddenPrev"][0], rh[order], rtol=1e-10)
+    np.testing.assert_allclose(res["BatchHidden"][0], hid[order], rtol=1e-10)
+
+
+def test_gru_gate_sigmoid_clamps_its_input_at_13():
+    d, offsets = 2, (0, 2)
+    x = np.full((2, 3 * d), 20.0)  # gate preactivations far above 13
+    w, b = np.zeros((d, 3 * d)), np.zeros((1, 3 * d))
+    res = run_op("gru", {"Input": [x], "Weight": [w], "Bias": [b]},
+                 {"_lods": {"Input": [(offsets,)]}})
+    u = 1 / (1 + np.exp(-13.0))  # not 1 - 2e-9 (sigmoid(20))
+    np.testing.assert_allclose(res["BatchGate"][0][:, :d], u, rtol=1e-15)
+    np.testing.assert_allclose(res["Hidden"][0], _gru_rows(x, w, b, None, offsets, False,
+                                                           False)[2], rtol=1e-12)
+
+
+def test_gru_grad_reads_the_batch_order_and_matches_finite_differences():
+    rng = np.random.default_rng(4)
+    d, offsets = 2, (0, 1, 4, 4, 7)  # lengths 1, 3, 0, 3: batch order differs from row order
+    ins = {"Input": [rng.standard_normal((7, 3 * d))], "Weight": [0.5 * rng.standard_normal(
+        (d, 3 * d))], "Bias": [rng.standard_normal((1, 3 * d))],
+        "H0": [rng.standard_normal((4, d))]}
+    attrs = {"is_reverse": True, "_lods": {"Input": [(offsets,)]}}
+    seed = rng.standard_normal((7, d))
+    fwd = run_op("gru", ins, attrs)
+    grads = run_op("gru_grad", {**ins, "Hidden": fwd["Hidden"], "BatchGate": fwd["BatchGate"],
+                                "BatchResetHiddenPrev": fwd["BatchResetHiddenPrev"],
+                                "BatchHidden": fwd["BatchHidden"], "Hidden@GRAD": [seed]},
+                   attrs)
+    for slot in ("Input", "Weight", "Bias", "H0"):
+        v = ins[slot][0]
+        num = np.zeros_like(v)
+        for j in range(v.size):
+            orig = v.flat[j]
+            v.flat[j] = orig + 1e-6
+            fp = float((run_op("gru", ins, attrs)["Hidden"][0] * seed).sum())
+            v.flat[j] = orig - 1e-6
+            fm = float((run_op("gru", ins, attrs)["Hidden"][0] * seed).sum())
+            v.flat[j] = orig
+            num.flat[j] = (fp - fm) / 2e-6
+        np.testing.assert_allclose(grads[slot + "@GRAD"][0], num, rtol=1e-6, atol=1e-8)
