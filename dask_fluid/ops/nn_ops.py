@@ -45,6 +45,18 @@ def _hard_labels(label: Any) -> Any:
     return lab if lab.dtype == np.int64 else lab.astype(np.int64)
 
 
+def _y_shape(x: Any, label: Any) -> tuple:
+    """Fluid's CrossEntropyOpBase::InferShape: Y takes Label's shape, its last dim set to 1
+    when Label has X's rank; a hard Label of rank ``X.ndim − 1`` (the trailing 1 dropped)
+    gives a Y of that rank."""
+    if label.ndim == x.ndim:
+        return tuple(label.shape[:-1]) + (1,)
+    if label.ndim != x.ndim - 1 or tuple(label.shape) != tuple(x.shape[:-1]):
+        raise ValueError(f"cross_entropy: Label {tuple(label.shape)} must have X's shape "
+                         f"{tuple(x.shape)} but the last dim (1, or dropped)")
+    return tuple(label.shape)
+
+
 def _to_last(a: Any, axis: int) -> Any:
     return a if axis in (-1, a.ndim - 1) else array_module(a).moveaxis(a, axis, -1)
 
@@ -107,6 +119,7 @@ def cross_entropy(ins: dict, attrs: dict, outs: tuple) -> dict:
     a probability of 0 gives 1e20, as Paddle's kernel does (its gradient, −dY / 0, is not
     finite, as in Paddle)."""
     x, label = ins["X"][0], ins["Label"][0]
+    y_shape = _y_shape(x, label)  # the labels' shape checked before they are read
     xp = array_module(x)
     c = x.shape[-1]
     x2 = x.reshape(-1, c)
@@ -119,7 +132,7 @@ def cross_entropy(ins: dict, attrs: dict, outs: tuple) -> dict:
         y = -_log_tolerable(xp, xp.take_along_axis(x2, safe[:, None], axis=1))
         if valid is not None:
             y *= valid[:, None]
-    return {"Y": [y.reshape(x.shape[:-1] + (1,))]}
+    return {"Y": [y.reshape(y_shape)]}
 
 
 @_ce_grad_register
@@ -160,6 +173,7 @@ _CE2_ATTRS = {"ignore_index": -100}
 def cross_entropy2(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Y = −log X[label] (hard labels ``[..., 1]``), shape [..., 1]; MatchX = X[label]."""
     x, label = ins["X"][0], ins["Label"][0]
+    y_shape = _y_shape(x, label)  # the labels' shape checked before they are read
     xp = array_module(x)
     c = x.shape[-1]
     x2 = x.reshape(-1, c)
@@ -172,7 +186,7 @@ def cross_entropy2(ins: dict, attrs: dict, outs: tuple) -> dict:
         y *= valid[:, None]
         match = xp.where(valid[:, None], match, xp.zeros_like(match))
     lead = x.shape[:-1] + (1,)
-    return {"Y": [y.reshape(lead)], "MatchX": [match.reshape(lead)],
+    return {"Y": [y.reshape(y_shape)], "MatchX": [match.reshape(lead)],
             "XShape": [xp.zeros((0, *x.shape), dtype=x.dtype)]}
 
 

@@ -233,3 +233,31 @@ def test_dequantize_log_needs_int8():
     with pytest.raises(TypeError, match="int8"):
         run_op("dequantize_log", {"X": [np.zeros(3, np.int32)],
                                   "Dict": [np.zeros(128, np.float32)]})
+
+
+# ---------------------------------------------------------------------------------------------
+# cross_entropy / cross_entropy2 with a label whose trailing 1 is dropped (cross_entropy_op.cc:
+# Y takes Label's shape, its last dim set to 1 only when Label has X's rank)
+
+
+@pytest.mark.parametrize("op", ["cross_entropy", "cross_entropy2"])
+@pytest.mark.parametrize("lead", [(6,), (2, 3)])
+def test_cross_entropy_y_takes_the_labels_shape(op, lead):
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0.1, 1.0, (*lead, 5))
+    x /= x.sum(-1, keepdims=True)
+    label = rng.integers(0, 5, lead)
+    want = -np.log(np.take_along_axis(x, label[..., None], -1))[..., 0]
+    y = run_op(op, {"X": [x], "Label": [label]})["Y"][0]
+    assert y.shape == lead  # Paddle's *RemoveLastDim cases
+    np.testing.assert_allclose(y, want, rtol=1e-12)
+    kept = run_op(op, {"X": [x], "Label": [label[..., None]]})["Y"][0]
+    assert kept.shape == (*lead, 1)
+    np.testing.assert_allclose(kept[..., 0], want, rtol=1e-12)
+    _grad_check(op, {"X": [x], "Label": [label]}, {}, "X")
+
+
+def test_cross_entropy_label_rank_must_be_xs_or_one_less():
+    x = np.full((2, 3, 4), 0.25)
+    with pytest.raises(ValueError, match="must have X's shape"):
+        run_op("cross_entropy", {"X": [x], "Label": [np.zeros((2,), np.int64)]})
