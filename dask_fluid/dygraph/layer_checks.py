@@ -58,13 +58,7 @@ def check_input(x: Any, layer: str, *, arg: str = "input",
         raise TypeError(f"{layer}: the {arg} must be a dygraph variable (to_variable) or, "
                         f"outside the guard, a Variable of the program, got "
                         f"{type(x).__name__}")
-    shape = tuple(int(d) for d in (x.shape or ()))
-    if rank is not None:
-        ranks = (rank,) if isinstance(rank, int) else tuple(rank)
-        if len(shape) not in ranks:
-            want = " or ".join(str(r) for r in ranks)
-            raise ValueError(f"{layer}: the {arg} {x.name!r} must have rank {want} ({want}-D), "
-                             f"got shape {list(shape)}")
+    # the dtype first, as Fluid's check_variable_and_dtype comes before a layer's rank checks
     have = convert_dtype(x.dtype)
     if dtype is not None and have != dtype:
         raise TypeError(f"{layer}: the {arg} {x.name!r} is {have}, the layer's parameters are "
@@ -73,6 +67,13 @@ def check_input(x: Any, layer: str, *, arg: str = "input",
     if dtypes is not None and have not in dtypes:
         raise TypeError(f"{layer}: the {arg} {x.name!r} must be of dtype "
                         f"{' or '.join(dtypes)}, got {have}")
+    shape = tuple(int(d) for d in (x.shape or ()))
+    if rank is not None:
+        ranks = (rank,) if isinstance(rank, int) else tuple(rank)
+        if len(shape) not in ranks:
+            want = " or ".join(str(r) for r in ranks)
+            raise ValueError(f"{layer}: the {arg} {x.name!r} must have rank {want} ({want}-D), "
+                             f"got shape {list(shape)}")
     return shape
 
 

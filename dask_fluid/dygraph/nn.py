@@ -253,10 +253,9 @@ class Conv2DTranspose(_Layer):
     """Transposed 2-D convolution of an NCHW input (Fluid 1.8's ``dygraph.Conv2DTranspose``).
 
     ``weight`` is ``[num_channels, num_filters / groups, KH, KW]`` (Xavier); ``bias``
-    ``[num_filters]`` (zeros) is added along axis 1. The op is ``conv2d_transpose``
-    (Fluid 1.8 names the ``groups == num_channels == num_filters``, ``use_cudnn=False`` case
-    ``depthwise_conv2d_transpose``; it computes the same, and dask_fluid has the one op, as
-    its static ``layers.conv2d_transpose``).
+    ``[num_filters]`` (zeros) is added along axis 1. The op is ``conv2d_transpose``, or, as
+    in Fluid 1.8, ``depthwise_conv2d_transpose`` when ``groups == num_channels ==
+    num_filters`` and ``use_cudnn`` is False.
 
     Parameters
     ----------
@@ -307,7 +306,8 @@ class Conv2DTranspose(_Layer):
             raise ValueError(f"Conv2DTranspose: output_size should be list or int, got "
                              f"{output_size!r}")
         self._use_cudnn, self._act = use_cudnn, act
-        self._op_type = "conv2d_transpose"
+        self._op_type = ("depthwise_conv2d_transpose" if num_channels == self._groups ==
+                         num_filters and not use_cudnn else "conv2d_transpose")
         self.weight = self.create_parameter(
             shape=[num_channels, num_filters // self._groups, *self._filter_size],
             attr=param_attr, dtype=dtype)
@@ -383,7 +383,8 @@ class Pool2D(_Layer):
         self._l_type = "pool2d"
 
     def forward(self, input: Variable) -> Variable:
-        n, c, h, w = check_input(input, "Pool2D", rank=4)
+        n, c, h, w = check_input(input, "Pool2D", rank=4,
+                                 dtypes=("int8", "uint8", "float16", "float32", "float64"))
         sizes = [1, 1]
         if not self._global_pooling:
             sizes = [pool_output_size(d, k, p, p, s, self._ceil_mode) for d, k, p, s in zip(

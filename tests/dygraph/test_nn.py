@@ -101,6 +101,12 @@ CASES = {
         st=lambda x: layers.conv2d_transpose(x, 2, output_size=[10, 10], filter_size=3,
                                              stride=2, groups=2, param_attr=_pa("weight"),
                                              bias_attr=_pa("bias"))),
+    "conv2d_transpose_depthwise": dict(  # depthwise_conv2d_transpose, as the static layer
+        x=(2, 3, 4, 5), dy=lambda d: Conv2DTranspose(3, 3, 3, stride=2, groups=3,
+                                                     use_cudnn=False, dtype=d),
+        st=lambda x: layers.conv2d_transpose(x, 3, filter_size=3, stride=2, groups=3,
+                                             use_cudnn=False, param_attr=_pa("weight"),
+                                             bias_attr=_pa("bias"))),
     "pool2d_max": dict(
         x=(2, 3, 6, 5), dy=lambda d: Pool2D(3, "max", 2, 1),
         st=lambda x: layers.pool2d(x, 3, "max", 2, 1)),
@@ -652,6 +658,9 @@ def test_bad_arguments_raise_clear_errors():
             Pool2D()
         with pytest.raises(ValueError, match="leaves no output"):
             Pool2D(7)(to_variable(x4))
+        # Fluid's order: the dtype check (int8, uint8 or a float) before the rank check
+        with pytest.raises(TypeError, match="must be of dtype int8 or uint8 or float16"):
+            Pool2D(2)(to_variable(np.zeros((2, 3), np.int32)))
         with pytest.raises(ValueError, match="last dim must be input_dim=4"):
             Linear(4, 2)(to_variable(np.zeros((2, 5), np.float32)))
         with pytest.raises(TypeError, match="is float64, the layer's parameters are float32"):
@@ -703,3 +712,12 @@ def test_bad_arguments_raise_clear_errors():
         layer = Linear(2, 2)
     with pytest.raises(TypeError, match="a Variable of the program"):
         layer(np.zeros((1, 2), np.float32))  # outside the guard a layer takes Variables
+
+
+def test_conv2d_transpose_emits_the_depthwise_op_as_fluid():
+    with fluid.dygraph.guard():
+        assert Conv2DTranspose(3, 3, 3, groups=3, use_cudnn=False)._op_type == \
+            "depthwise_conv2d_transpose"  # Fluid 1.8's choice
+        assert Conv2DTranspose(3, 3, 3, groups=3)._op_type == "conv2d_transpose"
+        assert Conv2DTranspose(3, 6, 3, groups=3, use_cudnn=False)._op_type == \
+            "conv2d_transpose"
