@@ -180,34 +180,60 @@ def convert_dtype(dtype: Any) -> str:
     return name
 
 
-def convert_np_dtype_to_dtype_(np_dtype: Any) -> str:
-    """Fluid's name for a numpy dtype (Fluid 1.8's ``framework.convert_np_dtype_to_dtype_``;
-    its ``VarType`` values are these names here, see :class:`VarType`)."""
-    return convert_dtype(np_dtype)
+class _Code(str):
+    """A :class:`VarType` member: its name here (``"float32"``) and, through ``int()``, Fluid's
+    enum code, which op attrs such as ``out_dtype`` carry in Fluid's programs."""
+
+    __slots__ = ("_code",)
+
+    def __new__(cls, name: str, code: int) -> _Code:
+        self = super().__new__(cls, name)
+        self._code = code
+        return self
+
+    def __int__(self) -> int:
+        return self._code
+
+    def __index__(self) -> int:
+        return self._code
+
+    def __reduce__(self) -> tuple:  # programs holding one travel to workers pickled
+        return (_Code, (str(self), self._code))
 
 
 class VarType:
     """Fluid's ``core.VarDesc.VarType``: a variable's type and, for tensors, its dtype.
 
-    The dtype members are the dtype names, so ``var.dtype == VarType.FP32`` and
-    ``layers.cast(x, VarType.INT64)`` read as in Fluid. ``INT16`` exists in Fluid's enum, but
-    no op here takes int16 tensors (:func:`convert_dtype` refuses it).
+    Each member is its name here (the dtype members are the dtype names, so
+    ``var.dtype == VarType.FP32`` and ``layers.cast(x, VarType.INT64)`` read as in Fluid) and
+    ``int()`` gives Fluid's enum code (``int(VarType.FP32) == 5``). ``INT16`` exists in Fluid's
+    enum, but no op here takes int16 tensors (:func:`convert_dtype` refuses it).
     """
 
-    LOD_TENSOR = "lod_tensor"
-    SELECTED_ROWS = "selected_rows"
-    RAW = "raw"
-    STEP_SCOPES = "step_scopes"
-    LOD_TENSOR_ARRAY = "lod_tensor_array"
-    BOOL = "bool"
-    INT16 = "int16"
-    INT32 = "int32"
-    INT64 = "int64"
-    FP16 = "float16"
-    FP32 = "float32"
-    FP64 = "float64"
-    UINT8 = "uint8"
-    INT8 = "int8"
+    BOOL = _Code("bool", 0)
+    INT16 = _Code("int16", 1)
+    INT32 = _Code("int32", 2)
+    INT64 = _Code("int64", 3)
+    FP16 = _Code("float16", 4)
+    FP32 = _Code("float32", 5)
+    FP64 = _Code("float64", 6)
+    UINT8 = _Code("uint8", 20)
+    INT8 = _Code("int8", 21)
+    LOD_TENSOR = _Code("lod_tensor", 7)
+    SELECTED_ROWS = _Code("selected_rows", 8)
+    STEP_SCOPES = _Code("step_scopes", 11)
+    LOD_TENSOR_ARRAY = _Code("lod_tensor_array", 13)
+    RAW = _Code("raw", 17)
+
+
+_DTYPE_MEMBERS = {str(v): v for k, v in vars(VarType).items() if k.isupper() and
+                  str(v) in DTYPES + ("int16",)}
+
+
+def convert_np_dtype_to_dtype_(np_dtype: Any) -> str:
+    """Fluid's :class:`VarType` member of a numpy dtype (Fluid 1.8's
+    ``framework.convert_np_dtype_to_dtype_``): the dtype's name, Fluid's code by ``int()``."""
+    return _DTYPE_MEMBERS[convert_dtype(np_dtype)]
 
 
 class Variable:

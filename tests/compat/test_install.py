@@ -243,6 +243,12 @@ def test_core_vardesc_vartype_reads_as_in_fluid(paddle):
         assert x.type == VarType.LOD_TENSOR
         assert paddle.fluid.layers.fill_constant([2], VarType.FP64, 1.0).dtype == "float64"
     assert convert_np_dtype_to_dtype_(np.float16) == VarType.FP16
+    # int() gives Fluid's enum code, which op attrs carry (reduce's out_dtype, cast's ...)
+    assert int(VarType.FP32) == 5 and int(convert_np_dtype_to_dtype_(np.int64)) == 3
+    assert int(VarType.LOD_TENSOR) == 7 and int(VarType.UINT8) == 20
+    import pickle
+
+    assert int(pickle.loads(pickle.dumps(VarType.FP64))) == 6
     assert convert_np_dtype_to_dtype_(np.dtype("int32")) == VarType.INT32
     with pytest.raises(TypeError, match="not supported"):
         convert_np_dtype_to_dtype_(np.complex64)
