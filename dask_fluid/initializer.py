@@ -85,18 +85,36 @@ class ConstantInitializer(Initializer):
 
 
 class UniformInitializer(Initializer):
-    """Uniform in ``[low, high)``."""
+    """Uniform in ``[low, high)``; with ``diag_num`` > 0, the flat elements ``i * (diag_step
+    + 1)`` for ``i < diag_num`` are then set to ``diag_val`` (Fluid 1.8's diagonal init of
+    ``uniform_random``).
+
+    Raises
+    ------
+    ValueError
+        ``high < low``, or only one of ``diag_num`` and ``diag_step`` positive (Fluid 1.8
+        asserts both or neither).
+    """
 
     op_type = "uniform_random"
 
-    def __init__(self, low: float = -1.0, high: float = 1.0, seed: int = 0) -> None:
-        if not low < high:
-            raise ValueError(f"UniformInitializer needs low < high, got low={low}, high={high}")
+    def __init__(self, low: float = -1.0, high: float = 1.0, seed: int = 0, diag_num: int = 0,
+                 diag_step: int = 0, diag_val: float = 1.0) -> None:
+        if high < low:
+            raise ValueError(f"UniformInitializer needs low <= high, got low={low}, "
+                             f"high={high}")
+        if (diag_num > 0 or diag_step > 0) and not (diag_num > 0 and diag_step > 0):
+            raise ValueError(f"UniformInitializer: diag_num and diag_step must both be "
+                             f"positive to set a diagonal, got diag_num={diag_num}, "
+                             f"diag_step={diag_step}")
         self.low, self.high, self.seed = float(low), float(high), int(seed)
+        self.diag_num, self.diag_step = int(diag_num), int(diag_step)
+        self.diag_val = float(diag_val)
 
     def _attrs(self, var, block):
         return {"shape": list(var.shape), "dtype": var.dtype, "min": self.low, "max": self.high,
-                "seed": self._seed(self.seed, block)}
+                "seed": self._seed(self.seed, block), "diag_num": self.diag_num,
+                "diag_step": self.diag_step, "diag_val": self.diag_val}
 
 
 class NormalInitializer(Initializer):

@@ -130,13 +130,14 @@ def strided_slice(input: Variable, axes: Sequence[int],  # noqa: A002 (Fluid's n
     one-element int32 Variables (input ``StartsTensorList``...: the ints become int32
     constants, the attribute holds -1 and the dim is unknown until run time) or one int32
     Variable (input ``StartsTensor``...: every dim of the output is then unknown until run
-    time).
+    time). As in Fluid 1.8, the Variables' int32 dtype is checked when the op runs (a
+    ``layers.data`` declared float32 but fed int32 values works).
 
     Raises
     ------
     TypeError
         ``input`` is not a float32, float64, int32 or int64 Variable, ``axes`` not a list of
-        ints, or ``starts``/``ends``/``strides`` not a list, tuple or int32 Variable.
+        ints, or ``starts``/``ends``/``strides`` not a list, tuple or Variable.
     ValueError
         The lists are not as long as ``axes``, an axis is out of range, a stride is 0 or a
         slice known when the program is built selects nothing.
@@ -156,8 +157,10 @@ def strided_slice(input: Variable, axes: Sequence[int],  # noqa: A002 (Fluid's n
     known: dict[str, list[int] | None] = {}
     for arg, value in (("starts", starts), ("ends", ends), ("strides", strides)):
         cap = arg.capitalize()
+        # as Fluid 1.8, a Variable's declared dtype is not checked here: the kernel refuses
+        # a tensor that is not int32 when it runs (a layers.data declared float32 and fed
+        # int32 values is fine, as in Fluid)
         if isinstance(value, Variable):
-            _int_dtype(value, arg, "strided_slice", ("int32",))
             value.stop_gradient = True
             inputs[cap + "Tensor"] = [value]
             known[arg] = None
@@ -166,9 +169,7 @@ def strided_slice(input: Variable, axes: Sequence[int],  # noqa: A002 (Fluid's n
             raise TypeError(f"strided_slice: {arg} must be a list, tuple or Variable, got "
                             f"{type(value).__name__}")
         for i, v in enumerate(value):
-            if isinstance(v, Variable):
-                _int_dtype(v, f"{arg}[{i}]", "strided_slice", ("int32",))
-            elif not isinstance(v, (int, np.integer)):
+            if not isinstance(v, (int, np.integer, Variable)):
                 raise TypeError(f"strided_slice: {arg}[{i}] must be an int or an int32 "
                                 f"Variable, got {v!r}")
         if any(isinstance(v, Variable) for v in value):
@@ -476,10 +477,16 @@ def _getitem(var: Variable, item: Any) -> Variable:
             if start is None and stop is None and step is None:
                 continue
             step = 1 if step is None else step
-            if start is None and stop is None and step == -1:
+            if isinstance(step, Variable):
+                # Fluid 1.8 passes a Variable step on to strided_slice (StridesTensorList)
+                _check_index_var(var, step)
+                if start is None and stop is None:
+                    raise TypeError(f"indexing {var.name!r}: a whole dim taken with a Variable "
+                                    "step (only ::-1 is supported, as in Fluid)")
+            elif start is None and stop is None and step == -1:
                 reverse_axes.append(dim)
                 continue
-            if start is None and stop is None and step < 0:
+            elif start is None and stop is None and step < 0:
                 # Fluid 1.8 asserts step == -1 here; a positive step goes to strided_slice
                 raise TypeError(f"indexing {var.name!r}: a whole dim taken with step {step} "
                                 "(backwards, only ::-1 is supported, as in Fluid)")
@@ -487,15 +494,15 @@ def _getitem(var: Variable, item: Any) -> Variable:
                 if v is not None and not isinstance(v, (int, np.integer, Variable)):
                     raise TypeError(f"indexing {var.name!r}: slice bounds must be ints or int "
                                     f"Variables, got {type(v).__name__}")
-            if not isinstance(step, (int, np.integer)):
-                raise TypeError(f"indexing {var.name!r}: a slice step must be an int, got "
-                                f"{type(step).__name__}")
-            if step == 0:
+            if not isinstance(step, (int, np.integer, Variable)):
+                raise TypeError(f"indexing {var.name!r}: a slice step must be an int or an int "
+                                f"Variable, got {type(step).__name__}")
+            if not isinstance(step, Variable) and step == 0:
                 raise ValueError(f"indexing {var.name!r}: slice step cannot be zero")
             axes.append(dim)
             starts.append(0 if start is None else _bound(start))
             ends.append(_TO_END if stop is None else _bound(stop))
-            steps.append(int(step))
+            steps.append(_bound(step))
         elif isinstance(each, Variable):
             # Fluid 1.8: start i, end i + 1 (an op), the dim dropped; known when the program runs
             _check_index_var(var, each)
@@ -520,7 +527,7 @@ def _getitem(var: Variable, item: Any) -> Variable:
                             f"supported (as in Fluid 1.8), got {type(each).__name__}")
     out = var
     if axes:
-        strided = any(s != 1 for s in steps)
+        strided = any(isinstance(s, Variable) or s != 1 for s in steps)
         op_type = "strided_slice" if strided else "slice"
         helper = LayerHelper(op_type)
         inputs: dict[str, list[Variable]] = {"Input": [var]}
@@ -531,7 +538,8 @@ def _getitem(var: Variable, item: Any) -> Variable:
             attrs[name], bounds[name] = _slice_bounds_input(given, name, len(axes), inputs,
                                                             attrs["infer_flags"])
         if strided:
-            attrs["strides"] = steps
+            attrs["strides"], _ = _slice_bounds_input(steps, "strides", len(axes), inputs,
+                                                      attrs["infer_flags"])
         result_shape = None if strided else _slice_shape(shape, axes, bounds["starts"],
                                                          bounds["ends"], decrease)
         out = helper.create_tmp(dtype=var.dtype, shape=result_shape)

@@ -14,6 +14,17 @@ from ..initializer import ConstantInitializer, NumpyArrayInitializer
 from ..layer_helper import LayerHelper
 from ..ops.math_ops import ew_out_shape
 from ..param_attr import ParamAttr
+
+# Fluid 1.8 defines its random layers in layers/nn.py (``fluid.layers.nn.uniform_random``);
+# here they live in .sampling, and this module names them too
+from .sampling import (  # noqa: F401
+    gaussian_random,
+    gaussian_random_batch_size_like,
+    random_crop,
+    sampling_id,
+    uniform_random,
+    uniform_random_batch_size_like,
+)
 from .tensor import (
     _check_var,
     _compare,

@@ -640,12 +640,14 @@ def fill_constant_batch_size_like(input: Variable, shape: Sequence[int], dtype: 
 
 
 def _shape_op(op_type: str, x: Variable, shape: list[int] | None, attrs: dict,
-              name: str | None = None) -> Variable:
-    """An op X -> (Out, XShape) whose gradient reshapes back (squeeze2, unsqueeze2)."""
+              name: str | None = None, extra: dict | None = None) -> Variable:
+    """An op X -> (Out, XShape) whose gradient reshapes back (squeeze2, unsqueeze2);
+    ``extra`` holds more input slots (unsqueeze2's axes tensors)."""
     helper = LayerHelper(op_type, name)
     out = helper.create_tmp(dtype=x.dtype, shape=shape)
     xshape = helper.create_tmp(dtype=x.dtype, stop_gradient=True)
-    helper.append_op(op_type, inputs={"X": [x]}, outputs={"Out": [out], "XShape": [xshape]},
+    helper.append_op(op_type, inputs={"X": [x], **(extra or {})},
+                     outputs={"Out": [out], "XShape": [xshape]},
                      attrs=attrs)
     return out
 
@@ -660,11 +662,48 @@ def squeeze(input: Variable, axes: Sequence[int], name: str | None = None) -> Va
     return _shape_op("squeeze2", input, shape, {"axes": axes}, name)
 
 
-def unsqueeze(input: Variable, axes: Sequence[int], name: str | None = None) -> Variable:
-    """Insert dims of size 1 at ``axes``, one after the other (``unsqueeze2``)."""
+def unsqueeze(input: Variable, axes: int | Sequence[int | Variable] | Variable,
+              name: str | None = None) -> Variable:
+    """Insert dims of size 1 at ``axes``, one after the other (``unsqueeze2``).
+
+    As in Fluid 1.8, ``axes`` is an int, a list or tuple of ints (the ``axes`` attr), a list
+    mixing ints and ``[1]`` int Variables (input ``AxesTensorList``: the ints become int32
+    constants) or one 1-D int32/int64 Variable (input ``AxesTensor``); with a Variable every
+    dim of the output is unknown (-1) until the program runs.
+
+    Parameters
+    ----------
+    input : Variable
+    axes : int, list or tuple of int or Variable, or Variable
+    name : str, optional
+
+    Raises
+    ------
+    TypeError
+        ``input`` not a Variable; ``axes`` of another type.
+    """
     from ..ops.shape_ops import unsqueeze_shape  # noqa: PLC0415
 
     _check_var(input, "input", "unsqueeze")
+    if isinstance(axes, bool) or not isinstance(axes, (int, list, tuple, Variable)):
+        raise TypeError(f"unsqueeze: axes must be an int, a list, a tuple or a Variable, got "
+                        f"{type(axes).__name__}")
+    if isinstance(axes, int):
+        axes = [axes]
+    rank = None if input.shape is None else len(input.shape)
+    if isinstance(axes, Variable):
+        axes.stop_gradient = True
+        n = axes.shape[0] if axes.shape is not None and len(axes.shape) == 1 else None
+        shape = None if rank is None or n is None or n < 0 else [-1] * (rank + n)
+        return _shape_op("unsqueeze2", input, shape, {}, name, {"AxesTensor": [axes]})
+    if any(isinstance(a, Variable) for a in axes):
+        shape = None if rank is None else [-1] * (rank + len(axes))
+        return _shape_op("unsqueeze2", input, shape, {}, name,
+                         {"AxesTensorList": _shape_tensor_list(list(axes))})
+    for a in axes:
+        if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
+            raise TypeError(f"unsqueeze: each of axes must be an int or a Variable, got "
+                            f"{type(a).__name__}")
     axes = [int(a) for a in axes]
     shape = list(unsqueeze_shape(tuple(input.shape), axes)) if input.shape else None
     return _shape_op("unsqueeze2", input, shape, {"axes": axes}, name)
@@ -862,36 +901,84 @@ def create_parameter(shape: Sequence[int], dtype: str, name: str | None = None,
                                    is_bias=is_bias, default_initializer=default_initializer)
 
 
-def split(input: Variable, num_or_sections: int | Sequence[int], dim: int = -1,
-          name: str | None = None) -> list[Variable]:
+def split(input: Variable, num_or_sections: int | Sequence[int | Variable],
+          dim: int | Variable = -1, name: str | None = None) -> list[Variable]:
     """Cut ``input`` along ``dim`` into ``num_or_sections`` equal parts, or parts of the
-    given sizes (one may be -1), as Fluid 1.8's ``layers.split``."""
+    given sizes (one may be -1), as Fluid 1.8's ``layers.split``.
+
+    Sections may hold ``[1]`` int Variables (input ``SectionsTensorList``: the ints become
+    int32 constants and the ``sections`` attr holds -1 where a Variable goes), and ``dim`` may
+    be a ``[1]`` int Variable (input ``AxisTensor``); a size or axis from a Variable is
+    unknown (-1) until the program runs.
+
+    Parameters
+    ----------
+    input : Variable
+    num_or_sections : int, or list or tuple of int or Variable
+    dim : int or Variable
+    name : str, optional
+
+    Raises
+    ------
+    TypeError
+        ``input``, ``num_or_sections`` or ``dim`` of another type.
+    ValueError
+        Parts that do not fit the dim.
+    """
     _check_var(input, "input", "split")
+    if isinstance(num_or_sections, bool) or not isinstance(num_or_sections, (int, list, tuple)):
+        raise TypeError(f"split: num_or_sections must be an int, a list or a tuple, got "
+                        f"{type(num_or_sections).__name__}")
+    if isinstance(dim, bool) or not isinstance(dim, (int, Variable)):
+        raise TypeError(f"split: dim must be an int or a Variable, got {type(dim).__name__}")
     shape = list(input.shape) if input.shape is not None else None
-    axis = dim % len(shape) if shape else dim
-    size = shape[axis] if shape else -1
+    inputs: dict[str, list[Variable]] = {"X": [input]}
+    if isinstance(dim, Variable):
+        dim.stop_gradient = True
+        inputs["AxisTensor"] = [dim]
+        axis = None
+        attrs: dict[str, Any] = {"axis": 0}
+    else:
+        axis = dim % len(shape) if shape else dim
+        attrs = {"axis": axis}
+    size = shape[axis] if shape and axis is not None else -1
     if isinstance(num_or_sections, int):
-        if num_or_sections <= 0 or (size > 0 and size % num_or_sections):
+        if num_or_sections <= 1:
+            raise ValueError(f"split: num_or_sections must be more than 1, got "
+                             f"{num_or_sections}")
+        if size > 0 and size % num_or_sections:
             raise ValueError(f"split: dim {dim} of {input.name!r} ({size}) does not split into "
                              f"{num_or_sections} equal parts")
         sizes = [size // num_or_sections if size > 0 else -1] * num_or_sections
-        attrs = {"num": num_or_sections, "sections": [], "axis": axis}
+        attrs.update(num=num_or_sections, sections=[])
     else:
-        sizes = [int(n) for n in num_or_sections]
-        if sizes.count(-1) > 1:
+        by_var = any(isinstance(n, Variable) for n in num_or_sections)
+        sizes = [-1 if isinstance(n, Variable) else int(n) for n in num_or_sections]
+        if size > 0 and len(sizes) > size:
+            raise ValueError(f"split: {len(sizes)} sections are more than dim {dim} of "
+                             f"{input.name!r} ({size})")
+        if builtins.sum(not isinstance(n, Variable) and n == -1 for n in num_or_sections) > 1:
             raise ValueError(f"split: at most one section may be -1, got {sizes}")
-        if -1 in sizes and size > 0:
-            sizes[sizes.index(-1)] = size - builtins.sum(n for n in sizes if n != -1)
-        if size > 0 and builtins.sum(sizes) != size:
-            raise ValueError(f"split: sections {list(num_or_sections)} do not add up to dim "
-                             f"{dim} of {input.name!r} ({size})")
-        attrs = {"num": 0, "sections": [int(n) for n in num_or_sections], "axis": axis}
+        attrs.update(num=0, sections=list(sizes))
+        if by_var:
+            inputs["SectionsTensorList"] = _shape_tensor_list(list(num_or_sections))
+        elif size > 0:
+            if -1 in sizes:
+                sizes[sizes.index(-1)] = size - builtins.sum(n for n in sizes if n != -1)
+            if builtins.sum(sizes) != size or min(sizes) < 0:
+                raise ValueError(f"split: sections {list(num_or_sections)} do not add up to "
+                                 f"dim {dim} of {input.name!r} ({size})")
     helper = LayerHelper("split", name)
     outs = []
     for n in sizes:
-        out_shape = None if shape is None else shape[:axis] + [n] + shape[axis + 1:]
+        if shape is None:
+            out_shape = None
+        elif axis is None:  # Fluid's InferShape with an AxisTensor: every dim unknown
+            out_shape = [-1] * len(shape)
+        else:
+            out_shape = shape[:axis] + [n] + shape[axis + 1:]
         outs.append(helper.create_tmp(dtype=input.dtype, shape=out_shape))
-    helper.append_op("split", inputs={"X": [input]}, outputs={"Out": outs}, attrs=attrs)
+    helper.append_op("split", inputs=inputs, outputs={"Out": outs}, attrs=attrs)
     return outs
 
 

@@ -29,7 +29,46 @@ import numpy as np
 from .registry import GRAD, array_module, register, to_host
 from .selected_rows import grad_maker, grad_slots, scatter_add, to_dtype
 
-__all__ = ["scatter_nd_updates_shape", "strided_slice_shape"]
+__all__ = ["int_tensor_list_values", "int_tensor_values", "scatter_nd_updates_shape",
+           "strided_slice_shape"]
+
+
+# -- int tensors that stand for int attributes ---------------------------------------------------
+
+def int_tensor_values(t: Any, slot: str, op: str) -> list[int]:
+    """The values of a tensor that replaces an int-list attribute (Fluid 1.8's
+    ``GetDataFromTensor`` of ``operators/utils.h``: int32 or int64, any other dtype refused).
+
+    Raises
+    ------
+    TypeError
+        ``t`` is not int32 or int64.
+    """
+    v = to_host(t)
+    if v.dtype not in (np.int32, np.int64):
+        raise TypeError(f"{op}: {slot} must be an int32 or int64 tensor, got {v.dtype}")
+    return [int(i) for i in v.reshape(-1)]
+
+
+def int_tensor_list_values(items: list, slot: str, op: str) -> list[int]:
+    """One value from each ``[1]`` tensor of a list that replaces an int-list attribute
+    (Fluid 1.8's ``GetDataFromTensorList``: each of shape [1], int32 or int64).
+
+    Raises
+    ------
+    TypeError
+        A tensor that is not int32 or int64.
+    ValueError
+        A tensor whose shape is not [1].
+    """
+    values = []
+    for i, t in enumerate(items):
+        v = to_host(t)
+        if tuple(v.shape) != (1,):
+            raise ValueError(f"{op}: each tensor of {slot} must have shape [1], got "
+                             f"{list(v.shape)} at {i}")
+        values += int_tensor_values(v, f"{slot}[{i}]", op)
+    return values
 
 
 # -- scatter_nd_add ------------------------------------------------------------------------------
@@ -196,23 +235,32 @@ def _ss_range(size: int, start: int, end: int, stride: int, affect: bool
 
 
 def slice_params(ins: dict, attrs: dict, name: str, op: str) -> list[int]:
-    """starts, ends or strides of a slice op: from the tensor list (one ``[1]`` tensor per
-    axis), else the tensor, else the attribute. (One of them is given: Fluid's layers set
-    either the list or the tensor, never both.)"""
+    """starts, ends or strides of a slice op, from an int tensor input when one is bound,
+    else the attribute. Fluid 1.8's kernels differ in which tensor comes first: ``slice``
+    reads the whole ``StartsTensor`` before the ``StartsTensorList`` (one ``[1]`` tensor per
+    axis), ``strided_slice`` the list first. (Fluid reads them as ``data<int>``, int32 only;
+    int64 is taken here too, as the other ops' ``GetDataFromTensor`` does.)
+
+    Raises
+    ------
+    TypeError
+        A tensor that is not int32 or int64.
+    ValueError
+        A tensor of the list whose shape is not [1].
+    """
     cap = name.capitalize()
-    items = ins.get(cap + "TensorList") or []
-    if items:
+    items = [t for t in ins.get(cap + "TensorList") or [] if t is not None]
+    whole = [t for t in ins.get(cap + "Tensor") or [] if t is not None]
+    if items and not (whole and op == "slice"):
         values = []
         for i, t in enumerate(items):
-            v = to_host(t)
-            if v.size != 1:
+            if tuple(to_host(t).shape) != (1,):
                 raise ValueError(f"{op}: each tensor of {cap}TensorList must have shape [1], "
-                                 f"got {list(v.shape)} at {i}")
-            values.append(int(v.reshape(-1)[0]))
+                                 f"got {list(to_host(t).shape)} at {i}")
+            values += int_tensor_values(t, f"{cap}TensorList[{i}]", op)
         return values
-    tensor = ins.get(cap + "Tensor") or []
-    if tensor:
-        return [int(v) for v in to_host(tensor[0]).reshape(-1)]
+    if whole:
+        return int_tensor_values(whole[0], cap + "Tensor", op)
     return [int(v) for v in attrs.get(name, [])]
 
 

@@ -542,10 +542,16 @@ def _self_grad_maker(type: str, keep_attrs: bool = True):
 
     def make(op: Any) -> list[dict]:
         attrs = {k: v for k, v in op.attrs.items() if k not in ("op_role", "op_role_var")}
+        inputs = {"X": [n + GRAD for n in op.outputs["Out"]]}
         if type == "scale":
+            # Fluid's ScaleGradMaker: dX = scale·dOut, bias dropped; the scale comes from the
+            # same ScaleTensor when the forward op had one (the attr is stale then)
             attrs["bias"] = 0.0
+            attrs["bias_after_scale"] = True
+            if op.inputs.get("ScaleTensor"):
+                inputs["ScaleTensor"] = list(op.inputs["ScaleTensor"])
         return [{"type": type,
-                 "inputs": {"X": [n + GRAD for n in op.outputs["Out"]]},
+                 "inputs": inputs,
                  "outputs": {"Out": [n + GRAD for n in op.inputs["X"]]},
                  "attrs": attrs if keep_attrs else {}}]
 
@@ -1116,3 +1122,92 @@ def elementwise_div_grad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
 
 for _type in ("reduce_sum", "reduce_mean", "mean"):
     set_grad(_type + "_grad", linear_grad_maker(_type))
+
+
+# -- squared_l2_norm, l1_norm, squared_l2_distance ------------------------------------------------
+# Fluid 1.8 still registers these, and its code emits them (contrib's ctr_metric_bundle writes
+# squared_l2_norm and l1_norm; old saved models hold squared_l2_distance)
+
+def _scalar_dout(ins: dict, like: Any, op: str) -> Any:
+    """dOut of a norm (shape [1]) as a scalar of ``like``'s array module; None when unbound."""
+    d = ins["Out" + GRAD][0]
+    if d is None:
+        return None
+    if d.size != 1:
+        raise ValueError(f"{op}_grad: Out@GRAD must hold one value, got shape {list(d.shape)}")
+    return d.reshape(())
+
+
+@register("squared_l2_norm", ("X",), ("Out",), grad=grad_maker(("X",)), lod="none")
+def squared_l2_norm(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = sum(X²), shape [1]."""
+    x = ins["X"][0]
+    return {"Out": [(x * x).sum().reshape(1).astype(x.dtype)]}
+
+
+@register("squared_l2_norm_grad", *grad_slots(("X",)))
+def squared_l2_norm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = 2·dOut·X."""
+    x = ins["X"][0]
+    d = _scalar_dout(ins, x, "squared_l2_norm")
+    xp = array_module(x)
+    return {"X" + GRAD: [xp.zeros_like(x) if d is None else (2 * d * x).astype(x.dtype)]}
+
+
+@register("l1_norm", ("X",), ("Out",), grad=grad_maker(("X",)), lod="none")
+def l1_norm(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = sum(|X|), shape [1]."""
+    x = ins["X"][0]
+    return {"Out": [array_module(x).abs(x).sum().reshape(1).astype(x.dtype)]}
+
+
+@register("l1_norm_grad", *grad_slots(("X",)))
+def l1_norm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = dOut·sign(X) (0 where X is 0, as Eigen's ``sign``)."""
+    x = ins["X"][0]
+    d = _scalar_dout(ins, x, "l1_norm")
+    xp = array_module(x)
+    return {"X" + GRAD: [xp.zeros_like(x) if d is None else (d * xp.sign(x)).astype(x.dtype)]}
+
+
+def _l2_distance_rows(x: Any, y: Any) -> tuple[Any, Any]:
+    """X and Y as matrices of one row per dim-0 entry (Fluid's SquaredL2DistanceOp checks:
+    the same size per row, and Y of X's rows or of one row, broadcast)."""
+    if x.ndim < 1 or y.ndim < 1 or x.shape[0] == 0:
+        raise ValueError(f"squared_l2_distance: X and Y need a dim 0, got shapes "
+                         f"{list(x.shape)} and {list(y.shape)}")
+    cols = x.size // x.shape[0]
+    if y.shape[0] == 0 or y.size // y.shape[0] != cols:
+        raise ValueError(f"squared_l2_distance: X {list(x.shape)} and Y {list(y.shape)} must "
+                         f"have the same number of elements per row")
+    if y.shape[0] not in (1, x.shape[0]):
+        raise ValueError(f"squared_l2_distance: Y must have 1 row or as many rows as X "
+                         f"({x.shape[0]}), got {y.shape[0]}")
+    return x.reshape(x.shape[0], cols), y.reshape(y.shape[0], cols)
+
+
+@register("squared_l2_distance", ("X", "Y"), ("sub_result", "Out"),
+          grad=grad_maker(("X", "Y", "sub_result"), ("Out",), ("X", "Y")))
+def squared_l2_distance(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """sub_result = X - Y (rows; a one-row Y broadcast), Out[i] = sum_j sub_result[i, j]²,
+    shape [rows, 1]."""
+    xm, ym = _l2_distance_rows(ins["X"][0], ins["Y"][0])
+    sub = (xm - ym).astype(xm.dtype)
+    return {"sub_result": [sub], "Out": [(sub * sub).sum(axis=1, keepdims=True)]}
+
+
+@register("squared_l2_distance_grad",
+          *grad_slots(("X", "Y", "sub_result"), ("Out",), ("X", "Y")))
+def squared_l2_distance_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = 2·dOut·sub_result; dY = -dX, summed over the rows for a one-row Y."""
+    x, y, sub = ins["X"][0], ins["Y"][0], ins["sub_result"][0]
+    d = ins["Out" + GRAD][0]
+    xp = array_module(x)
+    g = xp.zeros_like(sub) if d is None else 2 * d.reshape(-1, 1) * sub
+    res = {}
+    if "X" + GRAD in outs:
+        res["X" + GRAD] = [g.reshape(x.shape).astype(x.dtype)]
+    if "Y" + GRAD in outs:
+        gy = -g if y.shape[0] == sub.shape[0] else -g.sum(axis=0, keepdims=True)
+        res["Y" + GRAD] = [gy.reshape(y.shape).astype(y.dtype)]
+    return res

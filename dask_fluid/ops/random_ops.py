@@ -108,13 +108,37 @@ _SHAPE_INPUTS = ("ShapeTensor", "ShapeTensorList")
 _LIKE = {"input_dim_idx": 0, "output_dim_idx": 0}
 
 
+def _with_diag(op: str, attrs: dict, values: np.ndarray) -> np.ndarray:
+    """Fluid 1.8's diagonal of ``uniform_random``: with ``diag_num`` > 0, the flat elements
+    ``i * diag_step + i`` for ``i < diag_num`` become ``diag_val`` (applied to the whole
+    tensor, before a pserver slice is cut from it).
+
+    Raises
+    ------
+    ValueError
+        The last of those elements is past the end of the tensor.
+    """
+    num, step = int(attrs.get("diag_num", 0)), int(attrs.get("diag_step", 0))
+    if num <= 0:
+        return values
+    if step < 0:
+        raise ValueError(f"{op}: diag_step must not be negative, got {step}")
+    if values.size <= (num - 1) * (step + 1):
+        raise ValueError(f"{op}: the diagonal of diag_num {num} and diag_step {step} reaches "
+                         f"flat element {(num - 1) * (step + 1)}, but the tensor has "
+                         f"{values.size} elements")
+    flat = values.reshape(-1)
+    flat[np.arange(num) * (step + 1)] = float(attrs.get("diag_val", 1.0))
+    return values
+
+
 def _uniform(op: str):
     def kernel(ins: dict, attrs: dict, outs: tuple) -> dict:
         lo, hi = float(attrs.get("min", -1.0)), float(attrs.get("max", 1.0))
-        if int(attrs.get("diag_num", 0)):
-            raise NotImplementedError(f"{op}(diag_num=...) is not implemented in dask_fluid")
-        return _draw(op, attrs, lambda rng, s: rng.uniform(lo, hi, size=s), ins)
-    kernel.__doc__ = "Out ~ U[min, max) (see the determinism rule of this module)."
+        return _draw(op, attrs,
+                     lambda rng, s: _with_diag(op, attrs, rng.uniform(lo, hi, size=s)), ins)
+    kernel.__doc__ = ("Out ~ U[min, max), then the ``diag_num`` diagonal set to ``diag_val`` "
+                      "(see the determinism rule of this module).")
     return kernel
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .index_ops import slice_params
+from .index_ops import int_tensor_list_values, int_tensor_values, slice_params
 from .math_ops import linear_grad_maker
 from .registry import GRAD, LOD_KEY, array_module, register, set_grad, to_host
 from .selected_rows import grad_maker, grad_slots, scatter_add, to_dtype
@@ -77,8 +77,11 @@ def squeeze_shape(shape: tuple, axes: list[int]) -> tuple:
 
 def unsqueeze_shape(shape: tuple, axes: list[int]) -> tuple:
     """Paddle 1.8's unsqueeze rule: insert a 1 at each axis in turn (negative axes count in
-    the growing rank)."""
+    the growing rank); the result has rank 6 at most (``UnsqueezeOp::GetOutputShape``)."""
     out = list(shape)
+    if len(out) + len(axes) > 6:
+        raise ValueError(f"unsqueeze: the output's rank must be at most 6, got "
+                         f"{len(out)} + {len(axes)} axes {list(axes)}")
     for a in axes:
         cur = len(out) + 1
         a = a + cur if a < 0 else a
@@ -86,6 +89,30 @@ def unsqueeze_shape(shape: tuple, axes: list[int]) -> tuple:
             raise ValueError(f"unsqueeze: axis {a} out of range for a rank-{cur - 1} input")
         out.insert(a, 1)
     return tuple(out)
+
+
+#: Fluid 1.8's unsqueeze and unsqueeze2 take their axes from these too (``layers.unsqueeze``
+#: with a Variable, or a list holding Variables); both are dispensable
+_UNSQUEEZE_TENSORS = ("AxesTensor", "AxesTensorList")
+
+
+def unsqueeze_axes(ins: dict, attrs: dict, op: str) -> list[int]:
+    """The axes of Fluid 1.8's ``UnsqueezeKernel``: the ``axes`` attr when it is not empty,
+    else the ``AxesTensorList`` (one ``[1]`` int tensor per axis), else the ``AxesTensor``
+    (1-D, int32 or int64)."""
+    axes = [int(a) for a in attrs.get("axes") or []]
+    if axes:
+        return axes
+    items = [t for t in ins.get("AxesTensorList") or [] if t is not None]
+    if items:
+        return int_tensor_list_values(items, "AxesTensorList", op)
+    whole = (ins.get("AxesTensor") or [None])[0]
+    if whole is not None:
+        if to_host(whole).ndim != 1:
+            raise ValueError(f"{op}: AxesTensor must be 1-D, got shape "
+                             f"{list(to_host(whole).shape)}")
+        return int_tensor_values(whole, "AxesTensor", op)
+    return []
 
 
 def _reshape_back(ins: dict, attrs: dict, outs: tuple) -> dict:
@@ -96,24 +123,54 @@ def _reshape_back(ins: dict, attrs: dict, outs: tuple) -> dict:
     return {"X" + GRAD: [xp.zeros(shape, xshape.dtype) if d is None else d.reshape(shape)]}
 
 
-for _type, _rule in (("squeeze2", squeeze_shape), ("unsqueeze2", unsqueeze_shape)):
-    def _kernel(ins: dict, attrs: dict, outs: tuple, _rule=_rule) -> dict:
+def _reshape_to_x(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = dOut in X's shape: the grad of the v1 ops squeeze, unsqueeze and flatten, which
+    read X itself (only its shape) where their v2 forms read XShape."""
+    x = ins["X"][0]
+    d = ins["Out" + GRAD][0]
+    xp = array_module(x)
+    return {"X" + GRAD: [xp.zeros(x.shape, x.dtype) if d is None else d.reshape(x.shape)]}
+
+
+def _squeeze_out(ins: dict, attrs: dict, op: str) -> Any:
+    x = ins["X"][0]
+    return x.reshape(squeeze_shape(tuple(x.shape), [int(a) for a in attrs.get("axes", [])]))
+
+
+def _unsqueeze_out(ins: dict, attrs: dict, op: str) -> Any:
+    x = ins["X"][0]
+    return x.reshape(unsqueeze_shape(tuple(x.shape), unsqueeze_axes(ins, attrs, op)))
+
+
+for _type, _out, _tensors in (("squeeze", _squeeze_out, ()),
+                              ("unsqueeze", _unsqueeze_out, _UNSQUEEZE_TENSORS)):
+    def _kernel(ins: dict, attrs: dict, outs: tuple, _out=_out, _type=_type + "2") -> dict:
         x = ins["X"][0]
-        res = {"Out": [x.reshape(_rule(tuple(x.shape), list(attrs.get("axes", []))))]}
+        res = {"Out": [_out(ins, attrs, _type)]}
         if "XShape" in outs:
             res["XShape"] = [_xshape(x)]
         return res
 
     _kernel.__doc__ = f"Out = X with dims {'removed' if 'un' not in _type else 'inserted'}."
-    register(_type, ("X",), ("Out", "XShape"), {"axes": []},
-             grad=grad_maker(("XShape",)))(_kernel)
-    register(_type + "_grad", *grad_slots(("XShape",)), {"axes": []})(_reshape_back)
+    register(_type + "2", ("X",) + _tensors, ("Out", "XShape"), {"axes": []},
+             optional=_tensors, grad=grad_maker(("XShape",)))(_kernel)
+    register(_type + "2_grad", *grad_slots(("XShape",)), {"axes": []})(_reshape_back)
     # squeeze2_grad / unsqueeze2_grad are linear in dOut: their grad runs the forward op again
     # on DDX (squeeze_op.cc / unsqueeze_op.cc: Squeeze2DoubleGradOpMaker,
     # Unsqueeze2DoubleGradOpMaker, PR #27810, cherry-picked to release/1.8 in PR #27843).
     # Fluid's maker also writes the forward XShape again; nothing reads that copy, so it is
     # left out here
-    set_grad(_type + "_grad", linear_grad_maker(_type))
+    set_grad(_type + "2_grad", linear_grad_maker(_type + "2"))
+
+    # the v1 ops (no XShape), which Fluid 1.8 still registers and old saved models hold; their
+    # grad reads X for its shape (SqueezeGradOpMaker / UnsqueezeGradOpMaker)
+    def _kernel_v1(ins: dict, attrs: dict, outs: tuple, _out=_out, _type=_type) -> dict:
+        return {"Out": [_out(ins, attrs, _type)]}
+
+    _kernel_v1.__doc__ = _kernel.__doc__ + " (the v1 op: no XShape)"
+    register(_type, ("X",) + _tensors, ("Out",), {"axes": []}, optional=_tensors,
+             grad=grad_maker(("X",)))(_kernel_v1)
+    register(_type + "_grad", *grad_slots(("X",)), {"axes": []})(_reshape_to_x)
 
 
 # -- gather ------------------------------------------------------------------------------------
@@ -247,6 +304,9 @@ def slice_bounds(shape: tuple, axes: list[int], starts: list[int], ends: list[in
     return tuple(index)
 
 
+#: the end ``Variable.__getitem__`` gives ``x[-1]`` (Fluid 1.8's ``SliceKernel`` uses it too)
+_TO_END = 10000000
+
 _SLICE_ATTRS = {"axes": [], "starts": [], "ends": [], "decrease_axis": [], "infer_flags": []}
 
 
@@ -261,8 +321,29 @@ _SLICE_TENSORS = ("StartsTensor", "EndsTensor", "StartsTensorList", "EndsTensorL
 
 
 def _slice_index(x: Any, ins: dict, attrs: dict) -> tuple[slice, ...]:
+    """The index of Fluid 1.8's ``SliceKernel``. With a bound tensor (``need_infer``) the
+    bounds are checked there: as many as the axes, start -1 / end 0 on a decreased axis whose
+    infer flag is -1 is ``x[-1]`` (how ``Variable.__getitem__`` writes an index Variable: end
+    = index + 1), and each slice must keep at least one element."""
+    axes = [int(a) for a in attrs["axes"]]
     starts, ends = (slice_params(ins, attrs, n, "slice") for n in ("starts", "ends"))
-    return slice_bounds(x.shape, [int(a) for a in attrs["axes"]], starts, ends)
+    if not any(ins.get(s) for s in _SLICE_TENSORS):
+        return slice_bounds(x.shape, axes, starts, ends)
+    for what, values in (("starts", starts), ("ends", ends)):
+        if len(values) != len(axes):
+            raise ValueError(f"slice: {what} has {len(values)} values {values}, axes "
+                             f"{axes} has {len(axes)}; they must be as many")
+    flags = [int(f) for f in attrs.get("infer_flags") or []]
+    flags += [1] * (len(axes) - len(flags))
+    decrease = {int(a) for a in attrs.get("decrease_axis") or []}
+    ends = [_TO_END if s == -1 and e == 0 and f == -1 and a in decrease else e
+            for a, s, e, f in zip(axes, starts, ends, flags, strict=True)]
+    index = slice_bounds(x.shape, axes, starts, ends)
+    for a, s, e in zip(axes, starts, ends, strict=True):
+        if x.shape[a] > 0 and index[a].stop <= index[a].start:
+            raise ValueError(f"slice: start {s} and end {e} select nothing of dim {a} (size "
+                             f"{x.shape[a]}); the end must be greater than the start")
+    return index
 
 
 @register("slice", ("Input",) + _SLICE_TENSORS, ("Out",), _SLICE_ATTRS,
@@ -313,21 +394,35 @@ def arg_max(ins: dict, attrs: dict, outs: tuple) -> dict:
 
 # -- flatten2, shape ------------------------------------------------------------------------------
 
+def _flatten_out(x: Any, attrs: dict, op: str) -> Any:
+    axis = int(attrs.get("axis", 1))
+    if not 0 <= axis <= x.ndim:
+        raise ValueError(f"{op}: axis must be in [0, {x.ndim}], got {axis}")
+    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+    return x.reshape(rows, -1 if rows else int(np.prod(x.shape[axis:])))
+
+
 @register("flatten2", ("X",), ("Out", "XShape"), {"axis": 1}, grad=grad_maker(("XShape",)))
 def flatten2(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = X as a matrix: the dims before ``axis`` make the rows, the rest the columns."""
     x = ins["X"][0]
-    axis = int(attrs.get("axis", 1))
-    if not 0 <= axis <= x.ndim:
-        raise ValueError(f"flatten2: axis must be in [0, {x.ndim}], got {axis}")
-    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
-    res = {"Out": [x.reshape(rows, -1 if rows else int(np.prod(x.shape[axis:])))]}
+    res = {"Out": [_flatten_out(x, attrs, "flatten2")]}
     if "XShape" in outs:
         res["XShape"] = [array_module(x).empty((0,) + tuple(x.shape), dtype=x.dtype)]
     return res
 
 
 register("flatten2_grad", *grad_slots(("XShape",)), {"axis": 1})(_reshape_back)
+
+
+@register("flatten", ("X",), ("Out",), {"axis": 1}, grad=grad_maker(("X",)))
+def flatten(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """flatten2 without XShape: the v1 op that Fluid 1.8 still registers (old saved models
+    hold it); its grad reads X for its shape (FlattenGradOpMaker)."""
+    return {"Out": [_flatten_out(ins["X"][0], attrs, "flatten")]}
+
+
+register("flatten_grad", *grad_slots(("X",)), {"axis": 1})(_reshape_to_x)
 
 
 @register("shape", ("Input",), ("Out",))

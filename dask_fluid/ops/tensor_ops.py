@@ -8,12 +8,12 @@ from typing import Any
 
 import numpy as np
 
+from .index_ops import int_tensor_list_values, int_tensor_values
 from .math_ops import double_grad_maker, linear_grad_maker
 from .registry import (
     GRAD,
     LOD_KEY,
     array_module,
-    default_grad,
     register,
     set_grad,
     to_host,
@@ -199,49 +199,97 @@ def concat_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     return res
 
 
-def _split_sections(x: Any, attrs: dict, nout: int | None) -> list[int]:
-    axis = attrs.get("axis", 0) % x.ndim
+#: Fluid 1.8's split takes its axis and sections from these too (``layers.split`` with a
+#: Variable ``dim``, or sections holding Variables); both are dispensable
+_SPLIT_TENSORS = ("AxisTensor", "SectionsTensorList")
+
+
+def split_axis(ins: dict, attrs: dict, rank: int) -> int:
+    """The axis of Fluid 1.8's ``SplitOpKernel``: the ``AxisTensor`` (int32 or int64, its
+    first value) over the ``axis`` attr; a negative one counts from the end, as the layer
+    makes it."""
+    axis = int(attrs.get("axis", 0))
+    tensor = (ins.get("AxisTensor") or [None])[0]
+    if tensor is not None:
+        values = int_tensor_values(tensor, "AxisTensor", "split")
+        if not values:
+            raise ValueError("split: AxisTensor is empty; it must hold the axis (shape [1])")
+        axis = values[0]
+    if not -rank <= axis < rank:
+        raise ValueError(f"split: axis {axis} is outside [{-rank}, {rank}) for a rank-{rank} X")
+    return axis + rank if axis < 0 else axis
+
+
+def _split_sections(x: Any, ins: dict, attrs: dict, axis: int, nout: int | None) -> list[int]:
+    """The sizes of the parts (Fluid 1.8's ``UpdateOutsDims``): ``num`` equal parts when
+    ``num`` > 0, else the ``SectionsTensorList`` values over the ``sections`` attr, one of
+    which may be -1 (the rest of the dim)."""
     n = x.shape[axis]
-    sections = list(attrs.get("sections", []) or [])
     num = int(attrs.get("num", 0) or 0)
-    if not sections:
-        num = num or nout or 0
-        if num <= 0 or n % num:
+    items = [t for t in ins.get("SectionsTensorList") or [] if t is not None]
+    if items:
+        sections = int_tensor_list_values(items, "SectionsTensorList", "split")
+        src = "SectionsTensorList"
+    else:
+        sections, src = [int(v) for v in attrs.get("sections", []) or []], "sections"
+    if num <= 0 and not sections:
+        num = nout or 0
+    if num > 0:
+        if n % num:
             raise ValueError(f"split: cannot split dim {axis} of size {n} into num={num} "
                              f"equal parts; give sections or a num that divides it")
         return [n // num] * num
+    if nout is not None and len(sections) != nout:
+        raise ValueError(f"split: {src} {sections} gives {len(sections)} parts, but the op "
+                         f"has {nout} outputs")
     if sections.count(-1) > 1:
-        raise ValueError(f"split: sections {sections} may contain at most one -1")
+        raise ValueError(f"split: {src} {sections} may contain at most one -1")
+    known = sum(v for v in sections if v != -1)
     if -1 in sections:
-        sections[sections.index(-1)] = n - (sum(sections) + 1)
-    if sum(sections) != n:
-        raise ValueError(f"split: sections {sections} sum to {sum(sections)}, but dim {axis} "
-                         f"of X has size {n}")
+        if known >= n:
+            raise ValueError(f"split: {src} {sections} other than the -1 sum to {known}; "
+                             f"that must be less than dim {axis} of X ({n})")
+        sections[sections.index(-1)] = n - known
+    elif known != n:
+        raise ValueError(f"split: {src} {sections} sum to {known}, but dim {axis} of X has "
+                         f"size {n}")
+    if min(sections) < 0:
+        raise ValueError(f"split: {src} {sections} holds a negative size")
     return sections
 
 
-@register("split", ("X",), ("Out",), {"sections": [], "num": 0, "axis": 0}, grad=default_grad)
+def _split_grad_maker(op: Any) -> list[dict]:
+    # Fluid's SplitGradMaker (a concat of the Out gradients) passes the AxisTensor on; the
+    # sections are the Outs' own sizes, so the SectionsTensorList is not needed
+    return grad_maker(("X", "Out", "AxisTensor"))(op)
+
+
+@register("split", ("X",) + _SPLIT_TENSORS, ("Out",), {"sections": [], "num": 0, "axis": 0},
+          optional=_SPLIT_TENSORS, grad=_split_grad_maker)
 def split(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """Out = X cut along ``axis`` into ``sections`` sizes or ``num`` equal parts (views).
+    """Out = X cut along ``axis`` into ``sections`` sizes or ``num`` equal parts (views); the
+    axis and sections from the ``AxisTensor`` and ``SectionsTensorList`` when bound.
 
     The number of outputs comes from the attrs, or from ``attrs["_out_counts"]["Out"]`` when
     the executor provides it.
     """
     x = ins["X"][0]
     nout = attrs.get("_out_counts", {}).get("Out")
-    sections = _split_sections(x, attrs, nout)
+    axis = split_axis(ins, attrs, x.ndim)
+    sections = _split_sections(x, ins, attrs, axis, nout)
     bounds = np.cumsum(sections)[:-1].tolist()
-    return {"Out": array_module(x).split(x, bounds, axis=attrs.get("axis", 0))}
+    return {"Out": array_module(x).split(x, bounds, axis=axis)}
 
 
-@register("split_grad", ("X", "Out", "Out" + GRAD), ("X" + GRAD,),
-          {"sections": [], "num": 0, "axis": 0})
+@register("split_grad", ("X", "Out", "AxisTensor", "Out" + GRAD), ("X" + GRAD,),
+          {"sections": [], "num": 0, "axis": 0}, optional=("AxisTensor",))
 def split_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """dX = the Out gradients joined back (missing ones as zeros)."""
-    xp = array_module(ins["X"][0])
+    """dX = the Out gradients joined back along the split's axis (missing ones as zeros)."""
+    x = ins["X"][0]
+    xp = array_module(x)
     parts = [d if d is not None else xp.zeros_like(o)
              for o, d in zip(ins["Out"], ins["Out" + GRAD], strict=True)]
-    return {"X" + GRAD: [xp.concatenate(parts, axis=attrs.get("axis", 0))]}
+    return {"X" + GRAD: [xp.concatenate(parts, axis=split_axis(ins, attrs, x.ndim))]}
 
 
 # ---------------------------------------------------------------------------------------------

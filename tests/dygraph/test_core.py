@@ -595,8 +595,6 @@ def test_static_variables_index_with_int_variables_as_fluid_18():
         x = fluid.data("x", [3, 4])
         with pytest.raises(TypeError, match="an index Variable holds one int"):
             x[fluid.layers.fill_constant([1], "float32", 1.0)]
-        with pytest.raises(TypeError, match="a slice step must be an int"):
-            x[0:3:fluid.layers.fill_constant([1], "int64", 1)]
 
 
 # -- TracedLayer ------------------------------------------------------------------------------

@@ -1259,6 +1259,60 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
         ("nhwc_same", {"Input": [n((1, 4, 3, 2))], "Filter": [n((2, 1, 3, 3))]},
          {"groups": 2, "strides": [2, 1], "padding_algorithm": "SAME", "data_format": "NHWC"}),
     ]
+    # -- tensor attr inputs (scale, unsqueeze2, split), the v1 shape ops and the norms of
+    # Fluid 1.8 (test_tensor_attr_inputs2): their own generator --
+    tg = np.random.default_rng(137)
+    tn = tg.standard_normal
+    c["scale"] += [("scale_tensor", {"X": [tn((3, 4))], "ScaleTensor": [np.array([-2.5])]},
+                    {"scale": 7.0, "bias": 0.5})]
+    c["unsqueeze2"] += [
+        ("axes_tensor", {"X": [tn((3, 4))], "AxesTensor": [np.array([0, -1], np.int64)]}, {}),
+        ("axes_tensor_list", {"X": [tn((3, 4))],
+                              "AxesTensorList": [np.array([1], i32), np.array([3], i32)]}, {})]
+    c["split"] += [
+        ("axis_tensor", {"X": [tn((4, 6))], "AxisTensor": [np.array([1], i32)]},
+         {"num": 3, "axis": 0, "_out_counts": {"Out": 3}}),
+        ("sections_list", {"X": [tn((5, 3))],
+                           "SectionsTensorList": [np.array([2], i32), np.array([-1], i32)]},
+         {"sections": [-1, -1], "axis": 0, "_out_counts": {"Out": 2}})]
+    c["squeeze"] = [("axes", {"X": [tn((3, 1, 4, 1))]}, {"axes": [1, -1]}),
+                    ("all", {"X": [tn((1, 3, 1))]}, {})]
+    c["unsqueeze"] = [("axes", {"X": [tn((3, 4))]}, {"axes": [0, 2]}),
+                      ("axes_tensor", {"X": [tn((3, 4))], "AxesTensor": [np.array([1], i32)]},
+                       {})]
+    c["flatten"] = [("axis2", {"X": [tn((2, 3, 4))]}, {"axis": 2}),
+                    ("axis0", {"X": [tn((2, 3))]}, {"axis": 0})]
+    c["squared_l2_norm"] = [("x", {"X": [tn((3, 4))]}, {})]
+    c["l1_norm"] = [("x", {"X": [_away_from(tn((3, 4)), [0.0])]}, {})]
+    c["squared_l2_distance"] = [
+        ("same_rows", {"X": [tn((3, 4))], "Y": [tn((3, 4))]}, {}),
+        ("one_row_y", {"X": [tn((3, 2, 2))], "Y": [tn((1, 4))]}, {})]
+    # -- sequence ops, Fluid 1.8 cases (test_sequence_fluid18.py) --
+    sg = np.random.default_rng(18)
+    sn = sg.standard_normal
+    c["sequence_conv"] += [
+        # paddingTrainable: PaddingData [up_pad + down_pad, D] gets a gradient too
+        ("padding_trainable", {"X": [sn((7, 2))], "Filter": [sn((6, 3))],
+                               "PaddingData": [sn((2, 2))]},
+         {"contextStart": -1, "contextLength": 3, "paddingTrainable": True,
+          "_lods": {"X": [((0, 2, 2, 5, 7),)]}}),
+        ("padding_trainable_after", {"X": [sn((6, 2))], "Filter": [sn((6, 2))],
+                                     "PaddingData": [sn((3, 2))]},
+         {"contextStart": 1, "contextLength": 3, "paddingTrainable": True,
+          "_lods": {"X": [((0, 1, 6),)]}}),
+    ]
+    c["sequence_unpad"] += [
+        ("x_2d", {"X": [sn((3, 5))], "Length": [np.array([2, 0, 5])]}, {}),
+    ]
+    c["var_conv_2d"] += [
+        # X's sequences shorter / longer than InputChannel * row * col: Fluid reads each
+        # image from X's offset on, running into the next sequence and (zeros) past X's end
+        ("uneven_x", {"X": [sn((11, 1))], "ROW": [np.zeros((4, 1), np.int64)],
+                      "COLUMN": [np.zeros((5, 1), np.int64)], "W": [sn((2, 8))]},
+         {"InputChannel": 2, "OutputChannel": 2, "KernelH": 2, "KernelW": 2,
+          "_lods": {"X": [((0, 5, 11),)], "ROW": [((0, 2, 4),)],
+                    "COLUMN": [((0, 2, 5),)]}}),
+    ]
     return c
 
 
