@@ -685,7 +685,19 @@ def mean_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     return {"X" + GRAD: [g]}
 
 
-_REDUCE_ATTRS = {"dim": [0], "keep_dim": False, "reduce_all": False}
+#: ``out_dtype`` (a dtype or Fluid's code; -1: X's): X is cast to it before the reduction, as
+#: Fluid's ReduceKernel does; ``in_dtype`` is the dtype the gradient goes back in (X's here)
+_REDUCE_ATTRS = {"dim": [0], "keep_dim": False, "reduce_all": False, "in_dtype": -1,
+                 "out_dtype": -1}
+
+
+def _reduce_input(x: Any, attrs: dict) -> Any:
+    """X in the reduction's dtype (``out_dtype``, when set)."""
+    out_dtype = attrs.get("out_dtype", -1)
+    if isinstance(out_dtype, (int, np.integer)) and not isinstance(out_dtype, str) and \
+            int(out_dtype) < 0:
+        return x
+    return x.astype(to_dtype(out_dtype), copy=False)
 
 
 def _reduce_axes(x: Any, attrs: dict) -> tuple[int, ...]:
@@ -702,7 +714,7 @@ def _reduce_register(type: str, is_mean: bool):
 
     @register(type, ("X",), ("Out",), _REDUCE_ATTRS, grad=maker)
     def kernel(ins: dict, attrs: dict, outs: tuple) -> dict:
-        x = ins["X"][0]
+        x = _reduce_input(ins["X"][0], attrs)
         axes = _reduce_axes(x, attrs)
         keep = attrs.get("keep_dim", False)
         out = x.mean(axis=axes, keepdims=keep) if is_mean else x.sum(axis=axes, keepdims=keep)
@@ -732,6 +744,7 @@ _reduce_register("reduce_mean", is_mean=True)
 
 
 def _reduced(x: Any, attrs: dict, fn: str) -> Any:
+    x = _reduce_input(x, attrs)
     out = array_module(x).asarray(getattr(x, fn)(axis=_reduce_axes(x, attrs),
                                                  keepdims=attrs.get("keep_dim", False)))
     return out.reshape(1) if out.ndim == 0 else out  # Fluid never makes 0-d tensors
@@ -756,7 +769,7 @@ def _extreme_register(type: str, fn: str) -> None:
     def grad(ins: dict, attrs: dict, outs: tuple) -> dict:
         x, out = ins["X"][0], ins["Out"][0]
         d = _kept(x, attrs, _dout(ins, out))
-        return {"X" + GRAD: [(x == _kept(x, attrs, out)) * d]}
+        return {"X" + GRAD: [((x == _kept(x, attrs, out)) * d).astype(x.dtype, copy=False)]}
 
     kernel.__doc__ = f"Out = the {fn} of X over ``dim`` (all dims when ``reduce_all``)."
     grad.__doc__ = f"dX = dOut where X equals the {fn} (every tie gets it), else 0."
@@ -779,7 +792,8 @@ def reduce_prod(ins: dict, attrs: dict, outs: tuple) -> dict:
 def reduce_prod_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """dX = dOut * Out / X (Fluid's rule: a zero in X gives inf or nan there)."""
     x, out = ins["X"][0], ins["Out"][0]
-    return {"X" + GRAD: [_kept(x, attrs, _dout(ins, out)) * _kept(x, attrs, out) / x]}
+    g = _kept(x, attrs, _dout(ins, out)) * _kept(x, attrs, out) / x
+    return {"X" + GRAD: [g.astype(x.dtype, copy=False)]}
 
 
 for _type, _fn in (("reduce_all", "all"), ("reduce_any", "any")):

@@ -738,3 +738,19 @@ def test_elementwise_grads_keep_the_variables_dtype():
     assert g["Y@GRAD"][0].dtype == y.dtype
     np.testing.assert_array_equal(g["Y@GRAD"][0], [0, 3, 10])
     np.testing.assert_array_equal(g["X@GRAD"][0], [1, 1, 1])
+
+
+@pytest.mark.parametrize("op, fn", [("reduce_sum", np.sum), ("reduce_mean", np.mean),
+                                    ("reduce_max", np.max), ("reduce_prod", np.prod)])
+def test_reduce_out_dtype_casts_x_before_reducing(op, fn):
+    # Fluid's ReduceKernel with out_dtype >= 0 (a code, as int(VarType.FP64), or a name)
+    x = np.random.default_rng(0).uniform(0.5, 1.5, (3, 4)).astype(np.float32)
+    for out_dtype in (6, "float64"):
+        out = run_op(op, {"X": [x]}, {"dim": [1], "out_dtype": out_dtype})["Out"][0]
+        assert out.dtype == np.float64
+        np.testing.assert_allclose(out, fn(x.astype(np.float64), axis=1), rtol=1e-12)
+    assert run_op(op, {"X": [x]}, {"dim": [1]})["Out"][0].dtype == np.float32
+    g = run_op(op + "_grad", {"X": [x], "Out": [fn(x.astype(np.float64), axis=1)],
+                              "Out@GRAD": [np.ones(3)]},
+               {"dim": [1], "out_dtype": 6})["X@GRAD"][0]
+    assert g.dtype == np.float32 and g.shape == x.shape
