@@ -241,6 +241,8 @@ def sequence_unpad(x: Variable, length: Variable, name: str | None = None) -> Va
     _check_var(length, "length", "sequence_unpad")
     helper = LayerHelper("sequence_unpad", name)
     tail = list(x.shape[2:]) if x.shape else []
+    if x.shape is not None and len(x.shape) == 2:
+        tail = [1]  # Fluid's InferShape: a 2-D X unpads to [-1, 1]
     out = helper.create_tmp(dtype=x.dtype, shape=[-1, *tail])
     length.stop_gradient = True
     helper.append_op("sequence_unpad", inputs={"X": [x], "Length": [length]},

@@ -662,6 +662,11 @@ def sequence_topk_avg_pooling_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
 # Col_b is its im2col, [InputChannel · KH · KW, OH · OW] (row z · KH · KW + ky · KW + kx), and
 # Out_b = W · Col_b, [OutputChannel, OH · OW]; both are stored flat, [Σ size, 1], with LoD
 # offsets of those sizes.
+# Fluid never checks that sequence b of X holds InputChannel · H · W rows: its Im2Col reads the
+# image from X's flat data at X's b-th offset, so a short sequence runs on into the next ones
+# (test_var_conv_2d.py's TestVarConv2dApi feeds 60 rows for a 3 x 5 x 6 image), and extra rows
+# are never read. Reads past the end of X are out of bounds in C++ (undefined); here they read
+# zeros, and the grad kernel drops what it would write there.
 
 _VCONV_ATTRS = {"InputChannel": 1, "OutputChannel": 1, "StrideH": 1, "StrideW": 1,
                 "KernelH": 1, "KernelW": 1}
@@ -684,17 +689,26 @@ def _vconv_setup(x: Any, w: Any, attrs: dict, op: str) -> tuple:
     ocol = _offsets(attrs, "COLUMN", op)
     _same_batch(op, X=ox, ROW=orow, COLUMN=ocol)
     hs, ws = np.diff(orow), np.diff(ocol)
-    bad = np.flatnonzero(np.diff(ox) != ic * hs * ws)
-    if len(bad):
-        b = int(bad[0])
-        raise ValueError(f"{op}: sequence {b} of X has {int(ox[b + 1] - ox[b])} rows, but "
-                         f"InputChannel * row * col = {ic} * {int(hs[b])} * {int(ws[b])}")
     ohs = np.where(hs > 0, (hs - 1) // sh + 1, 0)
     ows = np.where(ws > 0, (ws - 1) // sw + 1, 0)
     ohs, ows = np.where(ohs * ows > 0, ohs, 0), np.where(ohs * ows > 0, ows, 0)
     col_off = _cum(ic * kh * kw * ohs * ows)
     out_off = _cum(oc * ohs * ows)
     return (ic, oc, kh, kw, sh, sw), ox, hs, ws, ohs, ows, col_off, out_off
+
+
+def _vconv_images(xp: Any, x: Any, ox: np.ndarray, ic: int, hs: np.ndarray,
+                  ws: np.ndarray) -> tuple[Any, list[tuple[int, int]]]:
+    """X's flat data, zero-extended to cover every image, and each image's [start, stop).
+
+    Image b is the ``ic · H_b · W_b`` values from X's b-th LoD offset on, whatever X's b-th
+    sequence length is (Fluid's Im2Col indexes X's data the same way)."""
+    spans = [(int(ox[b]), int(ox[b] + ic * hs[b] * ws[b])) for b in range(len(ox) - 1)]
+    flat = x.reshape(-1)
+    need = max([stop for _, stop in spans] + [flat.shape[0]])
+    if need > flat.shape[0]:
+        flat = xp.concatenate([flat, xp.zeros(need - flat.shape[0], dtype=x.dtype)])
+    return flat, spans
 
 
 def _vconv_im2col(xp: Any, img: Any, geo: tuple, oh: int, ow: int) -> Any:
@@ -729,12 +743,12 @@ def var_conv_2d(ins: dict, attrs: dict, outs: tuple) -> dict:
     xp = array_module(x)
     geo, ox, hs, ws, ohs, ows, col_off, out_off = _vconv_setup(x, w, attrs, "var_conv_2d")
     ic = geo[0]
-    flat = x.reshape(-1)
+    flat, spans = _vconv_images(xp, x, ox, ic, hs, ws)
     cols, tops = [], []
     for b in range(len(ox) - 1):
         if ohs[b] == 0:
             continue
-        img = flat[ox[b]:ox[b + 1]].reshape(ic, int(hs[b]), int(ws[b]))
+        img = flat[spans[b][0]:spans[b][1]].reshape(ic, int(hs[b]), int(ws[b]))
         col = _vconv_im2col(xp, img, geo, int(ohs[b]), int(ows[b]))
         cols.append(col.reshape(-1))
         tops.append((w @ col).reshape(-1))
@@ -757,8 +771,8 @@ def var_conv_2d_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     ic, oc = geo[0], geo[1]
     d = ins["Out" + GRAD][0]
     col_in = (ins.get("Col") or [None])[0]
-    flat = x.reshape(-1)
-    dx = xp.zeros(x.shape[0], dtype=x.dtype)
+    flat, spans = _vconv_images(xp, x, ox, ic, hs, ws)
+    dx = xp.zeros(flat.shape[0], dtype=x.dtype)
     dw = xp.zeros_like(w)
     if d is not None:
         d = d.reshape(-1)
@@ -773,15 +787,17 @@ def var_conv_2d_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
             if col_in is not None:
                 col = col_in.reshape(-1)[col_off[b]:col_off[b + 1]].reshape(-1, oh * ow)
             else:
-                img = flat[ox[b]:ox[b + 1]].reshape(ic, h, wd)
+                img = flat[spans[b][0]:spans[b][1]].reshape(ic, h, wd)
                 col = _vconv_im2col(xp, img, geo, oh, ow)
             db = d[out_off[b]:out_off[b + 1]].reshape(oc, oh * ow)
             dw += db @ col.T
-            dx[ox[b]:ox[b + 1]] = _vconv_col2im(xp, w.T @ db, geo, h, wd, oh, ow).reshape(-1)
+            # += as in Fluid's Im2ColGrad: images that run into the next sequence overlap
+            dx[spans[b][0]:spans[b][1]] += \
+                _vconv_col2im(xp, w.T @ db, geo, h, wd, oh, ow).reshape(-1)
     lods = attrs.get("_lods") or {}
     res: dict = {LOD_KEY: {}}
     if "X" + GRAD in outs:
-        res["X" + GRAD] = [dx.reshape(x.shape)]
+        res["X" + GRAD] = [dx[:x.shape[0]].reshape(x.shape)]
         res[LOD_KEY]["X" + GRAD] = [lods.get("X", [None])[0]]
     if "W" + GRAD in outs:
         res["W" + GRAD] = [dw]

@@ -413,19 +413,23 @@ def edit_distance(ins: dict, attrs: dict, outs: tuple) -> dict:
 
 @register("sequence_erase", ("X",), ("Out",), {"tokens": []}, lod="kernel")
 def sequence_erase(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """Out: the rows of X (a 1-level LoD tensor ``[N, 1]`` of ids) whose id is not in
-    ``tokens``, with the LoD shrunk to match."""
+    """Out: the rows of X (a LoD tensor ``[N, 1]`` of ids) whose id is not in ``tokens``.
+
+    As in Fluid's SequenceEraseKernel, X may have any number of LoD levels: only the last
+    (finest) level is shrunk to match the erased rows; the upper levels count sequences of
+    that level, whose number does not change, so they are kept as they are."""
     x = ins["X"][0]
     xp = array_module(x)
     lod = _need_lod(attrs, "X", "sequence_erase", "compute it with an op that keeps the LoD")
-    if len(lod) != 1:
-        raise ValueError(f"sequence_erase: the LoD of X has {len(lod)} levels; only 1 is "
-                         "supported (as in Fluid)")
     host = to_host(x)
     if host.ndim != 2 or host.shape[1] != 1:
         raise ValueError(f"sequence_erase: X must be [N, 1], got {list(host.shape)}")
+    o = np.asarray(lod[-1], dtype=np.int64)
+    if int(o[-1]) != host.shape[0]:
+        raise ValueError(f"sequence_erase: the last LoD level of X ends at {int(o[-1])}, but "
+                         f"X has {host.shape[0]} rows")
     keep = ~np.isin(host.reshape(-1), np.asarray(list(attrs.get("tokens") or []), np.int64))
-    o = np.asarray(lod[0], dtype=np.int64)
     kept_before = np.concatenate([[0], np.cumsum(keep)])
     offsets = tuple(int(v) for v in kept_before[o])
-    return {"Out": [xp.asarray(host[keep])], LOD_KEY: {"Out": [(offsets,)]}}
+    out_lod = tuple(tuple(int(v) for v in level) for level in lod[:-1]) + (offsets,)
+    return {"Out": [xp.asarray(host[keep])], LOD_KEY: {"Out": [out_lod]}}

@@ -165,78 +165,118 @@ def sequence_pool_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
 
 # ---------------------------------------------------------------------------------------------
 # sequence_conv: a 1-D convolution along each sequence, as one matrix product over the rows'
-# context windows (rows outside the row's own sequence read as zeros: Fluid's padding when
-# paddingTrainable is False)
+# context windows. A window position outside its row's sequence reads zeros, or, with
+# paddingTrainable, a row of PaddingData ``[up_pad + down_pad, D]`` (up_pad = max(0, -start),
+# down_pad = max(0, start + length - 1)): position ``p`` before the sequence's first row reads
+# PaddingData[up_pad + p - first], past its end PaddingData[up_pad + p - end]. That is what
+# math/context_project.h's ContextProjectFunctor copies (its down-pad loop was checked against
+# this rule for every sequence length 1..8, start -4..5, length 1..5), and what
+# test_sequence_conv.py's seqconv reference computes.
 
 _SEQ_CONV_ATTRS = {"contextStride": 1, "contextStart": 0, "contextLength": 3,
                    "paddingTrainable": False}
 
 
-def _context_index(offsets: tuple, start: int, length: int) -> np.ndarray:
-    """``[N, length]`` row indices of every row's context window; ``N`` (one past the last
-    row) where the window leaves the row's sequence."""
+def _context_index(offsets: tuple, start: int, length: int,
+                   trainable: bool = False) -> np.ndarray:
+    """``[N, length]`` row indices, into ``X`` followed by the PaddingData rows (``N + p``:
+    PaddingData row ``p``; only with ``trainable``) and one zero row (``N + total_pad``), of
+    every row's context window."""
     o = np.asarray(offsets, dtype=np.int64)
     lengths = np.diff(o)
     rows = int(o[-1])
-    first = np.repeat(o[:-1], lengths)
-    last = np.repeat(o[1:], lengths)
+    up_pad = max(0, -start)
+    zero_row = rows + (up_pad + max(0, start + length - 1) if trainable else 0)
+    first = np.repeat(o[:-1], lengths)[:, None]
+    last = np.repeat(o[1:], lengths)[:, None]
     idx = np.arange(rows)[:, None] + start + np.arange(length)[None, :]
-    inside = (idx >= first[:, None]) & (idx < last[:, None])
-    return np.where(inside, idx, rows)
+    if not trainable:
+        return np.where((idx >= first) & (idx < last), idx, zero_row)
+    return np.where(idx < first, rows + up_pad + idx - first,
+                    np.where(idx >= last, rows + up_pad + idx - last, idx))
 
 
-def _check_seq_conv(attrs: dict, op: str) -> tuple[int, int]:
+def _check_seq_conv(attrs: dict, op: str, x: Any, pad: Any) -> tuple[int, int, bool]:
+    """contextStart, contextLength and paddingTrainable, checked as Fluid's InferShape does."""
     if int(attrs.get("contextStride", 1)) != 1:
         raise ValueError(f"{op}: contextStride must be 1 (Fluid supports only 1), got "
                          f"{attrs.get('contextStride')}")
-    if attrs.get("paddingTrainable"):
-        raise NotImplementedError(f"{op}: paddingTrainable=True (a learned PaddingData) is not "
-                                  "implemented in dask_fluid; use the default zero padding")
-    length = int(attrs.get("contextLength", 3))
+    start, length = int(attrs.get("contextStart", 0)), int(attrs.get("contextLength", 3))
     if length < 1:
         raise ValueError(f"{op}: contextLength must be >= 1, got {length}")
-    return int(attrs.get("contextStart", 0)), length
+    trainable = bool(attrs.get("paddingTrainable", False))
+    if trainable:
+        if start == 0 and length == 1:
+            raise ValueError(f"{op}: if contextStart is 0 and contextLength is 1, "
+                             "paddingTrainable should be False (there is no padding)")
+        total = max(0, -start) + max(0, start + length - 1)
+        if pad is None:
+            raise ValueError(f"{op}: paddingTrainable=True needs Input(PaddingData)")
+        if tuple(pad.shape) != (total, x.shape[1]):
+            raise ValueError(f"{op}: PaddingData must be [up_pad + down_pad, D] = "
+                             f"{[total, int(x.shape[1])]} for contextStart {start} and "
+                             f"contextLength {length}, got {list(pad.shape)}")
+    return start, length, trainable
+
+
+def _seq_conv_source(xp: Any, x: Any, pad: Any, trainable: bool) -> Any:
+    """X, then PaddingData's rows (with paddingTrainable), then one zero row: the rows
+    :func:`_context_index` indexes."""
+    parts = [x] + ([pad.astype(x.dtype)] if trainable else [])
+    return xp.concatenate(parts + [xp.zeros((1, x.shape[1]), dtype=x.dtype)])
 
 
 @register("sequence_conv", ("X", "Filter", "PaddingData"), ("Out",), _SEQ_CONV_ATTRS,
           optional=("PaddingData",), lod="kernel",
-          grad=grad_maker(("X", "Filter"), ("Out",), ("X", "Filter")))
+          grad=grad_maker(("X", "Filter", "PaddingData"), ("Out",),
+                          ("X", "Filter", "PaddingData")))
 def sequence_conv(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out[r] = concat(X[r + contextStart], ..., X[r + contextStart + contextLength - 1]) @
-    Filter, the rows outside r's sequence taken as zeros; Out keeps X's LoD."""
+    Filter, the rows outside r's sequence taken as zeros, or as PaddingData's rows when
+    paddingTrainable; Out keeps X's LoD."""
     x, w = ins["X"][0], ins["Filter"][0]
+    pad = (ins.get("PaddingData") or [None])[0]
     xp = array_module(x, w)
-    start, length = _check_seq_conv(attrs, "sequence_conv")
+    start, length, trainable = _check_seq_conv(attrs, "sequence_conv", x, pad)
     lod = input_lod(attrs, "X", "sequence_conv")
     if w.shape[0] != length * x.shape[1]:
         raise ValueError(f"sequence_conv: Filter has {w.shape[0]} rows, but contextLength "
                          f"{length} x the {x.shape[1]} columns of X need {length * x.shape[1]}")
-    idx = xp.asarray(_context_index(lod[-1], start, length))
-    padded = xp.concatenate([x, xp.zeros((1, x.shape[1]), dtype=x.dtype)])
-    col = padded[idx].reshape(x.shape[0], -1)
+    idx = xp.asarray(_context_index(lod[-1], start, length, trainable))
+    col = _seq_conv_source(xp, x, pad, trainable)[idx].reshape(x.shape[0], -1)
     return {"Out": [col @ w], LOD_KEY: {"Out": [lod]}}
 
 
-@register("sequence_conv_grad", *grad_slots(("X", "Filter"), ("Out",), ("X", "Filter")),
-          _SEQ_CONV_ATTRS, lod="kernel")
+@register("sequence_conv_grad",
+          *grad_slots(("X", "Filter", "PaddingData"), ("Out",), ("X", "Filter", "PaddingData")),
+          _SEQ_CONV_ATTRS, optional=("PaddingData",), lod="kernel")
 def sequence_conv_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """dFilter = col(X)ᵀ dOut; dX adds each window's share of dOut Filterᵀ back to its rows."""
+    """dFilter = col(X)ᵀ dOut; dX (and dPaddingData, with paddingTrainable) add each
+    window's share of dOut Filterᵀ back to the rows it read."""
     x, w, d = ins["X"][0], ins["Filter"][0], ins["Out" + GRAD][0]
+    pad = (ins.get("PaddingData") or [None])[0]
     xp = array_module(x, w)
-    start, length = _check_seq_conv(attrs, "sequence_conv_grad")
+    start, length, trainable = _check_seq_conv(attrs, "sequence_conv_grad", x, pad)
     lod = input_lod(attrs, "X", "sequence_conv_grad")
     if d is None:
         d = xp.zeros((x.shape[0], w.shape[1]), dtype=x.dtype)
-    idx = xp.asarray(_context_index(lod[-1], start, length))
-    res = {LOD_KEY: {"X" + GRAD: [lod]}}
+    idx = xp.asarray(_context_index(lod[-1], start, length, trainable))
+    res: dict = {LOD_KEY: {"X" + GRAD: [lod]}}
     if "Filter" + GRAD in outs:
-        padded = xp.concatenate([x, xp.zeros((1, x.shape[1]), dtype=x.dtype)])
-        res["Filter" + GRAD] = [padded[idx].reshape(x.shape[0], -1).T @ d]
-    if "X" + GRAD in outs:
+        src = _seq_conv_source(xp, x, pad, trainable)
+        res["Filter" + GRAD] = [src[idx].reshape(x.shape[0], -1).T @ d]
+    if "X" + GRAD in outs or "PaddingData" + GRAD in outs:
+        n_pad = pad.shape[0] if trainable else 0
         dcol = (d @ w.T).reshape(x.shape[0] * length, x.shape[1])
-        dx = xp.zeros((x.shape[0] + 1, x.shape[1]), dtype=x.dtype)
-        scatter_add(xp, dx, idx.reshape(-1), dcol)
-        res["X" + GRAD] = [dx[:-1]]
+        dsrc = xp.zeros((x.shape[0] + n_pad + 1, x.shape[1]), dtype=x.dtype)
+        scatter_add(xp, dsrc, idx.reshape(-1), dcol)
+        if "X" + GRAD in outs:
+            res["X" + GRAD] = [dsrc[:x.shape[0]]]
+        if "PaddingData" + GRAD in outs:
+            # Fluid writes zeros when paddingTrainable is False (PaddingData is not read)
+            res["PaddingData" + GRAD] = [dsrc[x.shape[0]:x.shape[0] + n_pad] if trainable
+                                         else xp.zeros_like(pad)]
+            res[LOD_KEY]["PaddingData" + GRAD] = [None]
     return res
 
 
@@ -565,14 +605,21 @@ def _unpad_lengths(length: Any, x: Any) -> np.ndarray:
 @register("sequence_unpad", ("X", "Length"), ("Out",), lod="kernel",
           grad=grad_maker(("X", "Length"), ("Out",), ("X",)))
 def sequence_unpad(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """Out: the first Length[i] rows of X[i], concatenated, with that LoD."""
+    """Out: the first Length[i] rows of X[i], concatenated, with that LoD.
+
+    Out is ``[sum(Length), *X.shape[2:]]``, except that a 2-D X ``[batch, padded_length]``
+    gives ``[sum(Length), 1]`` (Fluid's SequenceUnpadOpKernel appends the 1 so that Out
+    stays a 2-D LoDTensor of one-wide rows)."""
     x = ins["X"][0]
     xp = array_module(x)
     lengths = _unpad_lengths(ins["Length"][0], x)
     keep = np.flatnonzero((np.arange(x.shape[1])[None, :] < lengths[:, None]).reshape(-1))
     flat = x.reshape((x.shape[0] * x.shape[1], *x.shape[2:]))
+    out = flat[xp.asarray(keep)]
+    if x.ndim == 2:
+        out = out.reshape(-1, 1)
     lod = (tuple(int(v) for v in np.concatenate([[0], np.cumsum(lengths)])),)
-    return {"Out": [flat[xp.asarray(keep)]], LOD_KEY: {"Out": [lod]}}
+    return {"Out": [out], LOD_KEY: {"Out": [lod]}}
 
 
 @register("sequence_unpad_grad", *grad_slots(("X", "Length"), ("Out",), ("X",)), lod="kernel")
@@ -585,7 +632,8 @@ def sequence_unpad_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     if d is not None:
         keep = np.flatnonzero((np.arange(x.shape[1])[None, :] < lengths[:, None]).reshape(-1))
         flat = dx.reshape((x.shape[0] * x.shape[1], *x.shape[2:]))
-        flat[xp.asarray(keep)] = d
+        # dOut of a 2-D X is [sum(Length), 1]: drop the appended 1 before scattering
+        flat[xp.asarray(keep)] = d.reshape((len(keep), *x.shape[2:]))
     return {"X" + GRAD: [dx], LOD_KEY: {"X" + GRAD: [None]}}
 
 

@@ -100,7 +100,8 @@ def test_sequence_conv_refuses_what_fluid_refuses():
     with pytest.raises(ValueError, match="Filter has 4 rows, but contextLength 3 x the 2 "
                                          "columns of X need 6"):
         run_op("sequence_conv", {"X": [x], "Filter": [np.zeros((4, 1))]}, lod)
-    with pytest.raises(NotImplementedError, match="paddingTrainable=True"):
+    # paddingTrainable is implemented (test_sequence_fluid18.py); without PaddingData it fails
+    with pytest.raises(ValueError, match="paddingTrainable=True needs Input\\(PaddingData\\)"):
         run_op("sequence_conv", {"X": [x], "Filter": [np.zeros((6, 1))]},
                {"paddingTrainable": True, **lod})
 
