@@ -643,10 +643,13 @@ def cross_entropy(input: Variable, label: Variable, soft_label: bool = False,
     """``-log(input[label])`` per row, shape ``[..., 1]``; ``input`` holds probabilities.
 
     Hard labels build Fluid 1.8's ``cross_entropy2`` op (gradient ``cross_entropy_grad2``);
-    ``soft_label=True`` builds ``cross_entropy``, as Fluid does.
+    ``soft_label=True`` builds ``cross_entropy``, as Fluid does. The loss takes the label's
+    shape, its last dim 1 (a hard label without its trailing 1 gives a loss without it too).
     """
     helper = LayerHelper("cross_entropy")
     shape = [*input.shape[:-1], 1] if input.shape else None
+    if input.shape and label.shape and len(label.shape) == len(input.shape) - 1:
+        shape = list(label.shape)  # CrossEntropyOpBase::InferShape: Y is Label's shape
     out = helper.create_tmp(dtype=input.dtype, shape=shape)
     if soft_label:
         helper.append_op("cross_entropy", inputs={"X": [input], "Label": [label]},

@@ -261,3 +261,13 @@ def test_cross_entropy_label_rank_must_be_xs_or_one_less():
     x = np.full((2, 3, 4), 0.25)
     with pytest.raises(ValueError, match="must have X's shape"):
         run_op("cross_entropy", {"X": [x], "Label": [np.zeros((2,), np.int64)]})
+
+
+def test_cross_entropy_layer_shape_follows_the_label():
+    import dask_fluid as fluid
+
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        p = fluid.data("p", [None, 5], "float32")
+        assert fluid.layers.cross_entropy(p, fluid.data("l1", [None, 1], "int64")).shape == (
+            -1, 1)
+        assert fluid.layers.cross_entropy(p, fluid.data("l0", [None], "int64")).shape == (-1,)
