@@ -8,6 +8,7 @@ optimizer state, so sharing is safe and saves a copy on the hot path.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -129,7 +130,12 @@ def ew_shapes(x_shape: Sequence[int], y_shape: Sequence[int], axis: int, op: str
     ValueError
         The shapes do not broadcast so.
     """
-    x_shape, y_shape = tuple(x_shape), tuple(y_shape)
+    return _ew_shapes(tuple(x_shape), tuple(y_shape), int(axis), op)
+
+
+@functools.lru_cache(maxsize=4096)  # every step asks again for the same few shapes
+def _ew_shapes(x_shape: tuple, y_shape: tuple, axis: int, op: str) -> tuple[tuple, tuple]:
+    """:func:`ew_shapes` of tuples."""
     if x_shape == y_shape:
         return x_shape, y_shape
     if len(x_shape) >= len(y_shape):
