@@ -87,17 +87,87 @@ def data(name: str, shape: Sequence[int], append_batch_size: bool = True,
                             need_check_feed=False)  # Fluid's: only fluid.data checks feeds
 
 
-def fill_constant(shape: Sequence[int], dtype: Any, value: float, force_cpu: bool = False,
+def fill_constant(shape: Sequence[int | Variable] | Variable, dtype: Any,
+                  value: float | Variable, force_cpu: bool = False,
                   out: Variable | None = None) -> Variable:
-    """A tensor of ``shape`` filled with ``value``."""
+    """A tensor of ``shape`` filled with ``value``, ``stop_gradient`` True.
+
+    As Fluid 1.8's layer: ``shape`` is a list or tuple of ints (attr ``shape``), a list
+    mixing ints and ``[1]`` int32/int64 Variables (input ``ShapeTensorList``: the ints become
+    int32 constants on the CPU, an int64 Variable is cast to int32, and the attr holds -1 for
+    each Variable) or one 1-D int32/int64 Variable (input ``ShapeTensor``, cast to int32 when
+    int64). ``value`` is a number (attr ``value`` and, so that an int64 or float64 value
+    keeps its precision, ``str_value``) or a ``[1]`` Variable (input ``ValueTensor``).
+
+    Parameters
+    ----------
+    shape : list or tuple of int or Variable, or Variable
+    dtype : str or numpy dtype
+    value : float, int, bool or Variable
+    force_cpu : bool
+        Keep the tensor in host memory (also inside ``initializer.init_on_cpu()``).
+    out : Variable, optional
+        The variable to fill; a new one when None.
+
+    Raises
+    ------
+    TypeError
+        ``dtype`` is not bool, float16, float32, float64, int32 or int64; ``out`` is not a
+        Variable of ``dtype``; ``shape`` is not a list, tuple or Variable, or a shape Variable
+        is not int32 or int64.
+    AssertionError
+        ``shape`` is an empty list, as Fluid asserts.
+    """
+    from .checks import check_dtype, check_type, check_variable_and_dtype  # noqa: PLC0415
+
     helper = LayerHelper("fill_constant")
     dtype = convert_dtype(dtype)
+    check_dtype(dtype, "dtype", ["bool", "float16", "float32", "float64", "int32", "int64"],
+                "fill_constant")
+    if out is not None:
+        check_variable_and_dtype(out, "out", [dtype], "fill_constant")
+    inputs: dict[str, list[Variable]] = {}
+    attrs: dict[str, Any] = {"force_cpu": bool(force_cpu) or force_init_on_cpu(),
+                             "dtype": dtype}
+    if isinstance(value, Variable):
+        inputs["ValueTensor"] = [value]
+        attrs["value"] = 0.0
+    else:
+        attrs["value"] = float(value)
+        attrs["str_value"] = (str(int(value)) if dtype in ("int64", "int32")
+                              else str(float(value)))
+    check_type(shape, "shape", (Variable, list, tuple), "fill_constant")
+    var_shape: list[int] | None
+    if isinstance(shape, Variable):
+        check_dtype(shape.dtype, "shape", ["int32", "int64"], "fill_constant",
+                    "(When type of shape in fill_constant is Variable.)")
+        shape.stop_gradient = True
+        if shape.dtype == "int64":
+            shape = cast(shape, "int32")
+        inputs["ShapeTensor"] = [shape]
+        attrs["shape"] = []
+        n = shape.shape[0] if shape.shape is not None and len(shape.shape) == 1 else None
+        var_shape = None if n is None or n < 0 else [-1] * n
+    else:
+        assert len(shape) > 0, ("The size of 'shape' in fill_constant can't be zero, but "
+                                f"received {len(shape)}.")
+        attrs["shape"] = [-1 if isinstance(d, Variable) else int(d) for d in shape]
+        var_shape = list(attrs["shape"])
+        if any(isinstance(d, Variable) for d in shape):
+            items = []
+            for i, d in enumerate(shape):
+                if isinstance(d, Variable):
+                    check_dtype(d.dtype, f"shape[{i}]", ["int32", "int64"], "fill_constant",
+                                "(When type of shape in fill_constant is list or tuple.)")
+                    d.stop_gradient = True
+                    items.append(cast(d, "int32") if d.dtype == "int64" else d)
+                else:
+                    items.append(fill_constant([1], "int32", int(d), force_cpu=True))
+            inputs["ShapeTensorList"] = items
     if out is None:
-        out = helper.create_tmp(dtype=dtype, shape=list(shape), stop_gradient=True)
-    helper.append_op("fill_constant", outputs={"Out": [out]},
-                     attrs={"shape": list(shape), "dtype": dtype, "value": float(value),
-                            # Fluid 1.8: inside initializer.init_on_cpu() too
-                            "force_cpu": bool(force_cpu) or force_init_on_cpu()})
+        out = helper.create_tmp(dtype=dtype, shape=var_shape, stop_gradient=True)
+    attrs["dtype"] = out.dtype
+    helper.append_op("fill_constant", inputs=inputs, outputs={"Out": [out]}, attrs=attrs)
     out.stop_gradient = True
     return out
 

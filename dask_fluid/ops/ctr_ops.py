@@ -81,7 +81,7 @@ def cvm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
 # -- data_norm ------------------------------------------------------------------------------------
 
 _DN_ATTRS = {"epsilon": 1e-4, "slot_dim": -1, "summary_decay_rate": 0.9999999,
-             "data_layout": "NCHW", "sync_stats": False}
+             "data_layout": "NCHW", "sync_stats": False, "enable_scale_and_shift": False}
 #: a show value this close to 0 marks an empty slot (data_norm_op.cc's min_precision)
 _MIN_PRECISION = 1e-7
 
@@ -103,6 +103,22 @@ def _dn_check(x: Any, attrs: dict, op: str) -> int:
     return slot_dim
 
 
+def _dn_scale_bias(ins: dict, x: Any, op: str) -> tuple[Any, Any]:
+    """``scale_w`` and ``bias`` of ``enable_scale_and_shift``: both required, each [C]."""
+    c = x.shape[1]
+    got = []
+    for slot in ("scale_w", "bias"):
+        v = (ins.get(slot) or [None])[0]
+        if v is None:
+            raise ValueError(f"{op}: Input({slot}) should not be null when "
+                             "enable_scale_and_shift is True")
+        if tuple(v.shape) != (c,):
+            raise ValueError(f"{op}: {slot} must have shape [{c}] (the columns of X), got "
+                             f"{list(v.shape)}")
+        got.append(v.astype(x.dtype, copy=False))
+    return got[0], got[1]
+
+
 def _shows(x: Any, slot_dim: int) -> Any:
     """[N, C] bool: the column's slot has a non-zero show (its first column)."""
     xp = array_module(x)
@@ -112,14 +128,19 @@ def _shows(x: Any, slot_dim: int) -> Any:
     return xp.repeat(nonzero, slot_dim, axis=1)
 
 
-@register("data_norm", ("X", "BatchSize", "BatchSum", "BatchSquareSum"),
-          ("Y", "Means", "Scales"), _DN_ATTRS,
-          grad=grad_maker(("X", "Means", "Scales"), ("Y",),
-                          ("X", "BatchSize", "BatchSum", "BatchSquareSum")))
+_DN_INPUTS = ("X", "BatchSize", "BatchSum", "BatchSquareSum", "scale_w", "bias")
+
+
+@register("data_norm", _DN_INPUTS, ("Y", "Means", "Scales"), _DN_ATTRS,
+          optional=("scale_w", "bias"),
+          grad=grad_maker(("X", "Means", "Scales", "scale_w", "bias"), ("Y",), _DN_INPUTS))
 def data_norm(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Means = BatchSum / BatchSize, Scales = sqrt(BatchSize / BatchSquareSum) per column,
     Y = (X − Means) · Scales; with ``slot_dim > 0`` the slots (groups of ``slot_dim`` columns)
-    whose show (first column) is 0 give Y = 0."""
+    whose show (first column) is 0 give Y = 0.
+
+    With ``enable_scale_and_shift`` (Fluid 1.8) Y is then scaled and shifted per column as
+    batch_norm does: Y = (X − Means) · Scales · scale_w + bias (the empty slots still 0)."""
     x = ins["X"][0]
     slot_dim = _dn_check(x, attrs, "data_norm")
     c = x.shape[1]
@@ -133,21 +154,32 @@ def data_norm(ins: dict, attrs: dict, outs: tuple) -> dict:
     size, total, square = stats
     means = total / size
     scales = (size / square) ** 0.5
-    y = (x - means) * scales
+    if attrs.get("enable_scale_and_shift", False):
+        scale_w, bias = _dn_scale_bias(ins, x, "data_norm")
+        if slot_dim > 0:  # Fluid's element loop: ((x − mean)·scale)·w + b
+            y = (x - means) * scales * scale_w + bias
+        else:  # Fluid folds the affine into one scale and one shift per column
+            y = x * (scales * scale_w) + (bias - means * scales * scale_w)
+    else:
+        y = (x - means) * scales
     if slot_dim > 0 and x.shape[0] > 0:
         y = array_module(x).where(_shows(x, slot_dim), y, 0).astype(x.dtype, copy=False)
     return {"Y": [y], "Means": [means], "Scales": [scales]}
 
 
 @register("data_norm_grad",
-          *grad_slots(("X", "Means", "Scales"), ("Y",),
-                      ("X", "BatchSize", "BatchSum", "BatchSquareSum")), _DN_ATTRS)
+          *grad_slots(("X", "Means", "Scales", "scale_w", "bias"), ("Y",), _DN_INPUTS),
+          _DN_ATTRS, optional=("scale_w", "bias"))
 def data_norm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Fluid 1.8's CPU kernel: X@GRAD = Y@GRAD · Scales, and the statistics' "gradients" are
     this batch's statistics, which the optimizer then applies to the parameters: BatchSize@GRAD
     = N, BatchSum@GRAD = Σ x, BatchSquareSum@GRAD = Σ (x − Means)² + N·ε. With ``slot_dim > 0``
     only rows whose slot show is non-zero count, and each column that has ``k ≥ 1`` of them gets
-    1, Σ x / k and Σ (x − Means)² / k + k·ε (0, 0, 0 when k = 0)."""
+    1, Σ x / k and Σ (x − Means)² / k + k·ε (0, 0, 0 when k = 0).
+
+    With ``enable_scale_and_shift``: X@GRAD = Y@GRAD · Scales · scale_w, scale_w@GRAD =
+    Σ (x − Means) · Scales · Y@GRAD and bias@GRAD = Σ Y@GRAD over the rows (with
+    ``slot_dim > 0`` only the rows whose slot show is non-zero: the others have X@GRAD 0)."""
     x = ins["X"][0]
     xp = array_module(x)
     slot_dim = _dn_check(x, attrs, "data_norm_grad")
@@ -155,8 +187,20 @@ def data_norm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     eps = x.dtype.type(attrs.get("epsilon", 1e-4))
     n, c = x.shape
     res = {}
-    if "X" + GRAD in outs:
-        dy = ins["Y" + GRAD][0]
+    dy = (ins.get("Y" + GRAD) or [None])[0]
+    if attrs.get("enable_scale_and_shift", False):
+        scale_w, _ = _dn_scale_bias(ins, x, "data_norm_grad")
+        if dy is None:
+            dy = xp.zeros_like(x)
+        if slot_dim > 0 and n > 0:
+            dy = xp.where(_shows(x, slot_dim), dy, 0).astype(x.dtype, copy=False)
+        if "X" + GRAD in outs:
+            res["X" + GRAD] = [dy * scales * scale_w]
+        if "scale_w" + GRAD in outs:
+            res["scale_w" + GRAD] = [((x - means) * scales * dy).sum(axis=0)]
+        if "bias" + GRAD in outs:
+            res["bias" + GRAD] = [dy.sum(axis=0)]
+    elif "X" + GRAD in outs:
         res["X" + GRAD] = [xp.zeros_like(x) if dy is None else dy * scales]
     sq = (x - means) ** 2
     if slot_dim > 0 and n > 0:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from .math_ops import _unbroadcast, double_grad_maker
-from .registry import GRAD, array_module, register, set_grad
+from .registry import GRAD, array_module, register, set_grad, to_host
 from .selected_rows import grad_maker, grad_slots
 
 __all__ = ["matmul_out_shape", "matmul_shape"]
@@ -290,8 +290,6 @@ _ACTIVATIONS: dict[str, tuple] = {
               lambda xp, x, a: _f(x, a, "scale_b") * xp.tanh(_f(x, a, "scale_a") * x),
               lambda xp, x, o, d, a: d * _f(x, a, "scale_a") * _f(x, a, "scale_b") * (
                   1 - xp.tanh(_f(x, a, "scale_a") * x) ** 2)),
-    "pow": ({"factor": 1.0}, "X", lambda xp, x, a: x ** _f(x, a, "factor"),
-            lambda xp, x, o, d, a: d * _f(x, a, "factor") * x ** (_f(x, a, "factor") - 1)),
 }
 
 
@@ -323,6 +321,52 @@ def _register_activation(type: str, attrs: dict, reads: str, forward: Any,
 
 for _name, _spec in _ACTIVATIONS.items():
     _register_activation(_name, *_spec)
+
+
+# pow: an activation whose factor may come from a tensor (activation_op.h's
+# ActivationKernel/ActivationGradKernel read FactorTensor for it)
+
+
+def _pow_factor(ins: dict, attrs: dict, x: Any) -> Any:
+    """The exponent in ``x``'s dtype: ``FactorTensor``'s one float when bound (it wins over
+    the attr, as Fluid), else attr ``factor``; either is a C float in Fluid.
+
+    Raises
+    ------
+    ValueError
+        ``FactorTensor`` does not hold exactly one value.
+    """
+    t = (ins.get("FactorTensor") or [None])[0]
+    if t is None:
+        return x.dtype.type(np.float32(attrs.get("factor", 1.0)))
+    v = to_host(t).reshape(-1)
+    if v.size != 1:
+        raise ValueError(f"pow: the shape of factor(tensor) must be [1] rather than {v.size}")
+    return x.dtype.type(np.float32(v[0]))
+
+
+@register("pow", ("X", "FactorTensor"), ("Out",), {"factor": 1.0},
+          optional=("FactorTensor",),
+          grad=grad_maker(("X", "FactorTensor"), in_grads=("X",)))
+def pow_(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Out = X ** factor, ``factor`` the attr or ``FactorTensor`` (Paddle 1.8's pow)."""
+    x = ins["X"][0]
+    return {"Out": [x ** _pow_factor(ins, attrs, x)]}
+
+
+@register("pow_grad", *grad_slots(("X", "FactorTensor"), ("Out",), ("X",)), {"factor": 1.0},
+          optional=("FactorTensor",))
+def pow_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """X@GRAD = Out@GRAD · factor · X ** (factor − 1); FactorTensor gets no gradient, as in
+    Fluid (its grad op maker writes only X@GRAD)."""
+    if "X" + GRAD not in outs:
+        return {}
+    x = ins["X"][0]
+    xp = array_module(x)
+    d = ins["Out" + GRAD][0]
+    d = xp.zeros_like(x) if d is None else d
+    f = _pow_factor(ins, attrs, x)
+    return {"X" + GRAD: [(d * f * x ** (f - 1)).astype(x.dtype, copy=False)]}
 
 
 # double grads (activation_op.cc: LeakyReluDoubleGradMaker, ELUDoubleGradMaker)

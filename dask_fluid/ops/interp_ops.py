@@ -155,31 +155,38 @@ def _linear_plan(n_in: int, n_out: int, align_corners: bool, align_mode: int):
 _CUBIC_A = _F32(-0.75)
 
 
-def _cubic_matrix(n_in: int, n_out: int, align_corners: bool) -> np.ndarray:
+def _cubic_matrix(n_in: int, n_out: int, align_corners: bool,
+                  dtype: Any = np.float32) -> np.ndarray:
     """``M[k, i]``: the weight of input position i in output position k along one dim of a
     bicubic resize: the four taps around ``ratio·k`` (``ratio·(k + 0.5) − 0.5`` without
     ``align_corners``), clamped to the edges (a clamped tap adds to the edge's weight), with
-    Keys' coefficients for ``A = −0.75``, in float32 as Paddle's kernel."""
+    Keys' coefficients for ``A = −0.75``.
+
+    As Paddle's ``BicubicInterpolation<T>``: the position is the float ``ratio·k`` (or the
+    double ``ratio·(k + 0.5) − 0.5``) cast to T, the tap ``floorf`` of it (a float), and the
+    fraction and the coefficients are computed in T, the kernel's dtype ``dtype``: a float64
+    resize carries no float32 rounding in its weights."""
+    t_dtype = np.dtype(dtype) if np.dtype(dtype).kind == "f" else np.dtype(_F32)
     ratio = _ratio(n_in, n_out, align_corners)
     k = np.arange(n_out)
     if align_corners:
-        src = ratio * k.astype(_F32)
+        src = (ratio * k.astype(_F32)).astype(t_dtype)
     else:
-        src = (np.float64(ratio) * (k + 0.5) - 0.5).astype(_F32)
-    base = np.floor(src).astype(np.int64)
-    t = (src - base.astype(_F32)).astype(_F32)
-    a, one = _CUBIC_A, _F32(1)
+        src = (np.float64(ratio) * (k + 0.5) - 0.5).astype(t_dtype)
+    base = np.floor(src.astype(_F32)).astype(np.int64)  # floorf: the position as a float
+    t = src - base.astype(t_dtype)
+    a, one = t_dtype.type(_CUBIC_A), t_dtype.type(1)
 
-    def near(x):  # |x| <= 1
+    def near(x):  # |x| <= 1: cubic_convolution1
         return ((a + 2) * x - (a + 3)) * x * x + one
 
-    def far(x):  # 1 < |x| < 2
+    def far(x):  # 1 < |x| < 2: cubic_convolution2
         return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
 
     coeffs = (far(t + one), near(t), near(one - t), far(one - t + one))
-    m = np.zeros((n_out, n_in), dtype=np.float64)
+    m = np.zeros((n_out, n_in), dtype=t_dtype)
     for tap, c in enumerate(coeffs):
-        np.add.at(m, (k, np.clip(base - 1 + tap, 0, n_in - 1)), c.astype(np.float64))
+        np.add.at(m, (k, np.clip(base - 1 + tap, 0, n_in - 1)), c)
     return m
 
 
@@ -213,7 +220,7 @@ def _interp_forward(ins: dict, attrs: dict, op: str) -> dict:
         dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float32)
         out = x.astype(dtype, copy=False)
         for a, n_in, n_out in reversed(list(zip(axes, in_sizes, out_sizes, strict=True))):
-            m = xp.asarray(_cubic_matrix(n_in, n_out, align_corners).astype(dtype))
+            m = xp.asarray(_cubic_matrix(n_in, n_out, align_corners, dtype))
             out = xp.moveaxis(xp.tensordot(out, m, axes=([a], [1])), -1, a)
         return {"Out": [xp.ascontiguousarray(out).astype(x.dtype, copy=False)]}
     align_mode = int(attrs.get("align_mode", 1))
@@ -251,7 +258,7 @@ def _adjoint_matrix(n_in: int, n_out: int, attrs: dict, dtype: Any) -> np.ndarra
     if method == "nearest":
         m[k, _nearest_index(n_in, n_out, align_corners)] = 1.0
     elif method == "bicubic":
-        m = _cubic_matrix(n_in, n_out, align_corners)
+        m = _cubic_matrix(n_in, n_out, align_corners, dtype)
     else:
         lo, hi, w_lo, w_hi = _linear_plan(n_in, n_out, align_corners,
                                           int(attrs.get("align_mode", 1)))

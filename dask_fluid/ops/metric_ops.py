@@ -318,3 +318,174 @@ def mean_iou(ins: dict, attrs: dict, outs: tuple) -> dict:
 
     return {"OutMeanIou": [place(total)], "OutWrong": [place(wrong)],
             "OutCorrect": [place(correct)]}
+
+
+# -- positive_negative_pair, precision_recall (Fluid 1.8's ranking and classification metrics) --
+
+_PNP_ACC = ("AccumulatePositivePair", "AccumulateNegativePair", "AccumulateNeutralPair")
+
+
+@register("positive_negative_pair", ("Score", "Label", "QueryID", *_PNP_ACC, "Weight"),
+          ("PositivePair", "NegativePair", "NeutralPair"), {"column": 0},
+          optional=(*_PNP_ACC, "Weight"), lod="none")
+def positive_negative_pair(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Fluid 1.8's positive_negative_pair_op.h: within each query (rows of equal QueryID),
+    every pair of documents with different labels adds the mean of its two weights to
+    PositivePair when the score (column ``column`` of Score) orders them as the labels do,
+    else to NegativePair; a pair with equal scores adds it to NeutralPair *and* to
+    NegativePair (Fluid's kernel counts it there too). The three Accumulate* inputs, all or
+    none, are the starting counts. Outputs are ``[1]`` of Score's dtype.
+
+    Raises
+    ------
+    ValueError
+        Shapes as Fluid's InferShape checks them, ``column`` out of range, or only some of the
+        Accumulate* inputs.
+    """
+    score = to_host(ins["Score"][0])
+    dtype = score.dtype
+    label = to_host(ins["Label"][0])
+    query = to_host(ins["QueryID"][0])
+    if score.ndim != 2 or label.ndim != 2:
+        raise ValueError("positive_negative_pair: Score and Label must be 2-D, got shapes "
+                         f"{list(score.shape)} and {list(label.shape)}")
+    n, width = score.shape
+    if label.shape != (n, 1) or query.shape != label.shape:
+        raise ValueError(f"positive_negative_pair: Label and QueryID must be [{n}, 1], got "
+                         f"{list(label.shape)} and {list(query.shape)}")
+    weight_t = (ins.get("Weight") or [None])[0]
+    weight = None if weight_t is None else to_host(weight_t)
+    if weight is not None and weight.shape != label.shape:
+        raise ValueError(f"positive_negative_pair: Weight must be [{n}, 1], got "
+                         f"{list(weight.shape)}")
+    column = int(attrs.get("column", 0))
+    if not -width <= column < width:
+        raise ValueError(f"positive_negative_pair: column {column} is not in [-{width}, "
+                         f"{width})")
+    column %= width
+    accs = [(ins.get(s) or [None])[0] for s in _PNP_ACC]
+    given = [a is not None for a in accs]
+    if any(given) and not all(given):
+        raise ValueError("positive_negative_pair: AccumulatePositivePair, "
+                         "AccumulateNegativePair and AccumulateNeutralPair are required if "
+                         "one of them is given")
+    one = dtype.type
+    pos, neg, neu = ([one(to_host(a).reshape(-1)[0]) for a in accs] if all(given)
+                     else [one(0)] * 3)
+    s = score[:, column].astype(dtype, copy=False)
+    lab = label.reshape(-1).astype(dtype, copy=False)
+    w = (np.ones(n, dtype) if weight is None else weight.reshape(-1).astype(dtype, copy=False))
+    q = query.reshape(-1)
+    # the documents of each query in row order, queries in first-seen order
+    groups: dict[int, list[int]] = {}
+    for i, qid in enumerate(q.tolist()):
+        groups.setdefault(qid, []).append(i)
+    half = one(0.5)
+    for rows in groups.values():
+        for a, i in enumerate(rows):
+            for j in rows[a + 1:]:
+                if lab[i] == lab[j]:
+                    continue
+                pw = (w[i] + w[j]) * half
+                if s[i] == s[j]:
+                    neu += pw
+                if (s[i] - s[j]) * (lab[i] - lab[j]) > 0:
+                    pos += pw
+                else:
+                    neg += pw
+    return {"PositivePair": [np.array([pos], dtype)], "NegativePair": [np.array([neg], dtype)],
+            "NeutralPair": [np.array([neu], dtype)]}
+
+
+def _pr_metrics(states: np.ndarray) -> np.ndarray:
+    """Fluid's ComputeMetrics, in the states' dtype: macro precision, recall and F1 (the
+    mean over classes; a class with no TP+FP (TP+FN) has precision (recall) 1), then micro
+    precision, recall and F1 from the summed counts; float64 as Fluid's output."""
+    one = states.dtype.type
+
+    def ratio(a, b):
+        return a / (a + b) if a > 0 or b > 0 else one(1)
+
+    def f1(p, r):
+        return 2 * p * r / (p + r) if p > 0 or r > 0 else one(0)
+
+    tp, fp, fn = states[:, 0], states[:, 1], states[:, 3]
+    cls_num = states.shape[0]
+    macro_p, macro_r = one(0), one(0)
+    tot_tp, tot_fp, tot_fn = one(0), one(0), one(0)
+    for k in range(cls_num):
+        tot_tp += tp[k]
+        tot_fp += fp[k]
+        tot_fn += fn[k]
+        macro_p += ratio(tp[k], fp[k])
+        macro_r += ratio(tp[k], fn[k])
+    macro_p /= one(cls_num)
+    macro_r /= one(cls_num)
+    micro_p, micro_r = ratio(tot_tp, tot_fp), ratio(tot_tp, tot_fn)
+    return np.array([macro_p, macro_r, f1(macro_p, macro_r), micro_p, micro_r,
+                     f1(micro_p, micro_r)], np.float64)
+
+
+@register("precision_recall", ("MaxProbs", "Indices", "Labels", "Weights", "StatesInfo"),
+          ("BatchMetrics", "AccumMetrics", "AccumStatesInfo"), {"class_number": 0},
+          optional=("Weights", "StatesInfo"), lod="none")
+def precision_recall(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """Fluid 1.8's precision_recall_op.h: per class the (weighted) TP, FP, TN, FN counts of
+    this batch (predicted class Indices, true class Labels, both int32 ``[N, 1]``; a sample
+    adds its weight to TN of every class other than its predicted and true ones), and from
+    them BatchMetrics; AccumStatesInfo adds StatesInfo (``[class_number, 4]``) to the
+    counts, AccumMetrics the same metrics of those. Counts are of MaxProbs' dtype, metrics
+    float64 ``[6]``.
+
+    Raises
+    ------
+    ValueError
+        A shape Fluid's InferShape refuses, or a class index or label outside
+        ``[0, class_number)``.
+    """
+    probs = to_host(ins["MaxProbs"][0])
+    dtype = probs.dtype
+    ids = to_host(ins["Indices"][0])
+    labels = to_host(ins["Labels"][0])
+    cls_num = int(attrs.get("class_number", 0))
+    n = probs.shape[0]
+    if probs.ndim != 2 or probs.shape[1] != 1 or ids.shape != probs.shape:
+        raise ValueError(f"precision_recall: MaxProbs and Indices must be [N, 1], got "
+                         f"{list(probs.shape)} and {list(ids.shape)}")
+    if labels.shape != (n, 1):
+        raise ValueError(f"precision_recall: Labels must be [{n}, 1], got {list(labels.shape)}")
+    w_t = (ins.get("Weights") or [None])[0]
+    weights = None if w_t is None else to_host(w_t)
+    if weights is not None and weights.shape != (n, 1):
+        raise ValueError(f"precision_recall: Weights must be [{n}, 1], got "
+                         f"{list(weights.shape)}")
+    s_t = (ins.get("StatesInfo") or [None])[0]
+    prior = None if s_t is None else to_host(s_t)
+    if prior is not None and prior.shape != (cls_num, 4):
+        raise ValueError(f"precision_recall: StatesInfo must be [{cls_num}, 4], got "
+                         f"{list(prior.shape)}")
+    idx = ids.reshape(-1).astype(np.int64)
+    lab = labels.reshape(-1).astype(np.int64)
+    for name, v in (("Class index", idx), ("Label", lab)):
+        bad = v[(v < 0) | (v >= cls_num)]
+        if bad.size:
+            raise ValueError(f"precision_recall: {name} of each instance should be in "
+                             f"[0, {cls_num}), got {int(bad[0])}")
+    w = (np.ones(n, dtype) if weights is None
+         else weights.reshape(-1).astype(dtype, copy=False))
+    states = np.zeros((cls_num, 4), dtype)  # TP, FP, TN, FN
+    for i in range(n):  # sample by sample, as Fluid accumulates (float sums in its order)
+        p, t, wi = idx[i], lab[i], w[i]
+        states[:, 2] += wi
+        states[p, 2] -= wi
+        if p == t:
+            states[p, 0] += wi
+        else:
+            states[t, 3] += wi
+            states[p, 1] += wi
+            states[t, 2] -= wi
+    batch = _pr_metrics(states)
+    if prior is not None:
+        states = states + prior.astype(dtype, copy=False)
+    return {"BatchMetrics": [batch], "AccumMetrics": [_pr_metrics(states)],
+            "AccumStatesInfo": [states]}

@@ -21,27 +21,55 @@ from .registry import (
 from .selected_rows import grad_maker, grad_slots, place_module, to_dtype
 
 
-@register("fill_constant", ("ValueTensor", "ShapeTensor"), ("Out",),
-          {"shape": [], "dtype": "float32", "value": 0.0, "force_cpu": False},
-          optional=("ValueTensor", "ShapeTensor"))
+@register("fill_constant", ("ValueTensor", "ShapeTensor", "ShapeTensorList"), ("Out",),
+          {"shape": [], "dtype": "float32", "value": 0.0, "str_value": "", "force_cpu": False},
+          optional=("ValueTensor", "ShapeTensor", "ShapeTensorList"))
 def fill_constant(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = a tensor of ``shape`` filled with ``value`` (on the op's place).
+
+    As Fluid 1.8's ``FillConstantKernel``: the shape is ``ShapeTensor`` (int32 or int64) when
+    given, else the ``[1]`` tensors of ``ShapeTensorList`` (one dim each), else attr
+    ``shape``; the value is ``ValueTensor``'s one element when given, else ``str_value`` when
+    not empty (the layer writes it so that an int64 or float64 value keeps its precision,
+    which the float ``value`` attr would lose), else ``value``.
 
     ``force_cpu`` is Fluid's hint to keep a small control tensor (a step counter, a decay
     boundary) in host memory, Fluid copying it between places as the ops that read it need.
     Here a kernel reads all its inputs on one place, so the tensor is made where the executor
-    runs: on a GPU executor a host tensor would meet device tensors in the next op."""
-    shape = [int(s) for s in attrs.get("shape", [])]
+    runs: on a GPU executor a host tensor would meet device tensors in the next op.
+
+    Raises
+    ------
+    ValueError
+        A ``ShapeTensorList`` item not of shape [1], a ``ValueTensor`` of more than one
+        element, or a negative dim.
+    TypeError
+        A shape tensor that is not int32 or int64.
+    """
+    dtype = to_dtype(attrs.get("dtype", "float32"))
     if ins.get("ShapeTensor") and ins["ShapeTensor"][0] is not None:
-        shape = [int(s) for s in ins["ShapeTensor"][0].reshape(-1).tolist()]
-    value = attrs.get("value", 0.0)
+        shape = int_tensor_values(ins["ShapeTensor"][0], "ShapeTensor", "fill_constant")
+    elif [t for t in ins.get("ShapeTensorList") or [] if t is not None]:
+        shape = int_tensor_list_values(ins["ShapeTensorList"], "ShapeTensorList",
+                                       "fill_constant")
+    else:
+        shape = [int(s) for s in attrs.get("shape", [])]
+    str_value = attrs.get("str_value") or ""
+    value: Any = attrs.get("value", 0.0)
+    if str_value:
+        # Fluid parses an int64 output's string as an integer (exact beyond 2**53), any
+        # other as a double
+        value = int(str_value) if dtype == np.int64 else float(str_value)
     if ins.get("ValueTensor") and ins["ValueTensor"][0] is not None:
-        value = ins["ValueTensor"][0].reshape(-1)[0].item()
+        v = to_host(ins["ValueTensor"][0])
+        if v.size != 1:
+            raise ValueError(f"fill_constant: ValueTensor must hold 1 element, got {v.size}")
+        value = v.reshape(-1)[0].item()
     if any(s < 0 for s in shape):
         raise ValueError(f"fill_constant: shape {shape} has a negative dim; the executor must "
                          f"resolve -1 dims before running the op")
     xp = place_module(attrs)
-    return {"Out": [xp.full(shape, value, dtype=to_dtype(attrs.get("dtype", "float32")))]}
+    return {"Out": [xp.full(shape, value, dtype=dtype)]}
 
 
 _VALUE_ATTRS = {"fp32_values": "float32", "int32_values": "int32", "int64_values": "int64",

@@ -1313,6 +1313,19 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
           "_lods": {"X": [((0, 5, 11),)], "ROW": [((0, 2, 4),)],
                     "COLUMN": [((0, 2, 5),)]}}),
     ]
+    # Fluid 1.8's pow with a FactorTensor (float32 [1]; it gets no gradient, it wins over the
+    # attr) and data_norm's enable_scale_and_shift (scale_w, bias: true gradients; integer
+    # statistics keep the statistic "gradients" out, as for the data_norm cases above)
+    c["pow"] += [("factor_tensor", {"X": [u(0.5, 2.0, (3, 4))],
+                                    "FactorTensor": [np.array([2.5], np.float32)]},
+                  {"factor": 7.0})]
+    c["data_norm"] += [
+        ("scale_shift", {"X": [n((3, 4))], **dn_stats, "scale_w": [u(0.5, 2.0, 4)],
+                         "bias": [n(4)]}, {"enable_scale_and_shift": True}),
+        ("scale_shift_slot_dim", {"X": [u(0.5, 2.0, (3, 4))], **dn_stats,
+                                  "scale_w": [u(0.5, 2.0, 4)], "bias": [n(4)]},
+         {"enable_scale_and_shift": True, "slot_dim": 2}),
+    ]
     return c
 
 
