@@ -28,6 +28,7 @@ from typing import Any
 from ..framework import Variable, convert_dtype, default_main_program
 from ..initializer import ConstantInitializer, NormalInitializer
 from ..layer_helper import ACTIVATIONS
+from ..layers.checks import check_variable_and_dtype
 from ..ops.conv_ops import conv_output_size, conv_transpose_output_size, pool_output_size
 from ..param_attr import ParamAttr
 from .layer_checks import check_input, fits, int_list
@@ -722,6 +723,9 @@ class Embedding(_Layer):
                                             is_bias=False)
 
     def forward(self, input: Variable) -> Variable:
+        # Fluid 1.8's check of a static program's ids (off in dygraph mode, where int32 ids
+        # are looked up too)
+        check_variable_and_dtype(input, "input", ("int64",), "Embedding")
         shape = check_input(input, "Embedding")
         if convert_dtype(input.dtype) not in ("int32", "int64"):
             raise TypeError(f"Embedding: the ids {input.name!r} must be int64 (or int32), got "

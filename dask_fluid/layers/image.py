@@ -20,6 +20,7 @@ from ..ops.conv_ops import (
     resolve_paddings,
 )
 from ..param_attr import ParamAttr
+from .checks import check_type, check_variable_and_dtype
 from .tensor import _check_var, _known
 
 __all__ = [
@@ -343,6 +344,7 @@ def pixel_shuffle(x: Variable, upscale_factor: int) -> Variable:
 def maxout(x: Variable, groups: int, name: str | None = None, axis: int = 1) -> Variable:
     """The maximum of each run of ``groups`` channels: ``[N, C, H, W]`` → ``[N, C / groups,
     H, W]`` (Fluid 1.8's ``layers.maxout``; ``axis`` 1 for NCHW, -1 or 3 for NHWC)."""
+    check_variable_and_dtype(x, "x", ("float32", "float64"), "maxout")
     _check_var(x, "x", "maxout")
     if axis not in (1, -1, 3):
         raise ValueError(f"maxout: axis must be 1 (NCHW), -1 or 3 (NHWC), got {axis!r}")
@@ -513,6 +515,9 @@ def deformable_conv(input: Variable, offset: Variable, mask: Variable | None, nu
     (zeros) is added along axis 1. ``groups``, ``deformable_groups`` and ``im2col_step``
     default (``None``) to the op's 1, 1 and 64.
     """
+    check_variable_and_dtype(input, "input", ("float32", "float64"), "deformable_conv")
+    check_variable_and_dtype(offset, "offset", ("float32", "float64"), "deformable_conv")
+    check_type(mask, "mask", (Variable, type(None)), "deformable_conv")
     _check_var(input, "input", "deformable_conv")
     _check_var(offset, "offset", "deformable_conv")
     if modulated:

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..framework import Variable
 from ..layer_helper import LayerHelper
+from .checks import check_variable_and_dtype
 from .nn import (
     matmul,
     reduce_mean,
@@ -194,6 +195,11 @@ def npair_loss(anchor: Variable, positive: Variable, labels: Variable,
     ValueError
         ``labels`` is not 1-D with a known batch size (Fluid expands by it).
     """
+    # Fluid 1.8 names the layer of the last two checks after the argument ('positive',
+    # 'labels'), a slip kept in its messages here
+    check_variable_and_dtype(anchor, "anchor", ("float32", "float64"), "npair_loss")
+    check_variable_and_dtype(positive, "positive", ("float32", "float64"), "positive")
+    check_variable_and_dtype(labels, "labels", ("float32", "float64", "int64"), "labels")
     for arg, v in (("anchor", anchor), ("positive", positive), ("labels", labels)):
         _check_var(v, arg, "npair_loss")
     if not labels.shape or not _known(labels.shape[0]) or labels.shape[0] <= 0:
@@ -314,6 +320,10 @@ def center_loss(input: Variable, label: Variable, num_classes: int,  # noqa: A00
     from ..initializer import ConstantInitializer  # noqa: PLC0415
     from ..param_attr import ParamAttr  # noqa: PLC0415
 
+    check_variable_and_dtype(input, "input", ("float32", "float64"), "center_loss")
+    check_variable_and_dtype(label, "label", ("int32", "int64"), "center_loss")
+    if isinstance(alpha, Variable):
+        check_variable_and_dtype(alpha, "alpha", ("float32", "float64"), "center_loss")
     _check_var(input, "input", "center_loss")
     _check_var(label, "label", "center_loss")
     shape = list(input.shape or ())

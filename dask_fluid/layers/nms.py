@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from ..framework import Variable
 from ..layer_helper import LayerHelper
+from .checks import check_type, check_variable_and_dtype
 from .tensor import _check_var
 
 __all__: list[str] = ["collect_fpn_proposals", "distribute_fpn_proposals",
@@ -198,6 +199,16 @@ def locality_aware_nms(bboxes: Variable, scores: Variable, score_threshold: floa
         scores), one LoD sequence per image; ``[[-1]]`` when nothing is kept.
     """
     layer = "locality_aware_nms"
+    # Fluid 1.8's checks of this layer, stricter than _nms_attrs (which takes an int for a
+    # float, as multiclass_nms does): an int score_threshold is refused here
+    check_variable_and_dtype(bboxes, "bboxes", ("float32", "float64"), layer)
+    check_variable_and_dtype(scores, "scores", ("float32", "float64"), layer)
+    for arg, value, kind in (("background_label", background_label, int),
+                             ("score_threshold", score_threshold, float),
+                             ("nms_top_k", nms_top_k, int), ("nms_eta", nms_eta, float),
+                             ("nms_threshold", nms_threshold, float),
+                             ("keep_top_k", keep_top_k, int), ("normalized", normalized, bool)):
+        check_type(value, arg, kind, layer)
     _check_float_var(bboxes, "bboxes", layer)
     _check_float_var(scores, "scores", layer)
     shape = list(scores.shape or [])

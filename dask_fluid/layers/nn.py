@@ -14,6 +14,7 @@ from ..initializer import ConstantInitializer, NumpyArrayInitializer
 from ..layer_helper import LayerHelper
 from ..ops.math_ops import ew_out_shape
 from ..param_attr import ParamAttr
+from .checks import check_dtype, check_variable_and_dtype
 
 # Fluid 1.8 defines its random layers in layers/nn.py (``fluid.layers.nn.uniform_random``);
 # here they live in .sampling, and this module names them too
@@ -49,6 +50,10 @@ __all__ = [
 ]
 
 _FLOATS = ("float16", "float32", "float64")
+# the dtypes of Fluid 1.8's check_variable_and_dtype lists, by the layers that use them
+_F32_64 = ("float32", "float64")
+_NUMBERS = ("float32", "float64", "int32", "int64")
+_EW_DTYPES = ("float16", "float32", "float64", "int32", "int64")  # Fluid's _elementwise_op
 
 
 def _check_float(x: Any, arg: str, layer: str) -> Variable:
@@ -91,6 +96,7 @@ def tanh(x: Variable, name: str | None = None) -> Variable:
 def softmax(input: Variable, use_cudnn: bool = False, name: str | None = None,
             axis: int = -1) -> Variable:
     """Softmax along ``axis`` (``use_cudnn`` is recorded on the op, as in Fluid)."""
+    check_variable_and_dtype(input, "input", _FLOATS, "softmax")
     return _unary("softmax", input, name, axis=axis, use_cudnn=bool(use_cudnn))
 
 
@@ -109,6 +115,7 @@ def sign(x: Variable) -> Variable:
 def selu(x: Variable, scale: float | None = None, alpha: float | None = None,
          name: str | None = None) -> Variable:
     """``scale * (x if x > 0 else alpha * (exp(x) - 1))`` (Fluid's defaults when None)."""
+    check_variable_and_dtype(x, "x", _F32_64, "selu")
     attrs = {k: float(v) for k, v in (("scale", scale), ("alpha", alpha)) if v is not None}
     return _unary("selu", x, name, **attrs)
 
@@ -175,6 +182,7 @@ def scale(x: Variable, scale: float | Variable = 1.0, bias: float = 0.0,
 
 def mean(x: Variable, name: str | None = None) -> Variable:
     """Mean of all elements, shape ``[1]``."""
+    check_variable_and_dtype(x, "x", _FLOATS, "mean")
     _check_var(x, "x", "mean")
     helper = LayerHelper("mean", name)
     out = helper.create_tmp(dtype=x.dtype, shape=[1])
@@ -203,12 +211,14 @@ def _reduce(op_type: str, input: Variable, dim: Any, keep_dim: bool, name: str |
 def reduce_sum(input: Variable, dim: Any = None, keep_dim: bool = False,
                name: str | None = None) -> Variable:
     """Sum over ``dim`` (all dims when None)."""
+    check_variable_and_dtype(input, "input", _NUMBERS, "reduce_sum")
     return _reduce("reduce_sum", input, dim, keep_dim, name)
 
 
 def reduce_mean(input: Variable, dim: Any = None, keep_dim: bool = False,
                 name: str | None = None) -> Variable:
     """Mean over ``dim`` (all dims when None)."""
+    check_variable_and_dtype(input, "input", _NUMBERS, "reduce_mean")
     return _reduce("reduce_mean", input, dim, keep_dim, name)
 
 
@@ -233,6 +243,7 @@ def reduce_prod(input: Variable, dim: Any = None, keep_dim: bool = False,
 def reduce_all(input: Variable, dim: Any = None, keep_dim: bool = False,
                name: str | None = None) -> Variable:
     """Whether every element of a bool ``input`` over ``dim`` is true (all dims when None)."""
+    check_variable_and_dtype(input, "input", ("bool",), "reduce_all")
     out = _reduce("reduce_all", input, dim, keep_dim, name)
     out.stop_gradient = True
     return out
@@ -241,13 +252,20 @@ def reduce_all(input: Variable, dim: Any = None, keep_dim: bool = False,
 def reduce_any(input: Variable, dim: Any = None, keep_dim: bool = False,
                name: str | None = None) -> Variable:
     """Whether any element of a bool ``input`` over ``dim`` is true (all dims when None)."""
+    check_variable_and_dtype(input, "input", ("bool",), "reduce_any")
     out = _reduce("reduce_any", input, dim, keep_dim, name)
     out.stop_gradient = True
     return out
 
 
 def _elementwise(op_type: str, x: Variable, y: Variable, axis: int, act: str | None,
-                 name: str | None) -> Variable:
+                 name: str | None, checked: bool = True) -> Variable:
+    """The op ``op_type`` of ``x`` and ``y``; ``checked``: Fluid's ``_elementwise_op`` dtype
+    checks of the ``elementwise_*`` layers, which a Variable's operators skip (Fluid's
+    ``math_op_patch`` appends its op without them)."""
+    if checked:
+        check_variable_and_dtype(x, "x", _EW_DTYPES, op_type)
+        check_variable_and_dtype(y, "y", _EW_DTYPES, op_type)
     _check_var(x, "x", op_type)
     _check_var(y, "y", op_type)
     helper = LayerHelper(op_type, name)
@@ -276,6 +294,8 @@ def mul(x: Variable, y: Variable, x_num_col_dims: int = 1, y_num_col_dims: int =
         name: str | None = None) -> Variable:
     """Matrix product of ``x`` and ``y`` flattened to matrices at ``x_num_col_dims`` and
     ``y_num_col_dims`` (op ``mul``, what ``fc`` uses)."""
+    check_variable_and_dtype(x, "x", _FLOATS, "mul")
+    check_variable_and_dtype(y, "y", _FLOATS, "mul")
     _check_var(x, "x", "mul")
     _check_var(y, "y", "mul")
     helper = LayerHelper("mul", name)
@@ -344,6 +364,7 @@ def prelu(x: Variable, mode: str, param_attr: Any = None, name: str | None = Non
     ValueError
         ``mode`` is none of the three.
     """
+    check_variable_and_dtype(x, "x", _F32_64, "prelu")
     _check_var(x, "x", "prelu")
     if mode not in ("all", "channel", "element"):
         raise ValueError("mode should be one of all, channel, element.")
@@ -385,6 +406,8 @@ def kldiv_loss(x: Variable, target: Variable, reduction: str = "mean",
 def smooth_l1(x: Variable, y: Variable, inside_weight: Variable | None = None,
               outside_weight: Variable | None = None, sigma: float | None = None) -> Variable:
     """The smooth L1 loss of ``x - y`` per sample (``[N, 1]``), op ``smooth_l1_loss``."""
+    check_variable_and_dtype(x, "X", _F32_64, "smooth_l1_loss")
+    check_variable_and_dtype(y, "Y", _F32_64, "smooth_l1_loss")
     _check_var(x, "x", "smooth_l1")
     _check_var(y, "y", "smooth_l1")
     helper = LayerHelper("smooth_l1_loss")
@@ -543,7 +566,7 @@ def _binary_op(x: Variable, other: Any, op_type: str, reverse: bool) -> Variable
     if op_type in _COMPARE_OPS:
         return _compare(op_type, a, b)
     axis = 0 if b.shape and b.shape[0] == -1 else -1
-    return _elementwise(op_type, a, b, axis, None, None)
+    return _elementwise(op_type, a, b, axis, None, None, checked=False)
 
 
 install_hook("binary_op", _binary_op)  # a Variable's + - * / build these ops
@@ -613,11 +636,11 @@ def embedding(input: Variable, size: Sequence[int], is_sparse: bool = False,
     ``is_sparse`` makes the gradient a SelectedRows (only the looked-up rows);
     ``is_distributed`` asks the transpiler to shard the table over the pservers.
     """
+    check_variable_and_dtype(input, "input", ("int64",), "fluid.layers.embedding")
+    check_dtype(dtype, "dtype", _FLOATS, "fluid.layers.embedding")
     _check_var(input, "input", "embedding")
     if len(size) != 2 or min(size) <= 0:
         raise ValueError(f"embedding: size must be [vocab_size, dim], got {list(size)}")
-    # Fluid 1.8 builds an embedding over any input (its transpiler tests use float ids); the
-    # kernel refuses non-integer ids when it runs
     helper = LayerHelper("embedding")
     w = helper.create_parameter(ParamAttr._to_attr(param_attr), list(size), dtype)
     if padding_idx is None:
@@ -646,6 +669,7 @@ def cross_entropy(input: Variable, label: Variable, soft_label: bool = False,
     ``soft_label=True`` builds ``cross_entropy``, as Fluid does. The loss takes the label's
     shape, its last dim 1 (a hard label without its trailing 1 gives a loss without it too).
     """
+    check_variable_and_dtype(input, "input", _FLOATS, "cross_entropy")
     helper = LayerHelper("cross_entropy")
     shape = [*input.shape[:-1], 1] if input.shape else None
     if input.shape and label.shape and len(label.shape) == len(input.shape) - 1:
@@ -707,6 +731,7 @@ def topk(input: Variable, k: int, name: str | None = None) -> tuple[Variable, Va
 def accuracy(input: Variable, label: Variable, k: int = 1, correct: Variable | None = None,
              total: Variable | None = None) -> Variable:
     """Top-``k`` accuracy of ``input`` (scores) against int64 ``label`` ``[N, 1]``."""
+    check_variable_and_dtype(input, "input", _FLOATS, "accuracy")
     helper = LayerHelper("accuracy")
     values, indices = topk(input, k)
     acc = helper.create_tmp(dtype="float32", shape=[1], stop_gradient=True)
@@ -796,6 +821,9 @@ def matmul(x: Variable, y: Variable, transpose_x: bool = False, transpose_y: boo
     1-D inputs as in :mod:`dask_fluid.ops.dense_ops`)."""
     from ..ops.dense_ops import matmul_shape  # noqa: PLC0415  (the shape rule lives with the op)
 
+    # Fluid 1.8's paddle.tensor.linalg.matmul, which fluid.layers.matmul calls
+    check_variable_and_dtype(x, "x", _FLOATS, "matmul")
+    check_variable_and_dtype(y, "y", _FLOATS, "matmul")
     _check_var(x, "x", "matmul")
     _check_var(y, "y", "matmul")
     shape = matmul_shape(tuple(x.shape or ()), tuple(y.shape or ()), transpose_x, transpose_y)
@@ -830,6 +858,8 @@ def softplus(x: Variable, name: str | None = None) -> Variable:
 def cos_sim(X: Variable, Y: Variable) -> Variable:
     """Cosine similarity of each row of ``X`` with the row of ``Y`` (or with ``Y``'s one row):
     ``[N, 1]``."""
+    check_variable_and_dtype(X, "X", ("float32",), "cos_sim")
+    check_variable_and_dtype(Y, "Y", ("float32",), "cos_sim")
     helper = LayerHelper("cos_sim")
     shape = [X.shape[0], 1] if X.shape else None
     out = helper.create_tmp(dtype=X.dtype, shape=shape)
@@ -862,8 +892,14 @@ def gelu(x: Variable, approximate: bool = False) -> Variable:
     return _unary("gelu", x, None, approximate=bool(approximate))
 
 
-def pow(x: Variable, factor: float = 1.0, name: str | None = None) -> Variable:  # noqa: A001
-    """``x ** factor``."""
+def pow(x: Variable, factor: float | Variable = 1.0,  # noqa: A001
+        name: str | None = None) -> Variable:
+    """``x ** factor``; ``factor`` a number (attr ``factor``) or, as in Fluid 1.8, a ``[1]``
+    float32 Variable (input ``FactorTensor``, set ``stop_gradient``)."""
+    if isinstance(factor, Variable):
+        check_variable_and_dtype(factor, "factor", ["float32"], "pow")
+        factor.stop_gradient = True
+        return _unary("pow", x, name, extra_inputs={"FactorTensor": [factor]})
     return _unary("pow", x, name, factor=float(factor))
 
 
@@ -957,9 +993,11 @@ def nce(input: Variable, label: Variable, num_total_classes: int,
     once transpiled, reads those rows from the pservers. Returns the cost ``[N, 1]`` divided
     by ``num_neg_samples + 1``, as Fluid does.
     """
+    check_variable_and_dtype(input, "input", _F32_64, "nce")
+    check_variable_and_dtype(label, "label", ("int64",), "nce")
     _check_var(input, "input", "nce")
     _check_var(label, "label", "nce")
-    if str(label.dtype) != "int64":
+    if str(label.dtype) != "int64":  # dygraph mode, where Fluid's checks are off
         raise TypeError(f"nce: label must be int64, got {label.dtype}")
     if input.shape is None or len(input.shape) != 2 or label.shape is None:
         raise ValueError(f"nce: input must be [N, D] and label [N, T]; got input "
@@ -1018,6 +1056,8 @@ def hsigmoid(input: Variable, label: Variable, num_classes: int, param_attr: Any
     ``[num_classes, D]``. ``is_sparse`` (custom trees only, as in Fluid) makes W's gradient a
     SelectedRows and, once transpiled, reads W's rows from the pservers.
     """
+    check_variable_and_dtype(input, "input", _F32_64, "hsigmoid")
+    check_variable_and_dtype(label, "label", ("int64",), "hsigmoid")
     _check_var(input, "input", "hsigmoid")
     _check_var(label, "label", "hsigmoid")
     if not is_custom:

@@ -14,6 +14,7 @@ from ..framework import Variable
 from ..initializer import ConstantInitializer
 from ..layer_helper import LayerHelper
 from ..param_attr import ParamAttr
+from .checks import check_variable_and_dtype
 from .tensor import _check_var, _known
 
 __all__ = ["batch_norm", "group_norm", "inplace_abn", "instance_norm", "layer_norm", "lrn",
@@ -47,6 +48,7 @@ def batch_norm(input: Variable, act: str | None = None, is_test: bool = False,
     that the op updates in place while training. ``clone(for_test=True)`` sets ``is_test``.
     A ``momentum`` Variable of one element is read at each run (the op's ``MomentumTensor``).
     """
+    check_variable_and_dtype(input, "input", ("float16", "float32", "float64"), "batch_norm")
     _check_var(input, "input", "batch_norm")
     shape, channels = _layout_channels(input, data_layout, "batch_norm")
     if channels <= 0:
@@ -90,8 +92,9 @@ def group_norm(input: Variable, groups: int, epsilon: float = 1e-05, param_attr:
                bias_attr: Any = None, act: str | None = None, data_layout: str = "NCHW",
                name: str | None = None) -> Variable:
     """Normalise each sample over groups of ``groups`` channels (Fluid 1.8's
-    ``layers.group_norm``): a scale (ones) and a bias (zeros) of one element per channel,
-    left out when ``param_attr`` / ``bias_attr`` is False."""
+    ``layers.group_norm``): a scale (ones) and a bias (zeros) of one element per channel
+    only when ``param_attr`` / ``bias_attr`` is given (truthy), as Fluid 1.8 builds it."""
+    check_variable_and_dtype(input, "input", ("float32", "float64"), "group_norm")
     _check_var(input, "input", "group_norm")
     shape, channels = _layout_channels(input, data_layout, "group_norm")
     if not isinstance(groups, int) or groups < 1 or channels <= 0 or channels % groups:
@@ -99,13 +102,15 @@ def group_norm(input: Variable, groups: int, epsilon: float = 1e-05, param_attr:
                          f"{channels} channels of {input.name!r}")
     helper = LayerHelper("group_norm", name)
     inputs: dict[str, list[Variable]] = {"X": [input]}
-    scale_attr, shift_attr = ParamAttr._to_attr(param_attr), ParamAttr._to_attr(bias_attr)
-    if scale_attr is not False:
+    # Fluid 1.8 tests ``if param_attr:`` / ``if bias_attr:``: the default None (or False)
+    # gives no Scale / Bias at all, the kernel then scaling by 1 and shifting by 0
+    if param_attr:
         inputs["Scale"] = [helper.create_parameter(
-            scale_attr, [channels], input.dtype, default_initializer=ConstantInitializer(1.0))]
-    if shift_attr is not False:
-        inputs["Bias"] = [helper.create_parameter(shift_attr, [channels], input.dtype,
-                                                  is_bias=True)]
+            ParamAttr._to_attr(param_attr), [channels], input.dtype,
+            default_initializer=ConstantInitializer(1.0))]
+    if bias_attr:
+        inputs["Bias"] = [helper.create_parameter(ParamAttr._to_attr(bias_attr), [channels],
+                                                  input.dtype, is_bias=True)]
     rows = [shape[0], groups]
     mean = helper.create_tmp(dtype=input.dtype, shape=rows, stop_gradient=True)
     variance = helper.create_tmp(dtype=input.dtype, shape=rows, stop_gradient=True)
@@ -133,6 +138,7 @@ def lrn(input: Variable, n: int = 5, k: float = 1.0, alpha: float = 1e-4, beta: 
     k, alpha, beta : float
         Positive, as the op's checkers require.
     """
+    check_variable_and_dtype(input, "input", ("float32",), "lrn")
     _check_var(input, "input", "lrn")
     shape = list(input.shape or ())
     if len(shape) != 4:
@@ -163,6 +169,7 @@ def instance_norm(input: Variable, epsilon: float = 1e-05, param_attr: Any = Non
     takes them as optional inputs, as later Fluid versions do); one of them alone False is
     an error, as there.
     """
+    check_variable_and_dtype(input, "input", ("float32", "float64"), "instance_norm")
     _check_var(input, "input", "instance_norm")
     shape = list(input.shape or ())
     if not 2 <= len(shape) <= 5:

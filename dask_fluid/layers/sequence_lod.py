@@ -9,6 +9,7 @@ from ..framework import Variable
 from ..initializer import ConstantInitializer
 from ..layer_helper import LayerHelper
 from ..param_attr import ParamAttr
+from .checks import check_type, check_variable_and_dtype
 from .tensor import _check_var
 
 __all__ = ["chunk_eval", "im2sequence", "lod_reset", "row_conv", "sequence_concat",
@@ -137,6 +138,8 @@ def sequence_softmax(input: Variable, use_cudnn: bool = False,
 
 def sequence_reverse(x: Variable, name: str | None = None) -> Variable:
     """The rows of every sequence of ``x`` in reverse order; keeps the LoD."""
+    check_variable_and_dtype(x, "x", ("float32", "float64", "int8", "int32", "int64"),
+                             "fluid.layers.sequence_reverse")
     _check_var(x, "x", "sequence_reverse")
     helper = LayerHelper("sequence_reverse", name)
     out = _like(helper, x)
@@ -160,6 +163,9 @@ def lod_reset(x: Variable, y: Variable | None = None,
               target_lod: list[int] | None = None) -> Variable:
     """``x`` with a new one-level LoD: ``y``'s LoD, ``y``'s values as offsets, or the
     offsets ``target_lod`` (Fluid's ``lod_reset``)."""
+    check_variable_and_dtype(x, "x", ("float32", "float64", "int32", "int64"), "lod_reset")
+    if y is not None:
+        check_type(y, "y", Variable, "lod_reset")
     _check_var(x, "x", "lod_reset")
     helper = LayerHelper("lod_reset")
     out = _like(helper, x)

@@ -13,6 +13,7 @@ from .. import unique_name
 from ..framework import Variable, VarType, convert_dtype, default_main_program
 from ..initializer import ConstantInitializer, force_init_on_cpu
 from ..layer_helper import LayerHelper
+from .checks import check_type, check_variable_and_dtype
 
 __all__ = [
     "argmax", "argmin", "argsort", "assign", "cast", "concat", "create_global_var",
@@ -353,6 +354,13 @@ def concat(input: Sequence[Variable] | Variable, axis: int | Variable = 0,
 
 def sums(input: Sequence[Variable], out: Variable | None = None) -> Variable:
     """Element-wise sum of a list of tensors."""
+    # Fluid 1.8's checks of layers.sums
+    check_type(input, "input", (Variable, tuple, list), "sums")
+    for item in input if isinstance(input, (list, tuple)) else [input]:
+        check_variable_and_dtype(item, "input", ("float32", "float64", "int32", "int64"), "sums")
+    if out is not None:
+        check_variable_and_dtype(out, "out", ("float32", "float64", "int32", "int64"), "sums")
+    input = [input] if isinstance(input, Variable) else input
     helper = LayerHelper("sum")
     if out is None:
         out = helper.create_tmp(dtype=input[0].dtype, shape=input[0].shape)
@@ -380,6 +388,9 @@ def reshape(x: Variable, shape: Sequence[int | Variable] | Variable,
     ValueError
         More than one -1, a 0 past the input's rank, a negative dimension, or an empty shape.
     """
+    check_variable_and_dtype(x, "x", ("float16", "float32", "float64", "int32", "int64"),
+                             "reshape")
+    check_type(shape, "shape", (list, tuple, Variable), "reshape")
     _check_var(x, "x", "reshape")
     if not isinstance(shape, (list, tuple, Variable)):
         raise TypeError(f"reshape: shape must be a list, tuple or Variable, got "
@@ -547,6 +558,11 @@ def shape(input: Variable) -> Variable:
 def sum(x: Variable | Sequence[Variable]) -> Variable:  # noqa: A001 (Fluid's name)
     """The element-wise sum of ``x`` (a Variable or a list), op ``sum`` (Fluid 1.8's
     ``layers.sum``; :func:`sums` with an ``out``)."""
+    # Fluid 1.8's layers.sum is paddle.elementwise_sum, whose checks name it so
+    check_type(x, "inputs", (Variable, tuple, list), "elementwise_sum")
+    for item in x if isinstance(x, (list, tuple)) else [x]:
+        check_variable_and_dtype(item, "inputs", ("float32", "float64", "int32", "int64"),
+                                 "elementwise_sum")
     return sums([x] if isinstance(x, Variable) else list(x))
 
 
@@ -635,6 +651,9 @@ def create_tensor(dtype: str, name: str | None = None, persistable: bool = False
 
 def transpose(x: Variable, perm: Sequence[int], name: str | None = None) -> Variable:
     """Permute the dims of ``x`` (``transpose2``)."""
+    check_variable_and_dtype(x, "x", ("float16", "float32", "float64", "int32", "int64"),
+                             "transpose")
+    check_type(perm, "perm", list, "transpose")  # Fluid 1.8: a list, not a tuple
     _check_var(x, "x", "transpose")
     perm = [int(p) for p in perm]
     if x.shape is not None and sorted(perm) != list(builtins.range(len(x.shape))):
@@ -653,6 +672,8 @@ def one_hot(input: Variable, depth: int | Variable, allow_out_of_range: bool = F
             ) -> Variable:
     """Ids ``[..., 1]`` as float32 one-hot rows ``[..., depth]`` (``one_hot``); a ``depth``
     Variable of one element is read at run time (the op's ``depth_tensor``, as Fluid 1.8)."""
+    check_variable_and_dtype(input, "input", ("int32", "int64"), "one_hot")
+    check_type(depth, "depth", (int, Variable), "one_hot")
     _check_var(input, "input", "one_hot")
     by_tensor = isinstance(depth, Variable)
     if not by_tensor and (not isinstance(depth, int) or depth <= 0):
@@ -1271,6 +1292,7 @@ def has_nan(x: Variable) -> Variable:
 def isfinite(x: Variable) -> Variable:
     """A one-element bool: whether every value of ``x`` is finite (op ``isfinite``), as Fluid
     1.8's ``layers.isfinite``."""
+    check_variable_and_dtype(x, "x", ("float32", "float64", "int32", "int64"), "isfinite")
     return _flag_layer(x, "isfinite", "isfinite")
 
 
@@ -1278,6 +1300,7 @@ def lod_append(x: Variable, level: Sequence[int] | Variable) -> Variable:
     """``x`` with one more LoD level below its own: the offsets ``level`` (a list) or a
     Variable's LoD or values (op ``lod_reset`` with ``append=True``), as Fluid 1.8's
     ``layers.lod_append``."""
+    check_variable_and_dtype(x, "x", ("float32", "float64", "int32", "int64"), "lod_append")
     _check_var(x, "x", "lod_append")
     helper = LayerHelper("lod_append")
     out = helper.create_tmp(dtype=x.dtype, shape=list(x.shape) if x.shape else None)

@@ -106,7 +106,8 @@ def test_inplace_reshape_trains_as_the_plain_one():
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
-    ({"shape": 12}, TypeError, "shape must be a list, tuple or Variable, got int"),
+    ({"shape": 12}, TypeError,
+     "The type of 'shape' in reshape must be list, tuple or Variable, but received int"),
     ({"shape": [2, 12], "actual_shape": [2, 12]}, TypeError,
      "actual_shape must be a Variable or None, got list"),
     ({"shape": []}, ValueError, "shape must not be empty"),

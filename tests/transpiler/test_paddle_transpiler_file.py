@@ -1,6 +1,6 @@
 """Paddle 1.8's own test_dist_transpiler.py, unchanged, through ``dask_fluid.compat``.
 
-17 of its 26 cases pass; this holds on to them, so that none regresses, and prints the count.
+16 of its 26 cases pass; this holds on to them, so that none regresses, and prints the count.
 The file was not kept in step with Paddle's code (2.x still carries the same TestL2Decay and
 lookup-table expectations although 2.x's ``minimize`` has no ``grad_clip``), so each case that
 fails was checked against Fluid's source, and Fluid's source wins. The v1.8.0 tree itself
@@ -65,6 +65,10 @@ fails was checked against Fluid's source, and Fluid's source wins. The v1.8.0 tr
   gives ``increment, cast, scale, floor, fill_constant, elementwise_pow, scale``, as we do
   (Fluid 1.8's own composite layers, ``dice_loss`` for one, are built on those ``scale`` ops).
 
+- TestRemoteHsigmoid feeds float32 ids to ``layers.embedding``; Fluid 1.8's layer refuses
+  them (``check_variable_and_dtype(input, 'input', ['int64'], ...)`` at 61ec30f0), as ours now
+  does, so real 1.8 fails the case too (Paddle's CI leaves test_dist_transpiler out).
+
 It runs in a child process: the file sets ``gc.set_debug`` and installs ``paddle``."""
 
 from __future__ import annotations
@@ -83,10 +87,14 @@ pytestmark = pytest.mark.skipif(not (UNITTESTS / "test_dist_transpiler.py").exis
                                 reason=f"{UNITTESTS} (Paddle 1.8's unittests) is not beside "
                                        "this checkout")
 
+# TestRemoteHsigmoid is not here: it feeds float32 ids to layers.embedding, which Fluid 1.8
+# (61ec30f0) refuses with a TypeError (check_variable_and_dtype(input, ['int64'])), as this
+# project does; Paddle's CMakeLists drops test_dist_transpiler from its CI ("add these tests
+# back"), so the case fails on Fluid 1.8 too
 PASSING = {
     "TestFakeInit", "TestBasicModelWithLargeBlockSize", "TestDecayedAdagrad",
     "TestDistArgsInProgram", "TestDistLookupTableBase", "TestDistLookupTableSliceSize",
-    "TestEmptyPserverOptimizeBlocks", "TestFtrl", "TestRemoteNce", "TestRemoteHsigmoid",
+    "TestEmptyPserverOptimizeBlocks", "TestFtrl", "TestRemoteNce",
     "TestL2DecayWithPiecewise",
     "TestLRDecayConditional", "TestLoadSliceVar", "TestNCCL2Transpile", "TestNoSliceVar",
     "TranspilerTest",
