@@ -57,7 +57,8 @@ def data_norm(input: Variable, act: str | None = None, epsilon: float = 1e-05,
               in_place: bool = False, name: str | None = None,
               moving_mean_name: str | None = None, moving_variance_name: str | None = None,
               do_model_average_for_mean_and_var: bool = True, slot_dim: int = -1,
-              sync_stats: bool = False, summary_decay_rate: float = 0.9999999) -> Variable:
+              sync_stats: bool = False, summary_decay_rate: float = 0.9999999,
+              enable_scale_and_shift: bool = False) -> Variable:
     """Fluid 1.8's ``layers.data_norm``: Y = (X − BatchSum / BatchSize) ·
     sqrt(BatchSize / BatchSquareSum) per column, the three statistics being trainable
     parameters ``<name>.batch_size``, ``<name>.batch_sum`` and ``<name>.batch_square_sum``
@@ -66,6 +67,9 @@ def data_norm(input: Variable, act: str | None = None, epsilon: float = 1e-05,
     ``batch_sum`` and ``batch_square`` entries. The backward pass gives them this batch's
     count, sum and centred square sum (+ N·epsilon) as "gradients" for the optimizer to apply.
     ``slot_dim > 0`` zeroes (and leaves out of the statistics) the slots whose show is 0.
+    ``enable_scale_and_shift`` adds trainable ``<name>.scale_w`` and ``<name>.bias`` ([C],
+    initialised to ``param_attr``'s ``scale_w`` / ``bias`` entries, default 1 and 0):
+    Y = (X − mean) · scale · scale_w + bias.
 
     ``moving_mean_name``, ``moving_variance_name`` and ``do_model_average_for_mean_and_var``
     are unused, as in Fluid 1.8; ``summary_decay_rate`` is recorded on the op (Fluid's CPU
@@ -105,6 +109,12 @@ def data_norm(input: Variable, act: str | None = None, epsilon: float = 1e-05,
     base = "dn" if name is None else name
     helper = LayerHelper("data_norm", name)
     params = {}
+    if enable_scale_and_shift:  # Fluid 1.8 creates these two first
+        for key, value in (("scale_w", float(attr.get("scale_w", 1.0))),
+                           ("bias", float(attr.get("bias", 0.0)))):
+            params[key] = helper.create_parameter(
+                ParamAttr(name=f"{base}.{key}", initializer=ConstantInitializer(value),
+                          trainable=True), [channels], dtype=input.dtype)
     for key, value in defaults.items():
         params[key] = helper.create_parameter(
             ParamAttr(name=f"{base}.{key}", initializer=ConstantInitializer(value),
@@ -113,13 +123,15 @@ def data_norm(input: Variable, act: str | None = None, epsilon: float = 1e-05,
     scales = helper.create_tmp(dtype=input.dtype, shape=[channels], stop_gradient=True)
     out = input if in_place else helper.create_tmp(dtype=input.dtype, shape=shape)
     attrs = {"epsilon": float(epsilon), "data_layout": data_layout, "sync_stats": sync_stats,
-             "summary_decay_rate": float(summary_decay_rate)}
+             "summary_decay_rate": float(summary_decay_rate),
+             "enable_scale_and_shift": bool(enable_scale_and_shift)}
     if slot_dim > 0:  # Fluid sets the attr only then (the op's default is -1)
         attrs["slot_dim"] = slot_dim
-    helper.append_op("data_norm",
-                     inputs={"X": [input], "BatchSize": [params["batch_size"]],
-                             "BatchSum": [params["batch_sum"]],
-                             "BatchSquareSum": [params["batch_square_sum"]]},
+    inputs = {"X": [input], "BatchSize": [params["batch_size"]],
+              "BatchSum": [params["batch_sum"]], "BatchSquareSum": [params["batch_square_sum"]]}
+    if enable_scale_and_shift:
+        inputs["scale_w"], inputs["bias"] = [params["scale_w"]], [params["bias"]]
+    helper.append_op("data_norm", inputs=inputs,
                      outputs={"Y": [out], "Means": [means], "Scales": [scales]}, attrs=attrs)
     return helper.append_activation(out, act)
 

@@ -24,9 +24,13 @@ def test_group_norm_builds_fluids_parameters_and_op():
     main, startup = fluid.Program(), fluid.Program()
     with fluid.unique_name.guard(), fluid.program_guard(main, startup):
         x = layers.data("x", [6, 3, 2])
-        y = layers.group_norm(x, groups=3, act="relu")
-        bare = layers.group_norm(x, groups=2, param_attr=False, bias_attr=False)
-        channels_last = layers.group_norm(layers.data("z", [3, 2, 4]), 2, data_layout="NHWC")
+        # Fluid 1.8 makes Scale and Bias only for a true param_attr / bias_attr (`if
+        # param_attr:` on the arguments): the default None makes none
+        y = layers.group_norm(x, groups=3, act="relu", param_attr=fluid.ParamAttr(),
+                              bias_attr=fluid.ParamAttr())
+        bare = layers.group_norm(x, groups=2)
+        channels_last = layers.group_norm(layers.data("z", [3, 2, 4]), 2, data_layout="NHWC",
+                                          param_attr=fluid.ParamAttr())
     op = next(o for o in main.global_block().ops if o.type == "group_norm")
     assert op.input("Scale") == ["group_norm_0.w_0"] and op.input("Bias") == ["group_norm_0.b_0"]
     assert op.attr("groups") == 3 and op.attr("epsilon") == pytest.approx(1e-5)
@@ -40,6 +44,8 @@ def test_group_norm_builds_fluids_parameters_and_op():
     assert main.global_block().ops[1].type == "relu" and y.shape == (-1, 6, 3, 2)
     bare_op = [o for o in main.global_block().ops if o.type == "group_norm"][1]
     assert "Scale" not in bare_op.inputs or not bare_op.input("Scale")
+    assert "Bias" not in bare_op.inputs or not bare_op.input("Bias")
+    assert "group_norm_1.w_0" not in params and "group_norm_2.b_0" not in params
     assert main.global_block().var(bare_op.output("Mean")[0]).shape == (-1, 2)
     assert channels_last.shape == (-1, 3, 2, 4)
     with fluid.program_guard(fluid.Program(), fluid.Program()):

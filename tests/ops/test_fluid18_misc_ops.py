@@ -323,6 +323,37 @@ def test_pow_factor_tensor_in_a_program_with_backward():
     np.testing.assert_allclose(res_dx, 3 * xv ** 2, rtol=1e-6)
 
 
+def test_pow_layer_takes_a_factor_variable():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.data(name="x", shape=[3, 4], dtype="float32")
+        factor = fluid.layers.fill_constant([1], "float32", 3.0)
+        out = fluid.layers.pow(x, factor=factor)
+        with pytest.raises(TypeError, match="'factor' in pow must be float32"):
+            fluid.layers.pow(x, factor=fluid.layers.fill_constant([1], "int32", 3))
+    op = next(o for o in main.global_block().ops if o.type == "pow")
+    assert op.input("FactorTensor") == [factor.name]  # the attr keeps its default, unread
+    assert factor.stop_gradient
+    xv = np.random.default_rng(9).uniform(1, 2, (3, 4)).astype(np.float32)
+    (got,) = run_program(main, startup, {"x": xv}, [out])
+    np.testing.assert_allclose(got, xv ** 3, rtol=1e-6)
+
+
+def test_data_norm_layer_enable_scale_and_shift_makes_fluids_parameters():
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+        x = fluid.data(name="x", shape=[-1, 4], dtype="float32")
+        y = fluid.layers.data_norm(x, name="dn", enable_scale_and_shift=True,
+                                   param_attr={"scale_w": 2.0, "bias": 0.5})
+    op = next(o for o in main.global_block().ops if o.type == "data_norm")
+    assert op.input("scale_w") == ["dn.scale_w"] and op.input("bias") == ["dn.bias"]
+    assert op.attr("enable_scale_and_shift") is True
+    xv = np.random.default_rng(10).standard_normal((5, 4)).astype(np.float32)
+    (got,) = run_program(main, startup, {"x": xv}, [y])
+    # fresh statistics: mean 0, scale sqrt(1e4 / 1e4) = 1; then · 2 + 0.5
+    np.testing.assert_allclose(got, xv * 2.0 + 0.5, rtol=1e-5, atol=1e-6)
+
+
 # ---------------------------------------------------------------------------------------------
 # positive_negative_pair, precision_recall
 
