@@ -19,6 +19,21 @@ def run_op(type: str, ins: dict[str, list[Any]], attrs: dict | None = None,
     return opdef.kernel(ins, full, tuple(outs if outs is not None else opdef.outputs))
 
 
+def central_differences(f: Any, a: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """The gradient of the scalar ``f()`` with respect to every element of ``a`` (changed in
+    place and restored), by central differences."""
+    g = np.zeros_like(a)
+    for j in range(a.size):
+        orig = a.flat[j]
+        a.flat[j] = orig + eps
+        fp = f()
+        a.flat[j] = orig - eps
+        fm = f()
+        a.flat[j] = orig
+        g.flat[j] = (fp - fm) / (2 * eps)
+    return g
+
+
 def conv2d_by_loops(x, w, stride, pads, dilation, groups, dout=None):
     """A grouped, strided, dilated correlation (conv2d, NCHW, ``pads`` = top, bottom, left,
     right) element by element: ``(Output, dInput, dFilter)``, the gradients for ``dout`` (None

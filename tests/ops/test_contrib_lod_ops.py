@@ -208,10 +208,11 @@ def test_sequence_topk_avg_pooling_errors(attrs, lods, err):
 
 # -- var_conv_2d ---------------------------------------------------------------------------------
 
-def _ref_var_conv(x, x_lod, row, col, w, ic, oc, kh, kw, sh, sw):
-    """test_var_conv_2d.py's Im2Col + GEMM reference, element by element."""
+def _ref_var_conv(x, x_off, row, col, w, ic, kh, kw, sh, sw):
+    """var_conv_2d_op.cc's Im2Col + GEMM (test_var_conv_2d.py's reference), element by element,
+    reading image b at ``x_off[b] + z·H·W + y·W + x`` of X's flat data, as Fluid does whatever
+    the sequence holds; reads past X's end give 0 (undefined in C++)."""
     out, cols = [], []
-    ox = _offsets(x_lod)
     for b in range(len(row)):
         h, wd = row[b], col[b]
         if h == 0 or wd == 0:
@@ -226,8 +227,9 @@ def _ref_var_conv(x, x_lod, row, col, w, ic, oc, kh, kw, sh, sw):
                         for kx in range(kw):
                             iy, ix = y + ky - kh // 2, xx + kx - kw // 2
                             if 0 <= iy < h and 0 <= ix < wd:
+                                k = x_off[b] + z * h * wd + iy * wd + ix
                                 col_b[z * kh * kw + ky * kw + kx, c] = \
-                                    x[ox[b] + z * h * wd + iy * wd + ix]
+                                    x[k] if k < len(x) else 0.0
         cols.append(col_b.reshape(-1))
         out.append((w @ col_b).reshape(-1))
     return np.concatenate(out).reshape(-1, 1), np.concatenate(cols).reshape(-1, 1)
@@ -247,7 +249,7 @@ def test_var_conv_2d_matches_reference(ic, oc, row, col, k, s):
     ins = {"X": [x], "ROW": [rng.random((sum(row), 1))], "COLUMN": [rng.random((sum(col), 1))],
            "W": [w]}
     res = run_op("var_conv_2d", ins, attrs)
-    out, cols = _ref_var_conv(x.reshape(-1), x_lod, row, col, w, ic, oc, *k, *s)
+    out, cols = _ref_var_conv(x.reshape(-1), _offsets(x_lod), row, col, w, ic, *k, *s)
     np.testing.assert_allclose(res["Out"][0], out, rtol=1e-12)
     np.testing.assert_allclose(res["Col"][0], cols, rtol=1e-12)
     oh = [(r - 1) // s[0] + 1 if r and c else 0 for r, c in zip(row, col, strict=True)]
@@ -257,7 +259,7 @@ def test_var_conv_2d_matches_reference(ic, oc, row, col, k, s):
     d = rng.random(res["Out"][0].shape)
     g = run_op("var_conv_2d_grad", {**ins, "Col": res["Col"], "Out": res["Out"],
                                     "Out" + GRAD: [d]}, attrs)
-    jac = np.stack([_ref_var_conv(e, x_lod, row, col, w, ic, oc, *k, *s)[0].reshape(-1)
+    jac = np.stack([_ref_var_conv(e, _offsets(x_lod), row, col, w, ic, *k, *s)[0].reshape(-1)
                     for e in np.eye(x.shape[0])], axis=1)
     np.testing.assert_allclose(g["X" + GRAD][0].reshape(-1), jac.T @ d.reshape(-1),
                                rtol=1e-10)

@@ -24,7 +24,7 @@ import pytest
 import dask_fluid as fluid
 from dask_fluid import layers
 
-from . import conv2d_by_loops, run_op
+from . import central_differences, conv2d_by_loops, run_op
 
 GRAD = "@GRAD"
 
@@ -62,20 +62,6 @@ def conv2d_transpose_by_loops(x, w, stride, pads, dilation, groups, out_hw=None)
                                      j * stride[1] + e * dilation[1]] += x[b, ch, i, j] * \
                                     w[ch, k, a, e]
     return full[:, :, top:top + oh, left:left + ow]
-
-
-def _numeric(f, a, eps=1e-6):
-    """Central differences of the scalar ``f()`` with respect to every element of ``a``."""
-    g = np.zeros_like(a)
-    for j in range(a.size):
-        orig = a.flat[j]
-        a.flat[j] = orig + eps
-        fp = f()
-        a.flat[j] = orig - eps
-        fm = f()
-        a.flat[j] = orig
-        g.flat[j] = (fp - fm) / (2 * eps)
-    return g
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,8 +186,9 @@ def test_depthwise_conv2d_transpose_grad_matches_finite_differences(case, layout
     grads = run_op("depthwise_conv2d_transpose_grad",
                    {"Input": [x], "Filter": [w], "Output" + GRAD: [seed]}, attrs,
                    ("Input" + GRAD, "Filter" + GRAD))
-    np.testing.assert_allclose(grads["Input" + GRAD][0], _numeric(f, x), rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(grads["Filter" + GRAD][0], _numeric(f, w), rtol=1e-6, atol=1e-6)
+    for slot, arr in (("Input", x), ("Filter", w)):
+        np.testing.assert_allclose(grads[slot + GRAD][0], central_differences(f, arr),
+                                   rtol=1e-6, atol=1e-6)
 
 
 def test_depthwise_conv2d_transpose_grad_op_from_its_maker():

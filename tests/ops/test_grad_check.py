@@ -19,7 +19,7 @@ import pytest
 
 from dask_fluid.ops import SelectedRows, registry
 
-from . import run_op
+from . import central_differences, run_op
 
 EPS = 1e-6
 TOL = 1e-6
@@ -1399,17 +1399,7 @@ def numeric_grad(op: Any, ins: dict, attrs: dict, seeds: dict, slot: str, i: int
         res = run_op(op.type, ins, attrs)
         return sum(float((res[names[n][0]][names[n][1]] * r).sum()) for n, r in seeds.items())
 
-    x = ins[slot][i]
-    g = np.zeros_like(x)
-    for j in range(x.size):
-        orig = x.flat[j]
-        x.flat[j] = orig + EPS
-        fp = f()
-        x.flat[j] = orig - EPS
-        fm = f()
-        x.flat[j] = orig
-        g.flat[j] = (fp - fm) / (2 * EPS)
-    return g
+    return central_differences(f, ins[slot][i], EPS)
 
 
 def max_rel_err(a: np.ndarray, n: np.ndarray) -> float:

@@ -10,26 +10,14 @@ import pytest
 
 from dask_fluid.ops.registry import GRAD, LOD_KEY
 
-from . import run_op
+from . import central_differences, run_op
+from .test_contrib_lod_ops import _ref_var_conv
 
 rng = np.random.default_rng(18)
 
 
 def _offsets(lengths):
     return tuple(int(v) for v in np.concatenate([[0], np.cumsum(lengths)]))
-
-
-def _numeric_grad(f, x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
-    g = np.zeros_like(x)
-    for j in range(x.size):
-        orig = x.flat[j]
-        x.flat[j] = orig + eps
-        fp = f()
-        x.flat[j] = orig - eps
-        fm = f()
-        x.flat[j] = orig
-        g.flat[j] = (fp - fm) / (2 * eps)
-    return g
 
 
 # -- sequence_unpad: a 2-D X gives Out [sum(Length), 1] -------------------------------------------
@@ -47,7 +35,7 @@ def test_sequence_unpad_2d_x_gives_one_wide_rows(lengths):
     # the grad kernel reads dOut [sum, 1] and pads it back with zeros
     d = rng.random((sum(lengths), 1))
     g = run_op("sequence_unpad_grad", {"X": [x], "Length": [length], "Out" + GRAD: [d]})
-    num = _numeric_grad(
+    num = central_differences(
         lambda: float((run_op("sequence_unpad", {"X": [x], "Length": [length]})["Out"][0]
                        * d).sum()), x)
     np.testing.assert_allclose(g["X" + GRAD][0], num, atol=1e-8)
@@ -124,32 +112,6 @@ def test_sequence_erase_checks_the_last_level_against_x():
 
 # -- var_conv_2d: X's sequence lengths are not checked; images read on from X's offsets -----------
 
-def _ref_var_conv_flat(x, x_off, row, col, w, ic, kh, kw, sh, sw):
-    """var_conv_2d_op.cc's Im2Col + GEMM, reading image b at ``x_off[b] + z·H·W + y·W + x`` of
-    X's flat data; reads past X's end give 0 (undefined in C++)."""
-    out, cols = [], []
-    for b in range(len(row)):
-        h, wd = row[b], col[b]
-        if h == 0 or wd == 0:
-            continue
-        oh, ow = (h - 1) // sh + 1, (wd - 1) // sw + 1
-        col_b = np.zeros((ic * kh * kw, oh * ow))
-        for z in range(ic):
-            for y in range(0, h, sh):
-                for xx in range(0, wd, sw):
-                    c = xx // sw + y // sh * ow
-                    for ky in range(kh):
-                        for kx in range(kw):
-                            iy, ix = y + ky - kh // 2, xx + kx - kw // 2
-                            if 0 <= iy < h and 0 <= ix < wd:
-                                k = x_off[b] + z * h * wd + iy * wd + ix
-                                col_b[z * kh * kw + ky * kw + kx, c] = \
-                                    x[k] if k < len(x) else 0.0
-        cols.append(col_b.reshape(-1))
-        out.append((w @ col_b).reshape(-1))
-    return np.concatenate(out).reshape(-1, 1), np.concatenate(cols).reshape(-1, 1)
-
-
 @pytest.mark.parametrize("x_lens, row, col, ic, k, s", [
     # test_var_conv_2d.py's TestVarConv2dApi, scaled down: sequences shorter than ic·H·W, the
     # last image running past X's end
@@ -171,7 +133,7 @@ def test_var_conv_2d_reads_images_from_x_offsets(x_lens, row, col, ic, k, s):
     ins = {"X": [x], "ROW": [np.zeros((sum(row), 1))], "COLUMN": [np.zeros((sum(col), 1))],
            "W": [w]}
     res = run_op("var_conv_2d", ins, attrs)
-    out, cols = _ref_var_conv_flat(x.reshape(-1), x_off, row, col, w, ic, *k, *s)
+    out, cols = _ref_var_conv(x.reshape(-1), x_off, row, col, w, ic, *k, *s)
     np.testing.assert_allclose(res["Out"][0], out, rtol=1e-12)
     np.testing.assert_allclose(res["Col"][0], cols, rtol=1e-12)
     d = rng.random(out.shape)
@@ -182,8 +144,8 @@ def test_var_conv_2d_reads_images_from_x_offsets(x_lens, row, col, ic, k, s):
         return float((run_op("var_conv_2d", ins, attrs)["Out"][0] * d).sum())
 
     assert g["X" + GRAD][0].shape == x.shape
-    np.testing.assert_allclose(g["X" + GRAD][0], _numeric_grad(f, x), atol=1e-7)
-    np.testing.assert_allclose(g["W" + GRAD][0], _numeric_grad(f, w), atol=1e-7)
+    np.testing.assert_allclose(g["X" + GRAD][0], central_differences(f, x), atol=1e-7)
+    np.testing.assert_allclose(g["W" + GRAD][0], central_differences(f, w), atol=1e-7)
 
 
 def test_var_conv_2d_api_case_runs_as_in_fluid():
@@ -254,7 +216,7 @@ def test_sequence_conv_padding_trainable(lengths, start, length):
         return float((run_op("sequence_conv", ins, attrs)["Out"][0] * d).sum())
 
     for slot, arr in (("X", x), ("Filter", w), ("PaddingData", pad)):
-        np.testing.assert_allclose(g[slot + GRAD][0], _numeric_grad(f, arr), atol=1e-7,
+        np.testing.assert_allclose(g[slot + GRAD][0], central_differences(f, arr), atol=1e-7,
                                    err_msg=slot)
 
 
