@@ -14,6 +14,14 @@ import numpy as np
 from .. import unique_name
 from ..framework import Variable, VarType, default_main_program, in_dygraph_mode
 from ..layer_helper import LayerHelper
+from .checks import check_type
+from .lod_array import (  # noqa: F401 - where Fluid 1.8's scripts import them from
+    array_to_lod_tensor,
+    lod_rank_table,
+    lod_tensor_to_array,
+    max_sequence_len,
+    shrink_memory,
+)
 from .tensor import (
     assign,
     cast,
@@ -170,9 +178,7 @@ class IfElse:
             parts = tuple(parent.create_var(name=f"{self.helper.name}.input_{side}",
                                             dtype=x.dtype, shape=x.shape)
                           for side in ("true", "false"))
-            parent.append_op("split_lod_tensor", inputs={"X": [x], "Mask": [self.cond]},
-                             outputs={"OutTrue": [parts[0]], "OutFalse": [parts[1]]},
-                             attrs={"level": 0})
+            _append_split(parent, x, self.cond, 0, parts)
             self._inputs[id(x)] = parts
         return self._inputs[id(x)][0 if self._branch else 1]
 
@@ -200,15 +206,74 @@ class IfElse:
             raise ValueError("The output side must be same")
         if not true_outs or not false_outs:
             return list(true_outs or false_outs)
-        merged = []
-        for t, f in zip(true_outs, false_outs, strict=True):
-            out = self.helper.create_tmp(dtype=t.dtype, shape=t.shape)
-            self.helper.append_op("merge_lod_tensor",
-                                  inputs={"X": [self.cond], "Mask": [self.cond],
-                                          "InTrue": [t], "InFalse": [f]},
-                                  outputs={"Out": [out]}, attrs={"level": 0})
-            merged.append(out)
-        return merged
+        return [merge_lod_tensor(t, f, self.cond, self.cond)
+                for t, f in zip(true_outs, false_outs, strict=True)]
+
+
+def _append_split(block: Any, x: Variable, mask: Variable, level: int,
+                  parts: tuple[Variable, Variable]) -> None:
+    block.append_op("split_lod_tensor", inputs={"X": [x], "Mask": [mask]},
+                    outputs={"OutTrue": [parts[0]], "OutFalse": [parts[1]]},
+                    attrs={"level": level})
+
+
+def split_lod_tensor(input: Variable, mask: Variable, level: int = 0
+                     ) -> tuple[Variable, Variable]:
+    """The items of ``input`` (sequences of LoD ``level``, or rows) whose ``mask`` entry is
+    true, and the others (Fluid 1.8's ``layers.control_flow.split_lod_tensor``, which
+    :class:`IfElse` runs on its inputs).
+
+    Parameters
+    ----------
+    input : Variable
+    mask : Variable
+        bool ``[N, 1]``, one entry per item.
+    level : int
+        The LoD level whose sequences are the items.
+
+    Returns
+    -------
+    tuple of Variable
+        ``(out_true, out_false)``, each with the LoD of the sequences it took.
+    """
+    check_type(input, "input", Variable, "fluid.layers.split_lod_tensor")
+    check_type(mask, "mask", Variable, "fluid.layers.split_lod_tensor")
+    check_type(level, "level", int, "fluid.layers.split_lod_tensor")
+    helper = LayerHelper("split_lod_tensor")
+    parts = (helper.create_tmp(dtype=input.dtype, shape=input.shape),
+             helper.create_tmp(dtype=input.dtype, shape=input.shape))
+    _append_split(helper.main_program.current_block(), input, mask, level, parts)
+    return parts
+
+
+def merge_lod_tensor(in_true: Variable, in_false: Variable, x: Variable, mask: Variable,
+                     level: int = 0) -> Variable:
+    """The inverse of :func:`split_lod_tensor`: the items of ``in_true`` where ``mask`` is
+    true and of ``in_false`` elsewhere, in ``x``'s order (Fluid 1.8's ``merge_lod_tensor``).
+
+    Parameters
+    ----------
+    in_true, in_false : Variable
+        The two parts.
+    x : Variable
+        A tensor with the complete LoD (IfElse passes its condition).
+    mask : Variable
+        bool ``[N, 1]``.
+    level : int
+
+    Returns
+    -------
+    Variable
+    """
+    for value, arg in ((x, "x"), (mask, "mask"), (in_true, "in_true"), (in_false, "in_false")):
+        check_type(value, arg, Variable, "fluid.layers.merge_lod_tensor")
+    helper = LayerHelper("merge_lod_tensor")
+    out = helper.create_tmp(dtype=in_true.dtype, shape=in_true.shape)
+    helper.append_op("merge_lod_tensor",
+                     inputs={"X": [x], "Mask": [mask], "InTrue": [in_true],
+                             "InFalse": [in_false]},
+                     outputs={"Out": [out]}, attrs={"level": level})
+    return out
 
 
 def select_input(inputs: Sequence[Variable], mask: Variable) -> Variable:

@@ -189,3 +189,37 @@ def test_reorder_by_rank_of_sequences_trains():
     feed = {"x": fluid.create_lod_tensor(data, lengths, fluid.CPUPlace()), "weights": weights}
     res = program_grads_and_numeric(build, feed, ["w"])
     np.testing.assert_allclose(*res["w"], rtol=1e-6, atol=1e-9)
+
+
+def test_split_and_merge_lod_tensor_layers_and_control_flow_names():
+    # Fluid 1.8's scripts import these from layers.control_flow
+    from dask_fluid.layers.control_flow import (
+        array_to_lod_tensor,
+        lod_rank_table,
+        lod_tensor_to_array,
+        max_sequence_len,
+        merge_lod_tensor,
+        shrink_memory,
+        split_lod_tensor,
+    )
+
+    assert lod_rank_table is fluid.layers.lod_rank_table and callable(shrink_memory)
+    assert callable(array_to_lod_tensor) and callable(lod_tensor_to_array)
+    assert callable(max_sequence_len)
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = fluid.layers.data("x", shape=[1], dtype="float32", lod_level=1)
+        mask = fluid.layers.data("mask", shape=[1], dtype="bool")
+        t, f = split_lod_tensor(x, mask, level=0)
+        out = merge_lod_tensor(t, f, x, mask, level=0)
+        with pytest.raises(TypeError, match="'mask' in fluid.layers.split_lod_tensor"):
+            split_lod_tensor(x, [True, False])
+    xs = fluid.create_lod_tensor(np.arange(6, dtype="float32").reshape(6, 1), [[2, 1, 3]],
+                                 fluid.CPUPlace())
+    got_t, got_f, merged = fluid.Executor(fluid.CPUPlace()).run(
+        main, feed={"x": xs, "mask": np.array([[True], [False], [True]])},
+        fetch_list=[t, f, out], return_numpy=False)
+    np.testing.assert_array_equal(np.array(got_t).ravel(), [0, 1, 3, 4, 5])
+    assert got_t.recursive_sequence_lengths() == [[2, 3]]
+    np.testing.assert_array_equal(np.array(got_f).ravel(), [2])
+    np.testing.assert_array_equal(np.array(merged).ravel(), np.arange(6))
