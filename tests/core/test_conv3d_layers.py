@@ -13,23 +13,16 @@ import pytest
 
 import dask_fluid as fluid
 from dask_fluid import layers
+from tests.programs import build as _build
+from tests.programs import run as _run
 
 from .numeric_grad import program_grads_and_numeric
 
 RNG = np.random.default_rng(5)
 
 
-def _build(fn):
-    main, startup = fluid.Program(), fluid.Program()
-    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
-        out = fn()
-    return main, startup, out
 
 
-def _run(main, startup, feed, fetch):
-    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
-    exe.run(startup, scope=scope)
-    return exe.run(main, feed=feed, fetch_list=fetch, scope=scope), scope
 
 
 def _correlate(x, w, stride=(1, 1, 1), pads=((0, 0),) * 3):

@@ -23,6 +23,8 @@ import pytest
 
 import dask_fluid as fluid
 from dask_fluid import layers
+from tests.programs import build as _build
+from tests.programs import run as _run
 
 from . import central_differences, conv2d_by_loops, run_op
 
@@ -206,17 +208,8 @@ def test_depthwise_conv2d_transpose_grad_op_from_its_maker():
 # layers
 
 
-def _build(fn):
-    main, startup = fluid.Program(), fluid.Program()
-    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
-        out = fn()
-    return main, startup, out
 
 
-def _run(main, startup, feed, fetch):
-    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
-    exe.run(startup, scope=scope)
-    return exe.run(main, feed=feed, fetch_list=fetch, scope=scope), scope
 
 
 @pytest.mark.parametrize("groups,num_filters,use_cudnn,want", [

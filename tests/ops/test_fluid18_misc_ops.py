@@ -17,6 +17,7 @@ import pytest
 
 import dask_fluid as fluid
 from dask_fluid.layer_helper import LayerHelper
+from tests.programs import run_program
 
 from . import run_op
 from .test_grad_check import TOL, analytic_grads, forward, max_rel_err, numeric_grad
@@ -24,12 +25,6 @@ from .test_grad_check import TOL, analytic_grads, forward, max_rel_err, numeric_
 I32, I64 = np.int32, np.int64
 
 
-def run_program(main: fluid.Program, startup: fluid.Program, feed: dict, fetch: list) -> list:
-    exe = fluid.Executor(fluid.CPUPlace())
-    scope = fluid.Scope()
-    with fluid.scope_guard(scope):
-        exe.run(startup)
-        return exe.run(main, feed=feed, fetch_list=fetch)
 
 
 def grad_check_slots(op_type: str, ins: dict, attrs: dict, slots: list[str]) -> None:

@@ -17,6 +17,7 @@ import pytest
 
 import dask_fluid as fluid
 from dask_fluid.ops import registry
+from tests.programs import run_program
 
 from . import run_op
 from .test_grad_check import TOL, analytic_grads, forward, max_rel_err, numeric_grad
@@ -46,12 +47,6 @@ def grad_check(op_type: str, ins: dict, attrs: dict) -> int:
     return checked
 
 
-def run_program(main: fluid.Program, startup: fluid.Program, feed: dict, fetch: list) -> list:
-    exe = fluid.Executor(fluid.CPUPlace())
-    scope = fluid.Scope()
-    with fluid.scope_guard(scope):
-        exe.run(startup)
-        return exe.run(main, feed=feed, fetch_list=fetch)
 
 
 # ---------------------------------------------------------------------------------------------
