@@ -546,7 +546,9 @@ def _concat_axis(op: str, axis: int, rank: int, use_stack: bool) -> int:
 
 def _tensor_array_to_tensor(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     """Out: the items concatenated along ``axis`` (stacked on a new ``axis`` with
-    ``use_stack``); OutIndex: each item's size along ``axis`` (1 each when stacked), int32."""
+    ``use_stack``); OutIndex: each item's size along ``axis``, int32, stacked too (Fluid's
+    kernel reads ``inx_dims[axis]`` either way; a stack on a new last axis, where Fluid's
+    index would be out of range, gives 1s)."""
     op = "tensor_array_to_tensor"
     items = _array_items(op, ctx.op.input("X")[0], ins["X"][0])
     use_stack = bool(attrs["use_stack"])
@@ -557,10 +559,8 @@ def _tensor_array_to_tensor(ins: dict, attrs: dict, outs: tuple, ctx: RunContext
         raise ValueError(f"{op}: the items' shapes {[list(a.shape) for a in items]} do not "
                          f"match (apart from axis {axis}" + (")" if not use_stack else
                                                              ", which a stack needs too)"))
-    if use_stack:
-        out, sizes = xp.stack(items, axis=axis), [1] * len(items)
-    else:
-        out, sizes = xp.concatenate(items, axis=axis), [a.shape[axis] for a in items]
+    sizes = [a.shape[axis] if axis < a.ndim else 1 for a in items]
+    out = xp.stack(items, axis=axis) if use_stack else xp.concatenate(items, axis=axis)
     return {"Out": [out], "OutIndex": [xp.asarray(sizes, dtype="int32")]}
 
 

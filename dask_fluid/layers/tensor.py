@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .. import unique_name
-from ..framework import Variable, VarType, convert_dtype, default_main_program
+from ..framework import Variable, VarType, convert_dtype, default_main_program, in_dygraph_mode
 from ..initializer import ConstantInitializer, force_init_on_cpu
 from ..layer_helper import LayerHelper
 from .checks import check_type, check_variable_and_dtype
@@ -248,11 +248,24 @@ def tensor_array_to_tensor(input: Variable, axis: int = 1, name: str | None = No
     ``array_write``) with -1 at ``axis`` (inserted there with ``use_stack``). It trains:
     the gradient goes back to the array's items.
 
+    In dygraph mode the array is the list ``create_array`` gives there, and ``out_index`` an
+    int64 tensor of the sizes, as Fluid 1.8's dygraph branch computes them.
+
     Returns
     -------
     tuple of Variable
         ``(out, out_index)``.
     """
+    if in_dygraph_mode():
+        if not isinstance(input, list):
+            raise TypeError("tensor_array_to_tensor: in dygraph mode the input must be the "
+                            f"list create_array gives, got {type(input).__name__}")
+        from ..dygraph import to_variable  # noqa: PLC0415 - dygraph is built on the layers
+
+        out = (stack if use_stack else concat)(input, axis=axis)
+        # as Fluid 1.8's dygraph branch: each item's size along axis, stacked or not
+        sizes = np.array([int(x.shape[axis]) for x in input])
+        return out, to_variable(sizes)
     if not isinstance(input, Variable) or input.type != VarType.LOD_TENSOR_ARRAY:
         raise TypeError("tensor_array_to_tensor: input must be a tensor array Variable "
                         f"(layers.create_array), got {input!r}")

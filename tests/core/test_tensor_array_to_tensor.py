@@ -87,7 +87,8 @@ def test_stack_values_and_index(axis):
     assert got.shape[k] == len(SAME)
     for j, a in enumerate(SAME):
         np.testing.assert_array_equal(np.take(got, j, axis=k), a)
-    np.testing.assert_array_equal(index, [1, 1, 1])
+    # Fluid's kernel gives each item's size along axis, stacked too (1 past the last dim)
+    np.testing.assert_array_equal(index, [a.shape[k] if k < a.ndim else 1 for a in SAME])
 
 
 def test_gradient_reaches_the_fed_items():
@@ -198,3 +199,17 @@ def test_kernels_on_device_arrays(device_xp, use_stack, axis):
              else np.split(d, np.cumsum([a.shape[axis] for a in items])[:-1], axis))
     for g, part in zip(grads, parts, strict=True):
         np.testing.assert_array_equal(cp.asnumpy(g._array), part + 1.0)
+
+
+def test_dygraph_takes_the_list_create_array_gives_as_fluid():
+    items = [np.arange(24, dtype="float32").reshape(2, 3, 4) + i for i in range(2)]
+    static = [_run(items, 1, use_stack) for use_stack in (True, False)]
+    with fluid.dygraph.guard():
+        arr = [fluid.dygraph.to_variable(a) for a in items]
+        for use_stack, (_, _, _, (want, want_index)) in zip((True, False), static,
+                                                           strict=True):
+            out, index = layers.tensor_array_to_tensor(arr, axis=1, use_stack=use_stack)
+            np.testing.assert_array_equal(out.numpy(), want)
+            np.testing.assert_array_equal(index.numpy(), want_index)
+        with pytest.raises(TypeError, match="the list create_array gives"):
+            layers.tensor_array_to_tensor(arr[0], axis=1)
