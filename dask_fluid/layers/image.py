@@ -21,7 +21,7 @@ from ..ops.conv_ops import (
 )
 from ..param_attr import ParamAttr
 from .checks import check_type, check_variable_and_dtype
-from .tensor import _check_var, _known
+from .tensor import _check_float, _check_var, _known
 
 __all__ = [
     "adaptive_pool2d", "affine_channel", "conv2d", "conv2d_transpose", "deformable_conv",
@@ -59,16 +59,6 @@ def _padding(padding: Any, layer: str, data_format: str = "NCHW") -> tuple[list[
         raise ValueError(f"{layer}: padding must be 'SAME', 'VALID', an int or a list of 2 or "
                          f"4 ints >= 0, got {padding!r}")
     return [int(v) for v in values], "EXPLICIT"
-
-
-def _check_float(input: Any, layer: str) -> Variable:
-    """Fluid's ``check_variable_and_dtype(input, 'input', [float16, float32, float64])``: a
-    TypeError before any shape check."""
-    _check_var(input, "input", layer)
-    if str(input.dtype) not in ("float16", "float32", "float64"):
-        raise TypeError(f"{layer}: input {input.name!r} must be float16, float32 or float64, "
-                        f"got {input.dtype}")
-    return input
 
 
 def _nchw(input: Variable, layer: str, data_format: str) -> tuple[int, ...]:
@@ -142,7 +132,7 @@ def conv2d(input: Variable, num_filters: int, filter_size: int | Sequence[int],
         A non-bool ``use_cudnn``, a bad ``data_format`` or ``padding``, an unknown channel
         count, or channels that do not split into ``groups``.
     """
-    _check_float(input, "conv2d")
+    _check_float(input, "input", "conv2d")
     if not isinstance(use_cudnn, bool):
         raise ValueError(f"conv2d: use_cudnn must be True or False, got {use_cudnn!r}")
     n, c, h, w = _nchw(input, "conv2d", data_format)

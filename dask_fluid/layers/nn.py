@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from .. import unique_name
-from ..framework import Variable, convert_dtype, install_hook
+from ..framework import Variable, install_hook
 from ..initializer import ConstantInitializer, NumpyArrayInitializer
 from ..layer_helper import LayerHelper
 from ..ops.math_ops import ew_out_shape
@@ -27,6 +27,7 @@ from .sampling import (  # noqa: F401
     uniform_random_batch_size_like,
 )
 from .tensor import (
+    _check_float,
     _check_var,
     _compare,
     _known,
@@ -54,16 +55,6 @@ _FLOATS = ("float16", "float32", "float64")
 _F32_64 = ("float32", "float64")
 _NUMBERS = ("float32", "float64", "int32", "int64")
 _EW_DTYPES = ("float16", "float32", "float64", "int32", "int64")  # Fluid's _elementwise_op
-
-
-def _check_float(x: Any, arg: str, layer: str) -> Variable:
-    """``x`` a Variable of a float dtype, as Fluid 1.8's ``check_variable_and_dtype`` of the
-    layers that take only those (clip, dropout, fc): TypeError otherwise."""
-    _check_var(x, arg, layer)
-    dtype = convert_dtype(x.dtype)
-    if dtype not in _FLOATS:
-        raise TypeError(f"{layer}: {arg} must be float16, float32 or float64, got {dtype}")
-    return x
 
 
 def _unary(op_type: str, x: Variable, name: str | None = None,

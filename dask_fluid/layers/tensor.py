@@ -39,6 +39,18 @@ def _check_var(x: Any, arg: str, layer: str) -> Variable:
     return x
 
 
+def _check_float(x: Any, arg: str, layer: str) -> Variable:
+    """``x`` a Variable of a float dtype, as Fluid 1.8's ``check_variable_and_dtype`` of the
+    layers that take only those (conv2d, fc, clip, dropout): a TypeError before any shape
+    check, in dygraph mode too."""
+    _check_var(x, arg, layer)
+    dtype = convert_dtype(x.dtype)
+    if dtype not in ("float16", "float32", "float64"):
+        raise TypeError(f"{layer}: {arg} {x.name!r} must be float16, float32 or float64, "
+                        f"got {dtype}")
+    return x
+
+
 def data(name: str, shape: Sequence[int], append_batch_size: bool = True,
          dtype: Any = "float32", lod_level: int = 0, type: str = VarType.LOD_TENSOR,
          stop_gradient: bool = True) -> Variable:
