@@ -6,52 +6,17 @@ element after the C++ kernels; gradients are also in test_grad_check.py."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
 from . import run_op
+from .test_box_ops import ref_decode, ref_encode
 from .test_grad_check import analytic_grads, forward, max_rel_err, numeric_grad, objective_outputs
 
 # ---------------------------------------------------------------------------------------------
 # box_coder: box_coder_op.h takes a prior's centre as x0 + w / 2 with w = x1 − x0 + 1 for not
 # normalised boxes, half a pixel right of the corners' midpoint; a target's centre (encode)
 # stays the midpoint.
-
-
-def _ref_box_coder_decode(target, prior, var, normalized, axis):
-    one = 0.0 if normalized else 1.0
-    out = np.zeros_like(target)
-    for i in range(target.shape[0]):
-        for j in range(target.shape[1]):
-            k = j if axis == 0 else i
-            x0, y0, x1, y1 = prior[k]
-            pw, ph = x1 - x0 + one, y1 - y0 + one
-            pcx, pcy = x0 + pw / 2, y0 + ph / 2
-            v = var[k] if var.ndim == 2 else var
-            t = target[i, j]
-            cx = v[0] * t[0] * pw + pcx
-            cy = v[1] * t[1] * ph + pcy
-            w = math.exp(v[2] * t[2]) * pw
-            h = math.exp(v[3] * t[3]) * ph
-            out[i, j] = [cx - w / 2, cy - h / 2, cx + w / 2 - one, cy + h / 2 - one]
-    return out
-
-
-def _ref_box_coder_encode(target, prior, var, normalized):
-    one = 0.0 if normalized else 1.0
-    out = np.zeros((len(target), len(prior), 4))
-    for i, (tx0, ty0, tx1, ty1) in enumerate(target):
-        tcx, tcy = (tx0 + tx1) / 2, (ty0 + ty1) / 2
-        tw, th = tx1 - tx0 + one, ty1 - ty0 + one
-        for j, (x0, y0, x1, y1) in enumerate(prior):
-            pw, ph = x1 - x0 + one, y1 - y0 + one
-            pcx, pcy = x0 + pw / 2, y0 + ph / 2
-            v = var[j]
-            out[i, j] = [(tcx - pcx) / pw / v[0], (tcy - pcy) / ph / v[1],
-                         math.log(abs(tw / pw)) / v[2], math.log(abs(th / ph)) / v[3]]
-    return out
 
 
 @pytest.mark.parametrize("axis", [0, 1])
@@ -63,7 +28,7 @@ def test_box_coder_decode_unnormalised_prior_centre(axis):
     got = run_op("box_coder", {"PriorBox": [prior], "PriorBoxVar": [var], "TargetBox": [target]},
                  {"code_type": "decode_center_size", "box_normalized": False, "axis": axis})
     np.testing.assert_allclose(got["OutputBox"][0],
-                               _ref_box_coder_decode(target, prior, var, False, axis),
+                               ref_decode(target, prior, var, False, axis),
                                rtol=1e-12, atol=1e-12)
 
 
@@ -77,7 +42,7 @@ def test_box_coder_encode_unnormalised_prior_centre():
     got = run_op("box_coder", {"PriorBox": [prior], "PriorBoxVar": [var], "TargetBox": [target]},
                  {"code_type": "encode_center_size", "box_normalized": False})
     np.testing.assert_allclose(got["OutputBox"][0],
-                               _ref_box_coder_encode(target, prior, var, False), rtol=1e-12)
+                               ref_encode(target, prior, var, False), rtol=1e-12)
 
 
 def test_box_coder_variance_attr_as_numpy_array():
@@ -89,7 +54,7 @@ def test_box_coder_variance_attr_as_numpy_array():
     got = run_op("box_coder", {"PriorBox": [prior], "TargetBox": [target]},
                  {"code_type": "decode_center_size", "box_normalized": False, "axis": 1,
                   "variance": var.astype(np.float64)})["OutputBox"][0]
-    want = _ref_box_coder_decode(target.astype(np.float64), prior.astype(np.float64),
+    want = ref_decode(target.astype(np.float64), prior.astype(np.float64),
                                  var.astype(np.float64), False, 1)
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
