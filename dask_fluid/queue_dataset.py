@@ -155,30 +155,26 @@ class DatasetBase:
                       self._batch_size) for i in range(readers)]
 
 
-class QueueDataset(DatasetBase):
-    """Stream the files through ``pipe_command`` batch by batch."""
+class _StreamedDataset(DatasetBase):
+    """A dataset read as it streams: it holds no samples to shuffle (Fluid's words)."""
 
     def local_shuffle(self) -> None:
-        raise NotImplementedError("QueueDataset does not support local shuffle, please use "
-                                  "InMemoryDataset for local_shuffle")
+        raise NotImplementedError(f"{type(self).__name__} does not support local shuffle, "
+                                  "please use InMemoryDataset for local_shuffle")
 
     def global_shuffle(self, fleet: Any = None) -> None:
-        raise NotImplementedError("QueueDataset does not support global shuffle, please use "
-                                  "InMemoryDataset for global_shuffle")
+        raise NotImplementedError(f"{type(self).__name__} does not support global shuffle, "
+                                  "please use InMemoryDataset for global_shuffle")
 
 
-class FileInstantDataset(DatasetBase):
+class QueueDataset(_StreamedDataset):
+    """Stream the files through ``pipe_command`` batch by batch."""
+
+
+class FileInstantDataset(_StreamedDataset):
     """Fluid's ``FileInstantDataset``: a ``QueueDataset`` whose ``MultiSlotFileInstantDataFeed``
     memory-maps files of a binary format (uint16 counts, raw float32/uint64 values, in CUDA
     builds only). It can be configured; reading it raises, as that format is not implemented."""
-
-    def local_shuffle(self) -> None:
-        raise NotImplementedError("FileInstantDataset does not support local shuffle, please "
-                                  "use InMemoryDataset for local_shuffle")
-
-    def global_shuffle(self, fleet: Any = None) -> None:
-        raise NotImplementedError("FileInstantDataset does not support global shuffle, please "
-                                  "use InMemoryDataset for global_shuffle")
 
     def _samples(self, files: Sequence[str] | None = None) -> Iterator[Record]:
         raise NotImplementedError("FileInstantDataset: the binary files of Fluid's "
