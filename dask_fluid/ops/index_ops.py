@@ -35,29 +35,35 @@ __all__ = ["int_tensor_list_values", "int_tensor_values", "scatter_nd_updates_sh
 
 # -- int tensors that stand for int attributes ---------------------------------------------------
 
-def int_tensor_values(t: Any, slot: str, op: str) -> list[int]:
+#: what Fluid 1.8's ``GetDataFromTensor`` reads; an op that reads ``data<int>`` takes int32 only
+INT_DTYPES = ("int32", "int64")
+
+
+def int_tensor_values(t: Any, slot: str, op: str,
+                      dtypes: tuple[str, ...] = INT_DTYPES) -> list[int]:
     """The values of a tensor that replaces an int-list attribute (Fluid 1.8's
-    ``GetDataFromTensor`` of ``operators/utils.h``: int32 or int64, any other dtype refused).
+    ``GetDataFromTensor`` of ``operators/utils.h``: of ``dtypes``, any other refused).
 
     Raises
     ------
     TypeError
-        ``t`` is not int32 or int64.
+        ``t`` is not of ``dtypes``.
     """
     v = to_host(t)
-    if v.dtype not in (np.int32, np.int64):
-        raise TypeError(f"{op}: {slot} must be an int32 or int64 tensor, got {v.dtype}")
+    if v.dtype.name not in dtypes:
+        raise TypeError(f"{op}: {slot} must be an {' or '.join(dtypes)} tensor, got {v.dtype}")
     return [int(i) for i in v.reshape(-1)]
 
 
-def int_tensor_list_values(items: list, slot: str, op: str) -> list[int]:
+def int_tensor_list_values(items: list, slot: str, op: str,
+                           dtypes: tuple[str, ...] = INT_DTYPES) -> list[int]:
     """One value from each ``[1]`` tensor of a list that replaces an int-list attribute
-    (Fluid 1.8's ``GetDataFromTensorList``: each of shape [1], int32 or int64).
+    (Fluid 1.8's ``GetDataFromTensorList``: each of shape [1], of ``dtypes``).
 
     Raises
     ------
     TypeError
-        A tensor that is not int32 or int64.
+        A tensor that is not of ``dtypes``.
     ValueError
         A tensor whose shape is not [1].
     """
@@ -67,7 +73,7 @@ def int_tensor_list_values(items: list, slot: str, op: str) -> list[int]:
         if tuple(v.shape) != (1,):
             raise ValueError(f"{op}: each tensor of {slot} must have shape [1], got "
                              f"{list(v.shape)} at {i}")
-        values += int_tensor_values(v, f"{slot}[{i}]", op)
+        values += int_tensor_values(v, f"{slot}[{i}]", op, dtypes)
     return values
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from .host_ops import PSERVER_OPS
+from .index_ops import int_tensor_values
 from .registry import GRAD, array_module, register, set_remote_provider, table_rows
 from .selected_rows import SelectedRows, grad_maker, grad_slots, scatter_add
 
@@ -348,13 +349,11 @@ def _dropout_seed(ins: dict) -> int | None:
     seed = (ins.get("Seed") or [None])[0]
     if seed is None:
         return None
-    s = to_host(seed)
-    if s.dtype != np.int32:
-        raise TypeError(f"dropout: Seed must be an int32 tensor, got {s.dtype}")
-    if s.size < 1:
+    values = int_tensor_values(seed, "Seed", "dropout", ("int32",))
+    if not values:
         raise ValueError("dropout: Seed is empty; it must hold the seed (shape [1])")
     # Fluid seeds an engine with it as an unsigned value; numpy refuses negative seeds
-    return int(s.reshape(-1)[0]) % 2**32
+    return values[0] % 2**32
 
 
 @register("dropout", ("X", "Seed"), ("Out", "Mask"), _DROPOUT_ATTRS, optional=("Seed",),

@@ -206,15 +206,6 @@ def gather_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
 _EXPAND_TENSORS = ("ExpandTimes", "expand_times_tensor")
 
 
-def _int32_values(t: Any, what: str) -> list[int]:
-    """The values of an int32 tensor that gives expand times (Fluid reads it as
-    ``data<int>``, which refuses any other dtype)."""
-    v = to_host(t)
-    if v.dtype != np.int32:
-        raise TypeError(f"expand: {what} must be an int32 tensor, got {v.dtype}")
-    return [int(i) for i in v.reshape(-1)]
-
-
 def expand_times(x: Any, ins: dict, attrs: dict) -> list[int]:
     """The expand times of Fluid 1.8's ``get_expand_times``: the ``ExpandTimes`` tensor, else
     the ``expand_times_tensor`` list (one ``[1]`` tensor per dim), else the attribute (which,
@@ -229,16 +220,12 @@ def expand_times(x: Any, ins: dict, attrs: dict) -> list[int]:
     """
     whole = (ins.get("ExpandTimes") or [None])[0]
     items = [t for t in ins.get("expand_times_tensor") or [] if t is not None]
+    # Fluid's get_expand_times reads them as data<int>: int32 only
     if whole is not None:
-        times, src = _int32_values(whole, "ExpandTimes"), "ExpandTimes"
+        times = int_tensor_values(whole, "ExpandTimes", "expand", ("int32",))
+        src = "ExpandTimes"
     elif items:
-        times = []
-        for i, t in enumerate(items):
-            v = _int32_values(t, f"expand_times_tensor[{i}]")
-            if len(v) != 1:
-                raise ValueError(f"expand: expand_times_tensor[{i}] must have shape [1], got "
-                                 f"{list(to_host(t).shape)}")
-            times += v
+        times = int_tensor_list_values(items, "expand_times_tensor", "expand", ("int32",))
         src = "expand_times_tensor"
     else:
         times, src = [int(t) for t in attrs.get("expand_times", [])], "expand_times"

@@ -126,29 +126,27 @@ def _concat_grad_maker(op: Any) -> list[dict]:
     return grad_maker(("X", "AxisTensor"))(op)
 
 
-def concat_axis(ins: dict, attrs: dict, rank: int) -> int:
-    """The axis of Fluid 1.8's concat: the ``AxisTensor`` (int32 or int64, its first value)
-    over the ``axis`` attr; negative counts from the end (``ComputeAxis``).
+def tensor_axis(ins: dict, attrs: dict, rank: int, op: str) -> int:
+    """The axis of Fluid 1.8's concat and split kernels: the ``AxisTensor`` input (int32 or
+    int64, its first value; Fluid's ``GetDataFromTensor``) over the ``axis`` attr, a negative
+    one counting from the end (``ComputeAxis``).
 
     Raises
     ------
     TypeError
-        An AxisTensor of another dtype (Fluid's ``GetDataFromTensor``).
+        An AxisTensor of another dtype.
     ValueError
-        An axis outside ``[-rank, rank)``.
+        An empty AxisTensor, or an axis outside ``[-rank, rank)``.
     """
     axis = int(attrs.get("axis", 0))
     tensor = (ins.get("AxisTensor") or [None])[0]
     if tensor is not None:
-        t = to_host(tensor)
-        if t.dtype not in (np.int32, np.int64):
-            raise TypeError(f"concat: AxisTensor must be an int32 or int64 tensor, got "
-                            f"{t.dtype}")
-        if t.size < 1:
-            raise ValueError("concat: AxisTensor is empty; it must hold the axis (shape [1])")
-        axis = int(t.reshape(-1)[0])
+        values = int_tensor_values(tensor, "AxisTensor", op)
+        if not values:
+            raise ValueError(f"{op}: AxisTensor is empty; it must hold the axis (shape [1])")
+        axis = values[0]
     if not -rank <= axis < rank:
-        raise ValueError(f"concat: axis {axis} is outside [{-rank}, {rank}) for rank-{rank} "
+        raise ValueError(f"{op}: axis {axis} is outside [{-rank}, {rank}) for rank-{rank} "
                          "inputs")
     return axis + rank if axis < 0 else axis
 
@@ -200,7 +198,7 @@ def concat(ins: dict, attrs: dict, outs: tuple) -> dict:
     Fluid 1.8); Out's LoD as :func:`concat_lod` gives it."""
     xs = ins["X"]
     xp = array_module(*xs)
-    axis = concat_axis(ins, attrs, xs[0].ndim)
+    axis = tensor_axis(ins, attrs, xs[0].ndim, "concat")
     _concat_shapes_check(xs, axis)
     lod = {"Out": [concat_lod(list((attrs.get("_lods") or {}).get("X") or []), axis)]}
     if len(xs) == 1:
@@ -221,7 +219,7 @@ def concat_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     if d is None:
         res["X" + GRAD] = [xp.zeros_like(x) for x in xs]
         return res
-    axis = concat_axis(ins, attrs, d.ndim)
+    axis = tensor_axis(ins, attrs, d.ndim, "concat")
     bounds = np.cumsum([x.shape[axis] for x in xs])[:-1].tolist()
     res["X" + GRAD] = xp.split(d, bounds, axis=axis)
     return res
@@ -230,22 +228,6 @@ def concat_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
 #: Fluid 1.8's split takes its axis and sections from these too (``layers.split`` with a
 #: Variable ``dim``, or sections holding Variables); both are dispensable
 _SPLIT_TENSORS = ("AxisTensor", "SectionsTensorList")
-
-
-def split_axis(ins: dict, attrs: dict, rank: int) -> int:
-    """The axis of Fluid 1.8's ``SplitOpKernel``: the ``AxisTensor`` (int32 or int64, its
-    first value) over the ``axis`` attr; a negative one counts from the end, as the layer
-    makes it."""
-    axis = int(attrs.get("axis", 0))
-    tensor = (ins.get("AxisTensor") or [None])[0]
-    if tensor is not None:
-        values = int_tensor_values(tensor, "AxisTensor", "split")
-        if not values:
-            raise ValueError("split: AxisTensor is empty; it must hold the axis (shape [1])")
-        axis = values[0]
-    if not -rank <= axis < rank:
-        raise ValueError(f"split: axis {axis} is outside [{-rank}, {rank}) for a rank-{rank} X")
-    return axis + rank if axis < 0 else axis
 
 
 def _split_sections(x: Any, ins: dict, attrs: dict, axis: int, nout: int | None) -> list[int]:
@@ -303,7 +285,7 @@ def split(ins: dict, attrs: dict, outs: tuple) -> dict:
     """
     x = ins["X"][0]
     nout = attrs.get("_out_counts", {}).get("Out")
-    axis = split_axis(ins, attrs, x.ndim)
+    axis = tensor_axis(ins, attrs, x.ndim, "split")
     sections = _split_sections(x, ins, attrs, axis, nout)
     bounds = np.cumsum(sections)[:-1].tolist()
     return {"Out": array_module(x).split(x, bounds, axis=axis)}
@@ -317,7 +299,7 @@ def split_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     xp = array_module(x)
     parts = [d if d is not None else xp.zeros_like(o)
              for o, d in zip(ins["Out"], ins["Out" + GRAD], strict=True)]
-    return {"X" + GRAD: [xp.concatenate(parts, axis=split_axis(ins, attrs, x.ndim))]}
+    return {"X" + GRAD: [xp.concatenate(parts, axis=tensor_axis(ins, attrs, x.ndim, "split"))]}
 
 
 # ---------------------------------------------------------------------------------------------
