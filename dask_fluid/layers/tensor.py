@@ -272,12 +272,11 @@ def tensor_array_to_tensor(input: Variable, axis: int = 1, name: str | None = No
         if not isinstance(input, list):
             raise TypeError("tensor_array_to_tensor: in dygraph mode the input must be the "
                             f"list create_array gives, got {type(input).__name__}")
-        from ..dygraph import to_variable  # noqa: PLC0415 - dygraph is built on the layers
-
         out = (stack if use_stack else concat)(input, axis=axis)
         # as Fluid 1.8's dygraph branch: each item's size along axis, stacked or not
-        sizes = np.array([int(x.shape[axis]) for x in input])
-        return out, to_variable(sizes)
+        # (int64 as Fluid's numpy array; assign carries int32, as Fluid 1.8's does)
+        sizes = assign(np.array([int(x.shape[axis]) for x in input], dtype=np.int32))
+        return out, cast(sizes, "int64")
     if not isinstance(input, Variable) or input.type != VarType.LOD_TENSOR_ARRAY:
         raise TypeError("tensor_array_to_tensor: input must be a tensor array Variable "
                         f"(layers.create_array), got {input!r}")
