@@ -167,16 +167,15 @@ def fill_constant(shape: Sequence[int | Variable] | Variable, dtype: Any,
         attrs["shape"] = [-1 if isinstance(d, Variable) else int(d) for d in shape]
         var_shape = list(attrs["shape"])
         if any(isinstance(d, Variable) for d in shape):
-            items = []
+            given = []
             for i, d in enumerate(shape):
                 if isinstance(d, Variable):
                     check_dtype(d.dtype, f"shape[{i}]", ["int32", "int64"], "fill_constant",
                                 "(When type of shape in fill_constant is list or tuple.)")
                     d.stop_gradient = True
-                    items.append(cast(d, "int32") if d.dtype == "int64" else d)
-                else:
-                    items.append(fill_constant([1], "int32", int(d), force_cpu=True))
-            inputs["ShapeTensorList"] = items
+                    d = cast(d, "int32") if d.dtype == "int64" else d
+                given.append(d)
+            inputs["ShapeTensorList"] = _shape_tensor_list(given)
     if out is None:
         out = helper.create_tmp(dtype=dtype, shape=var_shape, stop_gradient=True)
     attrs["dtype"] = out.dtype
