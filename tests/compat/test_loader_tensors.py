@@ -62,14 +62,20 @@ def _loaders(x, y, return_list):
             "set_batch_generator": by_batches, "PyReader": reader}
 
 
-@pytest.mark.parametrize("source", ["set_sample_generator", "set_sample_list_generator",
-                                    "set_batch_generator", "PyReader"])
-def test_iterable_loaders_yield_one_dict_of_lodtensors_per_place(source):
+def _two_batches(source, return_list):
+    """The net, its loss on the first 4 samples fed as arrays, and ``source``'s 2 batches."""
     main, startup, x, y, loss = _net()
     samples = _samples()
     scope, exe, want = _loss_of_arrays(main, startup, loss, samples[:4])
-    batches = list(_loaders(x, y, return_list=False)[source]())
+    batches = list(_loaders(x, y, return_list=return_list)[source]())
     assert len(batches) == 2
+    return main, loss, samples, scope, exe, want, batches
+
+
+@pytest.mark.parametrize("source", ["set_sample_generator", "set_sample_list_generator",
+                                    "set_batch_generator", "PyReader"])
+def test_iterable_loaders_yield_one_dict_of_lodtensors_per_place(source):
+    main, loss, samples, scope, exe, want, batches = _two_batches(source, False)
     for data, part in zip(batches, (samples[:4], samples[4:]), strict=True):
         assert isinstance(data, list) and len(data) == 1 and list(data[0]) == ["x", "y"]
         tx, ty = data[0]["x"], data[0]["y"]
@@ -87,11 +93,7 @@ def test_iterable_loaders_yield_one_dict_of_lodtensors_per_place(source):
 @pytest.mark.parametrize("source", ["set_sample_generator", "set_sample_list_generator",
                                     "set_batch_generator", "PyReader"])
 def test_return_list_yields_one_list_of_lodtensors_per_place(source):
-    main, startup, x, y, loss = _net()
-    samples = _samples()
-    scope, exe, want = _loss_of_arrays(main, startup, loss, samples[:4])
-    batches = list(_loaders(x, y, return_list=True)[source]())
-    assert len(batches) == 2
+    main, loss, samples, scope, exe, want, batches = _two_batches(source, True)
     first = batches[0]
     assert isinstance(first, list) and len(first) == 1 and isinstance(first[0], list)
     tx, ty = first[0]
