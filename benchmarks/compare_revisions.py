@@ -55,6 +55,8 @@ BENCHMARKS: dict[str, tuple[list[str], str, list[tuple[str, str]]]] = {
     "models": (["bench_models.py", "--steps", "30", "--repeat", "2"], "models.json",
                [("networks/*/local_samples_per_s", HIGHER),
                 ("networks/*/pserver_samples_per_s", HIGHER)]),
+    "shard_update": (["bench_shard_update.py", "--rounds", "3000", "--repeat", "3"],
+                     "shard_update.json", [("models/*/fused_us", LOWER)]),
 }
 
 

@@ -15,7 +15,7 @@ bias, sparse or non-float gradients, CuPy arrays — runs through the executor a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,7 @@ class FusedUpdate:
     velocity: str | None = None
     mu: float = 0.0
     nesterov: bool = False
+    _scratch: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def kind(self) -> str:
@@ -52,57 +53,70 @@ class FusedUpdate:
         if not _plain(p) or not p.flags.c_contiguous or p.dtype.kind != "f":
             return False
         grads = [vals.get(n) for n in self.grads]
-        if not all(_plain(g) and g.shape == p.shape and g.dtype == p.dtype for g in grads):
-            return False
+        for g in grads:
+            if not _plain(g) or g.shape != p.shape or g.dtype != p.dtype:
+                return False
         v = vals.get(self.velocity) if self.velocity else None
         if self.velocity and not (_plain(v) and v.shape == p.shape and v.dtype == p.dtype
                                   and v.flags.c_contiguous):
             return False
         lr = np.asarray(vals[self.lr]).reshape(())
         lr = lr if lr.dtype == p.dtype else lr.astype(p.dtype)
-        _chunked(p.reshape(-1), [g.reshape(-1) for g in grads],
-                 None if v is None else v.reshape(-1), lr, p.dtype.type(self.scale),
-                 p.dtype.type(self.mu), self.nesterov)
+        scale, mu = p.dtype.type(self.scale), p.dtype.type(self.mu)
+        if p.size <= _CHUNK:  # a small block (most of a small model's): no chunks, no reshapes
+            b, t = self._buffers(p.shape, p.dtype)
+            _update(p, grads, v, b, t, lr, scale, mu, self.nesterov)
+            return True
+        b, t = self._buffers((_CHUNK,), p.dtype)
+        p, v = p.reshape(-1), None if v is None else v.reshape(-1)
+        grads = [g.reshape(-1) for g in grads]
+        for lo in range(0, p.size, _CHUNK):
+            hi = min(lo + _CHUNK, p.size)
+            _update(p[lo:hi], [g[lo:hi] for g in grads], None if v is None else v[lo:hi],
+                    b[:hi - lo], None if t is None else t[:hi - lo], lr, scale, mu,
+                    self.nesterov)
         return True
+
+    def _buffers(self, shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, Any]:
+        """Scratch arrays for :func:`_update`, kept between rounds (a shard runs one optimize
+        at a time, and each shard has its own plans)."""
+        key = (shape, dtype)
+        bufs = self._scratch.get(key)
+        if bufs is None:
+            bufs = (np.empty(shape, dtype), np.empty(shape, dtype) if self.nesterov else None)
+            self._scratch[key] = bufs
+        return bufs
 
 
 def _plain(x: Any) -> bool:
     return isinstance(x, np.ndarray)
 
 
-def _chunked(p: np.ndarray, grads: list[np.ndarray], v: np.ndarray | None, lr: np.ndarray,
-             scale: Any, mu: Any, nesterov: bool) -> None:
-    n = p.size
-    buf = np.empty(min(_CHUNK, n), p.dtype)
-    tmp = np.empty_like(buf) if nesterov else None
-    for lo in range(0, n, _CHUNK):
-        hi = min(lo + _CHUNK, n)
-        b = buf[:hi - lo]
-        # sum: X[0] + X[1], then += the rest (sum_ in ops/math_ops.py)
-        if len(grads) == 1:
-            b[...] = grads[0][lo:hi]
-        else:
-            np.add(grads[0][lo:hi], grads[1][lo:hi], out=b)
-            for g in grads[2:]:
-                b += g[lo:hi]
-        b *= scale  # scale: X * scale, bias 0
-        pc = p[lo:hi]
-        if v is None:  # sgd: p -= lr * g
-            b *= lr
-            pc -= b
-            continue
-        vc = v[lo:hi]  # momentum: v = mu * v + g
-        vc *= mu
-        vc += b
-        if nesterov:  # p -= (g + mu * v) * lr
-            t = tmp[:hi - lo]
-            np.multiply(vc, mu, out=t)
-            np.add(b, t, out=t)
-            t *= lr
-            pc -= t
-        else:  # p -= lr * v
-            np.multiply(vc, lr, out=b)
-            pc -= b
+def _update(p: np.ndarray, grads: list[np.ndarray], v: np.ndarray | None, b: np.ndarray,
+            t: np.ndarray | None, lr: np.ndarray, scale: Any, mu: Any, nesterov: bool) -> None:
+    """One block or one chunk of it, in place; ``b`` (and ``t`` for Nesterov) are scratch."""
+    # sum: X[0] + X[1], then += the rest (sum_ in ops/math_ops.py)
+    if len(grads) == 1:
+        b[...] = grads[0]
+    else:
+        np.add(grads[0], grads[1], out=b)
+        for g in grads[2:]:
+            b += g
+    b *= scale  # scale: X * scale, bias 0
+    if v is None:  # sgd: p -= lr * g
+        b *= lr
+        p -= b
+        return
+    v *= mu  # momentum: v = mu * v + g
+    v += b
+    if nesterov:  # p -= (g + mu * v) * lr
+        np.multiply(v, mu, out=t)
+        np.add(b, t, out=t)
+        t *= lr
+        p -= t
+    else:  # p -= lr * v
+        np.multiply(v, lr, out=b)
+        p -= b
 
 
 def plan(block: Block) -> FusedUpdate | None:
