@@ -14,8 +14,9 @@ Run: ``python benchmarks/bench_pserver.py [--steps 1000] [--repeat 3]``. Writes
 2. A ~25 MB model (1024 -> 2048 -> 2048 -> 10, batch 32) in sync mode, 2 pservers + 2
    trainers: ms per step, the local step of the same model, and the transport floor (each
    trainer pushes its gradients and pulls the parameters: 2 x 25 MB per trainer at the
-   loopback ceiling of about 2.4 GB/s from measurements.md). Target: step <= 1.3 x floor;
-   also reported: (step - local step) / floor, the cost of distribution against the floor.
+   loopback ceiling, raw TCP between the two workers, measured in the same run; the floor at
+   measurements.md's 2.4 GB/s is printed beside it). Target: step <= 1.3 x floor; also
+   reported: (step - local step) / floor, the cost of distribution against the floor.
 3. With ``--cpu`` (Linux): where each worker's CPU goes per step, for the pserver job and the
    ring, from the per-thread CPU counters of /proc sampled over a window of a longer run (6000
    steps): the trainer loop, the pserver's connection threads (serving the other trainer),
@@ -41,8 +42,10 @@ import argparse
 import json
 import os
 import pathlib
+import socket
 import statistics
 import sys
+import threading
 import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -176,6 +179,50 @@ def _big_model():
     return mlp(n_features=1024, hidden=(2048, 2048), n_classes=10)
 
 
+def _loopback_sink(nbytes: int, rounds: int, dask_worker=None) -> int:
+    """Listen on loopback; a thread reads ``rounds`` messages of ``nbytes`` and acknowledges
+    each with one byte. Returns the port."""
+    server = socket.create_server(("127.0.0.1", 0))
+    buf = memoryview(bytearray(nbytes))
+
+    def serve() -> None:
+        with server, server.accept()[0] as conn:
+            for _ in range(rounds):
+                got = 0
+                while got < nbytes:
+                    k = conn.recv_into(buf[got:])
+                    if not k:
+                        return
+                    got += k
+                conn.sendall(b"k")
+    threading.Thread(target=serve, daemon=True).start()
+    return server.getsockname()[1]
+
+
+def _loopback_source(port: int, nbytes: int, rounds: int, dask_worker=None) -> list[float]:
+    """Send ``rounds`` messages of ``nbytes`` to the sink; seconds each, until acknowledged."""
+    data = np.ones(nbytes, np.uint8)
+    times = []
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            sock.sendall(data)
+            if sock.recv(1) != b"k":
+                raise RuntimeError("the loopback sink closed early")
+            times.append(time.perf_counter() - t0)
+    return times
+
+
+def measure_loopback(client, nbytes: int, rounds: int = 5) -> float:
+    """Bytes per second of raw TCP between the cluster's two workers, measured now (the median
+    of ``rounds`` messages of ``nbytes``): the loopback ceiling of measurements.md ("raw TCP
+    between two processes"), on this machine and in this run."""
+    sink, source = sorted(client.scheduler_info()["workers"])[:2]
+    port = client.run(_loopback_sink, nbytes, rounds + 1, workers=[sink])[sink]
+    times = client.run(_loopback_source, port, nbytes, rounds + 1, workers=[source])[source]
+    return nbytes / statistics.median(times[1:])  # the first warms the socket buffers
+
+
 def run_big(client, steps: int = 50, batch: int = 32) -> dict:
     rng = np.random.default_rng(0)
     n = batch * (steps + 3)
@@ -191,12 +238,14 @@ def run_big(client, steps: int = 50, batch: int = 32) -> dict:
     feed = {"x": parts[0]["x"][:batch], "y": parts[0]["y"][:batch, None]}
     local_ms = fixed_feed_step_ms(local.main, local.startup, feed, [local.loss], steps=20,
                                   warmup=3)
-    floor_ms = 1000 * 2 * nbytes / LOOPBACK_BYTES_PER_S
+    loopback = measure_loopback(client, nbytes // 2)
+    floor_ms = 1000 * 2 * nbytes / loopback
     step_ms = timed["ms_per_step_per_trainer"]
     return {"model_mb": nbytes / 1e6, "batch": batch, "sync_step_ms": step_ms,
-            "local_step_ms": local_ms, "transport_floor_ms": floor_ms,
-            "step_over_floor": step_ms / floor_ms,
-            "step_minus_local_over_floor": (step_ms - local_ms) / floor_ms}
+            "local_step_ms": local_ms, "loopback_gb_per_s": loopback / 1e9,
+            "transport_floor_ms": floor_ms, "step_over_floor": step_ms / floor_ms,
+            "step_minus_local_over_floor": (step_ms - local_ms) / floor_ms,
+            "reference_floor_ms": 1000 * 2 * nbytes / LOOPBACK_BYTES_PER_S}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -263,7 +312,9 @@ def main(argv: list[str] | None = None) -> int:
           f"core: {pinned}; Fluid 1.8.5: 18.8k-23.5k")
     big = result["big_model"]
     print(f"{big['model_mb']:.1f} MB model, sync step {big['sync_step_ms']:.1f} ms, local step "
-          f"{big['local_step_ms']:.1f} ms, transport floor {big['transport_floor_ms']:.1f} ms: "
+          f"{big['local_step_ms']:.1f} ms, transport floor {big['transport_floor_ms']:.1f} ms "
+          f"(loopback {big['loopback_gb_per_s']:.2f} GB/s measured in this run; "
+          f"{big['reference_floor_ms']:.1f} ms at measurements.md's 2.4 GB/s): "
           f"step/floor {big['step_over_floor']:.2f}, (step - local)/floor "
           f"{big['step_minus_local_over_floor']:.2f} (target 1.3)")
     if cpu is not None:
