@@ -118,6 +118,28 @@ def test_arithmetic_on_variables_matches_numpy():
             float(x)
 
 
+def test_equality_is_elementwise_as_fluid_18s_varbase():
+    # Fluid 1.8's monkey_patch_math_varbase maps == and != to equal / not_equal
+    a = np.array([[1, 2], [3, 4]], "int64")
+    b = np.array([[1, 0], [3, 5]], "int64")
+    with dygraph.guard(fluid.CPUPlace()):
+        x, y = dygraph.to_variable(a), dygraph.to_variable(b)
+        for got, want in [(x == y, a == b), (x != y, a != b), (x == 3, a == 3),
+                          (x != np.int64(2), a != 2), (y == x, a == b)]:
+            assert isinstance(got, dygraph.VarBase) and got.dtype == "bool"
+            np.testing.assert_array_equal(got.numpy(), want)
+        hits = fluid.layers.reduce_sum(fluid.layers.cast(x == y, "float32"))
+        assert float(hits) == 2.0  # an accuracy count, as 1.8 scripts write it
+        # the variables themselves stay usable as keys and list members (identity first)
+        assert {x: 1, y: 2}[y] == 2 and x in [x] and [x, y].index(x) == 0
+        assert (x == "x") is False and (x != None) is True  # noqa: E711
+        with pytest.raises(ValueError, match="needs one value"):
+            bool(x == y)  # no silent truth value of several elements
+        with pytest.raises(TypeError, match="not_equal: a Variable meets a Variable or a "
+                                            "Python number, got ndarray"):
+            b != y  # noqa: B015  (an array is refused as by +: to_variable it first)
+
+
 # -- backward ---------------------------------------------------------------------------------
 
 
