@@ -236,6 +236,13 @@ def convert_np_dtype_to_dtype_(np_dtype: Any) -> str:
     return _DTYPE_MEMBERS[convert_dtype(np_dtype)]
 
 
+
+def _comparable(other: object) -> bool:
+    """What a Variable's ``==`` and ``!=`` build an op for: a variable or a number, and an
+    array (which the op then refuses, as ``+`` does)."""
+    return (isinstance(other, Variable | numbers.Number)
+            or hasattr(other, "__array_interface__"))
+
 class Variable:
     """A named tensor slot of a block (Fluid's ``Variable``).
 
@@ -412,8 +419,20 @@ class Variable:
     #: would otherwise make an array of it, dygraph's value without its graph), as Fluid 1.8
     __array_ufunc__ = None
 
-    # == and != stay Python's identity comparisons (Fluid 1.8 maps them to equal/not_equal):
-    # the framework keeps Variables in lists and dicts and compares them there
+    # Fluid 1.8's math_op_patch maps == and != to the equal / not_equal ops, in programs and
+    # in dygraph, as < and the others: ``pred == label`` is a bool variable. A Variable stays
+    # hashable by identity (dict keys and sets never call ==, and ``in`` tries identity first);
+    # the framework never compares two Variables with == (it matches them with ``is`` or by
+    # name). Anything but a variable, a number or an array compares as Python's default.
+    def __eq__(self, other: object) -> Any:
+        if not _comparable(other):
+            return NotImplemented
+        return self._binary(other, "equal")
+
+    def __ne__(self, other: object) -> Any:
+        if not _comparable(other):
+            return NotImplemented
+        return self._binary(other, "not_equal")
 
     __hash__ = object.__hash__
 

@@ -29,10 +29,6 @@ def install_backward(run_backward: Any) -> None:
     _backward = run_backward
 
 
-#: what ``==`` and ``!=`` on a VarBase compare elementwise with
-_COMPARABLE = (Variable, np.ndarray, np.generic, int, float)
-
-
 class VarBase(Variable):
     """A variable with a value (Fluid 1.8's dygraph ``VarBase``).
 
@@ -222,23 +218,6 @@ class VarBase(Variable):
 
     def __bool__(self) -> bool:
         return bool(self._scalar("bool()"))
-
-    # Fluid 1.8's dygraph maps == and != to the equal and not_equal ops (math_op_patch's
-    # monkey_patch_math_varbase), as it does < and the others: ``pred == label`` is a bool
-    # tensor of the elements, not a Python bool. (A static Variable keeps identity: the
-    # framework keeps those in lists.) Anything but a variable, an array or a number is not
-    # equal, as Python's default.
-    def __eq__(self, other: Any) -> Any:
-        if not isinstance(other, _COMPARABLE):
-            return NotImplemented
-        return self._binary(other, "equal")
-
-    def __ne__(self, other: Any) -> Any:
-        if not isinstance(other, _COMPARABLE):
-            return NotImplemented
-        return self._binary(other, "not_equal")
-
-    __hash__ = Variable.__hash__
 
     def __float__(self) -> float:
         return float(self._scalar("float()"))

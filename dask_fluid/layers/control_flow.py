@@ -314,9 +314,10 @@ def _structure(tree: Any) -> Any:
     return "var"
 
 
-#: what a bool where a condition Variable belongs usually is (docs/ops.md)
-_COMPARED = (" (== and != on Variables compare the variables themselves in dask_fluid, not "
-             "their values: use layers.equal(x, y) / layers.not_equal(x, y))")
+#: what a bool where a condition Variable belongs usually is: Python values compared while
+#: the program is built
+_COMPARED = (" (a Python bool is decided once, when the program is built: to decide at each "
+             "run, compare Variables, x == y or layers.equal(x, y))")
 
 
 def cond(pred: Variable, true_fn: Any = None, false_fn: Any = None,

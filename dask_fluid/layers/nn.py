@@ -501,7 +501,8 @@ def elementwise_pow(x: Variable, y: Variable, axis: int = -1, act: str | None = 
     return _elementwise("elementwise_pow", x, y, axis, act, name)
 
 
-_COMPARE_OPS = frozenset({"less_than", "less_equal", "greater_than", "greater_equal"})
+_COMPARE_OPS = frozenset({"less_than", "less_equal", "greater_than", "greater_equal", "equal",
+                          "not_equal"})
 _INT_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8"})
 
 

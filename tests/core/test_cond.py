@@ -158,14 +158,14 @@ def test_gradients_of_what_a_block_reads_and_overwrites():
 
 
 def test_a_python_bool_for_a_condition_says_what_to_use():
-    # `x == 0` on a Variable is a Python bool here (identity, docs/ops.md), where Fluid 1.8
-    # builds an equal op: the error says so
+    # a Variable's == builds an equal op, as Fluid 1.8's math_op_patch; a Python bool (here
+    # `2 == 0` of two numbers) for a condition gets an error that says what to use
     with fluid.program_guard(fluid.Program(), fluid.Program()):
         two = layers.fill_constant([1], "int32", 2)
         with pytest.raises(TypeError, match=r"got bool .*layers\.equal"):
-            layers.case([(two == 0, lambda: two)])
+            layers.case([(2 == 0, lambda: two)])  # noqa: PLR0133
         with pytest.raises(TypeError, match=r"got bool .*layers\.equal"):
-            layers.cond(two == 0, lambda: two, lambda: two)
+            layers.cond(2 == 0, lambda: two, lambda: two)  # noqa: PLR0133
         with pytest.raises(TypeError, match="name must be a str"):
             layers.cond(layers.equal(two, two), lambda: two, lambda: two, name=set())
         assert two.grad_name == two.name + "@GRAD"  # Fluid 1.8's Variable.grad_name

@@ -1,6 +1,6 @@
 """A Variable's operators build Fluid 1.8's ops (math_op_patch): a Python number with + - * /
 is one scale op, otherwise a constant in the elementwise or compare op; < <= > >= build the
-compare ops; == and != stay identity comparisons."""
+compare ops, and so do == and != (equal / not_equal)."""
 
 from __future__ import annotations
 
@@ -32,12 +32,29 @@ def test_comparison_operators_build_fluids_ops_and_values():
         np.testing.assert_array_equal(g, want)
 
 
-def test_equality_stays_identity():
-    with fluid.program_guard(fluid.Program(), fluid.Program()):
-        x = layers.data("x", [3])
-        y = layers.data("y", [3])
-        assert (x == x) is True and (x == y) is False and (x != y) is True
-        assert x in [y, x] and len({x, y}) == 2
+def test_equality_builds_equal_ops_as_fluid_18():
+    # Fluid 1.8's math_op_patch: == and != are the equal / not_equal ops, a number becomes a
+    # one-element fill_constant of the Variable's dtype
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.data("x", [2], dtype="int64")
+        y = layers.data("y", [2], dtype="int64")
+        outs = [x == y, x != y, x == 3, x != 2.0]
+        hits = layers.reduce_sum(layers.cast(x == y, "float32"))
+    assert all(o.dtype == "bool" for o in outs)
+    assert [op.type for op in main.global_block().ops][:6] == [
+        "equal", "not_equal", "fill_constant", "equal", "fill_constant", "not_equal"]
+    a, b = np.array([[1, 2], [3, 4]]), np.array([[1, 0], [3, 5]])
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    got = exe.run(main, feed={"x": a, "y": b}, fetch_list=[*outs, hits])
+    for g, want in zip(got, [a == b, a != b, a == 3, a != 2, [2.0]], strict=True):
+        np.testing.assert_array_equal(g, want)
+    # still hashable by identity, found by identity first; other types compare as Python's
+    assert len({x, y}) == 2 and {x: 1, y: 2}[y] == 2 and x in [x]
+    assert (x == "x") is False and (x != None) is True  # noqa: E711
+    with pytest.raises(TypeError, match="got ndarray"):
+        x == a  # noqa: B015  (arrays are refused as by +)
 
 
 def test_arithmetic_with_numbers_and_variables_as_fluid_builds_it():
