@@ -236,12 +236,12 @@ def convert_np_dtype_to_dtype_(np_dtype: Any) -> str:
     return _DTYPE_MEMBERS[convert_dtype(np_dtype)]
 
 
-
 def _comparable(other: object) -> bool:
     """What a Variable's ``==`` and ``!=`` build an op for: a variable or a number, and an
     array (which the op then refuses, as ``+`` does)."""
     return (isinstance(other, Variable | numbers.Number)
             or hasattr(other, "__array_interface__"))
+
 
 class Variable:
     """A named tensor slot of a block (Fluid's ``Variable``).
