@@ -434,6 +434,16 @@ class Variable:
             return NotImplemented
         return self._binary(other, "not_equal")
 
+    def __bool__(self) -> bool:
+        # a comparison built by the operators above has a value only when the program runs:
+        # `if x == y:` or `v in [others]` would take Fluid 1.8's silent always-true
+        if self.__dict__.get("_compared"):
+            raise TypeError(f"{self.name!r} compares Variables of a program: it has a value only "
+                            "when the program runs, not while it is built; branch on it with "
+                            "layers.cond / layers.Switch, and match Variables with `is` or by "
+                            "name")
+        return True
+
     __hash__ = object.__hash__
 
 

@@ -556,7 +556,9 @@ def _binary_op(x: Variable, other: Any, op_type: str, reverse: bool) -> Variable
         other = cast(other, x.dtype)
     a, b = (other, x) if reverse else (x, other)
     if op_type in _COMPARE_OPS:
-        return _compare(op_type, a, b)
+        out = _compare(op_type, a, b)
+        out._compared = True  # no truth value while the program is built (Variable.__bool__)
+        return out
     axis = 0 if b.shape and b.shape[0] == -1 else -1
     return _elementwise(op_type, a, b, axis, None, None, checked=False)
 

@@ -51,7 +51,12 @@ def test_equality_builds_equal_ops_as_fluid_18():
     for g, want in zip(got, [a == b, a != b, a == 3, a != 2, [2.0]], strict=True):
         np.testing.assert_array_equal(g, want)
     # still hashable by identity, found by identity first; other types compare as Python's
-    assert len({x, y}) == 2 and {x: 1, y: 2}[y] == 2 and x in [x]
+    assert len({x, y}) == 2 and {x: 1, y: 2}[y] == 2 and x in [x] and bool(x)
+    # a comparison has no truth value while the program is built (Fluid 1.8: always true)
+    for truth in (lambda: bool(x == y), lambda: x in [y], lambda: bool(x < 3)):
+        with pytest.raises(TypeError, match="compares Variables of a program: it has a value "
+                                            "only when the program runs"):
+            truth()
     assert (x == "x") is False and (x != None) is True  # noqa: E711
     with pytest.raises(TypeError, match="got ndarray"):
         x == a  # noqa: B015  (arrays are refused as by +)
