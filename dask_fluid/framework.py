@@ -419,6 +419,9 @@ class Variable:
     #: would otherwise make an array of it, dygraph's value without its graph), as Fluid 1.8
     __array_ufunc__ = None
 
+    #: set on the result of a comparison operator (layers/nn.py's binary-op hook)
+    _compared = False
+
     # Fluid 1.8's math_op_patch maps == and != to the equal / not_equal ops, in programs and
     # in dygraph, as < and the others: ``pred == label`` is a bool variable. A Variable stays
     # hashable by identity (dict keys and sets never call ==, and ``in`` tries identity first);
@@ -437,7 +440,7 @@ class Variable:
     def __bool__(self) -> bool:
         # a comparison built by the operators above has a value only when the program runs:
         # `if x == y:` or `v in [others]` would take Fluid 1.8's silent always-true
-        if self.__dict__.get("_compared"):
+        if self._compared:
             raise TypeError(f"{self.name!r} compares Variables of a program: it has a value only "
                             "when the program runs, not while it is built; branch on it with "
                             "layers.cond / layers.Switch, and match Variables with `is` or by "

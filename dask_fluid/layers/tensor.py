@@ -13,7 +13,7 @@ from .. import unique_name
 from ..framework import Variable, VarType, convert_dtype, default_main_program, in_dygraph_mode
 from ..initializer import ConstantInitializer, force_init_on_cpu
 from ..layer_helper import LayerHelper
-from .checks import check_type, check_variable_and_dtype
+from .checks import check_dtype, check_type, check_variable_and_dtype
 
 __all__ = [
     "argmax", "argmin", "argsort", "assign", "cast", "concat", "create_global_var",
@@ -131,8 +131,6 @@ def fill_constant(shape: Sequence[int | Variable] | Variable, dtype: Any,
     AssertionError
         ``shape`` is an empty list, as Fluid asserts.
     """
-    from .checks import check_dtype, check_type, check_variable_and_dtype  # noqa: PLC0415
-
     helper = LayerHelper("fill_constant")
     dtype = convert_dtype(dtype)
     check_dtype(dtype, "dtype", ["bool", "float16", "float32", "float64", "int32", "int64"],
@@ -375,20 +373,32 @@ def concat(input: Sequence[Variable] | Variable, axis: int | Variable = 0,
     return out
 
 
-def sums(input: Sequence[Variable], out: Variable | None = None) -> Variable:
-    """Element-wise sum of a list of tensors."""
-    # Fluid 1.8's checks of layers.sums
-    check_type(input, "input", (Variable, tuple, list), "sums")
+#: the dtypes Fluid 1.8's layers.sums and layers.sum check their inputs for
+_SUM_DTYPES = ("float32", "float64", "int32", "int64")
+
+
+def _check_summands(input: Any, arg: str, layer: str) -> None:
+    """Fluid 1.8's checks of the two sum layers: a Variable or a list or tuple of them, each
+    of :data:`_SUM_DTYPES`."""
+    check_type(input, arg, (Variable, tuple, list), layer)
     for item in input if isinstance(input, (list, tuple)) else [input]:
-        check_variable_and_dtype(item, "input", ("float32", "float64", "int32", "int64"), "sums")
-    if out is not None:
-        check_variable_and_dtype(out, "out", ("float32", "float64", "int32", "int64"), "sums")
-    input = [input] if isinstance(input, Variable) else input
+        check_variable_and_dtype(item, arg, _SUM_DTYPES, layer)
+
+
+def _append_sum(input: Sequence[Variable], out: Variable | None) -> Variable:
     helper = LayerHelper("sum")
     if out is None:
         out = helper.create_tmp(dtype=input[0].dtype, shape=input[0].shape)
     helper.append_op("sum", inputs={"X": list(input)}, outputs={"Out": [out]})
     return out
+
+
+def sums(input: Sequence[Variable], out: Variable | None = None) -> Variable:
+    """Element-wise sum of a list of tensors."""
+    _check_summands(input, "input", "sums")
+    if out is not None:
+        check_variable_and_dtype(out, "out", _SUM_DTYPES, "sums")
+    return _append_sum([input] if isinstance(input, Variable) else input, out)
 
 
 def reshape(x: Variable, shape: Sequence[int | Variable] | Variable,
@@ -582,11 +592,8 @@ def sum(x: Variable | Sequence[Variable]) -> Variable:  # noqa: A001 (Fluid's na
     """The element-wise sum of ``x`` (a Variable or a list), op ``sum`` (Fluid 1.8's
     ``layers.sum``; :func:`sums` with an ``out``)."""
     # Fluid 1.8's layers.sum is paddle.elementwise_sum, whose checks name it so
-    check_type(x, "inputs", (Variable, tuple, list), "elementwise_sum")
-    for item in x if isinstance(x, (list, tuple)) else [x]:
-        check_variable_and_dtype(item, "inputs", ("float32", "float64", "int32", "int64"),
-                                 "elementwise_sum")
-    return sums([x] if isinstance(x, Variable) else list(x))
+    _check_summands(x, "inputs", "elementwise_sum")
+    return _append_sum([x] if isinstance(x, Variable) else list(x), None)
 
 
 def unstack(x: Variable, axis: int = 0, num: int | None = None) -> list[Variable]:
