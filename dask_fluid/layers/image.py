@@ -342,9 +342,10 @@ def maxout(x: Variable, groups: int, name: str | None = None, axis: int = 1) -> 
     shape = list(x.shape or ())
     if len(shape) != 4:
         raise ValueError(f"maxout: x {x.name!r} must be 4-D, got shape {shape}")
-    if not isinstance(groups, int) or groups < 1 or (shape[axis] > 0 and shape[axis] % groups):
-        raise ValueError(f"maxout: groups={groups!r} must be a positive int dividing dim "
-                         f"{axis} of {x.name!r} ({shape[axis]})")
+    # groups > 1: Fluid 1.8's op refuses 1 when the layer appends it (MaxOutOp::InferShape)
+    if not isinstance(groups, int) or groups <= 1 or (shape[axis] > 0 and shape[axis] % groups):
+        raise ValueError(f"maxout: groups={groups!r} must be an int larger than 1 dividing "
+                         f"dim {axis} of {x.name!r} ({shape[axis]})")
     helper = LayerHelper("maxout", name)
     out_shape = list(shape)
     out_shape[axis] = shape[axis] // groups if shape[axis] > 0 else -1

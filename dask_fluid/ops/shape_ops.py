@@ -663,10 +663,13 @@ def pixel_shuffle_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
 
 def _maxout_view(x: Any, attrs: dict) -> tuple[Any, int]:
     groups = int(attrs.get("groups", 1))
+    # Fluid 1.8's MaxOutOp::InferShape: a 4-D X (NCHW or NHWC) and groups > 1
+    if x.ndim != 4:
+        raise ValueError(f"maxout: X must be 4-D (NCHW or NHWC), got shape {list(x.shape)}")
     axis = int(attrs.get("axis", 1)) % x.ndim
-    if groups < 1 or x.shape[axis] % groups:
-        raise ValueError(f"maxout: groups ({groups}) must divide dim {axis} of X "
-                         f"({x.shape[axis]})")
+    if groups <= 1 or x.shape[axis] % groups:
+        raise ValueError(f"maxout: groups ({groups}) must be larger than 1 and divide dim "
+                         f"{axis} of X ({x.shape[axis]})")
     shape = x.shape[:axis] + (x.shape[axis] // groups, groups) + x.shape[axis + 1:]
     return x.reshape(shape), axis + 1
 

@@ -82,8 +82,11 @@ def test_pixel_shuffle_maxout_gather_nd_shapes_values_and_errors():
             layers.pixel_shuffle(x, 3)
         with pytest.raises(ValueError, match="axis must be 1 \\(NCHW\\), -1 or 3"):
             layers.maxout(x, groups=2, axis=2)
-        with pytest.raises(ValueError, match="groups=3 must be a positive int dividing dim 1"):
+        with pytest.raises(ValueError, match="groups=3 must be an int larger than 1 dividing "
+                                             "dim 1"):
             layers.maxout(x, groups=3)
+        with pytest.raises(ValueError, match="groups=1 must be an int larger than 1"):
+            layers.maxout(x, groups=1)
         with pytest.raises(TypeError, match="index .* must be int32 or int64"):
             layers.gather_nd(table, layers.data("f", [1], append_batch_size=False))
     assert up.shape == (-1, 2, 4, 6) and pooled.shape == (-1, 2, 2, 3)

@@ -717,6 +717,11 @@ def test_group_norm_gather_nd_pixel_shuffle_maxout_against_loops():
                                 "Out@GRAD": [np.full((1, 1, 1, 1), 5.0)]},
                 {"groups": 2})["X@GRAD"][0]
     np.testing.assert_array_equal(dx.ravel(), [5.0, 0.0])  # a tie: the first maximum only
+    # Fluid 1.8's MaxOutOp::InferShape: X is 4-D and groups > 1
+    with pytest.raises(ValueError, match=r"X must be 4-D .* got shape \[2, 6\]"):
+        run_op("maxout", {"X": [np.ones((2, 6))]}, {"groups": 3})
+    with pytest.raises(ValueError, match=r"groups \(1\) must be larger than 1"):
+        run_op("maxout", {"X": [feat]}, {"groups": 1})
 
 
 def test_integer_elementwise_div_truncates_as_cpp_and_refuses_zero():
