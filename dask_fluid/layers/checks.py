@@ -18,7 +18,13 @@ from typing import Any
 
 from ..framework import Variable, convert_dtype, in_dygraph_mode
 
-__all__ = ["check_dtype", "check_type", "check_variable_and_dtype"]
+__all__ = ["ArgumentAssertionError", "check_dtype", "check_type", "check_variable_and_dtype"]
+
+
+class ArgumentAssertionError(ValueError, AssertionError):
+    """An argument that Fluid 1.8's layer refuses with an ``assert`` (an empty shape, two -1
+    dims in ``reshape``): an AssertionError as there, for code written against Fluid, and a
+    ValueError as every other bad value here. Raised explicitly, so ``python -O`` keeps it."""
 
 
 def _words(names: Sequence[str]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins  # this module defines Fluid's layers.sum and layers.range
+import numbers
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -13,7 +14,7 @@ from .. import unique_name
 from ..framework import Variable, VarType, convert_dtype, default_main_program, in_dygraph_mode
 from ..initializer import ConstantInitializer, force_init_on_cpu
 from ..layer_helper import LayerHelper
-from .checks import check_dtype, check_type, check_variable_and_dtype
+from .checks import ArgumentAssertionError, check_dtype, check_type, check_variable_and_dtype
 
 __all__ = [
     "argmax", "argmin", "argsort", "assign", "cast", "concat", "create_global_var",
@@ -128,8 +129,8 @@ def fill_constant(shape: Sequence[int | Variable] | Variable, dtype: Any,
         ``dtype`` is not bool, float16, float32, float64, int32 or int64; ``out`` is not a
         Variable of ``dtype``; ``shape`` is not a list, tuple or Variable, or a shape Variable
         is not int32 or int64.
-    AssertionError
-        ``shape`` is an empty list, as Fluid asserts.
+    ArgumentAssertionError
+        ``shape`` is an empty list (Fluid asserts; a ValueError and an AssertionError).
     """
     helper = LayerHelper("fill_constant")
     dtype = convert_dtype(dtype)
@@ -160,8 +161,9 @@ def fill_constant(shape: Sequence[int | Variable] | Variable, dtype: Any,
         n = shape.shape[0] if shape.shape is not None and len(shape.shape) == 1 else None
         var_shape = None if n is None or n < 0 else [-1] * n
     else:
-        assert len(shape) > 0, ("The size of 'shape' in fill_constant can't be zero, but "
-                                f"received {len(shape)}.")
+        if len(shape) == 0:
+            raise ArgumentAssertionError("The size of 'shape' in fill_constant can't be zero, "
+                                         "but received 0.")
         attrs["shape"] = [-1 if isinstance(d, Variable) else int(d) for d in shape]
         var_shape = list(attrs["shape"])
         if any(isinstance(d, Variable) for d in shape):
@@ -418,8 +420,10 @@ def reshape(x: Variable, shape: Sequence[int | Variable] | Variable,
     ------
     TypeError
         ``shape`` is not a list, tuple or Variable, or ``actual_shape`` is not a Variable.
-    ValueError
-        More than one -1, a 0 past the input's rank, a negative dimension, or an empty shape.
+    ArgumentAssertionError
+        More than one -1, a 0 past the input's rank, a negative dimension, an item of the list
+        neither an int nor a Variable, or an empty shape (Fluid asserts; a ValueError and an
+        AssertionError).
     """
     check_variable_and_dtype(x, "x", ("float16", "float32", "float64", "int32", "int64"),
                              "reshape")
@@ -464,24 +468,28 @@ def reshape(x: Variable, shape: Sequence[int | Variable] | Variable,
 def _reshape_attr(shape: Sequence[int | Variable], x: Variable) -> list[int]:
     """The ``shape`` attribute: ints as given, -1 for each Variable (Fluid's rules checked)."""
     if len(shape) == 0:
-        raise ValueError("reshape: shape must not be empty")
+        raise ArgumentAssertionError("reshape: shape must not be empty")
     out: list[int] = []
     inferred = False  # a Variable's -1 is a placeholder, not the dim to infer
     for i, d in enumerate(shape):
         if isinstance(d, Variable):
             out.append(-1)
             continue
+        if not isinstance(d, numbers.Integral) or isinstance(d, bool):
+            raise ArgumentAssertionError(f"reshape: shape[{i}] = {d!r} is neither an int nor a "
+                                         "Variable")
         d = int(d)
         if d == -1:
             if inferred:
-                raise ValueError(f"reshape: at most one dimension may be -1, got {list(shape)}")
+                raise ArgumentAssertionError(f"reshape: at most one dimension may be -1, got "
+                                             f"{list(shape)}")
             inferred = True
         if d == 0 and x.shape is not None and i >= len(x.shape):
-            raise ValueError(f"reshape: shape[{i}] is 0 (copy the input's dim), but the input "
-                             f"has only {len(x.shape)} dims")
+            raise ArgumentAssertionError(f"reshape: shape[{i}] is 0 (copy the input's dim), "
+                                         f"but the input has only {len(x.shape)} dims")
         if d < -1:
-            raise ValueError(f"reshape: shape[{i}] = {d}; a dimension is positive, 0 (copy) "
-                             "or the one -1 (inferred)")
+            raise ArgumentAssertionError(f"reshape: shape[{i}] = {d}; a dimension is positive, "
+                                         "0 (copy) or the one -1 (inferred)")
         out.append(d)
     return out
 

@@ -110,16 +110,31 @@ def test_inplace_reshape_trains_as_the_plain_one():
      "The type of 'shape' in reshape must be list, tuple or Variable, but received int"),
     ({"shape": [2, 12], "actual_shape": [2, 12]}, TypeError,
      "actual_shape must be a Variable or None, got list"),
-    ({"shape": []}, ValueError, "shape must not be empty"),
-    ({"shape": [-1, -1]}, ValueError, "at most one dimension may be -1"),
-    ({"shape": [0, 0, 0, 0]}, ValueError, r"shape\[3\] is 0 .* has only 3 dims"),
-    ({"shape": [2, -3]}, ValueError, r"shape\[1\] = -3"),
+    ({"shape": []}, AssertionError, "shape must not be empty"),
+    ({"shape": [-1, -1]}, AssertionError, "at most one dimension may be -1"),
+    ({"shape": [0, 0, 0, 0]}, AssertionError, r"shape\[3\] is 0 .* has only 3 dims"),
+    ({"shape": [2, -3]}, AssertionError, r"shape\[1\] = -3"),
+    ({"shape": [2, 6.0]}, AssertionError, r"shape\[1\] = 6.0 is neither an int nor a Variable"),
 ])
 def test_bad_shapes_are_refused_when_the_program_is_built(kwargs, error, match):
+    """Fluid 1.8 asserts on the shape's values (Paddle's TestReshapeOpError catches
+    AssertionError); here the same error is also a ValueError, and stays under python -O."""
     with fluid.program_guard(fluid.Program(), fluid.Program()):
         x = layers.data("x", [3, 4])
-        with pytest.raises(error, match=match):
+        with pytest.raises(error, match=match) as raised:
             layers.reshape(x, **kwargs)
+    if error is AssertionError:
+        assert isinstance(raised.value, ValueError)
+
+
+def test_reshape_takes_numpy_ints_and_fill_constant_refuses_an_empty_shape():
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        x = layers.data("x", [3, 4])
+        assert layers.reshape(x, [np.int64(-1), np.int32(6)]).shape == (-1, 6)
+        with pytest.raises(AssertionError, match="The size of 'shape' in fill_constant can't "
+                                                 "be zero") as raised:
+            layers.fill_constant([], "float32", 1.0)
+    assert isinstance(raised.value, ValueError)
 
 
 # -- assign of a numpy array (Fluid 1.8: an assign_value op carries it) ------------------------
