@@ -17,8 +17,9 @@ reset and candidate gates (``[u | r | c]``, ``3D`` wide); with ``h`` the previou
 Fluid load unchanged. ``BatchGate`` (the activated gates ``[u | r | c]``),
 ``BatchResetHiddenPrev`` (``r * h``) and ``BatchHidden`` (the new state ``h'``) are kept for
 the gradient in Fluid's batch order: time step after time step, the running sequences longest
-first (:func:`gru_batch_order`). The gate sigmoids clamp their input to [-40, 13] as Fluid's
-math/detail kernels do (gru, lstm, lstmp).
+first (:func:`batch_order`). The lstm and lstmp ops keep their ``Batch*`` outputs in the same
+order. The gate sigmoids clamp their input to [-40, 13] as Fluid's math/detail kernels do
+(gru, lstm, lstmp).
 """
 
 from __future__ import annotations
@@ -95,37 +96,16 @@ def _check_acts(attrs: dict, op: str) -> tuple[str, str]:
     return act, gate
 
 
-def time_steps(offsets: tuple, reverse: bool) -> list[tuple[np.ndarray, np.ndarray]]:
-    """For each time step: the sequences still running and the row each reads at that step
-    (from the end of the sequence when ``reverse``)."""
-    o = np.asarray(offsets, dtype=np.int64)
-    lengths = np.diff(o)
-    steps = []
-    for t in range(int(lengths.max()) if lengths.size else 0):
-        seqs = np.flatnonzero(lengths > t)
-        rows = (o[1:][seqs] - 1 - t) if reverse else (o[:-1][seqs] + t)
-        steps.append((seqs, rows))
-    return steps
-
-
-def _prev_rows(rows: np.ndarray, t: int, reverse: bool) -> np.ndarray | None:
-    """The rows the running sequences wrote at the step before step ``t`` (None at the first
-    step: the initial state); a sequence's rows are contiguous."""
-    if t == 0:
-        return None
-    return rows + 1 if reverse else rows - 1
-
-
 def _split_weight(w: Any, d: int) -> tuple[Any, Any]:
     flat = w.reshape(-1)
     return flat[:2 * d * d].reshape(d, 2 * d), flat[2 * d * d:].reshape(d, d)
 
 
-def gru_batch_order(offsets: tuple, reverse: bool) -> list[tuple[np.ndarray, np.ndarray]]:
+def batch_order(offsets: tuple, reverse: bool) -> list[tuple[np.ndarray, np.ndarray]]:
     """Fluid's sequence2batch order (math/sequence2batch.h): the sequences sorted by length,
     longest first (ties keep their order), and for each time step the sequences still running
-    in that order with the row each reads. ``BatchGate``, ``BatchResetHiddenPrev`` and
-    ``BatchHidden`` hold the steps' rows one after another in this order.
+    in that order with the row each reads. The ``Batch*`` outputs of gru, lstm and lstmp hold
+    the steps' rows one after another in this order.
 
     Parameters
     ----------
@@ -137,10 +117,13 @@ def gru_batch_order(offsets: tuple, reverse: bool) -> list[tuple[np.ndarray, np.
     Returns
     -------
     list of (ndarray, ndarray)
-        Per time step: the running sequences' indices and the input rows they read.
+        Per time step: the running sequences' indices and the input rows they read. The
+        sequences running at a step are the first ones of those running at the step before.
     """
     o = np.asarray(offsets, dtype=np.int64)
     lengths = np.diff(o)
+    # Fluid's std::sort is not stable, but libstdc++ sorts 16 sequences or fewer by insertion,
+    # which keeps ties in order: a stable sort matches it there
     order = np.argsort(-lengths, kind="stable")
     steps = []
     for t in range(int(lengths.max()) if lengths.size else 0):
@@ -148,6 +131,39 @@ def gru_batch_order(offsets: tuple, reverse: bool) -> list[tuple[np.ndarray, np.
         rows = (o[1:][seqs] - 1 - t) if reverse else (o[:-1][seqs] + t)
         steps.append((seqs, rows))
     return steps
+
+
+def batch_lod(offsets: tuple, reverse: bool) -> tuple:
+    """The LoD Fluid's ``LoDTensor2BatchFunctor`` sets on a ``BatchGate``: the offsets of the
+    time steps' rows, the input row of every batch row, and the sequences' sort order (empty
+    sequences last). Its levels are not nested sequences: Fluid's grad kernels read the
+    batch layout from it (these recompute it from the Input's LoD).
+
+    Parameters
+    ----------
+    offsets : tuple
+        The sequences' LoD offsets.
+    reverse : bool
+        Whether each sequence runs from its end.
+
+    Returns
+    -------
+    tuple of three tuples of int
+        ``(batch_starts, seq2batch_idx, seq_order)``, as sequence2batch.h names them.
+    """
+    steps = batch_order(offsets, reverse)
+    starts = np.cumsum([0] + [len(rows) for _, rows in steps])
+    rows = np.concatenate([rows for _, rows in steps]) if steps else np.zeros(0, np.int64)
+    # every sequence, the empty ones too (step 0 lists only those with a row)
+    order = np.argsort(-np.diff(np.asarray(offsets, dtype=np.int64)), kind="stable")
+    return (tuple(int(v) for v in starts), tuple(int(v) for v in rows),
+            tuple(int(v) for v in order))
+
+
+def _batch_slices(steps: list) -> list[slice]:
+    """The rows of each time step in the ``Batch*`` outputs."""
+    starts = np.cumsum([0] + [len(rows) for _, rows in steps])
+    return [slice(int(a), int(b)) for a, b in zip(starts[:-1], starts[1:], strict=True)]
 
 
 @register("gru", ("Input", "H0", "Weight", "Bias"),
@@ -159,7 +175,7 @@ def gru_batch_order(offsets: tuple, reverse: bool) -> list[tuple[np.ndarray, np.
 def gru(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Hidden ``[T, D]``: the GRU state after every row of every sequence (see the module
     docstring); it keeps the input's LoD. The Batch* outputs are in Fluid's batch order
-    (:func:`gru_batch_order`)."""
+    (:func:`batch_order`)."""
     x, w = ins["Input"][0], ins["Weight"][0]
     h0 = (ins.get("H0") or [None])[0]
     bias = (ins.get("Bias") or [None])[0]
@@ -184,7 +200,7 @@ def gru(ins: dict, attrs: dict, outs: tuple) -> dict:
     state = state.copy()
     origin = bool(attrs.get("origin_mode", False))
     start = 0
-    for seqs, rows in gru_batch_order(lod[-1], bool(attrs.get("is_reverse", False))):
+    for seqs, rows in batch_order(lod[-1], bool(attrs.get("is_reverse", False))):
         s, r = xp.asarray(seqs), xp.asarray(rows)
         b = slice(start, start + len(rows))  # this step's rows of the Batch* outputs
         start += len(rows)
@@ -225,7 +241,7 @@ def gru_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     carry = xp.zeros((n_seq, d), dtype=x.dtype)  # dL/dh flowing back from later steps
     dh_all = dhidden if dhidden is not None else xp.zeros((x.shape[0], d), dtype=x.dtype)
     origin = bool(attrs.get("origin_mode", False))
-    steps = gru_batch_order(lod[-1], bool(attrs.get("is_reverse", False)))
+    steps = batch_order(lod[-1], bool(attrs.get("is_reverse", False)))
     starts = np.cumsum([0] + [len(rows) for _, rows in steps])
     for t in range(len(steps) - 1, -1, -1):
         seqs, rows = steps[t]
@@ -322,22 +338,26 @@ def _lstm_setup(ins: dict, attrs: dict, op: str):
 
 @register("lstm", _LSTM_IN, ("Hidden", "Cell", "BatchGate", "BatchCellPreAct"), _LSTM_ATTRS,
           optional=("H0", "C0", "Bias"), lod="kernel",
-          grad=grad_maker((*_LSTM_IN, "Hidden", "Cell", "BatchGate"), ("Hidden", "Cell"),
-                          ("Input", "H0", "C0", "Weight", "Bias")))
+          grad=grad_maker((*_LSTM_IN, "Hidden", "Cell", "BatchGate", "BatchCellPreAct"),
+                          ("Hidden", "Cell"), ("Input", "H0", "C0", "Weight", "Bias")))
 def lstm(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Hidden and Cell ``[T, D]`` after every row of every sequence; both keep the LoD.
-    BatchGate holds the activated gates (row order), BatchCellPreAct the cell states."""
+    BatchGate holds the activated gates ``[c~ | i | f | o]`` and BatchCellPreAct
+    ``cell_act(c)`` (lstm_kernel.h's ``state_atv``, despite the name), both in Fluid's batch
+    order (:func:`batch_order`); BatchGate has Fluid's batch LoD (:func:`batch_lod`)."""
     x, w, b, xp, lod, d, peep, n_seq = _lstm_setup(ins, attrs, "lstm")
     gate_act, cell_act, cand_act = _lstm_acts(attrs, "lstm")
     h0, c0 = (ins.get("H0") or [None])[0], (ins.get("C0") or [None])[0]
+    reverse = bool(attrs.get("is_reverse", False))
     z = x + (b[:4 * d].reshape(1, -1) if b is not None else 0)
     wi, wf, wo = ((b[4 * d:5 * d], b[5 * d:6 * d], b[6 * d:]) if peep else (0, 0, 0))
     h = (h0 if h0 is not None else xp.zeros((n_seq, d), dtype=x.dtype)).copy()
     c = (c0 if c0 is not None else xp.zeros((n_seq, d), dtype=x.dtype)).copy()
     hidden = xp.zeros((x.shape[0], d), dtype=x.dtype)
-    cell = xp.zeros_like(hidden)
+    cell, act_cell = xp.zeros_like(hidden), xp.zeros_like(hidden)
     gates = xp.zeros_like(x)
-    for seqs, rows in time_steps(lod[-1], bool(attrs.get("is_reverse", False))):
+    steps = batch_order(lod[-1], reverse)
+    for (seqs, rows), bs in zip(steps, _batch_slices(steps), strict=True):
         s, r = xp.asarray(seqs), xp.asarray(rows)
         g = z[r] + h[s] @ w
         cand = _act(xp, cand_act, g[:, :d], clip=True)
@@ -345,30 +365,35 @@ def lstm(ins: dict, attrs: dict, outs: tuple) -> dict:
         f = _act(xp, gate_act, g[:, 2 * d:3 * d] + wf * c[s], clip=True)
         new_c = cand * i + c[s] * f
         o = _act(xp, gate_act, g[:, 3 * d:] + wo * new_c, clip=True)
-        new_h = o * _act(xp, cell_act, new_c, clip=True)
-        gates[r] = xp.concatenate([cand, i, f, o], axis=1)
+        a_c = _act(xp, cell_act, new_c, clip=True)
+        new_h = o * a_c
+        gates[bs] = xp.concatenate([cand, i, f, o], axis=1)
+        act_cell[bs] = a_c
         hidden[r], cell[r] = new_h, new_c
         h[s], c[s] = new_h, new_c
-    return {"Hidden": [hidden], "Cell": [cell], "BatchGate": [gates], "BatchCellPreAct": [cell],
-            LOD_KEY: {"Hidden": [lod], "Cell": [lod], "BatchGate": [lod],
-                      "BatchCellPreAct": [lod]}}
+    # Fluid sets the batch LoD on BatchGate only (to_batch); BatchCellPreAct gets none
+    return {"Hidden": [hidden], "Cell": [cell], "BatchGate": [gates],
+            "BatchCellPreAct": [act_cell],
+            LOD_KEY: {"Hidden": [lod], "Cell": [lod], "BatchGate": [batch_lod(lod[-1], reverse)]}}
 
 
-@register("lstm_grad", *grad_slots((*_LSTM_IN, "Hidden", "Cell", "BatchGate"),
+@register("lstm_grad", *grad_slots((*_LSTM_IN, "Hidden", "Cell", "BatchGate", "BatchCellPreAct"),
                                    ("Hidden", "Cell"), ("Input", "H0", "C0", "Weight", "Bias")),
-          _LSTM_ATTRS, optional=("H0", "C0", "Bias"), lod="kernel")
+          _LSTM_ATTRS, optional=("H0", "C0", "Bias", "BatchCellPreAct"), lod="kernel")
 def lstm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """Backpropagation through time (Paddle's lstm backward, peepholes included)."""
+    """Backpropagation through time (Paddle's lstm backward, peepholes included). BatchGate
+    and BatchCellPreAct are in the forward's batch order; Hidden and Cell in row order."""
     x, w, b, xp, lod, d, peep, n_seq = _lstm_setup(ins, attrs, "lstm_grad")
     gate_act, cell_act, cand_act = _lstm_acts(attrs, "lstm_grad")
     h0, c0 = (ins.get("H0") or [None])[0], (ins.get("C0") or [None])[0]
     hidden, cell, gates = ins["Hidden"][0], ins["Cell"][0], ins["BatchGate"][0]
+    act_cell = (ins.get("BatchCellPreAct") or [None])[0]
     zeros = xp.zeros((x.shape[0], d), dtype=x.dtype)
     dh_all = ins["Hidden" + GRAD][0] if ins["Hidden" + GRAD][0] is not None else zeros
     dc_all = ins["Cell" + GRAD][0] if ins["Cell" + GRAD][0] is not None else zeros
     wi, wf, wo = ((b[4 * d:5 * d], b[5 * d:6 * d], b[6 * d:]) if peep else (0, 0, 0))
-    reverse = bool(attrs.get("is_reverse", False))
-    steps = time_steps(lod[-1], reverse)
+    steps = batch_order(lod[-1], bool(attrs.get("is_reverse", False)))
+    slices = _batch_slices(steps)
     h_init = h0 if h0 is not None else xp.zeros((n_seq, d), dtype=x.dtype)
     c_init = c0 if c0 is not None else xp.zeros((n_seq, d), dtype=x.dtype)
     dz = xp.zeros_like(x)
@@ -378,18 +403,21 @@ def lstm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     carry_c = xp.zeros((n_seq, d), dtype=x.dtype)
     for t in range(len(steps) - 1, -1, -1):
         seqs, rows = steps[t]
-        s, r = xp.asarray(seqs), xp.asarray(rows)
-        before = _prev_rows(rows, t, reverse)
-        if before is None:
+        s, r, bs = xp.asarray(seqs), xp.asarray(rows), slices[t]
+        if t == 0:
             hp, cp = h_init[s], c_init[s]
         else:
-            hp, cp = hidden[xp.asarray(before)], cell[xp.asarray(before)]
-        cand, i, f, o = (gates[r, k * d:(k + 1) * d] for k in range(4))
+            # the sequences running now are the first of those running at step t - 1
+            before = xp.asarray(steps[t - 1][1][:len(rows)])
+            hp, cp = hidden[before], cell[before]
+        cand, i, f, o = (gates[bs, k * d:(k + 1) * d] for k in range(4))
         new_c = cell[r]
+        # a grad op saved before lstm's grad maker passed BatchCellPreAct (as Fluid's does)
+        # takes cell_act(c) from Cell: the same values
+        a_c = act_cell[bs] if act_cell is not None else _act(xp, cell_act, new_c, clip=True)
         dcand, di, df, do, carry_c[s] = _lstm_cell_grad(
-            (gate_act, cell_act, cand_act), cand, i, f, o, cp, new_c,
-            _act(xp, cell_act, new_c, clip=True), dh_all[r] + carry_h[s], dc_all[r] + carry_c[s],
-            (wi, wf, wo))
+            (gate_act, cell_act, cand_act), cand, i, f, o, cp, new_c, a_c,
+            dh_all[r] + carry_h[s], dc_all[r] + carry_c[s], (wi, wf, wo))
         if peep:
             dpeep += xp.stack([(di * cp).sum(0), (df * cp).sum(0), (do * new_c).sum(0)])
         dg = xp.concatenate([dcand, di, df, do], axis=1)
@@ -609,16 +637,19 @@ def _lstmp_setup(ins: dict, attrs: dict, op: str):
 def lstmp(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Projection ``[T, P]`` and Cell ``[T, D]`` after every row of every sequence (both keep
     the LoD). BatchGate holds the activated gates ``[c~ | i | f | o]``, BatchCellPreAct
-    ``cell_act(c)`` and BatchHidden ``h = o * cell_act(c)``, in row order (Fluid keeps them
-    in its length-sorted batch order)."""
+    ``cell_act(c)`` (lstm_kernel.h's ``state_atv``) and BatchHidden ``h = o * cell_act(c)``,
+    all in Fluid's batch order (:func:`batch_order`); BatchGate has Fluid's batch LoD
+    (:func:`batch_lod`)."""
     (x, w, pw, b, xp, lod, d, p, peep, (wi, wf, wo), (gate_act, cell_act, cand_act),
      proj_act, (cell_clip, proj_clip), (h_init, c_init)) = _lstmp_setup(ins, attrs, "lstmp")
+    reverse = bool(attrs.get("is_reverse", False))
     z = x + b[:4 * d].reshape(1, -1)
     r_state, c_state = h_init.copy(), c_init.copy()
     proj = xp.zeros((x.shape[0], p), dtype=x.dtype)
     cell = xp.zeros((x.shape[0], d), dtype=x.dtype)
     act_cell, hidden, gates = xp.zeros_like(cell), xp.zeros_like(cell), xp.zeros_like(x)
-    for seqs, rows in time_steps(lod[-1], bool(attrs.get("is_reverse", False))):
+    steps = batch_order(lod[-1], reverse)
+    for (seqs, rows), bs in zip(steps, _batch_slices(steps), strict=True):
         s, r = xp.asarray(seqs), xp.asarray(rows)
         g = z[r] + r_state[s] @ w
         c_prev = c_state[s]
@@ -634,13 +665,15 @@ def lstmp(ins: dict, attrs: dict, outs: tuple) -> dict:
         new_r = _act(xp, proj_act, h @ pw)
         if proj_clip > 0:
             new_r = xp.clip(new_r, -proj_clip, proj_clip)
-        gates[r] = xp.concatenate([cand, i, f, o], axis=1)
-        cell[r], act_cell[r], hidden[r], proj[r] = new_c, a_c, h, new_r
+        gates[bs] = xp.concatenate([cand, i, f, o], axis=1)
+        act_cell[bs], hidden[bs] = a_c, h
+        cell[r], proj[r] = new_c, new_r
         r_state[s], c_state[s] = new_r, new_c
+    # Fluid sets the batch LoD on BatchGate only (to_batch); the other Batch* get none
     return {"Projection": [proj], "Cell": [cell], "BatchGate": [gates],
             "BatchCellPreAct": [act_cell], "BatchHidden": [hidden],
-            LOD_KEY: {k: [lod] for k in ("Projection", "Cell", "BatchGate", "BatchCellPreAct",
-                                         "BatchHidden")}}
+            LOD_KEY: {"Projection": [lod], "Cell": [lod],
+                      "BatchGate": [batch_lod(lod[-1], reverse)]}}
 
 
 @register("lstmp_grad", *grad_slots(_LSTMP_FWD, ("Projection", "Cell"),
@@ -649,7 +682,9 @@ def lstmp(ins: dict, attrs: dict, outs: tuple) -> dict:
 def lstmp_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Backpropagation through time, as LSTMPGradKernel and lstm_kernel.h: a clipped
     projection or cell value passes no gradient (its whole state gradient is zeroed). Unlike
-    Fluid 1.8 (which drops it, a TODO in its kernel) the gradient of Cell is used."""
+    Fluid 1.8 (which drops it, a TODO in its kernel) the gradient of Cell is used. BatchGate,
+    BatchCellPreAct and BatchHidden are in the forward's batch order; Projection and Cell in
+    row order."""
     (x, w, pw, b, xp, lod, d, p, peep, (wi, wf, wo), (gate_act, cell_act, cand_act),
      proj_act, (cell_clip, proj_clip), (h_init, c_init)) = _lstmp_setup(ins, attrs,
                                                                         "lstmp_grad")
@@ -658,32 +693,33 @@ def lstmp_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     n_seq = len(lod[-1]) - 1
     dr_all = (ins.get("Projection" + GRAD) or [None])[0]
     dc_all = (ins.get("Cell" + GRAD) or [None])[0]
-    reverse = bool(attrs.get("is_reverse", False))
     dz, dw, dpw = xp.zeros_like(x), xp.zeros_like(w), xp.zeros_like(pw)
     dpeep = xp.zeros((3, d), dtype=x.dtype)
     carry_r = xp.zeros((n_seq, p), dtype=x.dtype)  # dL/dr flowing back from later steps
     carry_c = xp.zeros((n_seq, d), dtype=x.dtype)
-    steps = time_steps(lod[-1], reverse)
+    steps = batch_order(lod[-1], bool(attrs.get("is_reverse", False)))
+    slices = _batch_slices(steps)
     for t in range(len(steps) - 1, -1, -1):
         seqs, rows = steps[t]
-        s, r = xp.asarray(seqs), xp.asarray(rows)
-        before = _prev_rows(rows, t, reverse)
-        if before is None:
+        s, r, bs = xp.asarray(seqs), xp.asarray(rows), slices[t]
+        if t == 0:
             rp, cp = h_init[s], c_init[s]
         else:
-            rp, cp = proj[xp.asarray(before)], cell[xp.asarray(before)]
+            # the sequences running now are the first of those running at step t - 1
+            before = xp.asarray(steps[t - 1][1][:len(rows)])
+            rp, cp = proj[before], cell[before]
         dr = carry_r[s] + (dr_all[r] if dr_all is not None else 0)
         r_out = proj[r]
         if proj_clip > 0:  # _ClipGradFunctor: only strictly inside the clip range
             dr = dr * ((r_out > -proj_clip) & (r_out < proj_clip))
         dr = dr * _act_grad(proj_act, r_out)
-        dpw += hidden[r].T @ dr
+        dpw += hidden[bs].T @ dr
         dh = dr @ pw.T
-        cand, i, f, o = (gates[r, k * d:(k + 1) * d] for k in range(4))
+        cand, i, f, o = (gates[bs, k * d:(k + 1) * d] for k in range(4))
         new_c = cell[r]
         dc = carry_c[s] if dc_all is None else carry_c[s] + dc_all[r]
         dcand, di, df, do, carry_c[s] = _lstm_cell_grad(
-            (gate_act, cell_act, cand_act), cand, i, f, o, cp, new_c, act_cell[r], dh, dc,
+            (gate_act, cell_act, cand_act), cand, i, f, o, cp, new_c, act_cell[bs], dh, dc,
             (wi, wf, wo), cell_clip)
         if peep:
             dpeep += xp.stack([(di * cp).sum(0), (df * cp).sum(0), (do * new_c).sum(0)])

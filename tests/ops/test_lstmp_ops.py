@@ -7,9 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dask_fluid.ops.registry import LOD_KEY
 from dask_fluid.ops.rnn_ops import cudnn_lstm_weight_size
 
-from . import run_op
+from . import central_differences, run_op
+from .test_rnn_ops import fluid_batch_lod
 
 ACT = {"sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)), "tanh": np.tanh,
        "relu": lambda v: np.maximum(v, 0.0), "identity": lambda v: v}
@@ -17,13 +19,18 @@ ACT = {"sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)), "tanh": np.tanh,
 
 def lstmp_by_loops(x, offsets, w, pw, bias, h0, c0, *, peep=True, reverse=False,
                    gate="sigmoid", cell="tanh", cand="tanh", proj="tanh", cell_clip=0.0,
-                   proj_clip=0.0):
-    """One sequence at a time, one step at a time, element-wise clips in Python."""
+                   proj_clip=0.0, rows_out=None):
+    """One sequence at a time, one step at a time, element-wise clips in Python. A
+    ``rows_out`` dict receives, per input row, the activated gates ``[c~ | i | f | o]``
+    (``"gate"``), ``cell_act(c)`` (``"act_cell"``) and ``h`` (``"hidden"``)."""
     d = x.shape[1] // 4
     p = pw.shape[1]
     b = bias.reshape(-1)
     proj_act = ACT["identity" if proj == "identity" else cell]  # Fluid 1.8's kernel
     out_r, out_c = np.zeros((x.shape[0], p)), np.zeros((x.shape[0], d))
+    if rows_out is not None:
+        rows_out.update(gate=np.zeros((x.shape[0], 4 * d)), act_cell=np.zeros_like(out_c),
+                        hidden=np.zeros_like(out_c))
     for q in range(len(offsets) - 1):
         rows = list(range(offsets[q], offsets[q + 1]))
         if reverse:
@@ -47,6 +54,10 @@ def lstmp_by_loops(x, offsets, w, pw, bias, h0, c0, *, peep=True, reverse=False,
                 r = np.array([min(max(v, -proj_clip), proj_clip) for v in r])
             out_r[row], out_c[row] = r, c
             r_prev, c_prev = r, c
+            if rows_out is not None:
+                rows_out["gate"][row] = np.concatenate(
+                    [ACT[cand](gc), ACT[gate](gi), ACT[gate](gf), ACT[gate](go)])
+                rows_out["act_cell"][row], rows_out["hidden"][row] = ACT[cell](c), h
     return out_r, out_c
 
 
@@ -116,7 +127,12 @@ def test_lstmp_with_an_identity_projection_is_the_lstm_op():
                  common)
     np.testing.assert_allclose(got["Projection"][0], ref["Hidden"][0], rtol=1e-12)
     np.testing.assert_allclose(got["Cell"][0], ref["Cell"][0], rtol=1e-12)
-    np.testing.assert_allclose(got["BatchHidden"][0], ref["Hidden"][0], rtol=1e-12)
+    # both in the same batch order: lstmp's h is lstm's Hidden, lstmp's cell_act(c) lstm's
+    np.testing.assert_allclose(got["BatchHidden"][0],
+                               ref["Hidden"][0][list(fluid_batch_lod(offsets, True)[1])],
+                               rtol=1e-12)
+    for slot in ("BatchGate", "BatchCellPreAct"):
+        np.testing.assert_allclose(got[slot][0], ref[slot][0], rtol=1e-12, err_msg=slot)
     # and the gradients agree with lstm_grad's (identity projection: dr = dh)
     dh, dc = rng.normal(size=(7, d)), rng.normal(size=(7, d))
     gins = {"Input": [x], "Weight": [w], "ProjWeight": [np.eye(d)], "Bias": [bias],
@@ -127,11 +143,69 @@ def test_lstmp_with_an_identity_projection_is_the_lstm_op():
     g = run_op("lstmp_grad", gins, {"proj_activation": "identity", **common}, slots)
     rins = {"Input": [x], "Weight": [w], "Bias": [bias], "H0": [h0], "C0": [c0],
             "Hidden": ref["Hidden"], "Cell": ref["Cell"], "BatchGate": ref["BatchGate"],
-            "Hidden@GRAD": [dh], "Cell@GRAD": [dc]}
+            "BatchCellPreAct": ref["BatchCellPreAct"], "Hidden@GRAD": [dh], "Cell@GRAD": [dc]}
     rg = run_op("lstm_grad", rins, common, slots)
     for slot in slots:
         np.testing.assert_allclose(g[slot][0], rg[slot][0], rtol=1e-10, atol=1e-12,
                                    err_msg=slot)
+
+
+@pytest.mark.parametrize("kw", [
+    {},
+    {"reverse": True},
+    {"reverse": True, "cell": "sigmoid", "proj": "relu", "cell_clip": 0.4, "proj_clip": 0.3},
+])
+def test_lstmp_batch_outputs_are_in_fluids_batch_order(kw):
+    """BatchGate, BatchCellPreAct (cell_act(c): lstmp_op.h hands it to LstmUnitFunctor as
+    state_active_value) and BatchHidden (h) stay in sequence2batch order, as LSTMPKernel leaves
+    them (only Projection and Cell go back through to_seq)."""
+    rng = np.random.default_rng(17)
+    d, p, offsets = 3, 2, [0, 2, 6, 6, 10, 11]  # lengths 2, 4, 0, 4, 1: a tie, an empty one
+    x, w, pw = rng.normal(size=(11, 4 * d)), rng.normal(size=(p, 4 * d)), rng.normal(size=(d, p))
+    bias, h0, c0 = rng.normal(size=(1, 7 * d)), rng.normal(size=(5, p)), rng.normal(size=(5, d))
+    attrs = {"is_reverse": kw.get("reverse", False), "cell_activation": kw.get("cell", "tanh"),
+             "proj_activation": kw.get("proj", "tanh"), "cell_clip": kw.get("cell_clip", 0.0),
+             "proj_clip": kw.get("proj_clip", 0.0), **_lod(offsets)}
+    res = run_op("lstmp", {"Input": [x], "Weight": [w], "ProjWeight": [pw], "Bias": [bias],
+                           "H0": [h0], "C0": [c0]}, attrs)
+    rows: dict = {}
+    want_r, want_c = lstmp_by_loops(x, offsets, w, pw, bias, h0, c0, rows_out=rows, **kw)
+    lod = fluid_batch_lod(offsets, kw.get("reverse", False))
+    order = list(lod[1])
+    np.testing.assert_allclose(res["Projection"][0], want_r, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(res["Cell"][0], want_c, rtol=1e-12, atol=1e-12)
+    for slot, key in (("BatchGate", "gate"), ("BatchCellPreAct", "act_cell"),
+                      ("BatchHidden", "hidden")):
+        np.testing.assert_allclose(res[slot][0], rows[key][order], rtol=1e-12, atol=1e-12,
+                                   err_msg=slot)
+    assert res[LOD_KEY]["BatchGate"] == [lod]  # LoDTensor2BatchFunctor's, on BatchGate only
+    assert "BatchCellPreAct" not in res[LOD_KEY] and "BatchHidden" not in res[LOD_KEY]
+    assert res[LOD_KEY]["Projection"] == res[LOD_KEY]["Cell"] == [(tuple(offsets),)]
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_lstmp_grad_reads_the_batch_order_and_matches_finite_differences(reverse):
+    rng = np.random.default_rng(19)
+    d, p, offsets = 3, 2, [0, 1, 4, 4, 7]  # lengths 1, 3, 0, 3: batch order is not row order
+    ins = {"Input": [rng.normal(size=(7, 4 * d))], "Weight": [0.5 * rng.normal(size=(p, 4 * d))],
+           "ProjWeight": [rng.normal(size=(d, p))], "Bias": [rng.normal(size=(1, 7 * d))],
+           "H0": [rng.normal(size=(4, p))], "C0": [rng.normal(size=(4, d))]}
+    attrs = {"is_reverse": reverse, **_lod(offsets)}
+    dr, dc = rng.normal(size=(7, p)), rng.normal(size=(7, d))
+    fwd = run_op("lstmp", ins, attrs)
+    slots = ("Input", "Weight", "ProjWeight", "Bias", "H0", "C0")
+    grads = run_op("lstmp_grad", {**ins, **{k: fwd[k] for k in (
+        "Projection", "Cell", "BatchGate", "BatchCellPreAct", "BatchHidden")},
+        "Projection@GRAD": [dr], "Cell@GRAD": [dc]}, attrs, tuple(s + "@GRAD" for s in slots))
+
+    def loss():
+        out = run_op("lstmp", ins, attrs)
+        return float((out["Projection"][0] * dr).sum() + (out["Cell"][0] * dc).sum())
+
+    for slot in slots:
+        np.testing.assert_allclose(grads[slot + "@GRAD"][0],
+                                   central_differences(loss, ins[slot][0]),
+                                   rtol=1e-6, atol=1e-8, err_msg=slot)
 
 
 def test_lstmp_errors():
@@ -260,8 +334,10 @@ def test_one_cudnn_layer_is_the_lstm_op(bidirec):
         np.testing.assert_allclose(res["LastH"][0][dr], hidden[last], rtol=1e-12)
         dh = d_out[:, :, dr * hid:(dr + 1) * hid].transpose(1, 0, 2).reshape(-1, hid)
         lg = run_op("lstm_grad", {**lins, "Hidden": ref["Hidden"], "Cell": ref["Cell"],
-                                  "BatchGate": ref["BatchGate"], "Hidden@GRAD": [dh],
-                                  "Cell@GRAD": [None]}, lattrs, ("Input@GRAD", "Weight@GRAD"))
+                                  "BatchGate": ref["BatchGate"],
+                                  "BatchCellPreAct": ref["BatchCellPreAct"],
+                                  "Hidden@GRAD": [dh], "Cell@GRAD": [None]}, lattrs,
+                    ("Input@GRAD", "Weight@GRAD"))
         dz = np.zeros_like(lg["Input@GRAD"][0])
         dz[:, order] = lg["Input@GRAD"][0]  # back to [i f c o]
         # W_hh's gradient sits right after W_ih's in the blob (pseudo-layer dr)

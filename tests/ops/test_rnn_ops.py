@@ -3,12 +3,15 @@ gru_compute and lstm_compute (weight layouts included); gradients are in test_gr
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
+from dask_fluid.ops import registry
 from dask_fluid.ops.registry import LOD_KEY
 
-from . import run_op
+from . import central_differences, run_op
 
 
 def _sigmoid(z):
@@ -260,3 +263,125 @@ def test_gru_grad_reads_the_batch_order_and_matches_finite_differences():
             v.flat[j] = orig
             num.flat[j] = (fp - fm) / 2e-6
         np.testing.assert_allclose(grads[slot + "@GRAD"][0], num, rtol=1e-6, atol=1e-8)
+
+
+# ---------------------------------------------------------------------------------------------
+# lstm's Batch* outputs in Fluid's sequence2batch order
+
+
+def fluid_batch_lod(offsets, reverse):
+    """LoDTensor2BatchFunctor (math/sequence2batch.h) line by line: SeqInfo sorted by length,
+    longest first (its std::sort keeps ties in order for up to 16 sequences), then for each
+    step n the sorted sequences with n < length until the first that has ended. Returns the
+    batch LoD ``(batch_starts, seq2batch_idx, seq_order)``."""
+    seq_info = [(offsets[i], offsets[i + 1] - offsets[i], i) for i in range(len(offsets) - 1)]
+    seq_info.sort(key=lambda info: -info[1])  # list.sort is stable
+    batch_starts, seq2batch_idx = [0], []
+    for n in range(seq_info[0][1]):
+        for start, seq_len, _ in seq_info:
+            if n >= seq_len:
+                break
+            seq2batch_idx.append(start + seq_len - 1 - n if reverse else start + n)
+        batch_starts.append(len(seq2batch_idx))
+    return tuple(batch_starts), tuple(seq2batch_idx), tuple(i for _, _, i in seq_info)
+
+
+ACTS = {"sigmoid": _clamped_sigmoid, "tanh": np.tanh, "relu": lambda v: np.maximum(v, 0.0),
+        "identity": lambda v: v}
+
+
+def _lstm_rows(x, w, b, h0, c0, offsets, reverse, cell_act="tanh"):
+    """Per input row, by a loop over each sequence (lstm_kernel.h's forward with peepholes):
+    the activated gates [c~ | i | f | o], cell_act(c) (the kernel's state_atv), h and c."""
+    d = w.shape[0]
+    gates, act_c = np.zeros((len(x), 4 * d)), np.zeros((len(x), d))
+    hid, cel = np.zeros((len(x), d)), np.zeros((len(x), d))
+    w_ic, w_fc, w_oc = b[0, 4 * d:5 * d], b[0, 5 * d:6 * d], b[0, 6 * d:]
+    for k in range(len(offsets) - 1):
+        h, c = h0[k].copy(), c0[k].copy()
+        rows = range(offsets[k], offsets[k + 1])
+        for row in (reversed(rows) if reverse else rows):
+            g = x[row] + b[0, :4 * d] + h @ w
+            cand = np.tanh(g[:d])
+            i = _clamped_sigmoid(g[d:2 * d] + w_ic * c)
+            f = _clamped_sigmoid(g[2 * d:3 * d] + w_fc * c)
+            c = cand * i + c * f
+            o = _clamped_sigmoid(g[3 * d:] + w_oc * c)
+            h = o * ACTS[cell_act](c)
+            gates[row] = np.concatenate([cand, i, f, o])
+            act_c[row], hid[row], cel[row] = ACTS[cell_act](c), h, c
+    return gates, act_c, hid, cel
+
+
+def test_fluid_batch_lod_reproduces_sequence2batch_h_example():
+    # the comment's example: s0 of 4, s1 of 5, s2 of 3 rows, sequence order {1, 0, 2}
+    starts, idx, order = fluid_batch_lod((0, 4, 9, 12), False)
+    assert starts == (0, 3, 6, 9, 11, 12)
+    assert idx == (4, 0, 9, 5, 1, 10, 6, 2, 11, 7, 3, 8) and order == (1, 0, 2)
+
+
+@pytest.mark.parametrize("reverse, cell_act", [(False, "tanh"), (True, "tanh"),
+                                               (True, "sigmoid")])
+def test_lstm_batch_outputs_are_in_fluids_batch_order(reverse, cell_act):
+    rng = np.random.default_rng(7)
+    d, offsets = 3, (0, 2, 6, 6, 10, 11)  # lengths 2, 4, 0, 4, 1: a tie and an empty one
+    x = rng.standard_normal((11, 4 * d))
+    w, b = 0.5 * rng.standard_normal((d, 4 * d)), rng.standard_normal((1, 7 * d))
+    h0, c0 = rng.standard_normal((5, d)), rng.standard_normal((5, d))
+    res = run_op("lstm", {"Input": [x], "Weight": [w], "Bias": [b], "H0": [h0], "C0": [c0]},
+                 {"is_reverse": reverse, "cell_activation": cell_act,
+                  "_lods": {"Input": [(offsets,)]}})
+    gates, act_c, hid, cel = _lstm_rows(x, w, b, h0, c0, offsets, reverse, cell_act)
+    lod = fluid_batch_lod(offsets, reverse)
+    order = list(lod[1])
+    assert lod[0] == (0, 4, 7, 9, 11) and lod[2] == (1, 3, 0, 4, 2)  # steps of 4, 3, 2, 2
+    np.testing.assert_allclose(res["Hidden"][0], hid, rtol=1e-10)
+    np.testing.assert_allclose(res["Cell"][0], cel, rtol=1e-10)
+    np.testing.assert_allclose(res["BatchGate"][0], gates[order], rtol=1e-10)
+    # cell_act(c), not c: lstm_kernel.h writes state_atv into state_active_value
+    np.testing.assert_allclose(res["BatchCellPreAct"][0], act_c[order], rtol=1e-10)
+    assert res[LOD_KEY]["BatchGate"] == [lod]  # Fluid's to_batch sets it on BatchGate only
+    assert "BatchCellPreAct" not in res[LOD_KEY]
+    assert res[LOD_KEY]["Hidden"] == res[LOD_KEY]["Cell"] == [(offsets,)]
+
+
+def test_lstm_grad_op_reads_batch_cell_pre_act_as_fluids_grad_maker():
+    op = SimpleNamespace(type="lstm", attrs={},
+                         inputs={"Input": ["x"], "Weight": ["w"], "Bias": ["b"]},
+                         outputs={"Hidden": ["h"], "Cell": ["c"], "BatchGate": ["g"],
+                                  "BatchCellPreAct": ["a"]})
+    (desc,) = registry.get("lstm").grad(op)
+    assert desc["inputs"]["BatchGate"] == ["g"] and desc["inputs"]["BatchCellPreAct"] == ["a"]
+    assert "BatchCellPreAct" in registry.get("lstm_grad").inputs
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_lstm_grad_reads_the_batch_order_and_matches_finite_differences(reverse):
+    rng = np.random.default_rng(8)
+    d, offsets = 2, (0, 1, 4, 4, 7)  # lengths 1, 3, 0, 3: batch order differs from row order
+    ins = {"Input": [rng.standard_normal((7, 4 * d))],
+           "Weight": [0.5 * rng.standard_normal((d, 4 * d))],
+           "Bias": [rng.standard_normal((1, 7 * d))], "H0": [rng.standard_normal((4, d))],
+           "C0": [rng.standard_normal((4, d))]}
+    attrs = {"is_reverse": reverse, "_lods": {"Input": [(offsets,)]}}
+    dh, dc = rng.standard_normal((7, d)), rng.standard_normal((7, d))
+    fwd = run_op("lstm", ins, attrs)
+    slots = ("Input", "Weight", "Bias", "H0", "C0")
+    gins = {**ins, **{k: fwd[k] for k in ("Hidden", "Cell", "BatchGate", "BatchCellPreAct")},
+            "Hidden@GRAD": [dh], "Cell@GRAD": [dc]}
+    grads = run_op("lstm_grad", gins, attrs, tuple(s + "@GRAD" for s in slots))
+
+    def loss():
+        out = run_op("lstm", ins, attrs)
+        return float((out["Hidden"][0] * dh).sum() + (out["Cell"][0] * dc).sum())
+
+    for slot in slots:
+        np.testing.assert_allclose(grads[slot + "@GRAD"][0],
+                                   central_differences(loss, ins[slot][0]),
+                                   rtol=1e-6, atol=1e-8, err_msg=slot)
+    # a grad op without BatchCellPreAct (saved before it was passed) gets the same gradients
+    del gins["BatchCellPreAct"]
+    again = run_op("lstm_grad", gins, attrs, tuple(s + "@GRAD" for s in slots))
+    for slot in slots:
+        np.testing.assert_allclose(again[slot + "@GRAD"][0], grads[slot + "@GRAD"][0],
+                                   rtol=1e-13, err_msg=slot)
