@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from .. import unique_name
-from ..framework import Variable, install_hook
+from ..framework import Variable, in_dygraph_mode, install_hook
 from ..initializer import ConstantInitializer, NumpyArrayInitializer
 from ..layer_helper import LayerHelper
 from ..ops.math_ops import ew_out_shape
@@ -809,10 +809,62 @@ def dropout(x: Variable, dropout_prob: float, is_test: bool = False, seed: int |
     return out
 
 
+def _check_matmul_leading_dims(x_shape: tuple, y_shape: tuple, transpose_x: bool,
+                               transpose_y: bool) -> None:
+    """The batch check of Fluid 1.8's ``layers.matmul`` (paddle.tensor.linalg.matmul's
+    ``__check_input``), stricter than the op's equal batch sizes: when both inputs have more
+    than 2 dims, X's leading dims must equal Y's dims at the same positions, counted from the
+    left, a -1 on either side passing. As in Fluid, op(Y)'s shape is compared (its last two
+    dims swapped by ``transpose_y``), so where X has more leading dims than Y they meet
+    op(Y)'s matrix dims, and past Y's last dim (Fluid's IndexError) X is refused too.
+
+    Raises
+    ------
+    ValueError
+        A leading dim of X differs from Y's dim at its position, or Y has no dim there.
+    """
+    xs, ys = list(x_shape), list(y_shape)
+    if len(xs) <= 2 or len(ys) <= 2:  # a 1-D input is a matrix here: no check either
+        return
+    if transpose_x:
+        xs[-2], xs[-1] = xs[-1], xs[-2]
+    if transpose_y:
+        ys[-2], ys[-1] = ys[-1], ys[-2]
+    for i, dim_x in enumerate(xs[:-2]):
+        if i >= len(ys):
+            raise ValueError(
+                f"matmul: X {list(x_shape)} has more leading dims than Y {list(y_shape)} has "
+                f"dims; when both have more than 2 dims, Fluid 1.8's layers.matmul compares "
+                f"X's leading dims with Y's dims at the same positions")
+        if dim_x < 0 or ys[i] < 0:  # unknown until the program runs, as Fluid skips them
+            continue
+        if dim_x != ys[i]:
+            raise ValueError(
+                f"matmul: when both inputs have more than 2 dims, Fluid 1.8's layers.matmul "
+                f"needs X's leading dims equal to Y's dims at the same positions, but X "
+                f"{list(x_shape)} has {dim_x} at dim {i} and Y {list(y_shape)} "
+                f"(transpose_y={bool(transpose_y)}) has {ys[i]}")
+
+
 def matmul(x: Variable, y: Variable, transpose_x: bool = False, transpose_y: bool = False,
            alpha: float = 1.0, name: str | None = None) -> Variable:
-    """``alpha * op(x) @ op(y)``, batched over leading dims (Fluid 1.8's ``layers.matmul``;
-    1-D inputs as in :mod:`dask_fluid.ops.dense_ops`)."""
+    """``alpha * op(x) @ op(y)``, batched over the leading dims (Fluid 1.8's
+    ``layers.matmul``; 1-D inputs and the batch rule as in :mod:`dask_fluid.ops.dense_ops`).
+
+    The dims before the last two are folded into one batch (their product), not broadcast:
+    X ``[B, M, K]`` with Y ``[K, N]`` or ``[B, K, N]`` gives ``[B, M, N]``, and Y ``[1, K, N]``
+    with X ``[4, M, K]`` is refused. When the program is built, Fluid 1.8's layer also
+    requires, where both inputs have more than 2 dims, X's leading dims to equal Y's at the
+    same positions (-1 passes), so X ``[2, 3, M, K]`` with Y ``[6, K, N]``, which the op runs
+    (Out ``[2, 3, M, N]``), is refused here but not in dygraph mode, where Fluid skips the
+    layer's checks.
+
+    Raises
+    ------
+    ValueError
+        The inner dims differ, both inputs are batched with different batch sizes, or (outside
+        dygraph mode) the leading dims differ position by position.
+    """
     from ..ops.dense_ops import matmul_shape  # noqa: PLC0415  (the shape rule lives with the op)
 
     # Fluid 1.8's paddle.tensor.linalg.matmul, which fluid.layers.matmul calls
@@ -820,7 +872,10 @@ def matmul(x: Variable, y: Variable, transpose_x: bool = False, transpose_y: boo
     check_variable_and_dtype(y, "y", _FLOATS, "matmul")
     _check_var(x, "x", "matmul")
     _check_var(y, "y", "matmul")
-    shape = matmul_shape(tuple(x.shape or ()), tuple(y.shape or ()), transpose_x, transpose_y)
+    x_shape, y_shape = tuple(x.shape or ()), tuple(y.shape or ())
+    shape = matmul_shape(x_shape, y_shape, transpose_x, transpose_y)
+    if not in_dygraph_mode():
+        _check_matmul_leading_dims(x_shape, y_shape, transpose_x, transpose_y)
     helper = LayerHelper("matmul", name)
     out = helper.create_tmp(dtype=x.dtype, shape=shape)
     helper.append_op("matmul", inputs={"X": [x], "Y": [y]}, outputs={"Out": [out]},

@@ -3,8 +3,14 @@ attributes (``leaky_relu``, ``relu6``, ``elu``, ``softplus``, ``softsign``, ``ha
 ``swish``, ``gelu``, ``pow``).
 
 ``matmul`` follows Paddle 1.8's matmul_op: ``Out = alpha · op(X) @ op(Y)`` where ``op``
-transposes the last two dims when ``transpose_X`` / ``transpose_Y``; leading (batch) dims
-broadcast as numpy's. A 1-D operand becomes a matrix *before* the transpose, as Fluid's
+transposes the last two dims when ``transpose_X`` / ``transpose_Y``. The dims before the
+last two do not broadcast as numpy's: Fluid folds them into one batch whose size is their
+product (blas.cc's CreateMatrixDescriptor; 0, no batch, for a 1-D or 2-D operand), and the two
+batch sizes must be equal or one of them 0 (MatMulOp::InferShape at run time). So X
+``[2, 3, M, K]`` and Y ``[6, K, N]`` pair their six matrices in order, while X ``[1, M, K]``
+and Y ``[4, K, N]`` are refused; Out has X's leading dims when X is batched, else Y's. A
+2-D operand against a batched one is used by every matrix of the batch (its gradient sums
+over the batch). A 1-D operand becomes a matrix *before* the transpose, as Fluid's
 RowMatrixFromVector / ColumnMatrixFromVector do: ``X [K]`` is the row ``[1, K]`` (so
 ``op(X)`` is the column ``[K, 1]`` when transposed) and ``Y [K]`` the column ``[K, 1]``
 (the row ``[1, K]`` when transposed). Out then loses X's row dim only where X is 1-D and
@@ -21,11 +27,12 @@ multiplies the un-split matrices), so there is no gradient for ``head_number`` >
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-from .math_ops import _unbroadcast, double_grad_maker
+from .math_ops import double_grad_maker
 from .registry import GRAD, array_module, register, set_grad, to_host
 from .selected_rows import grad_maker, grad_slots
 
@@ -42,6 +49,34 @@ def _as_matrices(x_shape: tuple, y_shape: tuple) -> tuple[tuple, tuple]:
     if len(y_shape) == 1:
         y_shape = (y_shape[0], 1)
     return x_shape, y_shape
+
+
+def _batch_size(dims: tuple) -> int | None:
+    """The one batch Fluid folds the leading dims ``dims`` into: their product (blas.cc's
+    CreateMatrixDescriptor), None where one of them is unknown (-1) at build time."""
+    if any(d < 0 for d in dims):
+        return None
+    return math.prod(dims)
+
+
+def _check_batches(x_shape: tuple, y_shape: tuple, bx: tuple, by: tuple) -> None:
+    """MatMulOp::InferShape's check: X's and Y's batch sizes equal, or one operand without
+    batch dims (``bx`` / ``by`` empty). A size not known yet (-1) passes: the run checks it.
+
+    Raises
+    ------
+    ValueError
+        Both operands are batched and their batch sizes differ.
+    """
+    if not bx or not by:
+        return
+    p, q = _batch_size(bx), _batch_size(by)
+    if p is not None and q is not None and p != q:
+        raise ValueError(
+            f"matmul: X {list(x_shape)} and Y {list(y_shape)} have batch sizes {p} and {q}. "
+            f"Fluid 1.8's matmul folds the dims before the last two into one batch (their "
+            f"product) and needs the two batch sizes equal, or one operand 1-D or 2-D; it does "
+            f"not broadcast batch dims as numpy does (reshape or expand an operand to match)")
 
 
 def _drop_vector_dims(out: list, x_ndim: int, y_ndim: int) -> list:
@@ -75,7 +110,8 @@ def matmul_out_shape(x_shape: tuple, y_shape: tuple, transpose_x: bool = False,
     Raises
     ------
     ValueError
-        When the inner dims differ (with one head) or the batch dims do not broadcast.
+        When the inner dims differ (with one head) or both operands are batched and their
+        batch sizes (the products of their leading dims), where known, differ.
     """
     xs, ys = _as_matrices(tuple(x_shape), tuple(y_shape))
     m, kx = (xs[-1], xs[-2]) if transpose_x else (xs[-2], xs[-1])
@@ -95,15 +131,11 @@ def matmul_out_shape(x_shape: tuple, y_shape: tuple, transpose_x: bool = False,
                          f"{list(y_shape)} (transpose_Y={transpose_y}) do not agree on the "
                          f"inner dimension ({kx} vs {ky})")
     bx, by = xs[:-2], ys[:-2]
-    batch = []
-    for i in range(max(len(bx), len(by))):
-        a = bx[len(bx) - 1 - i] if i < len(bx) else 1
-        b = by[len(by) - 1 - i] if i < len(by) else 1
-        if a != b and 1 not in (a, b) and -1 not in (a, b):
-            raise ValueError(f"matmul: the batch dims of X {list(x_shape)} and Y "
-                             f"{list(y_shape)} do not broadcast")
-        batch.insert(0, b if a == 1 else a)
-    return _drop_vector_dims([*batch, m, n], len(x_shape), len(y_shape))
+    # Fluid checks the batch sizes only at run time; where both are known the answer is
+    # already certain, so the program is refused when it is built
+    _check_batches(tuple(x_shape), tuple(y_shape), bx, by)
+    # Out keeps X's leading dims when X is batched, else Y's (InferShape's dim_out)
+    return _drop_vector_dims([*(bx or by), m, n], len(x_shape), len(y_shape))
 
 
 def matmul_shape(x_shape: tuple, y_shape: tuple, tx: bool, ty: bool) -> list[int]:
@@ -115,16 +147,28 @@ def _mt(a: Any) -> Any:
     return a.swapaxes(-1, -2)
 
 
-def _prepared(ins: dict, attrs: dict) -> tuple[Any, Any, Any, Any]:
-    """X, Y and op(X), op(Y) as (batched) matrices."""
+def _folded(v: Any, shape: tuple) -> Any:
+    """``v`` (of matrix form ``shape``) as Fluid's kernel reads it: ``[batch size, H, W]``
+    when batched, else ``[H, W]``."""
+    return v.reshape(((math.prod(shape[:-2]),) if len(shape) > 2 else ()) + shape[-2:])
+
+
+def _prepared(ins: dict, attrs: dict) -> tuple[Any, Any, Any, Any, tuple]:
+    """X, Y, op(X) and op(Y) with their batch dims folded into one, and Out's batch dims.
+
+    Raises
+    ------
+    ValueError
+        Both operands are batched and their batch sizes differ.
+    """
     x, y = ins["X"][0], ins["Y"][0]
     tx, ty = bool(attrs.get("transpose_X")), bool(attrs.get("transpose_Y"))
-    if x.ndim == 1 or y.ndim == 1:
-        xs, ys = _as_matrices(x.shape, y.shape)
-        xm, ym = x.reshape(xs), y.reshape(ys)
-    else:
-        xm, ym = x, y
-    return x, y, (_mt(xm) if tx else xm), (_mt(ym) if ty else ym)
+    xs, ys = _as_matrices(x.shape, y.shape)
+    _check_batches(x.shape, y.shape, xs[:-2], ys[:-2])
+    # folding, not broadcasting, is how Fluid pairs batches of the same size but different
+    # shapes ([2, 3, M, K] with [6, K, N]): matrix i of X with matrix i of Y in memory order
+    xm, ym = _folded(x, xs), _folded(y, ys)
+    return x, y, (_mt(xm) if tx else xm), (_mt(ym) if ty else ym), xs[:-2] or ys[:-2]
 
 
 def _matmul_with_head(xp: Any, a: Any, b: Any, heads: int) -> Any:
@@ -155,45 +199,49 @@ def _matmul_with_head(xp: Any, a: Any, b: Any, heads: int) -> Any:
           grad=grad_maker(("X", "Y"), in_grads=("X", "Y")))
 def matmul(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = alpha · op(X) @ op(Y) (see the module docstring)."""
-    x, y, a, b = _prepared(ins, attrs)
+    x, y, a, b, batch = _prepared(ins, attrs)
     xp = array_module(x, y)
     heads = int(attrs.get("head_number", 1) or 1)
     out = xp.matmul(a, b) if heads <= 1 else _matmul_with_head(xp, a, b, heads)
     alpha = attrs.get("alpha", 1.0)
     if alpha != 1.0:
         out = out * out.dtype.type(alpha)
-    if x.ndim == 1 or y.ndim == 1:  # only vectors lose dims; the 2-D/3-D path stays as is
-        out = out.reshape(_drop_vector_dims(list(out.shape), x.ndim, y.ndim))
+    out = out.reshape(_drop_vector_dims([*batch, *out.shape[-2:]], x.ndim, y.ndim))
     return {"Out": [out]}
 
 
 @register("matmul_grad", *grad_slots(("X", "Y"), ("Out",), ("X", "Y")), _MATMUL_ATTRS)
 def matmul_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """dop(X) = alpha · dOut @ op(Y)ᵀ, dop(Y) = alpha · op(X)ᵀ @ dOut, undone through the
-    transposes, the 1-D promotions and the batch broadcasting."""
+    """dop(X) = alpha · dOut @ op(Y)ᵀ, dop(Y) = alpha · op(X)ᵀ @ dOut on the folded batch,
+    undone through the transposes and the 1-D promotions; the gradient of an operand without
+    batch dims against a batched one sums over the batch (MatMulGradKernel's FoldInitDims)."""
     if int(attrs.get("head_number", 1) or 1) > 1:
         # matmul_op.cc's MatMulGradKernel multiplies the un-split matrices whatever the heads
         # (its result does not even have X's / Y's size), so Fluid 1.8 has no such gradient
         raise NotImplementedError("matmul_grad: Fluid 1.8 has no gradient for head_number > 1")
-    x, y, a, b = _prepared(ins, attrs)
+    x, y, a, b, _ = _prepared(ins, attrs)
     xp = array_module(x, y)
     tx, ty = bool(attrs.get("transpose_X")), bool(attrs.get("transpose_Y"))
-    full = xp.matmul(a, b).shape  # the un-dropped output shape
+    # the folded output shape, before Out's batch dims and vector dims are restored
+    full = (a.shape[:-2] or b.shape[:-2]) + (a.shape[-2], b.shape[-1])
     d = ins["Out" + GRAD][0]
     d = xp.zeros(full, dtype=x.dtype) if d is None else d.reshape(full)
     alpha = attrs.get("alpha", 1.0)
     if alpha != 1.0:
         d = d * d.dtype.type(alpha)
     res = {}
-    xs, ys = _as_matrices(x.shape, y.shape)
     if "X" + GRAD in outs:
         da = xp.matmul(d, _mt(b))
+        if da.ndim > a.ndim:  # X served every matrix of Y's batch
+            da = da.sum(axis=0)
         da = _mt(da) if tx else da
-        res["X" + GRAD] = [_unbroadcast(da, xs).reshape(x.shape)]
+        res["X" + GRAD] = [da.reshape(x.shape)]
     if "Y" + GRAD in outs:
         db = xp.matmul(_mt(a), d)
+        if db.ndim > b.ndim:  # Y served every matrix of X's batch
+            db = db.sum(axis=0)
         db = _mt(db) if ty else db
-        res["Y" + GRAD] = [_unbroadcast(db, ys).reshape(y.shape)]
+        res["Y" + GRAD] = [db.reshape(y.shape)]
     return res
 
 

@@ -269,7 +269,9 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
         ("2d", {"X": [n((3, 4))], "Y": [n((4, 5))]}, {}),
         ("batched_ty_alpha", {"X": [n((2, 3, 4))], "Y": [n((2, 5, 4))]},
          {"transpose_Y": True, "alpha": 0.5}),
-        ("broadcast_tx_ty", {"X": [n((2, 1, 4, 3))], "Y": [n((3, 5, 4))]},
+        # Fluid folds the batch dims ([2, 3] and [6]: six pairs), it does not broadcast them
+        # (24 and 60 draws, as the broadcasting case this replaces: later cases keep their data)
+        ("batch_sizes_tx_ty", {"X": [n((2, 3, 2, 2))], "Y": [n((6, 5, 2))]},
          {"transpose_X": True, "transpose_Y": True}),
         ("vectors", {"X": [n(4)], "Y": [n(4)]}, {}),
         ("vector_by_batch", {"X": [n(4)], "Y": [n((2, 4, 3))]}, {}),

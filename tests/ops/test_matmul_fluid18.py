@@ -1,10 +1,13 @@
 """``matmul`` as Fluid 1.8 computes it where it differs from numpy's ``matmul``: 1-D operands
 with transpose flags (a 1-D X is the row ``[1, K]`` and a 1-D Y the column ``[K, 1]`` before
-the transpose, and Out drops such a dim only where it is 1), the build-time Out shape, and the
+the transpose, and Out drops such a dim only where it is 1), batch dims folded into one batch
+(their product) instead of broadcast, the build-time Out shape and checks, and the
 ``head_number`` multi-head matmul (Blas::MatMulWithHead). The references are written from
 the definitions with loops, independently of the kernel."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -12,7 +15,7 @@ import pytest
 from dask_fluid.ops import registry
 from dask_fluid.ops.dense_ops import matmul_out_shape, matmul_shape
 
-from . import run_op
+from . import central_differences, run_op
 
 GRAD = registry.GRAD
 rng = np.random.default_rng(7)
@@ -173,3 +176,225 @@ def test_head_number_has_no_gradient_as_in_fluid():
     with pytest.raises(NotImplementedError, match="head_number"):
         run_op("matmul_grad", {"X": [x], "Y": [y], "Out" + GRAD: [np.ones((3, 8))]},
                {"head_number": 4})
+
+
+# ---------------------------------------------------------------------------------------------
+# batch dims: Fluid folds the dims before the last two into one batch (blas.cc's
+# CreateMatrixDescriptor: their product, 0 for a 1-D or 2-D operand); the two batch sizes must
+# be equal or one of them 0 (MatMulOp::InferShape), and Out has X's leading dims when X is
+# batched, else Y's
+
+
+def _fluid_batched_reference(x: np.ndarray, y: np.ndarray, tx: bool, ty: bool) -> np.ndarray:
+    """Fluid's rule written out: op(X) and op(Y) as matrices, each batch flattened to a list of
+    matrices, matrix i with matrix i (or with the one matrix of an unbatched operand) by loops,
+    reshaped back to the batched operand's leading dims (X's first), vector dims dropped."""
+    a, b = _as_fluid_matrix(x, True, tx), _as_fluid_matrix(y, False, ty)
+    bx, by = a.shape[:-2], b.shape[:-2]
+    if bx and by:
+        assert math.prod(bx) == math.prod(by), "not a shape Fluid runs"
+    batch = bx if bx else by
+    m, n = a.shape[-2], b.shape[-1]
+    if batch:
+        count = math.prod(batch)
+        xa = a.reshape((count,) + a.shape[-2:]) if bx else [a] * count
+        yb = b.reshape((count,) + b.shape[-2:]) if by else [b] * count
+        out = np.zeros((count, m, n))
+        for i in range(count):
+            out[i] = _loop_matmul(xa[i], yb[i])
+        out = out.reshape(batch + (m, n))
+    else:
+        out = _loop_matmul(a, b)
+    shape = list(out.shape)
+    if x.ndim == 1 and shape[-2] == 1:
+        del shape[-2]
+    if y.ndim == 1 and shape[-1] == 1:
+        del shape[-1]
+    return out.reshape(shape or [1])
+
+
+# (X shape, Y shape, transpose_X, transpose_Y, expected Out shape)
+BATCH_CASES = [
+    # equal batch sizes, different batch shapes: X's leading dims, either side longer
+    ((2, 3, 4, 5), (6, 5, 2), False, False, (2, 3, 4, 2)),
+    ((6, 4, 5), (2, 3, 5, 2), False, False, (6, 4, 2)),
+    ((2, 3, 5, 4), (3, 2, 2, 5), True, True, (2, 3, 4, 2)),
+    ((3, 2, 4, 5), (2, 3, 2, 5), False, True, (3, 2, 4, 2)),  # numpy: 3 and 2 do not broadcast
+    # numpy would broadcast these to [2, 2, 4, 3]: Fluid pairs the two matrices of each
+    ((2, 1, 4, 5), (2, 5, 3), False, False, (2, 1, 4, 3)),
+    # a 2-D operand with a batched one, both sides, with transposes
+    ((2, 3, 4, 5), (5, 2), False, False, (2, 3, 4, 2)),
+    ((2, 3, 5, 4), (2, 5), True, True, (2, 3, 4, 2)),
+    ((2, 4, 5), (2, 5), False, True, (2, 4, 2)),
+    ((4, 5), (2, 3, 5, 2), False, False, (2, 3, 4, 2)),
+    ((5, 4), (3, 2, 5), True, True, (3, 4, 2)),
+    ((5, 4), (3, 5, 2), True, False, (3, 4, 2)),
+    # 1-D operands with batched ones: never a batch themselves
+    ((5,), (2, 3, 5, 2), False, False, (2, 3, 2)),
+    ((2, 3, 4, 5), (5,), False, False, (2, 3, 4)),
+    ((3,), (2, 3, 1, 4), True, False, (2, 3, 3, 4)),
+    ((2, 3, 1, 4), (5,), True, True, (2, 3, 4, 5)),
+]
+
+
+@pytest.mark.parametrize("xs,ys,tx,ty,expected", BATCH_CASES)
+def test_batch_dims_fold_into_one_batch_as_in_fluid(xs, ys, tx, ty, expected):
+    x, y = rng.standard_normal(xs), rng.standard_normal(ys)
+    out = run_op("matmul", {"X": [x], "Y": [y]},
+                 {"transpose_X": tx, "transpose_Y": ty, "alpha": 2.0})["Out"][0]
+    assert out.shape == expected
+    np.testing.assert_allclose(out, 2.0 * _fluid_batched_reference(x, y, tx, ty), rtol=1e-12)
+    assert matmul_out_shape(xs, ys, tx, ty) == list(expected)
+
+
+def test_an_empty_batch_against_a_matrix():
+    x, y = np.zeros((0, 4, 5)), rng.standard_normal((5, 2))
+    out = run_op("matmul", {"X": [x], "Y": [y]})["Out"][0]
+    assert out.shape == (0, 4, 2)
+    g = run_op("matmul_grad", {"X": [x], "Y": [y], "Out" + GRAD: [out]})
+    assert g["X" + GRAD][0].shape == (0, 4, 5)
+    np.testing.assert_array_equal(g["Y" + GRAD][0], np.zeros((5, 2)))  # a sum over no matrix
+
+
+def _check_gradients(xs: tuple, ys: tuple, attrs: dict, out_shape: tuple) -> None:
+    """matmul_grad against central differences of ``Σ Out · seed`` (dX X's shape, dY Y's)."""
+    x, y = rng.standard_normal(xs), rng.standard_normal(ys)
+    seed = rng.standard_normal(out_shape)
+
+    def f() -> float:
+        return float((run_op("matmul", {"X": [x], "Y": [y]}, attrs)["Out"][0] * seed).sum())
+
+    g = run_op("matmul_grad", {"X": [x], "Y": [y], "Out" + GRAD: [seed]}, attrs)
+    for v, grad in ((x, g["X" + GRAD][0]), (y, g["Y" + GRAD][0])):
+        assert grad.shape == v.shape
+        np.testing.assert_allclose(grad, central_differences(f, v), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("xs,ys,tx,ty,expected", BATCH_CASES)
+def test_batch_gradients_match_finite_differences(xs, ys, tx, ty, expected):
+    _check_gradients(xs, ys, {"transpose_X": tx, "transpose_Y": ty, "alpha": 0.5}, expected)
+
+
+def test_an_unbatched_operands_gradient_sums_over_the_batch():
+    x, y = rng.standard_normal((2, 3, 4, 5)), rng.standard_normal((5, 2))
+    d = rng.standard_normal((2, 3, 4, 2))
+    g = run_op("matmul_grad", {"X": [x], "Y": [y], "Out" + GRAD: [d]})
+    ref = sum(_loop_matmul(x[i, j].T, d[i, j]) for i in range(2) for j in range(3))
+    np.testing.assert_allclose(g["Y" + GRAD][0], ref, rtol=1e-12)
+
+
+# (X shape, Y shape, transpose_X, transpose_Y, batch sizes): numpy broadcasts all of these
+REFUSED = [
+    ((1, 4, 5), (4, 5, 2), False, False, (1, 4)),
+    ((4, 4, 5), (1, 5, 2), False, False, (4, 1)),
+    ((2, 3, 4, 5), (3, 5, 2), False, False, (6, 3)),
+    ((2, 1, 5, 4), (1, 3, 2, 5), True, True, (2, 3)),
+    ((3, 1, 4, 5), (4, 5, 2), False, False, (3, 4)),
+]
+
+
+@pytest.mark.parametrize("xs,ys,tx,ty,sizes", REFUSED)
+def test_different_batch_sizes_are_refused_when_run(xs, ys, tx, ty, sizes):
+    x, y = rng.standard_normal(xs), rng.standard_normal(ys)
+    attrs = {"transpose_X": tx, "transpose_Y": ty}
+    msg = (rf"X {list(xs)} and Y {list(ys)} have batch sizes {sizes[0]} and {sizes[1]}"
+           .replace("[", r"\[").replace("]", r"\]"))
+    with pytest.raises(ValueError, match=msg):
+        run_op("matmul", {"X": [x], "Y": [y]}, attrs)
+    seed = np.ones(xs[:-2] + (4, 2))
+    with pytest.raises(ValueError, match="batch sizes"):
+        run_op("matmul_grad", {"X": [x], "Y": [y], "Out" + GRAD: [seed]}, attrs)
+    with pytest.raises(ValueError, match=msg):
+        matmul_out_shape(xs, ys, tx, ty)
+
+
+@pytest.mark.parametrize("xs,ys,expected", [
+    ((-1, 4, 5), (6, 5, 2), [-1, 4, 2]),            # X's batch size unknown: checked when run
+    ((6, 4, 5), (-1, 3, 5, 2), [6, 4, 2]),
+    ((2, -1, 4, 5), (2, 3, 5, 2), [2, -1, 4, 2]),   # X batched: Out has X's leading dims
+    ((4, 5), (-1, 3, 5, 2), [-1, 3, 4, 2]),
+    ((-1, 5), (-1, 3, 5, 2), [-1, 3, -1, 2]),
+])
+def test_build_time_shape_with_unknown_batch_dims(xs, ys, expected):
+    assert matmul_out_shape(xs, ys) == expected
+
+
+def _program_matmul(xs: list, ys: list, tx: bool = False, ty: bool = False):
+    import dask_fluid as fluid
+
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        x = fluid.data("x", shape=xs, dtype="float64")
+        y = fluid.data("y", shape=ys, dtype="float64")
+        out = fluid.layers.matmul(x, y, tx, ty)
+    return main, out
+
+
+def test_the_layer_refuses_known_batch_sizes_that_differ():
+    with pytest.raises(ValueError, match=r"batch sizes 1 and 4"):
+        _program_matmul([1, 4, 5], [4, 5, 2])
+    with pytest.raises(ValueError, match=r"batch sizes 6 and 3"):
+        _program_matmul([2, 3, 4, 5], [3, 5, 2])
+
+
+@pytest.mark.parametrize("xs,ys,tx,ty,message", [
+    # equal batch sizes, which the op runs: Fluid 1.8's layer compares position by position
+    ([2, 3, 4, 5], [6, 5, 2], False, False, "has 2 at dim 0 and Y .* has 6"),
+    ([6, 4, 5], [2, 3, 5, 2], False, False, "has 6 at dim 0 and Y .* has 2"),
+    ([3, 2, 4, 5], [2, 3, 5, 2], False, False, "has 3 at dim 0"),
+    # past Y's batch dims Fluid's layer meets op(Y)'s matrix dims (here K = 5 against 1)
+    ([2, 1, 4, 5], [2, 5, 3], False, False, "has 1 at dim 1 and Y .* has 5"),
+    # and past Y's last dim (an IndexError in Fluid); K = N = 1 match the leading 1s
+    ([2, 1, 1, 1, 4, 1], [2, 1, 1], False, False, "more leading dims"),
+])
+def test_the_layer_checks_leading_dims_position_by_position(xs, ys, tx, ty, message):
+    with pytest.raises(ValueError, match=message):
+        _program_matmul(xs, ys, tx, ty)
+
+
+def test_the_layer_builds_and_runs_fluid_shapes():
+    import dask_fluid as fluid
+
+    cases = [  # (X, Y as declared, X, Y as fed, Out as declared)
+        ([-1, 3, 4, 5], [-1, 3, 5, 2], (2, 3, 4, 5), (2, 3, 5, 2), [-1, 3, 4, 2]),
+        ([2, 4, 5], [2, 1, 5, 3], (2, 4, 5), (2, 1, 5, 3), [2, 4, 3]),  # Out has X's dims
+        ([-1, 4, 5], [6, 5, 2], (6, 4, 5), (6, 5, 2), [-1, 4, 2]),
+        ([4, 5], [-1, 3, 5, 2], (4, 5), (2, 3, 5, 2), [-1, 3, 4, 2]),
+        ([-1, 3, 4, 5], [5], (2, 3, 4, 5), (5,), [-1, 3, 4]),
+    ]
+    for xs, ys, xv_shape, yv_shape, declared in cases:
+        main, out = _program_matmul(xs, ys)
+        assert list(out.shape) == declared
+        xv, yv = rng.standard_normal(xv_shape), rng.standard_normal(yv_shape)
+        got, = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": xv, "y": yv},
+                                                    fetch_list=[out])
+        np.testing.assert_allclose(got, _fluid_batched_reference(xv, yv, False, False),
+                                   rtol=1e-12)
+
+
+def test_a_refused_batch_unknown_at_build_time_is_refused_when_run():
+    import dask_fluid as fluid
+
+    main, out = _program_matmul([-1, 4, 5], [4, 5, 2])  # X's batch size unknown: builds
+    feed = {"x": rng.standard_normal((1, 4, 5)), "y": rng.standard_normal((4, 5, 2))}
+    # the executor names the failed op and chains the kernel's ValueError
+    with pytest.raises(RuntimeError, match=r"op 'matmul'.*batch sizes 1 and 4") as info:
+        fluid.Executor(fluid.CPUPlace()).run(main, feed=feed, fetch_list=[out])
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+def test_dygraph_runs_what_only_the_layers_build_time_check_refuses():
+    import dask_fluid as fluid
+    from dask_fluid import dygraph
+
+    xv, yv = rng.standard_normal((2, 3, 4, 5)), rng.standard_normal((6, 5, 2))
+    with dygraph.guard(fluid.CPUPlace()):
+        x, y = dygraph.to_variable(xv), dygraph.to_variable(yv)
+        x.stop_gradient = y.stop_gradient = False
+        out = fluid.layers.matmul(x, y)
+        np.testing.assert_allclose(out.numpy(), _fluid_batched_reference(xv, yv, False, False),
+                                   rtol=1e-12)
+        fluid.layers.reduce_sum(out).backward()
+        assert x.gradient().shape == xv.shape and y.gradient().shape == yv.shape
+        with pytest.raises(ValueError, match=r"batch sizes 1 and 4"):
+            fluid.layers.matmul(dygraph.to_variable(xv[:1, 0]), dygraph.to_variable(yv[:4]))
