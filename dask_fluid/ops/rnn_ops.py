@@ -213,9 +213,12 @@ def gru(ins: dict, attrs: dict, outs: tuple) -> dict:
         gates[b, :2 * d], gates[b, 2 * d:] = ur, c
         reset_prev[b], batch_hidden[b], hidden[r] = rh, new, new
         state[s] = new
-    # the Batch* rows are in batch order, so the input's LoD does not describe them
+    # the Batch* rows are in batch order: as gru_op.cc, BatchGate (to_batch) and BatchHidden
+    # (set_lod of BatchGate's) carry the batch LoD, BatchResetHiddenPrev none
+    blod = batch_lod(lod[-1], bool(attrs.get("is_reverse", False)))
     return {"Hidden": [hidden], "BatchGate": [gates], "BatchResetHiddenPrev": [reset_prev],
-            "BatchHidden": [batch_hidden], LOD_KEY: {"Hidden": [lod]}}
+            "BatchHidden": [batch_hidden],
+            LOD_KEY: {"Hidden": [lod], "BatchGate": [blod], "BatchHidden": [blod]}}
 
 
 @register("gru_grad", *grad_slots(("Input", "H0", "Weight", "Bias", "Hidden", "BatchGate",

@@ -194,19 +194,6 @@ def _gru_rows(x, w, b, h0, offsets, reverse, origin):
     return gate, rh, hid
 
 
-def _sequence2batch_rows(offsets, reverse):
-    """The input rows in Fluid's batch order: sequences sorted longest first (ties in their
-    order), then time step by time step over the sequences still running."""
-    lengths = [e - a for a, e in zip(offsets[:-1], offsets[1:], strict=True)]
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    rows = []
-    for t in range(max(lengths)):
-        for i in order:
-            if lengths[i] > t:
-                rows.append(offsets[i + 1] - 1 - t if reverse else offsets[i] + t)
-    return rows
-
-
 @pytest.mark.parametrize("reverse, origin", [(False, False), (True, True)])
 def test_gru_batch_outputs_are_in_fluids_batch_order(reverse, origin):
     rng = np.random.default_rng(3)
@@ -219,11 +206,16 @@ def test_gru_batch_outputs_are_in_fluids_batch_order(reverse, origin):
                  {"is_reverse": reverse, "origin_mode": origin,
                   "_lods": {"Input": [(offsets,)]}})
     gate, rh, hid = _gru_rows(x, w, b, h0, offsets, reverse, origin)
-    order = _sequence2batch_rows(offsets, reverse)
+    lod = fluid_batch_lod(offsets, reverse)
+    order = list(lod[1])
     np.testing.assert_allclose(res["Hidden"][0], hid, rtol=1e-10)
     np.testing.assert_allclose(res["BatchGate"][0], gate[order], rtol=1e-10)
     np.testing.assert_allclose(res["BatchResetHiddenPrev"][0], rh[order], rtol=1e-10)
     np.testing.assert_allclose(res["BatchHidden"][0], hid[order], rtol=1e-10)
+    # gru_op.cc: to_batch sets the batch LoD on BatchGate, set_lod copies it to BatchHidden
+    assert res[LOD_KEY]["BatchGate"] == res[LOD_KEY]["BatchHidden"] == [lod]
+    assert "BatchResetHiddenPrev" not in res[LOD_KEY]
+    assert res[LOD_KEY]["Hidden"] == [(offsets,)]
 
 
 def test_gru_gate_sigmoid_clamps_its_input_at_13():
