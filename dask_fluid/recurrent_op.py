@@ -12,22 +12,29 @@ through to the outer scope (Fluid's step scopes):
 - ``reverse`` runs the steps from ``T - 1`` down to 0.
 
 ``dynamic_recurrent`` does the same over the sequences of LoD step inputs, as Fluid's
-DynamicRNN (a ``while`` loop over LoD-tensor arrays there): the sequences are taken longest
-first (stable, Fluid's LoDRankTable) and step ``t`` sees the ``t``-th rows of the sequences
-that have one; ``static_inputs`` are LoD tensors whose sequences (one per step-input sequence)
-are reordered the same way and cut to the running ones (a static input without LoD has one row
-per sequence, as Fluid's ``reorder_lod_tensor_by_rank`` takes it, and stays without LoD in the
-step, as its ``shrink_rnn_memory`` leaves it); a memory's rows follow that order
-(``need_reorder`` reorders an init given in the sequences' own order) and lose the rows of
-sequences that ended (``shrink_rnn_memory``); each output row goes back where its input row
-was, so the outputs have the step inputs' LoD.
+DynamicRNN (a ``while`` loop over LoD-tensor arrays there): the top-level sequences are taken
+longest first (stable, Fluid's LoDRankTable at level 0) and step ``t`` sees the ``t``-th
+elements of the sequences that have one (lod_tensor_to_array): a row each of a one-level
+input, and of a nested one (two or more LoD levels) a sub-sequence each, all its rows, with the
+levels below the top as the step value's LoD, so sequence ops (or a nested DynamicRNN) run on
+it; ``static_inputs`` are LoD tensors whose top-level sequences (one per step-input sequence,
+their lower levels kept) are reordered the same way and cut to the running ones (a static
+input without LoD has one row per sequence, as Fluid's ``reorder_lod_tensor_by_rank`` takes
+it, and stays without LoD in the step, as its ``shrink_rnn_memory`` leaves it); a memory's rows
+follow that order (``need_reorder`` reorders an init given in the sequences' own order) and
+lose the rows of sequences that ended (``shrink_rnn_memory``); the outputs are put together as
+array_to_lod_tensor does: the sequences in their own order, each one's steps in turn (a row,
+or, for a step value with LoD, a top-level sequence, per running sequence), their LoD the step
+inputs' top level over the levels the step values carry -- a row per element of a one-level
+input gives the input's LoD, a row per sub-sequence of a nested input its top level.
 
 Their grad maker differentiates the step block into a grad block (the same rules as
-:func:`.backward.append_backward`, seeded with the outputs' and the states' gradients), and
-the grad ops run that block over the kept step scopes from the last step to the first: the
-states' gradients flow from each step to the one before it, the step inputs get their
-rows' gradients, and the outer variables the block reads (``parameters``: weights, most
-often; ``static_inputs``) get the sum over the steps.
+:func:`.backward.append_backward`, seeded with the outputs' and the states' gradients), and the
+grad ops run that block over the kept step scopes from the last step to the first: the states'
+gradients flow from each step to the one before it, the step inputs get their rows' gradients
+(each output's gradient taken from the rows its step values went to), and the outer variables
+the block reads (``parameters``: weights, most often; ``static_inputs``) get the sum over the
+steps.
 """
 
 from __future__ import annotations
@@ -40,7 +47,9 @@ import numpy as np
 from .backward import append_grad_block
 from .executor import RunContext
 from .framework import EMPTY_VAR, grad_var_name
+from .lod import LoD
 from .ops import registry
+from .ops.lod_array_ops import append_lod, frozen_lod, sub_lod
 
 
 def _order(steps: int, attrs: dict) -> range:
@@ -153,69 +162,177 @@ def _recurrent_grad(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dic
 
 @dataclass
 class _Plan:
-    """Where each step's rows come from: the sequences by decreasing length (stable, Fluid's
-    LoDRankTable), and per step the rows of the sequences still running."""
+    """The order of the top-level sequences, by decreasing length (stable, Fluid's
+    LoDRankTable at level 0), and how many of them run at each step."""
 
+    offsets: tuple[int, ...]     # the step inputs' top LoD level
     order: np.ndarray            # sequence indices, longest first
     active: list[int]            # per step: how many sequences are still running
-    rows: list[np.ndarray]       # per step: the input rows of those sequences, in rank order
     n_seq: int
 
 
 def _plan(offsets: tuple[int, ...]) -> _Plan:
-    starts = np.asarray(offsets[:-1], dtype=np.int64)
     lengths = np.diff(np.asarray(offsets, dtype=np.int64))
     order = np.argsort(-lengths, kind="stable")
     steps = int(lengths.max()) if lengths.size else 0
     active = [int((lengths > t).sum()) for t in range(steps)]
-    rows = [starts[order[:n]] + t for t, n in enumerate(active)]
-    return _Plan(order, active, rows, int(lengths.size))
+    return _Plan(tuple(offsets), order, active, int(lengths.size))
 
 
-def _level0(lod: Any, name: str, what: str) -> tuple[int, ...]:
+@dataclass
+class _StepRows:
+    """A step input at each step (Fluid's lod_tensor_to_array items): its rows, in rank
+    order, and their LoD (None for a one-level input: a row per running sequence)."""
+
+    rows: list[np.ndarray]
+    lods: list[LoD | None]
+
+
+def _step_rows(lod: LoD, plan: _Plan) -> _StepRows:
+    """Step ``t`` of a running sequence is its ``t``-th element: a row of a one-level input;
+    of a nested one a sub-sequence, all its rows, with the LoD levels below the top
+    (``GetSubLoDAndAbsoluteOffset`` from level 1, as lod_tensor_to_array)."""
+    starts = np.asarray(lod[0][:-1], dtype=np.int64)
+    if len(lod) == 1:
+        return _StepRows([starts[plan.order[:n]] + t for t, n in enumerate(plan.active)],
+                         [None] * len(plan.active))
+    rows, lods = [], []
+    for t, n in enumerate(plan.active):
+        step_lod: list[list[int]] = []
+        parts = []
+        for k in plan.order[:n]:
+            unit = int(starts[k]) + t
+            lengths, start, end = sub_lod(lod, unit, unit + 1, 1)
+            append_lod(step_lod, lengths)
+            parts.append(np.arange(start, end, dtype=np.int64))
+        rows.append(np.concatenate(parts))
+        lods.append(frozen_lod(step_lod))
+    return _StepRows(rows, lods)
+
+
+def _top_level(lod: Any, name: str, what: str) -> tuple[int, ...]:
     if not lod:
         raise ValueError(f"DynamicRNN: the {what} {name!r} has no LoD; feed it as a LoD tensor "
-                         "(lod_level=1)")
-    if len(lod) != 1:
-        raise NotImplementedError(f"DynamicRNN: the {what} {name!r} has {len(lod)} LoD levels; "
-                                  "only one-level LoD tensors are supported")
+                         "(lod_level=1, or 2 for sequences of sub-sequences)")
     return tuple(lod[0])
 
 
-def _dynamic_plan(ins: dict, attrs: dict, op: Any) -> tuple[_Plan, tuple[int, ...]]:
+def _dynamic_plan(attrs: dict, op: Any) -> tuple[_Plan, list[_StepRows]]:
     names = op.input("inputs")
     if not names:
         raise ValueError("DynamicRNN needs at least one step_input")
     lods = attrs["_lods"]["inputs"]
-    offsets = _level0(lods[0], names[0], "step input")
+    offsets = _top_level(lods[0], names[0], "step input")
     for name, lod in zip(names[1:], lods[1:], strict=True):
-        if _level0(lod, name, "step input") != offsets:
+        if _top_level(lod, name, "step input") != offsets:
             raise ValueError(f"DynamicRNN: the step inputs {names[0]!r} and {name!r} must have "
-                             "sequences of the same lengths")
-    return _plan(offsets), offsets
+                             "sequences of the same lengths (at their top LoD level)")
+    plan = _plan(offsets)
+    return plan, [_step_rows(lod, plan) for lod in lods]
 
 
-def _static_layout(lod: Any, name: str, plan: _Plan,
-                   rows: int) -> tuple[np.ndarray, list[int], bool]:
-    """The rows of a static input in rank order, the offsets of its reordered sequences, and
-    whether the step sees them as sequences (False: a tensor without LoD, one row each)."""
-    if lod:
-        offsets = np.asarray(_level0(lod, name, "static input"), dtype=np.int64)
+@dataclass
+class _StaticLayout:
+    """A static input with its top-level sequences in rank order (Fluid's
+    reorder_lod_tensor_by_rank): their rows and LoD, None for a tensor without LoD (one row
+    per sequence, and no LoD in the step)."""
+
+    index: np.ndarray
+    lod: LoD | None
+
+    def first(self, n: int) -> tuple[np.ndarray, LoD | None]:
+        """The rows and LoD of the first ``n`` sequences (what shrink_rnn_memory keeps)."""
+        if self.lod is None:
+            return self.index[:n], None
+        levels, count = [], n
+        for offsets in self.lod:
+            levels.append(offsets[:count + 1])
+            count = offsets[count]
+        return self.index[:count], tuple(levels)
+
+
+def _static_layout(lod: Any, name: str, plan: _Plan, rows: int) -> _StaticLayout:
+    if lod:  # a sequence keeps its lower LoD levels
+        units = [sub_lod(lod, k, k + 1, 0) for k in range(len(lod[0]) - 1)]
     else:  # Fluid: "a Tensor without lod, such as the output of sequence_pool_op"
-        offsets = np.arange(rows + 1, dtype=np.int64)
-    if len(offsets) - 1 != plan.n_seq:
+        units = [([], r, r + 1) for r in range(rows)]
+    if len(units) != plan.n_seq:
         what = "sequences" if lod else "rows (no LoD: one row per sequence)"
-        raise ValueError(f"DynamicRNN: the static input {name!r} has {len(offsets) - 1} "
-                         f"{what}, the step inputs {plan.n_seq} sequences")
-    parts = [np.arange(offsets[k], offsets[k + 1]) for k in plan.order]
+        raise ValueError(f"DynamicRNN: the static input {name!r} has {len(units)} {what}, "
+                         f"the step inputs {plan.n_seq} sequences")
+    new_lod: list[list[int]] = []
+    parts = []
+    for k in plan.order:
+        lengths, start, end = units[k]
+        append_lod(new_lod, lengths)
+        parts.append(np.arange(start, end, dtype=np.int64))
     index = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    lengths = [len(p) for p in parts]
-    return index, [0, *np.cumsum(lengths).tolist()], bool(lod)
+    return _StaticLayout(index, frozen_lod(new_lod) if lod else None)
+
+
+def _output_rows(name: str, values: list[Any], lods: list[LoD | None],
+                 plan: _Plan) -> tuple[list[np.ndarray], LoD]:
+    """Where the rows of each step's value of output ``name`` go, and the output's LoD
+    (Fluid's array_to_lod_tensor): the sequences in their own order, each one's steps in
+    turn; at step ``t`` the ``r``-th longest sequence owns unit ``r`` of the value (its
+    row, or its top-level sequence when the value has LoD). The LoD is the step inputs' top
+    level over the levels the values carry."""
+    for t, (value, lod, n) in enumerate(zip(values, lods, plan.active, strict=True)):
+        rows = int(value.shape[0])
+        units = len(lod[0]) - 1 if lod else rows
+        if units != n:
+            what = f"{units} top-level sequences" if lod else f"{rows} rows"
+            raise ValueError(f"DynamicRNN: the output {name!r} has {what} at step {t}; it "
+                             f"needs one per running sequence ({n})")
+        if lod and lod[-1][-1] != rows:
+            raise ValueError(f"DynamicRNN: the output {name!r} has {rows} rows at step {t} "
+                             f"but a LoD over {lod[-1][-1]}")
+    depths = sorted({len(lod) if lod else 0 for lod in lods})
+    if len(depths) > 1:
+        raise ValueError(f"DynamicRNN: the output {name!r} has {depths} LoD levels at "
+                         "different steps; it needs the same at every step")
+    top = np.asarray(plan.offsets, dtype=np.int64)
+    if not depths[0]:  # a row per sequence and step: the step inputs' top level
+        return [top[plan.order[:n]] + t for t, n in enumerate(plan.active)], (plan.offsets,)
+    rank = np.empty(plan.n_seq, dtype=np.int64)
+    rank[plan.order] = np.arange(plan.n_seq)
+    dest = [np.empty(int(value.shape[0]), dtype=np.int64) for value in values]
+    lower: list[list[int]] = []
+    row = 0
+    for k in range(plan.n_seq):
+        r = int(rank[k])
+        for t in range(int(top[k + 1] - top[k])):
+            lengths, start, end = sub_lod(lods[t], r, r + 1, 0)
+            append_lod(lower, lengths)
+            dest[t][start:end] = np.arange(row, row + end - start)
+            row += end - start
+    return dest, (plan.offsets, *(tuple(level) for level in lower))
+
+
+def _forget_lods(scope: Any, names: list[str]) -> None:
+    """Drop the LoD an earlier run left on ``names``, the outputs this op is about to set.
+    A step scope reads LoDs through to the outer scope, so a step value named as an output
+    (``rnn.output(h)``: ``h``) that the step leaves without LoD would otherwise show that LoD
+    to the step's ops, which share an input's LoD with their output by its rows."""
+    for name in names:
+        scope.lods.pop(name, None)
+
+
+@dataclass
+class _Kept:
+    """What the forward op keeps for its gradient: the step scopes and where every step's
+    rows came from and went to."""
+
+    scopes: list[Any]
+    plan: _Plan
+    inputs: list[_StepRows]
+    statics: list[_StaticLayout]
+    dests: list[list[np.ndarray]]    # per output, per step: its rows in the output
 
 
 def _dynamic_recurrent(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
     op = ctx.op
-    plan, offsets = _dynamic_plan(ins, attrs, op)
+    plan, steps_in = _dynamic_plan(attrs, op)
     ex, st = list(attrs["ex_states"]), list(attrs["states"])
     inits = list(ins.get("initial_states") or [])
     reorder = list(attrs["need_reorder"])
@@ -231,50 +348,57 @@ def _dynamic_recurrent(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> 
             raise ValueError(f"DynamicRNN: the memory's init {name!r} has {rows} rows; it needs "
                              f"one per sequence ({plan.n_seq})")
         states.append(init[plan.order] if again else init)
+    names_static = op.input("static_inputs")
     values = ins.get("static_inputs") or []
     layouts = [_static_layout(lod, name, plan, int(x.shape[0])) for name, lod, x in
-               zip(op.input("static_inputs"), attrs["_lods"].get("static_inputs") or [],
-                   values, strict=True)]
-    statics = [(name, x, *layout) for name, x, layout in
-               zip(op.input("static_inputs"), values, layouts, strict=True)]
+               zip(names_static, attrs["_lods"].get("static_inputs") or [], values,
+                   strict=True)]
     block = ctx.program.block(attrs["sub_block"])
     names_in, names_out = op.input("inputs"), op.output("outputs")
+    _forget_lods(ctx.scope, names_out)
     scopes: list[Any] = []
     per_step: list[list[Any]] = []
+    per_step_lods: list[list[LoD | None]] = []
     for t, n in enumerate(plan.active):
         step = ctx.scope._step_scope()
-        for name, x in zip(names_in, ins["inputs"], strict=True):
-            step.set(name, x[plan.rows[t]])
-            step.lods[name] = None  # one row per running sequence: no sequences
-        for name, x, index, soff, seq in statics:
-            step.set(name, x[index[:soff[n]]])
-            step.lods[name] = (tuple(soff[:n + 1]),) if seq else None
+        for name, x, rows_of in zip(names_in, ins["inputs"], steps_in, strict=True):
+            step.set(name, x[rows_of.rows[t]])
+            step.lods[name] = rows_of.lods[t]
+        for name, x, layout in zip(names_static, values, layouts, strict=True):
+            index, lod = layout.first(n)
+            step.set(name, x[index])
+            step.lods[name] = lod
         for name, value in zip(ex, states, strict=True):
             step.set(name, value[:n])  # the sequences that ended drop out (shrink_rnn_memory)
             step.lods[name] = None
         ctx.executor.run_block(ctx.program, block, step)
         states = [step.get(name) for name in st]
-        got = [step.get(name) for name in names_out]
-        for name, value in zip(names_out, got, strict=True):
-            if int(value.shape[0]) != n:
-                raise ValueError(f"DynamicRNN: the output {name!r} has {value.shape[0]} rows at "
-                                 f"step {t}; it needs one per running sequence ({n})")
-        per_step.append(got)
+        per_step.append([step.get(name) for name in names_out])
+        own = [step.lods.maps[0].get(name) for name in names_out]
+        for name, lod in zip(names_out, own, strict=True):
+            # None too: the step's grad ops read it through to the outer scope, which will
+            # hold the whole output's LoD
+            step.lods[name] = lod
+        per_step_lods.append(own)
         scopes.append(step)
-    outputs = []
+    if not per_step and names_out:
+        raise ValueError(f"DynamicRNN: no sequence has a step, so the output "
+                         f"{names_out[0]!r} has no shape; feed at least one non-empty sequence")
+    outputs, dests, out_lods = [], [], []
     for k, name in enumerate(names_out):
-        like = per_step[0][k] if per_step else None
-        if like is None:
-            raise ValueError(f"DynamicRNN: no sequence has a step, so the output {name!r} has "
-                             "no shape; feed at least one non-empty sequence")
-        xp = registry.array_module(like)
-        out = xp.zeros((offsets[-1], *like.shape[1:]), dtype=like.dtype)
-        for t, values in enumerate(per_step):
-            out[plan.rows[t]] = values[k]
+        got = [values_t[k] for values_t in per_step]
+        dest, lod = _output_rows(name, got, [lods_t[k] for lods_t in per_step_lods], plan)
+        like = got[0]
+        out = registry.array_module(like).zeros(
+            (sum(int(v.shape[0]) for v in got), *like.shape[1:]), dtype=like.dtype)
+        for rows, value in zip(dest, got, strict=True):
+            out[rows] = value
         outputs.append(out)
-    lod = (tuple(offsets),)
-    return {"outputs": outputs, "step_scopes": [(scopes, plan, layouts)],
-            registry.LOD_KEY: {"outputs": [lod] * len(outputs)}}
+        dests.append(dest)
+        out_lods.append(lod)
+    kept = _Kept(scopes, plan, steps_in, layouts, dests)
+    return {"outputs": outputs, "step_scopes": [kept],
+            registry.LOD_KEY: {"outputs": out_lods}}
 
 
 def _dynamic_recurrent_grad(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
@@ -283,8 +407,9 @@ def _dynamic_recurrent_grad(ins: dict, attrs: dict, outs: tuple, ctx: RunContext
     if kept is None:
         raise ValueError("dynamic_recurrent_grad: the forward op kept no step scopes for this "
                          "run; run the forward and backward ops in one program run")
-    scopes, plan, layouts = kept
+    plan = kept.plan
     block = ctx.program.block(attrs["sub_block"])
+    _forget_lods(ctx.scope, [name for slot in outs for name in ctx.op.output(slot)])
     ex, st = list(attrs["ex_states"]), list(attrs["states"])
     names_in, names_out = op.input("inputs"), op.input("outputs")
     names_static, params = op.input("static_inputs"), op.input("parameters")
@@ -295,10 +420,14 @@ def _dynamic_recurrent_grad(ins: dict, attrs: dict, outs: tuple, ctx: RunContext
     param_grads: list[Any] = [None] * len(params)
     state_grads: list[Any] = [None] * len(st)
     for t in range(len(plan.active) - 1, -1, -1):
-        n, rows = plan.active[t], plan.rows[t]
-        g = scopes[t]._step_scope()
-        for name, d in zip(names_out, d_outs, strict=True):
-            g.set(grad_var_name(name), _zeros_like(g.get(name)) if d is None else d[rows])
+        n = plan.active[t]
+        g = kept.scopes[t]._step_scope()
+        forward_lods = kept.scopes[t].lods.maps[0]
+        for name, d, dest in zip(names_out, d_outs, kept.dests, strict=True):
+            g.set(grad_var_name(name), _zeros_like(g.get(name)) if d is None else d[dest[t]])
+            # the step value's LoD (Fluid's gradients share their variable's), set even when
+            # None: the outer scope's entry is the LoD of the whole output's gradient
+            g.lods[grad_var_name(name)] = forward_lods.get(name)
         for name, d in zip(st, state_grads, strict=True):
             value = g.get(name)
             full = _zeros_like(value)
@@ -310,12 +439,11 @@ def _dynamic_recurrent_grad(ins: dict, attrs: dict, outs: tuple, ctx: RunContext
         for k, name in enumerate(names_in):
             d = local.get(grad_var_name(name))
             if d is not None:
-                input_grads[k][rows] += d
+                input_grads[k][kept.inputs[k].rows[t]] += d
         for k, name in enumerate(names_static):
             d = local.get(grad_var_name(name))
             if d is not None:
-                index, soff, _ = layouts[k]
-                static_grads[k][index[:soff[n]]] += d
+                static_grads[k][kept.statics[k].first(n)[0]] += d
         state_grads = [local.get(grad_var_name(name)) for name in ex]
         _add_param_grads(param_grads, local, params)
     lods = attrs["_lods"]

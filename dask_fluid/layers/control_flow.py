@@ -705,11 +705,13 @@ class DynamicRNN(_StepBlockRNN):
 
     Step ``t`` runs the block once for every sequence that has a ``t``-th element, the
     sequences ordered longest first (Fluid's rank table), so the batch shrinks as sequences
-    end. Inside ``with rnn.block():``, :meth:`step_input` gives those sequences' ``t``-th rows,
-    :meth:`static_input` a LoD tensor of their whole sequences (attention over an encoder's
-    output), :meth:`memory` a state per sequence (the rows of ended sequences drop out), and
-    :meth:`output` collects a row per sequence and step; ``rnn()`` returns LoD tensors with
-    the step inputs' LoD, each row where its element was. Trains like any layer.
+    end. Inside ``with rnn.block():``, :meth:`step_input` gives those sequences' ``t``-th rows
+    (of a nested input, with two or more LoD levels: their ``t``-th sub-sequences, a LoD
+    tensor), :meth:`static_input` a LoD tensor of their whole sequences (attention over an
+    encoder's output), :meth:`memory` a state per sequence (the rows of ended sequences drop
+    out), and :meth:`output` collects a row (or a sub-sequence) per sequence and step;
+    ``rnn()`` returns LoD tensors whose top level is the step inputs', each row where its
+    element was. Trains like any layer.
 
     Fluid builds this from a ``while`` op and LoD-tensor-array ops; here one op runs the
     block over the steps and its gradient runs the block's gradient back over them.
@@ -738,21 +740,40 @@ class DynamicRNN(_StepBlockRNN):
         return self._step_block()
 
     def step_input(self, x: Variable, level: int = 0) -> Variable:
-        """The rows of the running sequences at the current step, ``[running, ...]``."""
+        """The current step's element of each running sequence of ``x``, in the steps' order.
+
+        A row each, ``[running, ...]``, when ``x`` has one LoD level. When it has more
+        (sequences of sub-sequences), a sub-sequence each, all its rows, as a LoD tensor of
+        the levels below the top (``lod_level`` ``x.lod_level - 1``, as Fluid), so that
+        sequence layers, or a nested DynamicRNN, run on it inside the block. Only
+        ``level=0`` (stepping over the top-level sequences) is implemented.
+        """
         self._check("step_input")
         # whether x has sequences is known when it runs (Fluid's lod_level is not kept on
         # every variable): the op checks its LoD then
         if level != 0:
+            # Fluid would rank that level's sequences; here memory(shape=...) takes its batch
+            # from the top level, and Fluid's build-time lod_level (x.lod_level - 1) would not
+            # be the step value's (x.lod_level - level - 1)
             raise NotImplementedError(f"DynamicRNN.step_input(level={level}): only level 0 "
-                                      "is implemented")
-        inner = self._inner(x, "step_input", [-1, *x.shape[1:]])
+                                      "(the top-level sequences, of one- or multi-level LoD "
+                                      "inputs) is implemented")
+        # Fluid's lod_tensor_to_array drops the top level and read_from_array shares the rest
+        inner = self._inner(x, "step_input", [-1, *x.shape[1:]],
+                            lod_level=max(getattr(x, "lod_level", 0) - 1, 0))
         self.inputs.append(inner)
         return inner
 
     def static_input(self, x: Variable) -> Variable:
         """The whole sequences of ``x`` (one per step-input sequence), those of the running
-        sequences at each step, in the step's order; a LoD tensor inside the block."""
-        inner = self._inner(x, "static_input", [-1, *x.shape[1:]], lod_level=1)
+        sequences at each step, in the step's order.
+
+        Inside the block it has ``x``'s ``lod_level`` (Fluid's reorder_lod_tensor_by_rank and
+        shrink_rnn_memory share it): a LoD tensor whose top-level sequences keep their lower
+        levels, or, for ``x`` without LoD, a row per running sequence.
+        """
+        inner = self._inner(x, "static_input", [-1, *x.shape[1:]],
+                            lod_level=getattr(x, "lod_level", 0))
         self.static_inputs.append(inner)
         return inner
 
@@ -793,10 +814,30 @@ class DynamicRNN(_StepBlockRNN):
         return self._new_memory(boot)
 
     def output(self, *outputs: Variable) -> None:
-        """Collect each of ``outputs`` (one row per running sequence) at every step."""
+        """Collect each of ``outputs`` (one row, or one top-level sequence, per running
+        sequence) at every step.
+
+        ``rnn()`` gives each in the sequences' own order, every sequence's steps in turn,
+        with one LoD level more than the step value (Fluid's array_to_lod_tensor): the step
+        inputs' top level above the step values' own.
+        """
         self._check("output")
+        inputs = {v.name for v in self.inputs + self.static_inputs}
         for o in outputs:
-            self._add_output(o, [-1, *((o.shape or [])[1:])], lod_level=1)
+            if isinstance(o, Variable) and o.name in inputs:
+                o = self._copy(o)
+            self._add_output(o, [-1, *((o.shape or [])[1:])],
+                             lod_level=getattr(o, "lod_level", 0) + 1)
+
+    def _copy(self, x: Variable) -> Variable:
+        """A copy of a step or static input made in the block: inside it they have their
+        outer variable's name (Fluid's are variables of their own), which an output named
+        the same would overwrite."""
+        block = default_main_program().current_block()
+        copy = block.create_var(name=unique_name.generate(f"{self.name}@{x.name}"),
+                                shape=x.shape, dtype=x.dtype, lod_level=x.lod_level)
+        block.append_op("assign", inputs={"X": [x]}, outputs={"Out": [copy]})
+        return copy
 
     def _complete(self) -> None:
         block = default_main_program().current_block()

@@ -43,7 +43,7 @@ from .registry import GRAD, LOD_KEY, array_module, to_host
 # -- LoD helpers (Fluid's framework/lod_tensor.cc) ----------------------------------------------
 
 
-def _sub_lod(lod: LoD, start: int, end: int, level: int) -> tuple[list[list[int]], int, int]:
+def sub_lod(lod: LoD, start: int, end: int, level: int) -> tuple[list[list[int]], int, int]:
     """Fluid's ``GetSubLoDAndAbsoluteOffset``: the lengths, at levels ``level`` and below, of
     units ``[start, end)`` of level ``level``, and the rows they span."""
     lengths = []
@@ -53,7 +53,7 @@ def _sub_lod(lod: LoD, start: int, end: int, level: int) -> tuple[list[list[int]
     return lengths, start, end
 
 
-def _append_lod(lod: list[list[int]], lengths: list[list[int]]) -> None:
+def append_lod(lod: list[list[int]], lengths: list[list[int]]) -> None:
     """Fluid's ``AppendLoD``: extend the offsets ``lod`` by ``lengths``, level by level."""
     if not lod:
         lod.extend([0] for _ in lengths)
@@ -62,7 +62,8 @@ def _append_lod(lod: list[list[int]], lengths: list[list[int]]) -> None:
             level.append(level[-1] + n)
 
 
-def _frozen(lod: list[list[int]]) -> LoD | None:
+def frozen_lod(lod: list[list[int]]) -> LoD | None:
+    """Offsets built by :func:`append_lod` as a LoD (tuples), None when there are none."""
     return tuple(tuple(level) for level in lod) or None
 
 
@@ -147,10 +148,10 @@ def _to_array(op: str, x: Any, lod: LoD, table: LoDRankTable) -> list[tuple[Any,
             if t >= length:
                 break  # items are longest first
             unit = lod[level][index] + t
-            lengths, start, end = _sub_lod(lod, unit, unit + 1, level + 1)
-            _append_lod(step_lod, lengths)
+            lengths, start, end = sub_lod(lod, unit, unit + 1, level + 1)
+            append_lod(step_lod, lengths)
             parts.append((x, start, end))
-        out.append((_gather(xp, parts, x), _frozen(step_lod)))
+        out.append((_gather(xp, parts, x), frozen_lod(step_lod)))
     return out
 
 
@@ -216,17 +217,17 @@ def _array_to_lod_tensor(ins: dict, attrs: dict, outs: tuple, ctx: Any) -> dict:
         for t in range(length):
             a, item_lod = values[t]
             if item_lod:
-                lengths, start, end = _sub_lod(item_lod, rank, rank + 1, 0)
+                lengths, start, end = sub_lod(item_lod, rank, rank + 1, 0)
             else:
                 lengths, start, end = [], rank, rank + 1
             if end > int(a.shape[0]):
                 raise ValueError(f"{op}: item {t} of {name!r} has {int(a.shape[0])} rows; "
                                  f"the rank table needs at least {end}")
-            _append_lod(lower, lengths)
+            append_lod(lower, lengths)
             parts.append((a, start, end))
     out = _gather(xp, parts, like)
     lod = [list(level) for level in table.coarse_lod()] + [level_lod] + lower
-    return {"Out": [out], LOD_KEY: {"Out": [_frozen(lod)]}}
+    return {"Out": [out], LOD_KEY: {"Out": [frozen_lod(lod)]}}
 
 
 def _units(x: Any, lod: LoD) -> list[tuple[list[list[int]], int, int]]:
@@ -234,15 +235,15 @@ def _units(x: Any, lod: LoD) -> list[tuple[list[list[int]], int, int]]:
     lengths and rows (Fluid's ``GetAbsoluteOffsetAndLengthByLoDRankTable``)."""
     if not lod:
         return [([], r, r + 1) for r in range(int(x.shape[0]))]
-    return [_sub_lod(lod, k, k + 1, 0) for k in range(len(lod[0]) - 1)]
+    return [sub_lod(lod, k, k + 1, 0) for k in range(len(lod[0]) - 1)]
 
 
 def _copy_units(x: Any, units: list, order: list[int]) -> tuple[Any, LoD | None]:
     lod: list[list[int]] = []
     for k in order:
-        _append_lod(lod, units[k][0])
+        append_lod(lod, units[k][0])
     out = _gather(array_module(x), [(x, units[k][1], units[k][2]) for k in order], x)
-    return out, _frozen(lod)
+    return out, frozen_lod(lod)
 
 
 def _reorder_lod_tensor_by_rank(ins: dict, attrs: dict, outs: tuple, ctx: Any) -> dict:
@@ -290,10 +291,10 @@ def _shrink_rnn_memory(ins: dict, attrs: dict, outs: tuple, ctx: Any) -> dict:
     out_lod = None
     height = rows
     if lod and len(lod[0]) > rows:
-        lengths, _, height = _sub_lod(lod, 0, rows, 0)
+        lengths, _, height = sub_lod(lod, 0, rows, 0)
         built: list[list[int]] = []
-        _append_lod(built, lengths)
-        out_lod = _frozen(built)
+        append_lod(built, lengths)
+        out_lod = frozen_lod(built)
     if height > int(x.shape[0]):
         raise ValueError(f"{op}: X has {int(x.shape[0])} rows; the rank table has {rows} "
                          f"sequences longer than I={offset}")
