@@ -77,7 +77,9 @@ def _log_of(x_value):
                                 scope=fluid.Scope())[0]
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered in log:RuntimeWarning")
 def test_check_nan_inf_names_the_op_and_the_variable(restore_flags):
+    # numpy warns of the NaN the test makes on purpose
     bad = np.array([[1.0, -1.0]], np.float32)
     assert np.isnan(_log_of(bad)).any()  # off: Fluid's default, the NaN goes on
     fluid.set_flags({"FLAGS_check_nan_inf": True})
