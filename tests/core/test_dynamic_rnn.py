@@ -127,16 +127,22 @@ def test_gradients_match_finite_differences(need_reorder):
     # the gradients of the LoD inputs keep their LoD
     assert fetched[-3].recursive_sequence_lengths() == [LENGTHS]
     assert fetched[-2].recursive_sequence_lengths() == [ENC_LENGTHS]
-    analytic = {n: np.array(v) for n, v in zip(names, fetched, strict=True)}
+    _assert_finite_differences(exe, main, scope, loss, _feed, data, params,
+                               dict(zip(names, fetched, strict=True)))
 
+
+def _assert_finite_differences(exe, main, scope, loss, feed_of, data, params, analytic):
+    """The fetched ``analytic`` gradients of ``params`` (in ``scope``) and of the fed ``x``,
+    ``enc`` and ``h0`` (in ``data``, fed through ``feed_of``) equal central differences of
+    the loss."""
     def f() -> float:
-        value, = exe.run(main, feed=_feed(data), fetch_list=[loss], scope=scope)
+        value, = exe.run(main, feed=feed_of(data), fetch_list=[loss], scope=scope)
         return float(value[0])
 
     for name in params:
         num = numeric_gradient(f, lambda n=name: scope.get(n), lambda v, n=name: scope.set(n, v))
-        np.testing.assert_allclose(analytic[f"{name}@GRAD"], num, rtol=1e-6, atol=1e-7,
-                                   err_msg=name)
+        np.testing.assert_allclose(np.array(analytic[f"{name}@GRAD"]), num, rtol=1e-6,
+                                   atol=1e-7, err_msg=name)
     for name in ("x", "enc", "h0"):
         lod = isinstance(data[name], tuple)
 
@@ -146,8 +152,9 @@ def test_gradients_match_finite_differences(need_reorder):
         def put(v, n=name, lod=lod):
             data[n] = (v, data[n][1]) if lod else v
 
-        np.testing.assert_allclose(analytic[f"{name}@GRAD"], numeric_gradient(f, get, put),
-                                   rtol=1e-6, atol=1e-7, err_msg=name)
+        np.testing.assert_allclose(np.array(analytic[f"{name}@GRAD"]),
+                                   numeric_gradient(f, get, put), rtol=1e-6, atol=1e-7,
+                                   err_msg=name)
 
 
 def test_a_gru_unit_block_equals_dynamic_gru_with_the_same_weights():
@@ -468,27 +475,8 @@ def test_nested_gradients_match_finite_differences():
                       return_numpy=False)
     assert fetched[-3].recursive_sequence_lengths() == [TOP, SUB]
     assert fetched[-2].recursive_sequence_lengths() == [ENC_TOP, ENC_SUB]
-    analytic = {n: np.array(v) for n, v in zip(names, fetched, strict=True)}
-
-    def f() -> float:
-        value, = exe.run(main, feed=_nested_feed(data), fetch_list=[loss], scope=scope)
-        return float(value[0])
-
-    for name in NESTED_PARAMS:
-        num = numeric_gradient(f, lambda n=name: scope.get(n), lambda v, n=name: scope.set(n, v))
-        np.testing.assert_allclose(analytic[f"{name}@GRAD"], num, rtol=1e-6, atol=1e-7,
-                                   err_msg=name)
-    for name in ("x", "enc", "h0"):
-        lod = isinstance(data[name], tuple)
-
-        def get(n=name, lod=lod):
-            return data[n][0] if lod else data[n]
-
-        def put(v, n=name, lod=lod):
-            data[n] = (v, data[n][1]) if lod else v
-
-        np.testing.assert_allclose(analytic[f"{name}@GRAD"], numeric_gradient(f, get, put),
-                                   rtol=1e-6, atol=1e-7, err_msg=name)
+    _assert_finite_differences(exe, main, scope, loss, _nested_feed, data, NESTED_PARAMS,
+                               dict(zip(names, fetched, strict=True)))
 
 
 def test_lod_levels_at_build_time_and_the_outputs_lod():
