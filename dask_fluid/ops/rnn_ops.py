@@ -382,7 +382,7 @@ def lstm(ins: dict, attrs: dict, outs: tuple) -> dict:
 
 @register("lstm_grad", *grad_slots((*_LSTM_IN, "Hidden", "Cell", "BatchGate", "BatchCellPreAct"),
                                    ("Hidden", "Cell"), ("Input", "H0", "C0", "Weight", "Bias")),
-          _LSTM_ATTRS, optional=("H0", "C0", "Bias", "BatchCellPreAct"), lod="kernel")
+          _LSTM_ATTRS, optional=("H0", "C0", "Bias"), lod="kernel")
 def lstm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Backpropagation through time (Paddle's lstm backward, peepholes included). BatchGate
     and BatchCellPreAct are in the forward's batch order; Hidden and Cell in row order."""
@@ -390,7 +390,7 @@ def lstm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
     gate_act, cell_act, cand_act = _lstm_acts(attrs, "lstm_grad")
     h0, c0 = (ins.get("H0") or [None])[0], (ins.get("C0") or [None])[0]
     hidden, cell, gates = ins["Hidden"][0], ins["Cell"][0], ins["BatchGate"][0]
-    act_cell = (ins.get("BatchCellPreAct") or [None])[0]
+    act_cell = ins["BatchCellPreAct"][0]
     zeros = xp.zeros((x.shape[0], d), dtype=x.dtype)
     dh_all = ins["Hidden" + GRAD][0] if ins["Hidden" + GRAD][0] is not None else zeros
     dc_all = ins["Cell" + GRAD][0] if ins["Cell" + GRAD][0] is not None else zeros
@@ -415,11 +415,8 @@ def lstm_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
             hp, cp = hidden[before], cell[before]
         cand, i, f, o = (gates[bs, k * d:(k + 1) * d] for k in range(4))
         new_c = cell[r]
-        # a grad op saved before lstm's grad maker passed BatchCellPreAct (as Fluid's does)
-        # takes cell_act(c) from Cell: the same values
-        a_c = act_cell[bs] if act_cell is not None else _act(xp, cell_act, new_c, clip=True)
         dcand, di, df, do, carry_c[s] = _lstm_cell_grad(
-            (gate_act, cell_act, cand_act), cand, i, f, o, cp, new_c, a_c,
+            (gate_act, cell_act, cand_act), cand, i, f, o, cp, new_c, act_cell[bs],
             dh_all[r] + carry_h[s], dc_all[r] + carry_c[s], (wi, wf, wo))
         if peep:
             dpeep += xp.stack([(di * cp).sum(0), (df * cp).sum(0), (do * new_c).sum(0)])
