@@ -513,6 +513,17 @@ def _as_names(value: Any) -> list[str]:
     return [v.name if isinstance(v, Variable) else str(v) for v in value]
 
 
+def _block_indices(value: Any) -> Any:
+    """An attr value as an op keeps it: a :class:`Block`, or a list of them, as block indices
+    (Fluid's ``set_block_attr`` / ``set_blocks_attr``: scripts pass the Block objects, e.g.
+    ``listen_and_serv``'s ``optimize_blocks``); anything else as it is."""
+    if isinstance(value, Block):
+        return value.idx
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, Block) for v in value):
+        return [v.idx for v in value]
+    return value
+
+
 class Operator:
     """One op of a block: a type, named input and output slots (lists of var names), attrs."""
 
@@ -530,7 +541,7 @@ class Operator:
         self.outputs = {k: _as_names(v) for k, v in (outputs or {}).items()}
         opdef = registry.get(type) if registry.has(type) else None
         self.attrs = dict(opdef.attrs) if opdef else {}
-        self.attrs.update(attrs or {})
+        self.attrs.update({k: _block_indices(v) for k, v in (attrs or {}).items()})
         if OP_ROLE_KEY not in self.attrs:
             self.attrs[OP_ROLE_KEY] = block.program._current_role
         if OP_ROLE_VAR_KEY not in self.attrs and block.program._current_role_var:
@@ -608,7 +619,7 @@ class Operator:
         return out
 
     def _set_attr(self, name: str, value: Any) -> None:
-        self.attrs[name] = value
+        self.attrs[name] = _block_indices(value)
         self.block.program._version += 1  # an executor's plan of the program is stale now
 
     def _is_optimize_op(self) -> bool:

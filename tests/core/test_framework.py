@@ -3,7 +3,7 @@ import pytest
 
 import dask_fluid as fluid
 from dask_fluid import layers
-from dask_fluid.framework import OpRole
+from dask_fluid.framework import OpRole, VarType
 
 
 def _square_error_program(optimizer=None):
@@ -463,3 +463,27 @@ def test_to_string_with_details_and_its_checks():
     with pytest.raises(ValueError, match=r"op 'scale' in block 0 uses variables no enclosing "
                                          r"block declares: \['nowhere'\]"):
         main.to_string(True)
+
+
+def test_block_attrs_given_as_blocks_are_kept_as_block_indices_as_fluid_18():
+    # Fluid 1.8's Operator turns a Block attr value (or a list of Blocks) into a block attr
+    # (set_block_attr / set_blocks_attr): scripts building control flow or listen_and_serv
+    # by hand pass the Block objects
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.program_guard(main, startup):
+        x = layers.fill_constant([1], "float32", 2.0)
+        cond = layers.fill_constant([1], "bool", True)
+        out = main.global_block().create_var(name="out", shape=[1], dtype="float32")
+        sub = main._create_block()
+        layers.assign(layers.scale(x, 3.0), output=out)
+        main._rollback()
+        scope = main.global_block().create_var(name="scope", type=VarType.STEP_SCOPES)
+        op = main.global_block().append_op(
+            "conditional_block", inputs={"Cond": [cond], "Input": [x]},
+            outputs={"Out": [out], "Scope": [scope]},
+            attrs={"sub_block": sub, "is_scalar_condition": True})
+        op._set_attr("optimize_blocks", [sub, main.global_block()])
+    assert op.attr("sub_block") == sub.idx and op.all_attrs()["sub_block"] is sub
+    assert op.attr("optimize_blocks") == [sub.idx, 0]
+    got, = fluid.Executor().run(main, fetch_list=[out], scope=fluid.Scope())
+    np.testing.assert_array_equal(got, [6.0])
