@@ -45,7 +45,9 @@ the op registry the first time a program needs one of these kernels.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -290,13 +292,38 @@ def _listen_and_serv(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> di
         flags = dataclasses.replace(RPCFlags.current(), **{
             name: attrs[attr] for name, attr in _THREAD_ATTRS.items() if attr in attrs})
         options = ServeOptions(secret=env_secret(), flags=flags, tls=env_contexts(),
-                               table=table_shard(attrs))
+                               table=table_shard(attrs), on_start=_save_port)
     try:
         PServerShard(ctx.program, ctx.scope, options).run()
     except DistributedTrainingError as err:
         err._dask_fluid_passthrough = True  # the executor re-raises it as is
         raise
+    finally:
+        if options.on_start is _save_port:
+            _remove_port_file()
     return {}
+
+
+def _port_file() -> str:
+    return f"/tmp/paddle.{os.getpid()}.port"
+
+
+def _save_port(shard: PServerShard) -> None:
+    """Fluid 1.8's ``RPCServer::SavePort``: a pserver started by hand writes the port it
+    listens on to ``/tmp/paddle.<pid>.port`` once it serves, so that a script that started
+    it with endpoint port 0 (Paddle's own listen_and_serv tests) can wait for it and connect;
+    removed when it stops, as Fluid's ListenAndServOp does."""
+    if shard.server is None:
+        return
+    path = _port_file()
+    with open(path + ".tmp", "w") as f:  # renamed into place: a reader never sees half
+        f.write(str(shard.server.address[1]))
+    os.replace(path + ".tmp", path)
+
+
+def _remove_port_file() -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(_port_file())
 
 
 registry.set_kernel("send", _send)
