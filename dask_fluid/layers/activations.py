@@ -8,6 +8,7 @@ from typing import Any
 
 from ..framework import Variable
 from ..layer_helper import LayerHelper
+from .checks import check_type, check_variable_and_dtype
 from .tensor import _check_var
 
 __all__: list[str] = [
@@ -15,6 +16,11 @@ __all__: list[str] = [
     "reciprocal", "round", "rsqrt", "sin", "sinh", "softshrink", "tanh_shrink",
     "thresholded_relu",
 ]
+
+
+#: the dtypes Fluid 1.8 checks ``x`` against in these layers (``generate_activation_fn`` and
+#: the hand-written softshrink, hard_shrink and thresholded_relu of layers/ops.py)
+_FLOATS = ("float16", "float32", "float64")
 
 
 def _act(op_type: str, x: Any, name: str | None = None, **attrs: Any) -> Variable:
@@ -39,11 +45,13 @@ def _float_attr(layer: str, arg: str, value: Any) -> float | None:
 def logsigmoid(x: Variable, name: str | None = None) -> Variable:
     """``log(1 / (1 + exp(-x)))``, computed without overflow for large ``|x|``
     (Fluid 1.8's ``layers.logsigmoid``)."""
+    check_variable_and_dtype(x, "x", _FLOATS, "logsigmoid")
     return _act("logsigmoid", x, name)
 
 
 def tanh_shrink(x: Variable, name: str | None = None) -> Variable:
     """``x - tanh(x)`` (Fluid 1.8's ``layers.tanh_shrink``)."""
+    check_variable_and_dtype(x, "x", _FLOATS, "tanh_shrink")
     return _act("tanh_shrink", x, name)
 
 
@@ -51,12 +59,14 @@ def softshrink(x: Variable, alpha: float | None = None) -> Variable:
     """``x - alpha`` where ``x > alpha``, ``x + alpha`` where ``x < -alpha``, else 0
     (Fluid 1.8's ``layers.softshrink``; ``alpha`` is the op's ``lambda`` attribute, 0.5 when
     None)."""
+    check_variable_and_dtype(x, "x", _FLOATS, "softshrink")
     return _act("softshrink", x, None, **{"lambda": _float_attr("softshrink", "alpha", alpha)})
 
 
 def hard_shrink(x: Variable, threshold: float | None = None) -> Variable:
     """``x`` where ``|x| > threshold``, else 0 (Fluid 1.8's ``layers.hard_shrink``; the op's
     ``threshold`` is 0.5 when None)."""
+    check_variable_and_dtype(x, "x", _FLOATS, "hard_shrink")
     return _act("hard_shrink", x, None,
                 threshold=_float_attr("hard_shrink", "threshold", threshold))
 
@@ -64,48 +74,57 @@ def hard_shrink(x: Variable, threshold: float | None = None) -> Variable:
 def thresholded_relu(x: Variable, threshold: float | None = None) -> Variable:
     """``x`` where ``x > threshold``, else 0 (Fluid 1.8's ``layers.thresholded_relu``; the
     op's ``threshold`` is 1.0 when None)."""
+    check_variable_and_dtype(x, "x", _FLOATS, "thresholded_relu")
     return _act("thresholded_relu", x, None,
                 threshold=_float_attr("thresholded_relu", "threshold", threshold))
 
 
 def rsqrt(x: Variable, name: str | None = None) -> Variable:
     """``1 / sqrt(x)`` (Fluid 1.8's ``layers.rsqrt``)."""
+    check_variable_and_dtype(x, "x", _FLOATS, "rsqrt")
     return _act("rsqrt", x, name)
 
 
 def reciprocal(x: Variable, name: str | None = None) -> Variable:
     """``1 / x`` (Fluid 1.8's ``layers.reciprocal``)."""
+    check_variable_and_dtype(x, "x", _FLOATS, "reciprocal")
     return _act("reciprocal", x, name)
 
 
 def ceil(x: Variable, name: str | None = None) -> Variable:
     """Element-wise ceiling; its gradient is zero, as Fluid 1.8's ``layers.ceil``."""
+    check_variable_and_dtype(x, "x", _FLOATS, "ceil")
     return _act("ceil", x, name)
 
 
 def round(x: Variable, name: str | None = None) -> Variable:  # noqa: A001 (Fluid's name)
     """Round to the nearest integer, halves away from zero; its gradient is zero, as Fluid
     1.8's ``layers.round``."""
+    check_variable_and_dtype(x, "x", _FLOATS, "round")
     return _act("round", x, name)
 
 
 def sin(x: Variable, name: str | None = None) -> Variable:
     """Sine (Fluid 1.8's ``layers.sin``)."""
+    check_variable_and_dtype(x, "x", _FLOATS, "sin")
     return _act("sin", x, name)
 
 
 def acos(x: Variable, name: str | None = None) -> Variable:
     """Arc cosine (Fluid 1.8's ``layers.acos``)."""
+    check_variable_and_dtype(x, "x", _FLOATS, "acos")
     return _act("acos", x, name)
 
 
 def asin(x: Variable, name: str | None = None) -> Variable:
     """Arc sine (Fluid 1.8's ``layers.asin``)."""
+    check_variable_and_dtype(x, "x", _FLOATS, "asin")
     return _act("asin", x, name)
 
 
 def atan(x: Variable, name: str | None = None) -> Variable:
     """Arc tangent (Fluid 1.8's ``layers.atan``)."""
+    check_variable_and_dtype(x, "x", _FLOATS, "atan")
     return _act("atan", x, name)
 
 
@@ -137,6 +156,7 @@ def cumsum(x: Variable, axis: int | None = None, exclusive: bool | None = None,
     ValueError
         ``axis`` is outside ``[-rank, rank)``.
     """
+    check_type(x, "x", Variable, "cumsum")
     _check_var(x, "x", "cumsum")
     if axis is not None:
         if isinstance(axis, bool) or not isinstance(axis, int):

@@ -14,7 +14,7 @@ from ..initializer import ConstantInitializer, NumpyArrayInitializer
 from ..layer_helper import LayerHelper
 from ..ops.math_ops import ew_out_shape
 from ..param_attr import ParamAttr
-from .checks import check_dtype, check_variable_and_dtype
+from .checks import check_dtype, check_type, check_variable_and_dtype
 
 # Fluid 1.8 defines its random layers in layers/nn.py (``fluid.layers.nn.uniform_random``);
 # here they live in .sampling, and this module names them too
@@ -31,6 +31,7 @@ from .tensor import (
     _check_var,
     _compare,
     _known,
+    assign,
     cast,
     fill_constant,
     fill_constant_batch_size_like,
@@ -55,6 +56,10 @@ _FLOATS = ("float16", "float32", "float64")
 _F32_64 = ("float32", "float64")
 _NUMBERS = ("float32", "float64", "int32", "int64")
 _EW_DTYPES = ("float16", "float32", "float64", "int32", "int64")  # Fluid's _elementwise_op
+# generate_activation_fn's list for abs, exp and square, whose kernels take ints (its other
+# activations take _FLOATS); in Fluid's order, as the messages list it
+_GENERATED_INTS = ("int32", "int64", "float16", "float32", "float64")
+_POW_DTYPES = ("int32", "int64", "float32", "float64")
 
 
 def _unary(op_type: str, x: Variable, name: str | None = None,
@@ -71,16 +76,19 @@ def _unary(op_type: str, x: Variable, name: str | None = None,
 
 def relu(x: Variable, name: str | None = None) -> Variable:
     """``max(x, 0)``."""
+    check_variable_and_dtype(x, "x", _FLOATS, "relu")
     return _unary("relu", x, name)
 
 
 def sigmoid(x: Variable, name: str | None = None) -> Variable:
     """``1 / (1 + exp(-x))``."""
+    check_variable_and_dtype(x, "x", _FLOATS, "sigmoid")
     return _unary("sigmoid", x, name)
 
 
 def tanh(x: Variable, name: str | None = None) -> Variable:
     """Hyperbolic tangent."""
+    check_variable_and_dtype(x, "x", _FLOATS, "tanh")
     return _unary("tanh", x, name)
 
 
@@ -93,14 +101,27 @@ def softmax(input: Variable, use_cudnn: bool = False, name: str | None = None,
 
 def abs(x: Variable, name: str | None = None) -> Variable:  # noqa: A001 (Fluid's name)
     """Element-wise absolute value."""
+    check_variable_and_dtype(x, "x", _GENERATED_INTS, "abs")
     return _unary("abs", x, name)
 
 
-def sign(x: Variable) -> Variable:
-    """Element-wise sign (-1, 0 or 1; no gradient)."""
-    out = _unary("sign", x)
-    out.stop_gradient = True
-    return out
+def sign(x: Variable | np.ndarray) -> Variable:
+    """Element-wise sign (-1, 0 or 1; a zero gradient, as Fluid 1.8's ``scale`` by 0).
+
+    As Fluid 1.8's ``layers.sign``, ``x`` is a float Variable or a numpy array, which
+    becomes a constant of the program first (:func:`assign`; of the arrays it takes, only
+    float32 passes the dtype check).
+
+    Raises
+    ------
+    TypeError
+        ``x`` is neither, or not float16, float32 or float64 (outside dygraph mode).
+    """
+    check_type(x, "x", (Variable, np.ndarray), "sign")
+    if isinstance(x, np.ndarray):
+        x = assign(x)
+    check_dtype(x.dtype, "x", _FLOATS, "sign")
+    return _unary("sign", x)
 
 
 def selu(x: Variable, scale: float | None = None, alpha: float | None = None,
@@ -114,6 +135,7 @@ def selu(x: Variable, scale: float | None = None, alpha: float | None = None,
 def hard_swish(x: Variable, threshold: float = 6.0, scale: float = 6.0, offset: float = 3.0,
                name: str | None = None) -> Variable:
     """``x * min(max(x + offset, 0), threshold) / scale``."""
+    check_variable_and_dtype(x, "x", _FLOATS, "hard_swish")
     return _unary("hard_swish", x, name, threshold=float(threshold), scale=float(scale),
                   offset=float(offset))
 
@@ -121,32 +143,38 @@ def hard_swish(x: Variable, threshold: float = 6.0, scale: float = 6.0, offset: 
 def brelu(x: Variable, t_min: float = 0.0, t_max: float = 24.0,
           name: str | None = None) -> Variable:
     """``x`` clipped into ``[t_min, t_max]``."""
+    check_variable_and_dtype(x, "x", _FLOATS, "brelu")
     return _unary("brelu", x, name, t_min=float(t_min), t_max=float(t_max))
 
 
 def soft_relu(x: Variable, threshold: float = 40.0, name: str | None = None) -> Variable:
     """``log(1 + exp(clip(x, -threshold, threshold)))``."""
+    check_variable_and_dtype(x, "x", _FLOATS, "soft_relu")
     return _unary("soft_relu", x, name, threshold=float(threshold))
 
 
 def stanh(x: Variable, scale_a: float = 0.67, scale_b: float = 1.7159,
           name: str | None = None) -> Variable:
     """``scale_b * tanh(scale_a * x)``."""
+    check_variable_and_dtype(x, "x", _FLOATS, "stanh")
     return _unary("stanh", x, name, scale_a=float(scale_a), scale_b=float(scale_b))
 
 
 def log(x: Variable, name: str | None = None) -> Variable:
     """Natural logarithm, element-wise."""
+    check_variable_and_dtype(x, "x", _F32_64, "log")
     return _unary("log", x, name)
 
 
 def square(x: Variable, name: str | None = None) -> Variable:
     """``x * x``."""
+    check_variable_and_dtype(x, "x", _GENERATED_INTS, "square")
     return _unary("square", x, name)
 
 
 def floor(x: Variable, name: str | None = None) -> Variable:
     """Element-wise floor (no gradient)."""
+    check_variable_and_dtype(x, "x", _FLOATS, "floor")
     return _unary("floor", x, name)
 
 
@@ -886,21 +914,25 @@ def matmul(x: Variable, y: Variable, transpose_x: bool = False, transpose_y: boo
 
 def leaky_relu(x: Variable, alpha: float = 0.02, name: str | None = None) -> Variable:
     """``x`` where positive, ``alpha * x`` elsewhere."""
+    check_variable_and_dtype(x, "x", _FLOATS, "leaky_relu")
     return _unary("leaky_relu", x, name, alpha=float(alpha))
 
 
 def relu6(x: Variable, threshold: float = 6.0, name: str | None = None) -> Variable:
     """``min(max(x, 0), threshold)``."""
+    check_variable_and_dtype(x, "x", _FLOATS, "relu6")
     return _unary("relu6", x, name, threshold=float(threshold))
 
 
 def elu(x: Variable, alpha: float = 1.0, name: str | None = None) -> Variable:
     """``x`` where positive, ``alpha * (exp(x) - 1)`` elsewhere."""
+    check_variable_and_dtype(x, "x", _FLOATS, "elu")
     return _unary("elu", x, name, alpha=float(alpha))
 
 
 def softplus(x: Variable, name: str | None = None) -> Variable:
     """``log(1 + exp(x))``."""
+    check_variable_and_dtype(x, "x", _FLOATS, "softplus")
     return _unary("softplus", x, name)
 
 
@@ -922,17 +954,20 @@ def cos_sim(X: Variable, Y: Variable) -> Variable:
 
 def softsign(x: Variable, name: str | None = None) -> Variable:
     """``x / (1 + |x|)``."""
+    check_variable_and_dtype(x, "x", _FLOATS, "softsign")
     return _unary("softsign", x, name)
 
 
 def hard_sigmoid(x: Variable, slope: float = 0.2, offset: float = 0.5,
                  name: str | None = None) -> Variable:
     """``clip(slope * x + offset, 0, 1)``."""
+    check_variable_and_dtype(x, "x", _FLOATS, "hard_sigmoid")
     return _unary("hard_sigmoid", x, name, slope=float(slope), offset=float(offset))
 
 
 def swish(x: Variable, beta: float = 1.0, name: str | None = None) -> Variable:
     """``x * sigmoid(beta * x)``."""
+    check_variable_and_dtype(x, "x", _FLOATS, "swish")
     return _unary("swish", x, name, beta=float(beta))
 
 
@@ -945,6 +980,7 @@ def pow(x: Variable, factor: float | Variable = 1.0,  # noqa: A001
         name: str | None = None) -> Variable:
     """``x ** factor``; ``factor`` a number (attr ``factor``) or, as in Fluid 1.8, a ``[1]``
     float32 Variable (input ``FactorTensor``, set ``stop_gradient``)."""
+    check_variable_and_dtype(x, "x", _POW_DTYPES, "pow")
     if isinstance(factor, Variable):
         check_variable_and_dtype(factor, "factor", ["float32"], "pow")
         factor.stop_gradient = True
@@ -966,11 +1002,13 @@ def elementwise_min(x: Variable, y: Variable, axis: int = -1, act: str | None = 
 
 def exp(x: Variable, name: str | None = None) -> Variable:
     """``e ** x``."""
+    check_variable_and_dtype(x, "x", _GENERATED_INTS, "exp")
     return _unary("exp", x, name)
 
 
 def cos(x: Variable, name: str | None = None) -> Variable:
     """Cosine."""
+    check_variable_and_dtype(x, "x", _FLOATS, "cos")
     return _unary("cos", x, name)
 
 
@@ -991,6 +1029,7 @@ def sigmoid_cross_entropy_with_logits(x: Variable, label: Variable, ignore_index
 
 def sqrt(x: Variable, name: str | None = None) -> Variable:
     """Square root."""
+    check_variable_and_dtype(x, "x", _FLOATS, "sqrt")
     return _unary("sqrt", x, name)
 
 

@@ -197,7 +197,10 @@ def create_global_var(shape: Sequence[int], value: float, dtype: Any,
 
 
 #: Fluid 1.8's ``assign`` of a numpy array: the dtypes its ``assign_value`` op carries there
-_ASSIGN_SLOTS = {"float32": "fp32_values", "int32": "int32_values"}
+_ASSIGN_SLOTS = {"bool": "bool_values", "float32": "fp32_values", "int32": "int32_values",
+                 "int64": "int64_values"}
+#: and the dtypes it copies from a Variable (op ``assign``)
+_ASSIGN_VAR_DTYPES = ("float32", "float64", "int32", "int64", "bool")
 #: and the most values it carries in the program (larger arrays belong in a file)
 _ASSIGN_MAX_VALUES = 1024 * 1024
 
@@ -205,22 +208,28 @@ _ASSIGN_MAX_VALUES = 1024 * 1024
 def assign(input: Variable | np.ndarray, output: Variable | None = None) -> Variable:
     """Copy ``input`` into ``output`` (a new variable when None).
 
-    ``input`` is a Variable (op ``assign``) or, as in Fluid 1.8, a float32 or int32 numpy
-    array of at most 1M values, which the program carries as a constant (op ``assign_value``).
+    As Fluid 1.8's ``layers.assign``, ``input`` is a float32, float64, int32, int64 or bool
+    Variable (op ``assign``), or a bool, float32, int32 or int64 numpy array of at most 1M
+    values, which the program carries as a constant (op ``assign_value``; int64 values stay
+    exact beyond 2**53).
 
     Raises
     ------
     TypeError
-        ``input`` is neither, or an array of another dtype.
+        ``input`` is neither, a Variable of another dtype (outside dygraph mode), or an array
+        of another dtype.
     ValueError
         The array has more than 1M values.
     """
     helper = LayerHelper("assign")
+    check_type(input, "input", (Variable, np.ndarray), "assign")
     if isinstance(input, np.ndarray):
         slot = _ASSIGN_SLOTS.get(str(input.dtype))
-        if slot is None:
-            raise TypeError(f"assign: a numpy input must be float32 or int32 (Fluid 1.8), got "
-                            f"{input.dtype}; convert it with .astype()")
+        if slot is None:  # Fluid raises this one in dygraph mode too
+            raise TypeError(f"When the type of 'input' in assign is numpy.ndarray, the data "
+                            f"type of 'input' must be bool, float32, int32 or int64, but "
+                            f"received {convert_dtype(input.dtype)}; convert it with "
+                            f".astype()")
         if input.size > _ASSIGN_MAX_VALUES:
             raise ValueError(f"assign: the array has {input.size} values, more than a program "
                              f"carries ({_ASSIGN_MAX_VALUES}); save it to a file and load it")
@@ -230,9 +239,11 @@ def assign(input: Variable | np.ndarray, output: Variable | None = None) -> Vari
                          attrs={"dtype": str(input.dtype), "shape": list(input.shape),
                                 slot: input.reshape(-1).tolist()})
         return output
-    if not isinstance(input, Variable):
+    if not isinstance(input, Variable):  # in dygraph mode, where check_type passes it
         raise TypeError(f"assign: input must be a Variable or a numpy array, got "
                         f"{type(input).__name__}")
+    check_dtype(input.dtype, "input", _ASSIGN_VAR_DTYPES, "assign",
+                "(When the type of input in assign is Variable.)")
     if output is None:
         output = helper.create_tmp(dtype=input.dtype, shape=input.shape)
     helper.append_op("assign", inputs={"X": [input]}, outputs={"Out": [output]})
@@ -513,7 +524,9 @@ def _shape_tensor_list(shape: Sequence[int | Variable],
 
 
 def increment(x: Variable, value: float = 1.0, in_place: bool = True) -> Variable:
-    """``x + value`` (in place by default)."""
+    """``x + value`` (in place by default) of a float32, float64, int32 or int64 ``x``, as
+    Fluid 1.8's ``layers.increment``."""
+    check_variable_and_dtype(x, "x", ("float32", "float64", "int32", "int64"), "increment")
     helper = LayerHelper("increment")
     out = x if in_place else helper.create_tmp(dtype=x.dtype, shape=x.shape)
     helper.append_op("increment", inputs={"X": [x]}, outputs={"Out": [out]},
@@ -544,18 +557,31 @@ def equal(x: Variable, y: Variable, cond: Variable | None = None) -> Variable:
     return _compare("equal", x, y, cond)
 
 
+def _check_logical(op_type: str, x: Any, y: Any, out: Any) -> None:
+    """Fluid 1.8's ``_logical_op`` checks: bool ``x`` (and ``y``, None for logical_not), and
+    an ``out`` Variable when given."""
+    check_variable_and_dtype(x, "x", ("bool",), op_type)
+    if y is not None:
+        check_variable_and_dtype(y, "y", ("bool",), op_type)
+    if out is not None:
+        check_type(out, "out", Variable, op_type)
+
+
 def logical_and(x: Variable, y: Variable, out: Variable | None = None) -> Variable:
-    """Element-wise ``x and y``."""
+    """Element-wise ``x and y`` of bool ``x`` and ``y``."""
+    _check_logical("logical_and", x, y, out)
     return _compare("logical_and", x, y, out)
 
 
 def logical_or(x: Variable, y: Variable, out: Variable | None = None) -> Variable:
-    """Element-wise ``x or y``."""
+    """Element-wise ``x or y`` of bool ``x`` and ``y``."""
+    _check_logical("logical_or", x, y, out)
     return _compare("logical_or", x, y, out)
 
 
 def logical_xor(x: Variable, y: Variable, out: Variable | None = None) -> Variable:
-    """Element-wise ``x xor y``."""
+    """Element-wise ``x xor y`` of bool ``x`` and ``y``."""
+    _check_logical("logical_xor", x, y, out)
     return _compare("logical_xor", x, y, out)
 
 
@@ -662,7 +688,8 @@ def scatter(input: Variable, index: Variable, updates: Variable, name: str | Non
 
 
 def logical_not(x: Variable, out: Variable | None = None) -> Variable:
-    """Element-wise ``not x``."""
+    """Element-wise ``not x`` of a bool ``x``."""
+    _check_logical("logical_not", x, None, out)
     helper = LayerHelper("logical_not")
     if out is None:
         out = helper.create_tmp(dtype="bool", shape=x.shape, stop_gradient=True)

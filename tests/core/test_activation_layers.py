@@ -117,7 +117,7 @@ def test_attr_layer_values():
 def test_activation_layer_errors():
     with fluid.program_guard(fluid.Program(), fluid.Program()):
         x = layers.data("x", [3, 4])
-        with pytest.raises(TypeError, match="logsigmoid: x must be a Variable"):
+        with pytest.raises(TypeError, match="'x' in logsigmoid must be Variable"):
             layers.logsigmoid(np.ones(3))
         with pytest.raises(TypeError, match="softshrink: alpha must be a float or None, got str"):
             layers.softshrink(x, alpha="0.5")

@@ -192,6 +192,170 @@ CASES += [
 ]
 
 
+_LOGICAL = ("logical_and", "logical_or", "logical_xor")
+_ASSIGN_VAR = "float32, float64, int32, int64 or bool"
+
+# Fluid 1.8's sign, _logical_op (the four logical layers), increment and assign
+CASES += [
+    ("sign-type", lambda: layers.sign(12), _type_msg("x", "sign", "Variable or ndarray", "int")),
+    ("sign-dtype", lambda: layers.sign(_d("x", "int32")),
+     _dtype_msg("x", "sign", _FLOATS, "int32")),
+    ("sign-int64", lambda: layers.sign(_d("x", "int64")),
+     _dtype_msg("x", "sign", _FLOATS, "int64")),
+    # an array becomes an assign_value constant first: an int32 one is then refused
+    ("sign-int-array", lambda: layers.sign(np.array([1, -2], "int32")),
+     _dtype_msg("x", "sign", _FLOATS, "int32")),
+    *[(f"{op}-{arg}", build, message) for op in _LOGICAL for arg, build, message in (
+        ("out", lambda op=op: getattr(layers, op)(_d("x", "bool"), _d("y", "bool"), out=1),
+         _type_msg("out", op, "Variable", "int")),
+        ("x", lambda op=op: getattr(layers, op)(_d("x", "int32"), _d("y", "bool")),
+         _dtype_msg("x", op, "bool", "int32")),
+        ("y", lambda op=op: getattr(layers, op)(_d("x", "bool"), _d("y", "int32")),
+         _dtype_msg("y", op, "bool", "int32")),
+    )],
+    ("logical_not-out", lambda: layers.logical_not(_d("x", "bool"), out=1),
+     _type_msg("out", "logical_not", "Variable", "int")),
+    ("logical_not-x", lambda: layers.logical_not(_d("x", "int32")),
+     _dtype_msg("x", "logical_not", "bool", "int32")),
+    ("increment-type", lambda: layers.increment([1, 2, 3]),
+     _type_msg("x", "increment", "Variable", "list")),
+    ("increment-dtype", lambda: layers.increment(_d("x", "bool", [1])),
+     _dtype_msg("x", "increment", _NUMS, "bool")),
+    ("assign-type", lambda: layers.assign(_lod()),
+     _type_msg("input", "assign", "Variable or ndarray", "LoDTensor")),
+    ("assign-dtype", lambda: layers.assign(_d("x", "uint8")),
+     _dtype_msg("input", "assign", _ASSIGN_VAR, "uint8")
+     + " (When the type of input in assign is Variable.)"),
+    ("assign-fp16", lambda: layers.assign(_d("x", "float16")),
+     _dtype_msg("input", "assign", _ASSIGN_VAR, "float16")),
+    *[(f"assign-{dtype}-array", lambda dtype=dtype: layers.assign(np.ones((1, 2), dtype)),
+       "When the type of 'input' in assign is numpy.ndarray, the data type of 'input' must be "
+       f"bool, float32, int32 or int64, but received {dtype}")
+      for dtype in ("float64", "uint8")],
+    ("cumsum", lambda: layers.cumsum(np.ones((2, 3), "float32")),
+     _type_msg("x", "cumsum", "Variable", "ndarray")),
+]
+
+# (layer, Fluid 1.8's list for x as its message words it, a dtype outside it): the activation
+# layers of layers/ops.py (generate_activation_fn: abs, exp and square take ints, the others
+# floats) and of layers/nn.py, each of which checks x itself
+_ACTIVATIONS: list[tuple[str, str, str]] = [
+    *[(name, _FLOATS, "int32") for name in (
+        "relu", "sigmoid", "tanh", "hard_swish", "brelu", "soft_relu", "stanh", "floor",
+        "leaky_relu", "relu6", "elu", "softplus", "softsign", "hard_sigmoid", "swish", "cos",
+        "sqrt", "logsigmoid", "tanh_shrink", "softshrink", "hard_shrink", "thresholded_relu",
+        "rsqrt", "reciprocal", "ceil", "round", "sin", "acos", "asin", "atan")],
+    ("log", "float32 or float64", "int32"),
+    *[(name, "int32, int64, float16, float32 or float64", "bool")
+      for name in ("abs", "exp", "square")],
+    ("pow", "int32, int64, float32 or float64", "float16"),
+]
+_ACT_IDS = [a[0] for a in _ACTIVATIONS]
+
+
+@pytest.mark.parametrize("name, allowed, refused", _ACTIVATIONS, ids=_ACT_IDS)
+def test_activation_refuses_dtype(name: str, allowed: str, refused: str) -> None:
+    """An int32 Variable (for the layers that take ints, a dtype outside their list): Fluid's
+    ``*OpError`` and ``*_test_errors`` cases of test_activation_op.py."""
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        with pytest.raises(TypeError, match=re.escape(_dtype_msg("x", name, allowed, refused))):
+            getattr(layers, name)(_d("x", refused))
+
+
+@pytest.mark.parametrize("name", _ACT_IDS)
+@pytest.mark.parametrize("value", [np.ones((4, 8), "float32"), _lod()],
+                         ids=["ndarray", "LoDTensor"])
+def test_activation_refuses_non_variable(name: str, value: Any) -> None:
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        with pytest.raises(TypeError, match=re.escape(
+                _type_msg("x", name, "Variable", type(value).__name__))):
+            getattr(layers, name)(value)
+
+
+def test_activations_build_and_run_on_float32() -> None:
+    """Every checked activation still builds on float32 and runs (one program for all)."""
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        x = _d("x", "float32")
+        outs = [getattr(layers, name)(x) for name in _ACT_IDS]
+    value = np.linspace(0.1, 0.9, 32, dtype="float32").reshape(4, 8)  # in every domain
+    results = fluid.Executor(fluid.CPUPlace()).run(main, feed={"x": value}, fetch_list=outs)
+    for name, result in zip(_ACT_IDS, results, strict=True):
+        assert result.dtype == np.float32 and result.shape == (4, 8), name
+        assert np.isfinite(result).all(), name
+    by_name = dict(zip(_ACT_IDS, results, strict=True))
+    np.testing.assert_allclose(by_name["sqrt"], np.sqrt(value), rtol=1e-6)
+    np.testing.assert_allclose(by_name["log"], np.log(value), rtol=1e-6)
+    np.testing.assert_array_equal(by_name["ceil"], np.ones_like(value))
+
+
+@pytest.mark.parametrize("value", [
+    np.array([[2**53 + 1, -(2**62) - 3], [7, 2**63 - 1]], dtype=np.int64),
+    np.array([[True, False, True]]),
+    np.array([[-1.5, 0.25]], dtype=np.float32),
+    np.array([[2**31 - 1, -(2**31)]], dtype=np.int32),
+], ids=["int64", "bool", "float32", "int32"])
+def test_assign_carries_numpy_values_exactly(value: np.ndarray) -> None:
+    """Fluid 1.8's assign of a bool, float32, int32 or int64 array (assign_value's
+    ``bool_values`` ... ``int64_values``): the values and dtype come back exactly, int64 ones
+    beyond 2**53 included (Paddle's TestAssignApi3/4); into a new variable and into an
+    ``output`` one."""
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        new = layers.assign(value)
+        given = layers.create_tensor(dtype=str(value.dtype))
+        layers.assign(input=value, output=given)
+    assert new.dtype == str(value.dtype)
+    for result in fluid.Executor(fluid.CPUPlace()).run(main, fetch_list=[new, given]):
+        assert result.dtype == value.dtype
+        np.testing.assert_array_equal(result, value)
+
+
+def test_sign_of_numpy_array_and_float16() -> None:
+    """Fluid's sign takes a numpy array (made a constant by assign) and a float16 Variable."""
+    with fluid.program_guard(fluid.Program(), fluid.Program()):
+        assert layers.sign(_d("h", "float16", [4])).dtype == "float16"
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        out = layers.sign(np.array([3.0, 0.0, -2.0], dtype="float32"))
+    (result,) = fluid.Executor(fluid.CPUPlace()).run(main, fetch_list=[out])
+    np.testing.assert_array_equal(result, [1.0, 0.0, -1.0])
+
+
+def test_logical_out_increment_and_assign_accept_fluid_inputs() -> None:
+    main = fluid.Program()
+    with fluid.program_guard(main, fluid.Program()):
+        x, y = _d("x", "bool", [2]), _d("y", "bool", [2])
+        out = layers.create_tensor("bool")
+        layers.logical_and(x, y, out=out)
+        neg = layers.logical_not(x, out=layers.create_tensor("bool"))
+        counter = layers.fill_constant([1], "int64", 5)
+        layers.increment(counter, 2.0)
+        copied = layers.assign(_d("z", "bool", [2]))
+    feed = {"x": np.array([True, False]), "y": np.array([True, True]),
+            "z": np.array([False, True])}
+    got = fluid.Executor(fluid.CPUPlace()).run(main, feed=feed,
+                                               fetch_list=[out, neg, counter, copied])
+    np.testing.assert_array_equal(got[0], [True, False])
+    np.testing.assert_array_equal(got[1], [False, True])
+    assert got[2].tolist() == [7]
+    np.testing.assert_array_equal(got[3], [False, True])
+
+
+def test_activation_and_assign_checks_are_off_in_dygraph_mode() -> None:
+    """As Fluid, the layers check nothing inside the guard: the kernels take an int32 relu,
+    floor and increment and a uint8 assign."""
+    with fluid.dygraph.guard():
+        x = fluid.dygraph.to_variable(np.array([1, -2], "int32"))
+        np.testing.assert_array_equal(layers.relu(x).numpy(), [1, 0])
+        np.testing.assert_array_equal(layers.floor(x).numpy(), [1, -2])
+        np.testing.assert_array_equal(layers.increment(x, in_place=False).numpy(), [2, -1])
+        u8 = fluid.dygraph.to_variable(np.array([3], "uint8"))
+        np.testing.assert_array_equal(layers.assign(u8).numpy(), [3])
+        np.testing.assert_array_equal(layers.sign(np.array([3.0, -1.0], "float32")).numpy(),
+                                      [1.0, -1.0])
+
+
 @pytest.mark.parametrize("build, message", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_layer_refuses_input(build: Callable[[], Any], message: str) -> None:
     with fluid.program_guard(fluid.Program(), fluid.Program()):
