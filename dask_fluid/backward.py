@@ -290,27 +290,48 @@ def append_grad_block(block: Block, no_grad: set[str], seeds: Sequence[str],
     block is left as it was); every name they use is declared there.
 
     ``overwritten``: outer tensors the block reads and then writes (a conditional block's
-    ``assign(f(h), h)``). Their incoming gradient (of the new value) is read as
-    ``<name>@GRAD@STEP_IN`` and ``<name>@GRAD`` is the gradient of the old value, which the
-    grad ops write: the two are not summed."""
+    ``assign(f(h), h)``). Their incoming gradient (of the new value, which the grad ops of
+    the block's readers of the new value add to) is ``<name>@GRAD@STEP_IN`` and
+    ``<name>@GRAD`` is the gradient of the old value, which the grad ops write: the two are
+    not summed (:func:`_step_in_gradients`)."""
     seeds = list(seeds)
     descs = _grad_descs(block.ops, no_grad, set(seeds))
-    incoming = _read_incoming(descs, overwritten)
+    incoming = _step_in_gradients(block.ops, descs, overwritten)
     renamed = {grad_var_name(n) for n in overwritten}
-    descs = _addup_repetitive_outputs(descs, [s for s in seeds if s not in renamed],
-                                      _array_grads(block.ops, descs))
+    # the incoming gradients are parts of their tensors' new values' gradients: the grad ops
+    # of the ops that read a new value add into them
+    descs = _addup_repetitive_outputs(descs, [*(s for s in seeds if s not in renamed),
+                                              *incoming], _array_grads(block.ops, descs))
     return _grad_block(block, descs, [*seeds, *incoming])
 
 
-def _read_incoming(descs: list[dict], overwritten: Iterable[str]) -> list[str]:
-    """The reads of each overwritten tensor's gradient before its first write (the gradient
-    of its new value, which comes in) renamed to ``<name>@GRAD@STEP_IN``; those names."""
+def _step_in_gradients(ops: Sequence[Any], descs: list[dict],
+                       overwritten: Iterable[str]) -> list[str]:
+    """Name the gradient of each overwritten tensor's value at the end of the block (a loop
+    step's carried tensor, a branch's ``assign(f(h), h)``) ``<name>@GRAD@STEP_IN`` in
+    ``descs`` (renamed in place); those names.
+
+    That value is the one the block's last write of the tensor (op ``last``) leaves: the grad
+    ops of the ops after ``last`` (which read it) write its gradient, and those of ``last``
+    read it. ``<name>@GRAD`` is left to the earlier values, the one at the block's start
+    last written. Renaming by op, not at the first gradient write, keeps the gradient that
+    comes in from outside (the later steps) when an op reads the tensor after its last write
+    (``increment(i)`` then ``i * i``): that gradient and the reader's are of one value, and
+    the reader's is not taken for the old value's."""
     incoming = []
-    for grad in (grad_var_name(n) for n in overwritten):
-        first_write = next((i for i, d in enumerate(descs)
-                            if any(grad in names for names in d["outputs"].values())),
-                           len(descs))
-        _rename(descs[:first_write], grad, grad + STEP_IN)
+    for name in overwritten:
+        grad = grad_var_name(name)
+        last = max((k for k, op in enumerate(ops) if name in op.output_arg_names), default=-1)
+        for desc in descs:
+            k = desc.get("forward_op", -1)
+            if k < last:
+                continue
+            values = desc.get(VALUE_SLOTS, ())
+            keys = ("inputs",) if k == last else ("inputs", "outputs")
+            for key in keys:  # op ``last``'s own grad writes the value before it
+                for slot, names in desc[key].items():
+                    if key == "outputs" or slot not in values:
+                        names[:] = [grad + STEP_IN if n == grad else n for n in names]
         incoming.append(grad + STEP_IN)
     return incoming
 
@@ -326,9 +347,11 @@ def append_loop_grad_block(block: Block, no_grad: set[str], seeds: Sequence[str]
     the body's op ``k`` comes the op ``state_op(k)`` builds, which puts back the values op
     ``k`` left (the step's values, overwritten by later ops and steps)."""
     descs = _grad_descs(block.ops, no_grad, set(seeds))
-    incoming = _read_incoming(descs, carried)
+    incoming = _step_in_gradients(block.ops, descs, carried)
     arrays = _array_grads(block.ops, descs)
-    descs = _addup_repetitive_outputs(descs, [s for s in seeds if s in arrays], arrays)
+    # as in append_grad_block: readers of a tensor's last value add into its incoming gradient
+    descs = _addup_repetitive_outputs(descs, [*(s for s in seeds if s in arrays), *incoming],
+                                      arrays)
     ordered, seen = [], set()
     for desc in descs:
         k = desc.get("forward_op")

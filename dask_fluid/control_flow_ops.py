@@ -423,8 +423,12 @@ def _while_grad(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> dict:
             if g is not None:
                 sums[n] = g if n not in sums else sums[n] + g
     vals.update(final)  # the forward values as the loop left them, for fetches
+    inputs = set(ctx.op.input("X"))
     for n in carried:
         vals.pop(grad_var_name(n) + STEP_IN, None)
+        if n not in inputs and incoming[n] is not None:
+            # only written, so no X@GRAD: its value before the loop has this gradient
+            vals[grad_var_name(n)] = incoming[n]
     grads = []
     for n, value in zip(ctx.op.input("X"), ins.get("X", []), strict=True):
         if n in incoming:

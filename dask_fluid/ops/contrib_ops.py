@@ -14,7 +14,7 @@ import numpy as np
 
 from .math_ops import _unbroadcast, _y_bshape
 from .registry import GRAD, LOD_KEY, array_module, register, to_host
-from .selected_rows import SelectedRows, grad_maker, grad_slots, scatter_add, to_place
+from .selected_rows import SelectedRows, grad_maker, grad_slots, scatter_add, to_dtype, to_place
 
 # -- fused_elemwise_activation -------------------------------------------------------------------
 # Out = Unary(Binary(X, Y)) ("unary compound": functor_list = [unary, binary]) or
@@ -914,7 +914,9 @@ def _tdm_like(host: np.ndarray, x: Any) -> Any:
 
 
 def _tdm_out_dtype(attrs: dict, op: str) -> str:
-    dtype = str(np.dtype(attrs.get("dtype", "int32")))
+    """The output dtype: Fluid's op declares ``AddAttr<int>("dtype")``, a VarType code
+    (2: int32, 3: int64); a dtype name (what dask_fluid's layers write) is taken too."""
+    dtype = str(to_dtype(attrs.get("dtype", "int32")))
     if dtype not in _INT_DTYPES:
         raise TypeError(f"{op}: dtype must be int32 or int64, got {dtype}")
     return dtype

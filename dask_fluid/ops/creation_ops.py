@@ -26,6 +26,14 @@ __all__: list[str] = []
 
 # -- arg_min -------------------------------------------------------------------------------------
 
+def _arg_index_dtype(dtype: Any) -> np.dtype:
+    """arg_min/arg_max's index dtype: Fluid 1.8's ``AddAttr<int>("dtype")`` defaults to -1,
+    which its ArgMinMaxKernel reads as int64; else a VarType code or a dtype name."""
+    if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool) and dtype < 0:
+        return np.dtype(np.int64)
+    return to_dtype(dtype)
+
+
 @register("arg_min", ("X",), ("Out",), {"axis": -1, "keepdims": False, "dtype": "int64"})
 def arg_min(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = the index of the first minimum along ``axis``."""
@@ -36,7 +44,7 @@ def arg_min(ins: dict, attrs: dict, outs: tuple) -> dict:
     out = x.argmin(axis=axis)
     if attrs.get("keepdims"):
         out = array_module(x).expand_dims(out, axis)
-    return {"Out": [out.astype(to_dtype(attrs.get("dtype", "int64")))]}
+    return {"Out": [out.astype(_arg_index_dtype(attrs.get("dtype", "int64")))]}
 
 
 # -- argsort -------------------------------------------------------------------------------------
@@ -115,13 +123,51 @@ def reverse(ins: dict, attrs: dict, outs: tuple) -> dict:
 
 # -- fill_any_like -------------------------------------------------------------------------------
 
+def _check_fill_value(value: Any, dtype: np.dtype, op: str) -> None:
+    """Fluid 1.8's FillAnyLikeKernel checks: ``lowest() <= value <= max()`` of the output
+    dtype, and value not NaN (numpy would wrap an out-of-range value, or cast NaN to an
+    arbitrary integer).
+
+    Raises
+    ------
+    ValueError
+        NaN, or a value outside the dtype's range (bool: [0, 1]).
+    """
+    if dtype.kind not in "biuf":
+        return
+    if isinstance(value, np.generic):
+        # a Python number: numpy would compare a float32 with int32's max in float32
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        raise ValueError(f"{op}: the filled value must not be NaN")
+    if dtype.kind == "b":
+        lo, hi = 0, 1
+    elif dtype.kind == "f":
+        lo, hi = float(np.finfo(dtype).min), float(np.finfo(dtype).max)
+    else:
+        # exact integer bounds: Fluid compares in float, which lets int32's 2**31 through to
+        # an undefined cast
+        lo, hi = int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)
+    if not lo <= value <= hi:
+        raise ValueError(f"{op}: value {value!r} is out of the range of the output dtype "
+                         f"{dtype}, [{lo}, {hi}]; pick a value within it or another dtype")
+
+
 @register("fill_any_like", ("X",), ("Out",), {"value": 0.0, "dtype": -1})
 def fill_any_like(ins: dict, attrs: dict, outs: tuple) -> dict:
-    """Out = ``value`` shaped like X, of X's dtype (or ``dtype`` when it is not -1)."""
+    """Out = ``value`` shaped like X, of X's dtype (or ``dtype`` when it is not -1).
+
+    Raises
+    ------
+    ValueError
+        ``value`` NaN or outside the output dtype's range (Fluid 1.8's check).
+    """
     x = ins["X"][0]
     dtype = attrs.get("dtype", -1)
     dtype = x.dtype if dtype in (-1, None) else to_dtype(dtype)
-    return {"Out": [array_module(x).full(x.shape, attrs.get("value", 0.0), dtype=dtype)]}
+    value = attrs.get("value", 0.0)
+    _check_fill_value(value, np.dtype(dtype), "fill_any_like")
+    return {"Out": [array_module(x).full(x.shape, value, dtype=dtype)]}
 
 
 # -- isinf, isnan, isfinite ----------------------------------------------------------------------

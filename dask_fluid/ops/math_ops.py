@@ -405,6 +405,20 @@ _unary_register("cos", lambda xp, x: xp.cos(x), lambda xp, x, d: -d * xp.sin(x))
 _unary_register("sign", lambda xp, x: xp.sign(x))
 
 
+def _sign_grad_maker(op: Any) -> list[dict]:
+    """Fluid 1.8's SignGradMaker: dX = ``scale(dOut, scale=0)``, a zero gradient that still
+    flows (parameters before a sign get a zero gradient, not none); it is a ``scale`` op, not
+    a ``sign_grad``, so the backward program has Fluid's ops, and an inf or nan in dOut gives
+    nan as there."""
+    return [{"type": "scale",
+             "inputs": {"X": [n + GRAD for n in op.outputs["Out"]]},
+             "outputs": {"Out": [n + GRAD for n in op.inputs["X"]]},
+             "attrs": {"scale": 0.0}}]
+
+
+set_grad("sign", _sign_grad_maker)
+
+
 # ---------------------------------------------------------------------------------------------
 # more of Fluid 1.8's activation_op.h (and erf_op, cumsum_op): each grad op reads X or Out as
 # Fluid's functor's FwdDeps says
@@ -594,7 +608,16 @@ def assign(ins: dict, attrs: dict, outs: tuple) -> dict:
     return {"Out": [x.copy()]}
 
 
-@register("increment", ("X",), ("Out",), {"step": 1.0})
+def _increment_grad_maker(op: Any) -> list[dict]:
+    """Out = X + step, so dX = dOut (an ``assign``). Fluid 1.8's grad maker is an
+    ``increment`` by -step of the forward value, which gives X no gradient: a loop counter
+    that the body also computes with (``while_loop``'s ``i * i``) would then pass none of its
+    later steps' gradient back."""
+    return [{"type": "assign", "inputs": {"X": [op.outputs["Out"][0] + GRAD]},
+             "outputs": {"Out": [op.inputs["X"][0] + GRAD]}, "attrs": {}}]
+
+
+@register("increment", ("X",), ("Out",), {"step": 1.0}, grad=_increment_grad_maker)
 def increment(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = X + step, keeping X's dtype."""
     x = ins["X"][0]

@@ -305,7 +305,16 @@ def _argsort_desc(x: Any) -> Any:
     return xp.argsort(-x, axis=-1)
 
 
-@register("top_k", ("X", "K"), ("Out", "Indices"), {"k": 1}, optional=("K",))
+def _top_k_grad_maker(op: Any) -> list[dict]:
+    """Fluid 1.8's TopkGradMaker: ``top_k_grad`` reads X, Indices and ``Out@GRAD`` and sets no
+    attrs (it needs none: k is Indices' last dim, and ``k`` may be stale next to a K input)."""
+    descs = grad_maker(("X", "Indices"), ("Out",), ("X",))(op)
+    descs[0]["attrs"] = {}
+    return descs
+
+
+@register("top_k", ("X", "K"), ("Out", "Indices"), {"k": 1}, optional=("K",),
+          grad=_top_k_grad_maker)
 def top_k(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out, Indices = the k largest values of X along the last dim and their int64 indices."""
     x = ins["X"][0]
@@ -318,6 +327,28 @@ def top_k(ins: dict, attrs: dict, outs: tuple) -> dict:
     # argmax keeps the first of equal maxima, as the stable sort does
     idx = x.argmax(axis=-1)[..., None] if k == 1 else _argsort_desc(x)[..., :k]
     return {"Out": [xp.take_along_axis(x, idx, axis=-1)], "Indices": [idx.astype(np.int64)]}
+
+
+@register("top_k_grad", *grad_slots(("X", "Indices"), ("Out",), ("X",)))
+def top_k_grad(ins: dict, attrs: dict, outs: tuple) -> dict:
+    """dX = 0 except ``dX[..., Indices[..., j]] = dOut[..., j]`` along the last axis (Fluid
+    1.8's TopkGradKernel assigns: top_k's indices of a row are distinct)."""
+    x, idx = ins["X"][0], ins["Indices"][0]
+    d = ins["Out" + GRAD][0]
+    xp = array_module(x)
+    if d is None or x.size == 0:
+        return {"X" + GRAD: [xp.zeros(x.shape, dtype=x.dtype if d is None else d.dtype)]}
+    if idx.shape[:-1] != x.shape[:-1] or d.shape != idx.shape:
+        raise ValueError(f"top_k_grad: Indices {list(idx.shape)} and Out@GRAD "
+                         f"{list(d.shape)} must be X's shape {list(x.shape)} with the last "
+                         "dim k")
+    k = idx.shape[-1]
+    idx2 = idx.reshape(-1, k)
+    dx = xp.zeros((idx2.shape[0], x.shape[-1]), dtype=d.dtype)
+    # (row, column) pairs, not flat offsets: an index past its row then fails (numpy)
+    # instead of landing in the next row
+    dx[xp.arange(idx2.shape[0])[:, None], idx2] = d.reshape(-1, k)
+    return {"X" + GRAD: [dx.reshape(x.shape)]}
 
 
 @register("accuracy", ("Out", "Indices", "Label"), ("Accuracy", "Correct", "Total"))

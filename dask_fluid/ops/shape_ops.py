@@ -16,10 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from .creation_ops import _arg_index_dtype
 from .index_ops import int_tensor_list_values, int_tensor_values, slice_params
 from .math_ops import linear_grad_maker
 from .registry import GRAD, LOD_KEY, array_module, register, set_grad, to_host
-from .selected_rows import grad_maker, grad_slots, scatter_add, to_dtype
+from .selected_rows import grad_maker, grad_slots, scatter_add
 from .tensor_ops import _xshape
 
 __all__ = ["expand_times", "slice_bounds", "squeeze_shape", "unsqueeze_shape"]
@@ -376,7 +377,7 @@ def arg_max(ins: dict, attrs: dict, outs: tuple) -> dict:
     out = x.argmax(axis=axis)
     if attrs.get("keepdims"):
         out = array_module(x).expand_dims(out, axis)
-    return {"Out": [out.astype(to_dtype(attrs.get("dtype", "int64")))]}
+    return {"Out": [out.astype(_arg_index_dtype(attrs.get("dtype", "int64")))]}
 
 
 # -- flatten2, shape ------------------------------------------------------------------------------

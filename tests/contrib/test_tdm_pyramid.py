@@ -122,6 +122,31 @@ def test_tdm_sampler_kernel_properties(positive):
     np.testing.assert_array_equal(again["Out"], got["Out"])
 
 
+@pytest.mark.parametrize("code, dtype", [(2, np.int32), (3, np.int64), (np.int64(3), np.int64),
+                                         ("int32", np.int32)])
+def test_tdm_sampler_takes_fluids_int_dtype_attr(code, dtype):
+    # Fluid 1.8's op declares AddAttr<int>("dtype"): VarType 2 (INT32, its default) or 3
+    ids = np.array([[0], [3]], "int64")
+    attrs = {"neg_samples_num_list": [1, 2], "layer_offset_lod": [0, 2, 6], "seed": 3,
+             "dtype": code}
+    got = _run_op("tdm_sampler", {"X": ids, "Travel": TRAVEL, "Layer": LAYER}, attrs)
+    for slot in ("Out", "Labels", "Mask"):
+        assert got[slot].dtype == dtype and got[slot].shape == (2, 5)
+    _check_samples(got["Out"], got["Labels"], got["Mask"], [0, 3], [1, 2], [0, 2, 6], 1)
+    child = _run_op("tdm_child", {"X": ids, "TreeInfo": TREE_INFO},
+                    {"child_nums": 2, "dtype": code})
+    assert child["Child"].dtype == dtype and child["LeafMask"].dtype == dtype
+
+
+def test_tdm_ops_refuse_a_non_integer_dtype_code():
+    ins = {"X": np.array([[0]]), "Travel": TRAVEL, "Layer": LAYER}
+    attrs = {"neg_samples_num_list": [1, 1], "layer_offset_lod": [0, 2, 6], "seed": 1}
+    with pytest.raises(TypeError, match="tdm_sampler: dtype must be int32 or int64, got float32"):
+        _run_op("tdm_sampler", ins, {**attrs, "dtype": 5})  # VarType FP32
+    with pytest.raises(ValueError, match="unknown Fluid dtype code 7"):
+        _run_op("tdm_sampler", ins, {**attrs, "dtype": 7})
+
+
 def test_tdm_sampler_padding_of_an_unbalanced_tree():
     travel = np.array([[1, 3], [2, 0]])  # item 1 sits on layer 1: its layer-2 entry pads
     layer = np.array([[1], [2], [3], [4], [5]])

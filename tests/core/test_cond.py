@@ -157,6 +157,29 @@ def test_gradients_of_what_a_block_reads_and_overwrites():
         assert np.abs(got["w"][0]).sum() > 0
 
 
+def test_a_block_that_reads_what_it_overwrote():
+    """The branch overwrites h, then reads its new value: that value's gradient is the one
+    from after the block plus the reader's (the reader's used to be taken for the old
+    value's, and the one from after the block dropped)."""
+    x = np.random.default_rng(4).standard_normal((2, 3))
+
+    def build():
+        xv = layers.data("x", [3], dtype="float64")
+        k = layers.data("k", [1], dtype="int64", append_batch_size=False)
+        h = layers.fc(xv, 2, param_attr="w", bias_attr=False)
+        g = layers.fc(xv, 2, param_attr="v", bias_attr=False)
+        with layers.Switch() as switch:
+            with switch.case(layers.less_than(k, layers.fill_constant([1], "int64", 1))):
+                layers.assign(layers.tanh(h) * 3.0, h)
+                layers.assign(layers.elementwise_add(h, g) * 2.0, g)
+        return layers.mean(layers.square(h)) + layers.mean(g)
+
+    for k in (5, 0):
+        got = program_grads_and_numeric(build, {"x": x, "k": np.array([k])}, ["w", "v"])
+        for name, (analytic, numeric) in got.items():
+            np.testing.assert_allclose(analytic, numeric, rtol=1e-5, atol=1e-8, err_msg=name)
+
+
 def test_a_python_bool_for_a_condition_says_what_to_use():
     # a Variable's == builds an equal op, as Fluid 1.8's math_op_patch; a Python bool (here
     # `2 == 0` of two numbers) for a condition gets an error that says what to use

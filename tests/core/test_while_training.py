@@ -217,3 +217,186 @@ def test_loops_that_cannot_be_differentiated_are_refused_by_name():
                                                       "gradient of the 'tanh' op .* state = "
                                                       "layers.assign"):
             fluid.append_backward(layers.mean(h))
+
+
+def _fed_grads_and_numeric(build, feed: dict, fed: list[str], params: tuple[str, ...] = (),
+                           eps: float = 1e-6) -> dict:
+    """The gradients append_backward gives the fed inputs ``fed`` (``build`` makes them
+    ``stop_gradient=False``) and the parameters ``params``, with central differences of the
+    loss (float64 throughout)."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+        loss = build()
+        pairs = fluid.append_backward(loss)
+    exe, scope = fluid.Executor(fluid.CPUPlace()), fluid.Scope()
+    exe.run(startup, scope=scope)
+    for p in params:
+        scope.vars[p] = np.array(scope.vars[p], np.float64)
+    grad_of = {p.name: g.name for p, g in pairs} | {n: n + "@GRAD" for n in fed}
+    names = [*fed, *params]
+    fetched = exe.run(main, feed=feed, fetch_list=[grad_of[n] for n in names], scope=scope)
+
+    def loss_at(name: str, value: np.ndarray) -> float:
+        if name in feed:
+            return float(exe.run(main, feed={**feed, name: value}, fetch_list=[loss],
+                                 scope=scope)[0].sum())
+        scope.vars[name] = value
+        return float(exe.run(main, feed=feed, fetch_list=[loss], scope=scope)[0].sum())
+
+    out = {}
+    for name, analytic in zip(names, fetched, strict=True):
+        base = np.array(feed[name] if name in feed else scope.vars[name], np.float64)
+        numeric = np.zeros_like(base)
+        for j in range(base.size):
+            for sign in (1, -1):
+                bumped = base.copy()
+                bumped.flat[j] += sign * eps
+                numeric.flat[j] += sign * loss_at(name, bumped) / (2 * eps)
+        if name not in feed:
+            scope.vars[name] = base
+        out[name] = (np.array(analytic), numeric)
+    return out
+
+
+def _assert_fed_grads(build, feed, fed, params=()):
+    got = _fed_grads_and_numeric(build, feed, fed, params)
+    for name, (analytic, numeric) in got.items():
+        np.testing.assert_allclose(analytic, numeric, rtol=1e-6, atol=1e-8, err_msg=name)
+    return got
+
+
+def _counter_loop(dtype: str = "float64"):
+    """Paddle 1.8's TestApiWhileLoop_Backward: ``x = i * i; i = i + 1`` while ``i < 11``."""
+    i = fluid.data("i", [1], dtype)
+    x = fluid.data("x", [1], dtype)
+    i.stop_gradient = x.stop_gradient = False
+    eleven = layers.fill_constant([1], dtype, 11)
+
+    def body(i, x):
+        x = layers.elementwise_mul(x=i, y=i)
+        return [layers.increment(i), x]
+
+    out = layers.while_loop(lambda i, x: layers.less_than(i, eleven), body, [i, x])
+    return layers.mean(out[1])
+
+
+def test_paddles_while_loop_backward_gives_the_exact_gradient():
+    """Non regression: i's gradient was 0 (increment had no gradient, so the gradient of the
+    later steps stopped at the counter). From i = 1 the loop runs ten steps and the last x
+    is i_9 * i_9 with i_9 = i + 9: d mean / d i = 2 * 10 = 20. Fluid 1.8 gives 110 (its test
+    expects it): its while_grad adds the outer gradient of x, which the body overwrites, into
+    every step, so it sums 2 * i_k over the ten steps; dask_fluid gives the exact one
+    (docs/ops.md)."""
+    main, startup = fluid.Program(), fluid.Program()
+    with fluid.unique_name.guard(), fluid.program_guard(main, startup):
+        mean = _counter_loop("float32")
+        fluid.append_backward(mean)
+    exe = fluid.Executor(fluid.CPUPlace())
+    got, i_grad, x_grad = exe.run(main, feed={"i": np.ones(1, "float32"),
+                                              "x": np.ones(1, "float32")},
+                                  fetch_list=[mean.name, "i@GRAD", "x@GRAD"])
+    np.testing.assert_allclose(got, [100.0])
+    np.testing.assert_allclose(i_grad, [20.0])
+    np.testing.assert_allclose(x_grad, [0.0])  # the loop overwrites x before reading it
+    # i = 1 is where the step count changes (i < 11); central differences away from it
+    grads = _assert_fed_grads(_counter_loop, {"i": np.array([1.25]), "x": np.array([1.0])},
+                              ["i", "x"])
+    np.testing.assert_allclose(grads["i"][0], [2 * 10.25])
+
+
+def test_a_sum_carried_over_the_steps():
+    """x = x + i * i over the steps from the fed i and x: both reach the loss."""
+    def build():
+        i = fluid.data("i", [1], "float64")
+        x = fluid.data("x", [1], "float64")
+        i.stop_gradient = x.stop_gradient = False
+        n = layers.fill_constant([1], "float64", 5)
+
+        def body(i, x):
+            x = layers.elementwise_add(x, layers.elementwise_mul(i, i))
+            return [layers.increment(i), x]
+
+        _, x = layers.while_loop(lambda i, x: layers.less_than(i, n), body, [i, x])
+        return layers.mean(layers.square(x))
+
+    _assert_fed_grads(build, {"i": np.array([1.5]), "x": np.array([0.3])}, ["i", "x"])
+
+
+def test_a_counter_the_body_reads_after_incrementing_it():
+    """The body reads i after its last write (increment in place, then i * i), and the loss
+    reads the last i too: that value's gradient from the later steps and the reader's add
+    up."""
+    def build():
+        i = fluid.data("i", [1], "float64")
+        x = fluid.data("x", [1], "float64")
+        i.stop_gradient = x.stop_gradient = False
+        n = layers.fill_constant([1], "float64", 5)
+        cond = layers.less_than(i, n)
+        loop = layers.While(cond)
+        with loop.block():
+            layers.increment(i, in_place=True)
+            layers.assign(layers.elementwise_add(x, layers.elementwise_mul(i, i)), x)
+            layers.less_than(i, n, cond=cond)
+        return layers.elementwise_add(layers.mean(layers.square(x)), layers.mean(i))
+
+    _assert_fed_grads(build, {"i": np.array([1.5]), "x": np.array([0.3])}, ["i", "x"])
+
+
+def test_a_parameter_used_at_every_step_and_the_fed_start():
+    def build():
+        x = fluid.data("x", [2, 3], "float64")
+        x.stop_gradient = False
+        i = layers.fill_constant([1], "int64", 0)
+        n = layers.fill_constant([1], "int64", 3)
+
+        def body(i, h):
+            h = layers.fc(h, 3, act="tanh", param_attr="w", bias_attr="b")
+            return [layers.increment(i, in_place=False), h]
+
+        _, h = layers.while_loop(lambda i, h: layers.less_than(i, n), body, [i, x])
+        return layers.mean(layers.square(h))
+
+    got = _assert_fed_grads(build, {"x": XS[0]}, ["x"], ("w", "b"))
+    assert all(np.abs(g[0]).max() > 1e-3 for g in got.values())
+
+
+def test_a_loop_whose_steps_depend_on_a_fed_value():
+    """while x < 10: x = x * s; from x = 1.3, s = 1.7 that is 4 steps, unchanged by the
+    small differences."""
+    def build():
+        x = fluid.data("x", [1], "float64")
+        s = fluid.data("s", [1], "float64")
+        x.stop_gradient = s.stop_gradient = False
+        limit = layers.fill_constant([1], "float64", 10.0)
+        (y,) = layers.while_loop(lambda x: layers.less_than(x, limit),
+                                 lambda x: [layers.elementwise_mul(x, s)], [x])
+        return layers.mean(layers.square(y))
+
+    got = _assert_fed_grads(build, {"x": np.array([1.3]), "s": np.array([1.7])}, ["x", "s"])
+    # y = x s^4: d(y^2)/dx = 2 y s^4
+    y = 1.3 * 1.7 ** 4
+    np.testing.assert_allclose(got["x"][0], [2 * y * 1.7 ** 4])
+
+
+def test_nested_while_loops():
+    def build():
+        x = fluid.data("x", [2, 3], "float64")
+        x.stop_gradient = False
+        i = layers.fill_constant([1], "int64", 0)
+        n = layers.fill_constant([1], "int64", 2)
+        m = layers.fill_constant([1], "int64", 3)
+
+        def inner(j, h):
+            h = layers.fc(h, 3, act="tanh", param_attr="w", bias_attr=False)
+            return [layers.increment(j, in_place=False), h]
+
+        def body(i, h):
+            j = layers.fill_constant([1], "int64", 0)
+            _, h2 = layers.while_loop(lambda j, h: layers.less_than(j, m), inner, [j, h])
+            return [layers.increment(i, in_place=False), layers.elementwise_mul(h2, h)]
+
+        _, h = layers.while_loop(lambda i, h: layers.less_than(i, n), body, [i, x])
+        return layers.mean(layers.square(h))
+
+    got = _assert_fed_grads(build, {"x": XS[0]}, ["x"], ("w",))
+    assert all(np.abs(g[0]).max() > 1e-4 for g in got.values())

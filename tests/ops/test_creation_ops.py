@@ -96,6 +96,58 @@ def test_fill_any_like_fills_with_value_and_dtype():
     assert as_int.dtype == np.int64 and (as_int == 7).all()
 
 
+@pytest.mark.parametrize("value, dtype", [
+    (1e100, "int32"),  # numpy alone would give -2147483648
+    (2.0**31, "int32"),  # Fluid's float comparison lets it through to an undefined cast
+    (-(2.0**31) - 1, "int32"),
+    (2.0**63, "int64"),
+    (70000.0, "float16"),
+    (1e100, "float32"),
+    (float("inf"), "float64"),
+    (-float("inf"), "float32"),
+    (2.0, "bool"),
+    (-1.0, "uint8"),
+])
+def test_fill_any_like_refuses_a_value_outside_the_dtype_range(value, dtype):
+    # Fluid 1.8's FillAnyLikeKernel: lowest() <= value <= max() of the output type
+    x = np.zeros((2, 3), np.float32)
+    with pytest.raises(ValueError, match=rf"fill_any_like: value .* out of the range of the "
+                                         rf"output dtype {dtype}, \["):
+        run_op("fill_any_like", {"X": [x]}, {"value": value, "dtype": dtype})
+    with pytest.raises(ValueError, match=f"output dtype {dtype}"):  # X's dtype, dtype -1
+        run_op("fill_any_like", {"X": [x.astype(dtype)]}, {"value": value})
+
+
+def test_fill_any_like_refuses_nan():
+    with pytest.raises(ValueError, match="fill_any_like: the filled value must not be NaN"):
+        run_op("fill_any_like", {"X": [np.zeros(2)]}, {"value": float("nan")})
+
+
+@pytest.mark.parametrize("value, dtype", [
+    (2147483647, "int32"), (-2147483648, "int32"), (-2.0**31, "int32"),
+    (2**63 - 1, "int64"), (65504.0, "float16"), (-3.4028234663852886e38, "float32"),
+    (1e100, "float64"), (1.0, "bool"), (0.0, "bool"), (255.0, "uint8"),
+    (np.float32(3.5), "int32"), (2.7, 2),  # Fluid's VarType code 2: int32; truncated
+])
+def test_fill_any_like_keeps_values_within_the_range(value, dtype):
+    got = run_op("fill_any_like", {"X": [np.zeros((2, 2), np.float32)]},
+                 {"value": value, "dtype": dtype})["Out"][0]
+    want = np.dtype("int32" if dtype == 2 else dtype)
+    assert got.dtype == want and got.shape == (2, 2)
+    assert (got == want.type(int(value) if want.kind in "iu" else value)).all()
+
+
+@pytest.mark.parametrize("op", ["arg_min", "arg_max"])
+@pytest.mark.parametrize("dtype, want", [(-1, np.int64), (2, np.int32), (3, np.int64),
+                                         ("int32", np.int32), ("int64", np.int64)])
+def test_arg_min_max_take_fluids_dtype_codes(op, dtype, want):
+    # Fluid 1.8: AddAttr<int>("dtype").SetDefault(-1), and the kernel reads -1 as int64
+    x = np.array([[3.0, 1.0, 4.0], [1.0, 5.0, 9.0]])
+    got = run_op(op, {"X": [x]}, {"axis": 1, "dtype": dtype})["Out"][0]
+    assert got.dtype == want
+    np.testing.assert_array_equal(got, [1, 0] if op == "arg_min" else [2, 2])
+
+
 def test_isinf_isnan_isfinite_reduce_to_one_bool():
     clean = np.array([[1.0, -2.0], [0.0, 3.0]])
     cases = {"inf": np.array([1.0, np.inf, 2.0]), "nan": np.array([np.nan, 1.0]),

@@ -1328,6 +1328,20 @@ def _build_cases(rng: np.random.Generator) -> dict[str, list[tuple[str, dict, di
                                   "scale_w": [u(0.5, 2.0, 4)], "bias": [n(4)]},
          {"enable_scale_and_shift": True, "slot_dim": 2}),
     ]
+    # top_k (Fluid 1.8's top_k_grad: dOut scattered to Indices along the last axis) and sign
+    # (a scale by 0); an rng of their own keeps the cases above as they were. Distinct values
+    # only: at a tie top_k is not differentiable
+    tk = np.random.default_rng(81)
+    c["top_k"] = [
+        ("rows", {"X": [tk.standard_normal((4, 6))]}, {"k": 3}),
+        ("3d", {"X": [tk.standard_normal((2, 3, 5))]}, {"k": 2}),
+        ("full_width", {"X": [tk.standard_normal((3, 4))]}, {"k": 4}),
+        ("1d", {"X": [tk.standard_normal(7)]}, {"k": 1}),
+        ("k_tensor", {"X": [tk.standard_normal((3, 5))], "K": [np.array([2], np.int32)]},
+         {"k": 1}),
+    ]
+    c["sign"] = [("x", {"X": [_away_from(tk.standard_normal((3, 4)), [0.0])]}, {})]
+    c["increment"] = [("step", {"X": [tk.standard_normal((2, 3))]}, {"step": -2.5})]
     return c
 
 

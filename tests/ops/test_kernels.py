@@ -3,13 +3,19 @@ merge ops of the distributed runtime, and the error messages of bad inputs."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
+import dask_fluid as fluid
+from dask_fluid import layers
 from dask_fluid.ops import SelectedRows, registry
 from dask_fluid.ops.registry import LOD_KEY
+from tests.programs import build as build_program
+from tests.programs import run as run_program
 
-from . import run_op
+from . import central_differences, run_op
 
 
 def np_softmax(x, axis=-1):
@@ -94,6 +100,38 @@ def test_activations_and_reductions():
                                np.clip(x, -1, 1))
     np.testing.assert_array_equal(run_op("sign", {"X": [x]})["Out"][0], np.sign(x))
     np.testing.assert_array_equal(run_op("floor", {"X": [x]})["Out"][0], np.floor(x))
+
+
+def test_sign_passes_a_zero_gradient_through_a_program():
+    def net():
+        x = layers.data("x", [3])
+        h = layers.fc(x, 4, bias_attr=False)
+        s = layers.sign(h)
+        assert not s.stop_gradient  # as Fluid 1.8's layer: the zero gradient flows
+        loss = layers.reduce_sum(s)
+        return h, s, fluid.backward.append_backward(loss)
+
+    main, startup, (h, s, param_grads) = build_program(net)
+    # Fluid's SignGradMaker: a scale op by 0 from Out@GRAD to X@GRAD
+    (op,) = [op for op in main.global_block().ops if op.input("X") == [s.name + "@GRAD"]]
+    assert op.type == "scale" and op.attr("scale") == 0.0
+    assert op.output("Out") == [h.name + "@GRAD"]
+    assert [p.name for p, _ in param_grads] == ["fc_0.w_0"]
+    xv = np.random.default_rng(5).standard_normal((2, 3)).astype(np.float32)
+    (w, dw), _ = run_program(main, startup, {"x": xv}, ["fc_0.w_0", param_grads[0][1]])
+    assert dw.shape == w.shape and dw.dtype == np.float32
+    np.testing.assert_array_equal(dw, np.zeros_like(w))
+
+
+def test_sign_grad_maker_scales_by_zero():
+    op = SimpleNamespace(type="sign", inputs={"X": ["x"]}, outputs={"Out": ["out"]},
+                         attrs={"op_role": 1})
+    (desc,) = registry.get("sign").grad(op)
+    assert desc == {"type": "scale", "inputs": {"X": ["out@GRAD"]},
+                    "outputs": {"Out": ["x@GRAD"]}, "attrs": {"scale": 0.0}}
+    d = np.array([[1.5, -2.0], [0.0, 3.0]])
+    got = run_op("scale", {"X": [d]}, desc["attrs"])["Out"][0]
+    np.testing.assert_array_equal(got, np.zeros_like(d))
 
 
 def test_scale_sum_cast_compare_increment_assign():
@@ -289,6 +327,99 @@ def test_top_k_and_accuracy():
     np.testing.assert_allclose(acc2["Accuracy"][0], [0.75])
     with pytest.raises(ValueError, match=r"top_k: k=4 must lie in \[1, 3\]"):
         run_op("top_k", {"X": [x]}, {"k": 4})
+
+
+def _top_k_grad_reference(x: np.ndarray, k: int, dout: np.ndarray) -> np.ndarray:
+    """dX by loops: per row (the last axis) the k largest values, the lower index first among
+    equal ones, each getting its dOut (Fluid 1.8's TopkGradKernel)."""
+    dx = np.zeros_like(x)
+    for row in np.ndindex(x.shape[:-1]):
+        line = list(x[row])
+        order = sorted(range(len(line)), key=lambda j: (-line[j], j))
+        for j in range(k):
+            dx[row + (order[j],)] = dout[row + (j,)]
+    return dx
+
+
+@pytest.mark.parametrize("shape, k, ties", [
+    ((1, 4), 2, False),
+    ((5, 6), 3, False),  # several rows
+    ((4, 5), 3, True),  # equal values, inside and across the top-k boundary
+    ((2, 3, 5), 2, False),  # 3-D: the last axis
+    ((2, 3, 4), 4, True),  # k = the full width
+    ((7,), 3, False),  # 1-D
+])
+def test_top_k_grad_scatters_out_grad_to_the_indices(shape, k, ties):
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 3, shape).astype(np.float64) if ties else rng.standard_normal(shape)
+    fwd = run_op("top_k", {"X": [x]}, {"k": k})
+    dout = rng.standard_normal(fwd["Out"][0].shape)
+    op = SimpleNamespace(type="top_k", inputs={"X": ["x"]},
+                         outputs={"Out": ["out"], "Indices": ["idx"]}, attrs={"k": k})
+    (desc,) = registry.get("top_k").grad(op)
+    # Fluid's TopkGradMaker: X, Indices and Out@GRAD in, X@GRAD out, no attrs
+    assert desc == {"type": "top_k_grad",
+                    "inputs": {"X": ["x"], "Indices": ["idx"], "Out@GRAD": ["out@GRAD"]},
+                    "outputs": {"X@GRAD": ["x@GRAD"]}, "attrs": {}}
+    dx = run_op("top_k_grad", {"X": [x], "Indices": fwd["Indices"],
+                               "Out@GRAD": [dout]})["X@GRAD"][0]
+    assert dx.shape == x.shape and dx.dtype == x.dtype
+    np.testing.assert_array_equal(dx, _top_k_grad_reference(x, k, dout))
+    if not ties:  # away from ties top_k is differentiable: dX is the central difference
+        num = central_differences(
+            lambda: float((run_op("top_k", {"X": [x]}, {"k": k})["Out"][0] * dout).sum()), x)
+        np.testing.assert_allclose(dx, num, atol=1e-6)
+
+
+def test_top_k_grad_float32_and_missing_out_grad():
+    x = np.array([[0.5, 2.0, 1.0]], np.float32)
+    idx = np.array([[1, 2]], np.int64)
+    dx = run_op("top_k_grad", {"X": [x], "Indices": [idx],
+                               "Out@GRAD": [np.array([[3.0, 4.0]], np.float32)]})["X@GRAD"][0]
+    assert dx.dtype == np.float32
+    np.testing.assert_array_equal(dx, [[0.0, 3.0, 4.0]])
+    none = run_op("top_k_grad", {"X": [x], "Indices": [idx], "Out@GRAD": [None]})
+    np.testing.assert_array_equal(none["X@GRAD"][0], np.zeros_like(x))
+    with pytest.raises(ValueError, match="top_k_grad: Indices"):
+        run_op("top_k_grad", {"X": [x], "Indices": [idx.T],
+                              "Out@GRAD": [np.ones((2, 1), np.float32)]})
+
+
+def test_top_k_gradient_reaches_a_parameter_through_a_program():
+    def net():
+        x = layers.data("x", [6])
+        h = layers.fc(x, 5, bias_attr=False)
+        values, indices = layers.topk(h, k=2)
+        # Fluid 1.8's layers.topk stops both outputs' gradients; a user lets Out's through
+        values.stop_gradient = False
+        loss = layers.reduce_sum(values)
+        return h, indices, fluid.backward.append_backward(loss)
+
+    main, startup, (h, indices, param_grads) = build_program(net)
+    assert indices.stop_gradient
+    (grad_op,) = [op for op in main.global_block().ops if op.type == "top_k_grad"]
+    assert grad_op.input("Indices") == [indices.name]
+    assert [p.name for p, _ in param_grads] == ["fc_0.w_0"]
+    xv = np.random.default_rng(4).standard_normal((3, 6)).astype(np.float32)
+    (hv, iv, w, dw), _ = run_program(main, startup, {"x": xv},
+                                     [h, indices, "fc_0.w_0", param_grads[0][1]])
+    dh = np.zeros_like(hv)
+    for r in range(hv.shape[0]):  # d(sum of the top 2) / dh: 1 at the two largest
+        dh[r, np.argsort(-hv[r], kind="stable")[:2]] = 1
+    np.testing.assert_array_equal(iv, np.argsort(-hv, axis=1, kind="stable")[:, :2])
+    np.testing.assert_allclose(dw, xv.T @ dh, rtol=1e-5, atol=1e-6)
+    assert w.shape == dw.shape
+
+
+def test_topk_layer_stops_the_gradient_by_default_as_fluid():
+    def net():
+        h = layers.fc(layers.data("x", [6]), 5, bias_attr=False)
+        values, _ = layers.topk(h, k=2)
+        loss = layers.reduce_sum(values) + layers.reduce_sum(h)
+        return fluid.backward.append_backward(loss)
+
+    main, _, _ = build_program(net)
+    assert "top_k_grad" not in [op.type for op in main.global_block().ops]
 
 
 def test_dropout_determinism_and_test_mode():
