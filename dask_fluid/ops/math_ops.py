@@ -608,16 +608,11 @@ def assign(ins: dict, attrs: dict, outs: tuple) -> dict:
     return {"Out": [x.copy()]}
 
 
-def _increment_grad_maker(op: Any) -> list[dict]:
-    """Out = X + step, so dX = dOut (an ``assign``). Fluid 1.8's grad maker is an
-    ``increment`` by -step of the forward value, which gives X no gradient: a loop counter
-    that the body also computes with (``while_loop``'s ``i * i``) would then pass none of its
-    later steps' gradient back."""
-    return [{"type": "assign", "inputs": {"X": [op.outputs["Out"][0] + GRAD]},
-             "outputs": {"Out": [op.inputs["X"][0] + GRAD]}, "attrs": {}}]
-
-
-@register("increment", ("X",), ("Out",), {"step": 1.0}, grad=_increment_grad_maker)
+# Out = X + step, so dX = dOut: an assign of it. Fluid 1.8's grad maker is an increment by
+# -step of the forward value, which gives X no gradient: a loop counter that the body also
+# computes with (while_loop's i * i) would then pass none of its later steps' gradient back
+@register("increment", ("X",), ("Out",), {"step": 1.0},
+          grad=_self_grad_maker("assign", keep_attrs=False))
 def increment(ins: dict, attrs: dict, outs: tuple) -> dict:
     """Out = X + step, keeping X's dtype."""
     x = ins["X"][0]

@@ -286,7 +286,8 @@ def _listen_and_serv(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> di
             "fluid.Executor(fluid.CPUPlace()), as Paddle's dist tests run their pservers; "
             "its trainers may use CUDAPlace")
     options = ctx.executor.host_context.get(SERVE_KEY)
-    if options is None:  # a pserver started by hand: bind the endpoint, open-ended rounds
+    by_hand = options is None
+    if by_hand:  # a pserver started by hand: bind the endpoint, open-ended rounds
         # its pools as the op says (Fluid's ListenAndServOp reads rpc_*_thread_num: the
         # transpiler's ServerRuntimeConfig, a fleet strategy's)
         flags = dataclasses.replace(RPCFlags.current(), **{
@@ -299,7 +300,7 @@ def _listen_and_serv(ins: dict, attrs: dict, outs: tuple, ctx: RunContext) -> di
         err._dask_fluid_passthrough = True  # the executor re-raises it as is
         raise
     finally:
-        if options.on_start is _save_port:
+        if by_hand:
             _remove_port_file()
     return {}
 
